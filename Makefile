@@ -1,0 +1,25 @@
+# Developer entry points. Every target works on a machine with a Rust toolchain.
+CARGO ?= cargo
+
+.PHONY: build test fmt lint manifests
+
+## build: the update-operator binary (release)
+build:
+	$(CARGO) build --release --locked --bin update-operator
+
+## test: every test of the workspace (what CI runs)
+test:
+	$(CARGO) test --workspace --locked
+
+## fmt: format the code
+fmt:
+	$(CARGO) fmt --all
+
+## lint: formatting check and clippy with warnings as errors
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+## manifests: regenerate deploy/crds/ from the Rust types
+manifests:
+	$(CARGO) run --quiet --locked -p shared --example crdgen -- deploy/crds

@@ -1,0 +1,1 @@
+//! An in-memory Kubernetes cluster for the tests, the demo and the benchmarks.

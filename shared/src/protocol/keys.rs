@@ -1,0 +1,73 @@
+//! Label and annotation keys of the node protocol, and who writes each.
+//!
+//! # Invariants
+//! - One writer per key: the controller writes [`CONTROLLER_KEYS`], the node's own agent writes
+//!   [`AGENT_KEYS`]. Neither side ever writes a key of the other.
+//! - Every write is a JSON merge patch of only the keys that change (see [`super::patch`]).
+
+/// Prefix of every key.
+pub const PREFIX: &str = "update.edgeless.systems/";
+
+/// Label that opts a node in: the agent DaemonSet is scheduled on, and the controller manages,
+/// only nodes that carry it with the value [`MANAGED_VALUE`]. Set by the cluster administrator.
+pub const MANAGED_LABEL: &str = "update.edgeless.systems/managed";
+/// The value of [`MANAGED_LABEL`] that opts a node in.
+pub const MANAGED_VALUE: &str = "true";
+
+/// Controller: the step the controller wants the node in (see [`super::Step`]).
+pub const INTENT: &str = "update.edgeless.systems/intent";
+/// Controller: the OS image (or Kubernetes version, for `kubeadm-upgrade`) the step moves to.
+pub const INTENT_TARGET: &str = "update.edgeless.systems/intent-target";
+/// Controller: a fresh token for every intent written, echoed by the agent in [`STATE_TOKEN`], so
+/// that a report about an earlier step is never taken for a report about this one.
+pub const INTENT_TOKEN: &str = "update.edgeless.systems/intent-token";
+/// Controller: when the intent was written (RFC 3339, UTC); deadlines and soak count from it.
+pub const INTENT_SINCE: &str = "update.edgeless.systems/intent-since";
+/// Controller: the node's boot ID when the controller asked for the reboot; the reboot counts
+/// only once the node reports a different one.
+pub const BOOT_ID_BEFORE: &str = "update.edgeless.systems/boot-id-before";
+/// Controller: why the node is `failed` or `blocked`, for humans.
+pub const INTENT_MESSAGE: &str = "update.edgeless.systems/intent-message";
+/// Controller: present (value [`CORDONED_BY_VALUE`]) when the controller cordoned the node. The
+/// controller uncordons only nodes that carry it, and removes it when it uncordons.
+pub const CORDONED_BY: &str = "update.edgeless.systems/cordoned-by";
+/// The value of [`CORDONED_BY`].
+pub const CORDONED_BY_VALUE: &str = "update-operator";
+
+/// Agent: how far the agent got with the intent of [`STATE_TOKEN`] (see [`super::AgentState`]).
+pub const STATE: &str = "update.edgeless.systems/state";
+/// Agent: the [`INTENT_TOKEN`] the state is about.
+pub const STATE_TOKEN: &str = "update.edgeless.systems/state-token";
+/// Agent: error message when the state is `error`.
+pub const STATE_MESSAGE: &str = "update.edgeless.systems/state-message";
+/// Agent: the host's current boot ID (`/proc/sys/kernel/random/boot_id`).
+pub const BOOT_ID: &str = "update.edgeless.systems/boot-id";
+/// Agent: the OS image the host runs now.
+pub const OS_IMAGE: &str = "update.edgeless.systems/os-image";
+/// Agent: `sha256:<hex>` over the hashes of the Kubernetes components installed on the host.
+pub const COMPONENTS_HASH: &str = "update.edgeless.systems/components-hash";
+
+/// Every annotation key the controller writes.
+pub const CONTROLLER_KEYS: &[&str] =
+    &[INTENT, INTENT_TARGET, INTENT_TOKEN, INTENT_SINCE, BOOT_ID_BEFORE, INTENT_MESSAGE, CORDONED_BY];
+/// Every annotation key the agent writes.
+pub const AGENT_KEYS: &[&str] = &[STATE, STATE_TOKEN, STATE_MESSAGE, BOOT_ID, OS_IMAGE, COMPONENTS_HASH];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_is_under_the_prefix_and_has_exactly_one_writer() {
+        for key in CONTROLLER_KEYS.iter().chain(AGENT_KEYS) {
+            assert!(key.starts_with(PREFIX), "{key}");
+            // A key is a valid Kubernetes qualified name: prefix/name with name <= 63 chars.
+            let name = &key[PREFIX.len()..];
+            assert!(!name.is_empty() && name.len() <= 63, "{key}");
+        }
+        for key in CONTROLLER_KEYS {
+            assert!(!AGENT_KEYS.contains(key), "{key} has two writers");
+        }
+        assert!(!CONTROLLER_KEYS.contains(&MANAGED_LABEL) && !AGENT_KEYS.contains(&MANAGED_LABEL));
+    }
+}

@@ -1,0 +1,321 @@
+//! The node annotation protocol between the controller and the agents.
+//!
+//! The controller writes an [`Intent`] into the controller keys of a Node; the node's agent
+//! carries out its part of the intent's [`Step`] and writes an [`AgentReport`] into the agent keys.
+//! See `docs/protocol.md` for the state diagrams.
+//!
+//! # Guarantees
+//! - Parsing never panics: an unknown or malformed value is a [`ProtocolError`] naming the key.
+//! - `parse(render(x)) == x` for every valid value (round-trip tests below).
+//! - Rendering writes every key of its side, with `None` for absent values, so that a merge patch
+//!   built from it (see [`patch`]) also removes stale keys.
+//!
+//! # Assumptions
+//! - Only the controller writes controller keys and only the node's agent writes agent keys.
+
+pub mod keys;
+pub mod patch;
+mod values;
+
+pub use values::{BootId, ComponentsHash, Token, truncate_to_seconds};
+
+use jiff::Timestamp;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+/// Errors in a node's protocol annotations. None of them is retryable: the annotation has to be
+/// rewritten by its writer (or removed by an administrator).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    /// The value is not one of the values the key may take.
+    #[error("annotation {key}: unknown value {value:?} (expected one of: {expected})")]
+    UnknownValue { key: &'static str, value: String, expected: &'static str },
+    /// The value does not have the form the key needs.
+    #[error("annotation {key}: malformed value {value:?}: {reason}")]
+    Malformed { key: &'static str, value: String, reason: &'static str },
+    /// A key that must accompany another one is absent.
+    #[error("annotation {key} is missing (required with {with})")]
+    Missing { key: &'static str, with: &'static str },
+}
+
+/// Result of parsing protocol annotations.
+pub type Result<T, E = ProtocolError> = std::result::Result<T, E>;
+
+/// The steps of the controller's intent for a node. Written by the controller; each variant says
+/// what the agent does while the intent is in that step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Step {
+    /// Agent: download, verify and stage the target image, without disrupting the node.
+    Stage,
+    /// Controller: the node is cordoned and drained. Agent: nothing (keeps the staged image).
+    Drain,
+    /// Agent: activate the staged target and reboot; report `done` once running it after a boot
+    /// with a boot ID other than [`Intent::boot_id_before`].
+    Reboot,
+    /// Agent: upgrade the Kubernetes components to the target version with kubeadm.
+    KubeadmUpgrade,
+    /// Controller: the node is being replaced by a new one through its cloud scaling group.
+    /// Agent: nothing.
+    Replace,
+    /// Controller: the node runs the target and was verified healthy (uncordoned). The soak time
+    /// counts from [`Intent::since`]. Agent: nothing.
+    Done,
+    /// Controller: the node could not be moved to the target (see [`Intent::message`]); it counts
+    /// against the failure budget and is left uncordoned. Agent: nothing.
+    Failed,
+    /// Controller: the node could not be drained in time and was uncordoned; the rollout went on
+    /// without it. Agent: nothing.
+    Blocked,
+}
+
+impl Step {
+    /// Every step, in the order of a node's life.
+    pub const ALL: [Step; 8] = [
+        Step::Stage,
+        Step::Drain,
+        Step::Reboot,
+        Step::KubeadmUpgrade,
+        Step::Replace,
+        Step::Done,
+        Step::Failed,
+        Step::Blocked,
+    ];
+    const EXPECTED: &'static str = "stage, drain, reboot, kubeadm-upgrade, replace, done, failed, blocked";
+
+    /// The annotation value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Stage => "stage",
+            Step::Drain => "drain",
+            Step::Reboot => "reboot",
+            Step::KubeadmUpgrade => "kubeadm-upgrade",
+            Step::Replace => "replace",
+            Step::Done => "done",
+            Step::Failed => "failed",
+            Step::Blocked => "blocked",
+        }
+    }
+
+    /// Whether the agent has work to do in this step (and reports on it with the step's token).
+    pub fn agent_acts(self) -> bool {
+        match self {
+            Step::Stage | Step::Reboot | Step::KubeadmUpgrade => true,
+            Step::Drain | Step::Replace | Step::Done | Step::Failed | Step::Blocked => false,
+        }
+    }
+
+    /// Whether the node is disrupted (cordoned, draining, rebooting or being replaced) in this step.
+    pub fn disrupts(self) -> bool {
+        match self {
+            Step::Drain | Step::Reboot | Step::KubeadmUpgrade | Step::Replace => true,
+            Step::Stage | Step::Done | Step::Failed | Step::Blocked => false,
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Step {
+    type Err = ProtocolError;
+    fn from_str(s: &str) -> Result<Self> {
+        Step::ALL.into_iter().find(|step| step.as_str() == s).ok_or_else(|| ProtocolError::UnknownValue {
+            key: keys::INTENT,
+            value: s.to_owned(),
+            expected: Step::EXPECTED,
+        })
+    }
+}
+
+/// What the controller wants of a node. Absent (`None` from [`Intent::parse`]) when the
+/// controller has never acted on the node or a human reset it by removing the intent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Intent {
+    pub step: Step,
+    /// The image (or Kubernetes version for [`Step::KubeadmUpgrade`]) the node moves to.
+    pub target: String,
+    /// Fresh for every intent the controller writes.
+    pub token: Token,
+    /// When the controller wrote this intent.
+    pub since: Timestamp,
+    /// The node's boot ID when the controller asked for the reboot ([`Step::Reboot`] only).
+    pub boot_id_before: Option<BootId>,
+    /// Why the node is failed or blocked.
+    pub message: Option<String>,
+}
+
+/// The controller's annotations on a node: its intent, and whether it cordoned the node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ControllerAnnotations {
+    pub intent: Option<Intent>,
+    /// The controller cordoned this node and must uncordon it when done with it.
+    pub cordoned_by_us: bool,
+}
+
+/// Longest target the protocol accepts (cloud image references are long, but not this long).
+pub const MAX_TARGET_LEN: usize = 1024;
+/// Longest message written; longer messages are cut at a character boundary when rendered.
+pub const MAX_MESSAGE_LEN: usize = 1024;
+
+impl ControllerAnnotations {
+    /// Reads the controller keys of a node's annotations. Keys of other writers are ignored.
+    pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Self> {
+        let get = |key: &'static str| annotations.get(key).map(String::as_str);
+        let cordoned_by_us = match get(keys::CORDONED_BY) {
+            None => false,
+            Some(keys::CORDONED_BY_VALUE) => true,
+            Some(other) => {
+                return Err(ProtocolError::UnknownValue {
+                    key: keys::CORDONED_BY,
+                    value: other.to_owned(),
+                    expected: keys::CORDONED_BY_VALUE,
+                });
+            }
+        };
+        let Some(step) = get(keys::INTENT) else {
+            return Ok(ControllerAnnotations { intent: None, cordoned_by_us });
+        };
+        let step: Step = step.parse()?;
+        let required = |key: &'static str| get(key).ok_or(ProtocolError::Missing { key, with: keys::INTENT });
+        let target = values::parse_target(keys::INTENT_TARGET, required(keys::INTENT_TARGET)?)?;
+        let token = Token::parse(keys::INTENT_TOKEN, required(keys::INTENT_TOKEN)?)?;
+        let since = values::parse_timestamp(keys::INTENT_SINCE, required(keys::INTENT_SINCE)?)?;
+        let boot_id_before = get(keys::BOOT_ID_BEFORE).map(|v| BootId::parse(keys::BOOT_ID_BEFORE, v)).transpose()?;
+        if step == Step::Reboot && boot_id_before.is_none() {
+            return Err(ProtocolError::Missing { key: keys::BOOT_ID_BEFORE, with: "intent=reboot" });
+        }
+        let message = get(keys::INTENT_MESSAGE).map(str::to_owned);
+        Ok(ControllerAnnotations {
+            intent: Some(Intent { step, target, token, since, boot_id_before, message }),
+            cordoned_by_us,
+        })
+    }
+
+    /// Every controller key with its value, `None` for keys that must be absent.
+    pub fn render(&self) -> Vec<(&'static str, Option<String>)> {
+        let intent = self.intent.as_ref();
+        vec![
+            (keys::INTENT, intent.map(|i| i.step.as_str().to_owned())),
+            (keys::INTENT_TARGET, intent.map(|i| i.target.clone())),
+            (keys::INTENT_TOKEN, intent.map(|i| i.token.to_string())),
+            (keys::INTENT_SINCE, intent.map(|i| values::render_timestamp(i.since))),
+            (keys::BOOT_ID_BEFORE, intent.and_then(|i| i.boot_id_before.as_ref()).map(ToString::to_string)),
+            (keys::INTENT_MESSAGE, intent.and_then(|i| i.message.as_deref()).map(values::cut_message)),
+            (keys::CORDONED_BY, self.cordoned_by_us.then(|| keys::CORDONED_BY_VALUE.to_owned())),
+        ]
+    }
+}
+
+/// How far the agent got with the intent named by [`AgentReport::token`]. Written by the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AgentState {
+    /// Nothing under way (no token, or the step of the token needs nothing from the agent).
+    Idle,
+    /// Working on the step of the token.
+    Busy,
+    /// Finished the step of the token.
+    Done,
+    /// Could not finish the step of the token (see [`AgentReport::message`]).
+    Error,
+}
+
+impl AgentState {
+    pub const ALL: [AgentState; 4] = [AgentState::Idle, AgentState::Busy, AgentState::Done, AgentState::Error];
+    const EXPECTED: &'static str = "idle, busy, done, error";
+
+    /// The annotation value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentState::Idle => "idle",
+            AgentState::Busy => "busy",
+            AgentState::Done => "done",
+            AgentState::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for AgentState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AgentState {
+    type Err = ProtocolError;
+    fn from_str(s: &str) -> Result<Self> {
+        AgentState::ALL.into_iter().find(|st| st.as_str() == s).ok_or_else(|| ProtocolError::UnknownValue {
+            key: keys::STATE,
+            value: s.to_owned(),
+            expected: AgentState::EXPECTED,
+        })
+    }
+}
+
+/// What the agent reports about its node: its progress on the current intent and the facts of the
+/// host. Every field is optional because an agent that never ran wrote nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AgentReport {
+    pub state: Option<AgentState>,
+    /// The intent token `state` is about.
+    pub token: Option<Token>,
+    /// Error message for [`AgentState::Error`].
+    pub message: Option<String>,
+    pub boot_id: Option<BootId>,
+    pub os_image: Option<String>,
+    pub components_hash: Option<ComponentsHash>,
+}
+
+impl AgentReport {
+    /// Reads the agent keys of a node's annotations. Keys of other writers are ignored.
+    pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Self> {
+        let get = |key: &'static str| annotations.get(key).map(String::as_str);
+        let state = get(keys::STATE).map(AgentState::from_str).transpose()?;
+        let token = get(keys::STATE_TOKEN).map(|v| Token::parse(keys::STATE_TOKEN, v)).transpose()?;
+        if matches!(state, Some(AgentState::Busy | AgentState::Done | AgentState::Error)) && token.is_none() {
+            return Err(ProtocolError::Missing { key: keys::STATE_TOKEN, with: "state=busy|done|error" });
+        }
+        Ok(AgentReport {
+            state,
+            token,
+            message: get(keys::STATE_MESSAGE).map(str::to_owned),
+            boot_id: get(keys::BOOT_ID).map(|v| BootId::parse(keys::BOOT_ID, v)).transpose()?,
+            os_image: get(keys::OS_IMAGE).map(|v| values::parse_target(keys::OS_IMAGE, v)).transpose()?,
+            components_hash: get(keys::COMPONENTS_HASH)
+                .map(|v| ComponentsHash::parse(keys::COMPONENTS_HASH, v))
+                .transpose()?,
+        })
+    }
+
+    /// Every agent key with its value, `None` for keys that must be absent.
+    pub fn render(&self) -> Vec<(&'static str, Option<String>)> {
+        vec![
+            (keys::STATE, self.state.map(|s| s.as_str().to_owned())),
+            (keys::STATE_TOKEN, self.token.as_ref().map(ToString::to_string)),
+            (keys::STATE_MESSAGE, self.message.as_deref().map(values::cut_message)),
+            (keys::BOOT_ID, self.boot_id.as_ref().map(ToString::to_string)),
+            (keys::OS_IMAGE, self.os_image.clone()),
+            (keys::COMPONENTS_HASH, self.components_hash.as_ref().map(ToString::to_string)),
+        ]
+    }
+
+    /// Whether this report says the agent finished (or failed) the intent with `token`. A report
+    /// about any other token is stale and says nothing about this intent.
+    pub fn finished(&self, token: &Token) -> Option<AgentState> {
+        match (self.state, &self.token) {
+            (Some(state @ (AgentState::Done | AgentState::Error)), Some(t)) if t == token => Some(state),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a node carries the opt-in label.
+pub fn is_managed(labels: Option<&BTreeMap<String, String>>) -> bool {
+    labels.and_then(|l| l.get(keys::MANAGED_LABEL)).is_some_and(|v| v == keys::MANAGED_VALUE)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,110 @@
+//! Minimal JSON merge patches (RFC 7386) for Node writes.
+//!
+//! # Guarantees
+//! - A patch holds only the keys whose value changes; a key set to `None` is sent as `null`
+//!   (removed) only when it is present now.
+//! - [`NodePatch::is_empty`] is true when nothing changes: callers skip the write, so a node with
+//!   nothing to do costs no API request.
+
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+
+/// A merge patch of a Node's annotations and `spec.unschedulable`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodePatch {
+    annotations: Map<String, Value>,
+    unschedulable: Option<bool>,
+}
+
+impl NodePatch {
+    /// The annotation changes that take `current` to `desired` (keys not named in `desired` are
+    /// left alone).
+    pub fn annotations<K: AsRef<str>>(
+        current: Option<&BTreeMap<String, String>>,
+        desired: impl IntoIterator<Item = (K, Option<String>)>,
+    ) -> Self {
+        let mut annotations = Map::new();
+        for (key, want) in desired {
+            let key = key.as_ref();
+            let have = current.and_then(|c| c.get(key));
+            match (have, want) {
+                (Some(have), Some(want)) if *have == want => {}
+                (None, None) => {}
+                (_, Some(want)) => {
+                    annotations.insert(key.to_owned(), Value::String(want));
+                }
+                (Some(_), None) => {
+                    annotations.insert(key.to_owned(), Value::Null);
+                }
+            }
+        }
+        NodePatch { annotations, unschedulable: None }
+    }
+
+    /// Also sets `spec.unschedulable` to `want` if it is not that now (`current` absent counts as
+    /// false). Clearing it removes the field, as `kubectl uncordon` does.
+    pub fn unschedulable(mut self, current: bool, want: bool) -> Self {
+        if current != want {
+            self.unschedulable = Some(want);
+        }
+        self
+    }
+
+    /// Whether the patch changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.annotations.is_empty() && self.unschedulable.is_none()
+    }
+
+    /// The annotation keys this patch sets or removes.
+    pub fn changed_keys(&self) -> impl Iterator<Item = &str> {
+        self.annotations.keys().map(String::as_str)
+    }
+
+    /// The `application/merge-patch+json` body.
+    pub fn to_json(&self) -> Value {
+        let mut patch = Map::new();
+        if !self.annotations.is_empty() {
+            patch.insert("metadata".into(), json!({ "annotations": self.annotations }));
+        }
+        if let Some(want) = self.unschedulable {
+            patch.insert("spec".into(), json!({ "unschedulable": if want { Value::Bool(true) } else { Value::Null } }));
+        }
+        Value::Object(patch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn unchanged_values_make_an_empty_patch() {
+        let current = map(&[("a", "1"), ("b", "2")]);
+        let patch = NodePatch::annotations(Some(&current), [("a", Some("1".to_string())), ("c", None)]);
+        assert!(patch.is_empty());
+        assert_eq!(patch.to_json(), json!({}));
+    }
+
+    #[test]
+    fn only_changed_keys_are_sent_and_removals_are_null() {
+        let current = map(&[("a", "1"), ("b", "2"), ("other", "x")]);
+        let patch = NodePatch::annotations(
+            Some(&current),
+            [("a", Some("1".to_string())), ("b", None), ("c", Some("3".to_string()))],
+        );
+        assert_eq!(patch.to_json(), json!({"metadata": {"annotations": {"b": null, "c": "3"}}}));
+    }
+
+    #[test]
+    fn cordon_and_uncordon_touch_only_spec_unschedulable() {
+        let cordon = NodePatch::annotations(None, [("a", Some("1".to_string()))]).unschedulable(false, true);
+        assert_eq!(cordon.to_json(), json!({"metadata": {"annotations": {"a": "1"}}, "spec": {"unschedulable": true}}));
+        let uncordon = NodePatch::default().unschedulable(true, false);
+        assert_eq!(uncordon.to_json(), json!({"spec": {"unschedulable": null}}));
+        assert!(NodePatch::default().unschedulable(true, true).is_empty());
+    }
+}

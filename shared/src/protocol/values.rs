@@ -1,0 +1,151 @@
+//! Validated values of protocol annotations.
+
+use super::{ProtocolError, Result};
+use jiff::Timestamp;
+use std::fmt;
+
+fn malformed(key: &'static str, value: &str, reason: &'static str) -> ProtocolError {
+    ProtocolError::Malformed { key, value: value.to_owned(), reason }
+}
+
+/// An intent token: 1 to 32 characters of `[a-z0-9]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Token(String);
+
+impl Token {
+    pub const MAX_LEN: usize = 32;
+
+    /// Validates `value` as the token of annotation `key`.
+    pub fn parse(key: &'static str, value: &str) -> Result<Self> {
+        if value.is_empty() || value.len() > Self::MAX_LEN {
+            return Err(malformed(key, value, "a token has 1 to 32 characters"));
+        }
+        if !value.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+            return Err(malformed(key, value, "a token has only the characters a-z and 0-9"));
+        }
+        Ok(Token(value.to_owned()))
+    }
+
+    /// A token from a number (base 36), for writers that draw tokens from a random or counting
+    /// source.
+    pub fn from_u64(mut n: u64) -> Self {
+        const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+        let mut out = Vec::with_capacity(13);
+        loop {
+            out.push(DIGITS[(n % 36) as usize]);
+            n /= 36;
+            if n == 0 {
+                break;
+            }
+        }
+        out.reverse();
+        Token(out.into_iter().map(char::from).collect())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A host boot ID (a UUID on Linux; 1 to 64 characters of `[A-Za-z0-9-]`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BootId(String);
+
+impl BootId {
+    pub fn parse(key: &'static str, value: &str) -> Result<Self> {
+        if value.is_empty() || value.len() > 64 || !value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            return Err(malformed(key, value, "a boot ID has 1 to 64 characters of A-Z, a-z, 0-9 and -"));
+        }
+        Ok(BootId(value.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for BootId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `sha256:` followed by 64 lowercase hex digits: the hash over the hashes of a node's
+/// Kubernetes components.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ComponentsHash(String);
+
+impl ComponentsHash {
+    pub fn parse(key: &'static str, value: &str) -> Result<Self> {
+        let hex = value
+            .strip_prefix("sha256:")
+            .ok_or_else(|| malformed(key, value, "a components hash starts with sha256:"))?;
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+            return Err(malformed(key, value, "a components hash has 64 lowercase hex digits after sha256:"));
+        }
+        Ok(ComponentsHash(value.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ComponentsHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An image reference, version or OS name: non-empty, at most [`super::MAX_TARGET_LEN`] bytes,
+/// no control characters and no surrounding white space.
+pub(super) fn parse_target(key: &'static str, value: &str) -> Result<String> {
+    if value.is_empty() {
+        return Err(malformed(key, value, "must not be empty"));
+    }
+    if value.len() > super::MAX_TARGET_LEN {
+        return Err(malformed(key, value, "longer than 1024 bytes"));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(malformed(key, value, "contains control characters"));
+    }
+    if value.trim() != value {
+        return Err(malformed(key, value, "has leading or trailing white space"));
+    }
+    Ok(value.to_owned())
+}
+
+/// Timestamps are RFC 3339 in UTC with whole seconds, as Kubernetes writes them.
+pub(super) fn parse_timestamp(key: &'static str, value: &str) -> Result<Timestamp> {
+    value.parse().map_err(|_| malformed(key, value, "not an RFC 3339 timestamp"))
+}
+
+pub(super) fn render_timestamp(ts: Timestamp) -> String {
+    // Whole seconds keep values short and make parse(render(t)) exact for the timestamps the
+    // controller writes, which it truncates to seconds (see `truncate_to_seconds`).
+    truncate_to_seconds(ts).strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// `ts` without its fraction of a second. Writers should stamp intents with this so that what they
+/// keep in memory equals what they read back.
+pub fn truncate_to_seconds(ts: Timestamp) -> Timestamp {
+    Timestamp::from_second(ts.as_second()).unwrap_or(ts)
+}
+
+/// Cuts a message to [`super::MAX_MESSAGE_LEN`] bytes at a character boundary.
+pub(super) fn cut_message(message: &str) -> String {
+    if message.len() <= super::MAX_MESSAGE_LEN {
+        return message.to_owned();
+    }
+    let mut end = super::MAX_MESSAGE_LEN;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message[..end].to_owned()
+}

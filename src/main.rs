@@ -1,0 +1,122 @@
+//! `update-operator`: command line and wiring; the work is done by the `controller` and `agent`
+//! crates.
+
+mod cli;
+mod logging;
+
+use anyhow::Context as _;
+use clap::Parser;
+use cli::{Cli, CommonArgs, Mode};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use shared::probes::{self, Readiness};
+use std::process::ExitCode;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Exit status for usage errors, as clap uses.
+const EXIT_USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse_from(cli::normalize_args(std::env::args_os()));
+    if let Mode::Agent(agent) = &cli.mode
+        && agent.node_name.as_deref().is_none_or(str::is_empty)
+    {
+        eprintln!("error: the agent needs the name of its node: pass --node-name or set NODE_NAME");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "exiting");
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let common = match &cli.mode {
+        Mode::Controller(args) => &args.common,
+        Mode::Agent(args) => &args.common,
+    };
+    logging::init(common.log_format, &common.log_level)?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let readiness = Readiness::default();
+    let listener = tokio::net::TcpListener::bind(common.metrics_addr)
+        .await
+        .with_context(|| format!("cannot listen on --metrics-addr {}", common.metrics_addr))?;
+    tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
+
+    match cli.mode {
+        Mode::Controller(args) => {
+            let client = client(&args.common, "controller").await?;
+            let mut registry = prometheus_client::registry::Registry::with_prefix("update_operator");
+            let metrics = controller::Metrics::register(&mut registry);
+            tokio::spawn(probes::serve(listener, Arc::new(registry), readiness.clone(), shutdown.clone()));
+            controller::run(client, metrics, readiness, shutdown).await?;
+        }
+        Mode::Agent(args) => {
+            let node_name = args.node_name.unwrap_or_default();
+            let client = client(&args.common, "agent").await?;
+            let mut registry = prometheus_client::registry::Registry::with_prefix("update_operator_agent");
+            let metrics = agent::Metrics::register(&mut registry);
+            tokio::spawn(probes::serve(listener, Arc::new(registry), readiness.clone(), shutdown.clone()));
+            agent::run(client, node_name, metrics, readiness, shutdown).await?;
+        }
+    }
+    tracing::info!("shut down cleanly");
+    Ok(())
+}
+
+/// A client for the API server; requests carry `User-Agent: update-operator/<mode>` so that audit
+/// logs (and the dev cluster's write counters) tell controller and agent apart.
+async fn client(common: &CommonArgs, mode: &str) -> anyhow::Result<kube::Client> {
+    let options = KubeConfigOptions { context: common.context.clone(), ..Default::default() };
+    let mut config = match &common.kubeconfig {
+        Some(path) => {
+            let kubeconfig =
+                Kubeconfig::read_from(path).with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .with_context(|| format!("invalid kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer().await.context("no kubeconfig and not running in a cluster")?,
+    };
+    let agent = format!("update-operator/{mode} {}", env!("CARGO_PKG_VERSION"));
+    config.headers.push((http::header::USER_AGENT, agent.parse().context("user agent")?));
+    tracing::info!(server = %config.cluster_url, "connecting to the API server");
+    kube::Client::try_from(config).context("cannot build the Kubernetes client")
+}
+
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only SIGINT stops the process");
+                let _ = tokio::signal::ctrl_c().await;
+                shutdown.cancel();
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    shutdown.cancel();
+}
