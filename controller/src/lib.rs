@@ -63,3 +63,4 @@ pub async fn run(
         }
     }
 }
+pub mod policy;

@@ -1,5 +1,7 @@
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
+use kube::core::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -45,6 +47,132 @@ pub struct NodeVersionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$"))]
     pub kubernetes_cluster_version: Option<String>,
+    /// How the rollout proceeds: how many nodes at once, timeouts, failure budget, window.
+    #[serde(default, skip_serializing_if = "RolloutPolicy::is_default")]
+    pub rollout: RolloutPolicy,
+}
+
+/// Go duration syntax without a sign, as `metav1.Duration` writes it (`90s`, `1h30m`).
+const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$";
+
+/// The rollout policy of a NodeVersion. Every field is optional; the defaults are the safe ones.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutPolicy {
+    /// How many nodes may be updating (staging, cordoned, draining, rebooting, soaking) at once: a
+    /// count of at least 1 or a percentage (`"10%"`) of the selected nodes, rounded up. Nodes that are
+    /// NotReady or cordoned for other reasons count against it. Default 1. Control-plane nodes are
+    /// updated first and one at a time, whatever this says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "max_unavailable_schema")]
+    pub max_unavailable: Option<IntOrString>,
+    /// How long a node keeps its slot after it was verified healthy, before the next node may take
+    /// it. Default `0s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub soak_time: Option<Duration>,
+    /// How long draining a node may take. Default `10m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub drain_timeout: Option<Duration>,
+    /// What happens when a drain times out. The node is uncordoned and marked Blocked either way;
+    /// `Continue` (default) goes on with other nodes, `Stop` starts no new node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_drain_timeout: Option<DrainTimeoutAction>,
+    /// How long the agent may take to download and stage the image. Default `30m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub stage_timeout: Option<Duration>,
+    /// How long a node may take from the reboot request until it is Ready on the new image with a
+    /// new boot ID. Default `15m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub reboot_timeout: Option<Duration>,
+    /// No new node starts once this many nodes failed to update to the current image. Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub failure_budget: Option<i32>,
+    /// When new nodes may start. Outside the window no node starts; nodes in flight finish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance_window: Option<MaintenanceWindow>,
+    /// Which nodes this NodeVersion manages. Default: nodes labelled
+    /// `update.edgeless.systems/managed=true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+    /// How pods are evicted.
+    #[serde(default, skip_serializing_if = "DrainOptions::is_default")]
+    pub drain: DrainOptions,
+    /// Start no new node while true; nodes in flight finish.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+}
+
+impl RolloutPolicy {
+    fn is_default(&self) -> bool {
+        *self == RolloutPolicy::default()
+    }
+}
+
+/// What a drain timeout does to the rollout.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DrainTimeoutAction {
+    /// Mark the node Blocked and go on with the others.
+    #[default]
+    Continue,
+    /// Mark the node Blocked and start no new node.
+    Stop,
+}
+
+/// A recurring window in which nodes may start updating, as Karpenter's disruption budgets
+/// write it: it opens at every time `schedule` matches and stays open for `duration`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceWindow {
+    /// Standard 5-field cron expression (minute hour day-of-month month day-of-week, names and
+    /// `@daily`-style macros allowed), for example `"0 22 * * mon-fri"`.
+    #[schemars(length(min = 1, max = 256))]
+    pub schedule: String,
+    /// How long the window stays open after each start, at most `168h`.
+    #[schemars(schema_with = "duration_schema")]
+    pub duration: Duration,
+    /// IANA time zone the schedule is read in, for example `Europe/Berlin`. Default `UTC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub time_zone: Option<String>,
+}
+
+/// How pods are evicted during a drain; the defaults are `kubectl drain`'s.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainOptions {
+    /// Evict pods that use emptyDir volumes (their data is lost), like
+    /// `kubectl drain --delete-emptydir-data`. Without it such a pod blocks the drain.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delete_empty_dir_data: bool,
+    /// Evict pods that no controller manages (they are not recreated), like
+    /// `kubectl drain --force`. Without it such a pod blocks the drain.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
+}
+
+impl DrainOptions {
+    fn is_default(&self) -> bool {
+        *self == DrainOptions::default()
+    }
+}
+
+fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "string", "pattern": DURATION_PATTERN })
+}
+
+fn max_unavailable_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "anyOf": [
+            { "type": "integer", "minimum": 1 },
+            { "type": "string", "pattern": "^(100|[1-9][0-9]?)%$" }
+        ]
+    })
 }
 
 /// What the controller last observed of the rollout.
@@ -54,12 +182,29 @@ pub struct NodeVersionStatus {
     /// `metadata.generation` of the spec this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The image the status describes (spec.image when it was computed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_image: Option<String>,
     /// How many managed nodes are in each situation.
     #[serde(default)]
     pub counts: NodeCounts,
+    /// The nodes being updated now, with their step and since when.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_flight: Vec<InFlightNode>,
     /// `Progressing`, `UpToDate`, `Blocked` and `Failed`, each with a reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// A node being updated.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InFlightNode {
+    pub name: String,
+    /// The step of the node's intent (`stage`, `drain`, `reboot`, `done` while soaking).
+    pub step: String,
+    /// When the node entered the step.
+    pub since: Time,
 }
 
 /// Node counts of a NodeVersion status. Every managed node is in exactly one of

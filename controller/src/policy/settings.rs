@@ -1,0 +1,317 @@
+//! The rollout policy of a NodeVersion, validated once into typed settings.
+//!
+//! # Guarantees
+//! - `Policy::from_spec` never panics and reports every problem of the spec at once, each naming
+//!   its field, so a user fixes them in one go.
+
+use super::budget::MaxUnavailable;
+use super::cron::Cron;
+use super::window::{Window, WindowState};
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use shared::crd::{DrainOptions, DrainTimeoutAction, RolloutPolicy};
+use shared::protocol::keys;
+use std::collections::BTreeMap;
+
+/// Defaults, chosen to be safe rather than fast.
+pub const DEFAULT_DRAIN_TIMEOUT: SignedDuration = SignedDuration::from_mins(10);
+pub const DEFAULT_STAGE_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
+pub const DEFAULT_REBOOT_TIMEOUT: SignedDuration = SignedDuration::from_mins(15);
+pub const DEFAULT_FAILURE_BUDGET: u32 = 1;
+/// Longest maintenance window; longer ones are better written as a schedule that matches more.
+pub const MAX_WINDOW: SignedDuration = SignedDuration::from_hours(168);
+
+/// A validated rollout policy.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub max_unavailable: MaxUnavailable,
+    pub soak_time: SignedDuration,
+    pub drain_timeout: SignedDuration,
+    pub on_drain_timeout: DrainTimeoutAction,
+    pub stage_timeout: SignedDuration,
+    pub reboot_timeout: SignedDuration,
+    pub failure_budget: u32,
+    pub window: Option<Window>,
+    pub selector: NodeSelector,
+    pub drain: DrainOptions,
+    pub paused: bool,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            max_unavailable: MaxUnavailable::default(),
+            soak_time: SignedDuration::ZERO,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            on_drain_timeout: DrainTimeoutAction::Continue,
+            stage_timeout: DEFAULT_STAGE_TIMEOUT,
+            reboot_timeout: DEFAULT_REBOOT_TIMEOUT,
+            failure_budget: DEFAULT_FAILURE_BUDGET,
+            window: None,
+            selector: NodeSelector::default(),
+            drain: DrainOptions::default(),
+            paused: false,
+        }
+    }
+}
+
+impl Policy {
+    /// Validates a NodeVersion's `spec.rollout`. `now` is used only to check that a maintenance
+    /// window ever opens.
+    pub fn from_spec(spec: &RolloutPolicy, now: Timestamp) -> Result<Policy, Vec<String>> {
+        let mut errors = Vec::new();
+        let mut policy = Policy { paused: spec.paused, drain: spec.drain, ..Policy::default() };
+        match &spec.max_unavailable {
+            None => {}
+            Some(IntOrString::Int(n)) if *n >= 1 => policy.max_unavailable = MaxUnavailable::Count(*n as u32),
+            Some(IntOrString::Int(n)) => errors.push(format!("rollout.maxUnavailable: {n} is less than 1")),
+            Some(IntOrString::String(s)) => match s.strip_suffix('%').map(str::parse::<u32>) {
+                Some(Ok(p)) if (1..=100).contains(&p) => policy.max_unavailable = MaxUnavailable::Percent(p),
+                _ => errors
+                    .push(format!("rollout.maxUnavailable: {s:?} is neither a count nor a percentage from 1% to 100%")),
+            },
+        }
+        let mut duration = |field: &str, value: &Option<kube::core::Duration>, default: SignedDuration| match value {
+            None => default,
+            Some(d) if d.is_negative() => {
+                errors.push(format!("rollout.{field}: {d} is negative"));
+                default
+            }
+            Some(d) => SignedDuration::try_from(std::time::Duration::from(*d)).unwrap_or(SignedDuration::MAX),
+        };
+        policy.soak_time = duration("soakTime", &spec.soak_time, SignedDuration::ZERO);
+        policy.drain_timeout = duration("drainTimeout", &spec.drain_timeout, DEFAULT_DRAIN_TIMEOUT);
+        policy.stage_timeout = duration("stageTimeout", &spec.stage_timeout, DEFAULT_STAGE_TIMEOUT);
+        policy.reboot_timeout = duration("rebootTimeout", &spec.reboot_timeout, DEFAULT_REBOOT_TIMEOUT);
+        for (field, value) in [
+            ("drainTimeout", policy.drain_timeout),
+            ("stageTimeout", policy.stage_timeout),
+            ("rebootTimeout", policy.reboot_timeout),
+        ] {
+            if value.is_zero() {
+                errors.push(format!("rollout.{field}: must be longer than 0s"));
+            }
+        }
+        policy.on_drain_timeout = spec.on_drain_timeout.unwrap_or_default();
+        match spec.failure_budget {
+            None => {}
+            Some(n) if n >= 1 => policy.failure_budget = n as u32,
+            Some(n) => errors.push(format!("rollout.failureBudget: {n} is less than 1")),
+        }
+        if let Some(w) = &spec.maintenance_window {
+            let cron = Cron::parse(&w.schedule).map_err(|e| format!("rollout.maintenanceWindow.schedule: {e}"));
+            let zone_name = w.time_zone.clone().unwrap_or_else(|| "UTC".to_owned());
+            let zone = jiff::tz::TimeZone::get(&zone_name)
+                .map_err(|_| format!("rollout.maintenanceWindow.timeZone: {zone_name:?} is not an IANA time zone"));
+            let length = if w.duration.is_negative() {
+                Err(format!("rollout.maintenanceWindow.duration: {} is negative", w.duration))
+            } else {
+                let d = SignedDuration::try_from(std::time::Duration::from(w.duration)).unwrap_or(SignedDuration::MAX);
+                if d.is_zero() || d > MAX_WINDOW {
+                    Err(format!("rollout.maintenanceWindow.duration: {} is not between 1s and 168h", w.duration))
+                } else {
+                    Ok(d)
+                }
+            };
+            match (cron, zone, length) {
+                (Ok(cron), Ok(time_zone), Ok(duration)) => {
+                    let window = Window { cron, duration, time_zone, schedule: w.schedule.clone(), zone_name };
+                    if window.state(now) == (WindowState::Closed { opens_at: None }) {
+                        errors.push(format!(
+                            "rollout.maintenanceWindow.schedule: {:?} never opens in the next 5 years",
+                            w.schedule
+                        ));
+                    }
+                    policy.window = Some(window);
+                }
+                (cron, zone, length) => errors.extend([cron.err(), zone.err(), length.err()].into_iter().flatten()),
+            }
+        }
+        if let Some(selector) = &spec.node_selector {
+            match NodeSelector::from_label_selector(selector) {
+                Ok(s) => policy.selector = s,
+                Err(e) => errors.push(format!("rollout.nodeSelector: {e}")),
+            }
+        }
+        if errors.is_empty() { Ok(policy) } else { Err(errors) }
+    }
+}
+
+/// A validated label selector over nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSelector {
+    requirements: Vec<Requirement>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Requirement {
+    Equals(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    DoesNotExist(String),
+}
+
+impl Default for NodeSelector {
+    /// The opt-in label.
+    fn default() -> Self {
+        NodeSelector { requirements: vec![Requirement::Equals(keys::MANAGED_LABEL.into(), keys::MANAGED_VALUE.into())] }
+    }
+}
+
+impl NodeSelector {
+    pub fn from_label_selector(selector: &LabelSelector) -> Result<Self, String> {
+        let mut requirements: Vec<Requirement> = Vec::new();
+        for (k, v) in selector.match_labels.iter().flatten() {
+            requirements.push(Requirement::Equals(k.clone(), v.clone()));
+        }
+        for LabelSelectorRequirement { key, operator, values } in selector.match_expressions.iter().flatten() {
+            let values = values.clone().unwrap_or_default();
+            let requirement = match operator.as_str() {
+                "In" | "NotIn" if values.is_empty() => return Err(format!("{operator} on {key:?} needs values")),
+                "In" => Requirement::In(key.clone(), values),
+                "NotIn" => Requirement::NotIn(key.clone(), values),
+                "Exists" | "DoesNotExist" if !values.is_empty() => {
+                    return Err(format!("{operator} on {key:?} takes no values"));
+                }
+                "Exists" => Requirement::Exists(key.clone()),
+                "DoesNotExist" => Requirement::DoesNotExist(key.clone()),
+                other => return Err(format!("unknown operator {other:?} (In, NotIn, Exists, DoesNotExist)")),
+            };
+            requirements.push(requirement);
+        }
+        if requirements.is_empty() {
+            // An empty selector would select every node of the cluster, agent or not: almost
+            // certainly a mistake, and a dangerous one.
+            return Err("an empty selector would select every node; leave it out to select the opt-in label".into());
+        }
+        Ok(NodeSelector { requirements })
+    }
+
+    pub fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
+        let get = |k: &str| labels.and_then(|l| l.get(k));
+        self.requirements.iter().all(|r| match r {
+            Requirement::Equals(k, v) => get(k) == Some(v),
+            Requirement::In(k, vs) => get(k).is_some_and(|v| vs.contains(v)),
+            Requirement::NotIn(k, vs) => get(k).is_none_or(|v| !vs.contains(v)),
+            Requirement::Exists(k) => get(k).is_some(),
+            Requirement::DoesNotExist(k) => get(k).is_none(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::crd::MaintenanceWindow;
+
+    fn now() -> Timestamp {
+        "2026-11-21T12:00:00Z".parse().unwrap()
+    }
+
+    fn spec(json: serde_json::Value) -> RolloutPolicy {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn an_empty_spec_gives_the_safe_defaults() {
+        let p = Policy::from_spec(&RolloutPolicy::default(), now()).unwrap();
+        assert_eq!(p.max_unavailable, MaxUnavailable::Count(1));
+        assert_eq!(p.failure_budget, 1);
+        assert_eq!(p.drain_timeout, SignedDuration::from_mins(10));
+        assert!(p.soak_time.is_zero() && !p.paused && p.window.is_none());
+        assert_eq!(p.on_drain_timeout, DrainTimeoutAction::Continue);
+    }
+
+    #[test]
+    fn every_field_is_read() {
+        let p = Policy::from_spec(
+            &spec(serde_json::json!({
+                "maxUnavailable": "25%", "soakTime": "90s", "drainTimeout": "1h", "onDrainTimeout": "Stop",
+                "stageTimeout": "5m", "rebootTimeout": "7m", "failureBudget": 3, "paused": true,
+                "maintenanceWindow": {"schedule": "0 22 * * *", "duration": "4h", "timeZone": "Europe/Berlin"},
+                "nodeSelector": {"matchLabels": {"pool": "a"}},
+                "drain": {"deleteEmptyDirData": true, "force": true}
+            })),
+            now(),
+        )
+        .unwrap();
+        assert_eq!(p.max_unavailable, MaxUnavailable::Percent(25));
+        assert_eq!(p.soak_time, SignedDuration::from_secs(90));
+        assert_eq!(p.drain_timeout, SignedDuration::from_hours(1));
+        assert_eq!(p.on_drain_timeout, DrainTimeoutAction::Stop);
+        assert_eq!(p.stage_timeout, SignedDuration::from_mins(5));
+        assert_eq!(p.reboot_timeout, SignedDuration::from_mins(7));
+        assert_eq!(p.failure_budget, 3);
+        assert!(p.paused && p.drain.force && p.drain.delete_empty_dir_data);
+        assert_eq!(p.window.as_ref().unwrap().zone_name, "Europe/Berlin");
+        let labels: BTreeMap<String, String> = [("pool".to_string(), "a".to_string())].into();
+        assert!(p.selector.matches(Some(&labels)));
+        assert!(!p.selector.matches(None));
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_field() {
+        let errors = Policy::from_spec(
+            &spec(serde_json::json!({
+                "maxUnavailable": "0%", "failureBudget": 0, "drainTimeout": "0s",
+                "maintenanceWindow": {"schedule": "0 25 * * *", "duration": "200h", "timeZone": "Mars/Olympus"},
+                "nodeSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}
+            })),
+            now(),
+        )
+        .unwrap_err();
+        for needle in [
+            "rollout.maxUnavailable",
+            "rollout.failureBudget",
+            "rollout.drainTimeout",
+            "rollout.maintenanceWindow.schedule",
+            "rollout.maintenanceWindow.timeZone",
+            "rollout.maintenanceWindow.duration",
+            "rollout.nodeSelector",
+        ] {
+            assert!(errors.iter().any(|e| e.starts_with(needle)), "{needle} not in {errors:?}");
+        }
+    }
+
+    #[test]
+    fn a_window_that_never_opens_is_rejected() {
+        let s = RolloutPolicy {
+            maintenance_window: Some(MaintenanceWindow {
+                schedule: "0 0 31 2 *".into(),
+                duration: "1h".parse().unwrap(),
+                time_zone: None,
+            }),
+            ..Default::default()
+        };
+        let errors = Policy::from_spec(&s, now()).unwrap_err();
+        assert!(errors[0].contains("never opens"), "{errors:?}");
+    }
+
+    #[test]
+    fn selectors_match_as_kubernetes_label_selectors_do() {
+        let selector = NodeSelector::from_label_selector(
+            &serde_json::from_value(serde_json::json!({
+                "matchLabels": {"a": "1"},
+                "matchExpressions": [
+                    {"key": "b", "operator": "In", "values": ["x", "y"]},
+                    {"key": "c", "operator": "NotIn", "values": ["z"]},
+                    {"key": "d", "operator": "Exists"},
+                    {"key": "e", "operator": "DoesNotExist"}
+                ]
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        assert!(selector.matches(Some(&labels(&[("a", "1"), ("b", "y"), ("d", "")]))));
+        assert!(!selector.matches(Some(&labels(&[("a", "1"), ("b", "y"), ("d", ""), ("c", "z")]))));
+        assert!(!selector.matches(Some(&labels(&[("a", "1"), ("b", "y"), ("d", ""), ("e", "1")]))));
+        assert!(!selector.matches(Some(&labels(&[("a", "1"), ("b", "q"), ("d", "")]))));
+        assert!(NodeSelector::from_label_selector(&LabelSelector::default()).is_err());
+        assert!(NodeSelector::default().matches(Some(&labels(&[(keys::MANAGED_LABEL, "true")]))));
+    }
+}
