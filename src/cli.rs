@@ -57,6 +57,19 @@ pub enum LogFormat {
 pub struct ControllerArgs {
     #[command(flatten)]
     pub common: CommonArgs,
+    /// Namespace of the leader-election Lease (set it from the downward API: metadata.namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "update-operator", value_name = "NAMESPACE")]
+    pub lease_namespace: String,
+    /// Name of the leader-election Lease; replicas sharing it elect one leader.
+    #[arg(long, default_value = "update-operator-controller", value_name = "NAME")]
+    pub lease_name: String,
+    /// This replica's identity in the Lease (set it from the downward API: metadata.name).
+    /// Default: the host name and process ID.
+    #[arg(long, env = "POD_NAME", value_name = "NAME")]
+    pub identity: Option<String>,
+    /// The node this replica runs on (downward API: spec.nodeName); it is updated last.
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -57,15 +57,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
     match cli.mode {
         Mode::Controller(args) => {
-            let client = client(&args.common, "controller").await?;
+            let config = config(&args.common, "controller").await?;
             let mut registry = prometheus_client::registry::Registry::with_prefix("update_operator");
             let metrics = controller::Metrics::register(&mut registry);
             tokio::spawn(probes::serve(listener, Arc::new(registry), readiness.clone(), shutdown.clone()));
-            controller::run(client, metrics, readiness, shutdown).await?;
+            let options = controller::Options {
+                identity: args.identity.unwrap_or_else(default_identity),
+                lease_namespace: args.lease_namespace,
+                lease_name: args.lease_name,
+                lease_timing: Default::default(),
+                own_node: args.node_name.filter(|n| !n.is_empty()),
+            };
+            tracing::info!(identity = %options.identity, lease = %format!("{}/{}", options.lease_namespace, options.lease_name), "campaigning for leadership");
+            controller::run(config, options, metrics, readiness, shutdown).await?;
         }
         Mode::Agent(args) => {
             let node_name = args.node_name.unwrap_or_default();
-            let client = client(&args.common, "agent").await?;
+            let client = kube::Client::try_from(config(&args.common, "agent").await?)
+                .context("cannot build the Kubernetes client")?;
             let mut registry = prometheus_client::registry::Registry::with_prefix("update_operator_agent");
             let metrics = agent::Metrics::register(&mut registry);
             tokio::spawn(probes::serve(listener, Arc::new(registry), readiness.clone(), shutdown.clone()));
@@ -76,9 +85,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A client for the API server; requests carry `User-Agent: update-operator/<mode>` so that audit
+/// The API server configuration; requests carry `User-Agent: update-operator/<mode>` so that audit
 /// logs (and the dev cluster's write counters) tell controller and agent apart.
-async fn client(common: &CommonArgs, mode: &str) -> anyhow::Result<kube::Client> {
+async fn config(common: &CommonArgs, mode: &str) -> anyhow::Result<kube::Config> {
     let options = KubeConfigOptions { context: common.context.clone(), ..Default::default() };
     let mut config = match &common.kubeconfig {
         Some(path) => {
@@ -93,7 +102,13 @@ async fn client(common: &CommonArgs, mode: &str) -> anyhow::Result<kube::Client>
     let agent = format!("update-operator/{mode} {}", env!("CARGO_PKG_VERSION"));
     config.headers.push((http::header::USER_AGENT, agent.parse().context("user agent")?));
     tracing::info!(server = %config.cluster_url, "connecting to the API server");
-    kube::Client::try_from(config).context("cannot build the Kubernetes client")
+    Ok(config)
+}
+
+/// The host name and process ID, for a controller started outside a pod.
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{}-{}", host.trim(), std::process::id())
 }
 
 async fn cancel_on_signal(shutdown: CancellationToken) {

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 pub struct NodePatch {
     annotations: Map<String, Value>,
     unschedulable: Option<bool>,
+    resource_version: Option<String>,
 }
 
 impl NodePatch {
@@ -38,7 +39,7 @@ impl NodePatch {
                 }
             }
         }
-        NodePatch { annotations, unschedulable: None }
+        NodePatch { annotations, unschedulable: None, resource_version: None }
     }
 
     /// Also sets `spec.unschedulable` to `want` if it is not that now (`current` absent counts as
@@ -47,6 +48,14 @@ impl NodePatch {
         if current != want {
             self.unschedulable = Some(want);
         }
+        self
+    }
+
+    /// Makes the patch conditional: the API server refuses it with 409 Conflict if the Node's
+    /// `metadata.resourceVersion` is no longer `rv`, so a decision taken on a stale view is never
+    /// written. Does not make an empty patch non-empty.
+    pub fn if_unchanged_since(mut self, rv: Option<String>) -> Self {
+        self.resource_version = rv;
         self
     }
 
@@ -63,8 +72,17 @@ impl NodePatch {
     /// The `application/merge-patch+json` body.
     pub fn to_json(&self) -> Value {
         let mut patch = Map::new();
+        let mut metadata = Map::new();
         if !self.annotations.is_empty() {
-            patch.insert("metadata".into(), json!({ "annotations": self.annotations }));
+            metadata.insert("annotations".into(), Value::Object(self.annotations.clone()));
+        }
+        if let Some(rv) = &self.resource_version
+            && !self.is_empty()
+        {
+            metadata.insert("resourceVersion".into(), Value::String(rv.clone()));
+        }
+        if !metadata.is_empty() {
+            patch.insert("metadata".into(), Value::Object(metadata));
         }
         if let Some(want) = self.unschedulable {
             patch.insert("spec".into(), json!({ "unschedulable": if want { Value::Bool(true) } else { Value::Null } }));
@@ -106,5 +124,14 @@ mod tests {
         let uncordon = NodePatch::default().unschedulable(true, false);
         assert_eq!(uncordon.to_json(), json!({"spec": {"unschedulable": null}}));
         assert!(NodePatch::default().unschedulable(true, true).is_empty());
+    }
+
+    #[test]
+    fn a_precondition_rides_along_only_with_a_change() {
+        let patch = NodePatch::annotations(None, [("a", Some("1".to_string()))]).if_unchanged_since(Some("42".into()));
+        assert_eq!(patch.to_json(), json!({"metadata": {"annotations": {"a": "1"}, "resourceVersion": "42"}}));
+        let empty = NodePatch::annotations(None, [("a", None::<String>)]).if_unchanged_since(Some("42".into()));
+        assert!(empty.is_empty());
+        assert_eq!(empty.to_json(), json!({}));
     }
 }

@@ -1,0 +1,427 @@
+//! Applies a plan: one merge patch of the Node per writing action, drain tasks started and
+//! stopped, Events published.
+//!
+//! # Guarantees
+//! - Every Node write is a JSON merge patch of only the keys that change, conditional on the
+//!   resourceVersion the decision was taken on (a concurrent change makes it fail with 409 and the
+//!   reconciler plans again on fresh data).
+//! - IMPORTANT: the cordon and the `cordoned-by` record are one write, and so are every uncordon and
+//!   the removal of the record, so a crash between writes can never leave a node cordoned without
+//!   the record that makes the controller uncordon it later.
+//! - Until the watch delivers the controller's own write, the reconciler plans with the object the
+//!   API server returned for it (the overlay), so it never acts twice on a stale view.
+
+use crate::drain::Drains;
+use crate::events::{Events, node_reference};
+use crate::metrics::{ActionLabels, Metrics};
+use crate::nodes::SlimNode;
+use crate::policy::{ActionKind, NodeAction};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use shared::crd::DrainOptions;
+use shared::protocol::patch::NodePatch;
+use shared::protocol::{ControllerAnnotations, Intent, Step, Token};
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Field manager of the controller's writes.
+pub const FIELD_MANAGER: &str = "update-operator-controller";
+
+/// What applying a plan ran into.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    pub writes: usize,
+    /// Writes refused because the node changed since the decision; plan again soon.
+    pub conflicts: usize,
+    /// Writes that failed otherwise; plan again after a pause.
+    pub errors: usize,
+}
+
+/// Our own writes that the watch has not delivered yet, per node: the object the API server
+/// returned, and the resourceVersions it supersedes.
+#[derive(Default)]
+struct Overlay {
+    superseded: Vec<String>,
+    node: Option<SlimNode>,
+}
+
+pub struct Executor {
+    nodes: Api<SlimNode>,
+    events: Events,
+    drains: Arc<Drains>,
+    metrics: Metrics,
+    tokens: Tokens,
+    overlay: Mutex<HashMap<String, Overlay>>,
+    /// The last problem reported per node, so each distinct problem is reported once.
+    reported: Mutex<HashMap<String, String>>,
+}
+
+impl Executor {
+    pub fn new(nodes: Api<SlimNode>, events: Events, drains: Arc<Drains>, metrics: Metrics) -> Self {
+        Executor {
+            nodes,
+            events,
+            drains,
+            metrics,
+            tokens: Tokens::new(),
+            overlay: Mutex::default(),
+            reported: Mutex::default(),
+        }
+    }
+
+    /// The newest version of `node` the controller knows of: its own write if the watch has not
+    /// caught up with it, else the watched object.
+    pub fn freshest(&self, node: SlimNode) -> SlimNode {
+        let mut overlay = lock(&self.overlay);
+        let Some(entry) = overlay.get(node.name()) else { return node };
+        let rv = node.resource_version().unwrap_or_default();
+        if entry.superseded.contains(&rv)
+            && let Some(ours) = &entry.node
+        {
+            return ours.clone();
+        }
+        overlay.remove(node.name());
+        node
+    }
+
+    /// Forgets overlay entries and reported problems of nodes that no longer exist.
+    pub fn retain_nodes(&self, exists: impl Fn(&str) -> bool) {
+        lock(&self.overlay).retain(|n, _| exists(n));
+        lock(&self.reported).retain(|n, _| exists(n));
+    }
+
+    /// Applies `actions`, deciding on `nodes` (the objects the plan saw).
+    pub async fn apply(
+        &self,
+        actions: &[NodeAction],
+        nodes: &HashMap<String, SlimNode>,
+        drain: DrainOptions,
+        version: Option<&ObjectReference>,
+        now: Timestamp,
+    ) -> Applied {
+        let mut writes = Vec::new();
+        for action in actions {
+            let Some(node) = nodes.get(&action.node) else { continue };
+            match &action.kind {
+                ActionKind::EnsureDrain => self.drains.ensure(&action.node, drain),
+                ActionKind::ReportProblem => self.report_problem(node, action, version),
+                _ => writes.push(self.write(node, action, version, now, drain)),
+            }
+        }
+        let mut applied = Applied::default();
+        for result in futures::future::join_all(writes).await {
+            match result {
+                WriteResult::Written => applied.writes += 1,
+                WriteResult::Unchanged => {}
+                WriteResult::Conflict => applied.conflicts += 1,
+                WriteResult::Failed => applied.errors += 1,
+            }
+        }
+        applied
+    }
+
+    fn report_problem(&self, node: &SlimNode, action: &NodeAction, version: Option<&ObjectReference>) {
+        let mut reported = lock(&self.reported);
+        if reported.get(&action.node) == Some(&action.message) {
+            return;
+        }
+        reported.insert(action.node.clone(), action.message.clone());
+        tracing::warn!(node = %action.node, reason = %action.reason, message = %action.message, "node left untouched");
+        self.events.publish(node_reference(&action.node, node.uid()), action.reason, action.message.clone(), "Inspect");
+        if let Some(version) = version {
+            self.events.publish(
+                version.clone(),
+                action.reason,
+                format!("{}: {}", action.node, action.message),
+                "Inspect",
+            );
+        }
+    }
+
+    async fn write(
+        &self,
+        node: &SlimNode,
+        action: &NodeAction,
+        version: Option<&ObjectReference>,
+        now: Timestamp,
+        drain: DrainOptions,
+    ) -> WriteResult {
+        if matches!(
+            action.kind,
+            ActionKind::Complete { .. } | ActionKind::Fail { .. } | ActionKind::Block { .. } | ActionKind::Release
+        ) {
+            // IMPORTANT: stop evicting before the node is uncordoned, or a drain could go on
+            // evicting pods from a node that is schedulable again.
+            self.drains.stop(&action.node);
+        }
+        let annotations = node.metadata.annotations.clone().unwrap_or_default();
+        let current = match ControllerAnnotations::parse(&annotations) {
+            Ok(current) => current,
+            // The policy never acts on malformed annotations; if they turned malformed since, do not.
+            Err(_) => return WriteResult::Conflict,
+        };
+        let (next, unschedulable) = next_state(&current, node.unschedulable(), action, self.tokens.next(), now);
+        let patch = NodePatch::annotations(Some(&annotations), next.render())
+            .unschedulable(node.unschedulable(), unschedulable)
+            .if_unchanged_since(node.resource_version());
+        if patch.is_empty() {
+            return WriteResult::Unchanged;
+        }
+        let labels = |result| ActionLabels { reason: action.reason.to_string(), result };
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        match self.nodes.patch(&action.node, &params, &Patch::Merge(patch.to_json())).await {
+            Ok(mut written) => {
+                written.trim();
+                {
+                    let mut overlay = lock(&self.overlay);
+                    let entry = overlay.entry(action.node.clone()).or_default();
+                    entry.superseded.extend(node.resource_version());
+                    entry.node = Some(written);
+                }
+                self.metrics.actions.get_or_create(&labels("ok")).inc();
+                tracing::info!(node = %action.node, reason = %action.reason, message = %action.message, "node updated");
+                let verb = action_verb(&action.kind);
+                self.events.publish(
+                    node_reference(&action.node, node.uid()),
+                    action.reason,
+                    action.message.clone(),
+                    verb,
+                );
+                if let Some(version) = version {
+                    self.events.publish(
+                        version.clone(),
+                        action.reason,
+                        format!("{}: {}", action.node, action.message),
+                        verb,
+                    );
+                }
+                if matches!(action.kind, ActionKind::Cordon { .. }) {
+                    // No need to wait for the next reconcile to start evicting.
+                    self.drains.ensure(&action.node, drain);
+                }
+                WriteResult::Written
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                self.metrics.actions.get_or_create(&labels("conflict")).inc();
+                tracing::debug!(node = %action.node, reason = %action.reason, "node changed since the decision; planning again");
+                WriteResult::Conflict
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => WriteResult::Unchanged,
+            Err(error) => {
+                self.metrics.actions.get_or_create(&labels("error")).inc();
+                tracing::warn!(node = %action.node, reason = %action.reason, %error, "node write failed; will retry");
+                WriteResult::Failed
+            }
+        }
+    }
+}
+
+enum WriteResult {
+    Written,
+    Unchanged,
+    Conflict,
+    Failed,
+}
+
+fn action_verb(kind: &ActionKind) -> &'static str {
+    match kind {
+        ActionKind::Stage { .. } => "Stage",
+        ActionKind::Cordon { .. } => "Cordon",
+        ActionKind::EnsureDrain => "Drain",
+        ActionKind::Reboot { .. } => "Reboot",
+        ActionKind::Complete { .. } => "Complete",
+        ActionKind::Fail { .. } => "Fail",
+        ActionKind::Block { .. } => "Block",
+        ActionKind::Release => "Release",
+        ActionKind::Uncordon => "Uncordon",
+        ActionKind::ReportProblem => "Inspect",
+    }
+}
+
+/// The controller annotations and `spec.unschedulable` an action leads to.
+pub fn next_state(
+    current: &ControllerAnnotations,
+    unschedulable: bool,
+    action: &NodeAction,
+    token: Token,
+    now: Timestamp,
+) -> (ControllerAnnotations, bool) {
+    let mut next = current.clone();
+    let mut want_unschedulable = unschedulable;
+    let since = shared::protocol::truncate_to_seconds(now);
+    let intent = |step: Step, target: &str| Intent {
+        step,
+        target: target.to_owned(),
+        token: token.clone(),
+        since,
+        boot_id_before: None,
+        message: None,
+    };
+    let mut uncordon = |next: &mut ControllerAnnotations| {
+        if next.cordoned_by_us {
+            next.cordoned_by_us = false;
+            want_unschedulable = false;
+        }
+    };
+    match &action.kind {
+        ActionKind::Stage { target } => next.intent = Some(intent(Step::Stage, target)),
+        ActionKind::Cordon { target } => {
+            next.intent = Some(intent(Step::Drain, target));
+            // Someone else's cordon stays theirs: no record, so we will not lift it.
+            if !unschedulable {
+                next.cordoned_by_us = true;
+                want_unschedulable = true;
+            }
+        }
+        ActionKind::Reboot { target, boot_id_before } => {
+            next.intent = Some(Intent { boot_id_before: Some(boot_id_before.clone()), ..intent(Step::Reboot, target) })
+        }
+        ActionKind::Complete { target } => {
+            next.intent = Some(intent(Step::Done, target));
+            uncordon(&mut next);
+        }
+        ActionKind::Fail { target } | ActionKind::Block { target } => {
+            let step = if matches!(action.kind, ActionKind::Fail { .. }) { Step::Failed } else { Step::Blocked };
+            next.intent = Some(Intent {
+                message: Some(format!("{}: {}", action.reason, action.message)),
+                ..intent(step, target)
+            });
+            uncordon(&mut next);
+        }
+        ActionKind::Release => {
+            next.intent = None;
+            uncordon(&mut next);
+        }
+        ActionKind::Uncordon => uncordon(&mut next),
+        ActionKind::EnsureDrain | ActionKind::ReportProblem => {}
+    }
+    (next, want_unschedulable)
+}
+
+/// Fresh intent tokens: unique within this process by a counter, and across restarts by a random
+/// per-process seed.
+struct Tokens {
+    seed: u64,
+    counter: AtomicU64,
+}
+
+impl Tokens {
+    fn new() -> Self {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_i128(Timestamp::now().as_nanosecond());
+        Tokens { seed: hasher.finish(), counter: AtomicU64::new(0) }
+    }
+
+    fn next(&self) -> Token {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        // splitmix64: distinct inputs give distinct outputs.
+        let mut z = self.seed.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Token::from_u64(z ^ (z >> 31))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Reason;
+    use shared::protocol::BootId;
+
+    fn action(kind: ActionKind) -> NodeAction {
+        NodeAction { node: "n".into(), kind, reason: Reason::Staged, message: "m".into() }
+    }
+
+    fn now() -> Timestamp {
+        "2026-11-21T10:00:00.700Z".parse().unwrap()
+    }
+
+    fn tok() -> Token {
+        Token::parse("k", "t").unwrap()
+    }
+
+    #[test]
+    fn cordon_records_ownership_only_when_it_cordons() {
+        let (next, unsched) = next_state(
+            &ControllerAnnotations::default(),
+            false,
+            &action(ActionKind::Cordon { target: "v2".into() }),
+            tok(),
+            now(),
+        );
+        assert!(unsched && next.cordoned_by_us);
+        assert_eq!(next.intent.as_ref().unwrap().step, Step::Drain);
+        assert_eq!(next.intent.unwrap().since, "2026-11-21T10:00:00Z".parse::<Timestamp>().unwrap());
+        let (next, unsched) = next_state(
+            &ControllerAnnotations::default(),
+            true,
+            &action(ActionKind::Cordon { target: "v2".into() }),
+            tok(),
+            now(),
+        );
+        assert!(unsched && !next.cordoned_by_us, "someone else's cordon is not claimed");
+    }
+
+    #[test]
+    fn finishing_actions_uncordon_only_what_the_controller_cordoned() {
+        let ours = ControllerAnnotations { intent: None, cordoned_by_us: true };
+        for kind in [
+            ActionKind::Complete { target: "v2".into() },
+            ActionKind::Fail { target: "v2".into() },
+            ActionKind::Block { target: "v2".into() },
+            ActionKind::Release,
+            ActionKind::Uncordon,
+        ] {
+            let (next, unsched) = next_state(&ours, true, &action(kind.clone()), tok(), now());
+            assert!(!unsched && !next.cordoned_by_us, "{kind:?}");
+            let (next, unsched) =
+                next_state(&ControllerAnnotations::default(), true, &action(kind.clone()), tok(), now());
+            assert!(unsched && !next.cordoned_by_us, "{kind:?} lifted a foreign cordon");
+        }
+    }
+
+    #[test]
+    fn failures_record_reason_and_message() {
+        let (next, _) = next_state(
+            &ControllerAnnotations::default(),
+            false,
+            &NodeAction {
+                node: "n".into(),
+                kind: ActionKind::Fail { target: "v2".into() },
+                reason: Reason::StageTimedOut,
+                message: "slow".into(),
+            },
+            tok(),
+            now(),
+        );
+        assert_eq!(next.intent.unwrap().message.as_deref(), Some("StageTimedOut: slow"));
+    }
+
+    #[test]
+    fn a_reboot_intent_carries_the_boot_id() {
+        let boot = BootId::parse("k", "b0").unwrap();
+        let (next, _) = next_state(
+            &ControllerAnnotations::default(),
+            true,
+            &action(ActionKind::Reboot { target: "v2".into(), boot_id_before: boot.clone() }),
+            tok(),
+            now(),
+        );
+        assert_eq!(next.intent.unwrap().boot_id_before, Some(boot));
+    }
+
+    #[test]
+    fn tokens_do_not_repeat() {
+        let tokens = Tokens::new();
+        let drawn: std::collections::HashSet<Token> = (0..10_000).map(|_| tokens.next()).collect();
+        assert_eq!(drawn.len(), 10_000);
+    }
+}

@@ -1,0 +1,150 @@
+//! The slice of a Node the controller keeps in memory, and the policy's view of it.
+//!
+//! A full `Node` carries images, capacities, addresses and more; at 5000 nodes that is most of a
+//! controller's memory. [`SlimNode`] deserializes only what the policy reads, and the watch strips
+//! managed fields and foreign annotations before the reflector stores it.
+
+use crate::policy::{DrainProgress, NodeSelector, NodeView};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::ClusterResourceScope;
+use serde::{Deserialize, Serialize};
+use shared::protocol::{AgentReport, ControllerAnnotations, keys};
+use std::borrow::Cow;
+
+/// Label that marks control-plane nodes (kubeadm sets it).
+pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
+
+/// A Node, reduced to what the controller reads.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct SlimNode {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: SlimNodeSpec,
+    #[serde(default)]
+    pub status: SlimNodeStatus,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlimNodeSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unschedulable: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlimNodeStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<SlimCondition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_info: Option<SlimNodeInfo>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct SlimCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct SlimNodeInfo {
+    #[serde(rename = "bootID", default)]
+    pub boot_id: String,
+}
+
+impl kube::Resource for SlimNode {
+    type DynamicType = ();
+    type Scope = ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Node".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "nodes".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl SlimNode {
+    /// Drops what the controller never reads: managed fields, and annotations outside the
+    /// protocol's prefix.
+    pub fn trim(&mut self) {
+        self.metadata.managed_fields = None;
+        if let Some(annotations) = &mut self.metadata.annotations {
+            annotations.retain(|k, _| k.starts_with(keys::PREFIX));
+        }
+        self.status.conditions.retain(|c| c.type_ == "Ready");
+    }
+
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or("")
+    }
+
+    pub fn ready(&self) -> bool {
+        self.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+    }
+
+    pub fn unschedulable(&self) -> bool {
+        self.spec.unschedulable.unwrap_or(false)
+    }
+
+    /// The policy's view of this node.
+    pub fn view(&self, selector: &NodeSelector, drain: DrainProgress) -> NodeView {
+        let empty = Default::default();
+        let annotations = self.metadata.annotations.as_ref().unwrap_or(&empty);
+        let labels = self.metadata.labels.as_ref();
+        NodeView {
+            name: self.name().to_owned(),
+            control_plane: labels.is_some_and(|l| l.contains_key(CONTROL_PLANE_LABEL)),
+            selected: selector.matches(labels),
+            ready: self.ready(),
+            unschedulable: self.unschedulable(),
+            kubelet_boot_id: self.status.node_info.as_ref().map(|i| i.boot_id.clone()).filter(|b| !b.is_empty()),
+            controller: ControllerAnnotations::parse(annotations),
+            agent: AgentReport::parse(annotations),
+            drain,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_full_node_reads_into_the_slim_view() {
+        let node: SlimNode = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "cp-0", "resourceVersion": "7",
+                "labels": {"node-role.kubernetes.io/control-plane": "", "update.edgeless.systems/managed": "true"},
+                "annotations": {"update.edgeless.systems/os-image": "v1", "update.edgeless.systems/boot-id": "b",
+                                "node.alpha.kubernetes.io/ttl": "0"},
+                "managedFields": [{"manager": "kubelet"}]},
+            "spec": {"unschedulable": true, "podCIDR": "10.0.0.0/24"},
+            "status": {"conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "True"}],
+                       "nodeInfo": {"bootID": "b", "osImage": "Some Linux"}, "images": [{"names": ["x"]}]}
+        }))
+        .unwrap();
+        let mut trimmed = node.clone();
+        trimmed.trim();
+        assert!(trimmed.metadata.managed_fields.is_none());
+        assert_eq!(trimmed.metadata.annotations.as_ref().unwrap().len(), 2);
+        let view = trimmed.view(&NodeSelector::default(), DrainProgress::NotRunning);
+        assert!(view.control_plane && view.selected && view.ready && view.unschedulable);
+        assert_eq!(view.kubelet_boot_id.as_deref(), Some("b"));
+        assert_eq!(view.agent.unwrap().os_image.as_deref(), Some("v1"));
+    }
+}
