@@ -20,6 +20,6 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-## manifests: regenerate deploy/crds/ from the Rust types
+## manifests: regenerate deploy/crds/ and deploy/update-operator.yaml from the Rust types
 manifests:
-	$(CARGO) run --quiet --locked -p shared --example crdgen -- deploy/crds
+	$(CARGO) run --quiet --locked -p shared --example crdgen -- deploy

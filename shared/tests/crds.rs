@@ -84,6 +84,30 @@ fn committed_crds_match_the_rust_types() {
 }
 
 #[test]
+fn the_install_bundle_is_the_crds_plus_the_operator_manifests() {
+    let deploy = root().join("../deploy");
+    let operator = std::fs::read_to_string(deploy.join("operator.yaml")).unwrap();
+    let on_disk = std::fs::read_to_string(deploy.join("update-operator.yaml")).unwrap();
+    assert!(
+        on_disk == crd::bundle(&operator).unwrap(),
+        "deploy/update-operator.yaml differs from deploy/crds + deploy/operator.yaml; run `make manifests`"
+    );
+    // Every document parses, and every CRD is in it.
+    let kinds: Vec<String> = on_disk
+        .split("\n---\n")
+        .filter(|d| d.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')))
+        .map(|d| {
+            let v: Value = yaml_serde::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}"));
+            v["kind"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "CustomResourceDefinition").count(), crd::all().len());
+    for kind in ["Namespace", "Deployment", "DaemonSet", "ClusterRole", "ValidatingAdmissionPolicy"] {
+        assert!(kinds.iter().any(|k| k == kind), "no {kind} in the bundle");
+    }
+}
+
+#[test]
 fn every_seed_example_deserializes_and_validates_without_losing_a_field() {
     let files = yaml_files(&root().join("tests/fixtures/seed"));
     // 7 examples in each of the two README versions, plus the design's NodeVersion.

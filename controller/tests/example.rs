@@ -1,0 +1,27 @@
+//! The example NodeVersion in deploy/examples/ is valid for the API server's schema and for the
+//! controller's policy, and means what its comments say.
+
+use controller::policy::Policy;
+use controller::policy::budget::MaxUnavailable;
+use shared::crd::{DrainTimeoutAction, NodeVersion};
+
+#[test]
+fn the_example_nodeversion_is_accepted_and_read_as_documented() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/examples/nodeversion.yaml")).unwrap();
+    let value: serde_json::Value = yaml_serde::from_str(&text).unwrap();
+    let crd = shared::crd::all().into_iter().find(|c| c.spec.names.kind == "NodeVersion").unwrap();
+    let schema = serde_json::to_value(crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap()).unwrap();
+    let mut pruned = value.clone();
+    shared::schema::prune_and_default(&schema, &mut pruned);
+    assert_eq!(shared::schema::validate(&schema, &pruned), vec![]);
+    assert_eq!(pruned["spec"]["rollout"], value["spec"]["rollout"], "the schema drops a field of the example");
+
+    let version: NodeVersion = serde_json::from_value(value).unwrap();
+    let policy = Policy::from_spec(&version.spec.rollout, "2026-11-21T12:00:00Z".parse().unwrap()).unwrap();
+    assert_eq!(policy.max_unavailable, MaxUnavailable::Percent(10));
+    assert_eq!(policy.soak_time, jiff::SignedDuration::from_mins(2));
+    assert_eq!(policy.on_drain_timeout, DrainTimeoutAction::Continue);
+    assert_eq!(policy.failure_budget, 1);
+    assert_eq!(policy.window.as_ref().unwrap().zone_name, "Europe/Berlin");
+    assert!(!policy.paused && !policy.drain.force);
+}
