@@ -1,5 +1,6 @@
 //! The update-operator agent: watches its own Node and carries out the controller's intents.
 
+pub mod host;
 mod metrics;
 
 pub use metrics::Metrics;
