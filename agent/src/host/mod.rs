@@ -3,6 +3,7 @@
 //!
 //! The agent's decision logic is generic over [`HostUpdater`]; the binary picks one backend:
 //! - [`bottlerocket::BottlerocketHost`]: the Bottlerocket update API on `/run/api.sock`;
+//! - [`command::CommandHost`]: configured commands, for other distributions;
 //! - [`simulated::SimulatedHost`]: the simulated hosts of the dev cluster.
 //!
 //! # Guarantees (of every backend)
@@ -16,6 +17,7 @@
 //!   the new boot from [`HostUpdater::facts`].
 
 pub mod bottlerocket;
+pub mod command;
 mod error;
 mod http;
 pub mod simulated;
