@@ -113,9 +113,8 @@ async fn a_target_the_repository_does_not_offer_is_a_clear_error() {
 
 #[tokio::test]
 async fn a_refresh_that_still_used_the_old_version_lock_is_repeated() {
-    // Until the new lock is rendered, refresh chooses the latest version (1.21.0).
-    let fake =
-        FakeBottlerocket::start(Setup { settings_render_delay: Duration::from_millis(200), ..offering_two_versions() });
+    // The first refresh after the commit still uses the old lock (latest) and chooses 1.21.0.
+    let fake = FakeBottlerocket::start(Setup { stale_refreshes_after_commit: 1, ..offering_two_versions() });
     host(&fake).stage("1.20.0").await.unwrap();
     assert_eq!(fake.staged().as_deref(), Some("1.20.0"));
     assert_eq!(fake.count("POST /actions/refresh-updates"), 2);
@@ -160,11 +159,10 @@ async fn an_agent_restarted_on_an_activated_host_only_reboots() {
 
 #[tokio::test]
 async fn an_agent_restarted_while_prepare_runs_waits_for_it_instead_of_preparing_again() {
-    let fake =
-        FakeBottlerocket::start(Setup { command_duration: Duration::from_millis(800), ..offering_two_versions() });
+    let fake = FakeBottlerocket::start(Setup { command_duration: Duration::from_secs(2), ..offering_two_versions() });
     let first = host(&fake);
     let staging = tokio::spawn(async move { first.stage("1.20.0").await });
-    wait_for("prepare to start", || fake.count("POST /actions/prepare-update") == 1 && fake.command_running()).await;
+    wait_for("prepare to start", || fake.count("POST /actions/prepare-update") == 1).await;
     staging.abort();
 
     // The new agent finds the lock held while the prepare runs, and the target staged after it.

@@ -142,11 +142,11 @@ async fn a_command_that_outlives_its_timeout_is_killed_with_everything_it_starte
     let fixture = Fixture::new();
     let hanging = "echo $$ > \"$1/sh.pid\"; sleep 600 & echo $! > \"$1/sleep.pid\"; wait";
     let host = fixture.host(json!({
-        "apply": {"argv": fixture.script("apply.sh", hanging, &[&fixture.dir()]), "timeoutSeconds": 1},
+        "apply": {"argv": fixture.script("apply.sh", hanging, &[&fixture.dir()]), "timeoutSeconds": 3},
     }));
     let error = host.stage("img-v2").await.unwrap_err();
     assert!(matches!(error, HostError::TimedOut { .. }), "{error:?}");
-    assert_eq!(error.to_string(), "the apply command \"/bin/sh\" did not finish within 1s");
+    assert_eq!(error.to_string(), "the apply command \"/bin/sh\" did not finish within 3s");
     assert!(error.is_retryable());
     for name in ["sh.pid", "sleep.pid"] {
         let pid = std::fs::read_to_string(fixture.path(name)).unwrap().trim().to_owned();

@@ -13,8 +13,9 @@
 //! - the version lock (`settings.updates.version-lock`, default `latest`) decides the chosen update;
 //!   settings change through `PATCH /settings?tx=` and `POST /tx/commit_and_apply?tx=` (422 when
 //!   the transaction holds nothing); refresh reads the version lock from the updater's
-//!   configuration, which the host renders in the background after a commit
-//!   (`settings_render_delay`).
+//!   configuration, which the host renders in the background after a commit: with
+//!   `stale_refreshes_after_commit` the next refreshes after a commit still use the old lock, as
+//!   when they win the race against the rendering.
 //!
 //! Injected faults: a number of 423 answers before the lock "lets go" (`set_locked_answers`), and
 //! failing prepares with an updog-like stderr (`fail_next_prepares`).
@@ -50,8 +51,8 @@ pub struct Setup {
     pub offered: Vec<&'static str>,
     pub initial: Initial,
     pub command_duration: Duration,
-    /// How long after a commit refresh still uses the old version lock.
-    pub settings_render_delay: Duration,
+    /// How many refreshes after a commit still use the old version lock.
+    pub stale_refreshes_after_commit: usize,
 }
 
 impl Setup {
@@ -61,7 +62,7 @@ impl Setup {
             offered,
             initial: Initial::Fresh,
             command_duration: Duration::from_millis(50),
-            settings_render_delay: Duration::ZERO,
+            stale_refreshes_after_commit: 0,
         }
     }
 }
@@ -100,7 +101,9 @@ struct Host {
     version_lock: String,
     /// The version lock in the updater's rendered configuration, which refresh uses.
     rendered_version_lock: String,
-    settings_render_delay: Duration,
+    stale_refreshes_after_commit: usize,
+    /// Refreshes left before the committed version lock is rendered.
+    stale_refreshes_left: usize,
     ignore_waves: bool,
     pending: HashMap<String, serde_json::Map<String, Value>>,
     requests: Vec<String>,
@@ -161,7 +164,8 @@ impl FakeBottlerocket {
             prepare_failures: 0,
             rendered_version_lock: version_lock.clone(),
             version_lock,
-            settings_render_delay: setup.settings_render_delay,
+            stale_refreshes_after_commit: setup.stale_refreshes_after_commit,
+            stale_refreshes_left: 0,
             ignore_waves: false,
             pending: HashMap::new(),
             requests: Vec::new(),
@@ -226,10 +230,6 @@ impl FakeBottlerocket {
 
     pub fn boots(&self) -> u32 {
         self.host().boots
-    }
-
-    pub fn command_running(&self) -> bool {
-        self.host().command_running
     }
 }
 
@@ -362,6 +362,12 @@ impl Handler for Api {
                 drop(host);
                 start_command(&self.host, |host| {
                     let chosen = host.choose();
+                    if host.stale_refreshes_left > 0 {
+                        host.stale_refreshes_left -= 1;
+                        if host.stale_refreshes_left == 0 {
+                            host.rendered_version_lock = host.version_lock.clone();
+                        }
+                    }
                     let status = host.status_mut();
                     if matches!(status.state, UpdateState::Idle | UpdateState::Available) {
                         status.state = if chosen.is_some() { UpdateState::Available } else { UpdateState::Idle };
@@ -495,15 +501,9 @@ impl Handler for Api {
                     }
                     changed.push(format!("settings.updates.{key}"));
                 }
-                let (lock, delay) = (host.version_lock.clone(), host.settings_render_delay);
-                if delay.is_zero() {
-                    host.rendered_version_lock = lock;
-                } else {
-                    let host = self.host.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(delay).await;
-                        host.lock().unwrap().rendered_version_lock = lock;
-                    });
+                host.stale_refreshes_left = host.stale_refreshes_after_commit;
+                if host.stale_refreshes_left == 0 {
+                    host.rendered_version_lock = host.version_lock.clone();
                 }
                 Reply::new(StatusCode::OK, json!(changed).to_string())
             }

@@ -16,7 +16,7 @@
 //! - A held update lock (423) is retried with exponential backoff, a bounded number of times.
 //! - After every update action the agent waits (bounded) until the host recorded the action's
 //!   result in `most_recent_command`, and reports a failed one with the host's stderr.
-//! - At most [`MAX_STEPS`] actions per call: a host whose state never settles gives an error, not
+//! - At most `MAX_STEPS` (10) actions per call: a host whose state never settles gives an error, not
 //!   a loop.
 
 mod api;
