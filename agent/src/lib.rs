@@ -1,6 +1,7 @@
 //! The update-operator agent: watches its own Node and carries out the controller's intents.
 
 pub mod decide;
+pub mod host;
 mod metrics;
 
 pub use metrics::Metrics;

@@ -1,0 +1,186 @@
+//! The configuration of the command backend: a JSON file, validated when the agent starts.
+//!
+//! ```json
+//! {
+//!   "check":  {"argv": ["/usr/local/bin/os-update", "current"], "timeoutSeconds": 60},
+//!   "apply":  {"argv": ["/usr/local/bin/os-update", "stage"], "timeoutSeconds": 3600},
+//!   "reboot": {"argv": ["systemctl", "reboot"]},
+//!   "staged": {"argv": ["/usr/local/bin/os-update", "staged"]},
+//!   "nsenter": true
+//! }
+//! ```
+//!
+//! # Guarantees
+//! - Unknown fields are errors (a misspelt `"stagd"` is reported, not ignored), and every error
+//!   names the field.
+//! - A configuration that loads has a program in every command, no NUL in any argument, and every
+//!   timeout between 1 s and [`MAX_TIMEOUT_SECONDS`].
+
+use crate::host::ConfigError;
+use serde::Deserialize;
+use std::path::Path;
+use std::time::Duration;
+
+/// The longest timeout accepted: a day. A longer one is a typo, and would leave a node stuck.
+pub const MAX_TIMEOUT_SECONDS: u64 = 24 * 60 * 60;
+
+/// The commands that read and change what the host boots.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CommandConfig {
+    /// Prints the OS image the host runs, on the first line of its output. Default timeout 60 s.
+    pub(super) check: CommandSpec,
+    /// Stages the image given as its last argument; exit status 0 means staged. Must be idempotent.
+    /// Default timeout 1 h.
+    pub(super) apply: CommandSpec,
+    /// Reboots the host, e.g. `["systemctl", "reboot"]`. Default timeout 120 s.
+    pub(super) reboot: CommandSpec,
+    /// Prints the staged image on its first line, or nothing when none is staged. Optional; without
+    /// it the host reports no staged image and activation trusts `apply`. Default timeout 60 s.
+    #[serde(default)]
+    pub(super) staged: Option<CommandSpec>,
+    /// Runs every command in the host's namespaces through `nsenter --target 1` (the agent then
+    /// runs privileged with `hostPID: true`).
+    #[serde(default)]
+    pub(super) nsenter: bool,
+}
+
+/// One command: its argument vector (never run through a shell) and its time limit.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct CommandSpec {
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+}
+
+impl CommandSpec {
+    /// The time limit, `default` when none is configured.
+    pub fn timeout(&self, default: Duration) -> Duration {
+        self.timeout_seconds.map_or(default, Duration::from_secs)
+    }
+
+    /// The program (first element of `argv`).
+    pub fn program(&self) -> &str {
+        self.argv.first().map_or("", String::as_str)
+    }
+
+    fn validate(&self, field: &str) -> Result<(), String> {
+        let Some(program) = self.argv.first() else {
+            return Err(format!("{field}.argv is empty; it must name the program to run"));
+        };
+        if program.is_empty() {
+            return Err(format!("{field}.argv[0] is empty; it must name the program to run"));
+        }
+        if let Some(index) = self.argv.iter().position(|arg| arg.contains('\0')) {
+            return Err(format!("{field}.argv[{index}] contains a NUL character"));
+        }
+        if let Some(seconds) = self.timeout_seconds
+            && !(1..=MAX_TIMEOUT_SECONDS).contains(&seconds)
+        {
+            return Err(format!("{field}.timeoutSeconds is {seconds}; it must be between 1 and {MAX_TIMEOUT_SECONDS}"));
+        }
+        Ok(())
+    }
+}
+
+impl CommandConfig {
+    /// Parses and validates the configuration in `json`; `origin` names it in errors.
+    pub fn from_json(json: &str, origin: &Path) -> Result<Self, ConfigError> {
+        let invalid = |reason: String| ConfigError::Invalid { path: origin.to_owned(), reason };
+        let config: CommandConfig = serde_json::from_str(json).map_err(|e| invalid(e.to_string()))?;
+        config.check.validate("check").map_err(invalid)?;
+        config.apply.validate("apply").map_err(invalid)?;
+        config.reboot.validate("reboot").map_err(invalid)?;
+        if let Some(staged) = &config.staged {
+            staged.validate("staged").map_err(invalid)?;
+        }
+        Ok(config)
+    }
+
+    /// Reads, parses and validates the configuration file at `path`.
+    pub async fn load(path: &Path) -> Result<Self, ConfigError> {
+        let json = tokio::fs::read_to_string(path)
+            .await
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Self::from_json(&json, path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<CommandConfig, String> {
+        CommandConfig::from_json(json, Path::new("/etc/agent/host.json")).map_err(|e| e.to_string())
+    }
+
+    const MINIMAL: &str = r#"{"check": {"argv": ["os-version"]}, "apply": {"argv": ["os-stage"]}, "reboot": {"argv": ["systemctl", "reboot"]}}"#;
+
+    #[test]
+    fn a_minimal_configuration_loads_with_defaults() {
+        let config = parse(MINIMAL).unwrap();
+        assert!(!config.nsenter);
+        assert!(config.staged.is_none());
+        assert_eq!(config.reboot.argv, ["systemctl", "reboot"]);
+        assert_eq!(config.apply.timeout(Duration::from_secs(7)), Duration::from_secs(7));
+    }
+
+    #[test]
+    fn every_bad_field_is_named() {
+        let cases = [
+            (r#"{"check": {"argv": []}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}}"#, "check.argv is empty"),
+            (
+                r#"{"check": {"argv": ["c"]}, "apply": {"argv": [""]}, "reboot": {"argv": ["r"]}}"#,
+                "apply.argv[0] is empty",
+            ),
+            (
+                r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r", "x\u0000y"]}}"#,
+                "reboot.argv[1] contains a NUL character",
+            ),
+            (
+                r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"], "timeoutSeconds": 0}, "reboot": {"argv": ["r"]}}"#,
+                "apply.timeoutSeconds is 0; it must be between 1 and 86400",
+            ),
+            (
+                r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "staged": {"argv": ["s"], "timeoutSeconds": 90000}}"#,
+                "staged.timeoutSeconds is 90000",
+            ),
+            (r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}}"#, "missing field `reboot`"),
+            (
+                r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "stagd": {"argv": ["s"]}}"#,
+                "unknown field `stagd`, expected one of `check`, `apply`, `reboot`, `staged`, `nsenter`",
+            ),
+            (
+                r#"{"check": {"argv": ["c"], "timeout": 5}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}}"#,
+                "unknown field `timeout`, expected `argv` or `timeoutSeconds`",
+            ),
+            (
+                r#"{"check": {"argv": "os-version"}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}}"#,
+                "invalid type: string",
+            ),
+            (
+                r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "nsenter": "yes"}"#,
+                "invalid type: string \"yes\", expected a boolean",
+            ),
+            (
+                r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "#,
+                "EOF while parsing",
+            ),
+        ];
+        for (json, expected) in cases {
+            let message = parse(json).unwrap_err();
+            assert!(message.starts_with("host command configuration /etc/agent/host.json: "), "{message}");
+            assert!(message.contains(expected), "expected {expected:?} in {message:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_file_is_a_clear_error() {
+        let message = CommandConfig::load(Path::new("/nonexistent/host.json")).await.unwrap_err().to_string();
+        assert!(
+            message.starts_with("cannot read the host command configuration /nonexistent/host.json: "),
+            "{message}"
+        );
+    }
+}

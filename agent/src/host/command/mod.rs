@@ -1,0 +1,276 @@
+//! The command backend: for distributions without an update API, the host is read and updated by
+//! commands from the agent's configuration (see [`CommandConfig`]).
+//!
+//! - `check` prints the OS image the host runs (first line of stdout, trimmed);
+//! - `apply` stages the target, which is passed as its last argument (exit 0 = staged);
+//! - `reboot` reboots the host;
+//! - `staged` (optional) prints the staged image, or nothing.
+//!
+//! With `nsenter: true` every command runs in the host's namespaces, as
+//! `nsenter --target 1 --mount --uts --ipc --net --pid -- <argv...>`.
+//!
+//! # Guarantees
+//! - No shell is ever involved, and nothing from the cluster is spliced into a command line: the
+//!   target is exactly one argument, the last, and a target that could pass for an option (a
+//!   leading `-`) is refused.
+//! - Every command has a time limit, after which it is killed with everything it started.
+//! - A failed command is reported with its exit status and the last lines of its stderr.
+//! - `stage` skips `apply` when `staged` already reports the target; `activate_and_reboot`
+//!   reboots only when `staged` (if configured) reports the target, or the host already runs it
+//!   with nothing else staged.
+
+mod config;
+mod run;
+
+pub use config::{CommandConfig, MAX_TIMEOUT_SECONDS};
+
+use super::{HostError, HostFacts, HostUpdater, check_reported_image, read_boot_id};
+use config::CommandSpec;
+use run::{Finished, RunError};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Time limits of the commands without a configured `timeoutSeconds`.
+const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(60);
+const DEFAULT_STAGED_TIMEOUT: Duration = Duration::from_secs(60);
+/// Staging downloads an image; slow mirrors take many minutes.
+const DEFAULT_APPLY_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+/// `systemctl reboot` only queues the reboot; anything slower is stuck.
+const DEFAULT_REBOOT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What enters the host's namespaces; found on the agent image's `PATH`.
+const NSENTER: &str = "nsenter";
+/// The namespaces of the host's PID 1 the commands run in (with `nsenter: true`).
+const NSENTER_ARGS: [&str; 8] = ["--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--"];
+
+/// A host updated by configured commands.
+#[derive(Debug, Clone)]
+pub struct CommandHost {
+    config: CommandConfig,
+    boot_id_path: PathBuf,
+    nsenter_program: String,
+}
+
+impl CommandHost {
+    pub fn new(config: CommandConfig) -> Self {
+        CommandHost { config, boot_id_path: super::default_boot_id_path(), nsenter_program: NSENTER.to_owned() }
+    }
+
+    /// Reads the configuration file at `path` and sets up the backend.
+    pub async fn from_file(path: &Path) -> Result<Self, super::ConfigError> {
+        Ok(Self::new(CommandConfig::load(path).await?))
+    }
+
+    /// Reads the boot ID from `path` instead of the kernel's file.
+    pub fn with_boot_id_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.boot_id_path = path.into();
+        self
+    }
+
+    /// Uses `program` instead of `nsenter` from `PATH` to enter the host's namespaces.
+    pub fn with_nsenter_program(mut self, program: impl Into<String>) -> Self {
+        self.nsenter_program = program.into();
+        self
+    }
+
+    /// The argument vector that runs `spec` (with `last_arg` appended).
+    fn argv(&self, spec: &CommandSpec, last_arg: Option<&str>) -> Vec<String> {
+        let mut argv = Vec::with_capacity(NSENTER_ARGS.len() + spec.argv.len() + 2);
+        if self.config.nsenter {
+            argv.push(self.nsenter_program.clone());
+            argv.extend(NSENTER_ARGS.map(str::to_owned));
+        }
+        argv.extend(spec.argv.iter().cloned());
+        argv.extend(last_arg.map(str::to_owned));
+        argv
+    }
+
+    /// Runs `spec` to its end.
+    async fn run(
+        &self,
+        name: &'static str,
+        spec: &CommandSpec,
+        last_arg: Option<&str>,
+        default_timeout: Duration,
+    ) -> Result<Finished, HostError> {
+        let argv = self.argv(spec, last_arg);
+        let timeout = spec.timeout(default_timeout);
+        tracing::debug!(command = name, ?argv, "running host command");
+        run::run(&argv, timeout).await.map_err(|error| match error {
+            RunError::Start(source) | RunError::Wait(source) => {
+                HostError::CommandStart { command: name, program: argv[0].clone(), source }
+            }
+            RunError::TimedOut => {
+                HostError::TimedOut { operation: format!("the {name} command {:?}", spec.program()), after: timeout }
+            }
+        })
+    }
+
+    /// Runs `spec` and returns its stdout if it succeeded.
+    async fn run_to_success(
+        &self,
+        name: &'static str,
+        spec: &CommandSpec,
+        last_arg: Option<&str>,
+        default_timeout: Duration,
+    ) -> Result<Vec<u8>, HostError> {
+        let finished = self.run(name, spec, last_arg, default_timeout).await?;
+        if finished.status.success() {
+            return Ok(finished.stdout);
+        }
+        Err(failed(name, spec, &finished))
+    }
+
+    /// The first line of a command's output, trimmed; `None` when it printed nothing.
+    async fn first_line(
+        &self,
+        name: &'static str,
+        spec: &CommandSpec,
+        default_timeout: Duration,
+    ) -> Result<Option<String>, HostError> {
+        let stdout = self.run_to_success(name, spec, None, default_timeout).await?;
+        let bad = |reason: String| HostError::BadOutput { command: name, program: spec.program().to_owned(), reason };
+        let text = String::from_utf8(stdout).map_err(|_| bad("output that is not UTF-8".to_owned()))?;
+        let Some(line) = text.lines().map(str::trim).find(|line| !line.is_empty()) else {
+            return Ok(None);
+        };
+        check_reported_image(line).map_err(|reason| bad(format!("an unusable image {line:?}: {reason}")))?;
+        Ok(Some(line.to_owned()))
+    }
+
+    async fn os_image(&self) -> Result<String, HostError> {
+        let check = &self.config.check;
+        self.first_line("check", check, DEFAULT_CHECK_TIMEOUT).await?.ok_or_else(|| HostError::BadOutput {
+            command: "check",
+            program: check.program().to_owned(),
+            reason: "nothing; it must print the OS image on its first line".to_owned(),
+        })
+    }
+
+    /// The staged image; `None` when nothing is staged or no `staged` command is configured.
+    async fn staged_image(&self) -> Result<Option<String>, HostError> {
+        match &self.config.staged {
+            Some(staged) => self.first_line("staged", staged, DEFAULT_STAGED_TIMEOUT).await,
+            None => Ok(None),
+        }
+    }
+}
+
+fn failed(name: &'static str, spec: &CommandSpec, finished: &Finished) -> HostError {
+    HostError::CommandFailed {
+        command: name,
+        program: spec.program().to_owned(),
+        status: run::describe(finished.status),
+        stderr_tail: run::stderr_summary(&finished.stderr_tail),
+    }
+}
+
+/// Refuses targets that are not one plain argument.
+fn check_target(target: &str) -> Result<(), HostError> {
+    let invalid = |reason: &str| HostError::InvalidTarget { target: target.to_owned(), reason: reason.to_owned() };
+    if target.is_empty() {
+        return Err(invalid("the target is empty"));
+    }
+    if target.starts_with('-') {
+        return Err(invalid("a target starting with '-' would be read as an option by the apply command"));
+    }
+    if target.len() > shared::protocol::MAX_TARGET_LEN {
+        return Err(invalid("the target is longer than 1024 bytes"));
+    }
+    if target.chars().any(char::is_control) {
+        return Err(invalid("the target contains control characters"));
+    }
+    Ok(())
+}
+
+impl HostUpdater for CommandHost {
+    async fn facts(&self) -> Result<HostFacts, HostError> {
+        Ok(HostFacts {
+            os_image: self.os_image().await?,
+            boot_id: read_boot_id(&self.boot_id_path).await?,
+            staged_image: self.staged_image().await?,
+            components_hash: None,
+        })
+    }
+
+    async fn stage(&self, target: &str) -> Result<(), HostError> {
+        check_target(target)?;
+        if self.staged_image().await?.as_deref() == Some(target) {
+            tracing::info!(target, "already staged");
+            return Ok(());
+        }
+        self.run_to_success("apply", &self.config.apply, Some(target), DEFAULT_APPLY_TIMEOUT).await?;
+        tracing::info!(target, "staged");
+        Ok(())
+    }
+
+    async fn activate_and_reboot(&self, target: &str) -> Result<(), HostError> {
+        check_target(target)?;
+        if self.config.staged.is_some() {
+            let staged = self.staged_image().await?;
+            let boots_target_next = match staged.as_deref() {
+                Some(staged) => staged == target,
+                None => self.os_image().await? == target,
+            };
+            if !boots_target_next {
+                return Err(HostError::NotStaged { target: target.to_owned(), staged });
+            }
+        }
+        let reboot = &self.config.reboot;
+        let finished = self.run("reboot", reboot, None, DEFAULT_REBOOT_TIMEOUT).await?;
+        if finished.status.success() || killed_by_shutdown(finished.status) {
+            tracing::info!(target, status = %run::describe(finished.status), "reboot under way");
+            return Ok(());
+        }
+        Err(failed("reboot", reboot, &finished))
+    }
+}
+
+/// Whether the reboot command was ended by the shutdown it started (SIGTERM or SIGKILL from the
+/// init system; our own time limit is reported as a timeout before this is asked).
+fn killed_by_shutdown(status: std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    matches!(status.signal(), Some(signal) if signal == rustix::process::Signal::TERM.as_raw() || signal == rustix::process::Signal::KILL.as_raw())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(nsenter: bool) -> CommandHost {
+        let json = format!(
+            r#"{{"check": {{"argv": ["os-version"]}}, "apply": {{"argv": ["os-update", "--stage"]}},
+                "reboot": {{"argv": ["systemctl", "reboot"]}}, "nsenter": {nsenter}}}"#
+        );
+        CommandHost::new(CommandConfig::from_json(&json, Path::new("test.json")).unwrap())
+    }
+
+    #[test]
+    fn the_target_is_the_last_argument_of_apply() {
+        let host = host(false);
+        assert_eq!(host.argv(&host.config.apply, Some("img $(x); y")), ["os-update", "--stage", "img $(x); y"]);
+    }
+
+    #[test]
+    fn with_nsenter_every_command_runs_in_the_hosts_namespaces() {
+        let host = host(true);
+        assert_eq!(
+            host.argv(&host.config.reboot, None),
+            ["nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--", "systemctl", "reboot"]
+        );
+    }
+
+    #[test]
+    fn targets_that_are_not_one_plain_argument_are_refused() {
+        for (target, reason) in [
+            ("", "empty"),
+            ("--force", "read as an option"),
+            ("img\nrm", "control characters"),
+            (&"x".repeat(1025), "longer than 1024"),
+        ] {
+            let message = check_target(target).unwrap_err().to_string();
+            assert!(message.contains(reason), "{target:?}: {message}");
+        }
+        check_target("registry.example/os:v2 with 'quotes' $(x); y").unwrap();
+    }
+}

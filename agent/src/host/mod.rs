@@ -1,0 +1,148 @@
+//! The I/O seam between the agent and its host: what the host runs, and staging, activating and
+//! rebooting into a new OS image.
+//!
+//! The agent's decision logic is generic over [`HostUpdater`]; the binary picks one backend:
+//! - [`bottlerocket::BottlerocketHost`]: the Bottlerocket update API on `/run/api.sock`;
+//! - [`command::CommandHost`]: configured commands, for other distributions;
+//! - [`simulated::SimulatedHost`]: the simulated hosts of the dev cluster.
+//!
+//! # Guarantees (of every backend)
+//! - Every method is idempotent and safe to call again after the agent restarted in the middle
+//!   of it: it looks at the host first and does only what is left.
+//! - Nothing from the cluster (targets, node names) is ever interpreted by a shell or spliced into
+//!   a command line.
+//! - Every wait is bounded; errors say what failed in words fit for a node's `state-message`.
+//! - [`HostUpdater::activate_and_reboot`] returns once the reboot is under way and never exits the
+//!   process: on a real host the reboot ends it; in the simulation the agent lives on and learns of
+//!   the new boot from [`HostUpdater::facts`].
+
+pub mod bottlerocket;
+pub mod command;
+mod error;
+mod http;
+pub mod simulated;
+
+pub use error::{ConfigError, HostError};
+
+use shared::protocol::{BootId, ComponentsHash};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use tokio::io::AsyncReadExt;
+
+/// Where Linux publishes the boot ID, a random UUID drawn at every boot.
+pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+
+/// Facts of the host the agent runs on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostFacts {
+    /// The OS image the host runs now (compared with the NodeVersion's `spec.image`).
+    pub os_image: String,
+    /// Changes on every boot.
+    pub boot_id: BootId,
+    /// The image staged and ready to activate (or already activated for the next boot), if any.
+    pub staged_image: Option<String>,
+    /// The hash over the host's Kubernetes components; `None` where the backend cannot tell.
+    pub components_hash: Option<ComponentsHash>,
+}
+
+/// Reads and changes what the host boots. See the module docs for the guarantees every
+/// implementation gives.
+pub trait HostUpdater: Send + Sync + 'static {
+    /// The facts of the host now.
+    fn facts(&self) -> impl Future<Output = Result<HostFacts, HostError>> + Send;
+
+    /// Downloads, verifies and stages `target` without disrupting the node. Idempotent: staging
+    /// what is already staged returns quickly. Returns once staged (may take minutes).
+    fn stage(&self, target: &str) -> impl Future<Output = Result<(), HostError>> + Send;
+
+    /// Makes the staged `target` the next boot's image and reboots. Idempotent. Returns once the
+    /// reboot is under way; on a real host the process is then killed by the reboot, so this never
+    /// exits the process itself.
+    fn activate_and_reboot(&self, target: &str) -> impl Future<Output = Result<(), HostError>> + Send;
+}
+
+/// Longest boot ID file read; the kernel's is 37 bytes.
+const MAX_BOOT_ID_FILE: u64 = 256;
+
+/// Reads the host's boot ID from `path` (normally [`BOOT_ID_PATH`]).
+pub async fn read_boot_id(path: &Path) -> Result<BootId, HostError> {
+    let failed = |reason: String| HostError::BootId { path: path.to_owned(), reason };
+    let file = tokio::fs::File::open(path).await.map_err(|e| failed(e.to_string()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_BOOT_ID_FILE + 1).read_to_end(&mut bytes).await.map_err(|e| failed(e.to_string()))?;
+    if bytes.len() as u64 > MAX_BOOT_ID_FILE {
+        return Err(failed(format!("the file is longer than {MAX_BOOT_ID_FILE} bytes")));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| failed("the file is not UTF-8".to_owned()))?;
+    BootId::parse("boot ID", text.trim_end_matches('\n')).map_err(|e| failed(e.to_string()))
+}
+
+/// The default boot ID path as a `PathBuf`, for the backends' configurations.
+fn default_boot_id_path() -> PathBuf {
+    PathBuf::from(BOOT_ID_PATH)
+}
+
+/// Checks that `image` (reported by a host) fits the protocol's `os-image` annotation.
+fn check_reported_image(image: &str) -> Result<(), &'static str> {
+    if image.is_empty() {
+        return Err("the image is empty");
+    }
+    if image.len() > shared::protocol::MAX_TARGET_LEN {
+        return Err("the image is longer than 1024 bytes");
+    }
+    if image.chars().any(char::is_control) || image.trim() != image {
+        return Err("the image contains control characters or surrounding white space");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn boot_id_from(content: &[u8]) -> Result<BootId, HostError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("boot_id");
+        std::fs::write(&path, content).unwrap();
+        read_boot_id(&path).await
+    }
+
+    #[tokio::test]
+    async fn boot_id_is_read_without_its_newline() {
+        let id = boot_id_from(b"5e0f8c7d-0f6a-4bd8-9a1b-7d281c1e6e5a\n").await.unwrap();
+        assert_eq!(id.as_str(), "5e0f8c7d-0f6a-4bd8-9a1b-7d281c1e6e5a");
+    }
+
+    #[tokio::test]
+    async fn the_real_boot_id_of_this_machine_is_readable() {
+        read_boot_id(Path::new(BOOT_ID_PATH)).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_missing_boot_id_file_is_a_clear_error() {
+        let error = read_boot_id(Path::new("/nonexistent/boot_id")).await.unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains("cannot read the boot ID from /nonexistent/boot_id"), "{message}");
+        assert!(message.contains("No such file"), "{message}");
+        assert!(!error.is_retryable());
+    }
+
+    #[tokio::test]
+    async fn a_malformed_boot_id_is_a_clear_error() {
+        for content in [&b""[..], b"not a boot id\n", b"\xff\xfe", &[b'a'; 300]] {
+            let message = boot_id_from(content).await.unwrap_err().to_string();
+            assert!(message.starts_with("cannot read the boot ID from "), "{message}");
+        }
+        let message = boot_id_from(b"has spaces\n").await.unwrap_err().to_string();
+        assert!(message.contains("A-Z, a-z, 0-9 and -"), "{message}");
+    }
+
+    #[test]
+    fn reported_images_must_fit_the_annotation() {
+        assert!(check_reported_image("1.20.0").is_ok());
+        assert!(check_reported_image("projects/p/global/images/img-v2").is_ok());
+        for bad in ["", " 1.20.0", "1.20\n0", &"x".repeat(1025)] {
+            assert!(check_reported_image(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! The command backend against real processes. The fixtures are small `/bin/sh` scripts run as
+//! `["/bin/sh", script, ...]`; the agent itself never invokes a shell.
+
+mod support;
+
+use agent::host::command::{CommandConfig, CommandHost};
+use agent::host::{HostError, HostUpdater};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use support::wait_for;
+use tempfile::TempDir;
+
+const BOOT_ID: &str = "5e0f8c7d-0f6a-4bd8-9a1b-7d281c1e6e5a";
+
+struct Fixture {
+    dir: TempDir,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let fixture = Fixture { dir: tempfile::tempdir().unwrap() };
+        std::fs::write(fixture.path("boot_id"), format!("{BOOT_ID}\n")).unwrap();
+        fixture
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn dir(&self) -> String {
+        self.dir.path().to_str().unwrap().to_owned()
+    }
+
+    /// Writes the shell script `body` and returns the argv that runs it with `args`.
+    fn script(&self, name: &str, body: &str, args: &[&str]) -> Value {
+        let path = self.path(name);
+        std::fs::write(&path, body).unwrap();
+        let mut argv = vec!["/bin/sh".to_owned(), path.to_str().unwrap().to_owned()];
+        argv.extend(args.iter().map(|arg| (*arg).to_owned()));
+        json!(argv)
+    }
+
+    /// A host with the given commands, and defaults for the others: `check` prints `img-v1`,
+    /// `apply` succeeds, `reboot` leaves a file `rebooted`.
+    fn host(&self, commands: Value) -> CommandHost {
+        let mut config = commands;
+        if config.get("check").is_none() {
+            config["check"] =
+                json!({"argv": self.script("default-check.sh", "echo '  img-v1  '; echo second line", &[])});
+        }
+        if config.get("apply").is_none() {
+            config["apply"] = json!({"argv": self.script("default-apply.sh", "exit 0", &[])});
+        }
+        if config.get("reboot").is_none() {
+            let reboot = self.script("default-reboot.sh", "touch \"$1/rebooted\"", &[&self.dir()]);
+            config["reboot"] = json!({"argv": reboot});
+        }
+        let config = CommandConfig::from_json(&config.to_string(), Path::new("test.json")).unwrap();
+        CommandHost::new(config).with_boot_id_path(self.path("boot_id"))
+    }
+
+    fn rebooted(&self) -> bool {
+        self.path("rebooted").exists()
+    }
+}
+
+/// The NUL-separated arguments a fixture recorded.
+fn recorded_args(path: &Path) -> Vec<String> {
+    let bytes = std::fs::read(path).unwrap();
+    let text = String::from_utf8(bytes).unwrap();
+    text.split_terminator('\0').map(str::to_owned).collect()
+}
+
+#[tokio::test]
+async fn facts_come_from_check_staged_and_the_boot_id() {
+    let fixture = Fixture::new();
+    let host = fixture.host(json!({"staged": {"argv": fixture.script("staged.sh", "echo img-v2", &[])}}));
+    let facts = host.facts().await.unwrap();
+    assert_eq!(facts.os_image, "img-v1");
+    assert_eq!(facts.staged_image.as_deref(), Some("img-v2"));
+    assert_eq!(facts.boot_id.as_str(), BOOT_ID);
+    assert_eq!(facts.components_hash, None);
+
+    let nothing_staged = fixture.host(json!({"staged": {"argv": fixture.script("none.sh", "true", &[])}}));
+    assert_eq!(nothing_staged.facts().await.unwrap().staged_image, None);
+}
+
+#[tokio::test]
+async fn stage_passes_the_target_as_exactly_one_last_argument() {
+    let fixture = Fixture::new();
+    let record = "out=$1; shift; printf '%s\\0' \"$@\" > \"$out\"";
+    let args_file = fixture.path("apply.args");
+    let host = fixture.host(json!({
+        "apply": {"argv": fixture.script("apply.sh", record, &[args_file.to_str().unwrap(), "--stage"])},
+    }));
+    let pwned = fixture.path("pwned");
+    let target = format!(
+        "img with spaces 'single' \"double\" $(touch {pwned}) `touch {pwned}`; touch {pwned} && echo | cat * ?",
+        pwned = pwned.display()
+    );
+    host.stage(&target).await.unwrap();
+    assert_eq!(recorded_args(&args_file), ["--stage", target.as_str()]);
+    assert!(!pwned.exists(), "the target was interpreted by a shell");
+}
+
+#[tokio::test]
+async fn a_target_that_looks_like_an_option_is_refused_before_running_anything() {
+    let fixture = Fixture::new();
+    let host =
+        fixture.host(json!({"apply": {"argv": fixture.script("apply.sh", "touch \"$1/applied\"", &[&fixture.dir()])}}));
+    let error = host.stage("--reboot-now").await.unwrap_err();
+    assert!(matches!(error, HostError::InvalidTarget { .. }), "{error:?}");
+    assert!(!fixture.path("applied").exists());
+}
+
+#[tokio::test]
+async fn a_failing_command_reports_its_exit_status_and_the_end_of_its_stderr() {
+    let fixture = Fixture::new();
+    let failing = "i=1; while [ $i -le 30 ]; do echo \"progress $i\" >&2; i=$((i+1)); done\n\
+                   echo 'error: no space left on device' >&2; exit 3";
+    let host = fixture.host(json!({"apply": {"argv": fixture.script("apply.sh", failing, &[])}}));
+    let error = host.stage("img-v2").await.unwrap_err();
+    assert!(!error.is_retryable());
+    let message = error.to_string();
+    assert!(
+        message.starts_with("the apply command \"/bin/sh\" exited with status 3; stderr: progress 22 / "),
+        "{message}"
+    );
+    assert!(message.ends_with("progress 30 / error: no space left on device"), "{message}");
+}
+
+fn process_is_gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // A zombie waits for its (new) parent to reap it; it runs no more.
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[tokio::test]
+async fn a_command_that_outlives_its_timeout_is_killed_with_everything_it_started() {
+    let fixture = Fixture::new();
+    let hanging = "echo $$ > \"$1/sh.pid\"; sleep 600 & echo $! > \"$1/sleep.pid\"; wait";
+    let host = fixture.host(json!({
+        "apply": {"argv": fixture.script("apply.sh", hanging, &[&fixture.dir()]), "timeoutSeconds": 3},
+    }));
+    let error = host.stage("img-v2").await.unwrap_err();
+    assert!(matches!(error, HostError::TimedOut { .. }), "{error:?}");
+    assert_eq!(error.to_string(), "the apply command \"/bin/sh\" did not finish within 3s");
+    assert!(error.is_retryable());
+    for name in ["sh.pid", "sleep.pid"] {
+        let pid = std::fs::read_to_string(fixture.path(name)).unwrap().trim().to_owned();
+        wait_for(&format!("{name} {pid} to be killed"), || process_is_gone(&pid)).await;
+    }
+}
+
+#[tokio::test]
+async fn staging_what_is_already_staged_does_not_run_apply() {
+    let fixture = Fixture::new();
+    let host = fixture.host(json!({
+        "apply": {"argv": fixture.script("apply.sh", "exit 1", &[])},
+        "staged": {"argv": fixture.script("staged.sh", "echo img-v2", &[])},
+    }));
+    host.stage("img-v2").await.unwrap();
+    assert!(host.stage("img-v3").await.is_err(), "apply runs for anything not staged");
+}
+
+#[tokio::test]
+async fn reboot_runs_only_when_the_target_boots_next() {
+    let fixture = Fixture::new();
+    let staged = fixture.path("staged");
+    let host = fixture.host(json!({
+        "staged": {"argv": fixture.script("staged.sh", "cat \"$1\" 2>/dev/null || true", &[staged.to_str().unwrap()])},
+    }));
+    let error = host.activate_and_reboot("img-v2").await.unwrap_err();
+    assert_eq!(error.to_string(), "cannot activate img-v2: nothing is staged; stage the target first");
+    std::fs::write(&staged, "img-v3\n").unwrap();
+    let error = host.activate_and_reboot("img-v2").await.unwrap_err();
+    assert_eq!(error.to_string(), "cannot activate img-v2: img-v3 is staged instead; stage the target first");
+    assert!(!fixture.rebooted());
+
+    std::fs::write(&staged, "img-v2\n").unwrap();
+    host.activate_and_reboot("img-v2").await.unwrap();
+    assert!(fixture.rebooted());
+}
+
+#[tokio::test]
+async fn without_a_staged_command_reboot_trusts_apply() {
+    let fixture = Fixture::new();
+    fixture.host(json!({})).activate_and_reboot("img-v2").await.unwrap();
+    assert!(fixture.rebooted());
+}
+
+#[tokio::test]
+async fn a_reboot_command_ended_by_the_shutdown_counts_as_under_way() {
+    let fixture = Fixture::new();
+    let host = fixture.host(json!({"reboot": {"argv": fixture.script("reboot.sh", "kill -TERM $$", &[])}}));
+    host.activate_and_reboot("img-v2").await.unwrap();
+    let failing = fixture.host(json!({"reboot": {"argv": fixture.script("reboot.sh", "echo 'Failed to reboot: access denied' >&2; exit 1", &[])}}));
+    let message = failing.activate_and_reboot("img-v2").await.unwrap_err().to_string();
+    assert_eq!(message, "the reboot command \"/bin/sh\" exited with status 1; stderr: Failed to reboot: access denied");
+}
+
+#[tokio::test]
+async fn unusable_check_output_is_a_clear_error() {
+    let fixture = Fixture::new();
+    for (body, expected) in [
+        ("true", "printed nothing; it must print the OS image on its first line"),
+        ("printf '\\377\\376'", "printed output that is not UTF-8"),
+        ("printf 'img\\001v2'", "printed an unusable image"),
+    ] {
+        let host = fixture.host(json!({"check": {"argv": fixture.script("check.sh", body, &[])}}));
+        let message = host.facts().await.unwrap_err().to_string();
+        assert!(message.contains(expected), "{body}: {message}");
+    }
+}
+
+#[tokio::test]
+async fn a_missing_program_is_a_clear_error() {
+    let fixture = Fixture::new();
+    let host = fixture.host(json!({"check": {"argv": ["/nonexistent/os-version"]}}));
+    let message = host.facts().await.unwrap_err().to_string();
+    assert!(message.starts_with("cannot start the check command \"/nonexistent/os-version\": "), "{message}");
+}
+
+#[tokio::test]
+async fn with_nsenter_every_command_enters_the_hosts_namespaces() {
+    use std::os::unix::fs::PermissionsExt;
+    let fixture = Fixture::new();
+    // Records its arguments, then runs what follows `--`, as nsenter does.
+    let fake_nsenter = fixture.path("nsenter");
+    let args_file = fixture.path("nsenter.args");
+    std::fs::write(
+        &fake_nsenter,
+        format!(
+            "#!/bin/sh\nprintf '%s\\0' \"$@\" > '{}'\nwhile [ \"$1\" != -- ]; do shift; done\nshift\nexec \"$@\"\n",
+            args_file.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake_nsenter, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let check = fixture.script("check.sh", "echo img-v1", &[]);
+    let host = fixture
+        .host(json!({"check": {"argv": check}, "nsenter": true}))
+        .with_nsenter_program(fake_nsenter.to_str().unwrap());
+
+    // A script just written may briefly be "busy" (ETXTBSY) while another test's fork still holds
+    // it open; that is a property of the test fixture, not of the agent.
+    let mut facts = host.facts().await;
+    for _ in 0..50 {
+        match &facts {
+            Err(HostError::CommandStart { source, .. }) if source.raw_os_error() == Some(26) => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                facts = host.facts().await;
+            }
+            _ => break,
+        }
+    }
+    assert_eq!(facts.unwrap().os_image, "img-v1");
+    let mut expected: Vec<String> =
+        ["--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--"].map(str::to_owned).to_vec();
+    expected.extend(serde_json::from_value::<Vec<String>>(check).unwrap());
+    assert_eq!(recorded_args(&args_file), expected);
+}
+
+#[tokio::test]
+async fn the_configuration_is_read_from_its_file() {
+    let fixture = Fixture::new();
+    let path = fixture.path("host.json");
+    std::fs::write(
+        &path,
+        r#"{"check": {"argv": ["/bin/echo", "img-v7"]}, "apply": {"argv": ["true"]}, "reboot": {"argv": ["true"]}}"#,
+    )
+    .unwrap();
+    let host = CommandHost::from_file(&path).await.unwrap().with_boot_id_path(fixture.path("boot_id"));
+    assert_eq!(host.facts().await.unwrap().os_image, "img-v7");
+    std::fs::write(&path, r#"{"check": {"argv": []}}"#).unwrap();
+    let message = CommandHost::from_file(&path).await.unwrap_err().to_string();
+    assert!(message.contains("missing field `apply`"), "{message}");
+}
