@@ -79,6 +79,26 @@ pub struct AgentArgs {
     /// Name of the Node this agent runs on (set it from the downward API: spec.nodeName).
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
     pub node_name: Option<String>,
+    /// How the agent updates its host: `bottlerocket` (the Bottlerocket API socket), `command`
+    /// (configured commands, for other distributions) or `simulated` (the dev cluster's hosts).
+    #[arg(long, value_enum, default_value_t = HostBackend::Bottlerocket)]
+    pub host_backend: HostBackend,
+    /// The Bottlerocket API's Unix socket (mounted from the host).
+    #[arg(long, default_value = "/run/api.sock", value_name = "PATH")]
+    pub bottlerocket_api_socket: PathBuf,
+    /// JSON file with the commands of the `command` backend (check, apply, reboot, ...).
+    #[arg(long, value_name = "PATH", required_if_eq("host_backend", "command"))]
+    pub host_command_config: Option<PathBuf>,
+    /// Base URL of the dev cluster's simulated hosts, for the `simulated` backend.
+    #[arg(long, value_name = "URL", required_if_eq("host_backend", "simulated"))]
+    pub simulated_hosts_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HostBackend {
+    Bottlerocket,
+    Command,
+    Simulated,
 }
 
 /// Rewrites the single-dash mode flags of the Bottlerocket operator (`-controller`, `-agent`) into
@@ -129,6 +149,48 @@ mod tests {
         let Mode::Agent(agent) = cli.mode else { panic!("agent mode expected") };
         assert_eq!(agent.node_name.as_deref(), Some("n1"));
         assert_eq!(agent.common.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn backends_that_need_a_setting_refuse_to_start_without_it() {
+        assert!(parse(&["update-operator", "-agent", "--node-name", "n", "--host-backend", "command"]).is_err());
+        assert!(parse(&["update-operator", "-agent", "--node-name", "n", "--host-backend", "simulated"]).is_err());
+        let cli =
+            parse(&["update-operator", "-agent", "--host-backend", "command", "--host-command-config", "/etc/c.json"])
+                .unwrap();
+        let Mode::Agent(agent) = cli.mode else { panic!("agent mode expected") };
+        assert_eq!(agent.host_backend, HostBackend::Command);
+    }
+
+    /// The container args of the install manifests, as the binary would receive them.
+    fn manifest_args() -> Vec<(String, Vec<String>)> {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/operator.yaml")).unwrap();
+        let mut found = Vec::new();
+        for doc in text.split("\n---\n") {
+            let value: serde_json::Value = yaml_serde::from_str(doc).unwrap();
+            for container in
+                value.pointer("/spec/template/spec/containers").and_then(|c| c.as_array()).into_iter().flatten()
+            {
+                let args: Vec<String> =
+                    container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()).collect();
+                found.push((value["kind"].as_str().unwrap().to_owned(), args));
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn the_install_manifests_pass_flags_the_binary_accepts() {
+        let found = manifest_args();
+        assert_eq!(found.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), vec!["Deployment", "DaemonSet"]);
+        for (kind, args) in found {
+            let argv: Vec<&str> = std::iter::once("update-operator").chain(args.iter().map(String::as_str)).collect();
+            let cli = parse(&argv).unwrap_or_else(|e| panic!("{kind}: {e}"));
+            match (kind.as_str(), cli.mode) {
+                ("Deployment", Mode::Controller(_)) | ("DaemonSet", Mode::Agent(_)) => {}
+                (kind, mode) => panic!("{kind} runs {mode:?}"),
+            }
+        }
     }
 
     #[test]

@@ -4,9 +4,12 @@
 mod cli;
 mod logging;
 
+use agent::host::bottlerocket::{BottlerocketConfig, BottlerocketHost};
+use agent::host::command::CommandHost;
+use agent::host::simulated::{SimulatedConfig, SimulatedHost};
 use anyhow::Context as _;
 use clap::Parser;
-use cli::{Cli, CommonArgs, Mode};
+use cli::{Cli, CommonArgs, HostBackend, Mode};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use shared::probes::{self, Readiness};
 use std::process::ExitCode;
@@ -72,13 +75,32 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             controller::run(config, options, metrics, readiness, shutdown).await?;
         }
         Mode::Agent(args) => {
-            let node_name = args.node_name.unwrap_or_default();
+            let node_name = args.node_name.clone().unwrap_or_default();
             let client = kube::Client::try_from(config(&args.common, "agent").await?)
                 .context("cannot build the Kubernetes client")?;
             let mut registry = prometheus_client::registry::Registry::with_prefix("update_operator_agent");
             let metrics = agent::Metrics::register(&mut registry);
             tokio::spawn(probes::serve(listener, Arc::new(registry), readiness.clone(), shutdown.clone()));
-            agent::run(client, node_name, metrics, readiness, shutdown).await?;
+            tracing::info!(node = %node_name, backend = ?args.host_backend, "starting the agent");
+            match args.host_backend {
+                HostBackend::Bottlerocket => {
+                    let host = BottlerocketHost::new(BottlerocketConfig::new(&args.bottlerocket_api_socket));
+                    agent::run(client, node_name, Arc::new(host), metrics, readiness, shutdown).await?;
+                }
+                HostBackend::Command => {
+                    let path = args.host_command_config.as_deref().context("--host-command-config is required")?;
+                    let host = CommandHost::from_file(path)
+                        .await
+                        .with_context(|| format!("--host-command-config {}", path.display()))?;
+                    agent::run(client, node_name, Arc::new(host), metrics, readiness, shutdown).await?;
+                }
+                HostBackend::Simulated => {
+                    let url = args.simulated_hosts_url.clone().context("--simulated-hosts-url is required")?;
+                    let host = SimulatedHost::new(SimulatedConfig::new(url, node_name.clone()))
+                        .context("--simulated-hosts-url")?;
+                    agent::run(client, node_name, Arc::new(host), metrics, readiness, shutdown).await?;
+                }
+            }
         }
     }
     tracing::info!("shut down cleanly");

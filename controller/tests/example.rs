@@ -7,10 +7,13 @@ use shared::crd::{DrainTimeoutAction, NodeVersion};
 
 #[test]
 fn the_example_nodeversion_is_accepted_and_read_as_documented() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/examples/nodeversion.yaml")).unwrap();
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/examples/nodeversion.yaml")).unwrap();
     let value: serde_json::Value = yaml_serde::from_str(&text).unwrap();
     let crd = shared::crd::all().into_iter().find(|c| c.spec.names.kind == "NodeVersion").unwrap();
-    let schema = serde_json::to_value(crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap()).unwrap();
+    let schema =
+        serde_json::to_value(crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap())
+            .unwrap();
     let mut pruned = value.clone();
     shared::schema::prune_and_default(&schema, &mut pruned);
     assert_eq!(shared::schema::validate(&schema, &pruned), vec![]);
