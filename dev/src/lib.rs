@@ -1,1 +1,3 @@
 //! An in-memory Kubernetes cluster for the tests, the demo and the benchmarks.
+
+pub mod apiserver;

@@ -25,6 +25,8 @@ pub enum ErrorKind {
     TooLong,
     TooMany,
     TypeInvalid,
+    Forbidden,
+    Duplicate,
 }
 
 impl ErrorKind {
@@ -37,6 +39,8 @@ impl ErrorKind {
             ErrorKind::TooLong => "FieldValueTooLong",
             ErrorKind::TooMany => "FieldValueTooMany",
             ErrorKind::TypeInvalid => "FieldValueTypeInvalid",
+            ErrorKind::Forbidden => "FieldValueForbidden",
+            ErrorKind::Duplicate => "FieldValueDuplicate",
         }
     }
 }

@@ -1,0 +1,477 @@
+//! Maps HTTP requests onto the core operations and their results onto responses.
+//!
+//! # Guarantees
+//! - Every request to a resource is counted in the metrics (verb, resource, subresource, User-Agent) before it
+//!   is handled, and injected faults apply before anything else happens.
+//! - Bad input (bodies, selectors, parameters) is a 4xx Status, never a panic.
+
+use super::response::{self, Body, Representation, bytes_response, error_response, json_response};
+use super::route::{self, ResourcePath, Route};
+use crate::apiserver::core::{Core, Ctx};
+use crate::apiserver::discovery;
+use crate::apiserver::error::{ApiError, field_error, success_status};
+use crate::apiserver::faults::{ErrorFault, Faults, RequestMatch};
+use crate::apiserver::metrics::{RequestKey, Verb};
+use crate::apiserver::object::Filter;
+use crate::apiserver::ops::Subresource;
+use crate::apiserver::ops::delete::{DeleteOptions, Deleted};
+use crate::apiserver::ops::eviction::Eviction;
+use crate::apiserver::ops::patch::parse_patch_body;
+use crate::apiserver::ops::read::ListOptions;
+use crate::apiserver::ops::watch::{WatchOptions, WatchSession};
+use crate::apiserver::patch::PatchType;
+use crate::apiserver::resource::{Builtin, Gvr, ResourceType};
+use crate::apiserver::selector::{FieldSelector, LabelSelector};
+use crate::apiserver::table::IncludeObject;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
+use serde_json::{Value, json};
+use shared::schema::ErrorKind;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Upstream refuses request bodies above 3 MiB.
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Handles one request.
+pub async fn handle<B>(core: Arc<Core>, address: Arc<str>, request: Request<B>) -> Result<Response<Body>, Infallible>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let (parts, body) = request.into_parts();
+    let body = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => {
+            return Ok(error_response(&ApiError::too_large(format!("the request body could not be read: {error}"))));
+        }
+    };
+    let header = |name: header::HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let request = RequestInfo {
+        method: parts.method.clone(),
+        params: route::query(parts.uri.query()),
+        user_agent: header(header::USER_AGENT).unwrap_or_default(),
+        accept: header(header::ACCEPT),
+        content_type: header(header::CONTENT_TYPE),
+        body,
+    };
+    let response = match route::parse(parts.uri.path()) {
+        Route::Health => Ok(text_response(StatusCode::OK, "ok")),
+        Route::Version => Ok(json_response(StatusCode::OK, &discovery::version(&core.config.git_version))),
+        Route::CoreVersions => Ok(json_response(StatusCode::OK, &discovery::core_versions(&address))),
+        Route::Groups => Ok(json_response(StatusCode::OK, &discovery::groups(&core.registry.read()))),
+        Route::Group(group) => discovery::group(&core.registry.read(), &group)
+            .map(|g| json_response(StatusCode::OK, &g))
+            .ok_or_else(ApiError::path_not_found),
+        Route::Resources(group, version) => discovery::resources(&core.registry.read(), &group, &version)
+            .map(|r| json_response(StatusCode::OK, &r))
+            .ok_or_else(ApiError::path_not_found),
+        Route::DevMetrics => Ok(dev_metrics(&core)),
+        Route::DevFaults => dev_faults(&core, &request),
+        Route::Resource(path) => resource_request(core, path, request).await,
+        Route::NotFound => Err(ApiError::path_not_found()),
+    };
+    Ok(response.unwrap_or_else(|error| error_response(&error)))
+}
+
+struct RequestInfo {
+    method: Method,
+    params: HashMap<String, String>,
+    user_agent: String,
+    accept: Option<String>,
+    content_type: Option<String>,
+    body: Bytes,
+}
+
+impl RequestInfo {
+    fn param(&self, name: &str) -> Option<&str> {
+        self.params.get(name).map(String::as_str)
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        matches!(self.param(name), Some("true" | "1"))
+    }
+
+    fn json_body(&self) -> Result<Value, ApiError> {
+        if let Some(content_type) = &self.content_type {
+            let media = content_type.split(';').next().unwrap_or_default().trim();
+            if !matches!(media, "application/json" | "" | "*/*") && !media.ends_with("+json") {
+                return Err(ApiError::unsupported_media_type(&["application/json", "application/yaml"]));
+            }
+        }
+        serde_json::from_slice(&self.body)
+            .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}")))
+    }
+}
+
+fn text_response(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut response = bytes_response(status, Bytes::from_static(text.as_bytes()));
+    response.headers_mut().insert(header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+fn verb_of(method: &Method, has_name: bool, watch: bool) -> Option<Verb> {
+    Some(match (method.as_str(), has_name) {
+        ("GET", _) if watch => Verb::Watch,
+        ("GET", true) => Verb::Get,
+        ("GET", false) => Verb::List,
+        ("POST", _) => Verb::Create,
+        ("PUT", true) => Verb::Update,
+        ("PATCH", true) => Verb::Patch,
+        ("DELETE", true) => Verb::Delete,
+        ("DELETE", false) => Verb::DeleteCollection,
+        _ => return None,
+    })
+}
+
+fn subresource_served(rt: &ResourceType, subresource: &str) -> bool {
+    match subresource {
+        "status" => rt.status_subresource,
+        "scale" => rt.scale.is_some(),
+        other => rt.other_subresources.contains(&other),
+    }
+}
+
+async fn resource_request(
+    core: Arc<Core>,
+    path: ResourcePath,
+    request: RequestInfo,
+) -> Result<Response<Body>, ApiError> {
+    let rt = core.resource(&Gvr::new(&path.group, &path.version, &path.plural)).ok_or_else(ApiError::path_not_found)?;
+    let watch = path.legacy_watch || request.flag("watch");
+    let has_name = path.name.is_some();
+    let verb = verb_of(&request.method, has_name, watch)
+        .ok_or_else(|| ApiError::method_not_allowed(request.method.as_str()))?;
+    let scope_ok = match (rt.namespaced, path.namespace.is_some()) {
+        (true, true) | (false, false) => true,
+        // Listing or watching a namespaced kind across namespaces.
+        (true, false) => !has_name && matches!(verb, Verb::List | Verb::Watch),
+        (false, true) => false,
+    };
+    let subresource = path.subresource.as_deref();
+    if !scope_ok || subresource.is_some_and(|s| !subresource_served(&rt, s)) {
+        return Err(ApiError::path_not_found());
+    }
+    let key = RequestKey {
+        verb,
+        group: rt.group.clone(),
+        resource: rt.plural.clone(),
+        subresource: subresource.unwrap_or_default().to_owned(),
+        user_agent: request.user_agent.clone(),
+    };
+    core.metrics.record(verb, &key.group, &key.resource, &key.subresource, &key.user_agent);
+    let delay = core.faults.latency_for(&key);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    if let Some(error) = core.faults.error_for(&key) {
+        return Err(error);
+    }
+    let accept = request.accept.as_deref();
+    let representation =
+        response::negotiate(accept).ok_or_else(|| ApiError::not_acceptable(accept.unwrap_or_default()))?;
+    let include = IncludeObject::parse(request.param("includeObject"));
+    let dry_run = request.param("dryRun") == Some("All");
+    let field_manager = request.param("fieldManager").filter(|m| !m.is_empty());
+    let ctx = Ctx { user_agent: &request.user_agent, field_manager, dry_run };
+    let namespace = path.namespace.as_deref();
+    let name = path.name.as_deref().unwrap_or_default();
+    let object = |status: StatusCode, object: &Arc<crate::apiserver::object::StoredObject>| {
+        response::object_response(status, &rt, object, representation, include)
+    };
+    match (verb, subresource) {
+        (Verb::Watch, _) => {
+            let mut options = watch_options(&core, &rt, namespace, &request)?;
+            if has_name {
+                let by_name = FieldSelector::parse(&format!("metadata.name={name}"), &[], rt.namespaced)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                options.filter.fields.requirements.extend(by_name.requirements);
+            }
+            let session = WatchSession::start(core.clone(), rt.clone(), options)?;
+            Ok(response::watch_response(session, representation))
+        }
+        (Verb::List, _) => {
+            let options = list_options(&rt, namespace, &request)?;
+            let page = core.list(&rt, &options).await?;
+            Ok(response::list_response(&rt, page, representation, include))
+        }
+        (Verb::Get, None | Some("status")) => Ok(object(StatusCode::OK, &core.get(&rt, namespace, name)?)),
+        (Verb::Get, Some("scale")) => Ok(json_response(StatusCode::OK, &core.get_scale(&rt, namespace, name)?)),
+        (Verb::Create, None) if !has_name => {
+            let created = core.create(&rt, namespace, request.json_body()?, &ctx)?;
+            Ok(object(StatusCode::CREATED, &created))
+        }
+        (Verb::Create, Some("eviction")) => {
+            let eviction = Eviction::from_body(&request.json_body()?)?;
+            core.evict(namespace.unwrap_or_default(), name, &eviction, &ctx)?;
+            Ok(json_response(StatusCode::CREATED, &success_status(None, Some(201))))
+        }
+        (Verb::Create, Some("binding")) => {
+            core.bind(namespace.unwrap_or_default(), name, &request.json_body()?, &ctx)?;
+            Ok(json_response(StatusCode::CREATED, &success_status(None, Some(201))))
+        }
+        (Verb::Update, None) => Ok(object(
+            StatusCode::OK,
+            &core.update(&rt, namespace, name, request.json_body()?, Subresource::Main, &ctx)?,
+        )),
+        (Verb::Update, Some("status")) => Ok(object(
+            StatusCode::OK,
+            &core.update(&rt, namespace, name, request.json_body()?, Subresource::Status, &ctx)?,
+        )),
+        (Verb::Update, Some("scale")) => Ok(json_response(
+            StatusCode::OK,
+            &core.write_scale(&rt, namespace, name, None, Some(request.json_body()?), &ctx)?,
+        )),
+        (Verb::Update, Some("finalize")) => {
+            Ok(object(StatusCode::OK, &core.finalize_namespace(name, &request.json_body()?, &ctx)?))
+        }
+        (Verb::Patch, sub @ (None | Some("status") | Some("scale"))) => {
+            let content_type = request.content_type.as_deref().unwrap_or_default();
+            let patch_type = PatchType::from_content_type(content_type).ok_or_else(|| {
+                ApiError::unsupported_media_type(&[
+                    PatchType::Json.content_type(),
+                    PatchType::Merge.content_type(),
+                    PatchType::Strategic.content_type(),
+                    PatchType::Apply.content_type(),
+                ])
+            })?;
+            let patch = parse_patch_body(patch_type, &request.body)?;
+            if sub == Some("scale") {
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &core.write_scale(&rt, namespace, name, Some((patch_type, &patch)), None, &ctx)?,
+                ));
+            }
+            let subresource = if sub == Some("status") { Subresource::Status } else { Subresource::Main };
+            let force = request.flag("force");
+            let patched = core.patch(&rt, namespace, name, patch_type, &patch, subresource, force, &ctx)?;
+            let status = if patched.created { StatusCode::CREATED } else { StatusCode::OK };
+            Ok(object(status, &patched.object))
+        }
+        (Verb::Delete, None) => {
+            let options = delete_options(&request)?;
+            match core.delete(&rt, namespace, name, &options, &ctx)? {
+                Deleted::Pending(pending) => Ok(object(StatusCode::OK, &pending)),
+                Deleted::Gone(gone) if rt.is(Builtin::Pod) => Ok(object(StatusCode::OK, &gone)),
+                Deleted::Gone(gone) => {
+                    let mut details = json!({"name": &*gone.index.name, "kind": rt.plural, "uid": &*gone.index.uid});
+                    if !rt.group.is_empty() {
+                        details["group"] = json!(rt.group);
+                    }
+                    Ok(json_response(StatusCode::OK, &success_status(Some(details), None)))
+                }
+            }
+        }
+        (Verb::DeleteCollection, None) => {
+            let options = delete_options(&request)?;
+            let filter = filter(&rt, namespace, &request)?;
+            let deleted = core.delete_collection(&rt, &filter, &options, &ctx)?;
+            let rv = core.state.lock().rv;
+            let page = crate::apiserver::ops::read::ListResult { rv, items: deleted, continue_token: None };
+            Ok(response::list_response(&rt, page, Representation::Plain, include))
+        }
+        _ => Err(ApiError::method_not_allowed(request.method.as_str())),
+    }
+}
+
+fn filter(rt: &ResourceType, namespace: Option<&str>, request: &RequestInfo) -> Result<Filter, ApiError> {
+    let labels = match request.param("labelSelector") {
+        Some(text) => LabelSelector::parse(text)
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
+        None => LabelSelector::everything(),
+    };
+    let fields = match request.param("fieldSelector") {
+        Some(text) => FieldSelector::parse(text, &rt.selectable_field_names(), rt.namespaced)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?,
+        None => FieldSelector::default(),
+    };
+    Ok(Filter { namespace: namespace.map(str::to_owned), labels, fields })
+}
+
+fn list_options(rt: &ResourceType, namespace: Option<&str>, request: &RequestInfo) -> Result<ListOptions, ApiError> {
+    if request.flag("sendInitialEvents") {
+        return Err(list_options_invalid("sendInitialEvents", "Forbidden: sendInitialEvents is forbidden for list"));
+    }
+    let limit = match request.param("limit") {
+        Some(text) => {
+            Some(text.parse::<i64>().map_err(|_| ApiError::bad_request(format!("invalid limit {text:?}")))?.max(0)
+                as usize)
+        }
+        None => None,
+    };
+    Ok(ListOptions {
+        filter: filter(rt, namespace, request)?,
+        limit,
+        continue_token: request.param("continue").map(str::to_owned),
+        resource_version: request.param("resourceVersion").map(str::to_owned),
+        resource_version_match: request.param("resourceVersionMatch").map(str::to_owned),
+    })
+}
+
+fn list_options_invalid(field: &str, message: &str) -> ApiError {
+    ApiError::invalid_named(
+        "ListOptions.meta.k8s.io",
+        "meta.k8s.io",
+        "ListOptions",
+        "",
+        &[field_error(field, ErrorKind::Forbidden, message)],
+    )
+}
+
+fn watch_options(
+    core: &Core,
+    rt: &ResourceType,
+    namespace: Option<&str>,
+    request: &RequestInfo,
+) -> Result<WatchOptions, ApiError> {
+    let send_initial_events = request.flag("sendInitialEvents");
+    let allow_bookmarks = request.flag("allowWatchBookmarks");
+    let rv_match = request.param("resourceVersionMatch").filter(|m| !m.is_empty());
+    if send_initial_events {
+        if rv_match != Some("NotOlderThan") {
+            return Err(list_options_invalid(
+                "resourceVersionMatch",
+                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if !allow_bookmarks {
+            return Err(list_options_invalid(
+                "allowWatchBookmarks",
+                "Forbidden: allowWatchBookmarks must be set to true when sendInitialEvents is set",
+            ));
+        }
+    } else if rv_match.is_some() {
+        return Err(list_options_invalid(
+            "resourceVersionMatch",
+            "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ));
+    }
+    let timeout = match request.param("timeoutSeconds") {
+        Some(text) => Some(Duration::from_secs(
+            text.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {text:?}")))?,
+        )),
+        None => Some(core.config.default_watch_timeout),
+    };
+    Ok(WatchOptions {
+        filter: filter(rt, namespace, request)?,
+        resource_version: request.param("resourceVersion").map(str::to_owned),
+        send_initial_events,
+        allow_bookmarks,
+        timeout,
+    })
+}
+
+fn delete_options(request: &RequestInfo) -> Result<DeleteOptions, ApiError> {
+    let mut options: DeleteOptions = if request.body.iter().all(u8::is_ascii_whitespace) {
+        DeleteOptions::default()
+    } else {
+        serde_json::from_slice(&request.body)
+            .map_err(|e| ApiError::bad_request(format!("the DeleteOptions could not be decoded: {e}")))?
+    };
+    if let Some(grace) = request.param("gracePeriodSeconds") {
+        options.grace_period_seconds =
+            Some(grace.parse().map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {grace:?}")))?);
+    }
+    if let Some(policy) = request.param("propagationPolicy") {
+        options.propagation_policy = Some(policy.to_owned());
+    }
+    if request.param("dryRun") == Some("All") {
+        options.dry_run = Some(vec!["All".into()]);
+    }
+    Ok(options)
+}
+
+fn dev_metrics(core: &Core) -> Response<Body> {
+    let (rv, watchers, counters, snapshots) = {
+        let state = core.state.lock();
+        (state.rv, state.watcher_count(), state.counters, state.snapshots.len())
+    };
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "resourceVersion": rv,
+            "watchers": watchers,
+            "watchEvents": counters.watch_events,
+            "slowWatchersClosed": counters.slow_watchers_closed,
+            "listSnapshots": snapshots,
+            "requests": core.metrics.snapshot(),
+        }),
+    )
+}
+
+/// `POST /_dev/faults` with `{"action": ...}`: `closeWatches`, `compact`, `inject`, `latency`, `clear`,
+/// `pauseController`, `resumeController`.
+fn dev_faults(core: &Arc<Core>, request: &RequestInfo) -> Result<Response<Body>, ApiError> {
+    if request.method != Method::POST {
+        return Err(ApiError::method_not_allowed(request.method.as_str()));
+    }
+    let command = request.json_body()?;
+    let faults = Faults::new(core.clone());
+    let text = |key: &str| command.get(key).and_then(Value::as_str).map(str::to_owned);
+    let requests = || -> Result<RequestMatch, ApiError> {
+        let verbs = match command.get("verbs").and_then(Value::as_array) {
+            Some(verbs) => verbs
+                .iter()
+                .map(|v| {
+                    v.as_str().and_then(Verb::parse).ok_or_else(|| ApiError::bad_request(format!("unknown verb {v}")))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            None => Vec::new(),
+        };
+        Ok(RequestMatch {
+            verbs,
+            resource: text("resource"),
+            subresource: text("subresource"),
+            user_agent_prefix: text("userAgentPrefix"),
+        })
+    };
+    let result = match text("action").as_deref() {
+        Some("closeWatches") => json!({"closed": faults.close_all_watches()}),
+        Some("compact") => {
+            faults.compact();
+            json!({})
+        }
+        Some("clear") => {
+            faults.clear();
+            json!({})
+        }
+        Some("inject") => {
+            let code = command.get("code").and_then(Value::as_u64).filter(|c| (400..600).contains(c));
+            let code = code.ok_or_else(|| ApiError::bad_request("inject needs a code between 400 and 599"))? as u16;
+            let mut fault = ErrorFault::new(requests()?, code);
+            if let Some(seconds) = command.get("retryAfterSeconds").and_then(Value::as_u64) {
+                fault = fault.retry_after(seconds.min(u64::from(u32::MAX)) as u32);
+            }
+            if let Some(times) = command.get("times").and_then(Value::as_u64) {
+                fault = fault.times(times.min(u64::from(u32::MAX)) as u32);
+            }
+            faults.inject(fault);
+            json!({})
+        }
+        Some("latency") => {
+            let millis = command
+                .get("millis")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| ApiError::bad_request("latency needs millis"))?;
+            faults.add_latency(requests()?, Duration::from_millis(millis));
+            json!({})
+        }
+        Some("pauseController") => {
+            faults
+                .pause_controller(&text("name").ok_or_else(|| ApiError::bad_request("pauseController needs a name"))?);
+            json!({})
+        }
+        Some("resumeController") => {
+            faults.resume_controller(
+                &text("name").ok_or_else(|| ApiError::bad_request("resumeController needs a name"))?,
+            );
+            json!({})
+        }
+        other => return Err(ApiError::bad_request(format!("unknown action {other:?}"))),
+    };
+    Ok(json_response(StatusCode::OK, &result))
+}

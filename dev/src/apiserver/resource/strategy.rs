@@ -1,0 +1,613 @@
+//! Per-kind write rules (upstream's "strategies"): decoding, defaulting, status resets, the status-subresource
+//! split, validation and when `metadata.generation` moves.
+//!
+//! # Guarantees
+//! - Built-in objects go through their k8s-openapi type, so wrong field types are a 400 and unknown fields are
+//!   dropped, as decoding into the Go types does upstream.
+//! - Custom resources are pruned, defaulted and validated against their version's `openAPIV3Schema`.
+
+use super::{Behavior, Builtin, ResourceType};
+use crate::apiserver::error::{ApiError, field_error};
+use crate::apiserver::object::{metadata_mut, name_of};
+use crate::apiserver::selector::label::{self, LabelSelector, is_dns_label, is_dns_subdomain};
+use k8s_openapi::api::{apps, coordination, core, events, policy};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+use shared::schema::{ErrorKind, FieldError};
+
+fn roundtrip<T: Serialize + DeserializeOwned>(rt: &ResourceType, value: Value) -> Result<Value, ApiError> {
+    let typed: T = serde_json::from_value(value).map_err(|e| {
+        ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: {e}",
+            rt.kind, rt.version, rt.kind
+        ))
+    })?;
+    serde_json::to_value(typed).map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// Decodes `object` as the kind does: through the Go-equivalent type for built-ins, pruning and defaulting for
+/// custom resources. `apiVersion` and `kind` are set to the resource's.
+pub fn normalize(rt: &ResourceType, mut object: Value) -> Result<Value, ApiError> {
+    let Some(fields) = object.as_object_mut() else {
+        return Err(ApiError::bad_request("the body must be a JSON object"));
+    };
+    fields.remove("apiVersion");
+    fields.remove("kind");
+    let mut object = match &rt.behavior {
+        Behavior::Builtin(kind) => match kind {
+            Builtin::Namespace => roundtrip::<core::v1::Namespace>(rt, object)?,
+            Builtin::Node => roundtrip::<core::v1::Node>(rt, object)?,
+            Builtin::Pod => roundtrip::<core::v1::Pod>(rt, object)?,
+            Builtin::ConfigMap => roundtrip::<core::v1::ConfigMap>(rt, object)?,
+            Builtin::Secret => roundtrip::<core::v1::Secret>(rt, object)?,
+            Builtin::ServiceAccount => roundtrip::<core::v1::ServiceAccount>(rt, object)?,
+            Builtin::CoreEvent => roundtrip::<core::v1::Event>(rt, object)?,
+            Builtin::Event => roundtrip::<events::v1::Event>(rt, object)?,
+            Builtin::PodDisruptionBudget => roundtrip::<policy::v1::PodDisruptionBudget>(rt, object)?,
+            Builtin::Lease => roundtrip::<coordination::v1::Lease>(rt, object)?,
+            Builtin::Deployment => roundtrip::<apps::v1::Deployment>(rt, object)?,
+            Builtin::ReplicaSet => roundtrip::<apps::v1::ReplicaSet>(rt, object)?,
+            Builtin::StatefulSet => roundtrip::<apps::v1::StatefulSet>(rt, object)?,
+            Builtin::DaemonSet => roundtrip::<apps::v1::DaemonSet>(rt, object)?,
+            Builtin::ControllerRevision => roundtrip::<apps::v1::ControllerRevision>(rt, object)?,
+            Builtin::CustomResourceDefinition => roundtrip::<CustomResourceDefinition>(rt, object)?,
+        },
+        Behavior::Custom(custom) => {
+            let metadata = object.get("metadata").cloned().unwrap_or_else(|| json!({}));
+            let metadata = roundtrip::<ObjectMeta>(rt, metadata)?;
+            if let Some(schema) = &custom.schema {
+                shared::schema::prune_and_default(schema, &mut object);
+            }
+            metadata_mut(&mut object).clone_from(metadata.as_object().unwrap_or(&Map::new()));
+            object
+        }
+    };
+    if let Some(fields) = object.as_object_mut() {
+        fields.insert("apiVersion".into(), json!(rt.api_version()));
+        fields.insert("kind".into(), json!(rt.kind));
+    }
+    Ok(object)
+}
+
+/// Resets what a create may not set and fills the defaults (upstream `PrepareForCreate` plus defaulting).
+pub fn prepare_create(rt: &ResourceType, object: &mut Value) {
+    match &rt.behavior {
+        Behavior::Custom(_) => {
+            if rt.status_subresource
+                && let Some(fields) = object.as_object_mut()
+            {
+                fields.remove("status");
+            }
+        }
+        Behavior::Builtin(kind) => match kind {
+            Builtin::Pod => {
+                if let Some(spec) = object.get_mut("spec") {
+                    default_pod_spec(spec);
+                }
+                let qos = qos_class(object.get("spec"));
+                object["status"] = json!({"phase": "Pending", "qosClass": qos});
+            }
+            Builtin::Namespace => {
+                let name = name_of(object).to_owned();
+                let labels = metadata_mut(object).entry("labels").or_insert_with(|| json!({}));
+                if let Some(labels) = labels.as_object_mut() {
+                    labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+                }
+                let spec = object.as_object_mut().map(|o| o.entry("spec").or_insert_with(|| json!({})));
+                if let Some(spec) = spec.and_then(Value::as_object_mut) {
+                    spec.entry("finalizers").or_insert_with(|| json!(["kubernetes"]));
+                }
+                object["status"] = json!({"phase": "Active"});
+            }
+            Builtin::PodDisruptionBudget => {
+                object["status"] =
+                    json!({"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0});
+            }
+            Builtin::Deployment => {
+                default_workload(object, *kind);
+                object["status"] = json!({});
+            }
+            Builtin::ReplicaSet => {
+                default_workload(object, *kind);
+                object["status"] = json!({"replicas": 0});
+            }
+            Builtin::StatefulSet => {
+                default_workload(object, *kind);
+                object["status"] = json!({"replicas": 0, "availableReplicas": 0});
+            }
+            Builtin::DaemonSet => {
+                default_workload(object, *kind);
+                object["status"] = json!({"currentNumberScheduled": 0, "numberMisscheduled": 0,
+                                          "desiredNumberScheduled": 0, "numberReady": 0});
+            }
+            Builtin::Secret => {
+                if object.get("type").is_none_or(Value::is_null)
+                    && let Some(fields) = object.as_object_mut()
+                {
+                    fields.insert("type".into(), json!("Opaque"));
+                }
+            }
+            _ => {}
+        },
+    }
+}
+
+/// Updates through the main endpoint keep what that endpoint may not change: the status (when the kind has a
+/// status subresource) and, for namespaces, `spec.finalizers`. Pod template defaults apply to updates too.
+pub fn prepare_update(rt: &ResourceType, old: &Value, new: &mut Value) {
+    if rt.status_subresource {
+        copy_field(old, new, "status");
+    }
+    match rt.builtin() {
+        Some(Builtin::Namespace) => {
+            let finalizers = old.pointer("/spec/finalizers").cloned();
+            let spec = new.as_object_mut().map(|o| o.entry("spec").or_insert_with(|| json!({})));
+            if let Some(spec) = spec.and_then(Value::as_object_mut) {
+                match finalizers {
+                    Some(f) => spec.insert("finalizers".into(), f),
+                    None => spec.remove("finalizers"),
+                };
+            }
+        }
+        Some(kind @ (Builtin::Deployment | Builtin::ReplicaSet | Builtin::StatefulSet | Builtin::DaemonSet)) => {
+            default_workload(new, kind);
+        }
+        _ => {}
+    }
+}
+
+/// Updates through `/status` keep everything but the status (and, for most built-ins, the metadata the
+/// request carries).
+pub fn prepare_status_update(rt: &ResourceType, old: &Value, new: &mut Value) {
+    match &rt.behavior {
+        Behavior::Custom(_) => {
+            let status = new.get("status").cloned();
+            let managed = new.pointer("/metadata/managedFields").cloned();
+            *new = old.clone();
+            if let Some(fields) = new.as_object_mut() {
+                match status {
+                    Some(status) => fields.insert("status".into(), status),
+                    None => fields.remove("status"),
+                };
+            }
+            match managed {
+                Some(m) => metadata_mut(new).insert("managedFields".into(), m),
+                None => metadata_mut(new).remove("managedFields"),
+            };
+        }
+        Behavior::Builtin(kind) => {
+            copy_field(old, new, "spec");
+            match kind {
+                Builtin::Pod => {
+                    let owners = old.pointer("/metadata/ownerReferences").cloned();
+                    match owners {
+                        Some(o) => metadata_mut(new).insert("ownerReferences".into(), o),
+                        None => metadata_mut(new).remove("ownerReferences"),
+                    };
+                }
+                Builtin::Deployment | Builtin::ReplicaSet | Builtin::StatefulSet | Builtin::DaemonSet => {
+                    let labels = old.pointer("/metadata/labels").cloned();
+                    match labels {
+                        Some(l) => metadata_mut(new).insert("labels".into(), l),
+                        None => metadata_mut(new).remove("labels"),
+                    };
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+fn copy_field(from: &Value, to: &mut Value, key: &str) {
+    let value = from.get(key).cloned();
+    if let Some(fields) = to.as_object_mut() {
+        match value {
+            Some(v) => fields.insert(key.to_owned(), v),
+            None => fields.remove(key),
+        };
+    }
+}
+
+/// True when a write changes what `metadata.generation` counts: the spec for built-ins; everything but metadata
+/// (and status, with a status subresource) for custom resources.
+pub fn generation_changes(rt: &ResourceType, old: &Value, new: &Value) -> bool {
+    match &rt.behavior {
+        Behavior::Builtin(_) => old.get("spec") != new.get("spec"),
+        Behavior::Custom(_) => {
+            let strip = |v: &Value| -> Map<String, Value> {
+                v.as_object()
+                    .map(|o| {
+                        o.iter()
+                            .filter(|(k, _)| *k != "metadata" && !(rt.status_subresource && *k == "status"))
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            strip(old) != strip(new)
+        }
+    }
+}
+
+const SUBDOMAIN_MESSAGE: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const LABEL_MESSAGE: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+
+/// Validates a new object (`old` is `None`) or an update. An empty result means valid.
+pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if old.is_none() {
+        let name = name_of(object);
+        let dns_label = rt.is(Builtin::Namespace);
+        let valid = if dns_label { is_dns_label(name) } else { is_dns_subdomain(name) };
+        if !valid {
+            let message = if dns_label { LABEL_MESSAGE } else { SUBDOMAIN_MESSAGE };
+            errors.push(field_error(
+                "metadata.name",
+                ErrorKind::Invalid,
+                format!("Invalid value: {name:?}: {message}"),
+            ));
+        }
+    }
+    validate_labels(object, &mut errors);
+    match &rt.behavior {
+        Behavior::Custom(custom) => {
+            if let Some(schema) = &custom.schema {
+                errors.extend(shared::schema::validate(schema, object));
+            }
+        }
+        Behavior::Builtin(kind) => match kind {
+            Builtin::Pod => validate_pod(object, old, &mut errors),
+            Builtin::Lease => validate_lease(object, &mut errors),
+            Builtin::PodDisruptionBudget => validate_pdb(object, &mut errors),
+            Builtin::Deployment | Builtin::ReplicaSet | Builtin::StatefulSet | Builtin::DaemonSet => {
+                validate_workload(object, old, &mut errors);
+            }
+            _ => {}
+        },
+    }
+    errors
+}
+
+fn validate_labels(object: &Value, errors: &mut Vec<FieldError>) {
+    let Some(labels) = object.pointer("/metadata/labels").and_then(Value::as_object) else { return };
+    for (key, value) in labels {
+        if let Err(why) = label::validate_key(key) {
+            errors.push(field_error("metadata.labels", ErrorKind::Invalid, format!("Invalid value: {key:?}: {why}")));
+        }
+        let value = value.as_str().unwrap_or_default();
+        if let Err(why) = label::validate_value(value) {
+            errors.push(field_error("metadata.labels", ErrorKind::Invalid, format!("Invalid value: {value:?}: {why}")));
+        }
+    }
+}
+
+const POD_UPDATE_FORBIDDEN: &str = "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+
+fn validate_pod(pod: &Value, old: Option<&Value>, errors: &mut Vec<FieldError>) {
+    let containers = pod.pointer("/spec/containers").and_then(Value::as_array);
+    match containers {
+        None => errors.push(field_error("spec.containers", ErrorKind::Required, "Required value")),
+        Some(list) if list.is_empty() => {
+            errors.push(field_error("spec.containers", ErrorKind::Required, "Required value"))
+        }
+        Some(list) => {
+            for (i, container) in list.iter().enumerate() {
+                for key in ["name", "image"] {
+                    if container.get(key).and_then(Value::as_str).is_none_or(str::is_empty) {
+                        errors.push(field_error(
+                            &format!("spec.containers[{i}].{key}"),
+                            ErrorKind::Required,
+                            "Required value",
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(old) = old
+        && mutable_pod_spec(old.get("spec")) != mutable_pod_spec(pod.get("spec"))
+    {
+        errors.push(field_error("spec", ErrorKind::Forbidden, POD_UPDATE_FORBIDDEN));
+    }
+}
+
+/// The pod spec with the fields an update may change taken out.
+fn mutable_pod_spec(spec: Option<&Value>) -> Value {
+    let mut spec = spec.cloned().unwrap_or(Value::Null);
+    if let Some(fields) = spec.as_object_mut() {
+        for key in ["activeDeadlineSeconds", "tolerations", "schedulingGates", "terminationGracePeriodSeconds"] {
+            fields.remove(key);
+        }
+        for list in ["containers", "initContainers"] {
+            if let Some(items) = fields.get_mut(list).and_then(Value::as_array_mut) {
+                for item in items.iter_mut().filter_map(Value::as_object_mut) {
+                    item.remove("image");
+                }
+            }
+        }
+    }
+    spec
+}
+
+fn validate_lease(lease: &Value, errors: &mut Vec<FieldError>) {
+    if let Some(duration) = lease.pointer("/spec/leaseDurationSeconds").and_then(Value::as_i64)
+        && duration <= 0
+    {
+        errors.push(field_error(
+            "spec.leaseDurationSeconds",
+            ErrorKind::Invalid,
+            format!("Invalid value: {duration}: must be greater than 0"),
+        ));
+    }
+    if let Some(transitions) = lease.pointer("/spec/leaseTransitions").and_then(Value::as_i64)
+        && transitions < 0
+    {
+        errors.push(field_error(
+            "spec.leaseTransitions",
+            ErrorKind::Invalid,
+            format!("Invalid value: {transitions}: must be greater than or equal to 0"),
+        ));
+    }
+}
+
+fn validate_pdb(pdb: &Value, errors: &mut Vec<FieldError>) {
+    let spec = pdb.get("spec");
+    let has = |key| spec.and_then(|s| s.get(key)).is_some_and(|v| !v.is_null());
+    if has("minAvailable") && has("maxUnavailable") {
+        errors.push(field_error(
+            "spec",
+            ErrorKind::Invalid,
+            format!(
+                "Invalid value: {}: minAvailable and maxUnavailable cannot be both set",
+                spec.cloned().unwrap_or_default()
+            ),
+        ));
+    }
+    if let Some(selector) = spec.and_then(|s| s.get("selector"))
+        && let Err(why) = LabelSelector::from_object(selector)
+    {
+        errors.push(field_error("spec.selector", ErrorKind::Invalid, format!("Invalid value: {selector}: {why}")));
+    }
+}
+
+fn validate_workload(object: &Value, old: Option<&Value>, errors: &mut Vec<FieldError>) {
+    let selector = object.pointer("/spec/selector");
+    match selector {
+        None => errors.push(field_error("spec.selector", ErrorKind::Required, "Required value")),
+        Some(selector) => match LabelSelector::from_object(selector) {
+            Err(why) => errors.push(field_error(
+                "spec.selector",
+                ErrorKind::Invalid,
+                format!("Invalid value: {selector}: {why}"),
+            )),
+            Ok(parsed) if parsed.is_empty() => errors.push(field_error(
+                "spec.selector",
+                ErrorKind::Invalid,
+                format!("Invalid value: {selector}: empty selector is invalid for deployment"),
+            )),
+            Ok(parsed) => {
+                let labels = object.pointer("/spec/template/metadata/labels").and_then(Value::as_object);
+                if !parsed.matches_map(labels) {
+                    errors.push(field_error(
+                        "spec.template.metadata.labels",
+                        ErrorKind::Invalid,
+                        format!(
+                            "Invalid value: {}: `selector` does not match template `labels`",
+                            labels.map(|l| Value::Object(l.clone())).unwrap_or_default()
+                        ),
+                    ));
+                }
+            }
+        },
+    }
+    if let Some(replicas) = object.pointer("/spec/replicas").and_then(Value::as_i64)
+        && replicas < 0
+    {
+        errors.push(field_error(
+            "spec.replicas",
+            ErrorKind::Invalid,
+            format!("Invalid value: {replicas}: must be greater than or equal to 0"),
+        ));
+    }
+    if let Some(old) = old
+        && old.pointer("/spec/selector") != selector
+    {
+        errors.push(field_error(
+            "spec.selector",
+            ErrorKind::Invalid,
+            format!("Invalid value: {}: field is immutable", selector.cloned().unwrap_or_default()),
+        ));
+    }
+}
+
+fn set_default(object: &mut Value, key: &str, value: Value) {
+    if let Some(fields) = object.as_object_mut()
+        && fields.get(key).is_none_or(Value::is_null)
+    {
+        fields.insert(key.to_owned(), value);
+    }
+}
+
+/// The defaults upstream fills into every PodSpec (`SetDefaults_PodSpec`, `SetDefaults_Container`) and the
+/// Priority admission plugin adds.
+pub fn default_pod_spec(spec: &mut Value) {
+    set_default(spec, "restartPolicy", json!("Always"));
+    set_default(spec, "terminationGracePeriodSeconds", json!(30));
+    set_default(spec, "dnsPolicy", json!("ClusterFirst"));
+    set_default(spec, "securityContext", json!({}));
+    set_default(spec, "schedulerName", json!("default-scheduler"));
+    set_default(spec, "enableServiceLinks", json!(true));
+    set_default(spec, "priority", json!(0));
+    set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
+    for list in ["containers", "initContainers"] {
+        if let Some(items) = spec.get_mut(list).and_then(Value::as_array_mut) {
+            for container in items {
+                let image = container.get("image").and_then(Value::as_str).unwrap_or_default();
+                let last = image.rsplit('/').next().unwrap_or_default();
+                let pull = if !last.contains(':') || image.ends_with(":latest") { "Always" } else { "IfNotPresent" };
+                let pull = if image.contains('@') { "IfNotPresent" } else { pull };
+                set_default(container, "imagePullPolicy", json!(pull));
+                set_default(container, "terminationMessagePath", json!("/dev/termination-log"));
+                set_default(container, "terminationMessagePolicy", json!("File"));
+                if let Some(ports) = container.get_mut("ports").and_then(Value::as_array_mut) {
+                    for port in ports {
+                        set_default(port, "protocol", json!("TCP"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn default_workload(object: &mut Value, kind: Builtin) {
+    let Some(spec) = object.get_mut("spec") else { return };
+    match kind {
+        Builtin::Deployment => {
+            set_default(spec, "replicas", json!(1));
+            set_default(spec, "revisionHistoryLimit", json!(10));
+            set_default(spec, "progressDeadlineSeconds", json!(600));
+            set_default(
+                spec,
+                "strategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
+            );
+        }
+        Builtin::ReplicaSet => set_default(spec, "replicas", json!(1)),
+        Builtin::StatefulSet => {
+            set_default(spec, "replicas", json!(1));
+            set_default(spec, "podManagementPolicy", json!("OrderedReady"));
+            set_default(spec, "updateStrategy", json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}));
+            set_default(spec, "revisionHistoryLimit", json!(10));
+            set_default(
+                spec,
+                "persistentVolumeClaimRetentionPolicy",
+                json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+            );
+        }
+        Builtin::DaemonSet => {
+            set_default(
+                spec,
+                "updateStrategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
+            );
+            set_default(spec, "revisionHistoryLimit", json!(10));
+        }
+        _ => {}
+    }
+    if let Some(pod_spec) = spec.pointer_mut("/template/spec") {
+        default_pod_spec(pod_spec);
+    }
+}
+
+/// `BestEffort` without any requests or limits, `Guaranteed` when every container limits cpu and memory and
+/// requests (if given) equal the limits, `Burstable` otherwise.
+fn qos_class(spec: Option<&Value>) -> &'static str {
+    let containers: Vec<&Value> = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|l| spec.and_then(|s| s.get(l)).and_then(Value::as_array))
+        .flatten()
+        .collect();
+    let resources =
+        |c: &Value, kind: &str| c.pointer(&format!("/resources/{kind}")).and_then(Value::as_object).cloned();
+    let any = containers.iter().any(|c| {
+        resources(c, "requests").is_some_and(|r| !r.is_empty()) || resources(c, "limits").is_some_and(|r| !r.is_empty())
+    });
+    if !any {
+        return "BestEffort";
+    }
+    let guaranteed = containers.iter().all(|c| {
+        let limits = resources(c, "limits").unwrap_or_default();
+        let requests = resources(c, "requests").unwrap_or_default();
+        ["cpu", "memory"].iter().all(|r| limits.contains_key(*r))
+            && requests.iter().all(|(k, v)| limits.get(k) == Some(v))
+    });
+    if guaranteed { "Guaranteed" } else { "Burstable" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apiserver::resource::builtin_types;
+
+    fn rt(plural: &str) -> ResourceType {
+        builtin_types().into_iter().find(|t| t.plural == plural).unwrap()
+    }
+
+    #[test]
+    fn built_ins_decode_through_their_type() {
+        let pods = rt("pods");
+        let pod =
+            normalize(&pods, json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}, "junk": 1}))
+                .unwrap();
+        assert_eq!(pod["apiVersion"], "v1");
+        assert_eq!(pod["kind"], "Pod");
+        assert!(pod.get("junk").is_none());
+        let error = normalize(&pods, json!({"spec": {"containers": "nope"}})).unwrap_err();
+        assert_eq!(error.code, 400);
+    }
+
+    #[test]
+    fn pod_creation_resets_status_and_fills_defaults() {
+        let pods = rt("pods");
+        let mut pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "nginx:1.2",
+            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}, "status": {"phase": "Running"}});
+        prepare_create(&pods, &mut pod);
+        assert_eq!(pod["status"], json!({"phase": "Pending", "qosClass": "Guaranteed"}));
+        assert_eq!(pod["spec"]["terminationGracePeriodSeconds"], 30);
+        assert_eq!(pod["spec"]["schedulerName"], "default-scheduler");
+        assert_eq!(pod["spec"]["restartPolicy"], "Always");
+        assert_eq!(pod["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
+    }
+
+    #[test]
+    fn status_and_spec_go_through_their_own_endpoints() {
+        let nodes = rt("nodes");
+        let old = json!({"spec": {"unschedulable": true}, "status": {"phase": "Running"}});
+        let mut main = json!({"spec": {}, "status": {"phase": "Lost"}});
+        prepare_update(&nodes, &old, &mut main);
+        assert_eq!(main, json!({"spec": {}, "status": {"phase": "Running"}}));
+        let mut status = json!({"spec": {}, "status": {"phase": "Lost"}});
+        prepare_status_update(&nodes, &old, &mut status);
+        assert_eq!(status, json!({"spec": {"unschedulable": true}, "status": {"phase": "Lost"}}));
+    }
+
+    #[test]
+    fn validation_reports_the_upstream_errors() {
+        let leases = rt("leases");
+        let errors = validate(&leases, &json!({"metadata": {"name": "l"}, "spec": {"leaseDurationSeconds": 0}}), None);
+        assert_eq!(
+            errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            vec!["spec.leaseDurationSeconds: Invalid value: 0: must be greater than 0"]
+        );
+        let pods = rt("pods");
+        let errors = validate(&pods, &json!({"metadata": {"name": "Bad_Name"}, "spec": {}}), None);
+        assert_eq!(errors.len(), 2);
+        assert_eq!(errors[1].to_string(), "spec.containers: Required value");
+        let old =
+            json!({"metadata": {"name": "p"}, "spec": {"nodeName": "", "containers": [{"name": "c", "image": "a"}]}});
+        let new =
+            json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "a"}]}});
+        assert_eq!(validate(&pods, &new, Some(&old))[0].kind, ErrorKind::Forbidden);
+        let image =
+            json!({"metadata": {"name": "p"}, "spec": {"nodeName": "", "containers": [{"name": "c", "image": "b"}]}});
+        assert!(validate(&pods, &image, Some(&old)).is_empty());
+        let deployments = rt("deployments");
+        let deployment = json!({"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"app": "a"}},
+            "template": {"metadata": {"labels": {"app": "b"}}}}});
+        assert_eq!(validate(&deployments, &deployment, None)[0].field, "spec.template.metadata.labels");
+    }
+
+    #[test]
+    fn generation_counts_spec_changes_only() {
+        let pdbs = rt("poddisruptionbudgets");
+        assert!(!generation_changes(
+            &pdbs,
+            &json!({"spec": {"a": 1}, "metadata": {"labels": {}}}),
+            &json!({"spec": {"a": 1}})
+        ));
+        assert!(generation_changes(&pdbs, &json!({"spec": {"a": 1}}), &json!({"spec": {"a": 2}})));
+    }
+}
