@@ -1,3 +1,4 @@
 //! An in-memory Kubernetes cluster for the tests, the demo and the benchmarks.
 
 pub mod apiserver;
+pub mod harness;

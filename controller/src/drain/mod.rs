@@ -163,7 +163,9 @@ impl DrainTask {
     async fn run(mut self) {
         let (store, writer) = reflector::store::<Pod>();
         let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.node));
-        let events = reflector(writer, watcher(self.watch_pods.clone(), config)).default_backoff().touched_objects();
+        // The raw events, not `touched_objects()`: the drain may judge the node only after
+        // `InitDone`, which tells an empty node from a list not yet received.
+        let events = reflector(writer, watcher(self.watch_pods.clone(), config)).default_backoff();
         let mut events = std::pin::pin!(events);
         let mut evictions: HashMap<String, Eviction> = HashMap::new();
         let mut running: JoinSet<(String, Outcome)> = JoinSet::new();
@@ -173,7 +175,8 @@ impl DrainTask {
             let next_retry = evictions.values().filter_map(|e| e.retry_at).min();
             tokio::select! {
                 event = events.next() => match event {
-                    Some(Ok(_)) => synced = true,
+                    Some(Ok(watcher::Event::InitDone)) => synced = true,
+                    Some(Ok(_)) => {}
                     Some(Err(error)) => tracing::warn!(node = %self.node, %error, "pod watch of the drain failed; retrying"),
                     None => return,
                 },

@@ -1,0 +1,196 @@
+//! Runs update-operator's controller and agents in-process against a dev cluster, each on its own
+//! Tokio runtime in its own thread, so that a test can *crash* one (every task and connection of it
+//! dropped at its next await point, no lease released: what a killed process leaves behind) or stop
+//! it gracefully (what SIGTERM does), and start a new one.
+//!
+//! Components are the real `controller::run` and `agent::run` with the real simulated-host client;
+//! only the process boundary is replaced by a runtime boundary. Requests carry the same
+//! `User-Agent` as the binary's (`update-operator/controller ...`, `update-operator/agent ...`), so
+//! the dev cluster's request metrics attribute them the same way.
+
+use agent::host::HostUpdater;
+use agent::host::simulated::{SimulatedConfig, SimulatedHost};
+use shared::probes::Readiness;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+/// How the component ended.
+pub type Outcome = Result<(), String>;
+
+/// A running component.
+pub struct Component {
+    name: String,
+    shutdown: CancellationToken,
+    crash: Option<oneshot::Sender<()>>,
+    done: Option<oneshot::Receiver<Outcome>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    readiness: Readiness,
+}
+
+impl Component {
+    /// Starts `make(shutdown, readiness)` on a new single-threaded runtime in a new thread.
+    pub fn spawn<F, Fut>(name: impl Into<String>, make: F) -> Component
+    where
+        F: FnOnce(CancellationToken, Readiness) -> Fut + Send + 'static,
+        Fut: Future<Output = Outcome> + 'static,
+    {
+        let name = name.into();
+        let shutdown = CancellationToken::new();
+        let readiness = Readiness::default();
+        let (crash_tx, crash_rx) = oneshot::channel::<()>();
+        let (done_tx, done_rx) = oneshot::channel::<Outcome>();
+        let (token, ready, thread_name) = (shutdown.clone(), readiness.clone(), name.clone());
+        let thread = std::thread::Builder::new()
+            .name(thread_name.clone())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        let _ = done_tx.send(Err(format!("{thread_name}: cannot build a runtime: {error}")));
+                        return;
+                    }
+                };
+                let outcome = runtime.block_on(async move {
+                    tokio::select! {
+                        outcome = make(token, ready) => Some(outcome),
+                        _ = crash_rx => None,
+                    }
+                });
+                // A crash drops every task of the runtime where it stands; a finished component
+                // has nothing left to run either.
+                runtime.shutdown_background();
+                let _ = done_tx.send(outcome.unwrap_or_else(|| Err("crashed".into())));
+            })
+            .unwrap_or_else(|e| panic!("cannot start a thread for {name}: {e}"));
+        Component { name, shutdown, crash: Some(crash_tx), done: Some(done_rx), thread: Some(thread), readiness }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the component reported ready (caches synced, for a controller; own node seen and
+    /// host facts read, for an agent).
+    pub fn is_ready(&self) -> bool {
+        self.readiness.is_ready()
+    }
+
+    /// Kills the component as SIGKILL would a process: nothing runs after this, nothing is cleaned
+    /// up. Returns once its thread is gone.
+    pub async fn crash(mut self) {
+        if let Some(crash) = self.crash.take() {
+            let _ = crash.send(());
+        }
+        self.join().await;
+    }
+
+    /// Stops the component as SIGTERM would a process, and returns how it ended (an error if it
+    /// did not end within `timeout`, in which case it is crashed).
+    pub async fn stop(mut self, timeout: Duration) -> Outcome {
+        self.shutdown.cancel();
+        let outcome = match self.done.take() {
+            Some(done) => match tokio::time::timeout(timeout, done).await {
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(_)) => Err(format!("{} ended without saying how", self.name)),
+                Err(_) => Err(format!("{} did not stop within {timeout:?}", self.name)),
+            },
+            None => Ok(()),
+        };
+        if let Some(crash) = self.crash.take() {
+            let _ = crash.send(());
+        }
+        self.join().await;
+        outcome
+    }
+
+    /// Waits until the component ends on its own, and returns how.
+    pub async fn wait(mut self) -> Outcome {
+        let outcome = match self.done.take() {
+            Some(done) => done.await.unwrap_or_else(|_| Err(format!("{} ended without saying how", self.name))),
+            None => Ok(()),
+        };
+        self.join().await;
+        outcome
+    }
+
+    async fn join(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+}
+
+impl Drop for Component {
+    fn drop(&mut self) {
+        // A component dropped without stop or crash is crashed, so tests never leak its thread's work.
+        if let Some(crash) = self.crash.take() {
+            let _ = crash.send(());
+        }
+    }
+}
+
+/// A kube config for the API server at `url` (plain HTTP, as the dev cluster serves) with the
+/// binary's User-Agent for `mode` (`controller` or `agent`).
+pub fn kube_config(url: &str, mode: &str) -> Result<kube::Config, String> {
+    let uri = url.parse().map_err(|e| format!("invalid API server URL {url:?}: {e}"))?;
+    let mut config = kube::Config::new(uri);
+    let agent = format!("update-operator/{mode} {}", env!("CARGO_PKG_VERSION"));
+    config.headers.push((http::header::USER_AGENT, agent.parse().map_err(|e| format!("user agent: {e}"))?));
+    Ok(config)
+}
+
+/// The options of a test controller: its identity, the Lease in `update-operator`, and lease timing
+/// short enough that a crashed leader is replaced within a few seconds.
+pub fn controller_options(identity: &str) -> controller::Options {
+    controller::Options {
+        identity: identity.to_owned(),
+        lease_namespace: "update-operator".into(),
+        lease_name: "update-operator-controller".into(),
+        lease_timing: controller::leader::LeaseTiming {
+            lease_duration: Duration::from_secs(3),
+            renew_deadline: Duration::from_secs(2),
+            retry_period: Duration::from_millis(300),
+        },
+        own_node: None,
+    }
+}
+
+/// The real controller against the API server at `url`.
+pub fn controller(url: &str, options: controller::Options) -> Component {
+    let url = url.to_owned();
+    let name = format!("controller {}", options.identity);
+    Component::spawn(name, move |shutdown, readiness| async move {
+        let config = kube_config(&url, "controller")?;
+        controller::run(config, options, controller::Metrics::default(), readiness, shutdown)
+            .await
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// The real agent of `node`, updating its simulated host through the dev cluster at `url`.
+pub fn agent(url: &str, node: &str) -> Component {
+    let host_url = url.to_owned();
+    let node_name = node.to_owned();
+    agent_with(url, node, move || {
+        SimulatedHost::new(SimulatedConfig::new(host_url, node_name)).map_err(|e| e.to_string())
+    })
+}
+
+/// The real agent of `node` with the host `make_host` builds (on the agent's runtime).
+pub fn agent_with<H, F>(url: &str, node: &str, make_host: F) -> Component
+where
+    H: HostUpdater,
+    F: FnOnce() -> Result<H, String> + Send + 'static,
+{
+    let url = url.to_owned();
+    let node = node.to_owned();
+    Component::spawn(format!("agent {node}"), move |shutdown, readiness| async move {
+        let config = kube_config(&url, "agent")?;
+        let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+        let host = Arc::new(make_host()?);
+        agent::run(client, node, host, agent::Metrics::default(), readiness, shutdown).await.map_err(|e| e.to_string())
+    })
+}
