@@ -103,6 +103,32 @@ impl Executor {
         version: Option<&ObjectReference>,
         now: Timestamp,
     ) -> Applied {
+        // IMPORTANT: two phases. The plan starts new nodes in slots that other actions of the same
+        // plan free (a node verified, failed, blocked or released). Writing both at once would let
+        // the new node's intent land first (more nodes disrupted than the budget, for a moment), and
+        // if a freeing write failed, the excess would last. So new nodes start only after every
+        // other write of the plan succeeded.
+        let (starts, others): (Vec<&NodeAction>, Vec<&NodeAction>) =
+            actions.iter().partition(|a| matches!(a.kind, ActionKind::Stage { .. }));
+        let mut applied = Applied::default();
+        self.apply_phase(&others, nodes, drain, version, now, &mut applied).await;
+        if applied.conflicts + applied.errors == 0 {
+            self.apply_phase(&starts, nodes, drain, version, now, &mut applied).await;
+        } else if !starts.is_empty() {
+            tracing::debug!(held = starts.len(), "not starting new nodes: a write that frees their slots failed");
+        }
+        applied
+    }
+
+    async fn apply_phase(
+        &self,
+        actions: &[&NodeAction],
+        nodes: &HashMap<String, SlimNode>,
+        drain: DrainOptions,
+        version: Option<&ObjectReference>,
+        now: Timestamp,
+        applied: &mut Applied,
+    ) {
         let mut writes = Vec::new();
         for action in actions {
             let Some(node) = nodes.get(&action.node) else { continue };
@@ -112,7 +138,6 @@ impl Executor {
                 _ => writes.push(self.write(node, action, version, now, drain)),
             }
         }
-        let mut applied = Applied::default();
         for result in futures::future::join_all(writes).await {
             match result {
                 WriteResult::Written => applied.writes += 1,
@@ -121,7 +146,6 @@ impl Executor {
                 WriteResult::Failed => applied.errors += 1,
             }
         }
-        applied
     }
 
     fn report_problem(&self, node: &SlimNode, action: &NodeAction, version: Option<&ObjectReference>) {

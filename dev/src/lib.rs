@@ -2,3 +2,4 @@
 
 pub mod apiserver;
 pub mod harness;
+pub mod observer;

@@ -10,7 +10,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{PatchParams, PostParams};
 use serde_json::json;
 use shared::crd::NodeVersion;
-use shared::protocol::BootId;
+use shared::protocol::{BootId, Step};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -104,6 +104,8 @@ async fn a_rollout_completes_with_every_node_verified_and_uncordoned() {
             })
         }));
     }
+    let observer =
+        dev::observer::Observer::start(server.client(), dev::observer::Limits { max_disrupted: 2, check_pdbs: false });
     let controller = harness::controller(server.url(), harness::controller_options("c1"));
     let version: NodeVersion = serde_json::from_value(json!({
         "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
@@ -141,6 +143,12 @@ async fn a_rollout_completes_with_every_node_verified_and_uncordoned() {
     };
     assert_eq!(by("controller"), 4 * 5, "{writes:?}");
     assert_eq!(by("agent"), 3 * 5 + 5, "{writes:?}");
+    let observed = observer.stop().await;
+    assert_eq!(observed.violations, Vec::<String>::new());
+    assert_eq!(observed.max_disrupted_seen, 2, "the budget was never used in full");
+    assert_eq!(observed.max_control_plane_disrupted_seen, 1);
+    let steps: Vec<Step> = observed.timeline["w-0"].iter().map(|(_, s)| *s).collect();
+    assert_eq!(steps, vec![Step::Stage, Step::Drain, Step::Reboot, Step::Done]);
     controller.stop(Duration::from_secs(10)).await.unwrap();
     for agent in agents {
         agent.stop(Duration::from_secs(10)).await.unwrap();

@@ -1,0 +1,262 @@
+//! Watches a cluster through the API, as a user would, and checks the rollout's safety invariants
+//! at every event: never more than `maxUnavailable` nodes disrupted (cordoned, or in the `stage`,
+//! `drain` or `reboot` step), never two control-plane nodes disrupted, and no PodDisruptionBudget
+//! below its desired healthy count. It also records each node's steps with their times, for the
+//! demo's display and summary.
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event, watcher};
+use kube::{Api, Client, ResourceExt};
+use shared::protocol::{ControllerAnnotations, Step, keys};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+
+/// The rules the observer holds the cluster to.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Nodes that may be disrupted at once.
+    pub max_disrupted: usize,
+    /// Check PDBs (healthy pods ≥ desiredHealthy at every pod event).
+    pub check_pdbs: bool,
+}
+
+/// A node as last seen.
+#[derive(Debug, Clone, Default)]
+pub struct NodeState {
+    pub control_plane: bool,
+    pub cordoned: bool,
+    pub ready: bool,
+    pub step: Option<Step>,
+    pub target: Option<String>,
+    pub os_image: Option<String>,
+    pub agent_state: Option<String>,
+}
+
+impl NodeState {
+    /// Cordoned, or in a step that stages, drains or reboots it.
+    pub fn disrupted(&self) -> bool {
+        self.cordoned || matches!(self.step, Some(Step::Stage | Step::Drain | Step::Reboot))
+    }
+}
+
+/// Everything observed so far.
+#[derive(Debug, Default)]
+pub struct Observed {
+    pub nodes: BTreeMap<String, NodeState>,
+    /// Each node's steps, in order, with the time the observer saw them.
+    pub timeline: BTreeMap<String, Vec<(Timestamp, Step)>>,
+    pub violations: Vec<String>,
+    pub max_disrupted_seen: usize,
+    pub max_control_plane_disrupted_seen: usize,
+    pub events: u64,
+    pods: HashMap<(String, String), Pod>,
+    pdbs: HashMap<(String, String), PodDisruptionBudget>,
+}
+
+/// A running observer.
+pub struct Observer {
+    state: Arc<Mutex<Observed>>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Observer {
+    pub fn start(client: Client, limits: Limits) -> Observer {
+        let state = Arc::new(Mutex::new(Observed::default()));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(run(client, limits, state.clone(), stop.clone()));
+        Observer { state, stop, task }
+    }
+
+    /// Reads what was observed so far.
+    pub fn with<R>(&self, read: impl FnOnce(&Observed) -> R) -> R {
+        read(&lock(&self.state))
+    }
+
+    pub fn violations(&self) -> Vec<String> {
+        self.with(|o| o.violations.clone())
+    }
+
+    /// Stops watching and returns everything observed.
+    pub async fn stop(self) -> Observed {
+        self.stop.cancel();
+        let _ = self.task.await;
+        std::mem::take(&mut *lock(&self.state))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+enum Seen {
+    Node(Box<Event<Node>>),
+    Pod(Box<Event<Pod>>),
+    Pdb(Box<Event<PodDisruptionBudget>>),
+}
+
+async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: CancellationToken) {
+    let config = watcher::Config::default();
+    let nodes = watcher(Api::<Node>::all(client.clone()), config.clone())
+        .default_backoff()
+        .map(|e| e.map(|e| Seen::Node(Box::new(e))));
+    let pods = watcher(Api::<Pod>::all(client.clone()), config.clone())
+        .default_backoff()
+        .map(|e| e.map(|e| Seen::Pod(Box::new(e))));
+    let pdbs = watcher(Api::<PodDisruptionBudget>::all(client), config)
+        .default_backoff()
+        .map(|e| e.map(|e| Seen::Pdb(Box::new(e))));
+    let mut all = std::pin::pin!(futures::stream::select(futures::stream::select(nodes, pods), pdbs));
+    loop {
+        let event = tokio::select! {
+            () = stop.cancelled() => return,
+            event = all.next() => event,
+        };
+        let Some(Ok(event)) = event else { continue };
+        let mut o = lock(&state);
+        o.events += 1;
+        match event {
+            Seen::Node(e) => {
+                for node in applied(*e) {
+                    o.observe_node(&node);
+                }
+                o.check_nodes(&limits);
+            }
+            Seen::Pod(e) => {
+                for (pod, deleted) in changes(*e) {
+                    let key = (pod.namespace().unwrap_or_default(), pod.name_any());
+                    if deleted {
+                        o.pods.remove(&key);
+                    } else {
+                        o.pods.insert(key, pod);
+                    }
+                }
+                if limits.check_pdbs {
+                    o.check_pdbs();
+                }
+            }
+            Seen::Pdb(e) => {
+                for (pdb, deleted) in changes(*e) {
+                    let key = (pdb.namespace().unwrap_or_default(), pdb.name_any());
+                    if deleted {
+                        o.pdbs.remove(&key);
+                    } else {
+                        o.pdbs.insert(key, pdb);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn applied<K>(event: Event<K>) -> Vec<K> {
+    match event {
+        Event::Apply(k) | Event::InitApply(k) => vec![k],
+        Event::Delete(_) | Event::Init | Event::InitDone => vec![],
+    }
+}
+
+fn changes<K>(event: Event<K>) -> Vec<(K, bool)> {
+    match event {
+        Event::Apply(k) | Event::InitApply(k) => vec![(k, false)],
+        Event::Delete(k) => vec![(k, true)],
+        Event::Init | Event::InitDone => vec![],
+    }
+}
+
+impl Observed {
+    fn observe_node(&mut self, node: &Node) {
+        let name = node.name_any();
+        let annotations = node.metadata.annotations.clone().unwrap_or_default();
+        let intent = ControllerAnnotations::parse(&annotations).ok().and_then(|c| c.intent);
+        let state = NodeState {
+            control_plane: node.labels().contains_key("node-role.kubernetes.io/control-plane"),
+            cordoned: node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+            ready: node
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+            step: intent.as_ref().map(|i| i.step),
+            target: intent.map(|i| i.target),
+            os_image: annotations.get(keys::OS_IMAGE).cloned(),
+            agent_state: annotations.get(keys::STATE).cloned(),
+        };
+        if let Some(step) = state.step {
+            let steps = self.timeline.entry(name.clone()).or_default();
+            if steps.last().map(|(_, s)| *s) != Some(step) {
+                steps.push((Timestamp::now(), step));
+            }
+        }
+        self.nodes.insert(name, state);
+    }
+
+    fn check_nodes(&mut self, limits: &Limits) {
+        let disrupted: Vec<&String> = self.nodes.iter().filter(|(_, n)| n.disrupted()).map(|(k, _)| k).collect();
+        let control_plane = self.nodes.iter().filter(|(_, n)| n.disrupted() && n.control_plane).count();
+        let count = disrupted.len();
+        if count > limits.max_disrupted {
+            let names: Vec<String> = disrupted.iter().map(|s| s.to_string()).collect();
+            self.violations.push(format!(
+                "{count} nodes disrupted at once (max {}): {}",
+                limits.max_disrupted,
+                names.join(", ")
+            ));
+        }
+        if control_plane > 1 {
+            self.violations.push(format!("{control_plane} control-plane nodes disrupted at once"));
+        }
+        self.max_disrupted_seen = self.max_disrupted_seen.max(count);
+        self.max_control_plane_disrupted_seen = self.max_control_plane_disrupted_seen.max(control_plane);
+    }
+
+    fn check_pdbs(&mut self) {
+        let mut found = Vec::new();
+        for pdb in self.pdbs.values() {
+            let Some(desired) = pdb.status.as_ref().map(|s| s.desired_healthy) else { continue };
+            let Some(selector) = pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) else { continue };
+            let namespace = pdb.namespace().unwrap_or_default();
+            let healthy = self
+                .pods
+                .iter()
+                .filter(|((ns, _), pod)| *ns == namespace && selects(selector, pod.metadata.labels.as_ref()))
+                .filter(|(_, pod)| pod.metadata.deletion_timestamp.is_none() && pod_ready(pod))
+                .count() as i32;
+            if healthy < desired {
+                found.push(format!("PDB {namespace}/{}: {healthy} healthy pods, needs {desired}", pdb.name_any()));
+            }
+        }
+        self.violations.extend(found);
+    }
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn selects(
+    selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    labels: Option<&BTreeMap<String, String>>,
+) -> bool {
+    let get = |k: &str| labels.and_then(|l| l.get(k));
+    let labels_ok = selector.match_labels.iter().flatten().all(|(k, v)| get(k) == Some(v));
+    let exprs_ok = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.clone().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => get(&e.key).is_some_and(|v| values.contains(v)),
+            "NotIn" => get(&e.key).is_none_or(|v| !values.contains(v)),
+            "Exists" => get(&e.key).is_some(),
+            "DoesNotExist" => get(&e.key).is_none(),
+            _ => false,
+        }
+    });
+    labels_ok && exprs_ok
+}
