@@ -1,0 +1,136 @@
+//! Test support: a bare API server with update-operator's CRDs and nodes whose hosts "reboot" by
+//! updating their Node's status, for fast tests that need no workloads.
+#![allow(dead_code)]
+
+use agent::host::{HostError, HostFacts, HostUpdater};
+use dev::apiserver::{ApiServer, ApiServerConfig, Patch, Store};
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{PatchParams, PostParams};
+use serde_json::json;
+use shared::crd::NodeVersion;
+use shared::protocol::BootId;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub struct HostState {
+    pub image: String,
+    pub boot: u32,
+    pub staged: Option<String>,
+}
+
+/// A host that stages instantly and reboots by flipping its Node's Ready condition and boot ID.
+pub struct FakeHost {
+    pub node: String,
+    pub store: Store,
+    pub state: Arc<Mutex<HostState>>,
+}
+
+pub fn boot_id(node: &str, boot: u32) -> String {
+    format!("{node}-boot-{boot}")
+}
+
+pub fn set_status(store: &Store, node: &str, ready: bool, boot: u32) {
+    let status = json!({"status": {
+        "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }, "reason": "Test"}],
+        "nodeInfo": {"bootID": boot_id(node, boot)}
+    }});
+    store.api::<Node>().patch_status(None, node, &Patch::Merge(status), &PatchParams::default()).unwrap();
+}
+
+impl HostUpdater for FakeHost {
+    async fn facts(&self) -> Result<HostFacts, HostError> {
+        let s = self.state.lock().unwrap();
+        Ok(HostFacts {
+            os_image: s.image.clone(),
+            boot_id: BootId::parse("boot", &boot_id(&self.node, s.boot)).unwrap(),
+            staged_image: s.staged.clone(),
+            components_hash: None,
+        })
+    }
+
+    async fn stage(&self, target: &str) -> Result<(), HostError> {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.state.lock().unwrap().staged = Some(target.to_owned());
+        Ok(())
+    }
+
+    async fn activate_and_reboot(&self, _target: &str) -> Result<(), HostError> {
+        let (store, node, state) = (self.store.clone(), self.node.clone(), self.state.clone());
+        let boot = state.lock().unwrap().boot;
+        set_status(&store, &node, false, boot);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            let boot = {
+                let mut s = state.lock().unwrap();
+                s.image = s.staged.take().unwrap_or_else(|| s.image.clone());
+                s.boot += 1;
+                s.boot
+            };
+            set_status(&store, &node, true, boot);
+        });
+        Ok(())
+    }
+}
+
+impl FakeHost {
+    pub fn new(store: Store, node: &str, image: &str) -> FakeHost {
+        FakeHost {
+            node: node.to_owned(),
+            store,
+            state: Arc::new(Mutex::new(HostState { image: image.to_owned(), boot: 0, staged: None })),
+        }
+    }
+}
+
+/// A bare API server with the CRDs, the `update-operator` namespace and Ready nodes; names starting
+/// with `cp` are control-plane nodes.
+pub async fn bare_cluster(names: &[&str]) -> ApiServer {
+    let server = ApiServer::start(ApiServerConfig::default()).await.unwrap();
+    let store = server.store();
+    for crd in shared::crd::all() {
+        store.api::<CustomResourceDefinition>().create(None, &crd, &PostParams::default()).unwrap();
+    }
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "update-operator"}})).unwrap();
+    store.api::<Namespace>().create(None, &ns, &PostParams::default()).unwrap();
+    for name in names {
+        let mut labels = json!({"update.edgeless.systems/managed": "true"});
+        if name.starts_with("cp") {
+            labels["node-role.kubernetes.io/control-plane"] = json!("");
+        }
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap();
+        store.api::<Node>().create(None, &node, &PostParams::default()).unwrap();
+        set_status(&store, name, true, 0);
+    }
+    server
+}
+
+/// Creates the NodeVersion `constellation-version` for `image` with the rollout policy `rollout`.
+pub fn create_version(store: &Store, image: &str, rollout: serde_json::Value) {
+    let version: NodeVersion = serde_json::from_value(json!({
+        "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
+        "metadata": {"name": "constellation-version"},
+        "spec": {"image": image, "rollout": rollout}
+    }))
+    .unwrap();
+    store.api::<NodeVersion>().create(None, &version, &PostParams::default()).unwrap();
+}
+
+/// Polls `check` every 100 ms until it returns Some, or panics with `what` after `timeout`.
+pub async fn eventually<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The NodeVersion's status, once every selected node is up to date and none is in flight.
+pub fn rolled_out(store: &Store, total: i32) -> Option<shared::crd::NodeVersionStatus> {
+    let version = store.api::<NodeVersion>().get(None, "constellation-version").ok()?;
+    let status = version.status?;
+    (status.counts.up_to_date == total && status.in_flight.is_empty()).then_some(status)
+}
