@@ -344,7 +344,17 @@ fn validate_at(schema: &Value, value: &Value, path: &mut String, errors: &mut Ve
             "allOf" => results.into_iter().for_each(|r| errors.extend(r)),
             _ => {
                 let passing = results.iter().filter(|r| r.is_empty()).count();
-                if passing == 0 || (combinator == "oneOf" && passing > 1) {
+                // When exactly one branch is for the value's type (int-or-string fields), its
+                // errors say more than "must match anyOf".
+                let typed: Vec<&Vec<FieldError>> = branches
+                    .iter()
+                    .zip(&results)
+                    .filter(|(b, _)| b.get("type").and_then(Value::as_str).is_some_and(|t| has_type(value, t)))
+                    .map(|(_, r)| r)
+                    .collect();
+                if passing == 0 && typed.len() == 1 && !typed[0].is_empty() {
+                    errors.extend(typed[0].iter().cloned());
+                } else if passing == 0 || (combinator == "oneOf" && passing > 1) {
                     push(
                         errors,
                         ErrorKind::Invalid,

@@ -31,7 +31,9 @@ pub const VERSION: &str = "v1alpha1";
 
 /// Every CustomResourceDefinition the operator owns, in a stable order (the order of `deploy/crds/`).
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![AutoscalingStrategy::crd(), NodeVersion::crd(), PendingNode::crd(), ScalingGroup::crd()]
+    let mut node_version = NodeVersion::crd();
+    node_version::set_int_or_string_branches(&mut node_version);
+    vec![AutoscalingStrategy::crd(), node_version, PendingNode::crd(), ScalingGroup::crd()]
 }
 
 /// File name under `deploy/crds/` for a CRD: `<group>_<plural>.yaml`, as controller-gen names them.

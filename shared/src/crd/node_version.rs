@@ -168,11 +168,41 @@ fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 fn max_unavailable_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "x-kubernetes-int-or-string": true,
-        "anyOf": [
-            { "type": "integer", "minimum": 1 },
-            { "type": "string", "pattern": "^(100|[1-9][0-9]?)%$" }
-        ]
+        "anyOf": max_unavailable_branches()
     })
+}
+
+/// The two branches of `maxUnavailable`, typed as controller-gen writes int-or-string fields. With
+/// the types, `"0%"` fails both (a string, not matching the pattern); without them (kube's schema
+/// rewriter strips `type` from `anyOf` branches) `minimum` would not apply to strings and it would
+/// pass.
+fn max_unavailable_branches() -> serde_json::Value {
+    serde_json::json!([
+        { "type": "integer", "minimum": 1 },
+        { "type": "string", "pattern": "^(100|[1-9][0-9]?)%$" }
+    ])
+}
+
+/// Puts the typed branches back into the generated CRD.
+pub(super) fn set_int_or_string_branches(
+    crd: &mut k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) {
+    for version in &mut crd.spec.versions {
+        let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) else { continue };
+        let field = schema
+            .properties
+            .as_mut()
+            .and_then(|p| p.get_mut("spec"))
+            .and_then(|s| s.properties.as_mut())
+            .and_then(|p| p.get_mut("rollout"))
+            .and_then(|r| r.properties.as_mut())
+            .and_then(|p| p.get_mut("maxUnavailable"));
+        if let Some(field) = field
+            && let Ok(branches) = serde_json::from_value(max_unavailable_branches())
+        {
+            field.any_of = Some(branches);
+        }
+    }
 }
 
 /// What the controller last observed of the rollout.
