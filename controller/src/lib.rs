@@ -5,7 +5,7 @@ pub mod drain;
 pub mod events;
 pub mod executor;
 pub mod leader;
-mod metrics;
+pub mod metrics;
 pub mod nodes;
 pub mod policy;
 pub mod reconciler;

@@ -160,13 +160,16 @@ pub fn controller_options(identity: &str) -> controller::Options {
 
 /// The real controller against the API server at `url`.
 pub fn controller(url: &str, options: controller::Options) -> Component {
+    controller_with(url, options, controller::Metrics::default())
+}
+
+/// The real controller, recording into `metrics` (shared, so the caller can read them).
+pub fn controller_with(url: &str, options: controller::Options, metrics: controller::Metrics) -> Component {
     let url = url.to_owned();
     let name = format!("controller {}", options.identity);
     Component::spawn(name, move |shutdown, readiness| async move {
         let config = kube_config(&url, "controller")?;
-        controller::run(config, options, controller::Metrics::default(), readiness, shutdown)
-            .await
-            .map_err(|e| e.to_string())
+        controller::run(config, options, metrics, readiness, shutdown).await.map_err(|e| e.to_string())
     })
 }
 
