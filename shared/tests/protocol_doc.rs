@@ -35,3 +35,11 @@ fn the_jq_one_liner_prints_what_the_doc_says() {
     assert!(output.status.success(), "jq failed: {}", String::from_utf8_lossy(&output.stderr));
     assert_eq!(String::from_utf8(output.stdout).unwrap(), expected);
 }
+
+#[test]
+fn the_readme_shows_the_same_one_liner() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md")).unwrap();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let command = block_after(&doc, "jq-filter");
+    assert!(readme.contains(command.trim()), "README.md's jq one-liner differs from docs/protocol.md's");
+}
