@@ -1,6 +1,10 @@
 //! An in-memory Kubernetes cluster for the tests, the demo and the benchmarks.
 
 pub mod apiserver;
+pub mod cluster;
+pub mod controllers;
 pub mod demo;
 pub mod harness;
+pub mod hosts;
 pub mod observer;
+pub mod timing;

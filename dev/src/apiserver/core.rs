@@ -51,6 +51,20 @@ pub struct Core {
     pub controllers: Controllers,
     /// The global resourceVersion, for waiters.
     pub rv_changes: watch::Receiver<u64>,
+    /// Routes under `/_dev/` served by code outside the API server (the simulated hosts).
+    pub dev_routes: RwLock<Option<Arc<dyn DevRoutes>>>,
+}
+
+/// Routes under `/_dev/` that code outside the API server mounts on its HTTP listener
+/// ([`super::ApiServer::mount_dev_routes`]). Bodies are JSON both ways.
+pub trait DevRoutes: Send + Sync + 'static {
+    /// Answers `method` on `/_dev/{segments...}` (segments percent-decoded) with an HTTP status and a JSON body.
+    fn handle(
+        &self,
+        method: http::Method,
+        segments: Vec<String>,
+        body: bytes::Bytes,
+    ) -> futures::future::BoxFuture<'static, (u16, serde_json::Value)>;
 }
 
 impl Core {
@@ -79,6 +93,7 @@ impl Core {
             faults: FaultTable::default(),
             controllers: Controllers::default(),
             rv_changes,
+            dev_routes: RwLock::new(None),
         })
     }
 

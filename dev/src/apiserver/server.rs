@@ -133,6 +133,11 @@ impl ApiServer {
         self.core.metrics.clone()
     }
 
+    /// Serves `routes` under `/_dev/` (besides `/_dev/metrics` and `/_dev/faults`), replacing earlier ones.
+    pub fn mount_dev_routes(&self, routes: Arc<dyn super::core::DevRoutes>) {
+        *self.core.dev_routes.write() = Some(routes);
+    }
+
     /// Number of open watches (HTTP and in-process).
     pub fn watcher_count(&self) -> usize {
         self.core.state.lock().watcher_count()

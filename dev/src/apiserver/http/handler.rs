@@ -72,10 +72,21 @@ where
             .ok_or_else(ApiError::path_not_found),
         Route::DevMetrics => Ok(dev_metrics(&core)),
         Route::DevFaults => dev_faults(&core, &request),
+        Route::DevMounted(segments) => match mounted_routes(&core) {
+            Some(routes) => {
+                let (status, body) = routes.handle(request.method.clone(), segments, request.body.clone()).await;
+                Ok(json_response(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), &body))
+            }
+            None => Err(ApiError::path_not_found()),
+        },
         Route::Resource(path) => resource_request(core, path, request).await,
         Route::NotFound => Err(ApiError::path_not_found()),
     };
     Ok(response.unwrap_or_else(|error| error_response(&error)))
+}
+
+fn mounted_routes(core: &Core) -> Option<Arc<dyn crate::apiserver::core::DevRoutes>> {
+    core.dev_routes.read().clone()
 }
 
 struct RequestInfo {

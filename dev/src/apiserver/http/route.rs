@@ -38,6 +38,9 @@ pub enum Route {
     DevMetrics,
     /// `/_dev/faults`.
     DevFaults,
+    /// Any other `/_dev/...` path: the decoded segments after `_dev`, for routes mounted from outside the API
+    /// server ([`crate::apiserver::core::DevRoutes`]).
+    DevMounted(Vec<String>),
     /// A resource path.
     Resource(ResourcePath),
     /// Nothing served here.
@@ -62,6 +65,7 @@ pub fn parse(path: &str) -> Route {
         ["apis", group, version] => Route::Resources((*group).to_owned(), (*version).to_owned()),
         ["_dev", "metrics"] => Route::DevMetrics,
         ["_dev", "faults"] => Route::DevFaults,
+        ["_dev", rest @ ..] => Route::DevMounted(rest.iter().map(|s| (*s).to_owned()).collect()),
         ["api", "v1", rest @ ..] => resource("", "v1", rest),
         ["apis", group, version, rest @ ..] => resource(group, version, rest),
         _ => Route::NotFound,

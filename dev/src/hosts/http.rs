@@ -1,0 +1,106 @@
+//! `/_dev/hosts`: the simulated hosts over HTTP, as update-operator's agent (`--host-backend simulated`) and the
+//! demo tools use them.
+//!
+//! | Request | Answer |
+//! |---|---|
+//! | `GET /_dev/hosts` | `{"hosts": [{"name", "osImage", "bootID", "stagedImage", "componentsHash", "power", "boots", "faults"}]}` |
+//! | `GET /_dev/hosts/{node}` | `{"osImage", "bootID", "stagedImage", "componentsHash"}` |
+//! | `POST /_dev/hosts/{node}/stage` `{"image"}` | `200 {}` after the stage duration |
+//! | `POST /_dev/hosts/{node}/reboot` | `202 {}` |
+//! | `POST /_dev/hosts/{node}/power-on` | `202 {}`: a host that never came back boots now |
+//! | `PUT /_dev/hosts/{node}/faults` [`super::HostFaults`] | `200 {}` |
+//! | `DELETE /_dev/hosts/{node}/faults` | `200 {}` |
+//!
+//! Errors are `{"message": "..."}` with 400 (bad body), 404 (unknown host or path), 405 (method), 503 (host
+//! down) or an injected stage failure's status.
+
+use super::{HostError, HostFaults, Hosts};
+use crate::apiserver::core::DevRoutes;
+use bytes::Bytes;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use http::Method;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// The `/_dev/hosts` routes of a cluster's hosts.
+pub struct HostRoutes {
+    hosts: Hosts,
+}
+
+#[derive(Deserialize)]
+struct StageRequest {
+    image: String,
+}
+
+fn message(status: u16, text: impl Into<String>) -> (u16, Value) {
+    (status, json!({"message": text.into()}))
+}
+
+fn error(error: &HostError) -> (u16, Value) {
+    message(error.status(), error.to_string())
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, (u16, Value)> {
+    serde_json::from_slice(body).map_err(|e| message(400, format!("the request body is not valid: {e}")))
+}
+
+impl HostRoutes {
+    /// The routes of `hosts`.
+    pub fn new(hosts: Hosts) -> Self {
+        HostRoutes { hosts }
+    }
+
+    async fn answer(hosts: Hosts, method: Method, segments: Vec<String>, body: Bytes) -> (u16, Value) {
+        let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+        match (segments.as_slice(), method) {
+            (["hosts"], Method::GET) => (200, json!({"hosts": hosts.states()})),
+            (["hosts", node], Method::GET) => match hosts.facts(node) {
+                Some(facts) => (200, json!(facts)),
+                None => error(&HostError::UnknownHost((*node).to_owned())),
+            },
+            (["hosts", node, "stage"], Method::POST) => {
+                let request: StageRequest = match parse(&body) {
+                    Ok(request) => request,
+                    Err(answer) => return answer,
+                };
+                match hosts.stage(node, &request.image).await {
+                    Ok(()) => (200, json!({})),
+                    Err(e) => error(&e),
+                }
+            }
+            (["hosts", node, "reboot"], Method::POST) => match hosts.reboot(node) {
+                Ok(()) => (202, json!({})),
+                Err(e) => error(&e),
+            },
+            (["hosts", node, "power-on"], Method::POST) => match hosts.power_on(node) {
+                Ok(()) => (202, json!({})),
+                Err(e) => error(&e),
+            },
+            (["hosts", node, "faults"], Method::PUT) => {
+                let faults: HostFaults = match parse(&body) {
+                    Ok(faults) => faults,
+                    Err(answer) => return answer,
+                };
+                match hosts.set_faults(node, faults) {
+                    Ok(()) => (200, json!({})),
+                    Err(e) => error(&e),
+                }
+            }
+            (["hosts", node, "faults"], Method::DELETE) => match hosts.set_faults(node, HostFaults::default()) {
+                Ok(()) => (200, json!({})),
+                Err(e) => error(&e),
+            },
+            (["hosts"] | ["hosts", _] | ["hosts", _, "stage" | "reboot" | "power-on" | "faults"], method) => {
+                message(405, format!("{method} is not allowed here"))
+            }
+            _ => message(404, "no such path under /_dev"),
+        }
+    }
+}
+
+impl DevRoutes for HostRoutes {
+    fn handle(&self, method: Method, segments: Vec<String>, body: Bytes) -> BoxFuture<'static, (u16, Value)> {
+        Self::answer(self.hosts.clone(), method, segments, body).boxed()
+    }
+}

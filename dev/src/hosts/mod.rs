@@ -1,0 +1,484 @@
+//! Simulated hosts: the machines under the dev cluster's nodes, which update-operator's agent stages images on
+//! and reboots, over HTTP under `/_dev/hosts` (the contract of `agent/src/host/simulated.rs`).
+//!
+//! # Guarantees
+//! - The host state is authoritative for what a node runs: its `osImage` and `bootID`. The kubelet publishes them
+//!   in the Node's `status.nodeInfo` and reports the node NotReady while the host is down.
+//! - `stage` holds for the host's stage duration, then records the image as staged; an injected stage failure
+//!   answers with its status and message instead; staging fails if the host reboots meanwhile.
+//! - `reboot` takes the host down at once; after the reboot duration it comes back with a new boot ID, running
+//!   the staged image (if one was staged). With the "never returns" fault it stays down until
+//!   [`Hosts::power_on`].
+//! - Listeners learn of every change of a host's power state, boot or image.
+
+mod http;
+
+use crate::apiserver::object::new_uid;
+use crate::timing::Timing;
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+pub use self::http::HostRoutes;
+
+/// The longest image reference a host accepts (as the agent's protocol).
+const MAX_IMAGE_LEN: usize = 1024;
+
+/// Whether a host runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Power {
+    /// Running.
+    Up,
+    /// Rebooting; back when the reboot duration has passed.
+    Rebooting,
+    /// Down until powered on (a reboot that never returns).
+    Down,
+}
+
+/// A stage failure to inject.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageFailure {
+    /// The HTTP status to answer with (400-599).
+    pub status: u16,
+    /// The message.
+    pub message: String,
+}
+
+/// Faults and per-host durations. JSON (for `PUT /_dev/hosts/{node}/faults`) in camelCase:
+/// `{"stageFailure": {"status": 500, "message": "..."}, "rebootNeverReturns": true, "stageSeconds": 2.5,
+/// "rebootSeconds": 10}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HostFaults {
+    /// Every stage fails with this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_failure: Option<StageFailure>,
+    /// A reboot takes the host down for good.
+    #[serde(default)]
+    pub reboot_never_returns: bool,
+    /// This host's stage duration, instead of the cluster's.
+    #[serde(default, with = "seconds", skip_serializing_if = "Option::is_none")]
+    pub stage_seconds: Option<Duration>,
+    /// This host's reboot duration, instead of the cluster's.
+    #[serde(default, with = "seconds", skip_serializing_if = "Option::is_none")]
+    pub reboot_seconds: Option<Duration>,
+}
+
+mod seconds {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(value: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(duration) => serializer.serialize_f64(duration.as_secs_f64()),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+        let Some(seconds) = Option::<f64>::deserialize(deserializer)? else { return Ok(None) };
+        Duration::try_from_secs_f64(seconds).map(Some).map_err(serde::de::Error::custom)
+    }
+}
+
+/// What a host reports: the wire form of `GET /_dev/hosts/{node}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostFacts {
+    /// The image the host runs.
+    pub os_image: String,
+    /// The current boot's ID.
+    #[serde(rename = "bootID")]
+    pub boot_id: String,
+    /// The image the next boot runs, if one is staged.
+    pub staged_image: Option<String>,
+    /// `sha256:<64 hex>` over the host's Kubernetes components, if set.
+    pub components_hash: Option<String>,
+}
+
+/// A host's whole state, for tests and `GET /_dev/hosts`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostState {
+    /// The node's name.
+    pub name: String,
+    /// What it reports.
+    #[serde(flatten)]
+    pub facts: HostFacts,
+    /// Whether it runs.
+    pub power: Power,
+    /// Boots so far (1 after creation).
+    pub boots: u64,
+    /// Its faults and durations.
+    pub faults: HostFaults,
+}
+
+/// Why a host operation failed; `status()` is the HTTP answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostError {
+    /// No host of that name.
+    #[error("host {0:?} not found")]
+    UnknownHost(String),
+    /// The image is empty, too long, or has control characters or surrounding white space.
+    #[error("invalid image {image:?}: {reason}")]
+    InvalidImage {
+        /// The image.
+        image: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// An injected stage failure.
+    #[error("{message}")]
+    StageFailed {
+        /// Its HTTP status.
+        status: u16,
+        /// Its message.
+        message: String,
+    },
+    /// The host is down or went down meanwhile.
+    #[error("host {0:?} is not running")]
+    NotRunning(String),
+    /// A fault description with a status outside 400-599.
+    #[error("a stage failure needs a status between 400 and 599, not {0}")]
+    BadFaultStatus(u16),
+}
+
+impl HostError {
+    /// The HTTP status of the error.
+    pub fn status(&self) -> u16 {
+        match self {
+            HostError::UnknownHost(_) => 404,
+            HostError::InvalidImage { .. } | HostError::BadFaultStatus(_) => 400,
+            HostError::StageFailed { status, .. } => *status,
+            HostError::NotRunning(_) => 503,
+        }
+    }
+}
+
+fn check_image(image: &str) -> Result<(), HostError> {
+    let reason = if image.is_empty() {
+        "the image is empty"
+    } else if image.len() > MAX_IMAGE_LEN {
+        "the image is longer than 1024 bytes"
+    } else if image.chars().any(char::is_control) || image.trim() != image {
+        "the image has control characters or surrounding white space"
+    } else {
+        return Ok(());
+    };
+    Err(HostError::InvalidImage { image: image.to_owned(), reason })
+}
+
+struct Host {
+    facts: HostFacts,
+    power: Power,
+    boots: u64,
+    faults: HostFaults,
+}
+
+type Listener = Arc<dyn Fn(&str) + Send + Sync>;
+
+struct Inner {
+    hosts: Mutex<BTreeMap<String, Host>>,
+    listeners: RwLock<Vec<Listener>>,
+    default_image: String,
+    stage: Duration,
+    reboot: Duration,
+    shutdown: CancellationToken,
+}
+
+/// The simulated hosts of one cluster (a cloneable handle).
+#[derive(Clone)]
+pub struct Hosts {
+    inner: Arc<Inner>,
+}
+
+impl Hosts {
+    /// No hosts yet; new ones run `default_image`; stage and reboot durations come from `timing`.
+    pub fn new(default_image: &str, timing: &Timing) -> Hosts {
+        Hosts {
+            inner: Arc::new(Inner {
+                hosts: Mutex::new(BTreeMap::new()),
+                listeners: RwLock::new(Vec::new()),
+                default_image: default_image.to_owned(),
+                stage: timing.stage,
+                reboot: timing.reboot,
+                shutdown: CancellationToken::new(),
+            }),
+        }
+    }
+
+    /// Calls `listener` with the node's name after every change of a host.
+    pub fn subscribe(&self, listener: impl Fn(&str) + Send + Sync + 'static) {
+        self.inner.listeners.write().push(Arc::new(listener));
+    }
+
+    fn notify(&self, node: &str) {
+        let listeners: Vec<Listener> = self.inner.listeners.read().clone();
+        for listener in listeners {
+            listener(node);
+        }
+    }
+
+    /// Adds a running host for `node` with `image` (a no-op when it exists). Returns its facts.
+    pub fn add(&self, node: &str, image: &str) -> Result<HostFacts, HostError> {
+        check_image(image)?;
+        let facts = {
+            let mut hosts = self.inner.hosts.lock();
+            let host = hosts.entry(node.to_owned()).or_insert_with(|| Host {
+                facts: HostFacts {
+                    os_image: image.to_owned(),
+                    boot_id: new_uid(),
+                    staged_image: None,
+                    components_hash: None,
+                },
+                power: Power::Up,
+                boots: 1,
+                faults: HostFaults::default(),
+            });
+            host.facts.clone()
+        };
+        Ok(facts)
+    }
+
+    /// The host of `node`, added with the default image when missing (a node someone created by hand).
+    pub fn ensure(&self, node: &str) -> HostState {
+        if let Some(state) = self.state(node) {
+            return state;
+        }
+        let _ = self.add(node, &self.inner.default_image.clone());
+        self.state(node).unwrap_or_else(|| unreachable!("the host was just added"))
+    }
+
+    /// Removes the host of `node`.
+    pub fn remove(&self, node: &str) {
+        self.inner.hosts.lock().remove(node);
+    }
+
+    /// The facts of `node`'s host.
+    pub fn facts(&self, node: &str) -> Option<HostFacts> {
+        self.inner.hosts.lock().get(node).map(|h| h.facts.clone())
+    }
+
+    /// The whole state of `node`'s host.
+    pub fn state(&self, node: &str) -> Option<HostState> {
+        self.inner.hosts.lock().get(node).map(|h| HostState {
+            name: node.to_owned(),
+            facts: h.facts.clone(),
+            power: h.power,
+            boots: h.boots,
+            faults: h.faults.clone(),
+        })
+    }
+
+    /// Every host, by name.
+    pub fn states(&self) -> Vec<HostState> {
+        let names: Vec<String> = self.inner.hosts.lock().keys().cloned().collect();
+        names.iter().filter_map(|n| self.state(n)).collect()
+    }
+
+    /// Replaces the faults and durations of `node`'s host.
+    pub fn set_faults(&self, node: &str, faults: HostFaults) -> Result<(), HostError> {
+        if let Some(failure) = &faults.stage_failure
+            && !(400..600).contains(&failure.status)
+        {
+            return Err(HostError::BadFaultStatus(failure.status));
+        }
+        let mut hosts = self.inner.hosts.lock();
+        let host = hosts.get_mut(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;
+        host.faults = faults;
+        Ok(())
+    }
+
+    /// Sets the components hash `node`'s host reports.
+    pub fn set_components_hash(&self, node: &str, hash: Option<String>) -> Result<(), HostError> {
+        let mut hosts = self.inner.hosts.lock();
+        let host = hosts.get_mut(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;
+        host.facts.components_hash = hash;
+        Ok(())
+    }
+
+    /// Stages `image` on `node`'s host: waits for the stage duration, then records it (see the module docs).
+    pub async fn stage(&self, node: &str, image: &str) -> Result<(), HostError> {
+        check_image(image)?;
+        let (duration, boots) = {
+            let hosts = self.inner.hosts.lock();
+            let host = hosts.get(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;
+            if host.power != Power::Up {
+                return Err(HostError::NotRunning(node.to_owned()));
+            }
+            if let Some(failure) = &host.faults.stage_failure {
+                return Err(HostError::StageFailed { status: failure.status, message: failure.message.clone() });
+            }
+            (host.faults.stage_seconds.unwrap_or(self.inner.stage), host.boots)
+        };
+        tokio::select! {
+            () = tokio::time::sleep(duration) => {}
+            () = self.inner.shutdown.cancelled() => return Err(HostError::NotRunning(node.to_owned())),
+        }
+        {
+            let mut hosts = self.inner.hosts.lock();
+            let host = hosts.get_mut(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;
+            if host.power != Power::Up || host.boots != boots {
+                return Err(HostError::NotRunning(node.to_owned()));
+            }
+            host.facts.staged_image = Some(image.to_owned());
+        }
+        self.notify(node);
+        Ok(())
+    }
+
+    /// Reboots `node`'s host (see the module docs). Asking a host that is already rebooting is a no-op.
+    pub fn reboot(&self, node: &str) -> Result<(), HostError> {
+        let (duration, boots) = {
+            let mut hosts = self.inner.hosts.lock();
+            let host = hosts.get_mut(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;
+            match host.power {
+                Power::Rebooting => return Ok(()),
+                Power::Down => return Err(HostError::NotRunning(node.to_owned())),
+                Power::Up => {}
+            }
+            if host.faults.reboot_never_returns {
+                host.power = Power::Down;
+                (None, host.boots)
+            } else {
+                host.power = Power::Rebooting;
+                (Some(host.faults.reboot_seconds.unwrap_or(self.inner.reboot)), host.boots)
+            }
+        };
+        self.notify(node);
+        if let Some(duration) = duration {
+            let hosts = self.clone();
+            let node = node.to_owned();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(duration) => hosts.boot(&node, boots),
+                    () = hosts.inner.shutdown.cancelled() => {}
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// Brings a host that is down (or rebooting) up at once, with a new boot.
+    pub fn power_on(&self, node: &str) -> Result<(), HostError> {
+        let boots = {
+            let hosts = self.inner.hosts.lock();
+            let host = hosts.get(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;
+            if host.power == Power::Up {
+                return Ok(());
+            }
+            host.boots
+        };
+        self.boot(node, boots);
+        Ok(())
+    }
+
+    /// Ends the reboot that began in boot number `boots`: a new boot ID, the staged image.
+    fn boot(&self, node: &str, boots: u64) {
+        {
+            let mut hosts = self.inner.hosts.lock();
+            let Some(host) = hosts.get_mut(node) else { return };
+            if host.boots != boots || host.power == Power::Up {
+                return;
+            }
+            host.power = Power::Up;
+            host.boots += 1;
+            host.facts.boot_id = new_uid();
+            if let Some(staged) = host.facts.staged_image.take() {
+                host.facts.os_image = staged;
+            }
+        }
+        self.notify(node);
+    }
+
+    /// The HTTP routes (`/_dev/hosts/...`) to mount on the API server.
+    pub fn routes(&self) -> Arc<HostRoutes> {
+        Arc::new(HostRoutes::new(self.clone()))
+    }
+
+    /// Ends every pending stage and reboot timer.
+    pub fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts() -> Hosts {
+        let timing = Timing { stage: Duration::from_secs(5), reboot: Duration::from_secs(30), ..Timing::fast() };
+        let hosts = Hosts::new("v1", &timing);
+        hosts.add("n1", "v1").unwrap();
+        hosts
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reboot_boots_the_staged_image_with_a_new_boot_id() {
+        let hosts = hosts();
+        let before = hosts.facts("n1").unwrap();
+        hosts.stage("n1", "v2").await.unwrap();
+        assert_eq!(hosts.facts("n1").unwrap().staged_image.as_deref(), Some("v2"));
+        hosts.reboot("n1").unwrap();
+        assert_eq!(hosts.state("n1").unwrap().power, Power::Rebooting);
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        let after = hosts.state("n1").unwrap();
+        assert_eq!(after.power, Power::Up);
+        assert_eq!(after.facts.os_image, "v2");
+        assert_eq!(after.facts.staged_image, None);
+        assert_ne!(after.facts.boot_id, before.boot_id);
+        assert_eq!(after.boots, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn faults_fail_stages_and_keep_hosts_down() {
+        let hosts = hosts();
+        let failure = StageFailure { status: 500, message: "disk full".into() };
+        hosts.set_faults("n1", HostFaults { stage_failure: Some(failure), ..Default::default() }).unwrap();
+        let error = hosts.stage("n1", "v2").await.unwrap_err();
+        assert_eq!((error.status(), error.to_string()), (500, "disk full".to_owned()));
+        hosts.set_faults("n1", HostFaults { reboot_never_returns: true, ..Default::default() }).unwrap();
+        hosts.reboot("n1").unwrap();
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(hosts.state("n1").unwrap().power, Power::Down);
+        assert_eq!(hosts.stage("n1", "v2").await.unwrap_err().status(), 503);
+        hosts.power_on("n1").unwrap();
+        assert_eq!(hosts.state("n1").unwrap().power, Power::Up);
+        assert!(
+            hosts
+                .set_faults(
+                    "n1",
+                    HostFaults {
+                        stage_failure: Some(StageFailure { status: 200, message: String::new() }),
+                        ..Default::default()
+                    }
+                )
+                .is_err()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stage_interrupted_by_a_reboot_fails() {
+        let hosts = hosts();
+        let staging = {
+            let hosts = hosts.clone();
+            tokio::spawn(async move { hosts.stage("n1", "v2").await })
+        };
+        tokio::task::yield_now().await;
+        hosts.reboot("n1").unwrap();
+        assert_eq!(staging.await.unwrap().unwrap_err().status(), 503);
+        assert_eq!(hosts.facts("n1").unwrap().staged_image, None);
+    }
+
+    #[test]
+    fn bad_images_and_unknown_hosts_are_errors() {
+        let hosts = hosts();
+        assert!(matches!(hosts.add("n2", " v1"), Err(HostError::InvalidImage { .. })));
+        assert_eq!(hosts.reboot("nope").unwrap_err().status(), 404);
+        assert_eq!(hosts.ensure("n3").facts.os_image, "v1");
+    }
+}

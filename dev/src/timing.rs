@@ -1,0 +1,60 @@
+//! How fast the simulated cluster moves: pod startup and termination, host staging and reboots, kubelet
+//! heartbeats, and the disruption controller's lag.
+
+use std::time::Duration;
+
+/// Durations of the simulated cluster. `Timing::default()` is [`Timing::fast`], for tests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timing {
+    /// From a pod bound to a Ready node (or its node coming back from a reboot) to the pod Running and Ready.
+    pub pod_startup: Duration,
+    /// Upper bound of a pod's termination: a deleted pod is removed after `min(grace period, this)`.
+    pub pod_termination_cap: Duration,
+    /// How long a host takes to stage an image (per-host overrides in [`crate::hosts::HostFaults`]).
+    pub stage: Duration,
+    /// How long a host is down in a reboot (per-host overrides in [`crate::hosts::HostFaults`]).
+    pub reboot: Duration,
+    /// Interval of the kubelets' node status heartbeats (the Ready condition's `lastHeartbeatTime`, through
+    /// `/status`); `None` writes node status only when it changes.
+    pub node_heartbeat: Option<Duration>,
+    /// Interval of the node Lease renewals in `kube-node-lease`; `None` creates no Leases.
+    pub lease_renew: Option<Duration>,
+    /// How long the disruption controller lets pod and PDB changes gather before it recomputes a PDB.
+    pub disruption_lag: Duration,
+}
+
+impl Timing {
+    /// Everything quick, for tests: pods start in 100 ms, terminate within 500 ms, a stage takes 200 ms and a
+    /// reboot 1 s.
+    pub fn fast() -> Self {
+        Timing {
+            pod_startup: Duration::from_millis(100),
+            pod_termination_cap: Duration::from_millis(500),
+            stage: Duration::from_millis(200),
+            reboot: Duration::from_secs(1),
+            node_heartbeat: Some(Duration::from_secs(10)),
+            lease_renew: Some(Duration::from_secs(10)),
+            disruption_lag: Duration::ZERO,
+        }
+    }
+
+    /// Closer to a real cluster, for demos: pods start in 2 s and use their whole grace period (up to 30 s), a
+    /// stage takes 20 s and a reboot 45 s; node status every minute and leases every 10 s, as kubelets do.
+    pub fn realistic() -> Self {
+        Timing {
+            pod_startup: Duration::from_secs(2),
+            pod_termination_cap: Duration::from_secs(30),
+            stage: Duration::from_secs(20),
+            reboot: Duration::from_secs(45),
+            node_heartbeat: Some(Duration::from_secs(60)),
+            lease_renew: Some(Duration::from_secs(10)),
+            disruption_lag: Duration::ZERO,
+        }
+    }
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing::fast()
+    }
+}
