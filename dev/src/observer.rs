@@ -56,6 +56,9 @@ pub struct Observed {
     pub events: u64,
     pods: HashMap<(String, String), Pod>,
     pdbs: HashMap<(String, String), PodDisruptionBudget>,
+    /// The initial lists of pods and PDBs are complete; before that, counts are partial.
+    pods_synced: bool,
+    pdbs_synced: bool,
 }
 
 /// A running observer.
@@ -128,6 +131,9 @@ async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: 
                 o.check_nodes(&limits);
             }
             Seen::Pod(e) => {
+                if matches!(*e, Event::InitDone) {
+                    o.pods_synced = true;
+                }
                 for (pod, deleted) in changes(*e) {
                     let key = (pod.namespace().unwrap_or_default(), pod.name_any());
                     if deleted {
@@ -136,11 +142,14 @@ async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: 
                         o.pods.insert(key, pod);
                     }
                 }
-                if limits.check_pdbs {
+                if limits.check_pdbs && o.pods_synced && o.pdbs_synced {
                     o.check_pdbs();
                 }
             }
             Seen::Pdb(e) => {
+                if matches!(*e, Event::InitDone) {
+                    o.pdbs_synced = true;
+                }
                 for (pdb, deleted) in changes(*e) {
                     let key = (pdb.namespace().unwrap_or_default(), pdb.name_any());
                     if deleted {
@@ -202,14 +211,11 @@ impl Observed {
         let count = disrupted.len();
         if count > limits.max_disrupted {
             let names: Vec<String> = disrupted.iter().map(|s| s.to_string()).collect();
-            self.violations.push(format!(
-                "{count} nodes disrupted at once (max {}): {}",
-                limits.max_disrupted,
-                names.join(", ")
-            ));
+            let v = format!("{count} nodes disrupted at once (max {}): {}", limits.max_disrupted, names.join(", "));
+            self.violation(v);
         }
         if control_plane > 1 {
-            self.violations.push(format!("{control_plane} control-plane nodes disrupted at once"));
+            self.violation(format!("{control_plane} control-plane nodes disrupted at once"));
         }
         self.max_disrupted_seen = self.max_disrupted_seen.max(count);
         self.max_control_plane_disrupted_seen = self.max_control_plane_disrupted_seen.max(control_plane);
@@ -231,7 +237,16 @@ impl Observed {
                 found.push(format!("PDB {namespace}/{}: {healthy} healthy pods, needs {desired}", pdb.name_any()));
             }
         }
-        self.violations.extend(found);
+        for v in found {
+            self.violation(v);
+        }
+    }
+
+    /// Records a violation once, however many events show it.
+    fn violation(&mut self, v: String) {
+        if !self.violations.contains(&v) {
+            self.violations.push(v);
+        }
     }
 }
 

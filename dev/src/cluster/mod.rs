@@ -16,6 +16,8 @@
 //! - Nodes are `control-plane-<i>` (label `node-role.kubernetes.io/control-plane: ""`, taint
 //!   `node-role.kubernetes.io/control-plane:NoSchedule`) and `worker-<i>`; every node is labelled
 //!   `update.edgeless.systems/managed: "true"` and runs the configured image on its host.
+//! - update-operator's CRDs and its namespace `update-operator` exist, as `deploy/update-operator.yaml`
+//!   creates them.
 //! - `start` returns once every node is Ready and every sample pod is Running and Ready, or fails with
 //!   [`ClusterError::NotReady`] after `ready_timeout`.
 
@@ -39,6 +41,8 @@ pub use workloads::{PdbStyle, SampleWorkloads};
 
 /// The label that opts a node into update-operator.
 pub const MANAGED_LABEL: &str = "update.edgeless.systems/managed";
+/// The namespace of update-operator's controller (and its leader-election Lease).
+pub const OPERATOR_NAMESPACE: &str = "update-operator";
 /// The label and taint key of control-plane nodes.
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 
@@ -167,6 +171,13 @@ impl Cluster {
                 store.api::<CustomResourceDefinition>().create(None, &crd, &PostParams::default()),
             )?;
         }
+        // The namespace deploy/update-operator.yaml creates: the controller's Lease lives there.
+        let operator_namespace: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": OPERATOR_NAMESPACE}})).unwrap_or_default();
+        created(
+            format!("namespace {OPERATOR_NAMESPACE}"),
+            store.api::<Namespace>().create(None, &operator_namespace, &PostParams::default()),
+        )?;
         let control_planes: Vec<String> = (0..config.control_planes).map(|i| format!("control-plane-{i}")).collect();
         let workers: Vec<String> = (0..config.nodes - config.control_planes).map(|i| format!("worker-{i}")).collect();
         let controllers = RunningControllers::start(&server.store(), &hosts, &config.timing, &config.kubelet_version);

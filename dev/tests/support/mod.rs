@@ -134,3 +134,44 @@ pub fn rolled_out(store: &Store, total: i32) -> Option<shared::crd::NodeVersionS
     let status = version.status?;
     (status.counts.up_to_date == total && status.in_flight.is_empty()).then_some(status)
 }
+
+/// The cluster the end-to-end tests run on: 3 control-plane and 10 worker nodes with the
+/// sample Deployments and StatefulSets under PDBs (and a DaemonSet), fast timing.
+pub async fn full_cluster() -> dev::cluster::Cluster {
+    full_cluster_with(|_| {}).await
+}
+
+/// `full_cluster` with adjustments.
+pub async fn full_cluster_with(adjust: impl FnOnce(&mut dev::cluster::ClusterConfig)) -> dev::cluster::Cluster {
+    let mut config = dev::cluster::ClusterConfig { nodes: 13, control_planes: 3, ..Default::default() };
+    adjust(&mut config);
+    dev::cluster::Cluster::start(config).await.unwrap()
+}
+
+/// Every node's name.
+pub fn node_names(store: &Store) -> Vec<String> {
+    use kube::ResourceExt;
+    store.api::<Node>().list(None, &Default::default()).unwrap().items.iter().map(|n| n.name_any()).collect()
+}
+
+/// One real agent per node, on the cluster's simulated hosts.
+pub fn start_agents(cluster: &dev::cluster::Cluster) -> Vec<dev::harness::Component> {
+    node_names(&cluster.store()).iter().map(|n| dev::harness::agent(cluster.url(), n)).collect()
+}
+
+/// Node writes by the controller and by the agents so far.
+pub fn node_writes(metrics: &dev::apiserver::Metrics) -> (u64, u64) {
+    let writes = metrics.writes_by_user_agent("nodes");
+    let by = |mode: &str| {
+        writes.iter().filter(|(ua, _)| ua.starts_with(&format!("update-operator/{mode}"))).map(|(_, n)| *n).sum::<u64>()
+    };
+    (by("controller"), by("agent"))
+}
+
+/// Stops every component gracefully.
+pub async fn stop_all(components: Vec<dev::harness::Component>) {
+    for c in components {
+        let name = c.name().to_owned();
+        c.stop(Duration::from_secs(15)).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
