@@ -575,3 +575,77 @@ async fn a14_a_slow_consumer_is_closed_without_an_error_and_kube_rs_recovers() {
     .await;
     drain.abort();
 }
+
+#[tokio::test]
+async fn a_list_at_a_future_resource_version_times_out_with_504() {
+    let server = server_with(|c| c.future_rv_wait = Duration::from_millis(200)).await;
+    let client = server.client_with(|c| c.default_retry = false);
+    let api = config_maps(&client, "future", &["a"]).await;
+    let now: u64 = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap().parse().unwrap();
+    let response = raw(
+        &client,
+        "GET",
+        &format!("/api/v1/namespaces/future/configmaps?resourceVersion={}", now + 100),
+        None,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(response.status, 504);
+    let status = response.json();
+    assert_eq!(status["reason"], "Timeout");
+    assert_eq!(status["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+    assert_eq!(response.headers.get("retry-after").map(|v| v.to_str().unwrap()), Some("1"));
+    let exact = raw(
+        &client,
+        "GET",
+        &format!("/api/v1/namespaces/future/configmaps?resourceVersion={now}&resourceVersionMatch=Exact"),
+        None,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(exact.status, 200);
+    let unmatched = raw(
+        &client,
+        "GET",
+        "/api/v1/namespaces/future/configmaps?resourceVersionMatch=NotOlderThan",
+        None,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(unmatched.status, 422);
+}
+
+#[tokio::test]
+async fn a_bookmark_precedes_the_watch_deadline() {
+    let server = server_with(|c| c.bookmark_interval = Duration::from_secs(600)).await;
+    let client = server.client();
+    let api = config_maps(&client, "deadline", &[]).await;
+    let rv = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut watch = RawWatch::open(&client, &format!("/api/v1/namespaces/deadline/configmaps?watch=true&allowWatchBookmarks=true&timeoutSeconds=4&resourceVersion={rv}")).await;
+    let bookmark = watch.next().await.expect("a bookmark before the end");
+    assert_eq!(bookmark["type"], "BOOKMARK");
+    assert!(watch.next().await.is_none(), "then the stream ends at the deadline");
+    let mut silent = RawWatch::open(
+        &client,
+        &format!("/api/v1/namespaces/deadline/configmaps?watch=true&timeoutSeconds=3&resourceVersion={rv}"),
+    )
+    .await;
+    assert!(silent.next().await.is_none(), "no bookmark without allowWatchBookmarks");
+}
+
+#[tokio::test]
+async fn a_watch_without_a_resource_version_starts_with_the_current_objects() {
+    let server = server().await;
+    let client = server.client();
+    let api = config_maps(&client, "unset", &["a", "b"]).await;
+    let mut watch = RawWatch::open(&client, "/api/v1/namespaces/unset/configmaps?watch=true").await;
+    let mut added = vec![];
+    for _ in 0..2 {
+        let event = watch.next().await.unwrap();
+        assert_eq!(event["type"], "ADDED");
+        added.push(event["object"]["metadata"]["name"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(added, vec!["a", "b"]);
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    assert_eq!(watch.next().await.unwrap()["type"], "DELETED");
+}
