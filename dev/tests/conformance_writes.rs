@@ -617,3 +617,24 @@ async fn delete_preconditions_conflict_and_deletecollection_follows_selectors() 
         api.list(&Default::default()).await.unwrap().items.into_iter().map(|c| c.metadata.name.unwrap()).collect();
     assert_eq!(left, vec!["d"]);
 }
+
+#[tokio::test]
+async fn yaml_bodies_are_accepted_and_other_media_types_refused() {
+    let server = server().await;
+    let client = server.client();
+    let request = http::Request::post("/api/v1/namespaces/default/configmaps")
+        .header("content-type", "application/yaml")
+        .body(b"metadata:\n  name: from-yaml\ndata:\n  k: v\n".to_vec())
+        .unwrap();
+    let created: ConfigMap = client.request(request).await.unwrap();
+    assert_eq!(created.data.unwrap()["k"], "v");
+    let refused = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some("application/vnd.kubernetes.protobuf"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(refused.status, 415);
+}

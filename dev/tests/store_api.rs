@@ -151,3 +151,33 @@ async fn dynamic_calls_and_paginated_lists_work_in_process() {
     drop(watch);
     assert_eq!(server.watcher_count(), 0, "a dropped watch unregisters");
 }
+
+#[tokio::test]
+async fn per_node_lists_follow_binding_moves_and_deletions() {
+    let server = server().await;
+    let store = server.store();
+    let pods = store.api::<Pod>();
+    for (name, node) in [("a", Some("n1")), ("b", Some("n2")), ("c", None), ("d", None)] {
+        pods.create(Some("default"), &pod(name, json!({}), node), &PostParams::default()).unwrap();
+    }
+    store.bind("default", "c", "n1").unwrap();
+    pods.delete(Some("default"), "a", &DeleteParams::default().grace_period(0)).unwrap();
+    let on = |selector: &str| -> Vec<String> {
+        let mut names: Vec<String> = pods
+            .list(None, &ListParams::default().fields(selector))
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|p| p.metadata.name.unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(on("spec.nodeName=n1"), vec!["c"]);
+    assert_eq!(on("spec.nodeName=n2"), vec!["b"]);
+    assert_eq!(on("spec.nodeName="), vec!["d"]);
+    assert_eq!(on("spec.nodeName=n1,metadata.name=b"), Vec::<String>::new());
+    assert_eq!(on("spec.nodeName!=n2"), vec!["c", "d"], "the scan agrees with the index");
+    let page = pods.list(None, &ListParams::default().fields("spec.nodeName=").limit(1)).unwrap();
+    assert_eq!(page.items.len(), 1);
+}

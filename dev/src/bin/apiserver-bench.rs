@@ -201,6 +201,16 @@ async fn main() -> anyhow::Result<()> {
     let (rss_loaded, _) = memory_mib();
     let pod_count = args.nodes * args.pods_per_node;
 
+    // What a per-node agent's first list costs: pods?fieldSelector=spec.nodeName=<node>, in process.
+    let mut node_list_ms = Vec::new();
+    for n in (0..args.nodes).step_by((args.nodes / 1000).max(1)) {
+        let params = ListParams::default().fields(&format!("spec.nodeName=node-{n:05}"));
+        let started = Instant::now();
+        let page = store.list(&Gvr::new("", "v1", "pods"), None, &params)?;
+        node_list_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+        anyhow::ensure!(page.items.len() == args.pods_per_node, "node-{n:05} lists {} pods", page.items.len());
+    }
+
     // Per-node watchers, in process (what 5000 agents watching their node's pods cost the server).
     let node_events = Arc::new(AtomicU64::new(0));
     let pods_gvr = Gvr::new("", "v1", "pods");
@@ -346,7 +356,8 @@ async fn main() -> anyhow::Result<()> {
         "list": {
             "clients": args.clients, "rounds_per_client": args.rounds, "page_size": args.page_size, "items_per_list": items,
             "page_latency_ms": percentiles(page_ms), "full_list_ms": percentiles(list_ms),
-            "server_only_full_list_ms": percentiles(raw_list_ms)
+            "server_only_full_list_ms": percentiles(raw_list_ms),
+            "in_process_node_list_ms": percentiles(node_list_ms)
         },
         "watch": {
             "writes": args.writes, "write_seconds": round(write_seconds), "client_watchers": args.clients,
