@@ -43,7 +43,7 @@ impl Core {
             for rt in &kinds {
                 let keys = keys_in_namespace(&state, rt, namespace);
                 for key in keys {
-                    let deleting = state.get(rt, &key).is_some_and(|o| is_deleting(&o.value()));
+                    let deleting = state.get(rt, &key).is_some_and(|o| o.index.deleting);
                     if !deleting {
                         let _ = self.delete_locked(&mut state, rt, &key, &DeleteOptions::default(), &ctx);
                     }
@@ -76,9 +76,8 @@ impl Core {
         let deleting: Vec<String> = state
             .objects(&crds)
             .values()
-            .map(|crd| crd.value())
-            .filter(|crd| is_deleting(crd) && finalizers(crd).iter().any(|f| f == CLEANUP_FINALIZER))
-            .map(|crd| crate::apiserver::object::name_of(&crd).to_owned())
+            .filter(|crd| crd.index.deleting && finalizers(&crd.value()).iter().any(|f| f == CLEANUP_FINALIZER))
+            .map(|crd| crd.index.name.to_string())
             .collect();
         for crd_name in &deleting {
             let kinds = self.unique_types(|t| t.custom().is_some_and(|c| c.crd_name == *crd_name));
@@ -86,7 +85,7 @@ impl Core {
             for rt in &kinds {
                 let keys: Vec<ObjectKey> = state.objects(rt).keys().cloned().collect();
                 for key in keys {
-                    let deleting = state.get(rt, &key).is_some_and(|o| is_deleting(&o.value()));
+                    let deleting = state.get(rt, &key).is_some_and(|o| o.index.deleting);
                     if !deleting {
                         let _ = self.delete_locked(&mut state, rt, &key, &DeleteOptions::default(), &ctx);
                     }
