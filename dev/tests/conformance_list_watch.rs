@@ -359,8 +359,8 @@ async fn a08_a_filtered_watcher_gets_bookmarks_past_unrelated_writes() {
     for i in 0..3 {
         api.create(&PostParams::default(), &config_map(&format!("other-{i}"), json!({}), json!({}))).await.unwrap();
     }
-    // Bookmarks go out every second; two of them put the watcher past the writes.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Bookmarks go out every second; a few of them put the watcher past the writes.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
     let faults = server.faults();
     faults.compact();
     faults.close_all_watches();
@@ -542,11 +542,13 @@ async fn a14_a_slow_consumer_is_closed_without_an_error_and_kube_rs_recovers() {
     let server = server_with(|c| c.watch_buffer = 5).await;
     let client = server.client();
     let api = config_maps(&client, "a14", &[]).await;
+    let api_for_driver = api.clone();
     let rv = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
     let mut watch =
         RawWatch::open(&client, &format!("/api/v1/namespaces/a14/configmaps?watch=true&resourceVersion={rv}")).await;
-    let big = json!({"blob": "x".repeat(200_000)});
-    for i in 0..80 {
+    // 60 events of 800 kB are more than the socket buffers and the client hold: the server has to stop writing.
+    let big = json!({"blob": "x".repeat(800_000)});
+    for i in 0..60 {
         api.create(&PostParams::default(), &config_map(&format!("c{i}"), json!({}), big.clone())).await.unwrap();
     }
     let mut received = 0;
@@ -554,24 +556,116 @@ async fn a14_a_slow_consumer_is_closed_without_an_error_and_kube_rs_recovers() {
         assert_ne!(line["type"], "ERROR", "a slow consumer gets no ERROR");
         received += 1;
     }
-    assert!(received < 80, "the watch was cut off ({received} events)");
+    assert!(received < 60, "the watch was cut off ({received} events)");
 
-    // A reflector that stalls falls behind the same way and still converges.
+    // A reflector whose consumer stalls falls behind the same way and still converges. The stream is driven
+    // through a channel of one item: while the test reads nothing, the reflector reads nothing either.
     let (reader, writer) = kube::runtime::reflector::store();
-    let stream = kube::runtime::reflector(writer, watcher(api.clone(), watcher::Config::default())).boxed();
-    let mut stream = stream;
-    within("the first list", async {
-        while !matches!(stream.try_next().await.unwrap(), Some(watcher::Event::InitDone)) {}
+    let (items, mut consumed) = tokio::sync::mpsc::channel(1);
+    let driver = tokio::spawn(async move {
+        let mut stream = kube::runtime::reflector(writer, watcher(api_for_driver, watcher::Config::default())).boxed();
+        while let Some(item) = stream.next().await {
+            if items.send(item.map(|_| ()).map_err(|e| e.to_string())).await.is_err() {
+                return;
+            }
+        }
+    });
+    within("the first list", async { while consumed.recv().await.unwrap().is_ok() && reader.state().len() < 60 {} })
+        .await;
+    let metrics_handle = server.metrics();
+    eventually("the reflector's watch is open", || {
+        let metrics = metrics_handle.clone();
+        async move { metrics.count(|k| k.verb == dev::apiserver::Verb::Watch) >= 2 }
     })
     .await;
-    for i in 80..140 {
+    for i in 60..100 {
         api.create(&PostParams::default(), &config_map(&format!("c{i}"), json!({}), big.clone())).await.unwrap();
     }
-    let drain = tokio::spawn(async move { while stream.next().await.is_some() {} });
-    eventually("the reflector holds all 140 objects", || {
+    let drain = tokio::spawn(async move { while consumed.recv().await.is_some() {} });
+    eventually("the reflector holds all 100 objects", || {
         let reader = reader.clone();
-        async move { reader.state().len() == 140 }
+        async move { reader.state().len() == 100 }
     })
     .await;
     drain.abort();
+    driver.abort();
+    let metrics = raw(&client, "GET", "/_dev/metrics", None, Value::Null).await.json();
+    assert!(
+        metrics["slowWatchersClosed"].as_u64().unwrap() >= 2,
+        "both the raw watch and the reflector's fell behind: {metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_list_at_a_future_resource_version_times_out_with_504() {
+    let server = server_with(|c| c.future_rv_wait = Duration::from_millis(200)).await;
+    let client = server.client_with(|c| c.default_retry = false);
+    let api = config_maps(&client, "future", &["a"]).await;
+    let now: u64 = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap().parse().unwrap();
+    let response = raw(
+        &client,
+        "GET",
+        &format!("/api/v1/namespaces/future/configmaps?resourceVersion={}", now + 100),
+        None,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(response.status, 504);
+    let status = response.json();
+    assert_eq!(status["reason"], "Timeout");
+    assert_eq!(status["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+    assert_eq!(response.headers.get("retry-after").map(|v| v.to_str().unwrap()), Some("1"));
+    let exact = raw(
+        &client,
+        "GET",
+        &format!("/api/v1/namespaces/future/configmaps?resourceVersion={now}&resourceVersionMatch=Exact"),
+        None,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(exact.status, 200);
+    let unmatched = raw(
+        &client,
+        "GET",
+        "/api/v1/namespaces/future/configmaps?resourceVersionMatch=NotOlderThan",
+        None,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(unmatched.status, 422);
+}
+
+#[tokio::test]
+async fn a_bookmark_precedes_the_watch_deadline() {
+    let server = server_with(|c| c.bookmark_interval = Duration::from_secs(600)).await;
+    let client = server.client();
+    let api = config_maps(&client, "deadline", &[]).await;
+    let rv = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut watch = RawWatch::open(&client, &format!("/api/v1/namespaces/deadline/configmaps?watch=true&allowWatchBookmarks=true&timeoutSeconds=4&resourceVersion={rv}")).await;
+    let bookmark = watch.next().await.expect("a bookmark before the end");
+    assert_eq!(bookmark["type"], "BOOKMARK");
+    assert!(watch.next().await.is_none(), "then the stream ends at the deadline");
+    let mut silent = RawWatch::open(
+        &client,
+        &format!("/api/v1/namespaces/deadline/configmaps?watch=true&timeoutSeconds=3&resourceVersion={rv}"),
+    )
+    .await;
+    assert!(silent.next().await.is_none(), "no bookmark without allowWatchBookmarks");
+}
+
+#[tokio::test]
+async fn a_watch_without_a_resource_version_starts_with_the_current_objects() {
+    let server = server().await;
+    let client = server.client();
+    let api = config_maps(&client, "unset", &["a", "b"]).await;
+    let mut watch = RawWatch::open(&client, "/api/v1/namespaces/unset/configmaps?watch=true").await;
+    let mut added = vec![];
+    for _ in 0..2 {
+        let event = watch.next().await.unwrap();
+        assert_eq!(event["type"], "ADDED");
+        added.push(event["object"]["metadata"]["name"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(added, vec!["a", "b"]);
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    assert_eq!(watch.next().await.unwrap()["type"], "DELETED");
 }

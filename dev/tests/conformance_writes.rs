@@ -550,3 +550,91 @@ async fn b27_every_error_is_a_status_the_kube_rs_helpers_recognise() {
         assert!(status["reason"].as_str().is_some_and(|r| !r.is_empty()), "{uri}");
     }
 }
+
+#[tokio::test]
+async fn delete_preconditions_conflict_and_deletecollection_follows_selectors() {
+    let server = server().await;
+    let client = server.client();
+    namespace(&client, "del").await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "del");
+    let created =
+        api.create(&PostParams::default(), &config_map("a", json!({"group": "one"}), json!({}))).await.unwrap();
+    let wrong_uid = raw(
+        &client,
+        "DELETE",
+        "/api/v1/namespaces/del/configmaps/a",
+        Some("application/json"),
+        json!({"preconditions": {"uid": "not-the-uid"}}),
+    )
+    .await;
+    assert_eq!(wrong_uid.status, 409);
+    assert!(
+        wrong_uid.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("the UID in the precondition (not-the-uid) does not match the UID in record")
+    );
+    let wrong_rv = raw(
+        &client,
+        "DELETE",
+        "/api/v1/namespaces/del/configmaps/a",
+        Some("application/json"),
+        json!({"preconditions": {"resourceVersion": "1"}}),
+    )
+    .await;
+    assert_eq!(wrong_rv.status, 409);
+    let uid = created.metadata.uid.unwrap();
+    let rv = created.metadata.resource_version.unwrap();
+    let right = raw(
+        &client,
+        "DELETE",
+        "/api/v1/namespaces/del/configmaps/a",
+        Some("application/json"),
+        json!({"preconditions": {"uid": uid, "resourceVersion": rv}}),
+    )
+    .await;
+    assert_eq!(right.status, 200);
+    let missing = raw(
+        &client,
+        "PATCH",
+        "/api/v1/namespaces/del/configmaps/a",
+        Some("application/merge-patch+json"),
+        json!({"data": {}}),
+    )
+    .await;
+    assert_eq!(missing.status, 404, "patching a missing object is 404");
+
+    for (name, group) in [("b", "one"), ("c", "one"), ("d", "two")] {
+        api.create(&PostParams::default(), &config_map(name, json!({"group": group}), json!({}))).await.unwrap();
+    }
+    let deleted = api
+        .delete_collection(&DeleteParams::default(), &kube::api::ListParams::default().labels("group=one"))
+        .await
+        .unwrap();
+    let names: Vec<String> = deleted.left().unwrap().items.into_iter().map(|c| c.metadata.name.unwrap()).collect();
+    assert_eq!(names, vec!["b", "c"]);
+    let left: Vec<String> =
+        api.list(&Default::default()).await.unwrap().items.into_iter().map(|c| c.metadata.name.unwrap()).collect();
+    assert_eq!(left, vec!["d"]);
+}
+
+#[tokio::test]
+async fn yaml_bodies_are_accepted_and_other_media_types_refused() {
+    let server = server().await;
+    let client = server.client();
+    let request = http::Request::post("/api/v1/namespaces/default/configmaps")
+        .header("content-type", "application/yaml")
+        .body(b"metadata:\n  name: from-yaml\ndata:\n  k: v\n".to_vec())
+        .unwrap();
+    let created: ConfigMap = client.request(request).await.unwrap();
+    assert_eq!(created.data.unwrap()["k"], "v");
+    let refused = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some("application/vnd.kubernetes.protobuf"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(refused.status, 415);
+}

@@ -25,16 +25,38 @@
 //! [`ApiServer::store`] returns a cloneable [`Store`]. Every call goes through the same operations as an HTTP
 //! request: the same global resourceVersion, watch events and history, validation, defaulting, status-subresource
 //! rules, finalizer and graceful-deletion logic, eviction algorithm, and request metrics. Calls are synchronous
-//! (they only take the store lock), except that watches are streams.
-//! - `store.with_identity("dev/disruption-controller")` attributes writes to a controller: the identity is the
-//!   User-Agent in [`Metrics`].
-//! - Dynamic: `get`, `list` (kube's `ListParams`), `create`/`update`/`update_status` (kube's `PostParams`),
-//!   `patch`/`patch_status` ([`Patch`] + kube's `PatchParams`), `delete` (kube's `DeleteParams`, returns
-//!   [`DeleteOutcome`]), `evict` (the DeleteParams are honoured as policy/v1 `deleteOptions`), `bind`, and
-//!   `watch` (kube's `WatchParams` + a resourceVersion, a stream of [`WatchEvent`]), all addressed by [`Gvr`].
-//! - Typed: `store.api::<Pod>()` gives a [`TypedStore`] with the same calls on kube-rs types.
-//! - Built-in controllers consult `store.controller_gate(name)` (a [`ControllerGate`]) before each unit of
-//!   work; tests pause and resume them through [`Faults::pause_controller`].
+//! (they only take the store lock, never for long), except that watches are streams.
+//!
+//! ```text
+//! Store::with_identity(&self, identity: &str) -> Store            // writer identity = User-Agent in Metrics
+//! Store::resource_version(&self) -> u64
+//! Store::resource(&self, gvr: &Gvr) -> Result<Arc<ResourceType>, ApiError>
+//! Store::get(&self, gvr, namespace: Option<&str>, name) -> Result<Value, ApiError>
+//! Store::list(&self, gvr, namespace, &kube::api::ListParams) -> Result<ObjectList<Value>, ApiError>
+//! Store::create(&self, gvr, namespace, object: Value, &PostParams) -> Result<Value, ApiError>
+//! Store::update / update_status(&self, gvr, namespace, name, object: Value, &PostParams) -> Result<Value, ApiError>
+//! Store::patch / patch_status(&self, gvr, namespace, name, &Patch, &PatchParams) -> Result<Value, ApiError>
+//! Store::delete(&self, gvr, namespace, name, &DeleteParams) -> Result<DeleteOutcome<Value>, ApiError>
+//! Store::evict(&self, namespace, name, &DeleteParams) -> Result<(), ApiError>   // options honoured (policy/v1)
+//! Store::bind(&self, namespace, name, node: &str) -> Result<(), ApiError>
+//! Store::watch(&self, gvr, namespace, &WatchParams, resource_version: &str)
+//!     -> Result<BoxStream<'static, WatchEvent<Value>>, ApiError>
+//! Store::api::<K>(&self) -> TypedStore<K>          // the same calls on kube-rs types: get, get_opt, list, create,
+//!                                                  // update, update_status, patch, patch_status, delete, watch
+//! Store::controller_gate(&self, name) -> ControllerGate   // is_paused(), wait_until_running().await
+//! ```
+//! - [`Gvr`] names a resource: `Gvr::of::<Pod>()`, `Gvr::new("apps", "v1", "deployments")`.
+//! - [`Patch`] is `Merge`, `Json`, `Strategic` or `Apply` with a JSON body.
+//! - Errors are [`ApiError`]: the HTTP code plus the `Status` upstream would send (`code`, `reason`, `message`,
+//!   `details`), e.g. 409 on a stale `resourceVersion`, 429 from an eviction blocked by a PDB.
+//! - Built-in controllers consult `store.controller_gate(name)` before each unit of work; tests pause and resume
+//!   them through [`Faults::pause_controller`] (or `POST /_dev/faults`). The server's own lifecycle loops are
+//!   registered as `namespace` and `crd-cleanup`.
+//!
+//! # Observing and disturbing
+//! - [`ApiServer::metrics`]: request counters by verb, group, resource, subresource and User-Agent.
+//! - [`ApiServer::faults`]: error responses (with or without `Retry-After`, count-limited or until removed),
+//!   latency, closing every watch, compaction (410 for resumed watches and continue tokens), controller pauses.
 //!
 //! # Guarantees
 //! See the module docs of [`state`] (resourceVersions, history), [`ops::read`] (pagination), [`ops::watch`]

@@ -45,6 +45,8 @@ pub struct ObjectIndex {
     pub name: Box<str>,
     /// `metadata.uid`.
     pub uid: Box<str>,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
     /// `k\0v\0k\0v...`.
     labels: Box<str>,
     /// The selectable field values, in the order of `ResourceType::selectable_fields`, `\0`-separated.
@@ -72,6 +74,7 @@ impl ObjectIndex {
             namespace: text("namespace").into(),
             name: text("name").into(),
             uid: text("uid").into(),
+            deleting: is_deleting(object),
             labels: labels.into(),
             fields: fields.join("\0").into(),
         }

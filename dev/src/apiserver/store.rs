@@ -357,7 +357,11 @@ impl Store {
         self.core.bind(namespace, name, &binding, &self.ctx(None, false))
     }
 
-    /// WATCH from `resource_version` ("" or "0": current objects first as ADDED).
+    /// WATCH from `resource_version` ("" or "0": current objects first as ADDED). As over HTTP, the stream ends
+    /// at its timeout (`params.timeout`, else `ApiServerConfig::default_watch_timeout`), when the watcher falls
+    /// behind its buffer, on `Faults::close_all_watches` and at shutdown; it yields `WatchEvent::Error` (410)
+    /// when the history no longer reaches `resource_version`. Re-watch from the last resourceVersion seen
+    /// (bookmarks included), or relist after a 410.
     pub fn watch(
         &self,
         gvr: &Gvr,

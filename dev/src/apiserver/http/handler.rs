@@ -108,14 +108,14 @@ impl RequestInfo {
     }
 
     fn json_body(&self) -> Result<Value, ApiError> {
-        if let Some(content_type) = &self.content_type {
-            let media = content_type.split(';').next().unwrap_or_default().trim();
-            if !matches!(media, "application/json" | "" | "*/*") && !media.ends_with("+json") {
-                return Err(ApiError::unsupported_media_type(&["application/json", "application/yaml"]));
-            }
-        }
-        serde_json::from_slice(&self.body)
-            .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}")))
+        let media = self.content_type.as_deref().and_then(|c| c.split(';').next()).unwrap_or_default().trim();
+        let decoded = match media {
+            "application/yaml" => yaml_serde::from_slice::<Value>(&self.body).map_err(|e| e.to_string()),
+            "" | "*/*" | "application/json" => serde_json::from_slice(&self.body).map_err(|e| e.to_string()),
+            media if media.ends_with("+json") => serde_json::from_slice(&self.body).map_err(|e| e.to_string()),
+            _ => return Err(ApiError::unsupported_media_type(&["application/json", "application/yaml"])),
+        };
+        decoded.map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}")))
     }
 }
 

@@ -39,19 +39,8 @@ impl Core {
             .map(|ns| ns.index.name.to_string())
             .collect();
         for namespace in &terminating {
-            let mut remaining = 0;
-            for rt in &kinds {
-                let keys = keys_in_namespace(&state, rt, namespace);
-                for key in keys {
-                    let deleting = state.get(rt, &key).is_some_and(|o| is_deleting(&o.value()));
-                    if !deleting {
-                        let _ = self.delete_locked(&mut state, rt, &key, &DeleteOptions::default(), &ctx);
-                    }
-                    if state.get(rt, &key).is_some() {
-                        remaining += 1;
-                    }
-                }
-            }
+            let remaining =
+                self.delete_all(&mut state, &kinds, |state, rt| keys_in_namespace(state, rt, namespace), &ctx);
             if remaining == 0 {
                 let key = object_key(None, namespace);
                 if let Some(current) = state.get(&namespaces, &key) {
@@ -76,25 +65,13 @@ impl Core {
         let deleting: Vec<String> = state
             .objects(&crds)
             .values()
-            .map(|crd| crd.value())
-            .filter(|crd| is_deleting(crd) && finalizers(crd).iter().any(|f| f == CLEANUP_FINALIZER))
-            .map(|crd| crate::apiserver::object::name_of(&crd).to_owned())
+            .filter(|crd| crd.index.deleting && finalizers(&crd.value()).iter().any(|f| f == CLEANUP_FINALIZER))
+            .map(|crd| crd.index.name.to_string())
             .collect();
         for crd_name in &deleting {
             let kinds = self.unique_types(|t| t.custom().is_some_and(|c| c.crd_name == *crd_name));
-            let mut remaining = 0;
-            for rt in &kinds {
-                let keys: Vec<ObjectKey> = state.objects(rt).keys().cloned().collect();
-                for key in keys {
-                    let deleting = state.get(rt, &key).is_some_and(|o| is_deleting(&o.value()));
-                    if !deleting {
-                        let _ = self.delete_locked(&mut state, rt, &key, &DeleteOptions::default(), &ctx);
-                    }
-                    if state.get(rt, &key).is_some() {
-                        remaining += 1;
-                    }
-                }
-            }
+            let remaining =
+                self.delete_all(&mut state, &kinds, |state, rt| state.objects(rt).keys().cloned().collect(), &ctx);
             if remaining == 0 {
                 let key = object_key(None, crd_name);
                 if let Some(current) = state.get(&crds, &key) {
@@ -116,6 +93,30 @@ impl Core {
             }
         }
         !deleting.is_empty()
+    }
+
+    /// Deletes (with default options) every object `keys` names that is not already being deleted; returns how
+    /// many are left (terminating pods, objects held by finalizers).
+    fn delete_all(
+        &self,
+        state: &mut State,
+        kinds: &[Arc<ResourceType>],
+        keys: impl Fn(&State, &ResourceType) -> Vec<ObjectKey>,
+        ctx: &Ctx<'_>,
+    ) -> usize {
+        let mut remaining = 0;
+        for rt in kinds {
+            for key in keys(state, rt) {
+                if state.get(rt, &key).is_some_and(|o| !o.index.deleting) {
+                    // A failure (a precondition, a vanished object) leaves the object for the next pass.
+                    let _ = self.delete_locked(state, rt, &key, &DeleteOptions::default(), ctx);
+                }
+                if state.get(rt, &key).is_some() {
+                    remaining += 1;
+                }
+            }
+        }
+        remaining
     }
 
     /// One type per object map (versions of a resource share it) among those `keep` accepts.

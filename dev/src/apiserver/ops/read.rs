@@ -12,7 +12,8 @@ use crate::apiserver::core::Core;
 use crate::apiserver::error::ApiError;
 use crate::apiserver::object::{Filter, ObjectKey, StoredObject, object_key};
 use crate::apiserver::resource::ResourceType;
-use crate::apiserver::state::Objects;
+use crate::apiserver::selector::FieldRef;
+use crate::apiserver::state::{Objects, State};
 use shared::schema::ErrorKind;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -158,7 +159,12 @@ impl Core {
                         })?;
                         (objects, wanted, None)
                     }
-                    _ => (state.objects(rt), state.rv, None),
+                    _ => {
+                        if let Some(page) = on_one_node(&state, rt, options) {
+                            return Ok(page);
+                        }
+                        (state.objects(rt), state.rv, None)
+                    }
                 }
             }
         };
@@ -169,6 +175,23 @@ impl Core {
         });
         Ok(ListResult { rv, items, continue_token })
     }
+}
+
+/// A list pinned to one node (`spec.nodeName=X`, what per-node agents ask) read from the node index instead of
+/// a scan of every pod; `None` when the index does not apply or the result needs more than one page.
+fn on_one_node(state: &State, rt: &ResourceType, options: &ListOptions) -> Option<ListResult> {
+    let field = rt.node_name_field()?;
+    let node = options.filter.fields.pinned(FieldRef::Custom(field))?;
+    let items: Vec<Arc<StoredObject>> = state
+        .objects_on_node(rt, node)?
+        .into_iter()
+        .filter(|(_, object)| options.filter.matches(&object.index))
+        .map(|(_, object)| object)
+        .collect();
+    if options.limit.is_some_and(|limit| limit > 0 && items.len() > limit) {
+        return None;
+    }
+    Some(ListResult { rv: state.rv, items, continue_token: None })
 }
 
 fn too_large(wanted: u64, current: u64) -> ApiError {

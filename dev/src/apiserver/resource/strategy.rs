@@ -265,10 +265,25 @@ pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<F
             Builtin::Deployment | Builtin::ReplicaSet | Builtin::StatefulSet | Builtin::DaemonSet => {
                 validate_workload(object, old, &mut errors);
             }
+            Builtin::ConfigMap | Builtin::Secret => validate_immutable_data(object, old, &mut errors),
             _ => {}
         },
     }
     errors
+}
+
+/// A ConfigMap or Secret marked `immutable: true` keeps its data and the mark for good.
+fn validate_immutable_data(object: &Value, old: Option<&Value>, errors: &mut Vec<FieldError>) {
+    let Some(old) = old.filter(|o| o.get("immutable").and_then(Value::as_bool) == Some(true)) else { return };
+    const MESSAGE: &str = "Forbidden: field is immutable when `immutable` is set";
+    if object.get("immutable") != old.get("immutable") {
+        errors.push(field_error("immutable", ErrorKind::Forbidden, MESSAGE));
+    }
+    for field in ["data", "binaryData"] {
+        if object.get(field) != old.get(field) {
+            errors.push(field_error(field, ErrorKind::Forbidden, MESSAGE));
+        }
+    }
 }
 
 fn validate_labels(object: &Value, errors: &mut Vec<FieldError>) {
@@ -598,6 +613,20 @@ mod tests {
         let deployment = json!({"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"app": "a"}},
             "template": {"metadata": {"labels": {"app": "b"}}}}});
         assert_eq!(validate(&deployments, &deployment, None)[0].field, "spec.template.metadata.labels");
+    }
+
+    #[test]
+    fn immutable_config_maps_keep_their_data() {
+        let config_maps = rt("configmaps");
+        let old = json!({"metadata": {"name": "c"}, "immutable": true, "data": {"k": "v"}});
+        let changed = json!({"metadata": {"name": "c"}, "immutable": true, "data": {"k": "w"}});
+        assert_eq!(validate(&config_maps, &changed, Some(&old))[0].field, "data");
+        let unlocked = json!({"metadata": {"name": "c"}, "immutable": false, "data": {"k": "v"}});
+        assert_eq!(validate(&config_maps, &unlocked, Some(&old))[0].field, "immutable");
+        let labelled = json!({"metadata": {"name": "c", "labels": {"a": "b"}}, "immutable": true, "data": {"k": "v"}});
+        assert!(validate(&config_maps, &labelled, Some(&old)).is_empty());
+        let mutable = json!({"metadata": {"name": "c"}, "data": {"k": "v"}});
+        assert!(validate(&config_maps, &changed, Some(&mutable)).is_empty());
     }
 
     #[test]

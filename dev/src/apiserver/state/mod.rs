@@ -18,7 +18,7 @@ use super::object::{Filter, ObjectKey, StoredObject, set_resource_version};
 use super::resource::ResourceType;
 use event::{EventType, StoreEvent, WatchItem};
 use serde_json::Value;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use watchers::Watchers;
@@ -30,6 +30,9 @@ pub type Objects = rpds::RedBlackTreeMapSync<ObjectKey, Arc<StoredObject>>;
 pub struct KindState {
     /// The current objects.
     pub objects: Objects,
+    /// Keys of the current pods by `spec.nodeName` (empty for unscheduled ones), so that per-node lists do not
+    /// scan every pod.
+    by_node: HashMap<Box<str>, HashSet<ObjectKey>>,
     history: VecDeque<Arc<StoreEvent>>,
     /// Events up to this RV may have been dropped from the history.
     pub compacted_through: u64,
@@ -38,9 +41,19 @@ pub struct KindState {
 }
 
 impl KindState {
+    fn unindex_node(&mut self, node: &str, key: &ObjectKey) {
+        if let Some(keys) = self.by_node.get_mut(node) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.by_node.remove(node);
+            }
+        }
+    }
+
     fn new() -> Self {
         KindState {
             objects: Objects::new_sync(),
+            by_node: HashMap::new(),
             history: VecDeque::new(),
             compacted_through: 0,
             watchers: Watchers::default(),
@@ -109,6 +122,19 @@ impl State {
         self.kinds.get(&rt.store_id).map(|k| k.objects.clone()).unwrap_or_else(Objects::new_sync)
     }
 
+    /// The current pods on `node` (in key order), from the node index; `None` for kinds without one.
+    pub fn objects_on_node(&self, rt: &ResourceType, node: &str) -> Option<Vec<(ObjectKey, Arc<StoredObject>)>> {
+        rt.node_name_field()?;
+        let Some(kind) = self.kinds.get(&rt.store_id) else { return Some(Vec::new()) };
+        let mut objects: Vec<(ObjectKey, Arc<StoredObject>)> = kind
+            .by_node
+            .get(node)
+            .map(|keys| keys.iter().filter_map(|k| kind.objects.get(k).map(|o| (k.clone(), o.clone()))).collect())
+            .unwrap_or_default();
+        objects.sort_by(|a, b| a.0.cmp(&b.0));
+        Some(objects)
+    }
+
     /// The current version of an object.
     pub fn get(&self, rt: &ResourceType, key: &ObjectKey) -> Option<Arc<StoredObject>> {
         self.kinds.get(&rt.store_id)?.objects.get(key).cloned()
@@ -122,6 +148,13 @@ impl State {
         let stored = StoredObject::new(rt, object, rv);
         let prev = self.kind(rt).objects.get(&key).cloned();
         let ty = if prev.is_some() { EventType::Modified } else { EventType::Added };
+        if let Some(field) = rt.node_name_field() {
+            let kind = self.kind(rt);
+            if let Some(prev) = &prev {
+                kind.unindex_node(prev.index.field(field), &key);
+            }
+            kind.by_node.entry(stored.index.field(field).into()).or_default().insert(key.clone());
+        }
         self.kind(rt).objects.insert_mut(key, stored.clone());
         self.record(rt, StoreEvent::new(rv, ty, stored.clone(), prev));
         stored
@@ -133,6 +166,9 @@ impl State {
         let prev = self.kind(rt).objects.get(key).cloned()?;
         let rv = self.rv + 1;
         let deleted = prev.restamped(rt, rv);
+        if let Some(field) = rt.node_name_field() {
+            self.kind(rt).unindex_node(prev.index.field(field), key);
+        }
         self.kind(rt).objects.remove_mut(key);
         self.record(rt, StoreEvent::new(rv, EventType::Deleted, deleted.clone(), Some(prev)));
         Some(deleted)

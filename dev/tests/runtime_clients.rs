@@ -1,0 +1,79 @@
+//! kube-runtime's `watcher`, `reflector` and `Controller` end to end against the server.
+
+mod common;
+
+use common::*;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+#[tokio::test]
+async fn a_controller_reconciles_every_object_and_every_change() {
+    let server = server().await;
+    let client = server.client();
+    namespace(&client, "ctl").await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "ctl");
+    for i in 0..10 {
+        api.create(&PostParams::default(), &config_map(&format!("c{i}"), json!({}), json!({}))).await.unwrap();
+    }
+    let seen: Arc<Mutex<BTreeMap<String, Vec<String>>>> = Arc::default();
+    let controller = Controller::new(api.clone(), watcher::Config::default())
+        .run(
+            |cm: Arc<ConfigMap>, seen: Arc<Mutex<BTreeMap<String, Vec<String>>>>| async move {
+                let name = cm.metadata.name.clone().unwrap_or_default();
+                let value = cm.data.as_ref().and_then(|d| d.get("v")).cloned().unwrap_or_default();
+                seen.lock().unwrap().entry(name).or_default().push(value);
+                Ok::<_, kube::Error>(Action::await_change())
+            },
+            |_, _, _| Action::await_change(),
+            seen.clone(),
+        )
+        .for_each(|_| async {});
+    let running = tokio::spawn(controller);
+    eventually("every object reconciled", || async { seen.lock().unwrap().len() == 10 }).await;
+    api.patch("c3", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "changed"}}))).await.unwrap();
+    eventually("the change reconciled", || async {
+        seen.lock().unwrap().get("c3").is_some_and(|values| values.last().map(String::as_str) == Some("changed"))
+    })
+    .await;
+    running.abort();
+}
+
+#[tokio::test]
+async fn a_per_node_pod_watcher_sees_only_its_node_through_binding_and_deletion() {
+    let server = server().await;
+    let client = server.client();
+    namespace(&client, "agents").await;
+    let pods: Api<Pod> = Api::all(client.clone());
+    let (reader, writer) = reflector::store();
+    let stream =
+        reflector(writer, watcher(pods, watcher::Config::default().fields("spec.nodeName=n1"))).applied_objects();
+    let driver = tokio::spawn(stream.for_each(|_| async {}));
+    let namespaced: Api<Pod> = Api::namespaced(client.clone(), "agents");
+    namespaced.create(&PostParams::default(), &pod("mine", json!({}), Some("n1"))).await.unwrap();
+    namespaced.create(&PostParams::default(), &pod("theirs", json!({}), Some("n2"))).await.unwrap();
+    namespaced.create(&PostParams::default(), &pod("later", json!({}), None)).await.unwrap();
+    server.store().bind("agents", "later", "n1").unwrap();
+    let names = |reader: &reflector::Store<Pod>| {
+        let mut names: Vec<String> = reader.state().iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+        names.sort();
+        names
+    };
+    eventually("the node's pods, bound one included", || {
+        let reader = reader.clone();
+        async move { names(&reader) == vec!["later", "mine"] }
+    })
+    .await;
+    namespaced.delete("mine", &DeleteParams::default().grace_period(0)).await.unwrap();
+    eventually("the deleted pod leaves the cache", || {
+        let reader = reader.clone();
+        async move { names(&reader) == vec!["later"] }
+    })
+    .await;
+    driver.abort();
+}
