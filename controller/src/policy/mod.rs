@@ -156,6 +156,7 @@ pub enum Reason {
     StoppedOnDrainTimeout,
     InvalidSpec,
     WaitingForControlPlane,
+    UnavailableNodes,
     // Rollout summary.
     RollingOut,
     Complete,
@@ -359,6 +360,27 @@ pub fn plan(nodes: &[NodeView], desired: &Desired<'_>, now: Timestamp) -> Plan {
         .map(|(n, _)| *n)
         .collect();
     candidates.sort_by_key(|n| (!n.control_plane, desired.own_node == Some(n.name.as_str()), n.name.clone()));
+    if slots == 0 && plan.counts.in_progress == 0 && !candidates.is_empty() {
+        // Nothing is being updated, yet nothing may start: nodes down or cordoned for other
+        // reasons take the whole budget. Say which, or the rollout just looks stuck.
+        let mut names: Vec<String> = selected
+            .iter()
+            .filter(|(n, a)| a.unavailable(n))
+            .map(|(n, _)| format!("{} ({})", n.name, if n.ready { "cordoned" } else { "NotReady" }))
+            .collect();
+        names.sort();
+        let more = names.len().saturating_sub(5);
+        names.truncate(5);
+        let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
+        plan.hold = Some((
+            Reason::UnavailableNodes,
+            format!(
+                "maxUnavailable ({}) is taken by nodes unavailable for other reasons: {}{tail}",
+                policy.max_unavailable.resolve(plan.counts.total),
+                names.join(", ")
+            ),
+        ));
+    }
     let mut started_control_plane = false;
     for node in candidates {
         if slots == 0 {

@@ -99,6 +99,17 @@ fn max_unavailable_counts_nodes_already_unavailable() {
 }
 
 #[test]
+fn a_budget_taken_by_unavailable_nodes_says_which() {
+    let mut down = node("w0");
+    down.ready = false;
+    let p = run(&[down, node("w1")], &policy(), t(0));
+    assert!(p.actions.is_empty());
+    let (reason, message) = p.hold.unwrap();
+    assert_eq!(reason, Reason::UnavailableNodes);
+    assert!(message.contains("w0 (NotReady)"), "{message}");
+}
+
+#[test]
 fn percentages_resolve_against_the_selected_nodes() {
     let mut pol = policy();
     pol.max_unavailable = budget::MaxUnavailable::Percent(50);
