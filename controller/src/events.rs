@@ -32,14 +32,23 @@ impl Events {
         Events { queue }
     }
 
-    /// Queues an Event about `reference`.
-    pub fn publish(&self, reference: ObjectReference, reason: Reason, message: String, action: &str) {
+    /// Queues an Event about `reference`. `related` names a second object the Event is about (the
+    /// Node, for Events on the NodeVersion); Events that differ in it are not folded into one
+    /// series.
+    pub fn publish(
+        &self,
+        reference: ObjectReference,
+        related: Option<ObjectReference>,
+        reason: Reason,
+        message: String,
+        action: &str,
+    ) {
         let event = Event {
             type_: if reason.is_warning() { EventType::Warning } else { EventType::Normal },
             reason: reason.to_string(),
             note: Some(cut(message)),
             action: action.to_owned(),
-            secondary: None,
+            secondary: related,
         };
         if self.queue.try_send((reference, event)).is_err() {
             tracing::warn!(%reason, "the Event queue is full; an Event was dropped");

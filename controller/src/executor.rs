@@ -155,14 +155,11 @@ impl Executor {
         }
         reported.insert(action.node.clone(), action.message.clone());
         tracing::warn!(node = %action.node, reason = %action.reason, message = %action.message, "node left untouched");
-        self.events.publish(node_reference(&action.node, node.uid()), action.reason, action.message.clone(), "Inspect");
+        let node_ref = node_reference(&action.node, node.uid());
+        self.events.publish(node_ref.clone(), None, action.reason, action.message.clone(), "Inspect");
         if let Some(version) = version {
-            self.events.publish(
-                version.clone(),
-                action.reason,
-                format!("{}: {}", action.node, action.message),
-                "Inspect",
-            );
+            let message = format!("{}: {}", action.node, action.message);
+            self.events.publish(version.clone(), Some(node_ref), action.reason, message, "Inspect");
         }
     }
 
@@ -209,19 +206,11 @@ impl Executor {
                 self.metrics.actions.get_or_create(&labels("ok")).inc();
                 tracing::info!(node = %action.node, reason = %action.reason, message = %action.message, "node updated");
                 let verb = action_verb(&action.kind);
-                self.events.publish(
-                    node_reference(&action.node, node.uid()),
-                    action.reason,
-                    action.message.clone(),
-                    verb,
-                );
+                let node_ref = node_reference(&action.node, node.uid());
+                self.events.publish(node_ref.clone(), None, action.reason, action.message.clone(), verb);
                 if let Some(version) = version {
-                    self.events.publish(
-                        version.clone(),
-                        action.reason,
-                        format!("{}: {}", action.node, action.message),
-                        verb,
-                    );
+                    let message = format!("{}: {}", action.node, action.message);
+                    self.events.publish(version.clone(), Some(node_ref), action.reason, message, verb);
                 }
                 if matches!(action.kind, ActionKind::Cordon { .. }) {
                     // No need to wait for the next reconcile to start evicting.

@@ -51,6 +51,28 @@ async fn a_rollout_updates_every_node_without_breaking_an_invariant() {
     });
     assert_eq!(survivors.count(), 0, "a workload pod was never evicted");
 
+    // Every step is an Event on the Node and on the NodeVersion, with the same reason.
+    let events = store.api::<k8s_openapi::api::events::v1::Event>().list(None, &Default::default()).unwrap().items;
+    let reasons = |kind: &str, name: &str| -> Vec<String> {
+        let mut r: Vec<String> = events
+            .iter()
+            .filter(|e| {
+                e.regarding.as_ref().is_some_and(|o| o.kind.as_deref() == Some(kind) && o.name.as_deref() == Some(name))
+            })
+            .filter_map(|e| Some(format!("{}: {}", e.reason.clone()?, e.note.clone().unwrap_or_default())))
+            .collect();
+        r.sort();
+        r
+    };
+    let on_node = reasons("Node", "worker-4");
+    for reason in ["StageRequested", "Staged", "Drained", "Verified"] {
+        assert!(on_node.iter().any(|r| r.starts_with(reason)), "no {reason} Event on worker-4: {on_node:?}");
+    }
+    let on_version = reasons("NodeVersion", "constellation-version");
+    for reason in ["StageRequested", "Staged", "Drained", "Verified"] {
+        let count = on_version.iter().filter(|r| r.starts_with(&format!("{reason}: "))).count();
+        assert_eq!(count, 13, "{reason} Events on the NodeVersion: {on_version:?}");
+    }
     let observed = observer.stop().await;
     assert_eq!(observed.violations, Vec::<String>::new());
     assert_eq!(observed.max_control_plane_disrupted_seen, 1);
