@@ -113,6 +113,11 @@ pub async fn run<H: HostUpdater>(
                 Some(Ok(node)) => {
                     agent.metrics.node_events.inc();
                     agent.observe(node);
+                    if agent.awaiting_reboot {
+                        // The kubelet reports the node back (Ready, new boot ID): ask the host now
+                        // rather than at the next poll.
+                        agent.facts = None;
+                    }
                 }
             },
             Some(finished) = done_rx.recv() => agent.finish(finished).await,

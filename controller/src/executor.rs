@@ -265,7 +265,7 @@ pub fn next_state(
 ) -> (ControllerAnnotations, bool) {
     let mut next = current.clone();
     let mut want_unschedulable = unschedulable;
-    let since = shared::protocol::truncate_to_seconds(now);
+    let since = shared::protocol::truncate_to_millis(now);
     let intent = |step: Step, target: &str| Intent {
         step,
         target: target.to_owned(),
@@ -372,7 +372,7 @@ mod tests {
         );
         assert!(unsched && next.cordoned_by_us);
         assert_eq!(next.intent.as_ref().unwrap().step, Step::Drain);
-        assert_eq!(next.intent.unwrap().since, "2026-11-21T10:00:00Z".parse::<Timestamp>().unwrap());
+        assert_eq!(next.intent.unwrap().since, "2026-11-21T10:00:00.700Z".parse::<Timestamp>().unwrap());
         let (next, unsched) = next_state(
             &ControllerAnnotations::default(),
             true,

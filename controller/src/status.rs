@@ -57,7 +57,13 @@ pub fn compute(
     let mut in_flight: Vec<InFlightNode> = plan
         .in_flight
         .iter()
-        .map(|f| InFlightNode { name: f.node.clone(), step: f.step.to_owned(), since: Time(f.since) })
+        .map(|f| InFlightNode {
+            name: f.node.clone(),
+            step: f.step.to_owned(),
+            // Kubernetes Time keeps whole seconds; so must the computed status, or it would differ
+            // from the published one on every reconcile.
+            since: Time(shared::protocol::truncate_to_seconds(f.since)),
+        })
         .collect();
     in_flight.sort_by(|a, b| a.name.cmp(&b.name));
     NodeVersionStatus {

@@ -241,7 +241,7 @@ fn stage(node: &NodeView, intent: &Intent, agent: Option<&AgentReport>, policy: 
             format!("{target} is staged; cordoning and draining"),
         ),
         Some(_) => {
-            let message = format!("staging {target} failed: {}", agent_message(agent));
+            let message = format!("the agent could not stage {target}: {}", agent_message(agent));
             fail(node, target, Reason::StageFailed, message)
         }
         None => {
@@ -355,7 +355,10 @@ fn reboot(
         }
     };
     if finished == Some(AgentState::Error) {
-        return fail_here(Reason::RebootFailed, format!("rebooting into {target} failed: {}", agent_message(agent)));
+        return fail_here(
+            Reason::RebootFailed,
+            format!("the agent could not reboot into {target}: {}", agent_message(agent)),
+        );
     }
     let until = deadline(intent.since, policy.reboot_timeout);
     if now >= until {

@@ -3,4 +3,5 @@
 //! so they are tested without a cluster; `src/bin/demo.rs` wires them to a running rollout.
 
 pub mod display;
+pub mod run;
 pub mod summary;

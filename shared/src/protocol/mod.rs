@@ -17,7 +17,7 @@ pub mod keys;
 pub mod patch;
 mod values;
 
-pub use values::{BootId, ComponentsHash, Token, truncate_to_seconds};
+pub use values::{BootId, ComponentsHash, Token, truncate_to_millis, truncate_to_seconds};
 
 use jiff::Timestamp;
 use std::collections::BTreeMap;

@@ -41,7 +41,7 @@ fn a_reboot_intent_round_trips() {
     let mut current = annotations(&[("unrelated", "kept")]);
     apply(&mut current, ours.render());
     assert_eq!(current[keys::INTENT], "reboot");
-    assert_eq!(current[keys::INTENT_SINCE], "2026-11-21T10:00:00Z");
+    assert_eq!(current[keys::INTENT_SINCE], "2026-11-21T10:00:00.000Z");
     assert_eq!(current["unrelated"], "kept");
     assert_eq!(ControllerAnnotations::parse(&current).unwrap(), ours);
 }
@@ -190,7 +190,7 @@ fn arb_intent() -> impl Strategy<Value = Intent> {
         proptest::sample::select(Step::ALL.to_vec()),
         arb_target(),
         arb_token(),
-        0i64..4_000_000_000,
+        0i64..4_000_000_000_000,
         proptest::option::of("[a-f0-9-]{1,64}"),
         proptest::option::of("\\PC{0,200}"),
     )
@@ -199,7 +199,7 @@ fn arb_intent() -> impl Strategy<Value = Intent> {
                 (Step::Reboot, None) => Some(BootId::parse("k", "b").unwrap()),
                 (_, b) => b.map(|b| BootId::parse("k", &b).unwrap()),
             };
-            Intent { step, target, token, since: Timestamp::from_second(secs).unwrap(), boot_id_before, message }
+            Intent { step, target, token, since: Timestamp::from_millisecond(secs).unwrap(), boot_id_before, message }
         })
 }
 

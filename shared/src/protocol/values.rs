@@ -121,19 +121,23 @@ pub(super) fn parse_target(key: &'static str, value: &str) -> Result<String> {
     Ok(value.to_owned())
 }
 
-/// Timestamps are RFC 3339 in UTC with whole seconds, as Kubernetes writes them.
+/// Timestamps are RFC 3339 in UTC with milliseconds (`2026-11-21T10:00:00.250Z`), so that a
+/// deadline counted from one never fires early; whole seconds are read too.
 pub(super) fn parse_timestamp(key: &'static str, value: &str) -> Result<Timestamp> {
     value.parse().map_err(|_| malformed(key, value, "not an RFC 3339 timestamp"))
 }
 
 pub(super) fn render_timestamp(ts: Timestamp) -> String {
-    // Whole seconds keep values short and make parse(render(t)) exact for the timestamps the
-    // controller writes, which it truncates to seconds (see `truncate_to_seconds`).
-    truncate_to_seconds(ts).strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    truncate_to_millis(ts).strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
-/// `ts` without its fraction of a second. Writers should stamp intents with this so that what they
+/// `ts` without its fraction of a millisecond. Writers stamp intents with this so that what they
 /// keep in memory equals what they read back.
+pub fn truncate_to_millis(ts: Timestamp) -> Timestamp {
+    Timestamp::from_millisecond(ts.as_millisecond()).unwrap_or(ts)
+}
+
+/// `ts` without its fraction of a second, as Kubernetes `Time` fields keep it.
 pub fn truncate_to_seconds(ts: Timestamp) -> Timestamp {
     Timestamp::from_second(ts.as_second()).unwrap_or(ts)
 }
