@@ -1,7 +1,7 @@
 # Developer entry points. Every target works on a machine with a Rust toolchain.
 CARGO ?= cargo
 
-.PHONY: build test fmt lint manifests
+.PHONY: build test fmt lint manifests demo
 
 ## build: the update-operator binary (release)
 build:
@@ -23,3 +23,7 @@ lint:
 ## manifests: regenerate deploy/crds/ and deploy/update-operator.yaml from the Rust types
 manifests:
 	$(CARGO) run --quiet --locked -p shared --example crdgen -- deploy
+
+## demo: watch a simulated rollout (ARGS="--fail-update worker-3" for a failure path)
+demo:
+	$(CARGO) run --release --locked -p dev --bin demo -- $(ARGS)
