@@ -174,3 +174,14 @@ async fn a_node_created_by_hand_gets_a_host_a_status_and_a_lease() {
     assert_eq!(lease.metadata.owner_references.unwrap()[0].kind, "Node");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_added_to_a_running_cluster_runs_its_image_and_is_managed() {
+    let cluster = bare_cluster(2).await;
+    cluster.add_node("worker-late", false, "v7").unwrap();
+    eventually("the added node is Ready", || async { node_ready(&cluster, "worker-late") == Some(true) }).await;
+    let node = Api::<Node>::all(cluster.client()).get("worker-late").await.unwrap();
+    assert_eq!(node_info(&node).1, "v7");
+    assert_eq!(node.metadata.labels.unwrap()["update.edgeless.systems/managed"], "true");
+    cluster.shutdown().await;
+}
