@@ -75,10 +75,12 @@ async fn kubectl_ok(binary: &Path, kubeconfig: &Path, args: &[&str]) -> Run {
 }
 
 /// One cluster per kubectl: a control plane, three workers, six pods of `web-0` (two per worker) under a PDB
-/// with `maxUnavailable: 1`, and a DaemonSet.
+/// with `maxUnavailable: 1`, and a DaemonSet. Pods take 2 s to start, so that the drain's concurrent evictions
+/// meet the exhausted budget before any replacement is Ready, however slow the machine.
 async fn drain_cluster() -> Cluster {
     cluster_with(|config| {
         config.nodes = 4;
+        config.timing.pod_startup = Duration::from_secs(2);
         config.workloads = Some(SampleWorkloads {
             pods_per_worker: 2,
             replicas: 6,

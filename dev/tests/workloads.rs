@@ -227,3 +227,28 @@ async fn scaling_a_deployment_down_and_up_deletes_and_creates_pods() {
     .await;
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controllers_keep_working_after_their_watches_are_closed_and_the_history_is_compacted() {
+    let cluster = cluster_with(|config| {
+        config.nodes = 3;
+        config.workloads = Some(deployments_only(2));
+    })
+    .await;
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client(), "demo");
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), "demo");
+    let victim = pods_in(&cluster, "demo")[0].clone();
+    // Changes the caches can only learn from a new list: the watches are cut and the history is gone.
+    cluster.faults().pause_controller(dev::controllers::names::REPLICASET);
+    pods.delete(&victim.meta.name, &DeleteParams::default()).await.unwrap();
+    cluster.faults().compact();
+    assert!(cluster.faults().close_all_watches() > 0);
+    deployments.patch("web-0", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 4}}))).await.unwrap();
+    cluster.faults().resume_controller(dev::controllers::names::REPLICASET);
+    eventually("four web-0 pods serve again", || async {
+        let web: Vec<_> = pods_in(&cluster, "demo").into_iter().filter(|p| p.meta.name.starts_with("web-0-")).collect();
+        web.len() == 4 && web.iter().all(|p| serving(p) && p.meta.uid != victim.meta.uid)
+    })
+    .await;
+    cluster.shutdown().await;
+}
