@@ -148,12 +148,7 @@ pub(crate) fn start(
     }
     let collector =
         GarbageCollector { store: store.with_identity("dev/garbage-collector"), kinds, queue: queue.clone() };
-    let gate = store.controller_gate(names::GARBAGE_COLLECTOR);
-    let informers = informers.clone();
-    async move {
-        informers.wait_listed().await;
-        super::run(collector, queue, gate, shutdown).await;
-    }
+    super::worker(collector, queue, store.controller_gate(names::GARBAGE_COLLECTOR), informers, shutdown)
 }
 
 struct GarbageCollector {

@@ -17,7 +17,7 @@ pub mod math;
 use super::informer::{Change, Informer};
 use super::objects::{Meta, PodInfo, Str, Typed};
 use super::queue::WorkQueue;
-use super::{Informers, Outcome, READ_YOUR_WRITES, Reconciler, SyncError, names, rv_of};
+use super::{Informers, Outcome, Reconciler, SyncError, names};
 use crate::apiserver::object::ObjectKey;
 use crate::apiserver::selector::LabelSelector;
 use crate::apiserver::selector::label::Requirement;
@@ -27,7 +27,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::PostParams;
 use math::{Budget, Computed, PodHealth, Reason, SyncFailure};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -174,12 +173,7 @@ pub(crate) fn start(
         informers: informers.clone(),
         index,
     };
-    let gate = store.controller_gate(names::DISRUPTION);
-    let informers = informers.clone();
-    async move {
-        informers.wait_listed().await;
-        super::run(controller, queue, gate, shutdown).await;
-    }
+    super::worker(controller, queue, store.controller_gate(names::DISRUPTION), informers, shutdown)
 }
 
 /// Recomputes every PDB of a namespace when an owner's replica count changes (it is their expected count).
@@ -348,7 +342,9 @@ impl DisruptionController {
                     desired_healthy,
                     expected_pods,
                     disruptions_allowed,
-                    disrupted_pods: Some(disrupted_pods.into_iter().map(|(n, t)| (n, Time(t))).collect()),
+                    // An empty map is omitted, as upstream's `omitempty` does.
+                    disrupted_pods: (!disrupted_pods.is_empty())
+                        .then(|| disrupted_pods.into_iter().map(|(n, t)| (n, Time(t))).collect()),
                     observed_generation: observed,
                     conditions: Some(conditions),
                 };
@@ -361,18 +357,6 @@ impl DisruptionController {
             }
         }
     }
-}
-
-/// Equal as stored: an empty `disruptedPods` map and a missing one are the same.
-fn same_status(a: &PodDisruptionBudgetStatus, b: &PodDisruptionBudgetStatus) -> bool {
-    let normalized = |s: &PodDisruptionBudgetStatus| {
-        let mut s = s.clone();
-        if s.disrupted_pods.as_ref().is_some_and(BTreeMap::is_empty) {
-            s.disrupted_pods = None;
-        }
-        s
-    };
-    normalized(a) == normalized(b)
 }
 
 impl Reconciler for DisruptionController {
@@ -389,15 +373,7 @@ impl Reconciler for DisruptionController {
             }
             None => Outcome::Done,
         };
-        if pdb.object.status.as_ref().is_some_and(|old| same_status(old, &status)) {
-            return Ok(outcome);
-        }
-        let mut updated = pdb.object.clone();
-        updated.status = Some(status);
-        let namespace = pdb.meta.namespace.as_deref();
-        let written =
-            self.store.api::<PodDisruptionBudget>().update_status(namespace, &updated, &PostParams::default())?;
-        self.informers.pdbs.wait_for_rv(rv_of(&written.metadata), READ_YOUR_WRITES).await;
+        super::write_status(&self.store, &self.informers.pdbs, &pdb, status).await?;
         Ok(outcome)
     }
 }
