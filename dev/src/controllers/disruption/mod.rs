@@ -35,6 +35,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// When a PDB whose status could not be computed is tried again.
+const SYNC_FAILED_RETRY: jiff::SignedDuration = jiff::SignedDuration::from_secs(2);
+
 /// The type of the condition this controller keeps.
 const DISRUPTION_ALLOWED: &str = "DisruptionAllowed";
 
@@ -353,7 +356,9 @@ impl DisruptionController {
             Err(failure) => {
                 set_condition(&mut conditions, Reason::SyncFailed, failure.to_string(), old.observed_generation);
                 let status = PodDisruptionBudgetStatus { disruptions_allowed: 0, conditions: Some(conditions), ..old };
-                (status, None)
+                // A controller that was not in the cache yet may be there soon: look again, as upstream's
+                // rate-limited requeue does.
+                (status, Some(Timestamp::now() + SYNC_FAILED_RETRY))
             }
         }
     }
@@ -416,5 +421,36 @@ mod tests {
         index.remove(&Arc::from("demo/all"));
         assert_eq!(found(&index, json!({"app": "db"})), Vec::<String>::new());
         assert!(index.in_namespace(&Some(Arc::from("demo"))).len() == 3);
+    }
+
+    #[tokio::test]
+    async fn a_pdb_whose_pods_have_no_known_controller_fails_safe_and_is_looked_at_again() {
+        use crate::controllers::objects::{Cached, PodInfo};
+        let server = crate::apiserver::ApiServer::start(Default::default()).await.unwrap();
+        let controller = DisruptionController {
+            store: server.store(),
+            informers: Informers::new(),
+            index: Arc::new(Mutex::new(PdbIndex::default())),
+        };
+        let pdb = Typed::<PodDisruptionBudget>::parse(&json!({
+            "metadata": {"name": "db", "namespace": "demo", "generation": 1},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "db"}}},
+            "status": {"observedGeneration": 1, "disruptionsAllowed": 1, "currentHealthy": 1, "desiredHealthy": 0,
+                       "expectedPods": 1}}))
+        .unwrap();
+        // Its StatefulSet is not (yet) in the cache.
+        let pod = PodInfo::parse(&json!({"metadata": {"name": "db-0", "namespace": "demo", "labels": {"app": "db"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u1",
+                                 "controller": true}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
+        .unwrap();
+        let (status, recheck) = controller.desired_status(&pdb, &[Arc::new(pod)]);
+        assert_eq!(status.disruptions_allowed, 0);
+        assert_eq!(status.observed_generation, Some(1));
+        let condition = &status.conditions.unwrap()[0];
+        assert_eq!((condition.reason.as_str(), condition.status.as_str()), ("SyncFailed", "False"));
+        assert!(condition.message.contains("db-0"), "{}", condition.message);
+        assert!(recheck.is_some(), "a failed sync is tried again");
+        server.shutdown().await;
     }
 }
