@@ -1,83 +1,153 @@
-//! kubectl against the server: `get nodes`, `annotate node`, `cordon`, `uncordon`, with the kubectl on PATH and
-//! every `kubectl.1.NN` beside it (the Google Cloud SDK ships several minor versions).
+//! kubectl against the dev cluster: the `kubectl` on PATH and every `kubectl.1.NN` beside it (after resolving
+//! symlinks) get nodes, annotate, cordon, uncordon, and drain a node whose pods a PDB lets go one at a time.
+//!
+//! Without a kubectl on PATH this test fails: CI installs one.
 
-mod common;
+mod cluster_support;
 
-use common::*;
-use dev::apiserver::ApiServer;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::PostParams;
-use serde_json::json;
+use cluster_support::*;
+use dev::cluster::{Cluster, PdbStyle, SampleWorkloads};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::ListParams;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tokio::process::Command;
 
-/// The kubectl on PATH plus its `kubectl.1.NN` siblings, resolved through symlinks.
-fn kubectls() -> Vec<PathBuf> {
+/// Bound of one kubectl command (a drain waits out 429s every 5 s and pod deletions).
+const COMMAND_PATIENCE: Duration = Duration::from_secs(240);
+
+/// The node drained.
+const DRAINED: &str = "worker-0";
+
+fn executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `kubectl` from PATH, then every `kubectl.1.NN` in the directory of the resolved `kubectl`, by minor version.
+fn kubectl_binaries() -> Vec<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let Some(found) = std::env::split_paths(&path).map(|dir| dir.join("kubectl")).find(|p| p.is_file()) else {
-        return Vec::new();
+    let Some(kubectl) = std::env::split_paths(&path).map(|dir| dir.join("kubectl")).find(|p| executable(p)) else {
+        panic!("no kubectl on PATH: this test runs kubectl against the dev cluster; install kubectl (CI does)");
     };
-    let resolved = std::fs::canonicalize(&found).unwrap_or(found.clone());
-    let mut all = vec![found];
-    if let Some(dir) = resolved.parent()
-        && let Ok(entries) = std::fs::read_dir(dir)
-    {
-        let mut versions: Vec<PathBuf> = entries
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("kubectl.1.")))
-            .collect();
-        versions.sort();
-        all.extend(versions);
-    }
-    all
+    let resolved = std::fs::canonicalize(&kubectl).unwrap_or_else(|_| kubectl.clone());
+    let mut versioned: Vec<(u32, PathBuf)> = resolved
+        .parent()
+        .and_then(|dir| std::fs::read_dir(dir).ok())
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let minor: u32 = name.strip_prefix("kubectl.1.")?.parse().ok()?;
+            executable(&entry.path()).then(|| (minor, entry.path()))
+        })
+        .collect();
+    versioned.sort();
+    std::iter::once(kubectl).chain(versioned.into_iter().map(|(_, path)| path)).collect()
 }
 
-async fn kubectl(binary: &Path, server: &ApiServer, cache: &Path, args: &[&str]) -> String {
-    let mut command = tokio::process::Command::new(binary);
-    command.arg("--kubeconfig").arg(server.kubeconfig_path()).arg("--cache-dir").arg(cache).args(args);
-    command.kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+struct Run {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+async fn kubectl(binary: &Path, kubeconfig: &Path, args: &[&str]) -> Run {
+    let mut command = Command::new(binary);
+    command.arg("--kubeconfig").arg(kubeconfig).args(args).kill_on_drop(true);
+    let output = tokio::time::timeout(COMMAND_PATIENCE, command.output())
         .await
-        .unwrap_or_else(|_| panic!("{} {args:?} timed out", binary.display()))
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(output.status.success(), "{} {args:?} failed\nstdout: {stdout}\nstderr: {stderr}", binary.display());
-    stdout
+        .unwrap_or_else(|_| panic!("{} {args:?} did not finish in {COMMAND_PATIENCE:?}", binary.display()))
+        .unwrap_or_else(|e| panic!("{} cannot run: {e}", binary.display()));
+    Run {
+        success: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
 }
 
-#[tokio::test]
-async fn every_kubectl_gets_annotates_cordons_and_uncordons_nodes() {
-    let binaries = kubectls();
-    assert!(!binaries.is_empty(), "no kubectl on PATH (CI installs one)");
-    for binary in binaries {
-        println!("using {}", binary.display());
-        let server = server().await;
-        let cache = server.kubeconfig_path().parent().unwrap().join("kubectl-cache");
-        let nodes: kube::Api<Node> = kube::Api::all(server.client());
-        let node: Node = serde_json::from_value(
-            json!({"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
-        )
-        .unwrap();
-        nodes.create(&PostParams::default(), &node).await.unwrap();
+async fn kubectl_ok(binary: &Path, kubeconfig: &Path, args: &[&str]) -> Run {
+    let run = kubectl(binary, kubeconfig, args).await;
+    assert!(run.success, "{} {args:?} failed\nstdout:\n{}\nstderr:\n{}", binary.display(), run.stdout, run.stderr);
+    run
+}
 
-        let table = kubectl(&binary, &server, &cache, &["get", "nodes"]).await;
-        assert!(
-            table.contains("NAME") && table.contains("STATUS") && table.contains("n1") && table.contains("Ready"),
-            "{table}"
-        );
-        kubectl(&binary, &server, &cache, &["annotate", "node", "n1", "example.com/touched=yes"]).await;
-        let annotated = nodes.get("n1").await.unwrap();
-        assert_eq!(annotated.metadata.annotations.unwrap()["example.com/touched"], "yes");
-        kubectl(&binary, &server, &cache, &["cordon", "n1"]).await;
-        assert_eq!(nodes.get("n1").await.unwrap().spec.unwrap().unschedulable, Some(true));
-        let table = kubectl(&binary, &server, &cache, &["get", "node", "n1"]).await;
-        assert!(table.contains("SchedulingDisabled"), "{table}");
-        kubectl(&binary, &server, &cache, &["uncordon", "n1"]).await;
-        assert_ne!(nodes.get("n1").await.unwrap().spec.unwrap_or_default().unschedulable, Some(true));
-        let yaml = kubectl(&binary, &server, &cache, &["get", "node", "n1", "-o", "yaml"]).await;
-        assert!(yaml.contains("example.com/touched: \"yes\"") || yaml.contains("example.com/touched: yes"), "{yaml}");
-        server.shutdown().await;
+/// One cluster per kubectl: a control plane, three workers, six pods of `web-0` (two per worker) under a PDB
+/// with `maxUnavailable: 1`, and a DaemonSet. Pods take 2 s to start, so that the drain's concurrent evictions
+/// meet the exhausted budget before any replacement is Ready, however slow the machine.
+async fn drain_cluster() -> Cluster {
+    cluster_with(|config| {
+        config.nodes = 4;
+        config.timing.pod_startup = Duration::from_secs(2);
+        config.workloads = Some(SampleWorkloads {
+            pods_per_worker: 2,
+            replicas: 6,
+            statefulset_every: 0,
+            pdb: PdbStyle::MaxUnavailable,
+            daemonset: true,
+            ..SampleWorkloads::default()
+        });
+    })
+    .await
+}
+
+async fn exercise(binary: &Path) {
+    let cluster = drain_cluster().await;
+    let config = cluster.kubeconfig_path().to_owned();
+    let version = kubectl_ok(binary, &config, &["version", "-o", "json"]).await;
+    let version: serde_json::Value = serde_json::from_str(&version.stdout).unwrap_or_default();
+    println!(
+        "{}: client {} against server {}",
+        binary.display(),
+        version["clientVersion"]["gitVersion"].as_str().unwrap_or("(unknown)"),
+        version["serverVersion"]["gitVersion"].as_str().unwrap_or("(unknown)")
+    );
+
+    let nodes = kubectl_ok(binary, &config, &["get", "nodes"]).await.stdout;
+    for node in cluster.node_names() {
+        let line = nodes.lines().find(|l| l.starts_with(&node)).unwrap_or_else(|| panic!("{node} missing:\n{nodes}"));
+        assert!(line.contains(" Ready"), "{line}");
+    }
+
+    let api: Api<Node> = Api::all(cluster.client());
+    kubectl_ok(binary, &config, &["annotate", "node", DRAINED, "example.com/checked-by=kubectl"]).await;
+    let annotations = api.get(DRAINED).await.unwrap().metadata.annotations.unwrap_or_default();
+    assert_eq!(annotations.get("example.com/checked-by").map(String::as_str), Some("kubectl"));
+
+    kubectl_ok(binary, &config, &["cordon", DRAINED]).await;
+    assert_eq!(api.get(DRAINED).await.unwrap().spec.unwrap().unschedulable, Some(true));
+    kubectl_ok(binary, &config, &["uncordon", DRAINED]).await;
+    assert_ne!(api.get(DRAINED).await.unwrap().spec.unwrap().unschedulable, Some(true));
+
+    let drain = kubectl_ok(binary, &config, &["drain", DRAINED, "--ignore-daemonsets", "--timeout=200s"]).await;
+    let output = format!("{}{}", drain.stdout, drain.stderr);
+    assert!(
+        output.contains("will retry after") && output.contains("disruption budget"),
+        "the drain did not meet the PDB's 429:\n{output}"
+    );
+    assert!(output.contains(&format!("node/{DRAINED} drained")), "{output}");
+
+    let pods: Api<Pod> = Api::all(cluster.client());
+    let on_node = pods.list(&ListParams::default().fields(&format!("spec.nodeName={DRAINED}"))).await.unwrap();
+    for pod in &on_node.items {
+        let owner = pod.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true));
+        assert_eq!(owner.map(|o| o.kind.as_str()), Some("DaemonSet"), "{:?} stayed", pod.metadata.name);
+    }
+    eventually("web-0 serves six pods on the other workers", || async {
+        let web: Vec<_> = pods_in(&cluster, "demo").into_iter().filter(|p| p.meta.name.starts_with("web-0-")).collect();
+        web.len() == 6 && web.iter().all(|p| serving(p) && p.node_name.as_deref() != Some(DRAINED))
+    })
+    .await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kubectl_gets_annotates_cordons_and_drains_through_pdb_refusals() {
+    let binaries = kubectl_binaries();
+    println!("kubectl binaries: {binaries:?}");
+    for binary in &binaries {
+        exercise(binary).await;
     }
 }

@@ -223,12 +223,27 @@ impl Cluster {
         Ok(())
     }
 
+    /// Adds a node (a new host running `image`, and its Node object labelled and tainted as the others); the
+    /// kubelet reports it Ready shortly after. Its name is not added to [`Cluster::workers`] or
+    /// [`Cluster::control_planes`], which list the nodes the cluster started with.
+    pub fn add_node(&self, name: &str, control_plane: bool, image: &str) -> Result<(), ClusterError> {
+        self.hosts.add(name, image)?;
+        let store = self.server.store().with_identity("dev/cluster");
+        created(
+            format!("node {name}"),
+            store.api::<Node>().create(None, &node_manifest(name, control_plane), &PostParams::default()),
+        )?;
+        Ok(())
+    }
+
     /// What is not Ready yet: nodes, and sample pods (missing, not Running, not Ready, being deleted).
     pub fn not_ready(&self) -> Option<String> {
         let informers = self.controllers.informers();
         let nodes = self.control_planes.len() + self.workers.len();
         let mut ready_nodes = 0;
-        informers.nodes.for_each(|node| ready_nodes += usize::from(node.ready == Some(true)));
+        for name in self.control_planes.iter().chain(&self.workers) {
+            ready_nodes += usize::from(informers.nodes.get(name).is_some_and(|node| node.ready == Some(true)));
+        }
         if ready_nodes < nodes {
             return Some(format!("{ready_nodes} of {nodes} nodes Ready"));
         }

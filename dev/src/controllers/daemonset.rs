@@ -20,7 +20,7 @@ use super::objects::{NodeInfo, PodInfo, PodPhase, Toleration, Typed, tolerates_a
 use super::queue::WorkQueue;
 use super::workload::{self, PodPlacement};
 use super::{Informers, Outcome, READ_YOUR_WRITES, Reconciler, SyncError, names, rv_of};
-use crate::apiserver::object::{ObjectKey, object_key};
+use crate::apiserver::object::ObjectKey;
 use crate::apiserver::store::{DeleteOutcome, Store};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetStatus};
@@ -54,20 +54,8 @@ pub(crate) fn start(
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
     let queue: WorkQueue<ObjectKey> = WorkQueue::new();
-    {
-        let queue = queue.clone();
-        informers.daemonsets.subscribe(move |change| queue.add(change.object().meta.key.clone()));
-    }
-    {
-        let queue = queue.clone();
-        informers.pods.subscribe(move |change| {
-            for version in [&change.old, &change.new].into_iter().flatten() {
-                if let Some(owner) = version.meta.controller().filter(|o| &*o.kind == "DaemonSet") {
-                    queue.add(object_key(version.meta.namespace.as_deref(), &owner.name));
-                }
-            }
-        });
-    }
+    super::queue_changes(&informers.daemonsets, &queue);
+    super::queue_controllers(&informers.pods, "DaemonSet", &queue);
     {
         let (queue, daemonsets) = (queue.clone(), informers.daemonsets.clone());
         informers.nodes.subscribe(move |change| {
@@ -86,12 +74,7 @@ pub(crate) fn start(
     }
     let controller =
         DaemonSetController { store: store.with_identity("dev/daemonset-controller"), informers: informers.clone() };
-    let gate = store.controller_gate(names::DAEMONSET);
-    let informers = informers.clone();
-    async move {
-        informers.wait_listed().await;
-        super::run(controller, queue, gate, shutdown).await;
-    }
+    super::worker(controller, queue, store.controller_gate(names::DAEMONSET), informers, shutdown)
 }
 
 struct DaemonSetController {
@@ -291,17 +274,7 @@ impl Reconciler for DaemonSetController {
             collision_count: ds.object.status.as_ref().and_then(|s| s.collision_count),
             conditions: ds.object.status.as_ref().and_then(|s| s.conditions.clone()),
         };
-        if ds.object.status.as_ref() == Some(&status) {
-            return Ok(Outcome::Done);
-        }
-        let mut written = ds.object.clone();
-        written.status = Some(status);
-        let written = self.store.api::<DaemonSet>().update_status(
-            ds.meta.namespace.as_deref(),
-            &written,
-            &PostParams::default(),
-        )?;
-        self.informers.daemonsets.wait_for_rv(rv_of(&written.metadata), READ_YOUR_WRITES).await;
+        super::write_status(&self.store, &self.informers.daemonsets, &ds, status).await?;
         Ok(Outcome::Done)
     }
 }

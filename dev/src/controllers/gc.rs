@@ -148,12 +148,7 @@ pub(crate) fn start(
     }
     let collector =
         GarbageCollector { store: store.with_identity("dev/garbage-collector"), kinds, queue: queue.clone() };
-    let gate = store.controller_gate(names::GARBAGE_COLLECTOR);
-    let informers = informers.clone();
-    async move {
-        informers.wait_listed().await;
-        super::run(collector, queue, gate, shutdown).await;
-    }
+    super::worker(collector, queue, store.controller_gate(names::GARBAGE_COLLECTOR), informers, shutdown)
 }
 
 struct GarbageCollector {
@@ -180,8 +175,12 @@ impl GarbageCollector {
                 (true, Some(ns)) => Some(ns),
                 (false, _) => None,
             };
-            let found = kind.source.meta(&object_key(namespace, &owner.name));
-            return Ok(if found.is_some_and(|m| m.uid == owner.uid) { Presence::Present } else { Presence::Absent });
+            if kind.source.meta(&object_key(namespace, &owner.name)).is_some_and(|m| m.uid == owner.uid) {
+                return Ok(Presence::Present);
+            }
+            // The owner's cache may not have seen it yet (created just before its dependent): ask the store, as
+            // upstream's collector confirms an absence with a live lookup before it deletes anything.
+            return self.live_presence(&kind.gvr, namespace, owner);
         }
         let Some((gvr, namespaced)) = self.resolve(owner)? else { return Ok(Presence::Unknown) };
         let namespace = match (namespaced, dependent.namespace.as_deref()) {
@@ -189,7 +188,11 @@ impl GarbageCollector {
             (true, ns) => ns,
             (false, _) => None,
         };
-        match self.store.get(&gvr, namespace, &owner.name) {
+        self.live_presence(&gvr, namespace, owner)
+    }
+
+    fn live_presence(&self, gvr: &Gvr, namespace: Option<&str>, owner: &OwnerRef) -> Result<Presence, SyncError> {
+        match self.store.get(gvr, namespace, &owner.name) {
             Ok(object) => {
                 let uid = object.pointer("/metadata/uid").and_then(Value::as_str);
                 Ok(if uid == Some(&*owner.uid) { Presence::Present } else { Presence::Absent })
@@ -348,5 +351,41 @@ impl Reconciler for GarbageCollector {
             }
             Work::Finalize(at, key) => self.finalize(*at, key),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apiserver::{ApiServer, ApiServerConfig};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::PostParams;
+
+    #[tokio::test]
+    async fn an_owner_the_cache_has_not_seen_yet_is_confirmed_in_the_store_before_anything_is_deleted() {
+        let server = ApiServer::start(ApiServerConfig::default()).await.unwrap();
+        let store = server.store();
+        let owner: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "owner"}})).unwrap();
+        let owner = store.api::<ConfigMap>().create(Some("default"), &owner, &PostParams::default()).unwrap();
+        // A cache that never listed: it knows no owner at all.
+        let empty: Informer<crate::controllers::objects::MetaOnly> = Informer::new(Gvr::of::<ConfigMap>());
+        let kinds =
+            vec![Kind { gvr: Gvr::of::<ConfigMap>(), kind: "ConfigMap", namespaced: true, source: Arc::new(empty) }];
+        let collector = GarbageCollector { store: store.clone(), kinds: Arc::new(kinds), queue: WorkQueue::new() };
+        let dependent = Meta::parse(&json!({"metadata": {"name": "d", "namespace": "default"}})).unwrap();
+        let reference = |uid: &str| OwnerRef {
+            api_version: Arc::from("v1"),
+            kind: Arc::from("ConfigMap"),
+            name: Arc::from("owner"),
+            uid: Arc::from(uid),
+            controller: false,
+        };
+        let live = reference(owner.metadata.uid.as_deref().unwrap());
+        assert_eq!(collector.presence(&dependent, &live).unwrap(), Presence::Present);
+        let stale = reference("00000000-0000-4000-8000-000000000000");
+        assert_eq!(collector.presence(&dependent, &stale).unwrap(), Presence::Absent);
+        let cluster_scoped = Meta::parse(&json!({"metadata": {"name": "d"}})).unwrap();
+        assert_eq!(collector.presence(&cluster_scoped, &live).unwrap(), Presence::Absent);
+        server.shutdown().await;
     }
 }

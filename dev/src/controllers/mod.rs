@@ -16,6 +16,13 @@
 //! | [`scheduler`] | `scheduler` | `dev/scheduler` | binds pending pods |
 //! | [`kubelet`] | `kubelet` | `dev/kubelet` | pod lifecycle, node status, leases, hosts |
 //! | [`gc`] | `garbage-collector` | `dev/garbage-collector` | ownerReference cascades |
+//!
+//! # Guarantees
+//! - A paused controller writes nothing; its cache keeps following the store, and the work that arrives
+//!   meanwhile (deduplicated per object) is done once it is resumed.
+//! - Every controller waits for the first list of every cache before its first unit of work, and after a write
+//!   waits (bounded) until its cache shows it, so it never acts twice on a stale view of its own writes.
+//! - A failed unit of work is retried (after 20 ms on a conflict, after 500 ms otherwise); nothing is dropped.
 
 pub mod daemonset;
 pub mod deployment;
@@ -31,6 +38,7 @@ pub mod scheduler;
 pub mod statefulset;
 mod workload;
 
+use crate::apiserver::object::{ObjectKey, object_key};
 use crate::apiserver::store::Store;
 use crate::apiserver::{ApiError, ControllerGate, Gvr};
 use crate::hosts::Hosts;
@@ -42,6 +50,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use objects::{MetaOnly, NodeInfo, PodInfo, Typed};
 use queue::WorkQueue;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::future::Future;
 use std::hash::Hash;
@@ -154,6 +164,101 @@ pub(crate) async fn run<R: Reconciler>(
             }
         }
     }
+}
+
+/// The worker of a controller: waits for the first list of every cache, then runs `reconciler` over `queue`.
+pub(crate) fn worker<R: Reconciler>(
+    reconciler: R,
+    queue: WorkQueue<R::Key>,
+    gate: ControllerGate,
+    informers: &Informers,
+    shutdown: CancellationToken,
+) -> impl Future<Output = ()> + Send + 'static {
+    let informers = informers.clone();
+    async move {
+        informers.wait_listed().await;
+        run(reconciler, queue, gate, shutdown).await;
+    }
+}
+
+/// Queues the key of every changed object of `informer`.
+pub(crate) fn queue_changes<T: objects::Cached>(informer: &Informer<T>, queue: &WorkQueue<ObjectKey>) {
+    let queue = queue.clone();
+    informer.subscribe(move |change| queue.add(change.object().meta().key.clone()));
+}
+
+/// Queues the key of the controller of every changed object (before and after the change) when the controller
+/// is a `kind`.
+pub(crate) fn queue_controllers<T: objects::Cached>(
+    informer: &Informer<T>,
+    kind: &'static str,
+    queue: &WorkQueue<ObjectKey>,
+) {
+    let queue = queue.clone();
+    informer.subscribe(move |change| {
+        for version in [&change.old, &change.new].into_iter().flatten() {
+            let meta = version.meta();
+            if let Some(owner) = meta.controller().filter(|o| &*o.kind == kind) {
+                queue.add(object_key(meta.namespace.as_deref(), &owner.name));
+            }
+        }
+    });
+}
+
+/// A kind whose status a controller writes.
+pub(crate) trait HasStatus:
+    kube::Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+    /// Its status type.
+    type Status: PartialEq;
+    /// The status, if any.
+    fn status(&self) -> Option<&Self::Status>;
+    /// Replaces the status.
+    fn set_status(&mut self, status: Self::Status);
+}
+
+macro_rules! has_status {
+    ($($kind:ty => $status:ty),* $(,)?) => {$(
+        impl HasStatus for $kind {
+            type Status = $status;
+            fn status(&self) -> Option<&$status> {
+                self.status.as_ref()
+            }
+            fn set_status(&mut self, status: $status) {
+                self.status = Some(status);
+            }
+        }
+    )*};
+}
+
+has_status!(
+    Deployment => k8s_openapi::api::apps::v1::DeploymentStatus,
+    ReplicaSet => k8s_openapi::api::apps::v1::ReplicaSetStatus,
+    StatefulSet => k8s_openapi::api::apps::v1::StatefulSetStatus,
+    DaemonSet => k8s_openapi::api::apps::v1::DaemonSetStatus,
+    PodDisruptionBudget => k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus,
+);
+
+/// Writes `status` through `/status` with the object's resourceVersion (a concurrent write makes it conflict),
+/// unless the object has it already; then waits until `informer` shows the write.
+pub(crate) async fn write_status<K: HasStatus>(
+    store: &Store,
+    informer: &Informer<Typed<K>>,
+    object: &Typed<K>,
+    status: K::Status,
+) -> Result<(), SyncError> {
+    if object.object.status() == Some(&status) {
+        return Ok(());
+    }
+    let mut updated = object.object.clone();
+    updated.set_status(status);
+    let written = store.api::<K>().update_status(
+        object.meta.namespace.as_deref(),
+        &updated,
+        &kube::api::PostParams::default(),
+    )?;
+    informer.wait_for_rv(rv_of(written.meta()), READ_YOUR_WRITES).await;
+    Ok(())
 }
 
 /// The resourceVersion of a written object (its `metadata.resourceVersion`).

@@ -13,7 +13,7 @@ use super::objects::{PodInfo, Typed};
 use super::queue::WorkQueue;
 use super::workload::{self, PodPlacement};
 use super::{Informers, Outcome, READ_YOUR_WRITES, Reconciler, SyncError, names, rv_of};
-use crate::apiserver::object::{ObjectKey, object_key};
+use crate::apiserver::object::ObjectKey;
 use crate::apiserver::store::{DeleteOutcome, Store};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
@@ -31,28 +31,11 @@ pub(crate) fn start(
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
     let queue: WorkQueue<ObjectKey> = WorkQueue::new();
-    {
-        let queue = queue.clone();
-        informers.replicasets.subscribe(move |change| queue.add(change.object().meta.key.clone()));
-    }
-    {
-        let queue = queue.clone();
-        informers.pods.subscribe(move |change| {
-            for version in [&change.old, &change.new].into_iter().flatten() {
-                if let Some(owner) = version.meta.controller().filter(|o| &*o.kind == "ReplicaSet") {
-                    queue.add(object_key(version.meta.namespace.as_deref(), &owner.name));
-                }
-            }
-        });
-    }
+    super::queue_changes(&informers.replicasets, &queue);
+    super::queue_controllers(&informers.pods, "ReplicaSet", &queue);
     let controller =
         ReplicaSetController { store: store.with_identity("dev/replicaset-controller"), informers: informers.clone() };
-    let gate = store.controller_gate(names::REPLICASET);
-    let informers = informers.clone();
-    async move {
-        informers.wait_listed().await;
-        super::run(controller, queue, gate, shutdown).await;
-    }
+    super::worker(controller, queue, store.controller_gate(names::REPLICASET), informers, shutdown)
 }
 
 struct ReplicaSetController {
@@ -154,18 +137,7 @@ impl Reconciler for ReplicaSetController {
             self.informers.pods.wait_for_rv(written, READ_YOUR_WRITES).await;
         }
         let (status, pending) = replicaset_status(&rs, &owned(&self.informers), Timestamp::now());
-        let outcome = pending.map_or(Outcome::Done, Outcome::RequeueAfter);
-        if rs.object.status.as_ref() == Some(&status) {
-            return Ok(outcome);
-        }
-        let mut updated = rs.object.clone();
-        updated.status = Some(status);
-        let written = self.store.api::<ReplicaSet>().update_status(
-            rs.meta.namespace.as_deref(),
-            &updated,
-            &PostParams::default(),
-        )?;
-        self.informers.replicasets.wait_for_rv(rv_of(&written.metadata), READ_YOUR_WRITES).await;
-        Ok(outcome)
+        super::write_status(&self.store, &self.informers.replicasets, &rs, status).await?;
+        Ok(pending.map_or(Outcome::Done, Outcome::RequeueAfter))
     }
 }

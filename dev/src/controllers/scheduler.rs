@@ -153,12 +153,7 @@ pub(crate) fn start(
         });
     }
     let scheduler = Scheduler { store: store.with_identity("dev/scheduler"), informers: informers.clone(), placement };
-    let gate = store.controller_gate(names::SCHEDULER);
-    let informers = informers.clone();
-    async move {
-        informers.wait_listed().await;
-        super::run(scheduler, queue, gate, shutdown).await;
-    }
+    super::worker(scheduler, queue, store.controller_gate(names::SCHEDULER), informers, shutdown)
 }
 
 struct Scheduler {

@@ -21,7 +21,7 @@ use super::objects::{PodInfo, PodPhase, Typed};
 use super::queue::WorkQueue;
 use super::workload::{self, PodPlacement};
 use super::{Informers, Outcome, READ_YOUR_WRITES, Reconciler, SyncError, names, rv_of};
-use crate::apiserver::object::{ObjectKey, object_key};
+use crate::apiserver::object::ObjectKey;
 use crate::apiserver::store::{DeleteOutcome, Store};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
@@ -46,30 +46,13 @@ pub(crate) fn start(
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
     let queue: WorkQueue<ObjectKey> = WorkQueue::new();
-    {
-        let queue = queue.clone();
-        informers.statefulsets.subscribe(move |change| queue.add(change.object().meta.key.clone()));
-    }
-    {
-        let queue = queue.clone();
-        informers.pods.subscribe(move |change| {
-            for version in [&change.old, &change.new].into_iter().flatten() {
-                if let Some(owner) = version.meta.controller().filter(|o| &*o.kind == "StatefulSet") {
-                    queue.add(object_key(version.meta.namespace.as_deref(), &owner.name));
-                }
-            }
-        });
-    }
+    super::queue_changes(&informers.statefulsets, &queue);
+    super::queue_controllers(&informers.pods, "StatefulSet", &queue);
     let controller = StatefulSetController {
         store: store.with_identity("dev/statefulset-controller"),
         informers: informers.clone(),
     };
-    let gate = store.controller_gate(names::STATEFULSET);
-    let informers = informers.clone();
-    async move {
-        informers.wait_listed().await;
-        super::run(controller, queue, gate, shutdown).await;
-    }
+    super::worker(controller, queue, store.controller_gate(names::STATEFULSET), informers, shutdown)
 }
 
 struct StatefulSetController {
@@ -281,17 +264,7 @@ impl Reconciler for StatefulSetController {
             self.informers.pods.wait_for_rv(last_write, READ_YOUR_WRITES).await;
         }
         let status = self.status(&set, &owned(&self.informers), &revision);
-        if set.object.status.as_ref() == Some(&status) {
-            return Ok(Outcome::Done);
-        }
-        let mut updated = set.object.clone();
-        updated.status = Some(status);
-        let written = self.store.api::<StatefulSet>().update_status(
-            set.meta.namespace.as_deref(),
-            &updated,
-            &PostParams::default(),
-        )?;
-        self.informers.statefulsets.wait_for_rv(rv_of(&written.metadata), READ_YOUR_WRITES).await;
+        super::write_status(&self.store, &self.informers.statefulsets, &set, status).await?;
         Ok(Outcome::Done)
     }
 }

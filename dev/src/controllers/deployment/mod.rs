@@ -17,7 +17,7 @@ use super::objects::{PodInfo, Typed};
 use super::queue::WorkQueue;
 use super::workload;
 use super::{Informers, Outcome, READ_YOUR_WRITES, Reconciler, SyncError, names, rv_of};
-use crate::apiserver::object::{ObjectKey, object_key};
+use crate::apiserver::object::ObjectKey;
 use crate::apiserver::store::{Patch, Store};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus, ReplicaSet, ReplicaSetSpec};
@@ -43,28 +43,11 @@ pub(crate) fn start(
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
     let queue: WorkQueue<ObjectKey> = WorkQueue::new();
-    {
-        let queue = queue.clone();
-        informers.deployments.subscribe(move |change| queue.add(change.object().meta.key.clone()));
-    }
-    {
-        let queue = queue.clone();
-        informers.replicasets.subscribe(move |change| {
-            for version in [&change.old, &change.new].into_iter().flatten() {
-                if let Some(owner) = version.meta.controller().filter(|o| &*o.kind == "Deployment") {
-                    queue.add(object_key(version.meta.namespace.as_deref(), &owner.name));
-                }
-            }
-        });
-    }
+    super::queue_changes(&informers.deployments, &queue);
+    super::queue_controllers(&informers.replicasets, "Deployment", &queue);
     let controller =
         DeploymentController { store: store.with_identity("dev/deployment-controller"), informers: informers.clone() };
-    let gate = store.controller_gate(names::DEPLOYMENT);
-    let informers = informers.clone();
-    async move {
-        informers.wait_listed().await;
-        super::run(controller, queue, gate, shutdown).await;
-    }
+    super::worker(controller, queue, store.controller_gate(names::DEPLOYMENT), informers, shutdown)
 }
 
 struct DeploymentController {
@@ -375,17 +358,7 @@ impl Reconciler for DeploymentController {
             return Ok(Outcome::RequeueAfter(Duration::ZERO));
         }
         let status = self.status(&deployment, new.map(|rs| &**rs), &owned);
-        if deployment.object.status.as_ref() == Some(&status) {
-            return Ok(Outcome::Done);
-        }
-        let mut updated = deployment.object.clone();
-        updated.status = Some(status);
-        let written = self.store.api::<Deployment>().update_status(
-            deployment.meta.namespace.as_deref(),
-            &updated,
-            &PostParams::default(),
-        )?;
-        self.informers.deployments.wait_for_rv(rv_of(&written.metadata), READ_YOUR_WRITES).await;
+        super::write_status(&self.store, &self.informers.deployments, &deployment, status).await?;
         Ok(Outcome::Done)
     }
 }

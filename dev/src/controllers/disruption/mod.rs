@@ -17,7 +17,7 @@ pub mod math;
 use super::informer::{Change, Informer};
 use super::objects::{Meta, PodInfo, Str, Typed};
 use super::queue::WorkQueue;
-use super::{Informers, Outcome, READ_YOUR_WRITES, Reconciler, SyncError, names, rv_of};
+use super::{Informers, Outcome, Reconciler, SyncError, names};
 use crate::apiserver::object::ObjectKey;
 use crate::apiserver::selector::LabelSelector;
 use crate::apiserver::selector::label::Requirement;
@@ -27,7 +27,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::PostParams;
 use math::{Budget, Computed, PodHealth, Reason, SyncFailure};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -35,6 +34,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// When a PDB whose status could not be computed is tried again.
+const SYNC_FAILED_RETRY: jiff::SignedDuration = jiff::SignedDuration::from_secs(2);
 
 /// The type of the condition this controller keeps.
 const DISRUPTION_ALLOWED: &str = "DisruptionAllowed";
@@ -174,12 +176,7 @@ pub(crate) fn start(
         informers: informers.clone(),
         index,
     };
-    let gate = store.controller_gate(names::DISRUPTION);
-    let informers = informers.clone();
-    async move {
-        informers.wait_listed().await;
-        super::run(controller, queue, gate, shutdown).await;
-    }
+    super::worker(controller, queue, store.controller_gate(names::DISRUPTION), informers, shutdown)
 }
 
 /// Recomputes every PDB of a namespace when an owner's replica count changes (it is their expected count).
@@ -348,7 +345,9 @@ impl DisruptionController {
                     desired_healthy,
                     expected_pods,
                     disruptions_allowed,
-                    disrupted_pods: Some(disrupted_pods.into_iter().map(|(n, t)| (n, Time(t))).collect()),
+                    // An empty map is omitted, as upstream's `omitempty` does.
+                    disrupted_pods: (!disrupted_pods.is_empty())
+                        .then(|| disrupted_pods.into_iter().map(|(n, t)| (n, Time(t))).collect()),
                     observed_generation: observed,
                     conditions: Some(conditions),
                 };
@@ -357,22 +356,12 @@ impl DisruptionController {
             Err(failure) => {
                 set_condition(&mut conditions, Reason::SyncFailed, failure.to_string(), old.observed_generation);
                 let status = PodDisruptionBudgetStatus { disruptions_allowed: 0, conditions: Some(conditions), ..old };
-                (status, None)
+                // A controller that was not in the cache yet may be there soon: look again, as upstream's
+                // rate-limited requeue does.
+                (status, Some(Timestamp::now() + SYNC_FAILED_RETRY))
             }
         }
     }
-}
-
-/// Equal as stored: an empty `disruptedPods` map and a missing one are the same.
-fn same_status(a: &PodDisruptionBudgetStatus, b: &PodDisruptionBudgetStatus) -> bool {
-    let normalized = |s: &PodDisruptionBudgetStatus| {
-        let mut s = s.clone();
-        if s.disrupted_pods.as_ref().is_some_and(BTreeMap::is_empty) {
-            s.disrupted_pods = None;
-        }
-        s
-    };
-    normalized(a) == normalized(b)
 }
 
 impl Reconciler for DisruptionController {
@@ -389,15 +378,7 @@ impl Reconciler for DisruptionController {
             }
             None => Outcome::Done,
         };
-        if pdb.object.status.as_ref().is_some_and(|old| same_status(old, &status)) {
-            return Ok(outcome);
-        }
-        let mut updated = pdb.object.clone();
-        updated.status = Some(status);
-        let namespace = pdb.meta.namespace.as_deref();
-        let written =
-            self.store.api::<PodDisruptionBudget>().update_status(namespace, &updated, &PostParams::default())?;
-        self.informers.pdbs.wait_for_rv(rv_of(&written.metadata), READ_YOUR_WRITES).await;
+        super::write_status(&self.store, &self.informers.pdbs, &pdb, status).await?;
         Ok(outcome)
     }
 }
@@ -440,5 +421,36 @@ mod tests {
         index.remove(&Arc::from("demo/all"));
         assert_eq!(found(&index, json!({"app": "db"})), Vec::<String>::new());
         assert!(index.in_namespace(&Some(Arc::from("demo"))).len() == 3);
+    }
+
+    #[tokio::test]
+    async fn a_pdb_whose_pods_have_no_known_controller_fails_safe_and_is_looked_at_again() {
+        use crate::controllers::objects::{Cached, PodInfo};
+        let server = crate::apiserver::ApiServer::start(Default::default()).await.unwrap();
+        let controller = DisruptionController {
+            store: server.store(),
+            informers: Informers::new(),
+            index: Arc::new(Mutex::new(PdbIndex::default())),
+        };
+        let pdb = Typed::<PodDisruptionBudget>::parse(&json!({
+            "metadata": {"name": "db", "namespace": "demo", "generation": 1},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "db"}}},
+            "status": {"observedGeneration": 1, "disruptionsAllowed": 1, "currentHealthy": 1, "desiredHealthy": 0,
+                       "expectedPods": 1}}))
+        .unwrap();
+        // Its StatefulSet is not (yet) in the cache.
+        let pod = PodInfo::parse(&json!({"metadata": {"name": "db-0", "namespace": "demo", "labels": {"app": "db"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u1",
+                                 "controller": true}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
+        .unwrap();
+        let (status, recheck) = controller.desired_status(&pdb, &[Arc::new(pod)]);
+        assert_eq!(status.disruptions_allowed, 0);
+        assert_eq!(status.observed_generation, Some(1));
+        let condition = &status.conditions.unwrap()[0];
+        assert_eq!((condition.reason.as_str(), condition.status.as_str()), ("SyncFailed", "False"));
+        assert!(condition.message.contains("db-0"), "{}", condition.message);
+        assert!(recheck.is_some(), "a failed sync is tried again");
+        server.shutdown().await;
     }
 }

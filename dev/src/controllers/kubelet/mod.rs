@@ -114,12 +114,7 @@ pub(crate) fn start(
         pod_ips: HashMap::new(),
         last_status: HashMap::new(),
     };
-    let gate = store.controller_gate(names::KUBELET);
-    let informers = informers.clone();
-    async move {
-        informers.wait_listed().await;
-        super::run(kubelet, queue, gate, shutdown).await;
-    }
+    super::worker(kubelet, queue, store.controller_gate(names::KUBELET), informers, shutdown)
 }
 
 /// True when the node's status shows what its host is: readiness, and (while up) boot and image.

@@ -1,0 +1,72 @@
+//! `dev-cluster`: an in-memory Kubernetes cluster with simulated nodes, hosts and sample workloads, for the demo
+//! and for trying update-operator by hand. Runs until SIGINT or SIGTERM.
+
+use anyhow::Context;
+use clap::Parser;
+use dev::cli::ClusterArgs;
+use dev::cluster::Cluster;
+use std::path::PathBuf;
+use tokio::signal::unix::{SignalKind, signal};
+
+/// An in-memory Kubernetes cluster: API server, controllers, kubelets and simulated hosts.
+#[derive(Debug, Parser)]
+#[command(name = "dev-cluster", version)]
+struct Cli {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Port on 127.0.0.1 (0: a free one).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Where to write the kubeconfig (default: a new temporary directory).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Print one JSON line (`kubeconfig`, `url`, `hostsUrl`, `nodes`) instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Log filter (`tracing` syntax), e.g. `info,dev=debug`.
+    #[arg(long, env = "RUST_LOG", default_value = "warn")]
+    log_level: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log_level).context("--log-level")?)
+        .with_writer(std::io::stderr)
+        .init();
+    let mut config = cli.cluster.config();
+    config.apiserver.port = cli.port;
+    config.apiserver.kubeconfig_path = cli.kubeconfig.clone();
+    let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+    let cluster = tokio::select! {
+        cluster = Cluster::start(config) => cluster.context("starting the dev cluster")?,
+        _ = terminate.recv() => return Ok(()),
+        _ = interrupt.recv() => return Ok(()),
+    };
+    let kubeconfig = cluster.kubeconfig_path().display().to_string();
+    let url = cluster.url().to_owned();
+    if cli.json {
+        let line = serde_json::json!({"kubeconfig": kubeconfig, "url": url, "hostsUrl": format!("{url}/_dev/hosts"),
+                                      "nodes": cluster.node_names()});
+        println!("{line}");
+    } else {
+        println!(
+            "dev cluster ready: {} control plane(s), {} worker(s)",
+            cluster.control_planes().len(),
+            cluster.workers().len()
+        );
+        println!("kubeconfig:      {kubeconfig}");
+        println!("API server:      {url}");
+        println!("simulated hosts: {url}/_dev/hosts   (agent: --host-backend simulated --simulated-hosts-url {url})");
+        println!("try:             KUBECONFIG={kubeconfig} kubectl get nodes");
+        println!("stop with Ctrl-C");
+    }
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    cluster.shutdown().await;
+    Ok(())
+}
