@@ -56,8 +56,9 @@ struct Agent<H> {
     metrics: Metrics,
     /// The newest Node seen: from the watch, or our own write until the watch delivers it.
     node: Option<Node>,
-    /// Resource versions our last write superseded; watch events at these are stale.
-    superseded: Vec<String>,
+    /// Our last write until the watch shows it: its resourceVersion and what it wrote. Events
+    /// before it are older than what we know (the watch delivers in order) and are ignored.
+    unconfirmed: Option<(String, AgentReport)>,
     facts: Option<Facts>,
     /// The intent token the facts were read for.
     facts_token: Option<Token>,
@@ -88,7 +89,7 @@ pub async fn run<H: HostUpdater>(
         host,
         metrics,
         node: None,
-        superseded: Vec::new(),
+        unconfirmed: None,
         facts: None,
         facts_token: None,
         running: None,
@@ -141,11 +142,16 @@ pub async fn run<H: HostUpdater>(
 
 impl<H: HostUpdater> Agent<H> {
     fn observe(&mut self, node: Node) {
-        let rv = node.resource_version().unwrap_or_default();
-        if self.superseded.contains(&rv) {
-            return;
+        if let Some((written_rv, written)) = &self.unconfirmed {
+            // IMPORTANT: an event between our read and our write (a kubelet status update, say)
+            // lacks our report; taking it for the newest state would write the report again.
+            let ours = node.resource_version().as_ref() == Some(written_rv)
+                || node.metadata.annotations.as_ref().is_some_and(|a| AgentReport::parse(a).as_ref() == Ok(written));
+            if !ours {
+                return;
+            }
+            self.unconfirmed = None;
         }
-        self.superseded.clear();
         self.node = Some(node);
     }
 
@@ -232,7 +238,7 @@ impl<H: HostUpdater> Agent<H> {
                     token = ?report.token.as_ref().map(Token::as_str),
                     "report written"
                 );
-                self.superseded.extend(node.resource_version());
+                self.unconfirmed = written.resource_version().map(|rv| (rv, report.clone()));
                 self.node = Some(written);
                 Ok(())
             }

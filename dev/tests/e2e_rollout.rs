@@ -79,6 +79,9 @@ async fn a_rollout_updates_every_node_without_breaking_an_invariant() {
     assert!(observed.max_disrupted_seen >= 2, "the budget was never used in full");
     let (controller_writes, agent_writes) = node_writes(&cluster.server().metrics());
     assert!(controller_writes + agent_writes <= 8 * 13 + 13, "{controller_writes} + {agent_writes} Node writes");
+    // Each agent reports its host once at start, then three times per update: an agent that
+    // took a stale watch event for the newest state would write its report twice.
+    assert!(agent_writes <= 13 * 4, "{agent_writes} Node writes by the agents");
 
     controller.stop(Duration::from_secs(15)).await.unwrap();
     stop_all(agents).await;
