@@ -27,7 +27,13 @@ fn main() -> ExitCode {
         eprintln!("error: the agent needs the name of its node: pass --node-name or set NODE_NAME");
         return ExitCode::from(EXIT_USAGE);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // The agent runs on every node and does one thing at a time: one thread is enough, and saves
+    // the stacks and allocator arenas of a thread pool.
+    let mut builder = match &cli.mode {
+        Mode::Agent(_) => tokio::runtime::Builder::new_current_thread(),
+        Mode::Controller(_) => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");
