@@ -197,3 +197,19 @@ where
         agent::run(client, node, host, agent::Metrics::default(), readiness, shutdown).await.map_err(|e| e.to_string())
     })
 }
+
+/// The real agent of `node` as a task on the current runtime rather than on a thread of its own,
+/// for runs with hundreds of agents. Cancel the returned token to stop it.
+pub fn agent_task(url: &str, node: &str) -> (CancellationToken, tokio::task::JoinHandle<Outcome>) {
+    let shutdown = CancellationToken::new();
+    let (url, node, token) = (url.to_owned(), node.to_owned(), shutdown.clone());
+    let task = tokio::spawn(async move {
+        let config = kube_config(&url, "agent")?;
+        let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+        let host = SimulatedHost::new(SimulatedConfig::new(url, node.clone())).map_err(|e| e.to_string())?;
+        agent::run(client, node, Arc::new(host), agent::Metrics::default(), Readiness::default(), token)
+            .await
+            .map_err(|e| e.to_string())
+    });
+    (shutdown, task)
+}

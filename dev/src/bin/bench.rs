@@ -1,0 +1,496 @@
+//! The rollout benchmark (`make bench`): rolls a simulated cluster of 1000 nodes with
+//! `maxUnavailable` 10 and fixed simulated step durations, and prints JSON:
+//!
+//! - wall time against the ideal (the sum of the simulated step durations divided by the
+//!   concurrency) and their ratio;
+//! - hand-off latency (a node verified done → the intent written on the next node);
+//! - Node writes per node update by the controller and by the agents (evictions apart), and API
+//!   requests by verb;
+//! - Node writes during ten simulated minutes of kubelet heartbeats with nothing to update;
+//! - peak RSS of the controller and of agents, which run as real `update-operator` processes (the
+//!   controller, and a sample of the agents; the other agents run in this process).
+//!
+//! Not a test: figures, not pass/fail (each target's verdict is in the JSON).
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use dev::apiserver::{Patch, WatchEvent};
+use dev::cluster::{Cluster, ClusterConfig, PdbStyle, SampleWorkloads};
+use dev::harness;
+use dev::timing::Timing;
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{PatchParams, PostParams, WatchParams};
+use serde_json::{Value, json};
+use shared::crd::NodeVersion;
+use shared::protocol::keys;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Benchmark a rollout of the simulated cluster with the real update-operator.
+#[derive(Debug, Parser)]
+#[command(name = "bench")]
+struct Args {
+    /// Nodes (all workers, so that every node runs at the rollout's concurrency).
+    #[arg(long, default_value_t = 1000)]
+    nodes: usize,
+    /// The rollout's maxUnavailable.
+    #[arg(long, default_value_t = 10)]
+    max_unavailable: usize,
+    /// Simulated staging time of a host.
+    #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
+    stage_seconds: f64,
+    /// Simulated termination time of an evicted pod (the drain).
+    #[arg(long, default_value_t = 0.5, value_name = "SECONDS")]
+    pod_termination_seconds: f64,
+    /// Simulated reboot time of a host.
+    #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
+    reboot_seconds: f64,
+    /// Simulated startup time of a pod.
+    #[arg(long, default_value_t = 0.2, value_name = "SECONDS")]
+    pod_startup_seconds: f64,
+    /// Workload pods per node (evicted in every drain).
+    #[arg(long, default_value_t = 2)]
+    pods_per_node: usize,
+    /// Agents run as separate `update-operator -agent` processes (the rest run in this process).
+    #[arg(long, default_value_t = 10)]
+    process_agents: usize,
+    /// The update-operator binary (default: beside this program).
+    #[arg(long, value_name = "PATH")]
+    binary: Option<PathBuf>,
+    /// Simulated minutes of steady state after the rollout.
+    #[arg(long, default_value_t = 10.0)]
+    steady_minutes: f64,
+    /// Kubelet node-status heartbeat interval in the steady state (simulated seconds).
+    #[arg(long, default_value_t = 10.0)]
+    heartbeat_seconds: f64,
+    /// How much faster than real time the steady state runs.
+    #[arg(long, default_value_t = 60.0)]
+    time_scale: f64,
+    /// Stop the rollout after this long and report what was measured (0: run to the end).
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
+    max_rollout_seconds: f64,
+}
+
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or_default()
+}
+
+/// What the in-process watch of Nodes saw, with the times it saw it.
+#[derive(Default)]
+struct Recorded {
+    /// (time, node) of every new stage intent.
+    stages: Vec<(Instant, String)>,
+    /// (time, node) of every agent report that finished a reboot intent (the node verified).
+    verified: Vec<(Instant, String)>,
+    /// (time, node) of every done intent.
+    done: Vec<(Instant, String)>,
+    seen_tokens: HashMap<String, String>,
+    seen_reports: HashMap<String, String>,
+}
+
+fn record(rec: &mut Recorded, node: &Value, at: Instant) {
+    let name = node["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    let a = &node["metadata"]["annotations"];
+    let get = |k: &str| a[k].as_str().unwrap_or_default().to_owned();
+    let (intent, token) = (get(keys::INTENT), get(keys::INTENT_TOKEN));
+    if !token.is_empty() && rec.seen_tokens.get(&name) != Some(&token) {
+        rec.seen_tokens.insert(name.clone(), token.clone());
+        match intent.as_str() {
+            "stage" => rec.stages.push((at, name.clone())),
+            "done" => rec.done.push((at, name.clone())),
+            _ => {}
+        }
+    }
+    let finished_reboot = intent == "reboot" && get(keys::STATE) == "done" && get(keys::STATE_TOKEN) == token;
+    if finished_reboot && rec.seen_reports.get(&name) != Some(&token) {
+        rec.seen_reports.insert(name.clone(), token);
+        rec.verified.push((at, name));
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// Peak resident set size of a process, in MiB.
+fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+fn writes_by(store_metrics: &dev::apiserver::Metrics, resource: &str, mode: &str) -> u64 {
+    let prefix = format!("update-operator/{mode}");
+    store_metrics.count(|k| {
+        k.verb.is_write() && k.resource == resource && k.subresource.is_empty() && k.user_agent.starts_with(&prefix)
+    })
+}
+
+fn requests_by_verb(metrics: &dev::apiserver::Metrics, mode: &str) -> BTreeMap<String, u64> {
+    let prefix = format!("update-operator/{mode}");
+    let mut out = BTreeMap::new();
+    for c in metrics.snapshot() {
+        if c.key.user_agent.starts_with(&prefix) {
+            *out.entry(c.key.verb.as_str().to_owned()).or_default() += c.count;
+        }
+    }
+    out
+}
+
+struct Process {
+    child: Child,
+    name: String,
+}
+
+impl Process {
+    fn start(binary: &PathBuf, args: &[String], log: PathBuf, name: &str) -> anyhow::Result<Process> {
+        let log = std::fs::File::create(&log).with_context(|| format!("log file {}", log.display()))?;
+        let child = Command::new(binary)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("cannot start {}", binary.display()))?;
+        Ok(Process { child, name: name.to_owned() })
+    }
+
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!("{} exited early ({status})", self.name);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let binary = match &args.binary {
+        Some(b) => b.clone(),
+        None => std::env::current_exe()?.with_file_name("update-operator"),
+    };
+    if !binary.exists() {
+        bail!(
+            "{} does not exist: build it first (cargo build --release --bin update-operator) or pass --binary",
+            binary.display()
+        );
+    }
+    let workdir = tempdir()?;
+    eprintln!("bench: {} nodes, maxUnavailable {}, logs in {}", args.nodes, args.max_unavailable, workdir.display());
+
+    let timing = Timing {
+        pod_startup: seconds(args.pod_startup_seconds),
+        pod_termination_cap: seconds(args.pod_termination_seconds),
+        stage: seconds(args.stage_seconds),
+        reboot: seconds(args.reboot_seconds),
+        // The steady-state phase drives the heartbeats itself, at a known rate.
+        node_heartbeat: None,
+        lease_renew: None,
+        ..Timing::fast()
+    };
+    let started = Instant::now();
+    let cluster = Cluster::start(ClusterConfig {
+        nodes: args.nodes,
+        control_planes: 0,
+        workloads: Some(SampleWorkloads {
+            pods_per_worker: args.pods_per_node,
+            replicas: 3,
+            statefulset_every: 3,
+            // Fixed step durations: no PDB makes one drain wait for another's replacement pods.
+            pdb: PdbStyle::None,
+            daemonset: true,
+            termination_grace_seconds: 30,
+            ..SampleWorkloads::default()
+        }),
+        timing,
+        ready_timeout: Duration::from_secs(1800),
+        ..ClusterConfig::default()
+    })
+    .await
+    .context("the dev cluster did not start")?;
+    let cluster_start_seconds = started.elapsed().as_secs_f64();
+    eprintln!("bench: cluster up in {cluster_start_seconds:.1}s");
+    let store = cluster.store();
+    let kubeconfig = cluster.kubeconfig_path().display().to_string();
+    let nodes: Vec<String> = cluster.workers().to_vec();
+
+    let mut processes = vec![Process::start(
+        &binary,
+        &[
+            "-controller",
+            "--kubeconfig",
+            &kubeconfig,
+            "--identity",
+            "bench-controller",
+            "--lease-namespace",
+            "update-operator",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--log-level",
+            "warn",
+        ]
+        .map(String::from),
+        workdir.join("controller.log"),
+        "the controller",
+    )?];
+    let sample = args.process_agents.min(nodes.len());
+    for node in &nodes[..sample] {
+        processes.push(Process::start(
+            &binary,
+            &[
+                "-agent",
+                "--node-name",
+                node,
+                "--host-backend",
+                "simulated",
+                "--simulated-hosts-url",
+                cluster.url(),
+                "--kubeconfig",
+                &kubeconfig,
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--log-level",
+                "info",
+                "--log-format",
+                "text",
+            ]
+            .map(String::from),
+            workdir.join(format!("agent-{node}.log")),
+            &format!("the agent of {node}"),
+        )?);
+    }
+    let in_process: Vec<_> = nodes[sample..].iter().map(|n| harness::agent_task(cluster.url(), n)).collect();
+
+    // Settled: every agent reported its host, and the controller holds the lease (it campaigns
+    // only after its caches synced).
+    let ready_by = Instant::now() + Duration::from_secs(600);
+    loop {
+        for p in &mut processes {
+            p.check_alive()?;
+        }
+        let reported = store
+            .api::<Node>()
+            .list(None, &Default::default())
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|n| n.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(keys::OS_IMAGE)))
+                    .count()
+            })
+            .unwrap_or(0);
+        let leader = store
+            .api::<k8s_openapi::api::coordination::v1::Lease>()
+            .get(Some("update-operator"), "update-operator-controller")
+            .ok()
+            .and_then(|l| l.spec?.holder_identity);
+        if reported == nodes.len() && leader.as_deref() == Some("bench-controller") {
+            break;
+        }
+        if Instant::now() > ready_by {
+            bail!("not settled after 600s: {reported} of {} agents reported, leader {leader:?}", nodes.len());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("bench: agents and controller ready after {:.1}s", started.elapsed().as_secs_f64());
+
+    let recorded = Arc::new(Mutex::new(Recorded::default()));
+    let rv = store.resource_version().to_string();
+    let mut node_events = store
+        .api::<Node>()
+        .watch(None, &WatchParams::default().timeout(290 * 100), &rv)
+        .map_err(|e| anyhow::anyhow!("cannot watch nodes: {e}"))?;
+    let watch_rec = recorded.clone();
+    let watcher = tokio::spawn(async move {
+        while let Some(event) = node_events.next().await {
+            if let WatchEvent::Added(n) | WatchEvent::Modified(n) = event {
+                let value = serde_json::to_value(&n).unwrap_or(Value::Null);
+                let mut rec = watch_rec.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                record(&mut rec, &value, Instant::now());
+            }
+        }
+    });
+
+    let metrics = cluster.server().metrics();
+    let before = (writes_by(&metrics, "nodes", "controller"), writes_by(&metrics, "nodes", "agent"));
+    let evictions_before = metrics.count(|k| k.subresource == "eviction");
+    let verbs_before = (requests_by_verb(&metrics, "controller"), requests_by_verb(&metrics, "agent"));
+    let version: NodeVersion = serde_json::from_value(json!({
+        "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
+        "metadata": {"name": "constellation-version"},
+        "spec": {"image": "v2", "rollout": {"maxUnavailable": args.max_unavailable, "failureBudget": args.nodes.max(1)}}
+    }))?;
+    let rollout_start = Instant::now();
+    store.api::<NodeVersion>().create(None, &version, &PostParams::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let limit = (args.max_rollout_seconds > 0.0).then(|| rollout_start + seconds(args.max_rollout_seconds));
+    let mut completed = false;
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        for p in &mut processes {
+            p.check_alive()?;
+        }
+        let done = recorded.lock().map(|r| r.done.len()).unwrap_or(0);
+        if done >= nodes.len() {
+            completed = true;
+            break;
+        }
+        if limit.is_some_and(|l| Instant::now() > l) {
+            break;
+        }
+        if rollout_start.elapsed() > Duration::from_secs(6 * 3600) {
+            bail!("the rollout did not finish in 6 hours");
+        }
+    }
+    let rec = std::mem::take(&mut *recorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    let wall = rec.done.iter().map(|(t, _)| *t).max().map_or(0.0, |t| t.duration_since(rollout_start).as_secs_f64());
+    let updated = rec.done.len();
+    let per_node = args.stage_seconds + args.pod_termination_seconds + args.reboot_seconds;
+    let ideal = updated as f64 * per_node / args.max_unavailable as f64;
+
+    // Hand-off: each stage intent after the first wave takes the slot of the oldest verified node
+    // not yet handed off.
+    let mut pending: VecDeque<Instant> = rec.verified.iter().map(|(t, _)| *t).collect();
+    let mut stages: Vec<Instant> = rec.stages.iter().map(|(t, _)| *t).collect();
+    stages.sort();
+    let mut handoffs: Vec<f64> = Vec::new();
+    for stage in stages.iter().skip(args.max_unavailable) {
+        if let Some(verified) = pending.pop_front() {
+            handoffs.push(stage.saturating_duration_since(verified).as_secs_f64() * 1000.0);
+        }
+    }
+    handoffs.sort_by(f64::total_cmp);
+
+    let controller_writes = writes_by(&metrics, "nodes", "controller") - before.0;
+    let agent_writes = writes_by(&metrics, "nodes", "agent") - before.1;
+    let evictions = metrics.count(|k| k.subresource == "eviction") - evictions_before;
+    let diff = |after: BTreeMap<String, u64>, before: &BTreeMap<String, u64>| -> BTreeMap<String, u64> {
+        after.into_iter().map(|(verb, n)| (verb.clone(), n - before.get(&verb).copied().unwrap_or(0))).collect()
+    };
+    let verbs = (
+        diff(requests_by_verb(&metrics, "controller"), &verbs_before.0),
+        diff(requests_by_verb(&metrics, "agent"), &verbs_before.1),
+    );
+    eprintln!("bench: rollout of {updated} nodes in {wall:.1}s (ideal {ideal:.1}s)");
+
+    // Steady state: kubelet heartbeats at the simulated rate, compressed in time.
+    let steady_writes_before: u64 = ["controller", "agent"]
+        .iter()
+        .map(|m| metrics.count(|k| k.verb.is_write() && k.user_agent.starts_with(&format!("update-operator/{m}"))))
+        .sum();
+    let rounds = ((args.steady_minutes * 60.0) / args.heartbeat_seconds).round().max(1.0) as usize;
+    let real = seconds(args.steady_minutes * 60.0 / args.time_scale);
+    let kubelet = store.with_identity("dev/kubelet");
+    let steady_start = Instant::now();
+    let mut heartbeats = 0u64;
+    for round in 0..rounds {
+        let now = Timestamp::now().to_string();
+        for node in &nodes {
+            let patch = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now}]}});
+            if kubelet.api::<Node>().patch_status(None, node, &Patch::Strategic(patch), &PatchParams::default()).is_ok()
+            {
+                heartbeats += 1;
+            }
+        }
+        let next = steady_start + real.mul_f64((round + 1) as f64 / rounds as f64);
+        tokio::time::sleep_until(next.into()).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let steady_writes: u64 = ["controller", "agent"]
+        .iter()
+        .map(|m| metrics.count(|k| k.verb.is_write() && k.user_agent.starts_with(&format!("update-operator/{m}"))))
+        .sum::<u64>()
+        - steady_writes_before;
+
+    let controller_rss = peak_rss_mib(processes[0].child.id());
+    let agent_rss: Vec<f64> = processes[1..].iter().filter_map(|p| peak_rss_mib(p.child.id())).collect();
+    let agent_max = agent_rss.iter().copied().fold(0.0, f64::max);
+    let agent_mean = if agent_rss.is_empty() { 0.0 } else { agent_rss.iter().sum::<f64>() / agent_rss.len() as f64 };
+    let writes_per_update = |w: u64| if updated == 0 { f64::NAN } else { w as f64 / updated as f64 };
+    let ratio = if ideal > 0.0 { wall / ideal } else { f64::NAN };
+    let p99 = percentile(&handoffs, 99.0);
+    let report = json!({
+        "nodes": args.nodes,
+        "max_unavailable": args.max_unavailable,
+        "completed": completed,
+        "nodes_updated": updated,
+        "step_seconds": {"stage": args.stage_seconds, "drain_pod_termination": args.pod_termination_seconds, "reboot": args.reboot_seconds},
+        "cluster_start_seconds": round2(cluster_start_seconds),
+        "wall_seconds": round2(wall),
+        "ideal_seconds": round2(ideal),
+        "ratio": round4(ratio),
+        "handoff_ms": {
+            "count": handoffs.len(),
+            "p50": round2(percentile(&handoffs, 50.0)),
+            "p95": round2(percentile(&handoffs, 95.0)),
+            "p99": round2(p99),
+            "max": round2(handoffs.last().copied().unwrap_or(f64::NAN)),
+        },
+        "node_writes_per_update": {
+            "controller": round2(writes_per_update(controller_writes)),
+            "agent": round2(writes_per_update(agent_writes)),
+            "total": round2(writes_per_update(controller_writes + agent_writes)),
+        },
+        "evictions": {"requests": evictions, "per_node": round2(writes_per_update(evictions))},
+        "api_requests_by_verb": {"controller": verbs.0, "agent": verbs.1},
+        "steady_state": {
+            "simulated_minutes": args.steady_minutes,
+            "real_seconds": round2(real.as_secs_f64()),
+            "node_heartbeats": heartbeats,
+            "writes_by_controller_and_agents": steady_writes,
+        },
+        "rss_mib": {
+            "controller_peak": controller_rss.map(round2),
+            "agent_peak_max": round2(agent_max),
+            "agent_peak_mean": round2(agent_mean),
+            "agents_measured": agent_rss.len(),
+            "bench_process_peak": peak_rss_mib(std::process::id()).map(round2),
+        },
+        "targets": {
+            "ratio_at_most_1_02": ratio <= 1.02,
+            "handoff_p99_at_most_100ms": p99 <= 100.0,
+            "node_writes_per_update_at_most_8": writes_per_update(controller_writes + agent_writes) <= 8.0,
+            "zero_writes_in_steady_state": steady_writes == 0,
+            "agent_at_most_10_mib": agent_max <= 10.0,
+            "controller_at_most_64_mib": controller_rss.is_some_and(|r| r <= 64.0),
+        }
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+
+    watcher.abort();
+    for (token, task) in in_process {
+        token.cancel();
+        let _ = task.await;
+    }
+    drop(processes);
+    cluster.shutdown().await;
+    Ok(())
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn round4(x: f64) -> f64 {
+    (x * 10000.0).round() / 10000.0
+}
+
+fn tempdir() -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("update-operator-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
