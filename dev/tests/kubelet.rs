@@ -62,12 +62,19 @@ async fn a_graceful_deletion_is_completed_by_the_kubelet_after_the_termination_d
     })
     .await;
     let deletes_before = kubelet_pod_deletes(&cluster);
+    // Delete late in a second: the deletionTimestamp has whole seconds, and a kubelet that counted
+    // from it would remove the pod most of a second early.
+    while jiff::Timestamp::now().subsec_millisecond() < 800 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let deleted_at = std::time::Instant::now();
     pods.delete("graceful", &DeleteParams::default()).await.unwrap();
     // The API server keeps the pod Terminating with the pod's grace period ...
     let terminating = pods.get("graceful").await.unwrap();
     assert_eq!(terminating.metadata.deletion_grace_period_seconds, Some(30));
     // ... and the kubelet removes it after min(30 s, the 2 s cap) with a grace-0 DELETE.
     eventually("the pod is gone", || async { pods.get_opt("graceful").await.unwrap().is_none() }).await;
+    assert!(deleted_at.elapsed() >= Duration::from_secs(2), "removed after {:?}", deleted_at.elapsed());
     assert!(kubelet_pod_deletes(&cluster) > deletes_before, "the kubelet sent the final DELETE");
     cluster.shutdown().await;
 }

@@ -4,9 +4,10 @@
 //! # Guarantees
 //! - A pod bound to an existing node whose host is up becomes Running and Ready `pod_startup` after it became
 //!   startable (bound, or its host came back), through `/status` with the pod's resourceVersion.
-//! - A pod being deleted is removed `min(grace period, pod_termination_cap)` after its deletion began, by a
-//!   DELETE with grace period 0 and a uid precondition (§3.7 step 3). While its host is down nothing happens:
-//!   it is removed after the host is back.
+//! - A pod being deleted is removed `min(grace period, pod_termination_cap)` after its kubelet first saw it
+//!   terminating (as a real kubelet counts the grace period from when it starts to kill the pod, not from the
+//!   deletionTimestamp, which has whole seconds only), by a DELETE with grace period 0 and a uid precondition
+//!   (§3.7 step 3). While its host is down nothing happens: it is removed after the host is back.
 //! - While a host is down (rebooting, or a reboot that never returns) its node is NotReady (reason
 //!   `KubeletNotReady`) and its Ready pods are not Ready; its Lease is not renewed. When the host is back the
 //!   node is Ready with the host's new `bootID` and `osImage` in `status.nodeInfo`, and its pods are Ready again
@@ -110,6 +111,7 @@ pub(crate) fn start(
         timing: timing.clone(),
         kubelet_version: kubelet_version.to_owned(),
         startable_since: HashMap::new(),
+        terminating_since: HashMap::new(),
         node_index: HashMap::new(),
         pod_ips: HashMap::new(),
         last_status: HashMap::new(),
@@ -126,14 +128,10 @@ fn reports(node: &NodeInfo, host: &HostState) -> bool {
                 && node.os_image.as_deref() == Some(host.facts.os_image.as_str())))
 }
 
-/// When a pod being deleted is due to go: `min(grace, cap)` after its deletion began, which was `grace` before
-/// its deletionTimestamp.
-fn removal_due(pod: &PodInfo, cap: Duration) -> Timestamp {
-    let Some(deletion) = pod.meta.deletion else { return Timestamp::now() };
-    let grace = pod.meta.deletion_grace_seconds.unwrap_or(0).max(0).saturating_mul(1000);
-    let cap = i64::try_from(cap.as_millis()).unwrap_or(i64::MAX);
-    let began = deletion.as_millisecond().saturating_sub(grace);
-    Timestamp::from_millisecond(began.saturating_add(grace.min(cap))).unwrap_or_else(|_| Timestamp::now())
+/// How long a pod being deleted takes to go once its kubelet starts killing it: its grace period, at most `cap`.
+fn termination_time(pod: &PodInfo, cap: Duration) -> Duration {
+    let grace = u64::try_from(pod.meta.deletion_grace_seconds.unwrap_or(0)).unwrap_or(0);
+    Duration::from_secs(grace).min(cap)
 }
 
 /// `interval` ±10%.
@@ -149,6 +147,8 @@ struct Kubelet {
     kubelet_version: String,
     /// When each not-yet-Ready pod became startable.
     startable_since: HashMap<ObjectKey, Instant>,
+    /// When this kubelet first saw each pod being deleted (on a running host).
+    terminating_since: HashMap<ObjectKey, Instant>,
     /// Each node's number, for its addresses.
     node_index: HashMap<Str, u32>,
     /// The last pod address handed out per node.
@@ -180,6 +180,7 @@ impl Kubelet {
     fn sync_pod(&mut self, key: &ObjectKey) -> Result<Outcome, SyncError> {
         let Some(pod) = self.informers.pods.get(key) else {
             self.startable_since.remove(key);
+            self.terminating_since.remove(key);
             return Ok(Outcome::Done);
         };
         let Some(node) = pod.node_name.clone() else { return Ok(Outcome::Done) };
@@ -196,11 +197,11 @@ impl Kubelet {
         }
         if pod.meta.is_deleting() {
             self.startable_since.remove(key);
-            let due = removal_due(&pod, self.timing.pod_termination_cap);
-            let now = Timestamp::now();
+            let since = *self.terminating_since.entry(key.clone()).or_insert_with(Instant::now);
+            let due = since + termination_time(&pod, self.timing.pod_termination_cap);
+            let now = Instant::now();
             if due > now {
-                let wait = Duration::try_from(due.duration_since(now)).unwrap_or(Duration::ZERO);
-                return Ok(Outcome::RequeueAfter(wait));
+                return Ok(Outcome::RequeueAfter(due - now));
             }
             let params = DeleteParams {
                 grace_period_seconds: Some(0),
@@ -352,12 +353,12 @@ mod tests {
 
     #[test]
     fn a_deleted_pod_goes_after_its_grace_period_or_the_cap_whichever_is_first() {
-        let at = |t: &str| t.parse::<Timestamp>().unwrap();
         let pod = deleting("2026-01-01T00:00:30Z", 30);
-        assert_eq!(removal_due(&pod, Duration::from_secs(5)), at("2026-01-01T00:00:05Z"));
-        assert_eq!(removal_due(&pod, Duration::from_secs(60)), at("2026-01-01T00:00:30Z"));
+        assert_eq!(termination_time(&pod, Duration::from_secs(5)), Duration::from_secs(5));
+        assert_eq!(termination_time(&pod, Duration::from_millis(300)), Duration::from_millis(300));
+        assert_eq!(termination_time(&pod, Duration::from_secs(60)), Duration::from_secs(30));
         let forced = deleting("2026-01-01T00:00:00Z", 0);
-        assert_eq!(removal_due(&forced, Duration::from_secs(5)), at("2026-01-01T00:00:00Z"));
+        assert_eq!(termination_time(&forced, Duration::from_secs(5)), Duration::ZERO);
     }
 
     #[test]
