@@ -2,30 +2,59 @@
 //! or failing Event write never delays a rollout step.
 
 use crate::policy::Reason;
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// Events waiting to be published; beyond this, new ones are dropped (and logged) rather than
 /// slowing the controller down.
 const QUEUE: usize = 4096;
+/// How long after its last occurrence an Event can still be continued as a series (client-go's
+/// and kube's recorders use six minutes too).
+const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
+/// Series remembered at once. kube's `Recorder` remembers every Event for six minutes, megabytes
+/// at a large rollout's pace; past this many, the oldest series is forgotten, and a repeat of it
+/// starts a new Event.
+const SERIES_CAPACITY: usize = 512;
+const CONTROLLER_NAME: &str = "update-operator";
 
 /// A handle to the background publisher.
 #[derive(Clone)]
 pub struct Events {
-    queue: mpsc::Sender<(ObjectReference, Event)>,
+    queue: mpsc::Sender<Pending>,
+}
+
+/// An Event to publish.
+#[derive(Debug, Clone)]
+struct Pending {
+    regarding: ObjectReference,
+    related: Option<ObjectReference>,
+    warning: bool,
+    reason: String,
+    action: String,
+    note: String,
 }
 
 impl Events {
     /// Starts the publisher task; it ends when every handle is dropped.
     pub fn start(client: Client, instance: Option<String>) -> Events {
-        let recorder = Recorder::new(client, Reporter { controller: "update-operator".into(), instance });
-        let (queue, mut rx) = mpsc::channel::<(ObjectReference, Event)>(QUEUE);
+        let (queue, mut rx) = mpsc::channel::<Pending>(QUEUE);
+        let mut publisher = Publisher {
+            client,
+            instance: instance.unwrap_or_else(|| CONTROLLER_NAME.to_owned()),
+            series: SeriesCache::new(SERIES_CAPACITY, SERIES_TTL),
+        };
         tokio::spawn(async move {
-            while let Some((reference, event)) = rx.recv().await {
-                if let Err(error) = recorder.publish(&event, &reference).await {
-                    tracing::warn!(%error, reason = %event.reason, object = ?reference.name, "could not publish an Event");
+            while let Some(event) = rx.recv().await {
+                if let Err(error) = publisher.publish(&event).await {
+                    tracing::warn!(%error, reason = %event.reason, object = ?event.regarding.name, "could not publish an Event");
                 }
             }
         });
@@ -43,16 +72,139 @@ impl Events {
         message: String,
         action: &str,
     ) {
-        let event = Event {
-            type_: if reason.is_warning() { EventType::Warning } else { EventType::Normal },
+        let event = Pending {
+            regarding: reference,
+            related,
+            warning: reason.is_warning(),
             reason: reason.to_string(),
-            note: Some(cut(message)),
             action: action.to_owned(),
-            secondary: related,
+            note: cut(message),
         };
-        if self.queue.try_send((reference, event)).is_err() {
+        if self.queue.try_send(event).is_err() {
             tracing::warn!(%reason, "the Event queue is full; an Event was dropped");
         }
+    }
+}
+
+/// What makes two Events one series: as kube's recorder, everything but the note and the time.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SeriesKey {
+    warning: bool,
+    reason: String,
+    action: String,
+    regarding: (Option<String>, Option<String>, Option<String>, Option<String>),
+    related: Option<(Option<String>, Option<String>, Option<String>)>,
+}
+
+impl SeriesKey {
+    fn of(event: &Pending) -> SeriesKey {
+        let r = &event.regarding;
+        SeriesKey {
+            warning: event.warning,
+            reason: event.reason.clone(),
+            action: event.action.clone(),
+            regarding: (r.kind.clone(), r.namespace.clone(), r.name.clone(), r.uid.clone()),
+            related: event.related.as_ref().map(|r| (r.kind.clone(), r.namespace.clone(), r.name.clone())),
+        }
+    }
+}
+
+/// A published Event that a repeat continues.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Series {
+    namespace: String,
+    name: String,
+    count: i32,
+    last: Instant,
+}
+
+/// The series published lately, at most `capacity` of them, each for `ttl` after its last
+/// occurrence.
+#[derive(Debug)]
+struct SeriesCache {
+    entries: HashMap<SeriesKey, Series>,
+    capacity: usize,
+    ttl: Duration,
+}
+
+impl SeriesCache {
+    fn new(capacity: usize, ttl: Duration) -> SeriesCache {
+        SeriesCache { entries: HashMap::new(), capacity: capacity.max(1), ttl }
+    }
+
+    /// The live series `key` continues, if any.
+    fn find(&self, key: &SeriesKey, now: Instant) -> Option<&Series> {
+        self.entries.get(key).filter(|s| now.saturating_duration_since(s.last) < self.ttl)
+    }
+
+    /// Remembers `series` under `key`, forgetting expired series and, when full, the oldest.
+    fn remember(&mut self, key: SeriesKey, series: Series, now: Instant) {
+        if !self.entries.contains_key(&key) && self.entries.len() >= self.capacity {
+            let ttl = self.ttl;
+            self.entries.retain(|_, s| now.saturating_duration_since(s.last) < ttl);
+            if self.entries.len() >= self.capacity {
+                let oldest = self.entries.iter().min_by_key(|(_, s)| s.last).map(|(k, _)| k.clone());
+                if let Some(oldest) = oldest {
+                    self.entries.remove(&oldest);
+                }
+            }
+        }
+        self.entries.insert(key, series);
+    }
+}
+
+struct Publisher {
+    client: Client,
+    instance: String,
+    series: SeriesCache,
+}
+
+impl Publisher {
+    async fn publish(&mut self, event: &Pending) -> Result<(), kube::Error> {
+        let key = SeriesKey::of(event);
+        let now = Instant::now();
+        let time = Timestamp::now();
+        if let Some(series) = self.series.find(&key, now).cloned() {
+            let count = series.count + 1;
+            let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &series.namespace);
+            let patch = json!({"series": {"count": count, "lastObservedTime": MicroTime(time)}});
+            match api.patch(&series.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) => {
+                    self.series.remember(key, Series { count, last: now, ..series }, now);
+                    return Ok(());
+                }
+                // Expired or deleted meanwhile: start a new Event.
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => return Err(error),
+            }
+        }
+        let namespace = event.regarding.namespace.clone().unwrap_or_else(|| "default".to_owned());
+        let object = K8sEvent {
+            metadata: ObjectMeta {
+                namespace: Some(namespace.clone()),
+                name: Some(format!(
+                    "{}.{:x}",
+                    event.regarding.name.as_deref().unwrap_or(CONTROLLER_NAME),
+                    time.as_nanosecond()
+                )),
+                ..ObjectMeta::default()
+            },
+            action: Some(event.action.clone()),
+            reason: Some(event.reason.clone()),
+            note: Some(event.note.clone()),
+            type_: Some(if event.warning { "Warning" } else { "Normal" }.to_owned()),
+            event_time: Some(MicroTime(time)),
+            regarding: Some(event.regarding.clone()),
+            related: event.related.clone(),
+            reporting_controller: Some(CONTROLLER_NAME.to_owned()),
+            reporting_instance: Some(self.instance.clone()),
+            ..K8sEvent::default()
+        };
+        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &namespace);
+        let created = api.create(&PostParams::default(), &object).await?;
+        let name = created.metadata.name.unwrap_or_default();
+        self.series.remember(key, Series { namespace, name, count: 1, last: now }, now);
+        Ok(())
     }
 }
 
@@ -78,4 +230,70 @@ fn cut(mut message: String) -> String {
         message.truncate(end);
     }
     message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(reason: &str, node: &str) -> SeriesKey {
+        SeriesKey::of(&Pending {
+            regarding: node_reference(node, None),
+            related: None,
+            warning: false,
+            reason: reason.into(),
+            action: "Update".into(),
+            note: "a note".into(),
+        })
+    }
+
+    fn series(name: &str, last: Instant) -> Series {
+        Series { namespace: "default".into(), name: name.into(), count: 1, last }
+    }
+
+    #[test]
+    fn a_repeat_within_the_ttl_continues_the_series_and_a_later_one_does_not() {
+        let start = Instant::now();
+        let mut cache = SeriesCache::new(8, Duration::from_secs(360));
+        cache.remember(key("Draining", "n1"), series("n1.1", start), start);
+        assert_eq!(
+            cache.find(&key("Draining", "n1"), start + Duration::from_secs(359)).map(|s| s.name.as_str()),
+            Some("n1.1")
+        );
+        assert_eq!(cache.find(&key("Draining", "n1"), start + Duration::from_secs(360)), None);
+        assert_eq!(cache.find(&key("Draining", "n2"), start), None);
+        assert_eq!(cache.find(&key("Drained", "n1"), start), None);
+    }
+
+    #[test]
+    fn the_cache_never_holds_more_than_its_capacity_and_forgets_the_oldest_first() {
+        let start = Instant::now();
+        let mut cache = SeriesCache::new(3, Duration::from_secs(360));
+        for i in 0..10u64 {
+            let at = start + Duration::from_secs(i);
+            cache.remember(key("Staged", &format!("n{i}")), series(&format!("n{i}"), at), at);
+            assert!(cache.entries.len() <= 3);
+        }
+        let now = start + Duration::from_secs(10);
+        assert!(cache.find(&key("Staged", "n9"), now).is_some());
+        assert!(cache.find(&key("Staged", "n7"), now).is_some());
+        assert!(cache.find(&key("Staged", "n6"), now).is_none());
+        // Continuing a remembered series never evicts another.
+        cache.remember(key("Staged", "n8"), series("n8", now), now);
+        assert!(cache.find(&key("Staged", "n7"), now).is_some());
+    }
+
+    #[test]
+    fn expired_series_go_before_live_ones() {
+        let start = Instant::now();
+        let mut cache = SeriesCache::new(2, Duration::from_secs(60));
+        cache.remember(key("Staged", "old"), series("old", start), start);
+        let later = start + Duration::from_secs(50);
+        cache.remember(key("Staged", "live"), series("live", later), later);
+        let now = start + Duration::from_secs(70);
+        cache.remember(key("Staged", "new"), series("new", now), now);
+        assert!(cache.find(&key("Staged", "live"), now).is_some());
+        assert!(cache.find(&key("Staged", "new"), now).is_some());
+        assert_eq!(cache.entries.len(), 2);
+    }
 }
