@@ -1,7 +1,7 @@
 # Developer entry points. Every target works on a machine with a Rust toolchain.
 CARGO ?= cargo
 
-.PHONY: build test fmt lint manifests demo
+.PHONY: build test fmt lint manifests demo bench
 
 ## build: the update-operator binary (release)
 build:
@@ -27,3 +27,9 @@ manifests:
 ## demo: watch a simulated rollout (ARGS="--fail-update worker-3" for a failure path)
 demo:
 	$(CARGO) run --release --locked -p dev --bin demo -- $(ARGS)
+
+## bench: the rollout benchmark, 1000 nodes (ARGS="--nodes 5000" for other sizes); prints JSON
+bench:
+	$(CARGO) build --release --locked --bin update-operator
+	$(CARGO) build --release --locked -p dev --bin bench
+	./target/release/bench --binary ./target/release/update-operator $(ARGS)
