@@ -10,6 +10,7 @@
 
 use agent::host::HostUpdater;
 use agent::host::simulated::{SimulatedConfig, SimulatedHost};
+use k8s_openapi::api::coordination::v1::Lease;
 use shared::probes::Readiness;
 use std::future::Future;
 use std::sync::Arc;
@@ -142,13 +143,34 @@ pub fn kube_config(url: &str, mode: &str) -> Result<kube::Config, String> {
     Ok(config)
 }
 
+/// The Lease the controllers of the dev cluster campaign for (the binary's default name, in the
+/// operator's namespace).
+pub const LEASE_NAMESPACE: &str = "update-operator";
+pub const LEASE_NAME: &str = "update-operator-controller";
+
+/// Who holds the controllers' Lease, if anyone.
+pub fn lease_holder(store: &crate::apiserver::Store) -> Option<String> {
+    let lease = store.api::<Lease>().get(Some(LEASE_NAMESPACE), LEASE_NAME).ok()?;
+    lease.spec?.holder_identity.filter(|holder| !holder.is_empty())
+}
+
+/// Writes of Nodes so far by the controller and by the agents, told apart by their `User-Agent`.
+pub fn node_writes(metrics: &crate::apiserver::Metrics) -> (u64, u64) {
+    let writes = metrics.writes_by_user_agent("nodes");
+    let by = |mode: &str| {
+        let prefix = format!("update-operator/{mode}");
+        writes.iter().filter(|(agent, _)| agent.starts_with(&prefix)).map(|(_, n)| *n).sum::<u64>()
+    };
+    (by("controller"), by("agent"))
+}
+
 /// The options of a test controller: its identity, the Lease in `update-operator`, and lease timing
 /// short enough that a crashed leader is replaced within a few seconds.
 pub fn controller_options(identity: &str) -> controller::Options {
     controller::Options {
         identity: identity.to_owned(),
-        lease_namespace: "update-operator".into(),
-        lease_name: "update-operator-controller".into(),
+        lease_namespace: LEASE_NAMESPACE.into(),
+        lease_name: LEASE_NAME.into(),
         lease_timing: controller::leader::LeaseTiming {
             lease_duration: Duration::from_secs(3),
             renew_deadline: Duration::from_secs(2),

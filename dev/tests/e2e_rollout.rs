@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use serde_json::json;
 use std::time::Duration;
-use support::{create_version, eventually, full_cluster, node_names, node_writes, rolled_out, start_agents, stop_all};
+use support::{create_version, eventually, full_cluster, node_names, rolled_out, start_agents, stop_all};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_updates_every_node_without_breaking_an_invariant() {
@@ -77,7 +77,7 @@ async fn a_rollout_updates_every_node_without_breaking_an_invariant() {
     assert_eq!(observed.violations, Vec::<String>::new());
     assert_eq!(observed.max_control_plane_disrupted_seen, 1);
     assert!(observed.max_disrupted_seen >= 2, "the budget was never used in full");
-    let (controller_writes, agent_writes) = node_writes(&cluster.server().metrics());
+    let (controller_writes, agent_writes) = harness::node_writes(&cluster.server().metrics());
     assert!(controller_writes + agent_writes <= 8 * 13 + 13, "{controller_writes} + {agent_writes} Node writes");
     // Each agent reports its host once at start, then three times per update: an agent that
     // took a stale watch event for the newest state would write its report twice.

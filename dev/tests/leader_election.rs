@@ -6,18 +6,12 @@ mod support;
 use dev::harness;
 use dev::observer::{Limits, Observer};
 use jiff::Timestamp;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::ListParams;
 use serde_json::json;
 use shared::crd::NodeVersion;
 use std::time::Duration;
 use support::{FakeHost, bare_cluster, create_version, eventually, rolled_out};
-
-fn holder(store: &dev::apiserver::Store) -> Option<String> {
-    let lease = store.api::<Lease>().get(Some("update-operator"), "update-operator-controller").ok()?;
-    lease.spec?.holder_identity.filter(|h| !h.is_empty())
-}
 
 /// (reporting instance, event time) of every Event the controllers published.
 fn reporters(store: &dev::apiserver::Store) -> Vec<(String, Timestamp)> {
@@ -48,7 +42,7 @@ async fn exactly_one_replica_acts_and_a_crashed_leader_is_replaced() {
         ("c1", Some(harness::controller(server.url(), harness::controller_options("c1")))),
         ("c2", Some(harness::controller(server.url(), harness::controller_options("c2")))),
     ];
-    let leader = eventually(Duration::from_secs(30), "a leader", || holder(&store)).await;
+    let leader = eventually(Duration::from_secs(30), "a leader", || harness::lease_holder(&store)).await;
     create_version(&store, "v2", json!({"maxUnavailable": 1}));
 
     // Let the leader finish two nodes; only it may have acted.
@@ -64,7 +58,8 @@ async fn exactly_one_replica_acts_and_a_crashed_leader_is_replaced() {
     let slot = replicas.iter_mut().find(|(id, _)| *id == leader).unwrap();
     slot.1.take().unwrap().crash().await;
     let successor =
-        eventually(Duration::from_secs(30), "a new leader", || holder(&store).filter(|h| *h != leader)).await;
+        eventually(Duration::from_secs(30), "a new leader", || harness::lease_holder(&store).filter(|h| *h != leader))
+            .await;
     eventually(Duration::from_secs(90), "the rollout", || rolled_out(&store, 6)).await;
     for (who, at) in reporters(&store) {
         assert!(who == leader || (who == successor && at >= crashed_at), "{who} acted at {at} (crash at {crashed_at})");

@@ -148,13 +148,6 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-fn writes_by(store_metrics: &dev::apiserver::Metrics, resource: &str, mode: &str) -> u64 {
-    let prefix = format!("update-operator/{mode}");
-    store_metrics.count(|k| {
-        k.verb.is_write() && k.resource == resource && k.subresource.is_empty() && k.user_agent.starts_with(&prefix)
-    })
-}
-
 fn requests_by_verb(metrics: &dev::apiserver::Metrics, mode: &str) -> BTreeMap<String, u64> {
     let prefix = format!("update-operator/{mode}");
     let mut out = BTreeMap::new();
@@ -259,7 +252,9 @@ async fn main() -> anyhow::Result<()> {
             "--identity",
             "bench-controller",
             "--lease-namespace",
-            "update-operator",
+            harness::LEASE_NAMESPACE,
+            "--lease-name",
+            harness::LEASE_NAME,
             "--metrics-addr",
             "127.0.0.1:0",
             "--log-level",
@@ -312,11 +307,7 @@ async fn main() -> anyhow::Result<()> {
                     .count()
             })
             .unwrap_or(0);
-        let leader = store
-            .api::<k8s_openapi::api::coordination::v1::Lease>()
-            .get(Some("update-operator"), "update-operator-controller")
-            .ok()
-            .and_then(|l| l.spec?.holder_identity);
+        let leader = harness::lease_holder(&store);
         if reported == nodes.len() && leader.as_deref() == Some("bench-controller") {
             break;
         }
@@ -353,7 +344,7 @@ async fn main() -> anyhow::Result<()> {
     });
 
     let metrics = cluster.server().metrics();
-    let before = (writes_by(&metrics, "nodes", "controller"), writes_by(&metrics, "nodes", "agent"));
+    let writes_before = harness::node_writes(&metrics);
     let evictions_before = metrics.count(|k| k.subresource == "eviction");
     let verbs_before = (requests_by_verb(&metrics, "controller"), requests_by_verb(&metrics, "agent"));
     let version: NodeVersion = serde_json::from_value(json!({
@@ -419,8 +410,8 @@ async fn main() -> anyhow::Result<()> {
     let phase_means: BTreeMap<String, f64> =
         phases.into_iter().map(|(step, (sum, n))| (step, round4(sum / n as f64))).collect();
 
-    let controller_writes = writes_by(&metrics, "nodes", "controller") - before.0;
-    let agent_writes = writes_by(&metrics, "nodes", "agent") - before.1;
+    let writes_after = harness::node_writes(&metrics);
+    let (controller_writes, agent_writes) = (writes_after.0 - writes_before.0, writes_after.1 - writes_before.1);
     let evictions = metrics.count(|k| k.subresource == "eviction") - evictions_before;
     let diff = |after: BTreeMap<String, u64>, before: &BTreeMap<String, u64>| -> BTreeMap<String, u64> {
         after.into_iter().map(|(verb, n)| (verb.clone(), n - before.get(&verb).copied().unwrap_or(0))).collect()

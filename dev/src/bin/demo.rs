@@ -192,7 +192,7 @@ async fn run(args: Args) -> anyhow::Result<Ending> {
         anyhow::ensure!(Instant::now() < ready_by, "the agents and controllers did not get ready within 60s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let writes_before = node_writes(&cluster);
+    let writes_before = harness::node_writes(&cluster.server().metrics());
     store
         .api::<NodeVersion>()
         .create(None, &version, &PostParams::default())
@@ -215,7 +215,7 @@ async fn run(args: Args) -> anyhow::Result<Ending> {
             && started.elapsed().as_secs_f64() >= after
         {
             killed = true;
-            let leader = lease_holder(&store);
+            let leader = harness::lease_holder(&store);
             if let Some((id, slot)) = replicas.iter_mut().find(|(id, _)| Some(id) == leader.as_ref())
                 && let Some(component) = slot.take()
             {
@@ -258,7 +258,7 @@ async fn run(args: Args) -> anyhow::Result<Ending> {
         }
     };
     let wall = started.elapsed().as_secs_f64();
-    let (controller_writes, agent_writes) = node_writes(&cluster);
+    let (controller_writes, agent_writes) = harness::node_writes(&cluster.server().metrics());
     let observed = observer.stop().await;
     let refused = eviction_count(&metrics, "refused");
     let totals = Totals {
@@ -300,22 +300,6 @@ fn clear(lines: usize) {
         let _ = write!(out, "\x1b[1A\x1b[2K");
     }
     let _ = out.flush();
-}
-
-fn lease_holder(store: &dev::apiserver::Store) -> Option<String> {
-    let lease = store
-        .api::<k8s_openapi::api::coordination::v1::Lease>()
-        .get(Some("update-operator"), "update-operator-controller")
-        .ok()?;
-    lease.spec?.holder_identity
-}
-
-fn node_writes(cluster: &Cluster) -> (u64, u64) {
-    let writes = cluster.server().metrics().writes_by_user_agent("nodes");
-    let by = |mode: &str| {
-        writes.iter().filter(|(ua, _)| ua.starts_with(&format!("update-operator/{mode}"))).map(|(_, n)| *n).sum::<u64>()
-    };
-    (by("controller"), by("agent"))
 }
 
 fn eviction_count(metrics: &controller::Metrics, result: &'static str) -> u64 {

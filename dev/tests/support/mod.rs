@@ -159,15 +159,6 @@ pub fn start_agents(cluster: &dev::cluster::Cluster) -> Vec<dev::harness::Compon
     node_names(&cluster.store()).iter().map(|n| dev::harness::agent(cluster.url(), n)).collect()
 }
 
-/// Node writes by the controller and by the agents so far.
-pub fn node_writes(metrics: &dev::apiserver::Metrics) -> (u64, u64) {
-    let writes = metrics.writes_by_user_agent("nodes");
-    let by = |mode: &str| {
-        writes.iter().filter(|(ua, _)| ua.starts_with(&format!("update-operator/{mode}"))).map(|(_, n)| *n).sum::<u64>()
-    };
-    (by("controller"), by("agent"))
-}
-
 /// Stops every component gracefully.
 pub async fn stop_all(components: Vec<dev::harness::Component>) {
     for c in components {
