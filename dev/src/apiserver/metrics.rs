@@ -125,22 +125,27 @@ impl Metrics {
         self.counts.lock().iter().filter(|(key, _)| filter(key)).map(|(_, count)| *count).sum()
     }
 
+    /// The counters `filter` accepts, summed per `group` of their key.
+    pub fn sum_by<G: Ord>(
+        &self,
+        filter: impl Fn(&RequestKey) -> bool,
+        group: impl Fn(&RequestKey) -> G,
+    ) -> BTreeMap<G, u64> {
+        let mut sums = BTreeMap::new();
+        for (key, count) in self.counts.lock().iter().filter(|(key, _)| filter(key)) {
+            *sums.entry(group(key)).or_default() += count;
+        }
+        sums
+    }
+
     /// Requests per verb.
     pub fn by_verb(&self) -> BTreeMap<Verb, u64> {
-        let mut by_verb = BTreeMap::new();
-        for (key, count) in self.counts.lock().iter() {
-            *by_verb.entry(key.verb).or_default() += count;
-        }
-        by_verb
+        self.sum_by(|_| true, |key| key.verb)
     }
 
     /// Writes (create, update, patch, delete, deletecollection) of `resource`, per User-Agent.
     pub fn writes_by_user_agent(&self, resource: &str) -> BTreeMap<String, u64> {
-        let mut by_agent = BTreeMap::new();
-        for (key, count) in self.counts.lock().iter().filter(|(k, _)| k.resource == resource && k.verb.is_write()) {
-            *by_agent.entry(key.user_agent.clone()).or_default() += count;
-        }
-        by_agent
+        self.sum_by(|key| key.resource == resource && key.verb.is_write(), |key| key.user_agent.clone())
     }
 
     /// Forgets every counter.

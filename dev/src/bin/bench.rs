@@ -148,15 +148,10 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// Requests by the component `mode` (`controller` or `agent`) so far, per verb.
 fn requests_by_verb(metrics: &dev::apiserver::Metrics, mode: &str) -> BTreeMap<String, u64> {
     let prefix = format!("update-operator/{mode}");
-    let mut out = BTreeMap::new();
-    for c in metrics.snapshot() {
-        if c.key.user_agent.starts_with(&prefix) {
-            *out.entry(c.key.verb.as_str().to_owned()).or_default() += c.count;
-        }
-    }
-    out
+    metrics.sum_by(|key| key.user_agent.starts_with(&prefix), |key| key.verb.as_str().to_owned())
 }
 
 struct Process {
@@ -540,13 +535,8 @@ async fn steady_state(
 
 /// Writes by the controller and the agents so far, by resource.
 fn steady_writes(metrics: &dev::apiserver::Metrics) -> BTreeMap<String, u64> {
-    let mut out = BTreeMap::new();
-    for c in metrics.snapshot() {
-        if c.key.verb.is_write() && c.key.user_agent.starts_with("update-operator/") {
-            *out.entry(c.key.resource.clone()).or_default() += c.count;
-        }
-    }
-    out
+    metrics
+        .sum_by(|key| key.verb.is_write() && key.user_agent.starts_with("update-operator/"), |key| key.resource.clone())
 }
 
 fn round2(x: f64) -> f64 {
