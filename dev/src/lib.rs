@@ -7,5 +7,6 @@ pub mod controllers;
 pub mod demo;
 pub mod harness;
 pub mod hosts;
+pub mod measure;
 pub mod observer;
 pub mod timing;

@@ -6,6 +6,7 @@
 use anyhow::Context as _;
 use clap::Parser;
 use dev::apiserver::{ApiServer, ApiServerConfig, Gvr, Patch, Store, WatchEvent};
+use dev::measure::{own_memory_mib, quantile};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PatchParams, PostParams, WatchEvent as KubeWatchEvent, WatchParams};
@@ -101,26 +102,12 @@ fn pod_status(index: usize, node_index: usize) -> Value {
     }})
 }
 
-/// VmRSS and VmHWM in MiB, from /proc/self/status.
-fn memory_mib() -> (f64, f64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|kb| kb.parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 fn percentiles(mut values: Vec<f64>) -> Value {
     if values.is_empty() {
         return json!(null);
     }
     values.sort_by(|a, b| a.total_cmp(b));
-    let at = |p: f64| values[((values.len() as f64 - 1.0) * p).round() as usize];
+    let at = |q| quantile(&values, q);
     json!({"count": values.len(), "p50": round(at(0.5)), "p95": round(at(0.95)), "p99": round(at(0.99)), "max": round(at(1.0))})
 }
 
@@ -193,12 +180,12 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let server = ApiServer::start(ApiServerConfig::default()).await?;
     let store = server.store().with_identity("bench/loader");
-    let (rss_start, _) = memory_mib();
+    let (rss_start, _) = own_memory_mib();
 
     let started = Instant::now();
     load(&store, &args).await?;
     let load_seconds = started.elapsed().as_secs_f64();
-    let (rss_loaded, _) = memory_mib();
+    let (rss_loaded, _) = own_memory_mib();
     let pod_count = args.nodes * args.pods_per_node;
 
     // What a per-node agent's first list costs: pods?fieldSelector=spec.nodeName=<node>, in process.
@@ -343,7 +330,7 @@ async fn main() -> anyhow::Result<()> {
         items = report.items;
     }
     let raw_list_ms = raw_lists(&server.client(), args.page_size, 3).await?;
-    let (rss, hwm) = memory_mib();
+    let (rss, hwm) = own_memory_mib();
     let metrics = server.metrics();
     let by_verb: HashMap<String, u64> =
         metrics.by_verb().into_iter().map(|(v, c)| (v.as_str().to_owned(), c)).collect();

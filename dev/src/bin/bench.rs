@@ -17,6 +17,7 @@ use clap::Parser;
 use dev::apiserver::{Patch, WatchEvent};
 use dev::cluster::{Cluster, ClusterConfig, PdbStyle, SampleWorkloads};
 use dev::harness;
+use dev::measure::{quantile, status_mib};
 use dev::timing::Timing;
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -131,21 +132,6 @@ fn has_evictable_pods(store: &dev::apiserver::Store, node: &str) -> bool {
             !pod.metadata.owner_references.as_ref().is_some_and(|refs| refs.iter().any(|r| r.kind == "DaemonSet"))
         })
     })
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
-/// Peak resident set size of a process, in MiB.
-fn peak_rss_mib(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
 }
 
 /// Requests by the component `mode` (`controller` or `agent`) so far, per verb.
@@ -422,13 +408,13 @@ async fn main() -> anyhow::Result<()> {
     let steady_state = if completed { Some(steady_state(&args, &store, &metrics, &nodes).await) } else { None };
     let zero_steady_writes = steady_state.as_ref().map(|s| s["writes_by_controller_and_agents"] == json!(0));
 
-    let controller_rss = peak_rss_mib(processes[0].child.id());
-    let agent_rss: Vec<f64> = processes[1..].iter().filter_map(|p| peak_rss_mib(p.child.id())).collect();
+    let controller_rss = status_mib(processes[0].child.id(), "VmHWM");
+    let agent_rss: Vec<f64> = processes[1..].iter().filter_map(|p| status_mib(p.child.id(), "VmHWM")).collect();
     let agent_max = agent_rss.iter().copied().fold(0.0, f64::max);
     let agent_mean = if agent_rss.is_empty() { 0.0 } else { agent_rss.iter().sum::<f64>() / agent_rss.len() as f64 };
     let writes_per_update = |w: u64| if updated == 0 { f64::NAN } else { w as f64 / updated as f64 };
     let ratio = if ideal > 0.0 { wall / ideal } else { f64::NAN };
-    let p99 = percentile(&handoffs, 99.0);
+    let p99 = quantile(&handoffs, 0.99);
     let report = json!({
         "nodes": args.nodes,
         "max_unavailable": args.max_unavailable,
@@ -442,8 +428,8 @@ async fn main() -> anyhow::Result<()> {
         "ratio": round4(ratio),
         "handoff_ms": {
             "count": handoffs.len(),
-            "p50": round2(percentile(&handoffs, 50.0)),
-            "p95": round2(percentile(&handoffs, 95.0)),
+            "p50": round2(quantile(&handoffs, 0.5)),
+            "p95": round2(quantile(&handoffs, 0.95)),
             "p99": round2(p99),
             "max": round2(handoffs.last().copied().unwrap_or(f64::NAN)),
         },
@@ -460,7 +446,7 @@ async fn main() -> anyhow::Result<()> {
             "agent_peak_max": round2(agent_max),
             "agent_peak_mean": round2(agent_mean),
             "agents_measured": agent_rss.len(),
-            "bench_process_peak": peak_rss_mib(std::process::id()).map(round2),
+            "bench_process_peak": status_mib(std::process::id(), "VmHWM").map(round2),
         },
         "targets": {
             "ratio_at_most_1_02": ratio <= 1.02,

@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::Parser;
 use dev::cli::parse_duration;
 use dev::cluster::{Cluster, ClusterConfig, PdbStyle, SampleWorkloads};
+use dev::measure::{own_memory_mib, quantile};
 use dev::timing::Timing;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -57,26 +58,12 @@ struct Cli {
     ready_timeout: Duration,
 }
 
-/// `VmRSS` and `VmHWM` of this process, in MiB.
-fn memory_mib() -> (f64, f64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|kib| kib.parse::<f64>().ok())
-            .map_or(0.0, |kib| kib / 1024.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 fn summary(mut samples: Vec<f64>) -> Value {
     if samples.is_empty() {
         return json!(null);
     }
     samples.sort_by(f64::total_cmp);
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    let at = |q| quantile(&samples, q);
     let round = |v: f64| (v * 1000.0).round() / 1000.0;
     json!({"samples": samples.len(), "p50_ms": round(at(0.5)), "p99_ms": round(at(0.99)), "max_ms": round(at(1.0))})
 }
@@ -194,7 +181,7 @@ async fn main() -> anyhow::Result<()> {
     let load_seconds = started.elapsed().as_secs_f64();
     // Let the allocator settle after the burst of the load.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (rss_loaded, _) = memory_mib();
+    let (rss_loaded, _) = own_memory_mib();
     let pods = cluster.informers().pods.len();
     let nodes = cluster.informers().nodes.len();
     let resource_version = cluster.store().resource_version();
@@ -259,7 +246,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .await?
     };
-    let (rss_after_clients, peak) = memory_mib();
+    let (rss_after_clients, peak) = own_memory_mib();
     let report = json!({
         "nodes": nodes,
         "pods": pods,
