@@ -197,11 +197,7 @@ pub fn controller_with(url: &str, options: controller::Options, metrics: control
 
 /// The real agent of `node`, updating its simulated host through the dev cluster at `url`.
 pub fn agent(url: &str, node: &str) -> Component {
-    let host_url = url.to_owned();
-    let node_name = node.to_owned();
-    agent_with(url, node, move || {
-        SimulatedHost::new(SimulatedConfig::new(host_url, node_name)).map_err(|e| e.to_string())
-    })
+    agent_with(url, node, simulated_host(url, node))
 }
 
 /// The real agent of `node` with the host `make_host` builds (on the agent's runtime).
@@ -210,13 +206,9 @@ where
     H: HostUpdater,
     F: FnOnce() -> Result<H, String> + Send + 'static,
 {
-    let url = url.to_owned();
-    let node = node.to_owned();
-    Component::spawn(format!("agent {node}"), move |shutdown, readiness| async move {
-        let config = kube_config(&url, "agent")?;
-        let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
-        let host = Arc::new(make_host()?);
-        agent::run(client, node, host, agent::Metrics::default(), readiness, shutdown).await.map_err(|e| e.to_string())
+    let (url, node) = (url.to_owned(), node.to_owned());
+    Component::spawn(format!("agent {node}"), move |shutdown, readiness| {
+        run_agent(url, node, make_host, readiness, shutdown)
     })
 }
 
@@ -224,14 +216,26 @@ where
 /// for runs with hundreds of agents. Cancel the returned token to stop it.
 pub fn agent_task(url: &str, node: &str) -> (CancellationToken, tokio::task::JoinHandle<Outcome>) {
     let shutdown = CancellationToken::new();
-    let (url, node, token) = (url.to_owned(), node.to_owned(), shutdown.clone());
-    let task = tokio::spawn(async move {
-        let config = kube_config(&url, "agent")?;
-        let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
-        let host = SimulatedHost::new(SimulatedConfig::new(url, node.clone())).map_err(|e| e.to_string())?;
-        agent::run(client, node, Arc::new(host), agent::Metrics::default(), Readiness::default(), token)
-            .await
-            .map_err(|e| e.to_string())
-    });
+    let host = simulated_host(url, node);
+    let task = tokio::spawn(run_agent(url.to_owned(), node.to_owned(), host, Readiness::default(), shutdown.clone()));
     (shutdown, task)
+}
+
+/// Builds the simulated host of `node` served by the dev cluster at `url`.
+fn simulated_host(url: &str, node: &str) -> impl FnOnce() -> Result<SimulatedHost, String> + Send + 'static {
+    let (url, node) = (url.to_owned(), node.to_owned());
+    move || SimulatedHost::new(SimulatedConfig::new(url, node)).map_err(|e| e.to_string())
+}
+
+async fn run_agent<H: HostUpdater>(
+    url: String,
+    node: String,
+    make_host: impl FnOnce() -> Result<H, String>,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+) -> Outcome {
+    let config = kube_config(&url, "agent")?;
+    let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+    let host = Arc::new(make_host()?);
+    agent::run(client, node, host, agent::Metrics::default(), readiness, shutdown).await.map_err(|e| e.to_string())
 }
