@@ -85,6 +85,16 @@ impl Core {
                 state.put(&namespaces, object_key(None, name), &mut namespace);
             }
         }
+        for (kind, namespace, mut object) in super::ops::admit::bootstrap_objects(&config.namespaces) {
+            if let Some(rt) = registry.types().find(|t| t.is(kind)) {
+                let name = super::object::name_of(&object).to_owned();
+                let metadata = super::object::metadata_mut(&mut object);
+                metadata.insert("uid".into(), json!(super::object::new_uid()));
+                metadata.insert("creationTimestamp".into(), json!(now_rfc3339()));
+                let rt = rt.clone();
+                state.put(&rt, object_key(namespace, &name), &mut object);
+            }
+        }
         Arc::new(Core {
             config,
             state: Mutex::new(state),

@@ -125,7 +125,18 @@ mod tests {
         let registry = Registry::new();
         let list = groups(&registry);
         let names: Vec<&str> = list["groups"].as_array().unwrap().iter().filter_map(|g| g["name"].as_str()).collect();
-        assert_eq!(names, vec!["apps", "events.k8s.io", "policy", "coordination.k8s.io", "apiextensions.k8s.io"]);
+        assert_eq!(
+            names,
+            vec![
+                "apps",
+                "events.k8s.io",
+                "policy",
+                "coordination.k8s.io",
+                "apiextensions.k8s.io",
+                "batch",
+                "scheduling.k8s.io"
+            ]
+        );
         assert_eq!(group(&registry, "apps").unwrap()["preferredVersion"]["groupVersion"], "apps/v1");
         assert!(group(&registry, "nope").is_none());
         assert!(resources(&registry, "apps", "v2").is_none());

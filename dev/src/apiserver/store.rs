@@ -177,6 +177,13 @@ impl Store {
         self.core.state.lock().rv
     }
 
+    /// The resourceVersion of the latest change of the kind at `gvr` (0 when none): an informer of the kind
+    /// synced to it holds every object the store does.
+    pub fn last_change(&self, gvr: &Gvr) -> Result<u64, ApiError> {
+        let rt = self.resource(gvr)?;
+        Ok(self.core.state.lock().last_change(&rt))
+    }
+
     /// The served type at `gvr` (404 when not served, e.g. a CRD not yet created).
     pub fn resource(&self, gvr: &Gvr) -> Result<Arc<ResourceType>, ApiError> {
         self.core.resource(gvr).ok_or_else(ApiError::path_not_found)

@@ -46,7 +46,8 @@ use crate::timing::Timing;
 use informer::Informer;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use objects::{MetaOnly, NodeInfo, PodInfo, Typed};
 use queue::WorkQueue;
@@ -236,6 +237,7 @@ has_status!(
     ReplicaSet => k8s_openapi::api::apps::v1::ReplicaSetStatus,
     StatefulSet => k8s_openapi::api::apps::v1::StatefulSetStatus,
     DaemonSet => k8s_openapi::api::apps::v1::DaemonSetStatus,
+    Job => k8s_openapi::api::batch::v1::JobStatus,
     PodDisruptionBudget => k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus,
 );
 
@@ -283,6 +285,8 @@ pub struct Informers {
     pub statefulsets: Informer<Typed<StatefulSet>>,
     /// DaemonSets.
     pub daemonsets: Informer<Typed<DaemonSet>>,
+    /// Jobs.
+    pub jobs: Informer<Typed<Job>>,
     /// Node Leases and other Leases (for the garbage collector).
     pub leases: Informer<MetaOnly>,
     /// Kinds only the garbage collector reads.
@@ -299,12 +303,14 @@ impl Informers {
             replicasets: Informer::new(Gvr::of::<ReplicaSet>()),
             statefulsets: Informer::new(Gvr::of::<StatefulSet>()),
             daemonsets: Informer::new(Gvr::of::<DaemonSet>()),
+            jobs: Informer::new(Gvr::of::<Job>()),
             leases: Informer::new(Gvr::of::<Lease>()),
             others: vec![
                 Informer::new(Gvr::of::<ControllerRevision>()),
                 Informer::new(Gvr::of::<ConfigMap>()),
                 Informer::new(Gvr::of::<Secret>()),
                 Informer::new(Gvr::of::<ServiceAccount>()),
+                Informer::new(Gvr::of::<Service>()),
             ],
         }
     }
@@ -319,6 +325,7 @@ impl Informers {
         tasks.push(tokio::spawn(self.replicasets.clone().run(s.clone(), c.clone())));
         tasks.push(tokio::spawn(self.statefulsets.clone().run(s.clone(), c.clone())));
         tasks.push(tokio::spawn(self.daemonsets.clone().run(s.clone(), c.clone())));
+        tasks.push(tokio::spawn(self.jobs.clone().run(s.clone(), c.clone())));
         tasks.push(tokio::spawn(self.leases.clone().run(s.clone(), c.clone())));
         for other in &self.others {
             tasks.push(tokio::spawn(other.clone().run(s.clone(), c.clone())));
@@ -334,6 +341,7 @@ impl Informers {
         self.replicasets.wait_listed().await;
         self.statefulsets.wait_listed().await;
         self.daemonsets.wait_listed().await;
+        self.jobs.wait_listed().await;
         self.leases.wait_listed().await;
         for other in &self.others {
             other.wait_listed().await;

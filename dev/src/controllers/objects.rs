@@ -39,6 +39,8 @@ pub struct OwnerRef {
     pub uid: Str,
     /// `controller: true`.
     pub controller: bool,
+    /// `blockOwnerDeletion: true`: a foreground deletion of the owner waits for this dependent.
+    pub block_owner_deletion: bool,
 }
 
 impl OwnerRef {
@@ -55,6 +57,7 @@ impl OwnerRef {
             name: intern::str(text("name")?),
             uid: intern::str(text("uid")?),
             controller: value.get("controller").and_then(Value::as_bool).unwrap_or(false),
+            block_owner_deletion: value.get("blockOwnerDeletion").and_then(Value::as_bool).unwrap_or(false),
         })
     }
 }

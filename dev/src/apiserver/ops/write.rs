@@ -146,10 +146,11 @@ impl Core {
         check_type(rt, &body)?;
         let mut object = strategy::normalize(rt, body)?;
         place_in_namespace(rt, namespace, &mut object)?;
-        strategy::prepare_create(rt, &mut object);
         let metadata = metadata_mut(&mut object);
         metadata.insert("uid".into(), json!(new_uid()));
         metadata.insert("creationTimestamp".into(), json!(now_rfc3339()));
+        strategy::prepare_create(rt, &mut object);
+        let metadata = metadata_mut(&mut object);
         for key in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
             metadata.remove(key);
         }
@@ -194,6 +195,7 @@ impl Core {
         if let Some(namespace) = namespace.as_deref() {
             self.check_namespace_open(state, rt, namespace, &name)?;
         }
+        self.admit(state, rt, &mut object, None)?;
         let mut errors = strategy::validate(rt, &object, None);
         if rt.is(Builtin::CustomResourceDefinition) {
             errors.extend(crd::validate(&object, None));
@@ -325,6 +327,9 @@ impl Core {
                 );
                 return Err(ApiError::invalid(rt, &name, &[error]));
             }
+        }
+        if matches!(subresource, Subresource::Main) {
+            self.admit(state, rt, &mut new, Some(&old))?;
         }
         let mut errors = strategy::validate(rt, &new, Some(&old));
         if rt.is(Builtin::CustomResourceDefinition) {

@@ -18,6 +18,12 @@ pub enum Builtin {
     Secret,
     /// core/v1 ServiceAccount.
     ServiceAccount,
+    /// core/v1 Service.
+    Service,
+    /// scheduling.k8s.io/v1 PriorityClass.
+    PriorityClass,
+    /// batch/v1 Job.
+    Job,
     /// core/v1 Event.
     CoreEvent,
     /// events.k8s.io/v1 Event.
@@ -130,6 +136,24 @@ fn specs() -> Vec<Spec> {
         Spec { short_names: &["cm"], ..base(Builtin::ConfigMap, "", "configmaps", "ConfigMap", true) },
         Spec { fields: &[("type", "")], ..base(Builtin::Secret, "", "secrets", "Secret", true) },
         Spec { short_names: &["sa"], ..base(Builtin::ServiceAccount, "", "serviceaccounts", "ServiceAccount", true) },
+        Spec {
+            short_names: &["svc"],
+            categories: &["all"],
+            status: true,
+            fields: &[("spec.clusterIP", ""), ("spec.type", "")],
+            ..base(Builtin::Service, "", "services", "Service", true)
+        },
+        Spec {
+            short_names: &["pc"],
+            ..base(Builtin::PriorityClass, "scheduling.k8s.io", "priorityclasses", "PriorityClass", false)
+        },
+        Spec {
+            categories: &["all"],
+            status: true,
+            generation: true,
+            fields: &[("status.successful", "0")],
+            ..base(Builtin::Job, "batch", "jobs", "Job", true)
+        },
         Spec {
             short_names: &["ev"],
             fields: CORE_EVENT_FIELDS,

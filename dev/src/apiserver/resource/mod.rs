@@ -2,8 +2,11 @@
 //! each write must do.
 
 mod builtin;
+pub mod job;
+pub mod priority;
 mod registry;
 pub mod schema;
+pub mod service;
 pub mod strategy;
 
 pub use builtin::{Builtin, builtin_types};

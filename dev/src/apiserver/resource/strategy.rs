@@ -10,7 +10,8 @@ use super::{Behavior, Builtin, ResourceType};
 use crate::apiserver::error::{ApiError, field_error};
 use crate::apiserver::object::{metadata_mut, name_of};
 use crate::apiserver::selector::label::{self, LabelSelector, is_dns_label, is_dns_subdomain};
-use k8s_openapi::api::{apps, coordination, core, events, policy};
+use super::{job, priority, service};
+use k8s_openapi::api::{apps, batch, coordination, core, events, policy, scheduling};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
@@ -44,6 +45,9 @@ pub fn normalize(rt: &ResourceType, mut object: Value) -> Result<Value, ApiError
             Builtin::ConfigMap => roundtrip::<core::v1::ConfigMap>(rt, object)?,
             Builtin::Secret => roundtrip::<core::v1::Secret>(rt, object)?,
             Builtin::ServiceAccount => roundtrip::<core::v1::ServiceAccount>(rt, object)?,
+            Builtin::Service => roundtrip::<core::v1::Service>(rt, object)?,
+            Builtin::PriorityClass => roundtrip::<scheduling::v1::PriorityClass>(rt, object)?,
+            Builtin::Job => roundtrip::<batch::v1::Job>(rt, object)?,
             Builtin::CoreEvent => roundtrip::<core::v1::Event>(rt, object)?,
             Builtin::Event => roundtrip::<events::v1::Event>(rt, object)?,
             Builtin::PodDisruptionBudget => roundtrip::<policy::v1::PodDisruptionBudget>(rt, object)?,
@@ -123,6 +127,14 @@ pub fn prepare_create(rt: &ResourceType, object: &mut Value) {
                 object["status"] = json!({"currentNumberScheduled": 0, "numberMisscheduled": 0,
                                           "desiredNumberScheduled": 0, "numberReady": 0});
             }
+            Builtin::Job => job::prepare_create(object),
+            Builtin::Service => {
+                service::default_spec(object);
+                if let Some(fields) = object.as_object_mut() {
+                    fields.insert("status".into(), json!({"loadBalancer": {}}));
+                }
+            }
+            Builtin::PriorityClass => priority::default_class(object),
             Builtin::Secret => {
                 if object.get("type").is_none_or(Value::is_null)
                     && let Some(fields) = object.as_object_mut()
@@ -155,6 +167,12 @@ pub fn prepare_update(rt: &ResourceType, old: &Value, new: &mut Value) {
         Some(kind @ (Builtin::Deployment | Builtin::ReplicaSet | Builtin::StatefulSet | Builtin::DaemonSet)) => {
             default_workload(new, kind);
         }
+        Some(Builtin::Job) => job::prepare_update(new),
+        Some(Builtin::Service) => {
+            service::keep_allocated(old, new);
+            service::default_spec(new);
+        }
+        Some(Builtin::PriorityClass) => priority::default_class(new),
         _ => {}
     }
 }
@@ -266,6 +284,9 @@ pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<F
                 validate_workload(object, old, &mut errors);
             }
             Builtin::ConfigMap | Builtin::Secret => validate_immutable_data(object, old, &mut errors),
+            Builtin::Job => errors.extend(job::validate(object, old)),
+            Builtin::Service => errors.extend(service::validate(object, old)),
+            Builtin::PriorityClass => errors.extend(priority::validate(object, old)),
             _ => {}
         },
     }
@@ -302,18 +323,30 @@ fn validate_labels(object: &Value, errors: &mut Vec<FieldError>) {
 const POD_UPDATE_FORBIDDEN: &str = "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
 
 fn validate_pod(pod: &Value, old: Option<&Value>, errors: &mut Vec<FieldError>) {
-    let containers = pod.pointer("/spec/containers").and_then(Value::as_array);
-    match containers {
+    match pod.get("spec") {
+        Some(spec) => validate_containers(spec, "spec", errors),
         None => errors.push(field_error("spec.containers", ErrorKind::Required, "Required value")),
+    }
+    if let Some(old) = old
+        && mutable_pod_spec(old.get("spec")) != mutable_pod_spec(pod.get("spec"))
+    {
+        errors.push(field_error("spec", ErrorKind::Forbidden, POD_UPDATE_FORBIDDEN));
+    }
+}
+
+/// Every pod spec (of a pod or a template at `path`) has containers, each with a name and an image.
+pub fn validate_containers(spec: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    match spec.get("containers").and_then(Value::as_array) {
+        None => errors.push(field_error(&format!("{path}.containers"), ErrorKind::Required, "Required value")),
         Some(list) if list.is_empty() => {
-            errors.push(field_error("spec.containers", ErrorKind::Required, "Required value"))
+            errors.push(field_error(&format!("{path}.containers"), ErrorKind::Required, "Required value"))
         }
         Some(list) => {
             for (i, container) in list.iter().enumerate() {
                 for key in ["name", "image"] {
                     if container.get(key).and_then(Value::as_str).is_none_or(str::is_empty) {
                         errors.push(field_error(
-                            &format!("spec.containers[{i}].{key}"),
+                            &format!("{path}.containers[{i}].{key}"),
                             ErrorKind::Required,
                             "Required value",
                         ));
@@ -321,11 +354,6 @@ fn validate_pod(pod: &Value, old: Option<&Value>, errors: &mut Vec<FieldError>) 
                 }
             }
         }
-    }
-    if let Some(old) = old
-        && mutable_pod_spec(old.get("spec")) != mutable_pod_spec(pod.get("spec"))
-    {
-        errors.push(field_error("spec", ErrorKind::Forbidden, POD_UPDATE_FORBIDDEN));
     }
 }
 
@@ -438,7 +466,8 @@ fn validate_workload(object: &Value, old: Option<&Value>, errors: &mut Vec<Field
     }
 }
 
-fn set_default(object: &mut Value, key: &str, value: Value) {
+/// Sets `key` to `value` when it is absent or null.
+pub fn set_default(object: &mut Value, key: &str, value: Value) {
     if let Some(fields) = object.as_object_mut()
         && fields.get(key).is_none_or(Value::is_null)
     {
@@ -446,8 +475,8 @@ fn set_default(object: &mut Value, key: &str, value: Value) {
     }
 }
 
-/// The defaults upstream fills into every PodSpec (`SetDefaults_PodSpec`, `SetDefaults_Container`) and the
-/// Priority admission plugin adds.
+/// The defaults upstream fills into every PodSpec (`SetDefaults_PodSpec`, `SetDefaults_Container`); a pod's
+/// priority comes from the Priority admission plugin (`ops::admit`), not from here.
 pub fn default_pod_spec(spec: &mut Value) {
     set_default(spec, "restartPolicy", json!("Always"));
     set_default(spec, "terminationGracePeriodSeconds", json!(30));
@@ -455,8 +484,6 @@ pub fn default_pod_spec(spec: &mut Value) {
     set_default(spec, "securityContext", json!({}));
     set_default(spec, "schedulerName", json!("default-scheduler"));
     set_default(spec, "enableServiceLinks", json!(true));
-    set_default(spec, "priority", json!(0));
-    set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
     for list in ["containers", "initContainers"] {
         if let Some(items) = spec.get_mut(list).and_then(Value::as_array_mut) {
             for container in items {
