@@ -196,7 +196,9 @@ struct GarbageCollector {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Presence {
     /// It exists; `waiting` when it is being deleted in the foreground (it waits for its dependents).
-    Present { waiting: bool },
+    Present {
+        waiting: bool,
+    },
     Absent,
     /// It cannot be checked (its kind is not served, or a cluster-scoped object names a namespaced owner).
     Unknown,
@@ -335,12 +337,15 @@ impl GarbageCollector {
             .and_then(Value::as_array)
             .map(|list| {
                 list.iter()
-                    .filter(|o| o.get("uid").and_then(Value::as_str).is_none_or(|uid| !uids.iter().any(|u| &**u == uid)))
+                    .filter(|o| {
+                        o.get("uid").and_then(Value::as_str).is_none_or(|uid| !uids.iter().any(|u| &**u == uid))
+                    })
                     .cloned()
                     .collect()
             })
             .unwrap_or_default();
-        let patch = Patch::Merge(json!({"metadata": {"resourceVersion": live.rv.to_string(), "ownerReferences": owners}}));
+        let patch =
+            Patch::Merge(json!({"metadata": {"resourceVersion": live.rv.to_string(), "ownerReferences": owners}}));
         self.patch(kind, live, &patch)
     }
 
@@ -568,7 +573,8 @@ mod tests {
                                  "blockOwnerDeletion": blocking}]},
             "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": template}}))
         .unwrap();
-        let replicaset = store.api::<ReplicaSet>().create(Some("default"), &replicaset, &PostParams::default()).unwrap();
+        let replicaset =
+            store.api::<ReplicaSet>().create(Some("default"), &replicaset, &PostParams::default()).unwrap();
         (deployment, replicaset)
     }
 

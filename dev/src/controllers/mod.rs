@@ -13,6 +13,7 @@
 //! | [`replicaset`] | `replicaset` | `dev/replicaset-controller` | ReplicaSet → pods |
 //! | [`statefulset`] | `statefulset` | `dev/statefulset-controller` | StatefulSet → `<name>-<ordinal>` pods |
 //! | [`daemonset`] | `daemonset` | `dev/daemonset-controller` | one pod per eligible node |
+//! | [`job`] | `job` | `dev/job-controller` | Job → pods run to completion, Job status |
 //! | [`scheduler`] | `scheduler` | `dev/scheduler` | binds pending pods |
 //! | [`kubelet`] | `kubelet` | `dev/kubelet` | pod lifecycle, node status, leases, hosts |
 //! | [`gc`] | `garbage-collector` | `dev/garbage-collector` | ownerReference cascades |
@@ -30,6 +31,7 @@ pub mod disruption;
 pub mod gc;
 pub mod informer;
 pub mod intern;
+pub mod job;
 pub mod kubelet;
 pub mod objects;
 pub mod queue;
@@ -45,8 +47,8 @@ use crate::hosts::Hosts;
 use crate::timing::Timing;
 use informer::Informer;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use objects::{MetaOnly, NodeInfo, PodInfo, Typed};
@@ -72,6 +74,8 @@ pub mod names {
     pub const STATEFULSET: &str = "statefulset";
     /// DaemonSets.
     pub const DAEMONSET: &str = "daemonset";
+    /// Jobs.
+    pub const JOB: &str = "job";
     /// The scheduler.
     pub const SCHEDULER: &str = "scheduler";
     /// Every kubelet (pods, node status, leases).
@@ -79,8 +83,8 @@ pub mod names {
     /// The garbage collector.
     pub const GARBAGE_COLLECTOR: &str = "garbage-collector";
     /// Every name, in start order.
-    pub const ALL: [&str; 8] =
-        [DISRUPTION, DEPLOYMENT, REPLICASET, STATEFULSET, DAEMONSET, SCHEDULER, KUBELET, GARBAGE_COLLECTOR];
+    pub const ALL: [&str; 9] =
+        [DISRUPTION, DEPLOYMENT, REPLICASET, STATEFULSET, DAEMONSET, JOB, SCHEDULER, KUBELET, GARBAGE_COLLECTOR];
 }
 
 /// How long a controller waits for its cache to show its own write before it goes on regardless (the cache
@@ -370,6 +374,7 @@ impl RunningControllers {
             Box::pin(replicaset::start(store, &informers, shutdown.clone())),
             Box::pin(statefulset::start(store, &informers, shutdown.clone())),
             Box::pin(daemonset::start(store, &informers, shutdown.clone())),
+            Box::pin(job::start(store, &informers, timing, shutdown.clone())),
             Box::pin(scheduler::start(store, &informers, shutdown.clone())),
             Box::pin(kubelet::start(store, &informers, hosts, timing, kubelet_version, shutdown.clone())),
             Box::pin(gc::start(store, &informers, shutdown.clone())),

@@ -127,7 +127,10 @@ impl Core {
             Some(existing) if old.is_none() || name_of(&existing) != name => Err(ApiError::forbidden(
                 rt,
                 name,
-                &format!("PriorityClass {} is already marked as default. Only one default can exist", name_of(&existing)),
+                &format!(
+                    "PriorityClass {} is already marked as default. Only one default can exist",
+                    name_of(&existing)
+                ),
             )),
             _ => Ok(()),
         }
@@ -288,7 +291,9 @@ fn free_port(used: &HashSet<i64>) -> Option<i64> {
 pub fn bootstrap_objects(namespaces: &[String]) -> Vec<(Builtin, Option<&'static str>, Value)> {
     let mut objects: Vec<(Builtin, Option<&'static str>, Value)> = priority::SYSTEM_CLASSES
         .iter()
-        .map(|(name, value, description)| (Builtin::PriorityClass, None, priority::system_class(name, *value, description)))
+        .map(|(name, value, description)| {
+            (Builtin::PriorityClass, None, priority::system_class(name, *value, description))
+        })
         .collect();
     if namespaces.iter().any(|n| n == "default") {
         let (base, _) = service::SERVICE_CIDR;

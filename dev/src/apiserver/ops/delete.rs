@@ -262,7 +262,8 @@ mod tests {
 
     #[test]
     fn propagation_policies_add_and_drop_gc_finalizers() {
-        let configmaps = crate::apiserver::resource::builtin_types().into_iter().find(|t| t.plural == "configmaps").unwrap();
+        let configmaps =
+            crate::apiserver::resource::builtin_types().into_iter().find(|t| t.plural == "configmaps").unwrap();
         let mut object = json!({"metadata": {"finalizers": ["a", "orphan"]}});
         gc_finalizers(
             &configmaps,

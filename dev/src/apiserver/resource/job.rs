@@ -330,7 +330,9 @@ mod tests {
         let always = new_job(json!({"template": template("Always")}));
         assert_eq!(
             fields(&validate(&always, None)),
-            vec!["spec.template.spec.restartPolicy: Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\""]
+            vec![
+                "spec.template.spec.restartPolicy: Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\""
+            ]
         );
         let negative = new_job(json!({"backoffLimit": -1, "template": template("Never")}));
         assert_eq!(
@@ -351,7 +353,8 @@ mod tests {
             "template": {"metadata": {"labels": {"app": "x"}},
                          "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}));
         assert!(validate(&manual, None).is_empty());
-        let no_image = new_job(json!({"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c"}]}}}));
+        let no_image =
+            new_job(json!({"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c"}]}}}));
         assert_eq!(fields(&validate(&no_image, None)), vec!["spec.template.spec.containers[0].image: Required value"]);
         let indexed = new_job(json!({"completionMode": "Indexed", "completions": 2, "template": template("Never")}));
         assert_eq!(validate(&indexed, None)[0].field, "spec.completionMode");

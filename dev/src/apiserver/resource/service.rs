@@ -152,7 +152,11 @@ pub fn validate(service: &Value, old: Option<&Value>) -> Vec<FieldError> {
         if ports.len() > 1 && name.is_empty() {
             errors.push(field_error(&format!("{path}.name"), ErrorKind::Required, "Required value"));
         } else if !name.is_empty() && !names.insert(name.to_owned()) {
-            errors.push(field_error(&format!("{path}.name"), ErrorKind::Duplicate, format!("Duplicate value: {name:?}")));
+            errors.push(field_error(
+                &format!("{path}.name"),
+                ErrorKind::Duplicate,
+                format!("Duplicate value: {name:?}"),
+            ));
         }
         port_range(&format!("{path}.port"), port.get("port").and_then(Value::as_i64).unwrap_or(0), &mut errors);
         let proto = protocol(port);

@@ -7,10 +7,10 @@
 //! - Custom resources are pruned, defaulted and validated against their version's `openAPIV3Schema`.
 
 use super::{Behavior, Builtin, ResourceType};
+use super::{job, priority, service};
 use crate::apiserver::error::{ApiError, field_error};
 use crate::apiserver::object::{metadata_mut, name_of};
 use crate::apiserver::selector::label::{self, LabelSelector, is_dns_label, is_dns_subdomain};
-use super::{job, priority, service};
 use k8s_openapi::api::{apps, batch, coordination, core, events, policy, scheduling};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
