@@ -158,5 +158,14 @@ async fn the_new_kinds_are_discoverable_with_their_short_names_and_categories() 
     let classes = &scheduling["resources"][0];
     assert_eq!((classes["name"].as_str(), classes["namespaced"].as_bool()), (Some("priorityclasses"), Some(false)));
     assert_eq!(classes["shortNames"], json!(["pc"]));
+    // ServiceAccounts keep what they list.
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), "default");
+    let account = serde_json::from_value(json!({"metadata": {"name": "builder"}, "secrets": [{"name": "token"}],
+        "imagePullSecrets": [{"name": "registry"}], "automountServiceAccountToken": false}))
+    .unwrap();
+    let account = accounts.create(&PostParams::default(), &account).await.unwrap();
+    assert_eq!(account.secrets.unwrap()[0].name.as_deref(), Some("token"));
+    assert_eq!(account.image_pull_secrets.unwrap()[0].name, "registry");
+    assert_eq!(account.automount_service_account_token, Some(false));
     server.shutdown().await;
 }
