@@ -9,15 +9,15 @@
 //! - Every finished pod is counted exactly once, across restarts of the controller, with upstream's protocol:
 //!   its uid goes into `status.uncountedTerminatedPods`, then its tracking finalizer is removed, then it moves
 //!   into `succeeded` or `failed`. A pod that is deleted before it succeeded counts as failed (upstream's
-//!   `podReplacementPolicy: TerminatedOrFailed`); pods the controller deletes itself (suspend, excess, a finished
-//!   Job) lose the finalizer first and are not counted.
+//!   `podReplacementPolicy: TerminatedOrFailed`); pods the controller deletes because the Job is suspended or has
+//!   too many lose the finalizer first and are not counted.
 //! - A failed pod is replaced after `job_backoff`, doubling per failure up to 6 minutes (upstream: 10 s and 6
 //!   minutes), counted from when the controller saw the failure (a restarted controller replaces at once).
 //! - More failures than `backoffLimit` (with `restartPolicy: OnFailure`, container restarts of active pods count
 //!   too), or running longer than `activeDeadlineSeconds` since `startTime`, sets `FailureTarget` (reason
 //!   `BackoffLimitExceeded` or `DeadlineExceeded`) and deletes the active pods; once none is left terminating the
 //!   Job gets `Failed`. Reaching `completions` sets `SuccessCriteriaMet` (reason `CompletionsReached`), then
-//!   `Complete` with `completionTime`.
+//!   `Complete` with `completionTime`. Pods still active when the Job finishes count as failed (as upstream's).
 //! - `suspend: true` deletes the active pods and sets `Suspended` (reason `JobSuspended`); resuming sets it False
 //!   (`JobResumed`) and restarts `startTime`, so the deadline counts from the resume.
 //! - `status.active`, `ready`, `terminating`, `startTime` are kept current; a finished Job with
@@ -240,13 +240,20 @@ impl JobController {
         Ok(last)
     }
 
-    /// Writes the Job's status (resourceVersion precondition) and waits until the cache shows it.
-    async fn write(&self, job: &Typed<Job>, status: JobStatus) -> Result<(), SyncError> {
-        super::write_status(&self.store, &self.informers.jobs, job, status).await
+    /// Writes the Job's status (resourceVersion precondition), waits until the cache shows it and returns the
+    /// version written (later writes of the same sync go on from it).
+    async fn write(&self, job: &Arc<Typed<Job>>, status: JobStatus) -> Result<Arc<Typed<Job>>, SyncError> {
+        super::write_status(&self.store, &self.informers.jobs, job, status).await?;
+        let written = self.informers.jobs.get(&job.meta.key).filter(|j| j.meta.uid == job.meta.uid);
+        Ok(written.unwrap_or_else(|| job.clone()))
     }
 
     /// Moves finished pods into the counts with upstream's three steps (see the module docs).
-    async fn count_finished(&self, job: &Typed<Job>, pods: &[Arc<PodInfo>]) -> Result<Option<JobStatus>, SyncError> {
+    async fn count_finished(
+        &self,
+        job: &mut Arc<Typed<Job>>,
+        pods: &[Arc<PodInfo>],
+    ) -> Result<Option<JobStatus>, SyncError> {
         let mut status = job.object.status.clone().unwrap_or_default();
         let uncounted = status.uncounted_terminated_pods.clone().unwrap_or_default();
         let mut succeeded: BTreeSet<String> = uncounted.succeeded.unwrap_or_default().into_iter().collect();
@@ -273,7 +280,7 @@ impl JobController {
         };
         if added {
             status.uncounted_terminated_pods = Some(uncounted(&succeeded, &failed));
-            self.write(job, status.clone()).await?;
+            *job = self.write(job, status.clone()).await?;
         }
         // 2. Release them.
         let mut last = 0;
@@ -319,8 +326,8 @@ impl JobController {
         (entry.1 + delay).saturating_duration_since(Instant::now())
     }
 
-    async fn sync_job(&mut self, job: &Typed<Job>) -> Result<Outcome, SyncError> {
-        let pods = self.pods_of(job);
+    async fn sync_job(&mut self, mut job: Arc<Typed<Job>>) -> Result<Outcome, SyncError> {
+        let pods = self.pods_of(&job);
         let Some(spec) = job.object.spec.clone() else { return Ok(Outcome::Done) };
         let old_status = job.object.status.clone().unwrap_or_default();
         let finished_already = condition_true(&old_status, "Complete") || condition_true(&old_status, "Failed");
@@ -332,15 +339,12 @@ impl JobController {
                 self.release(pod)?;
             }
             self.failures.remove(&job.meta.uid);
-            return self.expire(job, &old_status, spec.ttl_seconds_after_finished);
+            return self.expire(&job, &old_status, spec.ttl_seconds_after_finished);
         }
-        let mut status = match self.count_finished(job, &pods).await? {
+        let mut status = match self.count_finished(&mut job, &pods).await? {
             Some(status) => status,
             None => old_status.clone(),
         };
-        // Counting may have written the status: later writes go on from that version.
-        let refreshed = self.informers.jobs.get(&job.meta.key).filter(|j| j.meta.uid == job.meta.uid);
-        let job = refreshed.as_deref().unwrap_or(job);
         let now = now_time();
         let suspended = spec.suspend == Some(true);
         let active: Vec<&Arc<PodInfo>> = pods.iter().filter(|p| finished(p).is_none()).collect();
@@ -405,6 +409,20 @@ impl JobController {
         let failing = condition_true(&status, "FailureTarget");
         let succeeding = condition_true(&status, "SuccessCriteriaMet");
         if failing || succeeding {
+            // Upstream: once the Job is finished, every pod that has not succeeded counts as failed. They are
+            // recorded as uncounted before their finalizers go, as every finished pod is.
+            let uncounted = status.uncounted_terminated_pods.get_or_insert_with(Default::default);
+            let failed_uids = uncounted.failed.get_or_insert_with(Vec::new);
+            let before = failed_uids.len();
+            for pod in &active {
+                let uid = pod.meta.uid.to_string();
+                if !failed_uids.contains(&uid) {
+                    failed_uids.push(uid);
+                }
+            }
+            if failed_uids.len() != before {
+                job = self.write(&job, status.clone()).await?;
+            }
             written = written.max(self.remove_pods(&active)?);
             let uncounted_left = status
                 .uncounted_terminated_pods
@@ -441,9 +459,9 @@ impl JobController {
                 let extra: Vec<&Arc<PodInfo>> = extra.iter().take(active.len() - wanted).collect();
                 written = written.max(self.remove_pods(&extra)?);
             } else if active.len() < wanted {
-                let wait = self.backoff_left(job, failed);
+                let wait = self.backoff_left(&job, failed);
                 if wait.is_zero() {
-                    written = written.max(self.create_pods(job, wanted - active.len())?);
+                    written = written.max(self.create_pods(&job, wanted - active.len())?);
                 } else {
                     outcome = outcome.min(Outcome::RequeueAfter(wait));
                 }
@@ -455,7 +473,7 @@ impl JobController {
         if written > 0 {
             self.informers.pods.wait_for_rv(written, READ_YOUR_WRITES).await;
         }
-        let pods = self.pods_of(job);
+        let pods = self.pods_of(&job);
         let active: Vec<&Arc<PodInfo>> = pods.iter().filter(|p| finished(p).is_none()).collect();
         status.active = Some(active.len() as i32);
         status.ready = Some(active.iter().filter(|p| p.is_ready()).count() as i32);
@@ -470,10 +488,10 @@ impl JobController {
             status.uncounted_terminated_pods = Some(UncountedTerminatedPods::default());
         }
         let finished_now = condition_true(&status, "Complete") || condition_true(&status, "Failed");
-        self.write(job, status.clone()).await?;
+        self.write(&job, status.clone()).await?;
         if finished_now {
             self.failures.remove(&job.meta.uid);
-            return Ok(outcome.min(self.expire(job, &status, spec.ttl_seconds_after_finished)?));
+            return Ok(outcome.min(self.expire(&job, &status, spec.ttl_seconds_after_finished)?));
         }
         Ok(outcome)
     }
@@ -548,7 +566,7 @@ impl Reconciler for JobController {
             }
             return Ok(Outcome::Done);
         }
-        self.sync_job(&job).await
+        self.sync_job(job).await
     }
 }
 
