@@ -6,8 +6,9 @@
 //!   each port to `protocol: TCP` and `targetPort` = `port`; NodePort and LoadBalancer Services get
 //!   `externalTrafficPolicy: Cluster`, LoadBalancer ones `allocateLoadBalancerNodePorts: true`.
 //! - An update that leaves out `clusterIP`/`clusterIPs` or a port's `nodePort` keeps the allocated values (as
-//!   upstream's `patchAllocatedValues`, so `kubectl replace` of a manifest without them works); changing an
-//!   allocated `clusterIP` is refused.
+//!   upstream's `patchAllocatedValues`, so `kubectl replace` of a manifest without them works); a type change drops
+//!   the allocated values the new type has no use for (`dropTypeDependentFields`); changing an allocated
+//!   `clusterIP` is refused.
 //! - Endpoints and EndpointSlices are not served: nothing routes traffic in the dev cluster.
 
 use super::strategy::set_default;
@@ -66,8 +67,30 @@ pub fn default_spec(service: &mut Value) {
     }
 }
 
-/// Upstream `patchAllocatedValues`: what an update leaves out of what was allocated is kept.
+/// Upstream `patchAllocatedValues` and `dropTypeDependentFields`: what an update leaves out of what was
+/// allocated is kept, and what was allocated for a type the Service leaves (unchanged by the update) goes.
 pub fn keep_allocated(old: &Value, new: &mut Value) {
+    if uses_cluster_ip(old)
+        && !uses_cluster_ip(new)
+        && old.pointer("/spec/clusterIP") == new.pointer("/spec/clusterIP")
+        && let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        for key in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+            spec.remove(key);
+        }
+    }
+    if uses_node_ports(old) && !uses_node_ports(new) {
+        let old_ports = old.pointer("/spec/ports").and_then(Value::as_array).cloned().unwrap_or_default();
+        let old_node_ports: Vec<Option<&Value>> = old_ports.iter().map(|p| p.get("nodePort")).collect();
+        let ports = new.pointer_mut("/spec/ports").and_then(Value::as_array_mut);
+        if let Some(ports) = ports
+            && ports.iter().map(|p| p.get("nodePort")).collect::<Vec<_>>() == old_node_ports
+        {
+            for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+                port.remove("nodePort");
+            }
+        }
+    }
     if uses_cluster_ip(old) && uses_cluster_ip(new) {
         let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) else { return };
         for key in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
@@ -126,6 +149,13 @@ pub fn validate(service: &Value, old: Option<&Value>) -> Vec<FieldError> {
         let name = spec.get("externalName").and_then(Value::as_str).unwrap_or_default();
         if name.is_empty() {
             errors.push(field_error("spec.externalName", ErrorKind::Required, "Required value"));
+        }
+        if spec.get("clusterIP").and_then(Value::as_str).is_some_and(|ip| !ip.is_empty()) {
+            errors.push(field_error(
+                "spec.clusterIPs",
+                ErrorKind::Forbidden,
+                "Forbidden: may not be set for ExternalName services",
+            ));
         }
     } else if ports.is_empty() {
         errors.push(field_error("spec.ports", ErrorKind::Required, "Required value"));
@@ -256,6 +286,12 @@ mod tests {
         assert_eq!(validate(&headless_np, None)[0].field, "spec.clusterIPs[0]");
         let external = service(json!({"type": "ExternalName"}));
         assert_eq!(messages(&validate(&external, None)), vec!["spec.externalName: Required value"]);
+        let addressed =
+            service(json!({"type": "ExternalName", "externalName": "db.example.com", "clusterIP": "10.96.0.9"}));
+        assert_eq!(
+            messages(&validate(&addressed, None)),
+            vec!["spec.clusterIPs: Forbidden: may not be set for ExternalName services"]
+        );
         let bogus = service(json!({"type": "Bogus", "ports": [{"port": 80}]}));
         assert_eq!(validate(&bogus, None)[0].kind, ErrorKind::NotSupported);
     }
@@ -269,6 +305,16 @@ mod tests {
         assert_eq!(replaced["spec"]["clusterIP"], "10.96.0.10");
         assert_eq!(replaced["spec"]["ports"][0]["nodePort"], 30080);
         assert!(validate(&replaced, Some(&old)).is_empty());
+        let mut internal = replaced.clone();
+        internal["spec"]["type"] = json!("ClusterIP");
+        keep_allocated(&old, &mut internal);
+        assert!(internal["spec"]["ports"][0].get("nodePort").is_none(), "node ports go with the type");
+        assert_eq!(internal["spec"]["clusterIP"], "10.96.0.10");
+        let mut external = replaced.clone();
+        external["spec"]["type"] = json!("ExternalName");
+        external["spec"]["externalName"] = json!("db.example.com");
+        keep_allocated(&old, &mut external);
+        assert!(external["spec"].get("clusterIP").is_none(), "the cluster IP goes with the type");
         let mut moved = replaced.clone();
         moved["spec"]["clusterIP"] = json!("10.96.0.11");
         assert_eq!(
