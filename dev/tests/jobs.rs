@@ -327,3 +327,52 @@ async fn a_restarted_job_controller_counts_every_pod_once() {
     assert_eq!(pods_of(&pods, "paused").await.len(), 2);
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_operation_job_runs_pinned_and_privileged_and_goes_with_its_owner() {
+    // The shape of a Kairos NodeOp's Job: pinned to a node, privileged, the host's root mounted, a backoff limit,
+    // owned by the object that asked for it.
+    let cluster = bare_cluster(3).await;
+    let client = cluster.client();
+    let owners: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), "default");
+    let owner = serde_json::from_value(json!({"metadata": {"name": "nodeop"}})).unwrap();
+    let owner = owners.create(&PostParams::default(), &owner).await.unwrap();
+    let node = cluster.workers()[1].clone();
+    let mut pinned = job(
+        "nodeop-worker",
+        json!({"backoffLimit": 1, "template": {"spec": {
+        "nodeName": node,
+        "hostPID": true,
+        "containers": [{"name": "op", "image": "busybox:1.36", "command": ["sh", "-c", "chroot /host true"],
+                        "securityContext": {"privileged": true},
+                        "volumeMounts": [{"name": "host-root", "mountPath": "/host"}]}],
+        "volumes": [{"name": "host-root", "hostPath": {"path": "/"}}],
+        "imagePullSecrets": [{"name": "registry"}]}}}),
+    );
+    pinned.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        name: "nodeop".into(),
+        uid: owner.metadata.uid.clone().unwrap(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }]);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    jobs.create(&PostParams::default(), &pinned).await.unwrap();
+    finished_job(&jobs, "nodeop-worker", "Complete").await;
+    let ran = pods_of(&pods, "nodeop-worker").await;
+    assert_eq!(ran.len(), 1);
+    let spec = ran[0].spec.clone().unwrap();
+    assert_eq!(spec.node_name.as_deref(), Some(node.as_str()));
+    assert_eq!(spec.host_pid, Some(true));
+    assert_eq!(spec.containers[0].security_context.as_ref().unwrap().privileged, Some(true));
+    assert_eq!(spec.volumes.unwrap()[0].host_path.as_ref().unwrap().path, "/");
+    assert_eq!(spec.image_pull_secrets.unwrap()[0].name, "registry");
+    owners.delete("nodeop", &DeleteParams::background()).await.unwrap();
+    eventually("the Job and its pod went with their owner", || async {
+        jobs.get_opt("nodeop-worker").await.unwrap().is_none() && pods_of(&pods, "nodeop-worker").await.is_empty()
+    })
+    .await;
+    cluster.shutdown().await;
+}
