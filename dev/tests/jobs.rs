@@ -95,6 +95,8 @@ async fn a_job_runs_its_pods_to_completion_and_reports_it_as_upstream_does() {
         condition(&done, "Complete").unwrap(),
         ("CompletionsReached".to_owned(), "Reached expected number of succeeded pods".to_owned())
     );
+    let by_field = jobs.list(&ListParams::default().fields("status.successful=3")).await.unwrap();
+    assert_eq!(by_field.items.len(), 1, "batch/v1 Jobs are selectable by status.successful");
     let uncounted = status.uncounted_terminated_pods.unwrap();
     assert!(uncounted.succeeded.unwrap_or_default().is_empty() && uncounted.failed.unwrap_or_default().is_empty());
     let ran = pods_of(&pods, "pi").await;

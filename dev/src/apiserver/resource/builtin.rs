@@ -219,6 +219,16 @@ fn specs() -> Vec<Spec> {
     ]
 }
 
+/// A selectable field; its path is its name, except where upstream's selector names another field (a Job's
+/// `status.successful` is `status.succeeded`).
+fn selectable(name: &str, default: &str) -> SelectableField {
+    let mut field = SelectableField::new(name, default);
+    if name == "status.successful" {
+        field.path = vec!["status".to_owned(), "succeeded".to_owned()];
+    }
+    field
+}
+
 /// Every built-in resource type.
 pub fn builtin_types() -> Vec<ResourceType> {
     specs()
@@ -241,11 +251,7 @@ pub fn builtin_types() -> Vec<ResourceType> {
                     label_selector: None,
                 }),
                 other_subresources: spec.other_subresources.to_vec(),
-                selectable_fields: spec
-                    .fields
-                    .iter()
-                    .map(|(name, default)| SelectableField::new(name, default))
-                    .collect(),
+                selectable_fields: spec.fields.iter().map(|(name, default)| selectable(name, default)).collect(),
                 tracks_generation: spec.generation,
                 behavior: Behavior::Builtin(spec.kind),
                 store_id: Arc::from(format!("{}/{}", spec.group, spec.plural)),
