@@ -11,8 +11,8 @@ use super::error::field_error;
 use super::object::now_rfc3339;
 use super::resource::{Behavior, CustomBehavior, PrinterColumn, ResourceType, ScalePaths, SelectableField};
 use super::selector::label::is_dns_label;
+use crate::apiserver::schema::{ErrorKind, FieldError};
 use serde_json::{Value, json};
-use shared::schema::{ErrorKind, FieldError};
 use std::sync::Arc;
 
 /// The finalizer under which the CRD's objects are deleted before the CRD goes.

@@ -7,8 +7,8 @@
 //! - A `Retry-After` header is due exactly when `details.retryAfterSeconds > 0`.
 
 use super::resource::ResourceType;
+use crate::apiserver::schema::FieldError;
 use serde_json::{Map, Value, json};
-use shared::schema::FieldError;
 
 /// One `details.causes` entry.
 #[derive(Debug, Clone, PartialEq)]
@@ -347,7 +347,7 @@ pub fn success_status(details: Option<Value>, code: Option<u16>) -> Value {
 }
 
 /// A field error, for the validation code of the built-in kinds.
-pub fn field_error(field: &str, kind: shared::schema::ErrorKind, message: impl Into<String>) -> FieldError {
+pub fn field_error(field: &str, kind: crate::apiserver::schema::ErrorKind, message: impl Into<String>) -> FieldError {
     FieldError { field: field.to_owned(), kind, message: message.into() }
 }
 
@@ -355,7 +355,7 @@ pub fn field_error(field: &str, kind: shared::schema::ErrorKind, message: impl I
 mod tests {
     use super::*;
     use crate::apiserver::resource::builtin_types;
-    use shared::schema::ErrorKind;
+    use crate::apiserver::schema::ErrorKind;
 
     fn pods() -> ResourceType {
         builtin_types().into_iter().find(|t| t.plural == "pods").unwrap()

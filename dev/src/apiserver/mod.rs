@@ -75,6 +75,7 @@ pub mod object;
 pub mod ops;
 pub mod patch;
 pub mod resource;
+pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod state;

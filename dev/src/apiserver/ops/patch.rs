@@ -19,8 +19,8 @@ use crate::apiserver::patch::managed::Writer;
 use crate::apiserver::patch::merge::merge_patch;
 use crate::apiserver::patch::strategic::strategic_merge_patch;
 use crate::apiserver::resource::{ResourceType, schema::merge_schema};
+use crate::apiserver::schema::ErrorKind;
 use serde_json::{Value, json};
-use shared::schema::ErrorKind;
 use std::sync::Arc;
 
 /// The outcome of a patch.

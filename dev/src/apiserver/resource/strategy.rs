@@ -9,6 +9,7 @@
 use super::{Behavior, Builtin, ResourceType};
 use crate::apiserver::error::{ApiError, field_error};
 use crate::apiserver::object::{metadata_mut, name_of};
+use crate::apiserver::schema::{ErrorKind, FieldError};
 use crate::apiserver::selector::label::{self, LabelSelector, is_dns_label, is_dns_subdomain};
 use k8s_openapi::api::{apps, coordination, core, events, policy};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -16,7 +17,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
-use shared::schema::{ErrorKind, FieldError};
 
 fn roundtrip<T: Serialize + DeserializeOwned>(rt: &ResourceType, value: Value) -> Result<Value, ApiError> {
     let typed: T = serde_json::from_value(value).map_err(|e| {
@@ -59,7 +59,7 @@ pub fn normalize(rt: &ResourceType, mut object: Value) -> Result<Value, ApiError
             let metadata = object.get("metadata").cloned().unwrap_or_else(|| json!({}));
             let metadata = roundtrip::<ObjectMeta>(rt, metadata)?;
             if let Some(schema) = &custom.schema {
-                shared::schema::prune_and_default(schema, &mut object);
+                crate::apiserver::schema::prune_and_default(schema, &mut object);
             }
             metadata_mut(&mut object).clone_from(metadata.as_object().unwrap_or(&Map::new()));
             object
@@ -255,7 +255,7 @@ pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<F
     match &rt.behavior {
         Behavior::Custom(custom) => {
             if let Some(schema) = &custom.schema {
-                errors.extend(shared::schema::validate(schema, object));
+                errors.extend(crate::apiserver::schema::validate(schema, object));
             }
         }
         Behavior::Builtin(kind) => match kind {
