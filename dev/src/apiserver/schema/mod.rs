@@ -1,19 +1,14 @@
-//! Validation, pruning and defaulting of custom resources against a CRD's structural
-//! `openAPIV3Schema`, with the field errors kube-apiserver reports.
-//!
-//! Covers the keywords structural schemas use: `type`, `properties`, `required`,
-//! `additionalProperties`, `items`, `enum`, `minimum`/`maximum` (and their `exclusive*` flags),
-//! `minLength`/`maxLength`, `pattern`, `minItems`/`maxItems`, `format: date-time`, `nullable`,
-//! `default`, `x-kubernetes-int-or-string` and `x-kubernetes-preserve-unknown-fields`.
-//!
-//! # Guarantees
-//! - Never panics, whatever the schema or the object: a keyword of the wrong type is ignored, as
-//!   the schema was accepted when the CRD was created.
-//! - Errors come in document order and carry the JSON path the API server prints (`spec.min`,
-//!   `spec.items[2].name`).
+//! OpenAPI v3 schemas as the apiextensions server uses them: field errors, value validation, pruning and
+//! defaulting of custom resources, and the structural-schema rules a CRD's schema must meet.
 
-use regex::Regex;
-use serde_json::{Map, Value};
+mod pruning;
+pub mod structural;
+mod validation;
+
+pub use pruning::{default, prune, prune_and_default};
+pub use validation::{validate, validate_value_at};
+
+use serde_json::Value;
 use std::fmt;
 
 /// The kind of a field error, as `k8s.io/apimachinery/pkg/util/validation/field` names them.
@@ -62,328 +57,108 @@ impl fmt::Display for FieldError {
     }
 }
 
-/// Checks `object` against `schema`. An empty result means valid.
-pub fn validate(schema: &Value, object: &Value) -> Vec<FieldError> {
-    let mut errors = Vec::new();
-    validate_at(schema, object, &mut String::new(), &mut errors);
-    errors
+fn with_detail(head: String, detail: &str) -> String {
+    if detail.is_empty() { head } else { format!("{head}: {detail}") }
 }
 
-/// Removes what the schema does not know (unknown fields, except under
-/// `x-kubernetes-preserve-unknown-fields`) and `null`s of non-nullable fields, then fills in
-/// `default`s, as the API server does before validation. `metadata`, `apiVersion` and `kind` at the
-/// root are kept.
-pub fn prune_and_default(schema: &Value, object: &mut Value) {
-    prune_at(schema, object, true);
-}
+impl FieldError {
+    /// `Required value[: detail]`.
+    pub fn required(field: &FieldPath, detail: &str) -> Self {
+        FieldError {
+            field: field.to_string(),
+            kind: ErrorKind::Required,
+            message: with_detail("Required value".into(), detail),
+        }
+    }
 
-fn prune_at(schema: &Value, value: &mut Value, root: bool) {
-    let Some(schema) = schema.as_object() else { return };
-    let preserve = flag(schema, "x-kubernetes-preserve-unknown-fields");
-    match value {
-        Value::Object(fields) => {
-            let properties = schema.get("properties").and_then(Value::as_object);
-            let additional = schema.get("additionalProperties");
-            if properties.is_some() || additional.is_some() || !preserve {
-                let keep_root = |k: &str| root && matches!(k, "apiVersion" | "kind" | "metadata");
-                fields.retain(|key, v| {
-                    if keep_root(key) {
-                        return true;
-                    }
-                    let sub = properties.and_then(|p| p.get(key)).or(additional.filter(|a| a.is_object()));
-                    match sub {
-                        Some(sub) => !v.is_null() || flag_of(sub, "nullable"),
-                        None => preserve || additional == Some(&Value::Bool(true)),
-                    }
-                });
-            }
-            if let Some(properties) = properties {
-                for (key, sub) in properties {
-                    if !fields.contains_key(key)
-                        && let Some(default) = sub.get("default")
-                    {
-                        fields.insert(key.clone(), default.clone());
-                    }
-                }
-            }
-            for (key, v) in fields.iter_mut() {
-                if root && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
-                    continue;
-                }
-                let sub = properties.and_then(|p| p.get(key)).or(additional.filter(|a| a.is_object()));
-                if let Some(sub) = sub {
-                    prune_at(sub, v, false);
-                }
-            }
+    /// `Forbidden[: detail]`.
+    pub fn forbidden(field: &FieldPath, detail: &str) -> Self {
+        FieldError {
+            field: field.to_string(),
+            kind: ErrorKind::Forbidden,
+            message: with_detail("Forbidden".into(), detail),
         }
-        Value::Array(items) => {
-            if let Some(sub) = schema.get("items") {
-                items.iter_mut().for_each(|item| prune_at(sub, item, false));
-            }
+    }
+
+    /// `Invalid value: VALUE[: detail]`, the value rendered as [`bad_value`] does.
+    pub fn invalid(field: &FieldPath, value: &Value, detail: &str) -> Self {
+        FieldError {
+            field: field.to_string(),
+            kind: ErrorKind::Invalid,
+            message: with_detail(format!("Invalid value: {}", bad_value(value)), detail),
         }
-        _ => {}
+    }
+
+    /// `Unsupported value: VALUE: supported values: "a", "b"`.
+    pub fn not_supported(field: &FieldPath, value: &Value, supported: &[&str]) -> Self {
+        let list: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
+        FieldError {
+            field: field.to_string(),
+            kind: ErrorKind::NotSupported,
+            message: format!("Unsupported value: {}: supported values: {}", bad_value(value), list.join(", ")),
+        }
+    }
+
+    /// `Duplicate value: VALUE`.
+    pub fn duplicate(field: &FieldPath, value: &Value) -> Self {
+        FieldError {
+            field: field.to_string(),
+            kind: ErrorKind::Duplicate,
+            message: format!("Duplicate value: {}", bad_value(value)),
+        }
+    }
+
+    /// `Too many: ACTUAL: must have at most MAX items`.
+    pub fn too_many(field: &FieldPath, actual: usize, max: usize) -> Self {
+        FieldError {
+            field: field.to_string(),
+            kind: ErrorKind::TooMany,
+            message: format!("Too many: {actual}: must have at most {max} items"),
+        }
     }
 }
 
-fn flag(schema: &Map<String, Value>, key: &str) -> bool {
-    schema.get(key).and_then(Value::as_bool).unwrap_or(false)
-}
-
-fn flag_of(schema: &Value, key: &str) -> bool {
-    schema.get(key).and_then(Value::as_bool).unwrap_or(false)
-}
-
-fn describe(value: &Value) -> String {
+/// A value as `field.Error` prints it: strings quoted, numbers and booleans bare, `null` as `"null"` (Go
+/// prints a nil value as the string "null"). Objects and lists are printed as JSON, where Go prints its
+/// struct syntax.
+pub fn bad_value(value: &Value) -> String {
     match value {
+        Value::Null => "\"null\"".into(),
         Value::String(s) => format!("{s:?}"),
-        Value::Object(_) => "\"object\"".into(),
-        Value::Array(_) => "\"array\"".into(),
         other => other.to_string(),
     }
 }
 
-fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
+/// A field path as `field.Path` prints it: `spec.versions[0].schema.openAPIV3Schema.properties[spec]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FieldPath(String);
+
+impl FieldPath {
+    /// The root of a path: `spec`.
+    pub fn new(root: &str) -> Self {
+        FieldPath(root.to_owned())
+    }
+
+    /// `.name` (several names at once, `child("scale.specReplicasPath")`, print as given).
+    pub fn child(&self, name: &str) -> Self {
+        if self.0.is_empty() { FieldPath(name.to_owned()) } else { FieldPath(format!("{}.{name}", self.0)) }
+    }
+
+    /// `[key]`.
+    pub fn key(&self, key: &str) -> Self {
+        FieldPath(format!("{}[{key}]", self.0))
+    }
+
+    /// `[index]`.
+    pub fn index(&self, index: usize) -> Self {
+        FieldPath(format!("{}[{index}]", self.0))
     }
 }
 
-fn has_type(value: &Value, wanted: &str) -> bool {
-    match wanted {
-        "number" => value.is_number(),
-        "integer" => value.as_i64().is_some() || value.as_u64().is_some(),
-        other => type_name(value) == other,
+impl fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
     }
-}
-
-fn validate_at(schema: &Value, value: &Value, path: &mut String, errors: &mut Vec<FieldError>) {
-    let Some(schema) = schema.as_object() else { return };
-    let field = if path.is_empty() { "<root>".to_owned() } else { path.clone() };
-    let push = |errors: &mut Vec<FieldError>, kind, message: String| {
-        errors.push(FieldError { field: field.clone(), kind, message });
-    };
-
-    if value.is_null() {
-        if !flag(schema, "nullable") && schema.contains_key("type") {
-            push(
-                errors,
-                ErrorKind::Invalid,
-                format!("Invalid value: \"null\": {field} in body must be of type {}: \"null\"", schema_type(schema)),
-            );
-        }
-        return;
-    }
-    if flag(schema, "x-kubernetes-int-or-string") {
-        if !(has_type(value, "integer") || value.is_string()) {
-            push(
-                errors,
-                ErrorKind::Invalid,
-                format!(
-                    "Invalid value: {}: {field} in body must be of type integer,string: {:?}",
-                    describe(value),
-                    type_name(value)
-                ),
-            );
-            return;
-        }
-    } else if let Some(wanted) = schema.get("type").and_then(Value::as_str)
-        && !has_type(value, wanted)
-    {
-        push(
-            errors,
-            ErrorKind::Invalid,
-            format!(
-                "Invalid value: {}: {field} in body must be of type {wanted}: {:?}",
-                describe(value),
-                type_name(value)
-            ),
-        );
-        return;
-    }
-
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
-        && !allowed.contains(value)
-    {
-        let list: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
-        push(
-            errors,
-            ErrorKind::NotSupported,
-            format!("Unsupported value: {}: supported values: {}", value, list.join(", ")),
-        );
-    }
-
-    match value {
-        Value::String(s) => {
-            let chars = s.chars().count() as u64;
-            if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
-                && chars < min
-            {
-                push(
-                    errors,
-                    ErrorKind::Invalid,
-                    format!("Invalid value: {s:?}: {field} in body should be at least {min} chars long"),
-                );
-            }
-            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
-                && chars > max
-            {
-                push(errors, ErrorKind::TooLong, format!("Too long: may not be more than {max} bytes"));
-            }
-            if let Some(pattern) = schema.get("pattern").and_then(Value::as_str)
-                && let Ok(re) = Regex::new(pattern)
-                && !re.is_match(s)
-            {
-                push(
-                    errors,
-                    ErrorKind::Invalid,
-                    format!("Invalid value: {s:?}: {field} in body should match '{pattern}'"),
-                );
-            }
-            if schema.get("format").and_then(Value::as_str) == Some("date-time")
-                && s.parse::<jiff::Timestamp>().is_err()
-            {
-                push(
-                    errors,
-                    ErrorKind::Invalid,
-                    format!("Invalid value: {s:?}: {field} in body must be of type date-time: {s:?}"),
-                );
-            }
-        }
-        Value::Number(n) => {
-            let x = n.as_f64().unwrap_or(0.0);
-            if let Some(min) = schema.get("minimum").and_then(Value::as_f64) {
-                let exclusive = flag(schema, "exclusiveMinimum");
-                if x < min || (exclusive && x == min) {
-                    let op = if exclusive { "greater than" } else { "greater than or equal to" };
-                    push(
-                        errors,
-                        ErrorKind::Invalid,
-                        format!("Invalid value: {n}: {field} in body should be {op} {}", number(min)),
-                    );
-                }
-            }
-            if let Some(max) = schema.get("maximum").and_then(Value::as_f64) {
-                let exclusive = flag(schema, "exclusiveMaximum");
-                if x > max || (exclusive && x == max) {
-                    let op = if exclusive { "less than" } else { "less than or equal to" };
-                    push(
-                        errors,
-                        ErrorKind::Invalid,
-                        format!("Invalid value: {n}: {field} in body should be {op} {}", number(max)),
-                    );
-                }
-            }
-        }
-        Value::Array(items) => {
-            if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
-                && (items.len() as u64) < min
-            {
-                push(
-                    errors,
-                    ErrorKind::Invalid,
-                    format!("Invalid value: {}: {field} in body should have at least {min} items", items.len()),
-                );
-            }
-            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
-                && (items.len() as u64) > max
-            {
-                push(errors, ErrorKind::TooMany, format!("Too many: {}: must have at most {max} items", items.len()));
-            }
-            if let Some(sub) = schema.get("items") {
-                for (i, item) in items.iter().enumerate() {
-                    let len = path.len();
-                    path.push_str(&format!("[{i}]"));
-                    validate_at(sub, item, path, errors);
-                    path.truncate(len);
-                }
-            }
-        }
-        Value::Object(fields) => {
-            if let Some(required) = schema.get("required").and_then(Value::as_array) {
-                for key in required.iter().filter_map(Value::as_str) {
-                    if fields.get(key).is_none_or(Value::is_null) {
-                        let child = join(path, key);
-                        errors.push(FieldError {
-                            field: child,
-                            kind: ErrorKind::Required,
-                            message: "Required value".into(),
-                        });
-                    }
-                }
-            }
-            let properties = schema.get("properties").and_then(Value::as_object);
-            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
-            for (key, v) in fields {
-                if path.is_empty() && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
-                    continue;
-                }
-                let Some(sub) = properties.and_then(|p| p.get(key)).or(additional) else { continue };
-                let len = path.len();
-                if !path.is_empty() {
-                    path.push('.');
-                }
-                path.push_str(key);
-                validate_at(sub, v, path, errors);
-                path.truncate(len);
-            }
-        }
-        Value::Bool(_) | Value::Null => {}
-    }
-
-    for combinator in ["allOf", "anyOf", "oneOf"] {
-        let Some(branches) = schema.get(combinator).and_then(Value::as_array) else { continue };
-        let results: Vec<Vec<FieldError>> =
-            branches.iter().map(|b| validate(b, value).into_iter().map(|e| rebase(e, path)).collect()).collect();
-        match combinator {
-            "allOf" => results.into_iter().for_each(|r| errors.extend(r)),
-            _ => {
-                let passing = results.iter().filter(|r| r.is_empty()).count();
-                // When exactly one branch is for the value's type (int-or-string fields), its
-                // errors say more than "must match anyOf".
-                let typed: Vec<&Vec<FieldError>> = branches
-                    .iter()
-                    .zip(&results)
-                    .filter(|(b, _)| b.get("type").and_then(Value::as_str).is_some_and(|t| has_type(value, t)))
-                    .map(|(_, r)| r)
-                    .collect();
-                if passing == 0 && typed.len() == 1 && !typed[0].is_empty() {
-                    errors.extend(typed[0].iter().cloned());
-                } else if passing == 0 || (combinator == "oneOf" && passing > 1) {
-                    push(
-                        errors,
-                        ErrorKind::Invalid,
-                        format!("Invalid value: {}: {field} in body must match {combinator}", describe(value)),
-                    );
-                }
-            }
-        }
-    }
-}
-
-fn schema_type(schema: &Map<String, Value>) -> &str {
-    schema.get("type").and_then(Value::as_str).unwrap_or("object")
-}
-
-fn number(x: f64) -> String {
-    if x.fract() == 0.0 && x.abs() < 1e15 { format!("{}", x as i64) } else { x.to_string() }
-}
-
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
-}
-
-/// Errors of a sub-validation started at the root get the path of where it was started.
-fn rebase(mut error: FieldError, path: &str) -> FieldError {
-    if !path.is_empty() {
-        error.field = if error.field == "<root>" { path.to_owned() } else { format!("{path}.{}", error.field) };
-    }
-    error
 }
 
 #[cfg(test)]
@@ -391,102 +166,34 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn schema() -> Value {
-        json!({
-            "type": "object",
-            "required": ["spec"],
-            "properties": {
-                "spec": {
-                    "type": "object",
-                    "required": ["image", "goal"],
-                    "properties": {
-                        "image": {"type": "string", "minLength": 1, "maxLength": 10},
-                        "goal": {"type": "string", "enum": ["Join", "Leave"]},
-                        "min": {"type": "integer", "format": "int32", "minimum": 0.0},
-                        "deadline": {"type": "string", "format": "date-time", "nullable": true},
-                        "name": {"type": "string", "pattern": "^[a-z]+$"},
-                        "surge": {"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]},
-                        "tags": {"type": "array", "maxItems": 2, "items": {"type": "string", "minLength": 1}},
-                        "args": {"type": "object", "additionalProperties": {"type": "string"}},
-                        "mode": {"type": "string", "default": "Auto"},
-                        "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
-                    }
-                }
-            }
-        })
-    }
-
-    fn errors(object: Value) -> Vec<String> {
-        validate(&schema(), &object).iter().map(ToString::to_string).collect()
-    }
-
     #[test]
-    fn a_valid_object_has_no_errors() {
-        let ok = json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "a"},
-            "spec": {"image": "img", "goal": "Join", "min": 0, "deadline": "2022-07-04T08:33:18+00:00",
-                     "name": "abc", "surge": "10%", "tags": ["a"], "args": {"k": "v"}}});
-        assert_eq!(errors(ok), Vec::<String>::new());
-    }
-
-    #[test]
-    fn each_keyword_reports_the_api_server_message() {
-        let bad = json!({"spec": {"image": "", "goal": "Explode", "min": -1, "deadline": "tomorrow",
-            "name": "ABC", "surge": true, "tags": ["", "b", "c"], "args": {"k": 1}}});
+    fn errors_print_as_apimachinery_prints_them() {
+        let path = FieldPath::new("spec").child("validation").child("openAPIV3Schema").child("properties").key("spec");
+        assert_eq!(path.to_string(), "spec.validation.openAPIV3Schema.properties[spec]");
+        let versions = FieldPath::new("spec").child("versions").index(0).child("name");
         assert_eq!(
-            errors(bad),
-            vec![
-                "spec.args.k: Invalid value: 1: spec.args.k in body must be of type string: \"integer\"",
-                "spec.deadline: Invalid value: \"tomorrow\": spec.deadline in body must be of type date-time: \"tomorrow\"",
-                "spec.goal: Unsupported value: \"Explode\": supported values: \"Join\", \"Leave\"",
-                "spec.image: Invalid value: \"\": spec.image in body should be at least 1 chars long",
-                "spec.min: Invalid value: -1: spec.min in body should be greater than or equal to 0",
-                "spec.name: Invalid value: \"ABC\": spec.name in body should match '^[a-z]+$'",
-                "spec.surge: Invalid value: true: spec.surge in body must be of type integer,string: \"boolean\"",
-                "spec.tags: Too many: 3: must have at most 2 items",
-                "spec.tags[0]: Invalid value: \"\": spec.tags[0] in body should be at least 1 chars long",
-            ]
-        );
-    }
-
-    #[test]
-    fn missing_required_fields_and_wrong_types_are_reported() {
-        assert_eq!(errors(json!({})), vec!["spec: Required value"]);
-        assert_eq!(
-            errors(json!({"spec": {"image": "0123456789a"}})),
-            vec!["spec.goal: Required value", "spec.image: Too long: may not be more than 10 bytes"]
+            FieldError::invalid(&versions, &json!("V1"), "a DNS-1035 label").to_string(),
+            "spec.versions[0].name: Invalid value: \"V1\": a DNS-1035 label"
         );
         assert_eq!(
-            errors(json!({"spec": "x"})),
-            vec!["spec: Invalid value: \"x\": spec in body must be of type object: \"string\""]
+            FieldError::required(&path, "").to_string(),
+            "spec.validation.openAPIV3Schema.properties[spec]: Required value"
         );
         assert_eq!(
-            errors(json!({"spec": {"image": "a", "goal": "Join", "min": 1.5}})),
-            vec!["spec.min: Invalid value: 1.5: spec.min in body must be of type integer: \"number\""]
+            FieldError::forbidden(&path.child("type"), "must be empty to be structural").message,
+            "Forbidden: must be empty to be structural"
         );
-    }
-
-    #[test]
-    fn pruning_drops_unknown_fields_and_nulls_and_fills_defaults() {
-        let mut object = json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "a"}, "junk": 1,
-            "spec": {"image": "a", "goal": "Join", "unknown": true, "min": null, "deadline": null,
-                     "free": {"anything": {"goes": 1}}}});
-        prune_and_default(&schema(), &mut object);
         assert_eq!(
-            object,
-            json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "a"},
-                "spec": {"image": "a", "goal": "Join", "deadline": null, "mode": "Auto",
-                         "free": {"anything": {"goes": 1}}}})
+            FieldError::not_supported(
+                &FieldPath::new("spec").child("scope"),
+                &json!("Galaxy"),
+                &["Cluster", "Namespaced"]
+            )
+            .message,
+            "Unsupported value: \"Galaxy\": supported values: \"Cluster\", \"Namespaced\""
         );
-    }
-
-    #[test]
-    fn malformed_schemas_do_not_panic() {
-        for schema in
-            [json!(null), json!({"type": 3}), json!({"pattern": "("}), json!({"properties": []}), json!({"items": 1})]
-        {
-            let _ = validate(&schema, &json!({"a": [1, "b", null]}));
-            let mut v = json!({"a": [1]});
-            prune_and_default(&schema, &mut v);
-        }
+        assert_eq!(FieldError::invalid(&path, &Value::Null, "x").message, "Invalid value: \"null\": x");
+        assert_eq!(FieldError::invalid(&path, &json!(false), "").message, "Invalid value: false");
+        assert_eq!(FieldError::too_many(&path, 9, 8).message, "Too many: 9: must have at most 8 items");
     }
 }
