@@ -65,6 +65,7 @@
 pub mod config;
 pub mod core;
 pub mod crd;
+pub mod crd_validation;
 pub mod discovery;
 pub mod error;
 pub mod faults;
