@@ -270,17 +270,16 @@ impl ApiError {
     /// The `Status` object.
     pub fn to_status(&self) -> Value {
         let mut details = Map::new();
-        if let Some(name) = &self.details.name {
-            details.insert("name".into(), json!(name));
-        }
-        if let Some(group) = &self.details.group {
-            details.insert("group".into(), json!(group));
-        }
-        if let Some(kind) = &self.details.kind {
-            details.insert("kind".into(), json!(kind));
-        }
-        if let Some(uid) = &self.details.uid {
-            details.insert("uid".into(), json!(uid));
+        // Go omits empty strings (`omitempty`).
+        for (key, value) in [
+            ("name", &self.details.name),
+            ("group", &self.details.group),
+            ("kind", &self.details.kind),
+            ("uid", &self.details.uid),
+        ] {
+            if let Some(value) = value.as_deref().filter(|v| !v.is_empty()) {
+                details.insert(key.into(), json!(value));
+            }
         }
         if !self.details.causes.is_empty() {
             let causes: Vec<Value> = self

@@ -11,21 +11,17 @@ use crate::apiserver::error::{ApiError, field_error};
 use crate::apiserver::object::{metadata_mut, name_of};
 use crate::apiserver::schema::{ErrorKind, FieldError};
 use crate::apiserver::selector::label::{self, LabelSelector, is_dns_label, is_dns_subdomain};
-use k8s_openapi::api::{apps, coordination, core, events, policy};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-fn roundtrip<T: Serialize + DeserializeOwned>(rt: &ResourceType, value: Value) -> Result<Value, ApiError> {
-    let typed: T = serde_json::from_value(value).map_err(|e| {
+/// What decoding into the kind's type said, as the 400 upstream sends when a body does not decode.
+fn decoded(rt: &ResourceType, result: Result<Value, serde_json::Error>) -> Result<Value, ApiError> {
+    result.map_err(|e| {
         ApiError::bad_request(format!(
             "{} in version \"{}\" cannot be handled as a {}: {e}",
             rt.kind, rt.version, rt.kind
         ))
-    })?;
-    serde_json::to_value(typed).map_err(|e| ApiError::internal(e.to_string()))
+    })
 }
 
 /// Decodes `object` as the kind does: through the Go-equivalent type for built-ins, pruning and defaulting for
@@ -37,27 +33,10 @@ pub fn normalize(rt: &ResourceType, mut object: Value) -> Result<Value, ApiError
     fields.remove("apiVersion");
     fields.remove("kind");
     let mut object = match &rt.behavior {
-        Behavior::Builtin(kind) => match kind {
-            Builtin::Namespace => roundtrip::<core::v1::Namespace>(rt, object)?,
-            Builtin::Node => roundtrip::<core::v1::Node>(rt, object)?,
-            Builtin::Pod => roundtrip::<core::v1::Pod>(rt, object)?,
-            Builtin::ConfigMap => roundtrip::<core::v1::ConfigMap>(rt, object)?,
-            Builtin::Secret => roundtrip::<core::v1::Secret>(rt, object)?,
-            Builtin::ServiceAccount => roundtrip::<core::v1::ServiceAccount>(rt, object)?,
-            Builtin::CoreEvent => roundtrip::<core::v1::Event>(rt, object)?,
-            Builtin::Event => roundtrip::<events::v1::Event>(rt, object)?,
-            Builtin::PodDisruptionBudget => roundtrip::<policy::v1::PodDisruptionBudget>(rt, object)?,
-            Builtin::Lease => roundtrip::<coordination::v1::Lease>(rt, object)?,
-            Builtin::Deployment => roundtrip::<apps::v1::Deployment>(rt, object)?,
-            Builtin::ReplicaSet => roundtrip::<apps::v1::ReplicaSet>(rt, object)?,
-            Builtin::StatefulSet => roundtrip::<apps::v1::StatefulSet>(rt, object)?,
-            Builtin::DaemonSet => roundtrip::<apps::v1::DaemonSet>(rt, object)?,
-            Builtin::ControllerRevision => roundtrip::<apps::v1::ControllerRevision>(rt, object)?,
-            Builtin::CustomResourceDefinition => roundtrip::<CustomResourceDefinition>(rt, object)?,
-        },
+        Behavior::Builtin(kind) => decoded(rt, (kind.kind_type().decode)(object))?,
         Behavior::Custom(custom) => {
             let metadata = object.get("metadata").cloned().unwrap_or_else(|| json!({}));
-            let metadata = roundtrip::<ObjectMeta>(rt, metadata)?;
+            let metadata = decoded(rt, serde_json::from_value::<ObjectMeta>(metadata).and_then(serde_json::to_value))?;
             if let Some(schema) = &custom.schema {
                 crate::apiserver::schema::prune_and_default(schema, &mut object);
             }
