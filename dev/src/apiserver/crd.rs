@@ -99,6 +99,10 @@ pub fn resource_types(crd: &Value) -> Vec<ResourceType> {
             .map(|v| v.iter().filter_map(Value::as_str).map(str::to_owned).collect())
             .unwrap_or_default()
     };
+    let list_kind = match text(crd, "/spec/names/listKind") {
+        "" => format!("{kind}List"),
+        s => s.to_owned(),
+    };
     let short_names = strings("/spec/names/shortNames");
     let categories = strings("/spec/names/categories");
     let namespaced = text(crd, "/spec/scope") != "Cluster";
@@ -166,6 +170,7 @@ pub fn resource_types(crd: &Value) -> Vec<ResourceType> {
                 tracks_generation: true,
                 behavior: Behavior::Custom(Arc::new(CustomBehavior {
                     crd_name: crd_name.clone(),
+                    list_kind: list_kind.clone(),
                     schema: version.pointer("/schema/openAPIV3Schema").cloned(),
                     printer_columns,
                 })),

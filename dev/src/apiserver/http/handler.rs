@@ -14,7 +14,7 @@ use crate::apiserver::faults::{ErrorFault, Faults, RequestMatch};
 use crate::apiserver::field_validation::{self, FieldValidation, RawNode};
 use crate::apiserver::metrics::{RequestKey, Verb};
 use crate::apiserver::object::Filter;
-use crate::apiserver::openapi::definitions::EVICTION;
+use crate::apiserver::openapi::{self, definitions::EVICTION};
 use crate::apiserver::ops::Subresource;
 use crate::apiserver::ops::delete::{DeleteOptions, Deleted};
 use crate::apiserver::ops::eviction::Eviction;
@@ -73,6 +73,12 @@ where
         Route::Resources(group, version) => discovery::resources(&core.registry.read(), &group, &version)
             .map(|r| json_response(StatusCode::OK, &r))
             .ok_or_else(ApiError::path_not_found),
+        Route::OpenApiV2 => openapi_v2(&core, &request),
+        Route::OpenApiV3Index if request.method == Method::GET => {
+            Ok(json_response(StatusCode::OK, &openapi::v3_index(&core.registry.read(), &core.config.git_version)))
+        }
+        Route::OpenApiV3(path) if request.method == Method::GET => openapi_v3(&core, &path, &request),
+        Route::OpenApiV3Index | Route::OpenApiV3(_) => Err(ApiError::method_not_allowed(request.method.as_str())),
         Route::DevMetrics => Ok(dev_metrics(&core)),
         Route::DevFaults => dev_faults(&core, &request),
         Route::DevMounted(segments) => match mounted_routes(&core) {
@@ -86,6 +92,59 @@ where
         Route::NotFound => Err(ApiError::path_not_found()),
     };
     Ok(response.unwrap_or_else(|error| error_response(&error)))
+}
+
+/// The media types an `Accept` header lists, without parameters, in order.
+fn accepted(accept: Option<&str>) -> Vec<String> {
+    accept
+        .unwrap_or("*/*")
+        .split(',')
+        .map(|offer| offer.split(';').next().unwrap_or_default().trim().to_owned())
+        .filter(|media| !media.is_empty())
+        .collect()
+}
+
+/// `/openapi/v2`: protobuf for client-go (which asks for nothing else), JSON for everyone else.
+fn openapi_v2(core: &Core, request: &RequestInfo) -> Result<Response<Body>, ApiError> {
+    if request.method != Method::GET {
+        return Err(ApiError::method_not_allowed(request.method.as_str()));
+    }
+    for media in accepted(request.accept.as_deref()) {
+        match media.as_str() {
+            openapi::V2_PROTOBUF | openapi::V2_PROTOBUF_DEPRECATED => {
+                let document = openapi::v2_document(&core.registry.read(), &core.config.git_version);
+                let mut response = bytes_response(StatusCode::OK, Bytes::from(openapi::protobuf::encode(&document)));
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_TYPE, http::HeaderValue::from_static(openapi::V2_PROTOBUF));
+                return Ok(response);
+            }
+            "application/json" | "application/*" | "*/*" => {
+                let document = openapi::v2_document(&core.registry.read(), &core.config.git_version);
+                return Ok(json_response(StatusCode::OK, &document));
+            }
+            _ => {}
+        }
+    }
+    Err(ApiError::not_acceptable(request.accept.as_deref().unwrap_or_default()))
+}
+
+/// `/openapi/v3/{group version}`: JSON (the protobuf form is not served, so a client asking only for it gets
+/// 406 and asks again for JSON).
+fn openapi_v3(core: &Core, path: &str, request: &RequestInfo) -> Result<Response<Body>, ApiError> {
+    if !accepted(request.accept.as_deref())
+        .iter()
+        .any(|m| matches!(m.as_str(), "application/json" | "application/*" | "*/*"))
+    {
+        return Err(ApiError::not_acceptable(request.accept.as_deref().unwrap_or_default()));
+    }
+    let document = openapi::v3_group_version(&core.registry.read(), path, &core.config.git_version)
+        .ok_or_else(ApiError::path_not_found)?;
+    let mut response = json_response(StatusCode::OK, &document);
+    if let Ok(etag) = http::HeaderValue::from_str(&format!("\"{}\"", openapi::hash(&document))) {
+        response.headers_mut().insert(header::ETAG, etag);
+    }
+    Ok(response)
 }
 
 fn mounted_routes(core: &Core) -> Option<Arc<dyn crate::apiserver::core::DevRoutes>> {

@@ -7,6 +7,8 @@
 //!   definition a `$ref` names is present.
 //! - References are `#/components/schemas/NAME`, with sibling `description`s as upstream writes them.
 
+use crate::apiserver::patch::{ListKind, MergeSchema};
+use crate::apiserver::resource::schema::BuiltinSchema;
 use crate::apiserver::resource::{ResourceType, builtin_types};
 use k8s_openapi::api::{autoscaling, core, policy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
@@ -113,7 +115,7 @@ fn generate() -> Definitions {
             schema["x-kubernetes-group-version-kind"] = gvk(group, version, kind);
         }
         let list_name = format!("{name}List");
-        schemas.insert(list_name, list_schema(name, group, version, kind));
+        schemas.insert(list_name, list_schema(name, group, version, kind, &format!("{kind}List")));
     }
     for (name, group, version, kind) in extras {
         if !kind.is_empty()
@@ -125,13 +127,63 @@ fn generate() -> Definitions {
     for (name, schema) in schemas.iter_mut() {
         as_upstream_publishes(name, schema);
     }
+    for rt in builtin_types() {
+        let (Some(kind), Some(name)) = (rt.builtin(), kinds.get(&key(&rt))) else { continue };
+        annotate_lists(&mut schemas, name, &BuiltinSchema(kind), &mut Vec::new());
+    }
     Definitions { schemas, kinds }
 }
 
-/// `{Kind}List`, as upstream defines lists.
-pub fn list_schema(item: &str, group: &str, version: &str, kind: &str) -> Value {
+/// How deep list annotation follows references (PodTemplateSpec sits 4 levels down in workloads; the
+/// recursive JSONSchemaProps of CRDs would go on forever).
+const ANNOTATION_DEPTH: usize = 10;
+
+/// Marks the lists the server merges (by key, or as sets) with the extensions upstream's definitions carry
+/// (`x-kubernetes-patch-strategy`, `x-kubernetes-patch-merge-key`, `x-kubernetes-list-type`,
+/// `x-kubernetes-list-map-keys`): kubectl computes its strategic merge patches from them, and without them
+/// treats every list as atomic. The server's own merge rules ([`BuiltinSchema`]) are the source, so what is
+/// published is what the server does.
+fn annotate_lists(schemas: &mut Map<String, Value>, name: &str, merge: &dyn MergeSchema, path: &mut Vec<String>) {
+    if path.len() > ANNOTATION_DEPTH {
+        return;
+    }
+    let properties: Vec<(String, Value)> =
+        match schemas.get(name).and_then(|s| s.get("properties")).and_then(Value::as_object) {
+            Some(p) => p.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            None => return,
+        };
+    for (property, schema) in properties {
+        path.push(property.clone());
+        let is_array = schema.get("type").and_then(Value::as_str) == Some("array");
+        let target = if is_array { schema.pointer("/items/$ref") } else { schema.get("$ref") };
+        if is_array {
+            let extensions = match merge.list_kind(path) {
+                ListKind::Map(keys) => {
+                    Some(json!({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": keys,
+                    "x-kubernetes-patch-strategy": "merge", "x-kubernetes-patch-merge-key": keys.first()}))
+                }
+                ListKind::Set => Some(json!({"x-kubernetes-list-type": "set", "x-kubernetes-patch-strategy": "merge"})),
+                ListKind::Atomic => None,
+            };
+            if let Some(Value::Object(extensions)) = extensions
+                && let Some(field) =
+                    schemas.get_mut(name).and_then(|s| s.pointer_mut(&format!("/properties/{property}")))
+                && let Some(field) = field.as_object_mut()
+            {
+                field.extend(extensions);
+            }
+        }
+        if let Some(target) = target.and_then(Value::as_str).and_then(|r| r.strip_prefix(V3_PREFIX)) {
+            annotate_lists(schemas, &target.to_owned(), merge, path);
+        }
+        path.pop();
+    }
+}
+
+/// The list kind `list_kind` of `kind` (whose definition is `item`), as upstream defines lists.
+pub fn list_schema(item: &str, group: &str, version: &str, kind: &str, list_kind: &str) -> Value {
     json!({
-        "description": format!("{kind}List is a list of {kind}."),
+        "description": format!("{list_kind} is a list of {kind}"),
         "type": "object",
         "required": ["items"],
         "properties": {
@@ -142,7 +194,7 @@ pub fn list_schema(item: &str, group: &str, version: &str, kind: &str) -> Value 
             "metadata": {"$ref": format!("{V3_PREFIX}{LIST_META}"),
                          "description": "Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"}
         },
-        "x-kubernetes-group-version-kind": gvk(group, version, &format!("{kind}List")),
+        "x-kubernetes-group-version-kind": gvk(group, version, list_kind),
     })
 }
 
@@ -213,6 +265,21 @@ mod tests {
             assert!(!required.contains(&json!("metadata")), "{name}");
         }
         assert_eq!(definitions.kind_of(&builtin_types()[2]), Some("io.k8s.api.core.v1.Pod"));
+    }
+
+    #[test]
+    fn merged_lists_carry_the_patch_extensions_kubectl_reads() {
+        let schemas = &builtin().schemas;
+        let containers = &schemas["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"];
+        assert_eq!(containers["x-kubernetes-patch-merge-key"], "name");
+        assert_eq!(containers["x-kubernetes-patch-strategy"], "merge");
+        assert_eq!(containers["x-kubernetes-list-map-keys"], json!(["name"]));
+        let ports = &schemas["io.k8s.api.core.v1.Container"]["properties"]["ports"];
+        assert_eq!(ports["x-kubernetes-patch-merge-key"], "containerPort");
+        let finalizers = &schemas[OBJECT_META]["properties"]["finalizers"];
+        assert_eq!(finalizers["x-kubernetes-list-type"], "set");
+        let tolerations = &schemas["io.k8s.api.core.v1.PodSpec"]["properties"]["tolerations"];
+        assert!(tolerations.get("x-kubernetes-patch-strategy").is_none());
     }
 
     #[test]
