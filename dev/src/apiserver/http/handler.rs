@@ -283,6 +283,10 @@ async fn resource_request(
         response::object_response(status, &rt, object, representation, include)
     };
     let response = match (verb, subresource) {
+        // Upstream has no streaming YAML serializer.
+        (Verb::Watch, _) if representation == Representation::Yaml => {
+            Err(ApiError::not_acceptable(accept.unwrap_or_default()))
+        }
         (Verb::Watch, _) => {
             let mut options = watch_options(&core, &rt, namespace, &request)?;
             if has_name {
