@@ -379,13 +379,11 @@ fn extensions(s: &Schema, path: &FieldPath, errors: &mut Vec<FieldError>) {
                         errors.push(FieldError::invalid(&at, &json!(inner), set_detail));
                     }
                 }
-                "object" => {
-                    if items.get("x-kubernetes-map-type").and_then(Value::as_str) != Some("atomic") {
-                        // Upstream prints the items' list type here (nil), not their map type.
-                        let at = path.child("items").child("x-kubernetes-map-type");
-                        let shown = items.get("x-kubernetes-list-type").cloned().unwrap_or(Value::Null);
-                        errors.push(FieldError::invalid(&at, &shown, set_detail));
-                    }
+                "object" if items.get("x-kubernetes-map-type").and_then(Value::as_str) != Some("atomic") => {
+                    // Upstream prints the items' list type here (nil), not their map type.
+                    let at = path.child("items").child("x-kubernetes-map-type");
+                    let shown = items.get("x-kubernetes-list-type").cloned().unwrap_or(Value::Null);
+                    errors.push(FieldError::invalid(&at, &shown, set_detail));
                 }
                 _ => {}
             }

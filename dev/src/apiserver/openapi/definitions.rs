@@ -174,7 +174,7 @@ fn annotate_lists(schemas: &mut Map<String, Value>, name: &str, merge: &dyn Merg
             }
         }
         if let Some(target) = target.and_then(Value::as_str).and_then(|r| r.strip_prefix(V3_PREFIX)) {
-            annotate_lists(schemas, &target.to_owned(), merge, path);
+            annotate_lists(schemas, target, merge, path);
         }
         path.pop();
     }

@@ -104,7 +104,7 @@ pub mod parameter {
     #[derive(Clone, PartialEq, prost::Oneof)]
     pub enum Oneof {
         #[prost(message, tag = "1")]
-        BodyParameter(super::BodyParameter),
+        BodyParameter(Box<super::BodyParameter>),
         #[prost(message, tag = "2")]
         NonBodyParameter(super::NonBodyParameter),
     }
@@ -420,13 +420,13 @@ pub fn schema(value: &Value) -> Schema {
 
 fn parameter(value: &Value) -> ParametersItem {
     let kind = match text(value, "in").as_str() {
-        "body" => parameter::Oneof::BodyParameter(BodyParameter {
+        "body" => parameter::Oneof::BodyParameter(Box::new(BodyParameter {
             description: text(value, "description"),
             name: text(value, "name"),
             r#in: "body".into(),
             required: value.get("required").and_then(Value::as_bool).unwrap_or_default(),
             schema: value.get("schema").map(schema),
-        }),
+        })),
         "path" => parameter::Oneof::NonBodyParameter(NonBodyParameter {
             oneof: Some(non_body_parameter::Oneof::PathParameterSubSchema(PathParameterSubSchema {
                 required: true,
