@@ -2,11 +2,11 @@
 //! `ValidateCustomResourceDefinitionOpenAPISchema`): the root with a status subresource, structurality,
 //! defaults, and the keyword and `x-kubernetes-*` rules of every node.
 
-use crate::apiserver::schema::structural::{unsupported_field, validate_structural};
+use crate::apiserver::schema::structural::{
+    Schema, flag, is_set, object, text, unsupported_field, validate_structural,
+};
 use crate::apiserver::schema::{FieldError, FieldPath, prune, validate_value_at};
-use serde_json::{Map, Value, json};
-
-type Schema = Map<String, Value>;
+use serde_json::{Value, json};
 
 /// The types a CRD schema may name, in the order upstream lists them.
 const TYPES: [&str; 6] = ["array", "boolean", "integer", "number", "object", "string"];
@@ -89,23 +89,6 @@ const GO_FIELDS: [(&str, &str); 44] = [
 /// The `reason`s an `x-kubernetes-validations` rule may give.
 const VALIDATION_REASONS: [&str; 4] =
     ["FieldValueDuplicate", "FieldValueForbidden", "FieldValueInvalid", "FieldValueRequired"];
-
-fn text<'a>(s: &'a Schema, key: &str) -> &'a str {
-    s.get(key).and_then(Value::as_str).unwrap_or_default()
-}
-
-fn flag(s: &Schema, key: &str) -> bool {
-    s.get(key).and_then(Value::as_bool).unwrap_or(false)
-}
-
-fn object<'a>(s: &'a Schema, key: &str) -> Option<&'a Schema> {
-    s.get(key).and_then(Value::as_object)
-}
-
-/// A value Go would see as set (its zero value is null, `false` or `""`).
-fn is_set(value: &Value) -> bool {
-    !matches!(value, Value::Null | Value::Bool(false)) && value.as_str() != Some("")
-}
 
 fn is_meta_field(key: &str) -> bool {
     matches!(key, "metadata" | "kind" | "apiVersion")

@@ -79,26 +79,43 @@ fn prune_at(schema: Node<'_>, value: &mut Value, root: bool, path: &mut String, 
                 }
                 known
             });
-            for (key, v) in fields.iter_mut() {
-                if embedded && is_meta_field(key) {
-                    continue;
-                }
-                let sub = property(schema, key).or_else(|| additional(schema)).flatten();
-                let len = path.len();
-                *path = child_path(path, key);
-                prune_at(sub, v, false, path, unknown);
-                path.truncate(len);
-            }
+            prune_members(schema, fields, embedded, path, unknown);
         }
-        Value::Array(list) => {
-            for (i, item) in list.iter_mut().enumerate() {
-                let len = path.len();
-                path.push_str(&format!("[{i}]"));
-                prune_at(items(schema), item, false, path, unknown);
-                path.truncate(len);
-            }
-        }
+        Value::Array(list) => prune_items(schema, list, prune_at, path, unknown),
         _ => {}
+    }
+}
+
+/// Prunes each member that has a schema (a property or `additionalProperties`) by it; the `apiVersion`, `kind`
+/// and `metadata` of a resource stay as they are.
+fn prune_members(
+    schema: Node<'_>,
+    fields: &mut Map<String, Value>,
+    embedded: bool,
+    path: &mut String,
+    unknown: &mut Vec<String>,
+) {
+    for (key, v) in fields.iter_mut() {
+        if embedded && is_meta_field(key) {
+            continue;
+        }
+        let Some(sub) = property(schema, key).or_else(|| additional(schema)) else { continue };
+        let len = path.len();
+        *path = child_path(path, key);
+        prune_at(sub, v, false, path, unknown);
+        path.truncate(len);
+    }
+}
+
+type Pruner = fn(Node<'_>, &mut Value, bool, &mut String, &mut Vec<String>);
+
+/// Prunes each item of a list by the list's `items` with `prune` (`[i]` in the paths).
+fn prune_items(schema: Node<'_>, list: &mut [Value], prune: Pruner, path: &mut String, unknown: &mut Vec<String>) {
+    for (i, item) in list.iter_mut().enumerate() {
+        let len = path.len();
+        path.push_str(&format!("[{i}]"));
+        prune(items(schema), item, false, path, unknown);
+        path.truncate(len);
     }
 }
 
@@ -107,26 +124,8 @@ fn skip_prune(schema: Node<'_>, value: &mut Value, root: bool, path: &mut String
     let Some(_) = schema else { return };
     let embedded = root || flag(schema, "x-kubernetes-embedded-resource");
     match value {
-        Value::Object(fields) => {
-            for (key, v) in fields.iter_mut() {
-                if embedded && is_meta_field(key) {
-                    continue;
-                }
-                let Some(sub) = property(schema, key).or_else(|| additional(schema)) else { continue };
-                let len = path.len();
-                *path = child_path(path, key);
-                prune_at(sub, v, false, path, unknown);
-                path.truncate(len);
-            }
-        }
-        Value::Array(list) => {
-            for (i, item) in list.iter_mut().enumerate() {
-                let len = path.len();
-                path.push_str(&format!("[{i}]"));
-                skip_prune(items(schema), item, false, path, unknown);
-                path.truncate(len);
-            }
-        }
+        Value::Object(fields) => prune_members(schema, fields, embedded, path, unknown),
+        Value::Array(list) => prune_items(schema, list, skip_prune, path, unknown),
         _ => {}
     }
 }

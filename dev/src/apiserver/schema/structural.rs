@@ -16,7 +16,8 @@
 use super::{FieldError, FieldPath};
 use serde_json::{Map, Value, json};
 
-type Schema = Map<String, Value>;
+/// A schema node.
+pub(crate) type Schema = Map<String, Value>;
 
 /// Where a schema node sits: it decides the message when `type` is missing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,15 +27,18 @@ enum Level {
     Field,
 }
 
-fn text<'a>(s: &'a Schema, key: &str) -> &'a str {
+/// A string keyword of a schema node (`""` when absent).
+pub(crate) fn text<'a>(s: &'a Schema, key: &str) -> &'a str {
     s.get(key).and_then(Value::as_str).unwrap_or_default()
 }
 
-fn flag(s: &Schema, key: &str) -> bool {
+/// A boolean keyword of a schema node (`false` when absent).
+pub(crate) fn flag(s: &Schema, key: &str) -> bool {
     s.get(key).and_then(Value::as_bool).unwrap_or(false)
 }
 
-fn object<'a>(s: &'a Schema, key: &str) -> Option<&'a Schema> {
+/// An object keyword of a schema node.
+pub(crate) fn object<'a>(s: &'a Schema, key: &str) -> Option<&'a Schema> {
     s.get(key).and_then(Value::as_object)
 }
 
@@ -196,8 +200,8 @@ fn invariants(s: &Schema, level: Level, path: &FieldPath, errors: &mut Vec<Field
     }
 }
 
-/// A keyword holds a value Go would see as set (not its zero value).
-fn is_set(value: &Value) -> bool {
+/// A keyword holds a value Go would see as set (not its zero value: null, `false`, `""`).
+pub(crate) fn is_set(value: &Value) -> bool {
     match value {
         Value::Null | Value::Bool(false) => false,
         Value::String(s) => !s.is_empty(),
