@@ -148,10 +148,6 @@ fn messages(findings: Vec<Finding>) -> Vec<String> {
     findings.iter().map(ToString::to_string).collect()
 }
 
-fn child(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
-}
-
 /// `duplicate field "..."` for every member that repeats a key of its object, in document order.
 pub fn duplicates(node: &RawNode) -> Vec<String> {
     let mut out = Vec::new();
@@ -191,7 +187,7 @@ pub fn builtin_unknown(rt: &ResourceType, object: &Value) -> Vec<String> {
     let definitions = definitions::builtin();
     let schema = definitions.kind_of(rt).and_then(|name| definitions.schemas.get(name));
     let mut out = Vec::new();
-    walk(&from_value(object), schema, &mut String::new(), &mut out, true);
+    walk(object, schema, &mut String::new(), &mut out, true);
     messages(out)
 }
 
@@ -206,60 +202,84 @@ pub fn custom_errors(schema: Option<&Value>, object: &Value, body: Option<&RawNo
     if let Some(metadata) = object.get("metadata") {
         let definitions = definitions::builtin();
         let mut path = "metadata".to_owned();
-        walk(&from_value(metadata), definitions.schemas.get(OBJECT_META), &mut path, &mut unknown, true);
+        walk(metadata, definitions.schemas.get(OBJECT_META), &mut path, &mut unknown, true);
     }
     unknown.sort();
     out.extend(messages(unknown));
     out
 }
 
-fn from_value(value: &Value) -> RawNode {
-    match value {
-        Value::Object(map) => RawNode::Object(map.iter().map(|(k, v)| (k.clone(), from_value(v))).collect()),
-        Value::Array(list) => RawNode::Array(list.iter().map(from_value).collect()),
-        _ => RawNode::Scalar,
+/// What the walk needs of a document: its shape, with object members in order (duplicates only in a
+/// [`RawNode`]).
+enum Shape<'a, T> {
+    Object(Box<dyn Iterator<Item = (&'a str, &'a T)> + 'a>),
+    Array(&'a [T]),
+    Scalar,
+}
+
+trait Document: Sized {
+    fn shape(&self) -> Shape<'_, Self>;
+}
+
+impl Document for RawNode {
+    fn shape(&self) -> Shape<'_, Self> {
+        match self {
+            RawNode::Object(members) => Shape::Object(Box::new(members.iter().map(|(k, v)| (k.as_str(), v)))),
+            RawNode::Array(items) => Shape::Array(items),
+            RawNode::Scalar => Shape::Scalar,
+        }
     }
 }
 
-/// Walks `node` with its schema (`None`: anything goes below, only duplicates count).
-fn walk(node: &RawNode, schema: Option<&Value>, path: &mut String, out: &mut Vec<Finding>, unknown: bool) {
+impl Document for Value {
+    fn shape(&self) -> Shape<'_, Self> {
+        match self {
+            Value::Object(map) => Shape::Object(Box::new(map.iter().map(|(k, v)| (k.as_str(), v)))),
+            Value::Array(items) => Shape::Array(items),
+            _ => Shape::Scalar,
+        }
+    }
+}
+
+fn walk<T: Document>(node: &T, schema: Option<&Value>, path: &mut String, out: &mut Vec<Finding>, unknown: bool) {
     let definitions = definitions::builtin();
     let schema = schema.map(|s| definitions.resolve(s));
-    match node {
-        RawNode::Object(members) => {
+    match node.shape() {
+        Shape::Object(members) => {
             let properties = schema.and_then(|s| s.get("properties")).and_then(Value::as_object);
             let additional = schema.and_then(|s| s.get("additionalProperties")).filter(|a| a.is_object());
             let preserve = schema
                 .and_then(|s| s.get("x-kubernetes-preserve-unknown-fields"))
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
-            let mut seen: Vec<&str> = Vec::with_capacity(members.len());
+            let mut seen: Vec<&str> = Vec::new();
             for (key, value) in members {
-                let field = child(path, key);
-                if seen.contains(&key.as_str()) {
-                    out.push(Finding::Duplicate(field));
-                    continue;
-                }
-                seen.push(key);
-                let sub = match (properties, additional) {
-                    (Some(p), _) if p.contains_key(key) => p.get(key),
-                    (_, Some(a)) => Some(a),
-                    (Some(_), None) => {
-                        if unknown && !preserve {
-                            out.push(Finding::Unknown(field));
-                        }
-                        continue;
-                    }
-                    // An object without properties is a map of anything (RawExtension, FieldsV1).
-                    (None, None) => None,
-                };
                 let len = path.len();
-                *path = field;
-                walk(value, sub, path, out, unknown && sub.is_some());
+                if len > 0 {
+                    path.push('.');
+                }
+                path.push_str(key);
+                if seen.contains(&key) {
+                    out.push(Finding::Duplicate(path.clone()));
+                } else {
+                    seen.push(key);
+                    match (properties, additional) {
+                        (Some(p), _) if p.contains_key(key) => walk(value, p.get(key), path, out, unknown),
+                        (_, Some(a)) => walk(value, Some(a), path, out, unknown),
+                        (Some(_), None) => {
+                            if unknown && !preserve {
+                                out.push(Finding::Unknown(path.clone()));
+                            }
+                        }
+                        // An object without properties is a map of anything (RawExtension, FieldsV1): only
+                        // duplicates count below it.
+                        (None, None) => walk(value, None, path, out, false),
+                    }
+                }
                 path.truncate(len);
             }
         }
-        RawNode::Array(items) => {
+        Shape::Array(items) => {
             let sub = schema.and_then(|s| s.get("items"));
             for (i, item) in items.iter().enumerate() {
                 let len = path.len();
@@ -268,7 +288,7 @@ fn walk(node: &RawNode, schema: Option<&Value>, path: &mut String, out: &mut Vec
                 path.truncate(len);
             }
         }
-        RawNode::Scalar => {}
+        Shape::Scalar => {}
     }
 }
 
