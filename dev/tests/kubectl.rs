@@ -202,3 +202,77 @@ async fn every_kubectl_creates_waits_for_and_deletes_a_job() {
         exercise_jobs(binary).await;
     }
 }
+
+/// The documents of `deploy/update-operator.yaml` whose kinds the server serves (the RBAC and admission kinds
+/// are not served yet), as one manifest.
+async fn served_part_of_the_install_manifest(client: &kube::Client) -> String {
+    let bundle =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/update-operator.yaml")).unwrap();
+    let discovery = kube::discovery::Discovery::new(client.clone()).run().await.unwrap();
+    let mut kept = Vec::new();
+    for document in bundle.split("\n---\n") {
+        let Ok(value) = yaml_serde::from_str::<serde_json::Value>(document) else { continue };
+        let (Some(api_version), Some(kind)) = (value["apiVersion"].as_str(), value["kind"].as_str()) else { continue };
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+        if discovery.resolve_gvk(&gvk).is_some() {
+            kept.push(document.to_owned());
+        }
+    }
+    kept.join("\n---\n")
+}
+
+/// Unknown fields in a built-in object and in a custom resource.
+const MISSPELLED: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: misspelled\ndata:\n  a: b\ndatta: {}\n---\napiVersion: update.edgeless.systems/v1alpha1\nkind: NodeVersion\nmetadata:\n  name: misspelled\nspec:\n  image: img\n  rollout:\n    maxUnavailabl: 2\n";
+
+async fn apply_validate_and_explain(binary: &Path) {
+    let server = dev::apiserver::ApiServer::start(dev::apiserver::ApiServerConfig::default()).await.unwrap();
+    let config = server.kubeconfig_path().to_owned();
+    let dir = config.parent().unwrap().to_owned();
+    let manifest = dir.join("install.yaml");
+    std::fs::write(&manifest, served_part_of_the_install_manifest(&server.client()).await).unwrap();
+    let manifest = manifest.to_str().unwrap();
+    // Plain `kubectl apply`: kubectl validates (with the server's help) and needs the OpenAPI documents.
+    let applied = kubectl_ok(binary, &config, &["apply", "-f", manifest]).await;
+    for created in [
+        "customresourcedefinition.apiextensions.k8s.io/nodeversions.update.edgeless.systems created",
+        "namespace/update-operator created",
+        "deployment.apps/update-operator-controller created",
+        "daemonset.apps/update-operator-agent created",
+    ] {
+        assert!(applied.stdout.contains(created), "{}: no {created:?} in\n{}", binary.display(), applied.stdout);
+    }
+    // Applying again changes nothing.
+    let again = kubectl_ok(binary, &config, &["apply", "-f", manifest]).await;
+    assert!(again.stdout.contains("deployment.apps/update-operator-controller unchanged"), "{}", again.stdout);
+
+    let misspelled = dir.join("misspelled.yaml");
+    std::fs::write(&misspelled, MISSPELLED).unwrap();
+    let refused = kubectl(binary, &config, &["apply", "-f", misspelled.to_str().unwrap()]).await;
+    assert!(!refused.success, "{}: a misspelled field was applied", binary.display());
+    for error in [
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"datta\"",
+        "NodeVersion in version \"v1alpha1\" cannot be handled as a NodeVersion: strict decoding error: unknown field \"spec.rollout.maxUnavailabl\"",
+    ] {
+        assert!(refused.stderr.contains(error), "{}: no {error:?} in\n{}", binary.display(), refused.stderr);
+    }
+
+    let explained = kubectl_ok(binary, &config, &["explain", "nodeversion.spec.rollout"]).await;
+    assert!(explained.stdout.contains("KIND:       NodeVersion"), "{}", explained.stdout);
+    assert!(explained.stdout.contains("maxUnavailable"), "{}", explained.stdout);
+    let explained = kubectl_ok(binary, &config, &["explain", "deployment.spec.strategy"]).await;
+    assert!(explained.stdout.contains("rollingUpdate"), "{}", explained.stdout);
+    // The v2 renderer reads the protobuf /openapi/v2.
+    let explained =
+        kubectl_ok(binary, &config, &["explain", "nodeversion.spec", "--output", "plaintext-openapiv2"]).await;
+    assert!(explained.stdout.contains("RESOURCE: spec <Object>"), "{}", explained.stdout);
+    assert!(explained.stdout.contains("kubernetesClusterVersion"), "{}", explained.stdout);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kubectl_applies_the_install_manifest_validating_fields_and_explains_the_crds() {
+    for binary in &kubectl_binaries() {
+        apply_validate_and_explain(binary).await;
+    }
+}

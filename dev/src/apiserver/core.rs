@@ -1,7 +1,9 @@
 //! The server core shared by the HTTP front end and the in-process `Store`: state, registry, metrics, faults.
 
 use super::config::ApiServerConfig;
+use super::error::ApiError;
 use super::faults::{Controllers, FaultTable};
+use super::field_validation::FieldValidation;
 use super::metrics::Metrics;
 use super::object::{now_rfc3339, object_key};
 use super::resource::{Builtin, Gvr, Registry, ResourceType};
@@ -20,12 +22,48 @@ pub struct Ctx<'a> {
     pub field_manager: Option<&'a str>,
     /// `?dryRun=All`.
     pub dry_run: bool,
+    /// `?fieldValidation` ([`FieldValidation::Ignore`] for in-process callers, which send typed objects).
+    pub field_validation: FieldValidation,
+    /// Strict-decoding findings already made in the request body (duplicates in a patch), reported together
+    /// with those of the patched object.
+    pub body_findings: &'a [String],
+    /// Where findings go under [`FieldValidation::Warn`] (the response's `Warning` headers).
+    pub warnings: Option<&'a Mutex<Vec<String>>>,
 }
 
 impl<'a> Ctx<'a> {
     /// A request of `user_agent` without options.
     pub fn new(user_agent: &'a str) -> Self {
-        Ctx { user_agent, field_manager: None, dry_run: false }
+        Ctx {
+            user_agent,
+            field_manager: None,
+            dry_run: false,
+            field_validation: FieldValidation::Ignore,
+            body_findings: &[],
+            warnings: None,
+        }
+    }
+
+    /// Applies the field-validation directive to `findings`: the error under Strict (made by `error`), a
+    /// warning each under Warn, nothing under Ignore.
+    pub fn field_findings(
+        &self,
+        findings: Vec<String>,
+        error: impl FnOnce(&[String]) -> ApiError,
+    ) -> Result<(), ApiError> {
+        if findings.is_empty() {
+            return Ok(());
+        }
+        match self.field_validation {
+            FieldValidation::Ignore => Ok(()),
+            FieldValidation::Strict => Err(error(&findings)),
+            FieldValidation::Warn => {
+                if let Some(warnings) = self.warnings {
+                    warnings.lock().extend(findings);
+                }
+                Ok(())
+            }
+        }
     }
 
     /// The manager recorded for non-apply writes: `fieldManager`, else the User-Agent up to its first `/`, as

@@ -200,7 +200,7 @@ impl Store {
     }
 
     fn ctx<'a>(&'a self, field_manager: Option<&'a str>, dry_run: bool) -> Ctx<'a> {
-        Ctx { user_agent: &self.identity, field_manager, dry_run }
+        Ctx { field_manager, dry_run, ..Ctx::new(&self.identity) }
     }
 
     fn record(&self, verb: Verb, rt: &ResourceType, subresource: &str) {

@@ -18,10 +18,10 @@ use crate::apiserver::core::Core;
 use crate::apiserver::error::{ApiError, field_error};
 use crate::apiserver::object::{name_of, object_key};
 use crate::apiserver::resource::{Builtin, ResourceType, job, priority, service};
+use crate::apiserver::schema::{ErrorKind, FieldError};
 use crate::apiserver::state::State;
 use rand::Rng;
 use serde_json::{Value, json};
-use shared::schema::{ErrorKind, FieldError};
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
 

@@ -19,9 +19,9 @@ use crate::apiserver::object::{
 };
 use crate::apiserver::patch::managed::{self, Writer};
 use crate::apiserver::resource::{Builtin, ResourceType, schema::merge_schema, strategy};
+use crate::apiserver::schema::ErrorKind;
 use crate::apiserver::state::State;
 use serde_json::{Value, json};
-use shared::schema::ErrorKind;
 use std::sync::Arc;
 
 /// How many generated names are tried before giving up (upstream retries generateName collisions too).

@@ -1,6 +1,12 @@
 //! The built-in kinds the server serves, with the discovery data, subresources and selectable fields of each.
 
 use super::{Behavior, ResourceType, ScalePaths, SelectableField};
+use k8s_openapi::api::{apps, batch, coordination, core, events, policy, scheduling};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use schemars::{JsonSchema, SchemaGenerator};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 use std::sync::Arc;
 
 /// The built-in kinds.
@@ -44,6 +50,60 @@ pub enum Builtin {
     ControllerRevision,
     /// apiextensions.k8s.io/v1 CustomResourceDefinition.
     CustomResourceDefinition,
+}
+
+/// The Rust (k8s-openapi) type of a built-in kind, as what the server needs of it: decoding as the Go type
+/// does, and its OpenAPI schema.
+#[derive(Clone, Copy)]
+pub struct KindType {
+    /// Decodes through the type (unknown fields dropped, wrong types refused) and back to JSON.
+    pub decode: fn(Value) -> Result<Value, serde_json::Error>,
+    /// Adds the type's schema, and those it references, to the generator's definitions; returns its
+    /// definition name (`io.k8s.api.core.v1.Pod`).
+    pub define: fn(&mut SchemaGenerator) -> String,
+}
+
+fn decode<T: Serialize + DeserializeOwned>(value: Value) -> Result<Value, serde_json::Error> {
+    serde_json::to_value(serde_json::from_value::<T>(value)?)
+}
+
+fn define<T: JsonSchema>(generator: &mut SchemaGenerator) -> String {
+    generator.subschema_for::<T>();
+    T::schema_name().into_owned()
+}
+
+impl KindType {
+    /// The descriptor of `T`.
+    pub const fn of<T: Serialize + DeserializeOwned + JsonSchema>() -> Self {
+        KindType { decode: decode::<T>, define: define::<T> }
+    }
+}
+
+impl Builtin {
+    /// The Rust type of the kind. A new built-in kind needs an arm here and an entry in the list below.
+    pub fn kind_type(self) -> KindType {
+        match self {
+            Builtin::Namespace => KindType::of::<core::v1::Namespace>(),
+            Builtin::Node => KindType::of::<core::v1::Node>(),
+            Builtin::Pod => KindType::of::<core::v1::Pod>(),
+            Builtin::ConfigMap => KindType::of::<core::v1::ConfigMap>(),
+            Builtin::Secret => KindType::of::<core::v1::Secret>(),
+            Builtin::ServiceAccount => KindType::of::<core::v1::ServiceAccount>(),
+            Builtin::Service => KindType::of::<core::v1::Service>(),
+            Builtin::PriorityClass => KindType::of::<scheduling::v1::PriorityClass>(),
+            Builtin::Job => KindType::of::<batch::v1::Job>(),
+            Builtin::CoreEvent => KindType::of::<core::v1::Event>(),
+            Builtin::Event => KindType::of::<events::v1::Event>(),
+            Builtin::PodDisruptionBudget => KindType::of::<policy::v1::PodDisruptionBudget>(),
+            Builtin::Lease => KindType::of::<coordination::v1::Lease>(),
+            Builtin::Deployment => KindType::of::<apps::v1::Deployment>(),
+            Builtin::ReplicaSet => KindType::of::<apps::v1::ReplicaSet>(),
+            Builtin::StatefulSet => KindType::of::<apps::v1::StatefulSet>(),
+            Builtin::DaemonSet => KindType::of::<apps::v1::DaemonSet>(),
+            Builtin::ControllerRevision => KindType::of::<apps::v1::ControllerRevision>(),
+            Builtin::CustomResourceDefinition => KindType::of::<CustomResourceDefinition>(),
+        }
+    }
 }
 
 struct Spec {
