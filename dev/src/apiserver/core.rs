@@ -1,5 +1,7 @@
 //! The server core shared by the HTTP front end and the in-process `Store`: state, registry, metrics, faults.
 
+use super::admission::Admission;
+use super::auth::{Auth, UserInfo};
 use super::config::ApiServerConfig;
 use super::faults::{Controllers, FaultTable};
 use super::metrics::Metrics;
@@ -20,12 +22,16 @@ pub struct Ctx<'a> {
     pub field_manager: Option<&'a str>,
     /// `?dryRun=All`.
     pub dry_run: bool,
+    /// The authenticated user; `None` for the server's own in-process writers, which admission does not see.
+    pub user: Option<&'a UserInfo>,
+    /// Where admission's warnings go (the `Warning` headers of an HTTP response).
+    pub warnings: Option<&'a Mutex<Vec<String>>>,
 }
 
 impl<'a> Ctx<'a> {
-    /// A request of `user_agent` without options.
+    /// A request of `user_agent` without options, made by the server itself.
     pub fn new(user_agent: &'a str) -> Self {
-        Ctx { user_agent, field_manager: None, dry_run: false }
+        Ctx { user_agent, field_manager: None, dry_run: false, user: None, warnings: None }
     }
 
     /// The manager recorded for non-apply writes: `fieldManager`, else the User-Agent up to its first `/`, as
@@ -53,6 +59,10 @@ pub struct Core {
     pub rv_changes: watch::Receiver<u64>,
     /// Routes under `/_dev/` served by code outside the API server (the simulated hosts).
     pub dev_routes: RwLock<Option<Arc<dyn DevRoutes>>>,
+    /// Tokens and the RBAC authorizer.
+    pub auth: Auth,
+    /// ValidatingAdmissionPolicies.
+    pub admission: Admission,
 }
 
 /// Routes under `/_dev/` that code outside the API server mounts on its HTTP listener
@@ -85,6 +95,17 @@ impl Core {
                 state.put(&namespaces, object_key(None, name), &mut namespace);
             }
         }
+        // The RBAC objects a real server bootstraps (cluster-admin for system:masters, discovery, self reviews).
+        for mut object in super::auth::bootstrap::objects() {
+            let kind = object.get("kind").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
+            if let Some(rt) = registry.by_kind("rbac.authorization.k8s.io/v1", &kind) {
+                let name = super::object::name_of(&object).to_owned();
+                let metadata = super::object::metadata_mut(&mut object);
+                metadata.insert("uid".into(), json!(super::object::new_uid()));
+                metadata.insert("creationTimestamp".into(), json!(now_rfc3339()));
+                state.put(&rt, object_key(None, &name), &mut object);
+            }
+        }
         Arc::new(Core {
             config,
             state: Mutex::new(state),
@@ -94,6 +115,8 @@ impl Core {
             controllers: Controllers::default(),
             rv_changes,
             dev_routes: RwLock::new(None),
+            auth: Auth::default(),
+            admission: Admission::default(),
         })
     }
 

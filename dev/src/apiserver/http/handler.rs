@@ -5,8 +5,10 @@
 //!   is handled, and injected faults apply before anything else happens.
 //! - Bad input (bodies, selectors, parameters) is a 4xx Status, never a panic.
 
+use super::access;
 use super::response::{self, Body, Representation, bytes_response, error_response, json_response};
 use super::route::{self, ResourcePath, Route};
+use crate::apiserver::auth::UserInfo;
 use crate::apiserver::core::{Core, Ctx};
 use crate::apiserver::discovery;
 use crate::apiserver::error::{ApiError, field_error, success_status};
@@ -59,7 +61,13 @@ where
         content_type: header(header::CONTENT_TYPE),
         body,
     };
-    let response = match route::parse(parts.uri.path()) {
+    let route = route::parse(parts.uri.path());
+    let user =
+        match access::admit_request(&core, &route, &parts.method, parts.uri.path(), &request.params, &parts.headers) {
+            Ok(user) => user,
+            Err(error) => return Ok(error_response(&error)),
+        };
+    let response = match route {
         Route::Health => Ok(text_response(StatusCode::OK, "ok")),
         Route::Version => Ok(json_response(StatusCode::OK, &discovery::version(&core.config.git_version))),
         Route::CoreVersions => Ok(json_response(StatusCode::OK, &discovery::core_versions(&address))),
@@ -79,7 +87,11 @@ where
             }
             None => Err(ApiError::path_not_found()),
         },
-        Route::Resource(path) => resource_request(core, path, request).await,
+        Route::Resource(path) => match user {
+            Some(user) => resource_request(core, path, request, user).await,
+            // admit_request answers every route but /_dev/ with a user.
+            None => Err(ApiError::internal("the request has no user")),
+        },
         Route::NotFound => Err(ApiError::path_not_found()),
     };
     Ok(response.unwrap_or_else(|error| error_response(&error)))
@@ -151,6 +163,22 @@ async fn resource_request(
     core: Arc<Core>,
     path: ResourcePath,
     request: RequestInfo,
+    user: UserInfo,
+) -> Result<Response<Body>, ApiError> {
+    let warnings = parking_lot::Mutex::new(Vec::new());
+    let result = serve_resource(core, path, request, &user, &warnings).await;
+    let warnings = warnings.into_inner();
+    let mut response = result.unwrap_or_else(|error| error_response(&error));
+    access::add_warnings(&mut response, &warnings);
+    Ok(response)
+}
+
+async fn serve_resource(
+    core: Arc<Core>,
+    path: ResourcePath,
+    request: RequestInfo,
+    user: &UserInfo,
+    warnings: &parking_lot::Mutex<Vec<String>>,
 ) -> Result<Response<Body>, ApiError> {
     let rt = core.resource(&Gvr::new(&path.group, &path.version, &path.plural)).ok_or_else(ApiError::path_not_found)?;
     let watch = path.legacy_watch || request.flag("watch");
@@ -188,12 +216,21 @@ async fn resource_request(
     let include = IncludeObject::parse(request.param("includeObject"));
     let dry_run = request.param("dryRun") == Some("All");
     let field_manager = request.param("fieldManager").filter(|m| !m.is_empty());
-    let ctx = Ctx { user_agent: &request.user_agent, field_manager, dry_run };
+    let ctx =
+        Ctx { user_agent: &request.user_agent, field_manager, dry_run, user: Some(user), warnings: Some(warnings) };
     let namespace = path.namespace.as_deref();
     let name = path.name.as_deref().unwrap_or_default();
     let object = |status: StatusCode, object: &Arc<crate::apiserver::object::StoredObject>| {
         response::object_response(status, &rt, object, representation, include)
     };
+    if rt.builtin().is_some_and(Builtin::is_review) {
+        return match (verb, has_name) {
+            (Verb::Create, false) => {
+                Ok(json_response(StatusCode::CREATED, &core.review(&rt, namespace, user, &request.json_body()?)?))
+            }
+            _ => Err(ApiError::method_not_allowed(request.method.as_str())),
+        };
+    }
     match (verb, subresource) {
         (Verb::Watch, _) => {
             let mut options = watch_options(&core, &rt, namespace, &request)?;
@@ -221,6 +258,10 @@ async fn resource_request(
             core.evict(namespace.unwrap_or_default(), name, &eviction, &ctx)?;
             Ok(json_response(StatusCode::CREATED, &success_status(None, Some(201))))
         }
+        (Verb::Create, Some("token")) => Ok(json_response(
+            StatusCode::CREATED,
+            &core.token_request(namespace.unwrap_or_default(), name, &request.json_body()?)?,
+        )),
         (Verb::Create, Some("binding")) => {
             core.bind(namespace.unwrap_or_default(), name, &request.json_body()?, &ctx)?;
             Ok(json_response(StatusCode::CREATED, &success_status(None, Some(201))))

@@ -1,5 +1,6 @@
 //! The HTTP/1.1 front end: a hyper server on 127.0.0.1 that kube-rs clients and kubectl talk to.
 
+mod access;
 mod handler;
 pub mod response;
 pub mod route;

@@ -38,6 +38,55 @@ pub enum Builtin {
     ControllerRevision,
     /// apiextensions.k8s.io/v1 CustomResourceDefinition.
     CustomResourceDefinition,
+    /// rbac.authorization.k8s.io/v1 ClusterRole.
+    ClusterRole,
+    /// rbac.authorization.k8s.io/v1 ClusterRoleBinding.
+    ClusterRoleBinding,
+    /// rbac.authorization.k8s.io/v1 Role.
+    Role,
+    /// rbac.authorization.k8s.io/v1 RoleBinding.
+    RoleBinding,
+    /// admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy.
+    ValidatingAdmissionPolicy,
+    /// admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding.
+    ValidatingAdmissionPolicyBinding,
+    /// authorization.k8s.io/v1 SelfSubjectAccessReview (create only, never stored).
+    SelfSubjectAccessReview,
+    /// authorization.k8s.io/v1 SelfSubjectRulesReview (create only).
+    SelfSubjectRulesReview,
+    /// authorization.k8s.io/v1 SubjectAccessReview (create only).
+    SubjectAccessReview,
+    /// authorization.k8s.io/v1 LocalSubjectAccessReview (create only).
+    LocalSubjectAccessReview,
+    /// authentication.k8s.io/v1 SelfSubjectReview (create only).
+    SelfSubjectReview,
+    /// authentication.k8s.io/v1 TokenReview (create only).
+    TokenReview,
+}
+
+impl Builtin {
+    /// The review kinds: answered on create, never stored, no other verb.
+    pub fn is_review(self) -> bool {
+        matches!(
+            self,
+            Builtin::SelfSubjectAccessReview
+                | Builtin::SelfSubjectRulesReview
+                | Builtin::SubjectAccessReview
+                | Builtin::LocalSubjectAccessReview
+                | Builtin::SelfSubjectReview
+                | Builtin::TokenReview
+        )
+    }
+
+    /// The RBAC kinds, whose changes the authorizer follows.
+    pub fn is_rbac(self) -> bool {
+        matches!(self, Builtin::ClusterRole | Builtin::ClusterRoleBinding | Builtin::Role | Builtin::RoleBinding)
+    }
+
+    /// The admission policy kinds, whose changes admission follows.
+    pub fn is_admission_policy(self) -> bool {
+        matches!(self, Builtin::ValidatingAdmissionPolicy | Builtin::ValidatingAdmissionPolicyBinding)
+    }
 }
 
 struct Spec {
@@ -129,7 +178,11 @@ fn specs() -> Vec<Spec> {
         },
         Spec { short_names: &["cm"], ..base(Builtin::ConfigMap, "", "configmaps", "ConfigMap", true) },
         Spec { fields: &[("type", "")], ..base(Builtin::Secret, "", "secrets", "Secret", true) },
-        Spec { short_names: &["sa"], ..base(Builtin::ServiceAccount, "", "serviceaccounts", "ServiceAccount", true) },
+        Spec {
+            short_names: &["sa"],
+            other_subresources: &["token"],
+            ..base(Builtin::ServiceAccount, "", "serviceaccounts", "ServiceAccount", true)
+        },
         Spec {
             short_names: &["ev"],
             fields: CORE_EVENT_FIELDS,
@@ -192,8 +245,44 @@ fn specs() -> Vec<Spec> {
                 false,
             )
         },
+        base(Builtin::ClusterRole, RBAC, "clusterroles", "ClusterRole", false),
+        base(Builtin::ClusterRoleBinding, RBAC, "clusterrolebindings", "ClusterRoleBinding", false),
+        base(Builtin::Role, RBAC, "roles", "Role", true),
+        base(Builtin::RoleBinding, RBAC, "rolebindings", "RoleBinding", true),
+        Spec {
+            status: true,
+            generation: true,
+            ..base(
+                Builtin::ValidatingAdmissionPolicy,
+                ADMISSION,
+                "validatingadmissionpolicies",
+                "ValidatingAdmissionPolicy",
+                false,
+            )
+        },
+        Spec {
+            generation: true,
+            ..base(
+                Builtin::ValidatingAdmissionPolicyBinding,
+                ADMISSION,
+                "validatingadmissionpolicybindings",
+                "ValidatingAdmissionPolicyBinding",
+                false,
+            )
+        },
+        base(Builtin::SelfSubjectAccessReview, AUTHZ, "selfsubjectaccessreviews", "SelfSubjectAccessReview", false),
+        base(Builtin::SelfSubjectRulesReview, AUTHZ, "selfsubjectrulesreviews", "SelfSubjectRulesReview", false),
+        base(Builtin::SubjectAccessReview, AUTHZ, "subjectaccessreviews", "SubjectAccessReview", false),
+        base(Builtin::LocalSubjectAccessReview, AUTHZ, "localsubjectaccessreviews", "LocalSubjectAccessReview", true),
+        base(Builtin::SelfSubjectReview, AUTHN, "selfsubjectreviews", "SelfSubjectReview", false),
+        base(Builtin::TokenReview, AUTHN, "tokenreviews", "TokenReview", false),
     ]
 }
+
+const RBAC: &str = "rbac.authorization.k8s.io";
+const ADMISSION: &str = "admissionregistration.k8s.io";
+const AUTHZ: &str = "authorization.k8s.io";
+const AUTHN: &str = "authentication.k8s.io";
 
 /// Every built-in resource type.
 pub fn builtin_types() -> Vec<ResourceType> {

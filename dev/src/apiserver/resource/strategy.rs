@@ -10,7 +10,9 @@ use super::{Behavior, Builtin, ResourceType};
 use crate::apiserver::error::{ApiError, field_error};
 use crate::apiserver::object::{metadata_mut, name_of};
 use crate::apiserver::selector::label::{self, LabelSelector, is_dns_label, is_dns_subdomain};
-use k8s_openapi::api::{apps, coordination, core, events, policy};
+use k8s_openapi::api::{
+    admissionregistration, apps, authentication, authorization, coordination, core, events, policy, rbac,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
@@ -54,6 +56,22 @@ pub fn normalize(rt: &ResourceType, mut object: Value) -> Result<Value, ApiError
             Builtin::DaemonSet => roundtrip::<apps::v1::DaemonSet>(rt, object)?,
             Builtin::ControllerRevision => roundtrip::<apps::v1::ControllerRevision>(rt, object)?,
             Builtin::CustomResourceDefinition => roundtrip::<CustomResourceDefinition>(rt, object)?,
+            Builtin::ClusterRole => roundtrip::<rbac::v1::ClusterRole>(rt, object)?,
+            Builtin::ClusterRoleBinding => roundtrip::<rbac::v1::ClusterRoleBinding>(rt, object)?,
+            Builtin::Role => roundtrip::<rbac::v1::Role>(rt, object)?,
+            Builtin::RoleBinding => roundtrip::<rbac::v1::RoleBinding>(rt, object)?,
+            Builtin::ValidatingAdmissionPolicy => {
+                roundtrip::<admissionregistration::v1::ValidatingAdmissionPolicy>(rt, object)?
+            }
+            Builtin::ValidatingAdmissionPolicyBinding => {
+                roundtrip::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>(rt, object)?
+            }
+            Builtin::SelfSubjectAccessReview => roundtrip::<authorization::v1::SelfSubjectAccessReview>(rt, object)?,
+            Builtin::SelfSubjectRulesReview => roundtrip::<authorization::v1::SelfSubjectRulesReview>(rt, object)?,
+            Builtin::SubjectAccessReview => roundtrip::<authorization::v1::SubjectAccessReview>(rt, object)?,
+            Builtin::LocalSubjectAccessReview => roundtrip::<authorization::v1::LocalSubjectAccessReview>(rt, object)?,
+            Builtin::SelfSubjectReview => roundtrip::<authentication::v1::SelfSubjectReview>(rt, object)?,
+            Builtin::TokenReview => roundtrip::<authentication::v1::TokenReview>(rt, object)?,
         },
         Behavior::Custom(custom) => {
             let metadata = object.get("metadata").cloned().unwrap_or_else(|| json!({}));
@@ -74,6 +92,9 @@ pub fn normalize(rt: &ResourceType, mut object: Value) -> Result<Value, ApiError
 
 /// Resets what a create may not set and fills the defaults (upstream `PrepareForCreate` plus defaulting).
 pub fn prepare_create(rt: &ResourceType, object: &mut Value) {
+    if let Some(kind) = rt.builtin() {
+        crate::apiserver::admission::validation::default(kind, object);
+    }
     match &rt.behavior {
         Behavior::Custom(_) => {
             if rt.status_subresource
@@ -138,6 +159,9 @@ pub fn prepare_create(rt: &ResourceType, object: &mut Value) {
 /// Updates through the main endpoint keep what that endpoint may not change: the status (when the kind has a
 /// status subresource) and, for namespaces, `spec.finalizers`. Pod template defaults apply to updates too.
 pub fn prepare_update(rt: &ResourceType, old: &Value, new: &mut Value) {
+    if let Some(kind) = rt.builtin() {
+        crate::apiserver::admission::validation::default(kind, new);
+    }
     if rt.status_subresource {
         copy_field(old, new, "status");
     }
@@ -266,6 +290,9 @@ pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<F
                 validate_workload(object, old, &mut errors);
             }
             Builtin::ConfigMap | Builtin::Secret => validate_immutable_data(object, old, &mut errors),
+            kind if kind.is_rbac() || kind.is_admission_policy() => {
+                errors.extend(crate::apiserver::admission::validation::validate(*kind, object, old));
+            }
             _ => {}
         },
     }
