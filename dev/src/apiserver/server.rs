@@ -5,6 +5,7 @@ use super::config::ApiServerConfig;
 use super::core::Core;
 use super::error::ApiError;
 use super::faults::Faults;
+use super::http::tls::Tls;
 use super::metrics::Metrics;
 use super::store::Store;
 use std::net::SocketAddr;
@@ -35,6 +36,9 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    /// The TLS identity could not be made.
+    #[error("{0}")]
+    Tls(#[from] super::http::tls::TlsError),
     /// The kubeconfig could not be written.
     #[error("cannot write the kubeconfig {path}: {source}")]
     Kubeconfig {
@@ -51,6 +55,7 @@ pub struct ApiServer {
     core: Arc<Core>,
     address: SocketAddr,
     url: String,
+    access: KubeconfigAccess,
     kubeconfig: PathBuf,
     temporary_dir: Option<PathBuf>,
     shutdown: CancellationToken,
@@ -72,17 +77,39 @@ impl ApiServer {
                 (dir.join("kubeconfig"), Some(dir))
             }
         };
+        let tls = Tls::generate()?;
         let core = Core::new(config);
-        write_kubeconfig(&kubeconfig, &url, core.auth.admin_token())?;
+        let access = KubeconfigAccess { https_url: format!("https://{address}"), ca_pem: tls.ca_pem.clone() };
+        write_kubeconfig(&kubeconfig, &access, core.auth.admin_token())?;
         let shutdown = CancellationToken::new();
-        let serving = tokio::spawn(super::http::serve(listener, core.clone(), shutdown.clone()));
+        let serving = tokio::spawn(super::http::serve(listener, core.clone(), tls, shutdown.clone()));
         let lifecycle = tokio::spawn(lifecycle(core.clone(), shutdown.clone()));
-        Ok(ApiServer { core, address, url, kubeconfig, temporary_dir, shutdown, tasks: vec![serving, lifecycle] })
+        Ok(ApiServer {
+            core,
+            address,
+            url,
+            access,
+            kubeconfig,
+            temporary_dir,
+            shutdown,
+            tasks: vec![serving, lifecycle],
+        })
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`: plain HTTP, what kube-rs clients of tests use (with a bearer token).
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// `https://127.0.0.1:PORT`: the same port over TLS, what kubeconfigs name (kubectl sends credentials only over
+    /// TLS).
+    pub fn https_url(&self) -> &str {
+        &self.access.https_url
+    }
+
+    /// PEM of the CA of the serving certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.access.ca_pem
     }
 
     /// The listening address.
@@ -152,7 +179,7 @@ impl ApiServer {
             path: path.to_owned(),
             source: std::io::Error::other(error.to_string()),
         })?;
-        write_kubeconfig(path, &self.url, &token)
+        write_kubeconfig(path, &self.access, &token)
     }
 
     /// A kubeconfig for `identity`, written beside the server's own (`kubeconfig-<identity>`); returns its path.
@@ -227,13 +254,23 @@ fn build_client(config: kube::Config) -> kube::Client {
     }
 }
 
-fn write_kubeconfig(path: &Path, url: &str, token: &str) -> Result<(), StartError> {
+/// What a kubeconfig needs to reach the server over TLS.
+#[derive(Debug, Clone)]
+struct KubeconfigAccess {
+    https_url: String,
+    ca_pem: String,
+}
+
+fn write_kubeconfig(path: &Path, access: &KubeconfigAccess, token: &str) -> Result<(), StartError> {
+    use base64::Engine;
     let error = |source| StartError::Kubeconfig { path: path.to_owned(), source };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(error)?;
     }
+    let url = &access.https_url;
+    let ca = base64::engine::general_purpose::STANDARD.encode(&access.ca_pem);
     let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: dev\n  cluster:\n    server: {url}\ncontexts:\n- name: dev\n  context:\n    cluster: dev\n    user: dev\n    namespace: default\ncurrent-context: dev\nusers:\n- name: dev\n  user:\n    token: {token}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: dev\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\ncontexts:\n- name: dev\n  context:\n    cluster: dev\n    user: dev\n    namespace: default\ncurrent-context: dev\nusers:\n- name: dev\n  user:\n    token: {token}\n"
     );
     std::fs::write(path, text).map_err(error)?;
     // The file holds a bearer token: readable by its owner only, as kubectl writes kubeconfigs.
