@@ -168,6 +168,12 @@ impl ApiServer {
         self.core.issue_token(identity)
     }
 
+    /// [`ApiServer::token_for`] as a function that outlives this handle (for components started later).
+    pub fn token_issuer(&self) -> impl Fn(&Identity) -> Result<String, ApiError> + Send + Sync + 'static {
+        let core = self.core.clone();
+        move |identity: &Identity| core.issue_token(identity)
+    }
+
     /// The user a token stands for, as the server authenticates it (401 when invalid).
     pub fn user_of_token(&self, token: &str) -> Result<UserInfo, ApiError> {
         self.core.authenticate(Some(&format!("Bearer {token}")))

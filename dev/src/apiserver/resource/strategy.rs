@@ -86,6 +86,12 @@ pub fn normalize(rt: &ResourceType, mut object: Value) -> Result<Value, ApiError
     if let Some(fields) = object.as_object_mut() {
         fields.insert("apiVersion".into(), json!(rt.api_version()));
         fields.insert("kind".into(), json!(rt.kind));
+        // A Node's spec and status are Go structs, not pointers: the real server always serves them, `{}` when
+        // empty (admission policies compare `object.spec` and would fail on a missing key).
+        if rt.is(Builtin::Node) {
+            fields.entry("spec").or_insert_with(|| json!({}));
+            fields.entry("status").or_insert_with(|| json!({}));
+        }
     }
     Ok(object)
 }
