@@ -36,15 +36,19 @@ fn unsupported(field: &str, value: &str, supported: &[&str]) -> FieldError {
 pub fn default(kind: Builtin, object: &mut Value) {
     match kind {
         Builtin::ClusterRoleBinding | Builtin::RoleBinding => {
-            if let Some(role_ref) = object.get_mut("roleRef").and_then(Value::as_object_mut) {
-                role_ref.entry("apiGroup").or_insert_with(|| json!(RBAC_GROUP));
+            // Decoding gives an absent `roleRef.apiGroup` the empty string; both default.
+            if let Some(role_ref) = object.get_mut("roleRef").and_then(Value::as_object_mut)
+                && role_ref.get("apiGroup").and_then(Value::as_str).unwrap_or_default().is_empty()
+            {
+                role_ref.insert("apiGroup".into(), json!(RBAC_GROUP));
             }
             for subject in object.get_mut("subjects").and_then(Value::as_array_mut).into_iter().flatten() {
                 let kind = text(subject, "kind").to_owned();
                 if let Some(subject) = subject.as_object_mut()
                     && (kind == "User" || kind == "Group")
+                    && subject.get("apiGroup").and_then(Value::as_str).unwrap_or_default().is_empty()
                 {
-                    subject.entry("apiGroup").or_insert_with(|| json!(RBAC_GROUP));
+                    subject.insert("apiGroup".into(), json!(RBAC_GROUP));
                 }
             }
         }
