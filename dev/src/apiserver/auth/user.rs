@@ -206,6 +206,7 @@ impl std::fmt::Display for Identity {
                 write!(f, "serviceaccount:{namespace}:{name}@{node}")
             }
             Identity::ServiceAccount { namespace, name, node: None } => write!(f, "serviceaccount:{namespace}:{name}"),
+            Identity::User { name, groups } if groups.is_empty() => write!(f, "user:{name}"),
             Identity::User { name, groups } => write!(f, "user:{name}:{}", groups.join(",")),
         }
     }
@@ -217,7 +218,8 @@ mod tests {
 
     #[test]
     fn identities_parse_and_print_back() {
-        for text in ["admin", "serviceaccount:ns:sa", "serviceaccount:ns:sa@worker-0", "user:jane:dev,ops"] {
+        for text in ["admin", "serviceaccount:ns:sa", "serviceaccount:ns:sa@worker-0", "user:jane:dev,ops", "user:joe"]
+        {
             assert_eq!(Identity::parse(text).unwrap().to_string(), text);
         }
         assert_eq!(Identity::parse("user:jane").unwrap(), Identity::User { name: "jane".into(), groups: vec![] });
