@@ -12,6 +12,7 @@
 
 pub mod attributes;
 pub mod bootstrap;
+pub mod printers;
 pub mod rbac;
 pub mod reviews;
 pub mod tokens;
