@@ -344,22 +344,34 @@ fn evaluation_error(expression: &Expression, error: &str) -> String {
     format!("expression '{}' resulted in error: {error}", expression.source)
 }
 
-/// Evaluates one policy for a request it selects.
-fn evaluate(policy: &Policy, request: &Request<'_>) -> Vec<Decision> {
-    let reads = policy.reads;
-    let mut inputs = Inputs::default();
-    if reads.request {
+/// Converts what `reads` names and `inputs` lacks.
+fn provide(inputs: &mut Inputs, done: &mut Reads, reads: Reads, request: &Request<'_>) {
+    if reads.request && !done.request {
         inputs.set("request", &request.to_json());
     }
-    if reads.object {
+    if reads.object && !done.object {
         inputs.set("object", request.object.unwrap_or(&Value::Null));
     }
-    if reads.old_object {
+    if reads.old_object && !done.old_object {
         inputs.set("oldObject", request.old_object.unwrap_or(&Value::Null));
     }
-    if reads.namespace_object {
+    if reads.namespace_object && !done.namespace_object {
         inputs.set("namespaceObject", request.namespace_object.unwrap_or(&Value::Null));
     }
+    *done = done.union(reads);
+}
+
+/// Evaluates one policy for a request it selects. Inputs are converted to CEL only when an expression reads them,
+/// match conditions' first: a request they turn away costs no conversion of the objects.
+fn evaluate(policy: &Policy, request: &Request<'_>) -> Vec<Decision> {
+    let mut inputs = Inputs::default();
+    let mut done = Reads::default();
+    let condition_reads = policy
+        .match_conditions
+        .iter()
+        .filter_map(|(_, c)| c.as_ref().ok())
+        .fold(Reads::default(), |r, c| r.union(c.reads()));
+    provide(&mut inputs, &mut done, condition_reads, request);
     // Match conditions: any false skips the policy; otherwise any error is an error of the policy.
     let mut condition_error = None;
     for (name, condition) in &policy.match_conditions {
@@ -378,7 +390,8 @@ fn evaluate(policy: &Policy, request: &Request<'_>) -> Vec<Decision> {
     if let Some(error) = condition_error {
         return vec![error_decision(policy.failure_policy, error)];
     }
-    if reads.variables {
+    provide(&mut inputs, &mut done, policy.reads, request);
+    if policy.reads.variables {
         // Each variable sees the ones before it; one that fails to evaluate stays absent.
         let mut values: HashMap<String, cel::Value> = HashMap::new();
         inputs.set_value("variables", cel::Value::from(values.clone()));
