@@ -191,11 +191,14 @@ impl Manifest {
     }
 }
 
+/// Issues a token for an identity.
+type TokenIssuer = std::sync::Arc<dyn Fn(&Identity) -> Result<String, ApiError> + Send + Sync>;
+
 /// How the harness's components reach a dev cluster: its plain-HTTP URL and a token per identity.
 #[derive(Clone)]
 pub struct Access {
     url: String,
-    tokens: std::sync::Arc<dyn Fn(&Identity) -> Result<String, ApiError> + Send + Sync>,
+    tokens: TokenIssuer,
     manifest: Manifest,
 }
 

@@ -10,10 +10,13 @@ use cel::{Context, Env, Program};
 use serde_json::Value;
 use std::sync::{Arc, LazyLock};
 
+/// A cel-rust extension library.
+type Extension = fn(&mut Env) -> Result<(), cel::DeclarationError>;
+
 /// The environment every policy expression is compiled and run in.
 static ENVIRONMENT: LazyLock<Arc<Env>> = LazyLock::new(|| {
     let mut env = Env::stdlib();
-    let extensions: [(&str, fn(&mut Env) -> Result<(), cel::DeclarationError>); 3] =
+    let extensions: [(&str, Extension); 3] =
         [("strings", cel::extensions::strings), ("lists", cel::extensions::lists), ("math", cel::extensions::math)];
     for (name, extension) in extensions {
         if let Err(error) = env.add_extension(extension) {

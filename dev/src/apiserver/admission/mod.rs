@@ -94,7 +94,7 @@ pub struct Request<'a> {
 
 impl Request<'_> {
     /// The `request` variable: an `admission.k8s.io/v1 AdmissionRequest` without the objects.
-    fn to_json(&self) -> Value {
+    fn to_json(self) -> Value {
         let kind = json!({"group": self.group, "version": self.version, "kind": self.kind});
         let resource = json!({"group": self.group, "version": self.version, "resource": self.resource});
         json!({

@@ -129,7 +129,7 @@ impl Subject {
     fn applies_to(&self, user: &UserInfo, binding_namespace: &str) -> bool {
         match self.kind.as_str() {
             "User" => user.name == self.name,
-            "Group" => user.groups.iter().any(|g| *g == self.name),
+            "Group" => user.groups.contains(&self.name),
             "ServiceAccount" => {
                 let namespace = if self.namespace.is_empty() { binding_namespace } else { &self.namespace };
                 !namespace.is_empty()
