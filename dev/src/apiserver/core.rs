@@ -1,5 +1,7 @@
 //! The server core shared by the HTTP front end and the in-process `Store`: state, registry, metrics, faults.
 
+use super::admission::Admission;
+use super::auth::{Auth, UserInfo};
 use super::config::ApiServerConfig;
 use super::error::ApiError;
 use super::faults::{Controllers, FaultTable};
@@ -27,12 +29,15 @@ pub struct Ctx<'a> {
     /// Strict-decoding findings already made in the request body (duplicates in a patch), reported together
     /// with those of the patched object.
     pub body_findings: &'a [String],
-    /// Where findings go under [`FieldValidation::Warn`] (the response's `Warning` headers).
+    /// The authenticated user; `None` for the server's own in-process writers, which admission does not see.
+    pub user: Option<&'a UserInfo>,
+    /// Where field-validation findings under [`FieldValidation::Warn`] and admission's warnings go (the
+    /// response's `Warning` headers).
     pub warnings: Option<&'a Mutex<Vec<String>>>,
 }
 
 impl<'a> Ctx<'a> {
-    /// A request of `user_agent` without options.
+    /// A request of `user_agent` without options, made by the server itself.
     pub fn new(user_agent: &'a str) -> Self {
         Ctx {
             user_agent,
@@ -40,6 +45,7 @@ impl<'a> Ctx<'a> {
             dry_run: false,
             field_validation: FieldValidation::Ignore,
             body_findings: &[],
+            user: None,
             warnings: None,
         }
     }
@@ -91,6 +97,10 @@ pub struct Core {
     pub rv_changes: watch::Receiver<u64>,
     /// Routes under `/_dev/` served by code outside the API server (the simulated hosts).
     pub dev_routes: RwLock<Option<Arc<dyn DevRoutes>>>,
+    /// Tokens and the RBAC authorizer.
+    pub auth: Auth,
+    /// ValidatingAdmissionPolicies.
+    pub admission: Admission,
 }
 
 /// Routes under `/_dev/` that code outside the API server mounts on its HTTP listener
@@ -133,6 +143,17 @@ impl Core {
                 state.put(&rt, object_key(namespace, &name), &mut object);
             }
         }
+        // The RBAC objects a real server bootstraps (cluster-admin for system:masters, discovery, self reviews).
+        for mut object in super::auth::bootstrap::objects() {
+            let kind = object.get("kind").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
+            if let Some(rt) = registry.by_kind("rbac.authorization.k8s.io/v1", &kind) {
+                let name = super::object::name_of(&object).to_owned();
+                let metadata = super::object::metadata_mut(&mut object);
+                metadata.insert("uid".into(), json!(super::object::new_uid()));
+                metadata.insert("creationTimestamp".into(), json!(now_rfc3339()));
+                state.put(&rt, object_key(None, &name), &mut object);
+            }
+        }
         Arc::new(Core {
             config,
             state: Mutex::new(state),
@@ -142,6 +163,8 @@ impl Core {
             controllers: Controllers::default(),
             rv_changes,
             dev_routes: RwLock::new(None),
+            auth: Auth::default(),
+            admission: Admission::default(),
         })
     }
 

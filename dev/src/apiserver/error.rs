@@ -288,7 +288,10 @@ impl ApiError {
                 .iter()
                 .map(|c| {
                     let mut cause = Map::new();
-                    cause.insert("reason".into(), json!(c.reason));
+                    // Go omits an empty reason (admission denials carry only a message).
+                    if !c.reason.is_empty() {
+                        cause.insert("reason".into(), json!(c.reason));
+                    }
                     cause.insert("message".into(), json!(c.message));
                     if let Some(field) = &c.field {
                         cause.insert("field".into(), json!(field));

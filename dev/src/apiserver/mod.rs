@@ -64,6 +64,8 @@
 //! See the module docs of [`state`] (resourceVersions, history), [`ops::read`] (pagination), [`ops::watch`]
 //! (watch semantics), [`ops::write`], [`ops::patch`], [`ops::delete`] and [`ops::eviction`].
 
+pub mod admission;
+pub mod auth;
 pub mod config;
 pub mod core;
 pub mod crd;
@@ -87,6 +89,7 @@ pub mod state;
 pub mod store;
 pub mod table;
 
+pub use auth::{AccessLog, AccessRecord, Attributes, Identity, UserInfo};
 pub use config::ApiServerConfig;
 pub use error::ApiError;
 pub use faults::{ControllerGate, Controllers, ErrorFault, FaultId, Faults, RequestMatch};

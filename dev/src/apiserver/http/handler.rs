@@ -5,8 +5,10 @@
 //!   is handled, and injected faults apply before anything else happens.
 //! - Bad input (bodies, selectors, parameters) is a 4xx Status, never a panic.
 
+use super::access;
 use super::response::{self, Body, Representation, bytes_response, error_response, json_response};
 use super::route::{self, ResourcePath, Route};
+use crate::apiserver::auth::UserInfo;
 use crate::apiserver::core::{Core, Ctx};
 use crate::apiserver::discovery;
 use crate::apiserver::error::{ApiError, field_error, success_status};
@@ -29,7 +31,6 @@ use crate::apiserver::table::IncludeObject;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
-use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -62,7 +63,13 @@ where
         content_type: header(header::CONTENT_TYPE),
         body,
     };
-    let response = match route::parse(parts.uri.path()) {
+    let route = route::parse(parts.uri.path());
+    let user =
+        match access::admit_request(&core, &route, &parts.method, parts.uri.path(), &request.params, &parts.headers) {
+            Ok(user) => user,
+            Err(error) => return Ok(error_response(&error)),
+        };
+    let response = match route {
         Route::Health => Ok(text_response(StatusCode::OK, "ok")),
         Route::Version => Ok(json_response(StatusCode::OK, &discovery::version(&core.config.git_version))),
         Route::CoreVersions => Ok(json_response(StatusCode::OK, &discovery::core_versions(&address))),
@@ -88,7 +95,11 @@ where
             }
             None => Err(ApiError::path_not_found()),
         },
-        Route::Resource(path) => resource_request(core, path, request).await,
+        Route::Resource(path) => match user {
+            Some(user) => resource_request(core, path, request, user).await,
+            // admit_request answers every route but /_dev/ with a user.
+            None => Err(ApiError::internal("the request has no user")),
+        },
         Route::NotFound => Err(ApiError::path_not_found()),
     };
     Ok(response.unwrap_or_else(|error| error_response(&error)))
@@ -221,6 +232,22 @@ async fn resource_request(
     core: Arc<Core>,
     path: ResourcePath,
     request: RequestInfo,
+    user: UserInfo,
+) -> Result<Response<Body>, ApiError> {
+    let warnings = parking_lot::Mutex::new(Vec::new());
+    let result = serve_resource(core, path, request, &user, &warnings).await;
+    let warnings = warnings.into_inner();
+    let mut response = result.unwrap_or_else(|error| error_response(&error));
+    access::add_warnings(&mut response, &warnings);
+    Ok(response)
+}
+
+async fn serve_resource(
+    core: Arc<Core>,
+    path: ResourcePath,
+    request: RequestInfo,
+    user: &UserInfo,
+    warnings: &parking_lot::Mutex<Vec<String>>,
 ) -> Result<Response<Body>, ApiError> {
     let rt = core.resource(&Gvr::new(&path.group, &path.version, &path.plural)).ok_or_else(ApiError::path_not_found)?;
     let watch = path.legacy_watch || request.flag("watch");
@@ -268,13 +295,13 @@ async fn resource_request(
         Verb::Patch if field_validation != FieldValidation::Ignore => patch_body_findings(&request),
         _ => Vec::new(),
     };
-    let warnings = Mutex::new(Vec::new());
     let ctx = Ctx {
         field_manager,
         dry_run,
         field_validation,
         body_findings: &body_findings,
-        warnings: Some(&warnings),
+        user: Some(user),
+        warnings: Some(warnings),
         ..Ctx::new(&request.user_agent)
     };
     let namespace = path.namespace.as_deref();
@@ -282,7 +309,15 @@ async fn resource_request(
     let object = |status: StatusCode, object: &Arc<crate::apiserver::object::StoredObject>| {
         response::object_response(status, &rt, object, representation, include)
     };
-    let response = match (verb, subresource) {
+    if rt.builtin().is_some_and(Builtin::is_review) {
+        return match (verb, has_name) {
+            (Verb::Create, false) => {
+                Ok(json_response(StatusCode::CREATED, &core.review(&rt, namespace, user, &request.json_body()?)?))
+            }
+            _ => Err(ApiError::method_not_allowed(request.method.as_str())),
+        };
+    }
+    match (verb, subresource) {
         // Upstream has no streaming YAML serializer.
         (Verb::Watch, _) if representation == Representation::Yaml => {
             Err(ApiError::not_acceptable(accept.unwrap_or_default()))
@@ -320,6 +355,10 @@ async fn resource_request(
             core.evict(namespace.unwrap_or_default(), name, &eviction, &ctx)?;
             Ok(json_response(StatusCode::CREATED, &success_status(None, Some(201))))
         }
+        (Verb::Create, Some("token")) => Ok(json_response(
+            StatusCode::CREATED,
+            &core.token_request(namespace.unwrap_or_default(), name, &request.json_body()?)?,
+        )),
         (Verb::Create, Some("binding")) => {
             core.bind(namespace.unwrap_or_default(), name, &request.json_body()?, &ctx)?;
             Ok(json_response(StatusCode::CREATED, &success_status(None, Some(201))))
@@ -383,19 +422,7 @@ async fn resource_request(
             Ok(response::list_response(&rt, page, Representation::Plain, include))
         }
         _ => Err(ApiError::method_not_allowed(request.method.as_str())),
-    };
-    let warnings = warnings.into_inner();
-    Ok(with_warnings(response?, &warnings))
-}
-
-/// Adds a `Warning` header per message.
-fn with_warnings(mut response: Response<Body>, warnings: &[String]) -> Response<Body> {
-    for warning in warnings {
-        if let Ok(value) = http::HeaderValue::from_str(&field_validation::warning_header(warning)) {
-            response.headers_mut().append(header::WARNING, value);
-        }
     }
-    response
 }
 
 /// Unknown and duplicate fields of a create or update body, under the request's field validation.

@@ -31,7 +31,7 @@ const RANDOM_PICKS: usize = 64;
 impl Core {
     /// Runs the steps of the module docs for a create (`old` is `None`) or an update of `object` through the
     /// main endpoint.
-    pub(crate) fn admit(
+    pub(crate) fn admit_builtin(
         &self,
         state: &State,
         rt: &ResourceType,
