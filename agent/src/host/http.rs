@@ -5,7 +5,7 @@
 //! - Every exchange ends within its timeout; the connection is closed when it ends.
 //! - Answers larger than [`MAX_ANSWER_BYTES`] are refused, never buffered whole.
 
-use super::HostError;
+use super::{HostError, text};
 use bytes::Bytes;
 use http::{Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
@@ -54,19 +54,10 @@ impl Answer {
         struct WithMessage {
             message: String,
         }
-        let text = match serde_json::from_slice::<WithMessage>(&self.body) {
-            Ok(with_message) => with_message.message,
-            Err(_) => String::from_utf8_lossy(&self.body).into_owned(),
-        };
-        let text = text.trim();
-        if text.is_empty() {
-            return "(no message)".to_owned();
+        match serde_json::from_slice::<WithMessage>(&self.body) {
+            Ok(with_message) => text::head(&with_message.message, MAX_MESSAGE_CHARS),
+            Err(_) => text::head(&String::from_utf8_lossy(&self.body), MAX_MESSAGE_CHARS),
         }
-        let mut cut: String = text.chars().take(MAX_MESSAGE_CHARS).collect();
-        if cut.len() < text.len() {
-            cut.push_str(" ...");
-        }
-        cut
     }
 }
 

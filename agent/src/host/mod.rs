@@ -21,6 +21,7 @@ pub mod command;
 mod error;
 mod http;
 pub mod simulated;
+mod text;
 
 pub use error::{ConfigError, HostError};
 

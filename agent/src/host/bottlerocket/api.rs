@@ -14,7 +14,7 @@
 //!   use the old version lock.
 
 use super::BottlerocketConfig;
-use crate::host::HostError;
+use crate::host::{HostError, text};
 use crate::host::http::{self as transport, Answer, Endpoint, TransportError};
 use ::http::{Method, StatusCode};
 use backon::{ExponentialBuilder, Retryable};
@@ -112,17 +112,14 @@ impl CommandResult {
     pub fn failure_message(&self) -> String {
         const MAX_LINES: usize = 5;
         const MAX_CHARS: usize = 600;
-        let stderr = self.stderr.as_deref().unwrap_or_default().trim();
-        if stderr.is_empty() {
-            return match self.exit_status {
-                Some(code) => format!("it ended with status {:?} (exit status {code}) and no message", self.cmd_status),
-                None => format!("it ended with status {:?} and no message", self.cmd_status),
-            };
+        let tail = text::tail(self.stderr.as_deref().unwrap_or_default(), MAX_LINES, MAX_CHARS);
+        if !tail.is_empty() {
+            return tail;
         }
-        let lines: Vec<&str> = stderr.lines().collect();
-        let tail = lines[lines.len().saturating_sub(MAX_LINES)..].join(" / ");
-        let skip = tail.chars().count().saturating_sub(MAX_CHARS);
-        tail.chars().skip(skip).collect()
+        match self.exit_status {
+            Some(code) => format!("it ended with status {:?} (exit status {code}) and no message", self.cmd_status),
+            None => format!("it ended with status {:?} and no message", self.cmd_status),
+        }
     }
 }
 

