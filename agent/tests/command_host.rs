@@ -129,6 +129,19 @@ async fn a_failing_command_reports_its_exit_status_and_the_end_of_its_stderr() {
     assert!(message.ends_with("progress 30 / error: no space left on device"), "{message}");
 }
 
+#[tokio::test]
+async fn a_command_exiting_with_ex_tempfail_is_retryable() {
+    let fixture = Fixture::new();
+    let tempfail = "echo 'mirror busy, try later' >&2; exit 75";
+    let host = fixture.host(json!({"apply": {"argv": fixture.script("apply.sh", tempfail, &[])}}));
+    let error = host.stage("img-v2").await.unwrap_err();
+    assert!(error.is_retryable(), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        "the apply command \"/bin/sh\" exited with status 75; stderr: mirror busy, try later"
+    );
+}
+
 fn process_is_gone(pid: &str) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,

@@ -23,7 +23,7 @@ mod http;
 pub mod simulated;
 mod text;
 
-pub use error::{ConfigError, HostError};
+pub use error::{ConfigError, EX_TEMPFAIL, HostError};
 
 use shared::protocol::{BootId, ComponentsHash};
 use std::future::Future;

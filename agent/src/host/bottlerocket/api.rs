@@ -14,8 +14,8 @@
 //!   use the old version lock.
 
 use super::BottlerocketConfig;
-use crate::host::{HostError, text};
 use crate::host::http::{self as transport, Answer, Endpoint, TransportError};
+use crate::host::{HostError, text};
 use ::http::{Method, StatusCode};
 use backon::{ExponentialBuilder, Retryable};
 use serde::Deserialize;

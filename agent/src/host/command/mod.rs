@@ -24,7 +24,7 @@ mod run;
 
 pub use config::{CommandConfig, MAX_TIMEOUT_SECONDS};
 
-use super::{HostError, HostFacts, HostUpdater, check_reported_image, read_boot_id};
+use super::{EX_TEMPFAIL, HostError, HostFacts, HostUpdater, check_reported_image, read_boot_id};
 use config::CommandSpec;
 use run::{Finished, RunError};
 use std::path::{Path, PathBuf};
@@ -162,6 +162,7 @@ fn failed(name: &'static str, spec: &CommandSpec, finished: &Finished) -> HostEr
         program: spec.program().to_owned(),
         status: run::describe(finished.status),
         stderr_tail: run::stderr_summary(&finished.stderr_tail),
+        temporary: finished.status.code() == Some(EX_TEMPFAIL),
     }
 }
 
