@@ -345,3 +345,13 @@ async fn the_configuration_is_read_from_its_file() {
     let message = CommandHost::from_file(&path).await.unwrap_err().to_string();
     assert!(message.contains("missing field `apply`"), "{message}");
 }
+
+#[test]
+fn the_configuration_the_readme_shows_loads() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let section = &readme[readme.find("## Host backends").unwrap()..];
+    let start = section.find("```json\n").unwrap() + "```json\n".len();
+    let end = start + section[start..].find("```").unwrap();
+    let json: String = section[start..end].lines().map(str::trim_start).collect::<Vec<_>>().join("\n");
+    CommandConfig::from_json(&json, Path::new("README.md")).unwrap();
+}
