@@ -86,7 +86,11 @@ pub(crate) async fn run_with<N: NodeApi, H: HostUpdater>(
             Some(progress) = progress_rx.recv() => agent.progress(progress),
             () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
         }
-        agent.step().await;
+        // A step may wait on the host (reading its facts) or the API server: shutdown ends it.
+        tokio::select! {
+            () = shutdown.cancelled() => break Ok(()),
+            () = agent.step() => {}
+        }
         if agent.ready() {
             readiness.set(true);
         }

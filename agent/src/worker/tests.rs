@@ -220,6 +220,8 @@ struct Script {
     reboot_errors: VecDeque<HostError>,
     /// How long a stage takes.
     stage_takes: Duration,
+    /// `facts` never answers.
+    facts_hang: bool,
     calls: Vec<String>,
 }
 
@@ -274,6 +276,9 @@ impl Drop for Cancelled<'_> {
 
 impl HostUpdater for ScriptedHost {
     async fn facts(&self) -> Result<HostFacts, HostError> {
+        if self.script().facts_hang {
+            std::future::pending::<()>().await;
+        }
         let mut script = self.script();
         script.calls.push("facts".into());
         if let Some(error) = script.facts_errors.pop_front() {
@@ -706,4 +711,14 @@ async fn malformed_controller_annotations_leave_the_host_alone() {
     let calls: Vec<String> = host.calls().into_iter().filter(|c| c != "facts").collect();
     assert_eq!(calls, ["stage v2"], "neither cancelled nor released");
     agent.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_ends_the_agent_even_while_the_host_does_not_answer() {
+    let (nodes, host) = (FakeNodes::new(), ScriptedHost::running("v1"));
+    host.script().facts_hang = true;
+    let agent = start(&nodes, &host);
+    idle_for(Duration::from_secs(60)).await;
+    agent.shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(1), agent.task).await.unwrap().unwrap().unwrap();
 }
