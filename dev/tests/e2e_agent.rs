@@ -21,6 +21,17 @@ fn annotation(store: &dev::apiserver::Store, node: &str, key: &str) -> Option<St
     node.metadata.annotations?.get(key).cloned()
 }
 
+/// Waits until `node` reports `state` about `token` (any token when `None`).
+async fn reported(store: &dev::apiserver::Store, node: &str, state: &str, token: Option<&str>) {
+    let what = format!("{node} to report {state} about {token:?}");
+    eventually(Duration::from_secs(60), &what, || {
+        let state_now = annotation(store, node, keys::STATE);
+        let token_now = annotation(store, node, keys::STATE_TOKEN);
+        (state_now.as_deref() == Some(state) && token.is_none_or(|t| token_now.as_deref() == Some(t))).then_some(())
+    })
+    .await;
+}
+
 /// A small cluster without workloads: the agent's behaviour needs no pods.
 async fn bare(nodes: usize) -> dev::cluster::Cluster {
     full_cluster_with(|config| {
@@ -94,10 +105,7 @@ async fn a_node_the_controller_did_not_cordon_is_not_rebooted() {
     let boot_id =
         eventually(Duration::from_secs(60), "the first report", || annotation(&store, "worker-0", keys::BOOT_ID)).await;
     intent(&store, "worker-0", "stage", "s1", json!({}));
-    eventually(Duration::from_secs(60), "the stage", || {
-        (annotation(&store, "worker-0", keys::STATE).as_deref() == Some("done")).then_some(())
-    })
-    .await;
+    reported(&store, "worker-0", "done", None).await;
     // A reboot intent on a schedulable node: refused, and the host keeps running.
     intent(&store, "worker-0", "reboot", "r1", json!({keys::BOOT_ID_BEFORE: boot_id}));
     let message = eventually(Duration::from_secs(60), "the refusal", || {
@@ -117,12 +125,7 @@ async fn a_node_the_controller_did_not_cordon_is_not_rebooted() {
         .patch(None, "worker-0", &dev::apiserver::Patch::Merge(cordon), &PatchParams::default())
         .unwrap();
     intent(&store, "worker-0", "reboot", "r2", json!({keys::BOOT_ID_BEFORE: boot_id}));
-    eventually(Duration::from_secs(60), "the reboot", || {
-        (annotation(&store, "worker-0", keys::STATE).as_deref() == Some("done")
-            && annotation(&store, "worker-0", keys::STATE_TOKEN).as_deref() == Some("r2"))
-        .then_some(())
-    })
-    .await;
+    reported(&store, "worker-0", "done", Some("r2")).await;
     assert_eq!(cluster.hosts().facts("worker-0").unwrap().os_image, "v2");
     agent.stop(Duration::from_secs(15)).await.unwrap();
     cluster.shutdown().await;
@@ -138,10 +141,7 @@ async fn a_node_released_while_staging_is_no_longer_busy_and_can_be_staged_again
         .unwrap();
     let agent = harness::agent(cluster.url(), "worker-0");
     intent(&store, "worker-0", "stage", "s1", json!({}));
-    eventually(Duration::from_secs(60), "busy", || {
-        (annotation(&store, "worker-0", keys::STATE).as_deref() == Some("busy")).then_some(())
-    })
-    .await;
+    reported(&store, "worker-0", "busy", None).await;
     // Released: the intent goes.
     let release = json!({"metadata": {"annotations": {
         keys::INTENT: null, keys::INTENT_TARGET: null, keys::INTENT_TOKEN: null, keys::INTENT_SINCE: null}}});
@@ -161,12 +161,7 @@ async fn a_node_released_while_staging_is_no_longer_busy_and_can_be_staged_again
         .set_faults("worker-0", HostFaults { stage_seconds: Some(Duration::from_millis(200)), ..Default::default() })
         .unwrap();
     intent(&store, "worker-0", "stage", "s2", json!({}));
-    eventually(Duration::from_secs(60), "the new stage", || {
-        (annotation(&store, "worker-0", keys::STATE).as_deref() == Some("done")
-            && annotation(&store, "worker-0", keys::STATE_TOKEN).as_deref() == Some("s2"))
-        .then_some(())
-    })
-    .await;
+    reported(&store, "worker-0", "done", Some("s2")).await;
     assert_eq!(cluster.hosts().facts("worker-0").unwrap().staged_image.as_deref(), Some("v2"));
     agent.stop(Duration::from_secs(15)).await.unwrap();
     cluster.shutdown().await;
@@ -194,10 +189,7 @@ async fn the_agent_reports_again_when_its_node_is_registered_again_or_its_keys_a
     .await;
     // And it carries out the new Node's intents.
     intent(&store, "worker-0", "stage", "s1", json!({}));
-    eventually(Duration::from_secs(60), "the stage", || {
-        (annotation(&store, "worker-0", keys::STATE).as_deref() == Some("done")).then_some(())
-    })
-    .await;
+    reported(&store, "worker-0", "done", None).await;
     agent.stop(Duration::from_secs(15)).await.unwrap();
     cluster.shutdown().await;
 }

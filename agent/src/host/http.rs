@@ -225,15 +225,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_closed_after_the_request_is_told_apart() {
-        use tokio::io::AsyncReadExt;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let endpoint = Endpoint::Tcp(listener.local_addr().unwrap().to_string());
-        tokio::spawn(async move {
-            let (mut stream, _) = listener.accept().await.unwrap();
-            let mut buffer = [0u8; 1024];
-            let _ = stream.read(&mut buffer).await;
-            drop(stream);
-        });
+        let endpoint = answer_once(Vec::new()).await;
         let error =
             exchange(&endpoint, Method::POST, "/actions/reboot", None, Duration::from_secs(10)).await.unwrap_err();
         assert!(matches!(error, TransportError::ClosedBeforeAnswer), "{error:?}");
