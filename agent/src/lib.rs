@@ -5,7 +5,7 @@ pub mod decide;
 mod facts;
 pub mod host;
 mod metrics;
-pub mod nodes;
+mod nodes;
 mod operation;
 mod own_node;
 mod retry;
