@@ -35,7 +35,6 @@ use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-
 /// Errors that stop the agent.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -268,6 +268,9 @@ async fn releasing_a_target_this_process_did_not_pin_changes_no_setting() {
     host.release("1.20.0").await.unwrap();
     assert_eq!(fake.writes(), Vec::<String>::new());
     assert_eq!(fake.version_lock(), "1.20.0");
+    let requests = fake.requests().len();
+    host.release("v1.20.0").await.unwrap();
+    assert_eq!(fake.requests().len(), requests, "a target stage refuses was never staged");
 }
 
 #[tokio::test]

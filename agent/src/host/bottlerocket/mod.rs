@@ -253,7 +253,10 @@ impl HostUpdater for BottlerocketHost {
     }
 
     async fn release(&self, target: &str) -> Result<(), HostError> {
-        check_target(target)?;
+        if check_target(target).is_err() {
+            // Never pinned nor staged: nothing to undo.
+            return Ok(());
+        }
         // IMPORTANT: restore the settings before anything that needs the update lock: a cancelled
         // prepare may hold it for minutes, and the settings do not need it.
         let ours = self.pin().clone().filter(|pin| pin.target == target);

@@ -245,8 +245,8 @@ impl HostUpdater for CommandHost {
     }
 
     async fn release(&self, target: &str) -> Result<(), HostError> {
-        check_target(target)?;
-        let Some(unstage) = &self.config.unstage else { return Ok(()) };
+        // A target `apply` was never given cannot have been staged.
+        let (Some(unstage), Ok(())) = (&self.config.unstage, check_target(target)) else { return Ok(()) };
         self.run_to_success("unstage", unstage, Some(target), DEFAULT_UNSTAGE_TIMEOUT).await?;
         tracing::info!(target, "discarded the staged image");
         Ok(())
