@@ -114,6 +114,11 @@ impl FakeNodes {
 
     /// The controller's intent (and cordon) as the controller writes them.
     fn intent(&self, step: &str, token: &str, cordoned: bool) {
+        self.intent_with(step, token, cordoned, cordoned);
+    }
+
+    /// An intent with `spec.unschedulable` and the `cordoned-by` annotation set apart.
+    fn intent_with(&self, step: &str, token: &str, unschedulable: bool, cordoned_by: bool) {
         self.update(|node| {
             let annotations = node.metadata.annotations.get_or_insert_with(Default::default);
             annotations.insert(keys::INTENT.into(), step.into());
@@ -125,12 +130,12 @@ impl FakeNodes {
             } else {
                 annotations.remove(keys::BOOT_ID_BEFORE);
             }
-            if cordoned {
+            if cordoned_by {
                 annotations.insert(keys::CORDONED_BY.into(), keys::CORDONED_BY_VALUE.into());
             } else {
                 annotations.remove(keys::CORDONED_BY);
             }
-            node.spec.get_or_insert_with(Default::default).unschedulable = cordoned.then_some(true);
+            node.spec.get_or_insert_with(Default::default).unschedulable = unschedulable.then_some(true);
         });
     }
 
@@ -484,15 +489,9 @@ async fn a_reboot_needs_the_controllers_cordon() {
         let (nodes, host) = (FakeNodes::new(), ScriptedHost::running("v1"));
         host.script().staged = some("v2");
         let agent = start(&nodes, &host);
-        nodes.intent("reboot", "r1", true);
-        nodes.update(|node| {
-            node.spec.get_or_insert_with(Default::default).unschedulable = unschedulable.then_some(true);
-            if !cordoned_by {
-                node.metadata.annotations.get_or_insert_with(Default::default).remove(keys::CORDONED_BY);
-            }
-        });
-        // The agent may see the intent with the cordon first; that race is the next test's.
+        nodes.intent_with("reboot", "r1", unschedulable, cordoned_by);
         until("the refusal", || nodes.state().0.as_deref() == Some("error")).await;
+        assert_eq!(host.count("reboot"), 0);
         let message = nodes.state().2.unwrap();
         assert!(message.starts_with("refusing to reboot into v2: ") && message.contains(why), "{message}");
         agent.stop().await;
