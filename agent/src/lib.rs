@@ -5,6 +5,7 @@ pub mod components;
 pub mod decide;
 mod facts;
 pub mod host;
+pub mod kubeadm;
 mod metrics;
 mod nodes;
 mod operation;
