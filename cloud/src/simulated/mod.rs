@@ -125,9 +125,13 @@ impl SimulatedProvider {
         Ok((status, answer))
     }
 
-    async fn instance(&self, instance: &ProviderId) -> Result<wire::Instance> {
+    /// `GET /instances/{name}` with `aspect` (`image`, `group`) appended: the same document, each a call of its
+    /// own at the cloud.
+    async fn instance(&self, instance: &ProviderId, aspect: Option<&str>) -> Result<wire::Instance> {
         let name = instance_name(instance)?;
-        Ok(self.request(Method::GET, &["instances", name], None).await?.1)
+        let mut segments = vec!["instances", name];
+        segments.extend(aspect);
+        Ok(self.request(Method::GET, &segments, None).await?.1)
     }
 }
 
@@ -154,11 +158,11 @@ impl CloudProvider for SimulatedProvider {
     }
 
     async fn instance_image(&self, instance: &ProviderId) -> Result<String> {
-        Ok(self.instance(instance).await?.image)
+        Ok(self.instance(instance, Some("image")).await?.image)
     }
 
     async fn instance_group(&self, instance: &ProviderId) -> Result<GroupId> {
-        Ok(GroupId(self.instance(instance).await?.group))
+        Ok(GroupId(self.instance(instance, Some("group")).await?.group))
     }
 
     async fn create_instance(&self, group: &GroupId) -> Result<Creation> {
@@ -187,7 +191,7 @@ impl CloudProvider for SimulatedProvider {
     }
 
     async fn instance_state(&self, instance: &ProviderId) -> Result<InstanceState> {
-        match self.instance(instance).await {
+        match self.instance(instance, None).await {
             Ok(instance) => Ok(instance.state),
             Err(Error::NotFound { .. }) => Ok(InstanceState::Terminated),
             Err(error) => Err(error),

@@ -8,7 +8,7 @@
 //! | `POST /groups/{group}/instances` | `201 {"instance": Instance}` or `202 {"token"}` |
 //! | `GET /groups/{group}/creations/{token}` | `{"instance": Instance or null}` |
 //! | `DELETE /groups/{group}/instances/{name}` | `{"alreadyGone": bool}` |
-//! | `GET /instances/{name}` | `Instance` |
+//! | `GET /instances/{name}` (its state), `GET /instances/{name}/image`, `GET /instances/{name}/group` | `Instance` |
 //!
 //! Errors are [`ErrorBody`] with the status of its [`ErrorCode`].
 

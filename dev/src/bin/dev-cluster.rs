@@ -20,7 +20,8 @@ struct Cli {
     /// Where to write the kubeconfig (default: a new temporary directory).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// Print one JSON line (`kubeconfig`, `url`, `hostsUrl`, `nodes`) instead of text.
+    /// Print one JSON line (`kubeconfig`, `url`, `hostsUrl`, `nodes`, `cloudUrl`, `cloudTag`, `scalingGroups`)
+    /// instead of text.
     #[arg(long)]
     json: bool,
     /// Log filter (`tracing` syntax), e.g. `info,dev=debug`.
@@ -47,9 +48,17 @@ async fn main() -> anyhow::Result<()> {
     };
     let kubeconfig = cluster.kubeconfig_path().display().to_string();
     let url = cluster.url().to_owned();
+    let groups: serde_json::Map<String, serde_json::Value> = cli
+        .cluster
+        .scaling_groups
+        .iter()
+        .map(|g| (g.name.clone(), serde_json::json!(cluster.cloud().instances_of(&g.name))))
+        .collect();
+    let tag = cluster.cloud().cluster_tag();
     if cli.json {
         let line = serde_json::json!({"kubeconfig": kubeconfig, "url": url, "hostsUrl": format!("{url}/_dev/hosts"),
-                                      "nodes": cluster.node_names()});
+                                      "nodes": cluster.node_names(), "cloudUrl": format!("{url}/_dev/cloud"),
+                                      "cloudTag": {"key": tag.key, "value": tag.value}, "scalingGroups": groups});
         println!("{line}");
     } else {
         println!(
@@ -60,6 +69,11 @@ async fn main() -> anyhow::Result<()> {
         println!("kubeconfig:      {kubeconfig}");
         println!("API server:      {url}");
         println!("simulated hosts: {url}/_dev/hosts   (agent: --host-backend simulated --simulated-hosts-url {url})");
+        if !groups.is_empty() {
+            let names: Vec<&String> = groups.keys().collect();
+            println!("scaling groups:  {names:?} (tag {}={})", tag.key, tag.value);
+            println!("simulated cloud: {url}/_dev/cloud   (provider: simulated, endpoint {url})");
+        }
         println!("try:             KUBECONFIG={kubeconfig} kubectl get nodes");
         println!("stop with Ctrl-C");
     }
