@@ -36,13 +36,16 @@ pub struct Timing {
     pub node_ready: Duration,
     /// How long a deleted (or stopped) cloud instance is `Terminating` (`Stopping`) before it is gone (stopped).
     pub instance_terminate: Duration,
+    /// How long a pod whose node is gone waits before the pod garbage collector fails and deletes it (upstream:
+    /// 40 s).
+    pub pod_gc_quarantine: Duration,
 }
 
 impl Timing {
     /// Everything quick, for tests: pods start in 100 ms, terminate within 500 ms, a stage takes 200 ms and a
     /// reboot 1 s; Job pods run 300 ms and a failed one is replaced after 100 ms (doubling); a cloud instance is
     /// created in 200 ms, registers its node 200 ms later, which is Ready 300 ms after that, and is deleted in
-    /// 300 ms.
+    /// 300 ms; pods of a node that is gone are deleted after 1 s.
     pub fn fast() -> Self {
         Timing {
             pod_startup: Duration::from_millis(100),
@@ -58,6 +61,7 @@ impl Timing {
             node_join: Duration::from_millis(200),
             node_ready: Duration::from_millis(300),
             instance_terminate: Duration::from_millis(300),
+            pod_gc_quarantine: Duration::from_secs(1),
         }
     }
 
@@ -65,7 +69,7 @@ impl Timing {
     /// stage takes 20 s and a reboot 45 s; node status every minute and leases every 10 s, as kubelets do; Job
     /// pods run 5 s and failed ones are replaced after upstream's 10 s backoff (doubling); a cloud instance takes
     /// 30 s to be created, its node registers 40 s later (boot and kubelet start) and is Ready 10 s after that
-    /// (network plugin), and a deletion takes 30 s.
+    /// (network plugin), and a deletion takes 30 s; pods of a node that is gone are deleted after upstream's 40 s.
     pub fn realistic() -> Self {
         Timing {
             pod_startup: Duration::from_secs(2),
@@ -81,6 +85,7 @@ impl Timing {
             node_join: Duration::from_secs(40),
             node_ready: Duration::from_secs(10),
             instance_terminate: Duration::from_secs(30),
+            pod_gc_quarantine: Duration::from_secs(40),
         }
     }
 }

@@ -171,6 +171,17 @@ async fn a_new_instance_registers_its_node_not_ready_then_ready_and_leaves_with_
     })
     .await;
 
+    // A pod on the node (tolerating the control-plane taint is not needed: it is bound directly).
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(cluster.client(), "default");
+    let pod = serde_json::from_value(json!({"metadata": {"name": "on-the-donor"},
+        "spec": {"nodeName": name, "containers": [{"name": "c", "image": "registry.example/app:1"}]}}))
+    .unwrap();
+    pods.create(&Default::default(), &pod).await.unwrap();
+    eventually("the pod runs on the new node", || async {
+        pods.get_opt("on-the-donor").await.unwrap().and_then(|p| p.status?.phase).as_deref() == Some("Running")
+    })
+    .await;
+
     assert_eq!(provider.delete_instance(&GroupId::from("cp"), &instance.provider_id).await.unwrap(), Deletion::Started);
     assert_eq!(provider.instance_state(&instance.provider_id).await.unwrap(), InstanceState::Terminating);
     wait_state(&provider, &instance.provider_id, InstanceState::Terminated).await;
@@ -180,6 +191,11 @@ async fn a_new_instance_registers_its_node_not_ready_then_ready_and_leaves_with_
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(cluster.hosts().state(&name).is_none(), "and no kubelet brought it back");
     assert!(!cluster.cloud().instances_of("cp").contains(&name));
+    // The pod garbage collector removes the pods of the node that is gone.
+    eventually("the pod of the gone node is deleted", || async {
+        pods.get_opt("on-the-donor").await.unwrap().is_none()
+    })
+    .await;
     cluster.shutdown().await;
 }
 
