@@ -211,7 +211,7 @@ pub fn find_member<'a>(members: &'a [Member], node: &str, addresses: &[String]) 
     }
     let by_address: Vec<&Member> = members
         .iter()
-        .filter(|m| m.peer_urls.iter().any(|url| host_of(url).is_some_and(|host| addresses.iter().any(|a| *a == host))))
+        .filter(|m| m.peer_urls.iter().any(|url| host_of(url).is_some_and(|host| addresses.contains(&host))))
         .collect();
     match by_address.as_slice() {
         [] => Ok(None),
