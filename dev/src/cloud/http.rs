@@ -13,6 +13,7 @@
 
 use super::{ControlError, SimulatedCloud};
 use crate::apiserver::core::DevRoutes;
+use crate::hosts::http::{message, parse};
 use bytes::Bytes;
 use cloud::Operation;
 use cloud::simulated::wire::{ErrorBody, ErrorCode, ImageBody};
@@ -27,20 +28,12 @@ pub struct CloudRoutes {
     cloud: SimulatedCloud,
 }
 
-fn message(status: u16, text: impl Into<String>) -> (u16, Value) {
-    (status, json!({"message": text.into()}))
-}
-
 fn control(result: Result<(), ControlError>, status: u16) -> (u16, Value) {
     match result {
         Ok(()) => (status, json!({})),
         Err(error @ ControlError::NotFound(_)) => message(404, error.to_string()),
         Err(error @ ControlError::Invalid(_)) => message(400, error.to_string()),
     }
-}
-
-fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, (u16, Value)> {
-    serde_json::from_slice(body).map_err(|e| message(400, format!("the request body is not valid: {e}")))
 }
 
 fn api<T: Serialize>(result: Result<T, ErrorBody>, status: u16) -> (u16, Value) {

@@ -14,7 +14,7 @@
 //!   again (a kubelet that still sees its node in a stale cache must not bring a deleted instance back).
 //! - Listeners learn of every change of a host's power state, boot or image.
 
-mod http;
+pub(crate) mod http;
 
 use crate::apiserver::object::new_uid;
 use crate::timing::Timing;
