@@ -18,10 +18,10 @@ use crate::apiserver::core::Core;
 use crate::apiserver::error::{ApiError, field_error};
 use crate::apiserver::object::{name_of, object_key};
 use crate::apiserver::resource::{Builtin, ResourceType, job, priority, service};
+use crate::apiserver::schema::{ErrorKind, FieldError};
 use crate::apiserver::state::State;
 use rand::Rng;
 use serde_json::{Value, json};
-use shared::schema::{ErrorKind, FieldError};
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
 
@@ -31,7 +31,7 @@ const RANDOM_PICKS: usize = 64;
 impl Core {
     /// Runs the steps of the module docs for a create (`old` is `None`) or an update of `object` through the
     /// main endpoint.
-    pub(crate) fn admit(
+    pub(crate) fn admit_builtin(
         &self,
         state: &State,
         rt: &ResourceType,

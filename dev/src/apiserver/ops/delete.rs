@@ -184,6 +184,8 @@ impl Core {
         }
         let dry_run = ctx.dry_run || options.dry_run.as_ref().is_some_and(|d| d.iter().any(|v| v == "All"));
         let old = current.value();
+        let admitted = Ctx { dry_run, ..*ctx };
+        self.admit(state, &admitted, rt, crate::apiserver::admission::Operation::Delete, "", None, Some(&old))?;
         let deleting = is_deleting(&old);
         let mut new = old.clone();
         if !deleting {

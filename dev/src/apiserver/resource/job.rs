@@ -18,9 +18,9 @@
 use super::strategy::{default_pod_spec, set_default, validate_containers};
 use crate::apiserver::error::field_error;
 use crate::apiserver::object::{metadata_mut, name_of};
+use crate::apiserver::schema::{ErrorKind, FieldError};
 use crate::apiserver::selector::label::LabelSelector;
 use serde_json::{Map, Value, json};
-use shared::schema::{ErrorKind, FieldError};
 
 /// The label every Job pod carries with the Job's uid, which the generated selector selects.
 pub const CONTROLLER_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";

@@ -4,8 +4,8 @@
 
 use super::strategy::set_default;
 use crate::apiserver::error::field_error;
+use crate::apiserver::schema::{ErrorKind, FieldError};
 use serde_json::{Value, json};
-use shared::schema::{ErrorKind, FieldError};
 
 /// The highest value a user-defined class may have.
 pub const HIGHEST_USER_DEFINABLE: i64 = 1_000_000_000;

@@ -13,8 +13,8 @@
 
 use super::strategy::set_default;
 use crate::apiserver::error::field_error;
+use crate::apiserver::schema::{ErrorKind, FieldError};
 use serde_json::{Map, Value, json};
-use shared::schema::{ErrorKind, FieldError};
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
 

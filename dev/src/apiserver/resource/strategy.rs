@@ -10,23 +10,19 @@ use super::{Behavior, Builtin, ResourceType};
 use super::{job, priority, service};
 use crate::apiserver::error::{ApiError, field_error};
 use crate::apiserver::object::{metadata_mut, name_of};
+use crate::apiserver::schema::{ErrorKind, FieldError};
 use crate::apiserver::selector::label::{self, LabelSelector, is_dns_label, is_dns_subdomain};
-use k8s_openapi::api::{apps, batch, coordination, core, events, policy, scheduling};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
-use shared::schema::{ErrorKind, FieldError};
 
-fn roundtrip<T: Serialize + DeserializeOwned>(rt: &ResourceType, value: Value) -> Result<Value, ApiError> {
-    let typed: T = serde_json::from_value(value).map_err(|e| {
+/// What decoding into the kind's type said, as the 400 upstream sends when a body does not decode.
+fn decoded(rt: &ResourceType, result: Result<Value, serde_json::Error>) -> Result<Value, ApiError> {
+    result.map_err(|e| {
         ApiError::bad_request(format!(
             "{} in version \"{}\" cannot be handled as a {}: {e}",
             rt.kind, rt.version, rt.kind
         ))
-    })?;
-    serde_json::to_value(typed).map_err(|e| ApiError::internal(e.to_string()))
+    })
 }
 
 /// Decodes `object` as the kind does: through the Go-equivalent type for built-ins, pruning and defaulting for
@@ -38,32 +34,12 @@ pub fn normalize(rt: &ResourceType, mut object: Value) -> Result<Value, ApiError
     fields.remove("apiVersion");
     fields.remove("kind");
     let mut object = match &rt.behavior {
-        Behavior::Builtin(kind) => match kind {
-            Builtin::Namespace => roundtrip::<core::v1::Namespace>(rt, object)?,
-            Builtin::Node => roundtrip::<core::v1::Node>(rt, object)?,
-            Builtin::Pod => roundtrip::<core::v1::Pod>(rt, object)?,
-            Builtin::ConfigMap => roundtrip::<core::v1::ConfigMap>(rt, object)?,
-            Builtin::Secret => roundtrip::<core::v1::Secret>(rt, object)?,
-            Builtin::ServiceAccount => roundtrip::<core::v1::ServiceAccount>(rt, object)?,
-            Builtin::Service => roundtrip::<core::v1::Service>(rt, object)?,
-            Builtin::PriorityClass => roundtrip::<scheduling::v1::PriorityClass>(rt, object)?,
-            Builtin::Job => roundtrip::<batch::v1::Job>(rt, object)?,
-            Builtin::CoreEvent => roundtrip::<core::v1::Event>(rt, object)?,
-            Builtin::Event => roundtrip::<events::v1::Event>(rt, object)?,
-            Builtin::PodDisruptionBudget => roundtrip::<policy::v1::PodDisruptionBudget>(rt, object)?,
-            Builtin::Lease => roundtrip::<coordination::v1::Lease>(rt, object)?,
-            Builtin::Deployment => roundtrip::<apps::v1::Deployment>(rt, object)?,
-            Builtin::ReplicaSet => roundtrip::<apps::v1::ReplicaSet>(rt, object)?,
-            Builtin::StatefulSet => roundtrip::<apps::v1::StatefulSet>(rt, object)?,
-            Builtin::DaemonSet => roundtrip::<apps::v1::DaemonSet>(rt, object)?,
-            Builtin::ControllerRevision => roundtrip::<apps::v1::ControllerRevision>(rt, object)?,
-            Builtin::CustomResourceDefinition => roundtrip::<CustomResourceDefinition>(rt, object)?,
-        },
+        Behavior::Builtin(kind) => decoded(rt, (kind.kind_type().decode)(object))?,
         Behavior::Custom(custom) => {
             let metadata = object.get("metadata").cloned().unwrap_or_else(|| json!({}));
-            let metadata = roundtrip::<ObjectMeta>(rt, metadata)?;
+            let metadata = decoded(rt, serde_json::from_value::<ObjectMeta>(metadata).and_then(serde_json::to_value))?;
             if let Some(schema) = &custom.schema {
-                shared::schema::prune_and_default(schema, &mut object);
+                crate::apiserver::schema::prune_and_default(schema, &mut object);
             }
             metadata_mut(&mut object).clone_from(metadata.as_object().unwrap_or(&Map::new()));
             object
@@ -72,12 +48,21 @@ pub fn normalize(rt: &ResourceType, mut object: Value) -> Result<Value, ApiError
     if let Some(fields) = object.as_object_mut() {
         fields.insert("apiVersion".into(), json!(rt.api_version()));
         fields.insert("kind".into(), json!(rt.kind));
+        // A Node's spec and status are Go structs, not pointers: the real server always serves them, `{}` when
+        // empty (admission policies compare `object.spec` and would fail on a missing key).
+        if rt.is(Builtin::Node) {
+            fields.entry("spec").or_insert_with(|| json!({}));
+            fields.entry("status").or_insert_with(|| json!({}));
+        }
     }
     Ok(object)
 }
 
 /// Resets what a create may not set and fills the defaults (upstream `PrepareForCreate` plus defaulting).
 pub fn prepare_create(rt: &ResourceType, object: &mut Value) {
+    if let Some(kind) = rt.builtin() {
+        crate::apiserver::admission::validation::default(kind, object);
+    }
     match &rt.behavior {
         Behavior::Custom(_) => {
             if rt.status_subresource
@@ -150,6 +135,9 @@ pub fn prepare_create(rt: &ResourceType, object: &mut Value) {
 /// Updates through the main endpoint keep what that endpoint may not change: the status (when the kind has a
 /// status subresource) and, for namespaces, `spec.finalizers`. Pod template defaults apply to updates too.
 pub fn prepare_update(rt: &ResourceType, old: &Value, new: &mut Value) {
+    if let Some(kind) = rt.builtin() {
+        crate::apiserver::admission::validation::default(kind, new);
+    }
     if rt.status_subresource {
         copy_field(old, new, "status");
     }
@@ -250,7 +238,8 @@ pub fn generation_changes(rt: &ResourceType, old: &Value, new: &Value) -> bool {
     }
 }
 
-const SUBDOMAIN_MESSAGE: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+/// `utilvalidation.IsDNS1123Subdomain`'s message.
+pub(crate) const SUBDOMAIN_MESSAGE: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 const LABEL_MESSAGE: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 
 /// Validates a new object (`old` is `None`) or an update. An empty result means valid.
@@ -273,7 +262,7 @@ pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<F
     match &rt.behavior {
         Behavior::Custom(custom) => {
             if let Some(schema) = &custom.schema {
-                errors.extend(shared::schema::validate(schema, object));
+                errors.extend(crate::apiserver::schema::validate(schema, object));
             }
         }
         Behavior::Builtin(kind) => match kind {
@@ -287,6 +276,9 @@ pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<F
             Builtin::Job => errors.extend(job::validate(object, old)),
             Builtin::Service => errors.extend(service::validate(object, old)),
             Builtin::PriorityClass => errors.extend(priority::validate(object, old)),
+            kind if kind.is_rbac() || kind.is_admission_policy() => {
+                errors.extend(crate::apiserver::admission::validation::validate(*kind, object, old));
+            }
             _ => {}
         },
     }
