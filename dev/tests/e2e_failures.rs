@@ -66,7 +66,7 @@ async fn an_update_failing_on_a_node_is_counted_and_spends_the_failure_budget() 
             },
         )
         .unwrap();
-    let observer = Observer::start(cluster.client(), Limits { max_disrupted: 1, check_pdbs: true });
+    let observer = Observer::start(cluster.client(), Limits::new(1, true));
     let agents = start_agents(&cluster);
     let controller = harness::controller(cluster.url(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 1, "failureBudget": 1}));
@@ -148,7 +148,7 @@ async fn a_pdb_that_never_allows_eviction_blocks_its_nodes_and_the_rollout_goes_
     let store = cluster.store();
     pin_unevictable_pods(&store);
     let pinned = pinned_nodes(&store).await;
-    let observer = Observer::start(cluster.client(), Limits { max_disrupted: 2, check_pdbs: true });
+    let observer = Observer::start(cluster.client(), Limits::new(2, true));
     let agents = start_agents(&cluster);
     let controller = harness::controller(cluster.url(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 2, "drainTimeout": "3s", "onDrainTimeout": "Continue"}));

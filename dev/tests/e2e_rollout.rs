@@ -16,7 +16,7 @@ use support::{create_version, eventually, full_cluster, node_names, rolled_out, 
 async fn a_rollout_updates_every_node_without_breaking_an_invariant() {
     let cluster = full_cluster().await;
     let store = cluster.store();
-    let observer = Observer::start(cluster.client(), Limits { max_disrupted: 2, check_pdbs: true });
+    let observer = Observer::start(cluster.client(), Limits::new(2, true));
     let agents = start_agents(&cluster);
     let controller = harness::controller(cluster.url(), harness::controller_options("c1"));
     let pods_before: Vec<(String, String)> = store
