@@ -79,6 +79,8 @@ pub struct Observed {
     /// Each node's steps, in order, with the time the observer saw them.
     pub timeline: BTreeMap<String, Vec<(Timestamp, Step)>>,
     pub violations: Vec<String>,
+    /// Nodes seen holding an intent the protocol cannot read (whether or not that is a violation).
+    pub unreadable: std::collections::BTreeSet<String>,
     pub max_disrupted_seen: usize,
     pub max_control_plane_disrupted_seen: usize,
     pub events: u64,
@@ -211,6 +213,9 @@ impl Observed {
         let intent = match ControllerAnnotations::read(&annotations) {
             Ok(c) => c.intent,
             Err(unreadable) => {
+                if unreadable.intent_present {
+                    self.unreadable.insert(name.clone());
+                }
                 if limits.readable_intents && unreadable.intent_present {
                     self.violation(format!("{name} holds an intent the protocol cannot read: {unreadable}"));
                 }
@@ -395,5 +400,6 @@ mod tests {
         let lenient = Limits { readable_intents: false, ..Limits::new(5, false) };
         see(&mut o, &lenient, node("a", true, false, Some(("stage", "v2 "))));
         assert!(o.violations.is_empty());
+        assert_eq!(o.unreadable.iter().collect::<Vec<_>>(), ["a"]);
     }
 }

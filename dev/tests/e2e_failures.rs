@@ -75,8 +75,8 @@ async fn an_update_failing_on_a_node_is_counted_and_spends_the_failure_budget() 
     let (status, reason, message) = condition(&s, "Failed");
     assert_eq!((status.as_str(), reason.as_str()), ("True", "NodesFailed"));
     assert!(message.contains("worker-1: StageFailed") && message.contains("sha256 mismatch"), "{message}");
-    let (_, progressing, _) = condition(&s, "Progressing");
-    assert_eq!(progressing, "FailureBudgetExhausted");
+    let (status, progressing, _) = condition(&s, "Progressing");
+    assert_eq!((status.as_str(), progressing.as_str()), ("False", "FailureBudgetExhausted"));
     // No node started after the failure, and the failed node was never cordoned.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let s = current(&store);
@@ -231,10 +231,25 @@ async fn a_node_that_never_returns_from_its_reboot_fails_at_the_deadline() {
             &Default::default(),
         )
         .unwrap();
-    settled(&store, "the rollout of the others", |s| s.counts.up_to_date == 12).await;
+    let s = settled(&store, "the rollout of the others", |s| s.counts.up_to_date == 12).await;
     for name in node_names(&store).into_iter().filter(|n| n != "worker-0") {
         assert_eq!(cluster.hosts().facts(&name).unwrap().os_image, "v2", "{name}");
     }
+    // Never Complete while a node is failed: nothing can move, and the status says so.
+    let (status, reason, message) = condition(&s, "Progressing");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "NodesFailed"), "{message}");
+    // The node comes back after all, on the target: its intent=failed is cleared, so that the
+    // annotations and the counts agree, and the rollout is complete.
+    // As on a real host, its agent starts afresh after the boot.
+    cluster.hosts().set_faults("worker-0", HostFaults::default()).unwrap();
+    cluster.hosts().power_on("worker-0").unwrap();
+    let (old, mut agents): (Vec<_>, Vec<_>) = agents.into_iter().partition(|a| a.name() == "agent worker-0");
+    stop_all(old).await;
+    agents.push(harness::agent(cluster.url(), "worker-0"));
+    let s = settled(&store, "worker-0 back", |s| s.counts.up_to_date == 13).await;
+    assert_eq!(s.counts.failed, 0);
+    assert_eq!(condition(&s, "Progressing").1, "Complete");
+    assert_eq!(annotation(&node(&store, "worker-0"), keys::INTENT), None);
     controller.stop(Duration::from_secs(15)).await.unwrap();
     stop_all(agents).await;
     cluster.shutdown().await;
