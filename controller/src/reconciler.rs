@@ -498,6 +498,12 @@ mod tests {
             self.seen().into_iter().filter(|s| s.method == Method::PATCH && s.path == path).map(|s| s.body).collect()
         }
 
+        /// The last status written (the value of its JSON patch).
+        fn last_status(&self) -> Value {
+            let statuses = self.seen().into_iter().filter(|s| s.path.ends_with("/status"));
+            statuses.last().map(|s| s.body[0]["value"].clone()).expect("a status was written")
+        }
+
         fn events(&self) -> Vec<Value> {
             self.seen().into_iter().filter(|s| s.method == Method::POST).map(|s| s.body).collect()
         }
@@ -601,21 +607,28 @@ mod tests {
         json!({"update.edgeless.systems/os-image": image, "update.edgeless.systems/boot-id": "b0"})
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_stage_deadline_fails_the_node_without_any_watch_event() {
-        let fake = FakeApi::default();
+    /// A node on v1 asked to stage v2 at `WALL`, its agent busy with it or not.
+    fn staging(busy: bool) -> Value {
         let mut annotations = agent_reported("v1");
-        for (k, v) in [
+        let mut keys = vec![
             ("update.edgeless.systems/intent", "stage"),
             ("update.edgeless.systems/intent-target", "v2"),
             ("update.edgeless.systems/intent-token", "t1"),
             ("update.edgeless.systems/intent-since", WALL),
-            ("update.edgeless.systems/state", "busy"),
-            ("update.edgeless.systems/state-token", "t1"),
-        ] {
+        ];
+        if busy {
+            keys.extend([("update.edgeless.systems/state", "busy"), ("update.edgeless.systems/state-token", "t1")]);
+        }
+        for (k, v) in keys {
             annotations[k] = json!(v);
         }
-        let nodes = [node("w1", json!({"update.edgeless.systems/managed": "true"}), annotations)];
+        annotations
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stage_deadline_fails_the_node_without_any_watch_event() {
+        let fake = FakeApi::default();
+        let nodes = [node("w1", json!({"update.edgeless.systems/managed": "true"}), staging(true))];
         let versions = [version(json!({"image": "v2", "rollout": {"stageTimeout": "1m"}}), json!({}))];
         let leading = Leading::start(reconciler(&fake, &nodes, &versions));
         settle().await;
@@ -638,13 +651,7 @@ mod tests {
         let versions = [version(json!({"image": "v2"}), json!({}))];
         let leading = Leading::start(reconciler(&fake, &nodes, &versions));
         settle().await;
-        let statuses: Vec<Value> = fake
-            .seen()
-            .into_iter()
-            .filter(|s| s.path.ends_with("/status"))
-            .map(|s| s.body[0]["value"].clone())
-            .collect();
-        let last = statuses.last().expect("a status was written");
+        let last = fake.last_status();
         assert_eq!(last["heldBack"][0]["name"], "w1");
         assert_eq!(last["heldBack"][0]["reason"], "NoAgentReport");
         let progressing = last["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Progressing").unwrap();
@@ -689,17 +696,8 @@ mod tests {
         // Recorded: pool=a nodes, stage for an hour. Now: a bad cron. Under the defaults the node
         // (not labelled managed) would be released as not selected, and failed after 30 minutes.
         let fake = FakeApi::default();
-        let mut annotations = agent_reported("v1");
-        for (k, v) in [
-            ("update.edgeless.systems/intent", "stage"),
-            ("update.edgeless.systems/intent-target", "v2"),
-            ("update.edgeless.systems/intent-token", "t1"),
-            ("update.edgeless.systems/intent-since", WALL),
-        ] {
-            annotations[k] = json!(v);
-        }
         let nodes =
-            [node("a1", json!({"pool": "a"}), annotations), node("a2", json!({"pool": "a"}), agent_reported("v1"))];
+            [node("a1", json!({"pool": "a"}), staging(false)), node("a2", json!({"pool": "a"}), agent_reported("v1"))];
         let recorded =
             json!({"image": "v2", "rollout": {"stageTimeout": "1h", "nodeSelector": {"matchLabels": {"pool": "a"}}}});
         let mut broken = recorded.clone();
@@ -711,13 +709,7 @@ mod tests {
         settle().await;
         assert!(fake.node_patches("a1").is_empty(), "{:?}", fake.node_patches("a1"));
         assert!(fake.node_patches("a2").is_empty(), "a new node started under an invalid spec");
-        let statuses: Vec<Value> = fake
-            .seen()
-            .into_iter()
-            .filter(|s| s.path.ends_with("/status"))
-            .map(|s| s.body[0]["value"].clone())
-            .collect();
-        let last = statuses.last().unwrap();
+        let last = fake.last_status();
         assert_eq!(last["lastValidSpec"]["generation"], 1, "the record was kept");
         assert_eq!(last["inFlight"][0]["name"], "a1");
         let progressing = last["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Progressing").unwrap();
