@@ -500,8 +500,8 @@ mod tests {
 
         /// The last status written (the value of its JSON patch).
         fn last_status(&self) -> Value {
-            let statuses = self.seen().into_iter().filter(|s| s.path.ends_with("/status"));
-            statuses.last().map(|s| s.body[0]["value"].clone()).expect("a status was written")
+            let mut statuses = self.seen().into_iter().filter(|s| s.path.ends_with("/status"));
+            statuses.next_back().map(|s| s.body[0]["value"].clone()).expect("a status was written")
         }
 
         fn events(&self) -> Vec<Value> {
