@@ -208,3 +208,156 @@ fn condition(
         last_transition_time,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Counts, Held, InFlight, Policy, SpecState, ValidSpec};
+    use shared::protocol::Step;
+    use std::sync::Arc;
+
+    fn rollout() -> Rollout {
+        let spec = ValidSpec {
+            generation: 3,
+            target: "v2".into(),
+            policy: Policy::default(),
+            raw: serde_json::json!({"image": "v2"}),
+        };
+        Rollout { name: "nv".into(), spec: SpecState::Valid(Arc::new(spec)) }
+    }
+
+    fn now() -> Timestamp {
+        "2026-11-21T10:05:00Z".parse().unwrap()
+    }
+
+    fn plan(counts: Counts) -> Plan {
+        Plan { counts, ..Default::default() }
+    }
+
+    fn get<'a>(s: &'a NodeVersionStatus, type_: &str) -> &'a Condition {
+        s.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    fn progressing(p: &Plan) -> (String, String, String) {
+        let s = compute(p, &rollout(), Some(3), None, now());
+        let c = get(&s, PROGRESSING);
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    /// Progressing's status and reason.
+    fn state(p: &Plan) -> (String, String) {
+        let (status, reason, _) = progressing(p);
+        (status, reason)
+    }
+
+    fn rolling() -> Plan {
+        Plan {
+            counts: Counts { total: 4, up_to_date: 1, outdated: 1, in_progress: 1, failed: 1, ..Default::default() },
+            in_flight: vec![InFlight {
+                node: "w2".into(),
+                step: Step::Drain,
+                since: "2026-11-21T10:00:00.300Z".parse().unwrap(),
+            }],
+            failed: vec![Problem { node: "w3".into(), message: "StageFailed: sha256 mismatch".into() }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn conditions_name_failed_nodes_and_reasons() {
+        let s = compute(&rolling(), &rollout(), Some(3), None, now());
+        assert_eq!(get(&s, FAILED).status, "True");
+        assert_eq!(get(&s, FAILED).message, "1 node(s) failed: w3: StageFailed: sha256 mismatch");
+        assert_eq!(get(&s, PROGRESSING).reason, "RollingOut");
+        assert_eq!(get(&s, UP_TO_DATE).reason, "NodesOutdated");
+        assert_eq!(get(&s, BLOCKED).status, "False");
+        assert_eq!(get(&s, SELECTOR_OVERLAP).reason, "NoOverlap");
+        assert_eq!((s.in_flight[0].name.as_str(), s.in_flight[0].step.as_str()), ("w2", "drain"));
+        assert_eq!(s.counts.total, 4);
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(s.target_image.as_deref(), Some("v2"));
+        assert_eq!(s.last_valid_spec.map(|l| l.generation), Some(3));
+    }
+
+    #[test]
+    fn an_unchanged_plan_gives_an_identical_status() {
+        let first = compute(&rolling(), &rollout(), Some(3), None, now());
+        let later: Timestamp = "2026-11-21T11:00:00Z".parse().unwrap();
+        assert_eq!(first, compute(&rolling(), &rollout(), Some(3), Some(&first), later));
+    }
+
+    #[test]
+    fn progressing_is_never_complete_while_a_node_is_failed_blocked_or_outdated() {
+        let settled = |up_to_date, outdated, failed, blocked| {
+            plan(Counts {
+                total: up_to_date + outdated + failed + blocked,
+                up_to_date,
+                outdated,
+                failed,
+                blocked,
+                ..Default::default()
+            })
+        };
+        assert_eq!(progressing(&settled(4, 0, 0, 0)).1, "Complete");
+        assert_eq!(state(&settled(3, 0, 1, 0)), ("False".into(), "NodesFailed".into()));
+        assert_eq!(state(&settled(3, 0, 0, 1)), ("False".into(), "NodesBlocked".into()));
+        let (status, reason, message) = progressing(&settled(3, 1, 0, 0));
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "NodesHeldBack"), "{message}");
+        assert_eq!(progressing(&settled(0, 0, 0, 0)).2, "the node selector selects no node");
+    }
+
+    #[test]
+    fn progressing_turns_false_with_the_reason_nothing_can_move() {
+        // Every outdated node held back for the same reason: that reason, naming them.
+        let mut p = plan(Counts { total: 3, up_to_date: 1, outdated: 2, held_back: 2, ..Default::default() });
+        p.held = ["w1", "w2"]
+            .map(|n| Held { node: n.into(), hold: Hold::new(Reason::NoAgentReport, "its agent never reported") })
+            .to_vec();
+        let (status, reason, message) = progressing(&p);
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "NoAgentReport"));
+        assert!(
+            message.starts_with("2 node(s) held back: w1 (NoAgentReport: its agent never reported); w2"),
+            "{message}"
+        );
+        // Different reasons: NodesHeldBack.
+        p.held[1].hold = Hold::new(Reason::NodeNotReady, "the node is NotReady");
+        assert_eq!(progressing(&p).1, "NodesHeldBack");
+        // A gate wins over the nodes' own reasons, and says it while nodes in flight finish.
+        p.hold = Some(Hold::new(Reason::Paused, "spec.rollout.paused is true"));
+        assert_eq!(state(&p), ("False".into(), "Paused".into()));
+        p.counts.in_progress = 1;
+        assert_eq!(state(&p), ("True".into(), "Paused".into()));
+    }
+
+    #[test]
+    fn held_back_nodes_are_listed_up_to_a_limit_and_overlaps_named() {
+        let mut p = plan(Counts { total: 60, outdated: 60, held_back: 60, ..Default::default() });
+        p.held = (0..60)
+            .map(|i| Held { node: format!("w{i:02}"), hold: Hold::new(Reason::SelectorOverlap, "older") })
+            .collect();
+        p.overlap = (0..60).map(|i| (format!("w{i:02}"), "pool-a".to_string())).collect();
+        let s = compute(&p, &rollout(), Some(3), None, now());
+        assert_eq!(s.held_back.len(), MAX_HELD_LISTED);
+        assert_eq!(s.counts.held_back, 60);
+        let overlap = get(&s, SELECTOR_OVERLAP);
+        assert_eq!((overlap.status.as_str(), overlap.reason.as_str()), ("True", "SelectorOverlap"));
+        assert!(
+            overlap.message.contains("older NodeVersion(s) pool-a") && overlap.message.ends_with("and 55 more"),
+            "{}",
+            overlap.message
+        );
+    }
+
+    #[test]
+    fn without_a_valid_spec_the_status_says_so_and_keeps_no_record() {
+        let invalid = Rollout {
+            name: "nv".into(),
+            spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None },
+        };
+        let p = Plan { hold: Some(Hold::new(Reason::InvalidSpec, "spec.image: bad")), ..Default::default() };
+        let s = compute(&p, &invalid, Some(4), None, now());
+        assert_eq!(get(&s, PROGRESSING).reason, "InvalidSpec");
+        assert_eq!(get(&s, UP_TO_DATE).reason, "InvalidSpec");
+        assert_eq!((s.target_image, s.last_valid_spec), (None, None));
+    }
+}
