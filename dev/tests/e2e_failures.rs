@@ -73,7 +73,7 @@ async fn an_update_failing_on_a_node_is_counted_and_spends_the_failure_budget() 
         .unwrap();
     let observer = Observer::start(cluster.client(), Limits::new(1, true));
     let agents = start_agents(&cluster);
-    let controller = harness::controller(cluster.url(), harness::controller_options("c1"));
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 1, "failureBudget": 1}));
 
     let s = settled(&store, "the rollout to stop at the failure", |s| s.counts.failed == 1).await;
@@ -155,7 +155,7 @@ async fn a_pdb_that_never_allows_eviction_blocks_its_nodes_and_the_rollout_goes_
     let pinned = pinned_nodes(&store).await;
     let observer = Observer::start(cluster.client(), Limits::new(2, true));
     let agents = start_agents(&cluster);
-    let controller = harness::controller(cluster.url(), harness::controller_options("c1"));
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 2, "drainTimeout": "3s", "onDrainTimeout": "Continue"}));
 
     let s =
@@ -189,7 +189,7 @@ async fn a_drain_timeout_with_stop_starts_no_new_node() {
     pinned_nodes(&store).await;
     let observer = Observer::start(cluster.client(), Limits::new(1, true));
     let agents = start_agents(&cluster);
-    let controller = harness::controller(cluster.url(), harness::controller_options("c1"));
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 1, "drainTimeout": "3s", "onDrainTimeout": "Stop"}));
 
     let s = settled(&store, "the rollout to stop", |s| s.counts.blocked == 1).await;
@@ -225,7 +225,7 @@ async fn a_node_that_never_returns_from_its_reboot_fails_at_the_deadline() {
     let store = cluster.store();
     cluster.hosts().set_faults("worker-0", HostFaults { reboot_never_returns: true, ..Default::default() }).unwrap();
     let agents = start_agents(&cluster);
-    let controller = harness::controller(cluster.url(), harness::controller_options("c1"));
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 1, "rebootTimeout": "4s", "failureBudget": 5}));
 
     let s = settled(&store, "the failure", |s| s.counts.failed == 1).await;
@@ -265,7 +265,7 @@ async fn a_node_that_never_returns_from_its_reboot_fails_at_the_deadline() {
     cluster.hosts().power_on("worker-0").unwrap();
     let (old, mut agents): (Vec<_>, Vec<_>) = agents.into_iter().partition(|a| a.name() == "agent worker-0");
     stop_all(old).await;
-    agents.push(harness::agent(cluster.url(), "worker-0"));
+    agents.push(harness::agent(cluster.operator(), "worker-0"));
     let s = settled(&store, "worker-0 back", |s| s.counts.up_to_date == 13).await;
     assert_eq!(s.counts.failed, 0);
     assert_eq!(condition(&s, "Progressing").1, "Complete");

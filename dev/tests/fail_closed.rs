@@ -17,7 +17,7 @@ use shared::crd::NodeVersion;
 use shared::protocol::{Step, keys};
 use std::collections::BTreeSet;
 use std::time::Duration;
-use support::{bare_cluster, condition_of, create_version, eventually, fake_agents, rolled_out, status_of};
+use support::{bare_cluster, condition_of, create_version, eventually, fake_agents, operator, rolled_out, status_of};
 
 const VERSION: &str = "constellation-version";
 
@@ -44,7 +44,7 @@ async fn a_bad_image_and_a_bad_cron_mid_rollout_across_a_new_leader_start_nothin
     }
     let observer = Observer::start(server.client(), Limits::new(2, false));
     let agents = fake_agents(&server, &names, "v1", Duration::from_secs(2));
-    let controller = harness::controller(server.url(), harness::controller_options("c1"));
+    let controller = harness::controller(&operator(&server), harness::controller_options("c1"));
     create_version(
         &store,
         "v2",
@@ -72,7 +72,7 @@ async fn a_bad_image_and_a_bad_cron_mid_rollout_across_a_new_leader_start_nothin
         &store,
         json!({"spec": {"rollout": {"maintenanceWindow": {"schedule": "61 * * * *", "duration": "1h"}}}}),
     );
-    let controller = harness::controller(server.url(), harness::controller_options("c2"));
+    let controller = harness::controller(&operator(&server), harness::controller_options("c2"));
     let seen = eventually(Duration::from_secs(30), "the new leader's InvalidSpec", || {
         let s = status_of(&store, VERSION);
         let (_, reason, message) = condition_of(&s, "Progressing")?;
@@ -159,7 +159,7 @@ async fn unreadable_intents_are_never_written_and_those_left_behind_are_recovere
     }
     let observer = Observer::start(server.client(), Limits { readable_intents: false, ..Limits::new(2, false) });
     let agents = fake_agents(&server, &names, "v1", Duration::from_millis(50));
-    let controller = harness::controller(server.url(), harness::controller_options("c1"));
+    let controller = harness::controller(&operator(&server), harness::controller_options("c1"));
     // The old CRD lets the bad image through; the controller refuses it, naming the field.
     create_version(&store, "v2 ", json!({"maxUnavailable": 2}));
     let message = eventually(Duration::from_secs(30), "InvalidSpec for spec.image", || {

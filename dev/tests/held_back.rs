@@ -10,7 +10,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::ListParams;
 use serde_json::json;
 use std::time::Duration;
-use support::{bare_cluster, condition_of, create_version, eventually, fake_agents, rolled_out, status_of};
+use support::{bare_cluster, condition_of, create_version, eventually, fake_agents, operator, rolled_out, status_of};
 
 const VERSION: &str = "constellation-version";
 
@@ -27,7 +27,7 @@ async fn an_opted_in_node_without_an_agent_is_named_in_status_and_an_event_withi
     let observer = Observer::start(server.client(), Limits::new(1, false));
     // No agent on w-2 (no agent pod, a crash loop, unreadable host facts: it never reports).
     let agents = fake_agents(&server, &["w-0", "w-1"], "v1", Duration::from_millis(50));
-    let controller = harness::controller(server.url(), harness::controller_options("c1"));
+    let controller = harness::controller(&operator(&server), harness::controller_options("c1"));
     create_version(&store, "v2", json!({}));
     let started = std::time::Instant::now();
 
@@ -75,7 +75,7 @@ async fn a_control_plane_node_without_an_agent_is_named_as_what_every_worker_wai
     let server = bare_cluster(&["cp-0", "w-0", "w-1"]).await;
     let store = server.store();
     let agents = fake_agents(&server, &["w-0", "w-1"], "v1", Duration::from_millis(50));
-    let controller = harness::controller(server.url(), harness::controller_options("c1"));
+    let controller = harness::controller(&operator(&server), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 2}));
     let (status, reason, message) = eventually(Duration::from_secs(30), "the workers' hold", || {
         let c = condition_of(&status_of(&store, VERSION), "Progressing")?;

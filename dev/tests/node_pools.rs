@@ -13,7 +13,7 @@ use serde_json::json;
 use shared::crd::NodeVersion;
 use shared::protocol::keys;
 use std::time::Duration;
-use support::{bare_cluster, condition_of, eventually, fake_agents, status_of};
+use support::{bare_cluster, condition_of, eventually, fake_agents, operator, status_of};
 
 fn create(store: &Store, name: &str, image: &str, selector: Option<serde_json::Value>) {
     let mut rollout = json!({"maxUnavailable": 1});
@@ -52,7 +52,7 @@ async fn pools_roll_out_side_by_side_and_an_overlapping_nodeversion_touches_no_s
     // One node per pool at a time, and a second pool's node beside it.
     let observer = Observer::start(server.client(), Limits::new(2, false));
     let agents = fake_agents(&server, &names, "v1", Duration::from_millis(50));
-    let controller = harness::controller(server.url(), harness::controller_options("c1"));
+    let controller = harness::controller(&operator(&server), harness::controller_options("c1"));
     create(&store, "pool-a", "v2", Some(json!({"pool": "a"})));
     create(&store, "pool-b", "v3", Some(json!({"pool": "b"})));
     // Creation times have whole seconds: make "everything" visibly the newest.
