@@ -1,6 +1,8 @@
 //! Code both the controller and the agent use: the custom resource types and the node annotation
 //! protocol.
 
+pub mod components;
 pub mod crd;
 pub mod probes;
 pub mod protocol;
+pub mod version;
