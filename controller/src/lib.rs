@@ -8,6 +8,7 @@ pub mod executor;
 pub mod leader;
 pub mod metrics;
 pub mod nodes;
+pub mod notices;
 pub mod policy;
 pub mod reconciler;
 pub mod status;

@@ -20,7 +20,7 @@ async fn repeats_fold_into_a_series_and_other_events_stand_alone() {
         events.publish(version(), Some(node_reference("n1", None)), Reason::Draining, "draining n1".into(), "Drain");
     }
     events.publish(version(), Some(node_reference("n2", None)), Reason::Draining, "draining n2".into(), "Drain");
-    events.publish(node_reference("n1", None), None, Reason::Drained, "drained".into(), "Drain");
+    events.publish(node_reference("n1", None), None, Reason::RebootRequested, "drained".into(), "Reboot");
     let api: Api<Event> = Api::namespaced(client.clone(), "default");
     let list = || async { api.list(&ListParams::default()).await.unwrap().items };
     eventually("five publishes as three Events", || async {
@@ -36,7 +36,7 @@ async fn repeats_fold_into_a_series_and_other_events_stand_alone() {
     assert_eq!(n1.reporting_instance.as_deref(), Some("replica-a"));
     let n2 = items.iter().find(|e| e.related.as_ref().and_then(|r| r.name.as_deref()) == Some("n2")).unwrap();
     assert!(n2.series.is_none());
-    let drained = items.iter().find(|e| e.reason.as_deref() == Some("Drained")).unwrap();
+    let drained = items.iter().find(|e| e.reason.as_deref() == Some("RebootRequested")).unwrap();
     assert_eq!(drained.regarding.as_ref().and_then(|r| r.kind.as_deref()), Some("Node"));
     assert_eq!(drained.type_.as_deref(), Some("Normal"));
 }

@@ -22,9 +22,10 @@ use kube::api::EvictParams;
 use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
+use parking_lot::Mutex;
 use shared::crd::DrainOptions;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinSet;
@@ -73,18 +74,18 @@ impl Drains {
 
     /// What the drain of `node` has achieved.
     pub fn progress(&self, node: &str) -> DrainProgress {
-        lock(&self.progress).get(node).cloned().unwrap_or_default()
+        self.progress.lock().get(node).cloned().unwrap_or_default()
     }
 
     /// Starts draining `node` unless a drain task already runs for it.
     pub fn ensure(&self, node: &str, options: DrainOptions) {
-        let mut tasks = lock(&self.tasks);
+        let mut tasks = self.tasks.lock();
         if tasks.contains_key(node) {
             return;
         }
         let cancel = CancellationToken::new();
         tasks.insert(node.to_owned(), cancel.clone());
-        lock(&self.progress).insert(node.to_owned(), DrainProgress::Running { waiting_on: None });
+        self.progress.lock().insert(node.to_owned(), DrainProgress::Running { waiting_on: None });
         let task = DrainTask {
             node: node.to_owned(),
             options,
@@ -106,16 +107,16 @@ impl Drains {
 
     /// Stops the drain of `node` (if any) and forgets its progress.
     pub fn stop(&self, node: &str) {
-        if let Some(cancel) = lock(&self.tasks).remove(node) {
+        if let Some(cancel) = self.tasks.lock().remove(node) {
             cancel.cancel();
             tracing::info!(node, "drain stopped");
         }
-        lock(&self.progress).remove(node);
+        self.progress.lock().remove(node);
     }
 
     /// Stops every drain whose node `keep` rejects.
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
-        let gone: Vec<String> = lock(&self.tasks).keys().filter(|n| !keep(n)).cloned().collect();
+        let gone: Vec<String> = self.tasks.lock().keys().filter(|n| !keep(n)).cloned().collect();
         for node in gone {
             self.stop(&node);
         }
@@ -125,12 +126,6 @@ impl Drains {
     pub fn stop_all(&self) {
         self.retain(|_| false);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding one of these locks leaves plain maps behind; their content is still
-    // usable, so poisoning is ignored.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// An eviction's state for one pod (by UID).
@@ -193,7 +188,7 @@ impl DrainTask {
                         }
                     }
                 }
-                () = sleep_until(next_retry) => {}
+                () = tokio::time::sleep_until(next_retry.unwrap_or_else(Instant::now)), if next_retry.is_some() => {}
                 Ok(()) = self.pdb_changes.changed() => {
                     // A budget changed: refused evictions may pass now.
                     for e in evictions.values_mut() {
@@ -259,7 +254,7 @@ impl DrainTask {
             self.finish(DrainProgress::Drained);
             return true;
         }
-        crate::drain::lock(&self.progress).insert(self.node.clone(), DrainProgress::Running { waiting_on });
+        self.progress.lock().insert(self.node.clone(), DrainProgress::Running { waiting_on });
         false
     }
 
@@ -269,15 +264,8 @@ impl DrainTask {
             DrainProgress::Failed { message } => tracing::warn!(node = %self.node, message, "drain cannot finish"),
             _ => {}
         }
-        lock(&self.progress).insert(self.node.clone(), progress);
+        self.progress.lock().insert(self.node.clone(), progress);
         self.reconcile.notify_one();
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 
