@@ -311,6 +311,63 @@ async fn b21_json_patch_tests_missing_members_as_null_and_the_finalizer_helper_w
 }
 
 #[tokio::test]
+async fn b21_empty_metadata_collections_are_omitted_so_the_first_finalizer_patch_works_again() {
+    let server = server().await;
+    let client = server.client();
+    namespace(&client, "b21e").await;
+    let created = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/b21e/configmaps",
+        Some("application/json"),
+        json!({"metadata": {"name": "bare", "generateName": "", "labels": {}, "annotations": {}, "finalizers": [],
+                            "ownerReferences": [], "managedFields": []}}),
+    )
+    .await;
+    assert_eq!(created.status, 201);
+    let metadata = created.json()["metadata"].as_object().unwrap().clone();
+    for omitted in ["generateName", "labels", "annotations", "finalizers", "ownerReferences"] {
+        assert!(!metadata.contains_key(omitted), "{omitted} kept: {metadata:?}");
+    }
+
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "b21e");
+    let reconcile = |cm: ConfigMap| {
+        let api = api.clone();
+        async move {
+            finalizer(&api, "example.com/cleanup", Arc::new(cm), |_| async {
+                Ok::<_, kube::Error>(kube::runtime::controller::Action::await_change())
+            })
+            .await
+        }
+    };
+    reconcile(api.get("bare").await.unwrap()).await.unwrap();
+    assert_eq!(api.get("bare").await.unwrap().metadata.finalizers, Some(vec!["example.com/cleanup".to_owned()]));
+    // The object is not being deleted: removing its only finalizer leaves none at all, not an empty list ...
+    let removed = raw(
+        &client,
+        "PATCH",
+        "/api/v1/namespaces/b21e/configmaps/bare",
+        Some("application/json-patch+json"),
+        json!([{"op": "remove", "path": "/metadata/finalizers/0"}]),
+    )
+    .await;
+    assert_eq!(removed.status, 200);
+    assert!(removed.json()["metadata"].get("finalizers").is_none(), "{}", removed.json()["metadata"]);
+    // ... so kube-runtime's first-finalizer patch (`test /metadata/finalizers == null`) succeeds again.
+    reconcile(api.get("bare").await.unwrap()).await.unwrap();
+    assert_eq!(api.get("bare").await.unwrap().metadata.finalizers, Some(vec!["example.com/cleanup".to_owned()]));
+
+    api.patch("bare", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})))
+        .await
+        .unwrap();
+    let unlabelled = api
+        .patch("bare", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"a": null}}})))
+        .await
+        .unwrap();
+    assert_eq!(unlabelled.metadata.labels, None, "removing the last label removes the map");
+}
+
+#[tokio::test]
 async fn b22_strategic_merge_patch_follows_the_merge_keys() {
     let server = server().await;
     let client = server.client();

@@ -8,7 +8,7 @@
 
 use super::{Behavior, Builtin, ResourceType};
 use crate::apiserver::error::{ApiError, field_error};
-use crate::apiserver::object::{metadata_mut, name_of};
+use crate::apiserver::object::{metadata_mut, name_of, omit_empty_metadata};
 use crate::apiserver::selector::label::{self, LabelSelector, is_dns_label, is_dns_subdomain};
 use k8s_openapi::api::{apps, coordination, core, events, policy};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -29,7 +29,8 @@ fn roundtrip<T: Serialize + DeserializeOwned>(rt: &ResourceType, value: Value) -
 }
 
 /// Decodes `object` as the kind does: through the Go-equivalent type for built-ins, pruning and defaulting for
-/// custom resources. `apiVersion` and `kind` are set to the resource's.
+/// custom resources. `apiVersion` and `kind` are set to the resource's, and the zero values Go's `omitempty`
+/// drops from `metadata` are dropped ([`omit_empty_metadata`]).
 pub fn normalize(rt: &ResourceType, mut object: Value) -> Result<Value, ApiError> {
     let Some(fields) = object.as_object_mut() else {
         return Err(ApiError::bad_request("the body must be a JSON object"));
@@ -69,6 +70,7 @@ pub fn normalize(rt: &ResourceType, mut object: Value) -> Result<Value, ApiError
         fields.insert("apiVersion".into(), json!(rt.api_version()));
         fields.insert("kind".into(), json!(rt.kind));
     }
+    omit_empty_metadata(&mut object);
     Ok(object)
 }
 
