@@ -7,7 +7,7 @@
 
 use super::response::{self, Body, Representation, bytes_response, error_response, json_response};
 use super::route::{self, ResourcePath, Route};
-use crate::apiserver::core::{Core, Ctx};
+use crate::apiserver::core::{Core, Ctx, FIELD_MANAGER_MAX_LENGTH};
 use crate::apiserver::discovery;
 use crate::apiserver::error::{ApiError, field_error, success_status};
 use crate::apiserver::faults::{ErrorFault, Faults, RequestMatch};
@@ -188,6 +188,9 @@ async fn resource_request(
     let include = IncludeObject::parse(request.param("includeObject"));
     let dry_run = request.param("dryRun") == Some("All");
     let field_manager = request.param("fieldManager").filter(|m| !m.is_empty());
+    if let Some(manager) = field_manager {
+        validate_field_manager(verb, manager)?;
+    }
     let ctx = Ctx { user_agent: &request.user_agent, field_manager, dry_run };
     let namespace = path.namespace.as_deref();
     let name = path.name.as_deref().unwrap_or_default();
@@ -287,6 +290,38 @@ async fn resource_request(
         }
         _ => Err(ApiError::method_not_allowed(request.method.as_str())),
     }
+}
+
+/// `?fieldManager=` must be printable and at most 128 bytes (upstream `ValidateFieldManager`); the error names
+/// the options kind of the verb.
+fn validate_field_manager(verb: Verb, manager: &str) -> Result<(), ApiError> {
+    let kind = match verb {
+        Verb::Create => "CreateOptions",
+        Verb::Update => "UpdateOptions",
+        Verb::Patch => "PatchOptions",
+        _ => return Ok(()),
+    };
+    let mut errors = Vec::new();
+    if manager.len() > FIELD_MANAGER_MAX_LENGTH {
+        errors.push(field_error(
+            "fieldManager",
+            ErrorKind::TooLong,
+            format!("Too long: may not be more than {FIELD_MANAGER_MAX_LENGTH} bytes"),
+        ));
+    }
+    for (position, c) in manager.char_indices() {
+        if c != ' ' && (c.is_control() || c.is_whitespace()) {
+            errors.push(field_error(
+                "fieldManager",
+                ErrorKind::Invalid,
+                format!("Invalid value: {manager:?}: invalid character U+{:04X} (at position {position})", c as u32),
+            ));
+        }
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::invalid_named(&format!("{kind}.meta.k8s.io"), "meta.k8s.io", kind, "", &errors))
 }
 
 fn filter(rt: &ResourceType, namespace: Option<&str>, request: &RequestInfo) -> Result<Filter, ApiError> {

@@ -17,7 +17,7 @@ use crate::apiserver::object::{
     ObjectKey, StoredObject, finalizers, generated_suffix, is_deleting, meta_str, metadata_mut, name_of, new_uid,
     now_rfc3339, object_key,
 };
-use crate::apiserver::patch::managed::{self, Writer};
+use crate::apiserver::patch::managed::{self, Requested, Writer};
 use crate::apiserver::resource::{Builtin, ResourceType, schema::merge_schema, strategy};
 use crate::apiserver::state::State;
 use serde_json::{Value, json};
@@ -106,14 +106,28 @@ pub fn finalizers_pending(rt: &ResourceType, object: &Value) -> bool {
             && object.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty()))
 }
 
-fn restore_system_metadata(old: &Value, new: &mut Value, keep_managed_fields: bool) {
+/// Records a non-apply write in `metadata.managedFields` for the request's manager ([`Ctx::manager`]): every
+/// create and update is recorded, whoever makes it, as upstream does.
+fn record_update(
+    rt: &ResourceType,
+    old: Option<&Value>,
+    requested: Requested,
+    new: &mut Value,
+    subresource: Subresource,
+    ctx: &Ctx<'_>,
+) {
+    let api_version = rt.api_version();
+    let now = now_rfc3339();
+    let manager = ctx.manager();
+    let subresource = matches!(subresource, Subresource::Status).then_some("status");
+    let writer = Writer { manager: &manager, api_version: &api_version, subresource, now: &now };
+    managed::track_update(old, requested, new, &writer, merge_schema(rt).as_ref());
+}
+
+fn restore_system_metadata(old: &Value, new: &mut Value) {
     let old_metadata = old.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
     let metadata = metadata_mut(new);
-    let mut keys: Vec<&str> = SYSTEM_METADATA.to_vec();
-    if !keep_managed_fields {
-        keys.push("managedFields");
-    }
-    for key in keys {
+    for key in SYSTEM_METADATA {
         match old_metadata.get(key) {
             Some(value) => metadata.insert(key.to_owned(), value.clone()),
             None => metadata.remove(key),
@@ -144,6 +158,7 @@ impl Core {
         keep_managed_fields: bool,
     ) -> Result<Value, ApiError> {
         check_type(rt, &body)?;
+        let requested = Requested::of(&body);
         let mut object = strategy::normalize(rt, body)?;
         place_in_namespace(rt, namespace, &mut object)?;
         strategy::prepare_create(rt, &mut object);
@@ -154,8 +169,13 @@ impl Core {
             metadata.remove(key);
         }
         if !keep_managed_fields {
-            metadata.remove("managedFields");
+            // What a create records starts from the entries the request sets (none when it resets them).
+            managed::write_entries(&mut object, &[]);
+            if let Requested::Entries(entries) = requested {
+                managed::write_entries(&mut object, &entries);
+            }
         }
+        let metadata = metadata_mut(&mut object);
         if rt.tracks_generation {
             metadata.insert("generation".into(), json!(1));
         } else {
@@ -208,11 +228,9 @@ impl Core {
         if rt.is(Builtin::CustomResourceDefinition) {
             crd::prepare(&mut object, None);
         }
-        if matches!(tracking, Tracking::Update) && ctx.field_manager.is_some() {
-            let api_version = rt.api_version();
-            let now = now_rfc3339();
-            let writer = Writer { manager: ctx.manager(), api_version: &api_version, subresource: None, now: &now };
-            managed::track_update(None, &mut object, &writer, merge_schema(rt).as_ref());
+        if matches!(tracking, Tracking::Update) {
+            let requested = Requested::of(&object);
+            record_update(rt, None, requested, &mut object, Subresource::Main, ctx);
         }
         if ctx.dry_run {
             return Ok(StoredObject::new(rt, &object, 0));
@@ -306,12 +324,13 @@ impl Core {
             ));
         }
         let old = current.value();
+        let requested = Requested::of(&new);
         let mut new = strategy::normalize(rt, new)?;
         match subresource {
             Subresource::Main => strategy::prepare_update(rt, &old, &mut new),
             Subresource::Status => strategy::prepare_status_update(rt, &old, &mut new),
         }
-        restore_system_metadata(&old, &mut new, matches!(tracking, Tracking::Applied));
+        restore_system_metadata(&old, &mut new);
         if is_deleting(&old) {
             let before = finalizers(&old);
             let added: Vec<String> = finalizers(&new).into_iter().filter(|f| !before.contains(f)).collect();
@@ -338,16 +357,11 @@ impl Core {
             let generation = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
             metadata_mut(&mut new).insert("generation".into(), json!(generation + 1));
         }
+        if matches!(tracking, Tracking::Update) {
+            record_update(rt, Some(&old), requested, &mut new, subresource, ctx);
+        }
         if new == old {
             return Ok(current.clone());
-        }
-        let tracked = old.pointer("/metadata/managedFields").is_some() || ctx.field_manager.is_some();
-        if matches!(tracking, Tracking::Update) && tracked {
-            let api_version = rt.api_version();
-            let now = now_rfc3339();
-            let sub = matches!(subresource, Subresource::Status).then_some("status");
-            let writer = Writer { manager: ctx.manager(), api_version: &api_version, subresource: sub, now: &now };
-            managed::track_update(Some(&old), &mut new, &writer, merge_schema(rt).as_ref());
         }
         if ctx.dry_run {
             return Ok(StoredObject::new(rt, &new, current.rv));

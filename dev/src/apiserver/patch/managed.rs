@@ -266,8 +266,13 @@ pub struct ManagedEntry {
 }
 
 impl ManagedEntry {
-    fn is(&self, manager: &str, operation: &str, subresource: Option<&str>) -> bool {
-        self.manager == manager && self.operation == operation && self.subresource.as_deref() == subresource
+    /// True for the entry of `writer`'s updates: the identity of an `Update` entry is its manager, apiVersion
+    /// and subresource (upstream `BuildManagerIdentifier`).
+    fn is_update_of(&self, writer: &Writer<'_>) -> bool {
+        self.operation == "Update"
+            && self.manager == writer.manager
+            && self.api_version == writer.api_version
+            && self.subresource.as_deref() == writer.subresource
     }
 }
 
@@ -331,10 +336,63 @@ pub struct Writer<'a> {
     pub now: &'a str,
 }
 
-/// Records a non-apply write: the writer takes over every field whose value it changed, and removed fields leave
-/// every set. `new` must carry the entries of `old` (or none).
-pub fn track_update(old: Option<&Value>, new: &mut Value, writer: &Writer<'_>, schema: &dyn MergeSchema) {
-    let mut entries = old.map(read_entries).unwrap_or_default();
+/// At most this many managers of `Update` operations keep their own entry; the oldest beyond it are merged into
+/// one `ancient-changes` entry per apiVersion (upstream's `DefaultMaxUpdateManagers`).
+pub const MAX_UPDATE_MANAGERS: usize = 10;
+
+/// The manager that the entries merged by [`MAX_UPDATE_MANAGERS`] go to.
+const ANCIENT_CHANGES: &str = "ancient-changes";
+
+/// What a write request says about `metadata.managedFields` (upstream `decodeLiveOrNew`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Requested {
+    /// No usable entries: the live object's entries stand.
+    Live,
+    /// `[]` or `[{}]`: the request clears the entries.
+    Reset,
+    /// Entries the request sets (`kubectl replace` of an object read before, or an edit of them).
+    Entries(Vec<ManagedEntry>),
+}
+
+impl Requested {
+    /// Reads the request body's `metadata.managedFields` (before decoding drops empty lists).
+    pub fn of(body: &Value) -> Requested {
+        match body.pointer("/metadata/managedFields").and_then(Value::as_array) {
+            Some(list) if list.is_empty() => Requested::Reset,
+            Some(list) if list.len() == 1 && list[0].as_object().is_some_and(Map::is_empty) => Requested::Reset,
+            Some(_) => match read_entries(body) {
+                entries if entries.is_empty() => Requested::Live,
+                entries => Requested::Entries(entries),
+            },
+            None => Requested::Live,
+        }
+    }
+}
+
+/// Records a non-apply write as upstream's field manager does, and writes the entries into `new`.
+///
+/// `old` is the live object (`None` on create). The entries start from the request's when it sets some through
+/// the main endpoint, else from the live object's. An existing object without entries stays without (upstream
+/// skips tracking objects that were never tracked; a create is always tracked). The writer takes over every field
+/// whose value it changed or added, fields the write removed leave every entry, entries left empty go, and
+/// `time` moves only for the writer and only when it changed something.
+pub fn track_update(
+    old: Option<&Value>,
+    requested: Requested,
+    new: &mut Value,
+    writer: &Writer<'_>,
+    schema: &dyn MergeSchema,
+) {
+    let live = || old.map(read_entries).unwrap_or_default();
+    let mut entries = match (writer.subresource, requested) {
+        (Some(_), _) | (None, Requested::Live) => live(),
+        (None, Requested::Reset) => Vec::new(),
+        (None, Requested::Entries(entries)) => entries,
+    };
+    if entries.is_empty() && old.is_some() {
+        write_entries(new, &[]);
+        return;
+    }
     let old_set = old.map(|o| object_field_set(o, schema)).unwrap_or_default();
     let new_set = object_field_set(new, schema);
     let changed: FieldSet = new_set
@@ -346,34 +404,83 @@ pub fn track_update(old: Option<&Value>, new: &mut Value, writer: &Writer<'_>, s
         .cloned()
         .collect();
     let removed: FieldSet = old_set.difference(&new_set).cloned().collect();
-    if changed.is_empty() && removed.is_empty() {
-        write_entries(new, &entries);
+    if !changed.is_empty() || !removed.is_empty() {
+        for entry in &mut entries {
+            entry.fields.retain(|p| !changed.contains(p) && !removed.contains(p));
+        }
+        if !changed.is_empty() {
+            let position = entries.iter().position(|e| e.is_update_of(writer));
+            let index = match position {
+                Some(i) => i,
+                None => {
+                    entries.push(ManagedEntry {
+                        manager: writer.manager.to_owned(),
+                        operation: "Update".into(),
+                        api_version: writer.api_version.to_owned(),
+                        time: String::new(),
+                        subresource: writer.subresource.map(str::to_owned),
+                        fields: FieldSet::new(),
+                    });
+                    entries.len() - 1
+                }
+            };
+            entries[index].fields.extend(changed);
+            entries[index].time = writer.now.to_owned();
+        }
+        entries.retain(|e| !e.fields.is_empty());
+        cap_update_managers(&mut entries);
+    }
+    write_entries(new, &entries);
+}
+
+/// Merges the oldest `Update` entries beyond [`MAX_UPDATE_MANAGERS`] into `ancient-changes` entries, one per
+/// apiVersion (upstream `capManagersManager`): ordered by time, then name; per apiVersion the first of them
+/// becomes the bucket, the later ones are merged into it.
+fn cap_update_managers(entries: &mut Vec<ManagedEntry>) {
+    let updaters = || entries.iter().filter(|e| e.operation == "Update").count();
+    let mut length = updaters();
+    if length <= MAX_UPDATE_MANAGERS {
         return;
     }
-    for entry in &mut entries {
-        entry.fields.retain(|p| !changed.contains(p) && !removed.contains(p));
-    }
-    let position = entries.iter().position(|e| e.is(writer.manager, "Update", writer.subresource));
-    let entry = match position {
-        Some(i) => &mut entries[i],
-        None => {
-            entries.push(ManagedEntry {
-                manager: writer.manager.to_owned(),
-                operation: "Update".into(),
-                api_version: writer.api_version.to_owned(),
-                time: String::new(),
-                subresource: writer.subresource.map(str::to_owned),
-                fields: FieldSet::new(),
-            });
-            let last = entries.len() - 1;
-            &mut entries[last]
+    let mut order: Vec<usize> = (0..entries.len()).filter(|i| entries[*i].operation == "Update").collect();
+    order.sort_by(|a, b| {
+        let (a, b) = (&entries[*a], &entries[*b]);
+        a.time.cmp(&b.time).then_with(|| a.manager.cmp(&b.manager))
+    });
+    let mut first_of_version: Vec<(String, usize)> = Vec::new();
+    let mut gone = vec![false; entries.len()];
+    for index in order {
+        if length <= MAX_UPDATE_MANAGERS {
+            break;
         }
-    };
-    entry.fields.extend(changed);
-    entry.time = writer.now.to_owned();
-    entry.api_version = writer.api_version.to_owned();
-    entries.retain(|e| !e.fields.is_empty());
-    write_entries(new, &entries);
+        let version = entries[index].api_version.clone();
+        match first_of_version.iter().find(|(v, _)| *v == version).map(|(_, first)| *first) {
+            Some(first) => {
+                let existing = entries.iter().enumerate().position(|(i, e)| {
+                    !gone[i]
+                        && e.manager == ANCIENT_CHANGES
+                        && e.operation == "Update"
+                        && e.api_version == version
+                        && e.subresource.is_none()
+                });
+                let merged = std::mem::take(&mut entries[index].fields);
+                let time = entries[index].time.clone();
+                let bucket = &mut entries[existing.unwrap_or(first)];
+                bucket.manager = ANCIENT_CHANGES.to_owned();
+                bucket.subresource = None;
+                bucket.fields.extend(merged);
+                bucket.time = time;
+                gone[index] = true;
+                length -= 1;
+            }
+            None => first_of_version.push((version, index)),
+        }
+    }
+    let mut index = 0;
+    entries.retain(|_| {
+        index += 1;
+        !gone[index - 1]
+    });
 }
 
 #[cfg(test)]
@@ -440,17 +547,69 @@ mod tests {
     fn an_update_takes_over_the_fields_it_changes() {
         let writer = |m| Writer { manager: m, api_version: "v1", subresource: None, now: "t" };
         let mut first = json!({"metadata": {}, "spec": {"a": 1, "b": 1}});
-        track_update(None, &mut first, &writer("one"), &Conditions);
+        track_update(None, Requested::Live, &mut first, &writer("one"), &Conditions);
         let mut second = json!({"metadata": first["metadata"].clone(), "spec": {"a": 2, "b": 1}});
-        track_update(Some(&first), &mut second, &writer("two"), &Conditions);
+        track_update(Some(&first), Requested::Live, &mut second, &writer("two"), &Conditions);
         let entries = read_entries(&second);
         assert_eq!(entries.len(), 2);
         assert_eq!(entries[0].manager, "one");
         assert_eq!(render_paths(&entries[0].fields), vec![".spec.b"]);
         assert_eq!(render_paths(&entries[1].fields), vec![".spec.a"]);
         let mut third = second.clone();
-        track_update(Some(&second), &mut third, &writer("three"), &Conditions);
+        track_update(Some(&second), Requested::Live, &mut third, &writer("three"), &Conditions);
         assert_eq!(read_entries(&third).len(), 2, "a write that changes nothing moves nothing");
+    }
+
+    #[test]
+    fn an_untracked_object_stays_untracked_and_a_reset_clears_the_entries() {
+        let writer = Writer { manager: "w", api_version: "v1", subresource: None, now: "t" };
+        let live = json!({"metadata": {}, "spec": {"a": 1}});
+        let mut new = json!({"metadata": {}, "spec": {"a": 2}});
+        track_update(Some(&live), Requested::Live, &mut new, &writer, &Conditions);
+        assert!(new["metadata"].get("managedFields").is_none(), "upstream skips objects that were never tracked");
+
+        let mut tracked = json!({"metadata": {}, "spec": {"a": 1}});
+        track_update(None, Requested::Live, &mut tracked, &writer, &Conditions);
+        let mut reset = tracked.clone();
+        reset["spec"]["a"] = json!(3);
+        track_update(Some(&tracked), Requested::Reset, &mut reset, &writer, &Conditions);
+        assert!(reset["metadata"].get("managedFields").is_none());
+        assert_eq!(Requested::of(&json!({"metadata": {"managedFields": [{}]}})), Requested::Reset);
+        assert_eq!(Requested::of(&json!({"metadata": {"managedFields": []}})), Requested::Reset);
+        assert_eq!(Requested::of(&json!({"metadata": {}})), Requested::Live);
+    }
+
+    #[test]
+    fn a_status_write_starts_from_the_live_entries_whatever_the_request_says() {
+        let main = Writer { manager: "creator", api_version: "v1", subresource: None, now: "t1" };
+        let mut live = json!({"metadata": {}, "spec": {"a": 1}, "status": {"s": 1}});
+        track_update(None, Requested::Live, &mut live, &main, &Conditions);
+        let status = Writer { manager: "kubelet", api_version: "v1", subresource: Some("status"), now: "t2" };
+        let mut new = live.clone();
+        new["status"]["s"] = json!(2);
+        track_update(Some(&live), Requested::Reset, &mut new, &status, &Conditions);
+        let entries = read_entries(&new);
+        assert_eq!(entries.len(), 2);
+        assert_eq!((entries[1].manager.as_str(), entries[1].subresource.as_deref()), ("kubelet", Some("status")));
+        assert_eq!(render_paths(&entries[1].fields), vec![".status.s"]);
+    }
+
+    #[test]
+    fn more_than_ten_update_managers_age_into_ancient_changes() {
+        let mut object = json!({"metadata": {}, "spec": {}});
+        for i in 0..12 {
+            let (manager, now) = (format!("m{i:02}"), format!("2026-01-01T00:00:{i:02}Z"));
+            let writer = Writer { manager: &manager, api_version: "v1", subresource: None, now: &now };
+            let old = object.clone();
+            object["spec"][format!("f{i}")] = json!(i);
+            track_update((i > 0).then_some(&old), Requested::Live, &mut object, &writer, &Conditions);
+        }
+        let entries = read_entries(&object);
+        assert_eq!(entries.len(), MAX_UPDATE_MANAGERS);
+        let ancient = entries.iter().find(|e| e.manager == ANCIENT_CHANGES).unwrap();
+        assert_eq!(render_paths(&ancient.fields), vec![".spec.f0", ".spec.f1", ".spec.f2"]);
+        assert_eq!(ancient.time, "2026-01-01T00:00:02Z");
+        assert!(!entries.iter().any(|e| ["m00", "m01", "m02"].contains(&e.manager.as_str())));
     }
 
     fn render_paths(set: &FieldSet) -> Vec<String> {
