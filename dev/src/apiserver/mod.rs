@@ -74,6 +74,7 @@ pub mod metrics;
 pub mod object;
 pub mod ops;
 pub mod patch;
+pub mod protobuf;
 pub mod resource;
 pub mod selector;
 pub mod server;
