@@ -788,7 +788,7 @@ async fn delete_preconditions_conflict_and_deletecollection_follows_selectors() 
 }
 
 #[tokio::test]
-async fn yaml_bodies_are_accepted_and_other_media_types_refused() {
+async fn yaml_and_protobuf_bodies_are_accepted_and_other_media_types_refused() {
     let server = server().await;
     let client = server.client();
     let request = http::Request::post("/api/v1/namespaces/default/configmaps")
@@ -797,7 +797,7 @@ async fn yaml_bodies_are_accepted_and_other_media_types_refused() {
         .unwrap();
     let created: ConfigMap = client.request(request).await.unwrap();
     assert_eq!(created.data.unwrap()["k"], "v");
-    let refused = raw(
+    let not_protobuf = raw(
         &client,
         "POST",
         "/api/v1/namespaces/default/configmaps",
@@ -805,5 +805,9 @@ async fn yaml_bodies_are_accepted_and_other_media_types_refused() {
         json!({}),
     )
     .await;
-    assert_eq!(refused.status, 415);
+    assert_eq!(not_protobuf.status, 400, "a JSON body labelled protobuf does not decode");
+    for unknown in ["text/plain", "*/*", "application/merge-patch+json"] {
+        let refused = raw(&client, "POST", "/api/v1/namespaces/default/configmaps", Some(unknown), json!({})).await;
+        assert_eq!(refused.status, 415, "{unknown}");
+    }
 }

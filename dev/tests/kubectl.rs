@@ -1,5 +1,6 @@
 //! kubectl against the dev cluster: the `kubectl` on PATH and every `kubectl.1.NN` beside it (after resolving
-//! symlinks) get nodes, annotate, cordon, uncordon, and drain a node whose pods a PDB lets go one at a time.
+//! symlinks) get nodes, annotate, cordon, uncordon, and drain a node whose pods a PDB lets go one at a time; and
+//! create, scale, read and delete built-in objects (kubectl 1.32+ sends and asks for protobuf bodies).
 //!
 //! Without a kubectl on PATH this test fails: CI installs one.
 
@@ -7,7 +8,8 @@ mod cluster_support;
 
 use cluster_support::*;
 use dev::cluster::{Cluster, PdbStyle, SampleWorkloads};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::Api;
 use kube::api::ListParams;
 use std::path::{Path, PathBuf};
@@ -149,5 +151,73 @@ async fn every_kubectl_gets_annotates_cordons_and_drains_through_pdb_refusals() 
     println!("kubectl binaries: {binaries:?}");
     for binary in &binaries {
         exercise(binary).await;
+    }
+}
+
+/// The client's minor version, from `kubectl version --client -o json`.
+async fn client_minor(binary: &Path, kubeconfig: &Path) -> u32 {
+    let version = kubectl_ok(binary, kubeconfig, &["version", "--client", "-o", "json"]).await;
+    let version: serde_json::Value = serde_json::from_str(&version.stdout).unwrap_or_default();
+    let minor = version["clientVersion"]["minor"].as_str().unwrap_or_default();
+    minor.trim_end_matches('+').parse().unwrap_or_else(|_| panic!("no client minor version in {version}"))
+}
+
+async fn create_scale_read_and_delete(binary: &Path) {
+    let cluster = bare_cluster(1).await;
+    let config = cluster.kubeconfig_path().to_owned();
+    let minor = client_minor(binary, &config).await;
+    let (cm, ns, secret, deploy) =
+        (format!("cm-{minor}"), format!("ns-{minor}"), format!("secret-{minor}"), format!("deploy-{minor}"));
+
+    // -v=8 logs the request and response headers: kubectl 1.32+ sends and receives protobuf.
+    let created = kubectl_ok(binary, &config, &["create", "configmap", &cm, "--from-literal=a=b", "-v=8"]).await;
+    assert!(created.stdout.contains(&format!("configmap/{cm} created")), "{}", created.stdout);
+    let protobuf_headers = created.stderr.matches("Content-Type: application/vnd.kubernetes.protobuf").count();
+    if minor >= 32 {
+        assert!(protobuf_headers >= 2, "kubectl 1.{minor} sent and received protobuf:\n{}", created.stderr);
+    }
+    let config_maps: Api<ConfigMap> = Api::namespaced(cluster.client(), "default");
+    let stored = config_maps.get(&cm).await.unwrap();
+    assert_eq!(stored.data.unwrap()["a"], "b");
+    let managers: Vec<String> =
+        stored.metadata.managed_fields.into_iter().flatten().filter_map(|m| m.manager).collect();
+    assert_eq!(managers, vec!["kubectl-create".to_owned()]);
+
+    kubectl_ok(binary, &config, &["create", "namespace", &ns]).await;
+    kubectl_ok(binary, &config, &["create", "secret", "generic", &secret, "--from-literal=k=v", "-n", &ns]).await;
+    let secrets: Api<Secret> = Api::namespaced(cluster.client(), &ns);
+    let stored = secrets.get(&secret).await.unwrap();
+    assert_eq!(stored.data.unwrap()["k"].0, b"v");
+    assert_eq!(stored.type_.as_deref(), Some("Opaque"));
+
+    kubectl_ok(binary, &config, &["create", "deployment", &deploy, "--image=nginx:1.27", "--replicas=0"]).await;
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client(), "default");
+    let spec = deployments.get(&deploy).await.unwrap().spec.unwrap();
+    assert_eq!(spec.replicas, Some(0), "a pointer set to zero stays zero");
+    assert_eq!(spec.strategy.unwrap().type_.as_deref(), Some("RollingUpdate"), "the empty strategy is defaulted");
+    let container = &spec.template.spec.unwrap().containers[0];
+    assert_eq!((container.name.as_str(), container.image.as_deref()), ("nginx", Some("nginx:1.27")));
+    assert_eq!(container.image_pull_policy.as_deref(), Some("IfNotPresent"));
+    kubectl_ok(binary, &config, &["scale", "deployment", &deploy, "--replicas=2"]).await;
+    assert_eq!(deployments.get(&deploy).await.unwrap().spec.unwrap().replicas, Some(2));
+
+    let read = kubectl_ok(binary, &config, &["get", "configmap", &cm, "-o", "jsonpath={.data.a}"]).await;
+    assert_eq!(read.stdout, "b");
+    let listed = kubectl_ok(binary, &config, &["get", "secrets", "-n", &ns, "-o", "name"]).await;
+    assert_eq!(listed.stdout.trim(), format!("secret/{secret}"));
+    let missing = kubectl(binary, &config, &["get", "configmap", "nope"]).await;
+    assert!(!missing.success);
+    assert!(missing.stderr.contains("configmaps \"nope\" not found"), "a protobuf Status: {}", missing.stderr);
+    kubectl_ok(binary, &config, &["delete", "configmap", &cm]).await;
+    assert!(config_maps.get_opt(&cm).await.unwrap().is_none());
+    kubectl_ok(binary, &config, &["delete", "deployment", &deploy]).await;
+    assert!(deployments.get_opt(&deploy).await.unwrap().is_none());
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kubectl_creates_scales_reads_and_deletes_built_in_objects() {
+    for binary in &kubectl_binaries() {
+        create_scale_read_and_delete(binary).await;
     }
 }

@@ -244,18 +244,20 @@ fn node_roles(node: &Value) -> String {
     if roles.is_empty() { "<none>".into() } else { roles.join(",") }
 }
 
-/// `PartialObjectMetadata` of an object.
-pub fn partial_metadata(object: &Value) -> Value {
-    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": object.get("metadata").cloned().unwrap_or_else(|| json!({}))})
+/// `PartialObjectMetadata` of an object, in meta.k8s.io `version` (`v1` or `v1beta1`).
+pub fn partial_metadata(object: &Value, version: &str) -> Value {
+    let metadata = object.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    json!({"kind": "PartialObjectMetadata", "apiVersion": format!("meta.k8s.io/{version}"), "metadata": metadata})
 }
 
-/// The Table of `objects`.
+/// The Table of `objects`, in meta.k8s.io `version` (`v1` or `v1beta1`).
 pub fn table(
     rt: &ResourceType,
     objects: &[Value],
     rv: Option<u64>,
     continue_token: Option<&str>,
     include: IncludeObject,
+    version: &str,
 ) -> Value {
     let definitions: Vec<Value> = columns(rt)
         .iter()
@@ -270,7 +272,7 @@ pub fn table(
             let mut row = json!({"cells": cells(rt, object)});
             match include {
                 IncludeObject::None => {}
-                IncludeObject::Metadata => row["object"] = partial_metadata(object),
+                IncludeObject::Metadata => row["object"] = partial_metadata(object, version),
                 IncludeObject::Object => row["object"] = object.clone(),
             }
             row
@@ -283,7 +285,8 @@ pub fn table(
     if let Some(token) = continue_token {
         metadata["continue"] = json!(token);
     }
-    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "columnDefinitions": definitions, "rows": rows})
+    json!({"kind": "Table", "apiVersion": format!("meta.k8s.io/{version}"), "metadata": metadata,
+           "columnDefinitions": definitions, "rows": rows})
 }
 
 /// Go's `duration.HumanDuration`: `45s`, `5m10s`, `3h`, `2d5h`, `3y`.
@@ -353,7 +356,7 @@ mod tests {
         let nodes = types.iter().find(|t| t.plural == "nodes").unwrap();
         let node = json!({"metadata": {"name": "n1", "labels": {"node-role.kubernetes.io/control-plane": ""}},
             "spec": {"unschedulable": true}, "status": {"conditions": [{"type": "Ready", "status": "True"}], "nodeInfo": {"kubeletVersion": "v1.33.0"}}});
-        let table = table(nodes, &[node], Some(5), None, IncludeObject::Metadata);
+        let table = table(nodes, &[node], Some(5), None, IncludeObject::Metadata, "v1");
         assert_eq!(table["rows"][0]["cells"][1], "Ready,SchedulingDisabled");
         assert_eq!(table["rows"][0]["cells"][2], "control-plane");
         assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
@@ -361,7 +364,7 @@ mod tests {
         let pods = types.iter().find(|t| t.plural == "pods").unwrap();
         let pod = json!({"metadata": {"name": "p", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"containers": [{}]},
             "status": {"phase": "Running", "containerStatuses": [{"ready": true, "restartCount": 2}]}});
-        let row = &super::table(pods, &[pod], None, None, IncludeObject::None)["rows"][0];
+        let row = &super::table(pods, &[pod], None, None, IncludeObject::None, "v1")["rows"][0];
         assert_eq!(row["cells"][1], "1/1");
         assert_eq!(row["cells"][2], "Terminating");
         assert_eq!(row["cells"][3], "2");

@@ -5,7 +5,8 @@
 //!   is handled, and injected faults apply before anything else happens.
 //! - Bad input (bodies, selectors, parameters) is a 4xx Status, never a panic.
 
-use super::response::{self, Body, Representation, bytes_response, error_response, json_response};
+use super::negotiate::{self, Encoding, Endpoint};
+use super::response::{self, Body, bytes_response, encoded_response, error_response, json_response};
 use super::route::{self, ResourcePath, Route};
 use crate::apiserver::core::{Core, Ctx, FIELD_MANAGER_MAX_LENGTH};
 use crate::apiserver::discovery;
@@ -20,6 +21,7 @@ use crate::apiserver::ops::patch::parse_patch_body;
 use crate::apiserver::ops::read::ListOptions;
 use crate::apiserver::ops::watch::{WatchOptions, WatchSession};
 use crate::apiserver::patch::PatchType;
+use crate::apiserver::protobuf;
 use crate::apiserver::resource::{Builtin, Gvr, ResourceType};
 use crate::apiserver::selector::{FieldSelector, LabelSelector};
 use crate::apiserver::table::IncludeObject;
@@ -47,7 +49,8 @@ where
     let body = match Limited::new(body, MAX_BODY).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(error) => {
-            return Ok(error_response(&ApiError::too_large(format!("the request body could not be read: {error}"))));
+            let error = ApiError::too_large(format!("the request body could not be read: {error}"));
+            return Ok(error_response(&error, Encoding::Json));
         }
     };
     let header = |name: header::HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -59,7 +62,13 @@ where
         content_type: header(header::CONTENT_TYPE),
         body,
     };
-    let response = match route::parse(parts.uri.path()) {
+    let route = route::parse(parts.uri.path());
+    // Status errors of the API are negotiated like any response (protobuf for client-go's typed clients).
+    let errors = match route {
+        Route::Resource(_) => negotiate::for_errors(request.accept.as_deref()),
+        _ => Encoding::Json,
+    };
+    let response = match route {
         Route::Health => Ok(text_response(StatusCode::OK, "ok")),
         Route::Version => Ok(json_response(StatusCode::OK, &discovery::version(&core.config.git_version))),
         Route::CoreVersions => Ok(json_response(StatusCode::OK, &discovery::core_versions(&address))),
@@ -82,7 +91,7 @@ where
         Route::Resource(path) => resource_request(core, path, request).await,
         Route::NotFound => Err(ApiError::path_not_found()),
     };
-    Ok(response.unwrap_or_else(|error| error_response(&error)))
+    Ok(response.unwrap_or_else(|error| error_response(&error, errors)))
 }
 
 fn mounted_routes(core: &Core) -> Option<Arc<dyn crate::apiserver::core::DevRoutes>> {
@@ -107,13 +116,26 @@ impl RequestInfo {
         matches!(self.param(name), Some("true" | "1"))
     }
 
-    fn json_body(&self) -> Result<Value, ApiError> {
+    /// The request body as JSON, decoded from its `Content-Type` (`application/json` when absent): JSON, YAML,
+    /// or protobuf for the built-in kinds (`protobuf`); anything else is a 415.
+    fn body_value(&self, protobuf: bool) -> Result<Value, ApiError> {
         let media = self.content_type.as_deref().and_then(|c| c.split(';').next()).unwrap_or_default().trim();
-        let decoded = match media {
+        let decoded = match media.to_ascii_lowercase().as_str() {
             "application/yaml" => yaml_serde::from_slice::<Value>(&self.body).map_err(|e| e.to_string()),
-            "" | "*/*" | "application/json" => serde_json::from_slice(&self.body).map_err(|e| e.to_string()),
-            media if media.ends_with("+json") => serde_json::from_slice(&self.body).map_err(|e| e.to_string()),
-            _ => return Err(ApiError::unsupported_media_type(&["application/json", "application/yaml"])),
+            "" | "application/json" => serde_json::from_slice(&self.body).map_err(|e| e.to_string()),
+            protobuf::MEDIA_TYPE if protobuf => {
+                crate::apiserver::protobuf::decode(&self.body).map_err(|e| e.to_string())
+            }
+            protobuf::MEDIA_TYPE => {
+                return Err(ApiError::unsupported_media_type(&["application/json", "application/yaml"]));
+            }
+            _ => {
+                return Err(ApiError::unsupported_media_type(&[
+                    "application/json",
+                    "application/yaml",
+                    protobuf::MEDIA_TYPE,
+                ]));
+            }
         };
         decoded.map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}")))
     }
@@ -182,9 +204,11 @@ async fn resource_request(
     if let Some(error) = core.faults.error_for(&key) {
         return Err(error);
     }
-    let accept = request.accept.as_deref();
-    let representation =
-        response::negotiate(accept).ok_or_else(|| ApiError::not_acceptable(accept.unwrap_or_default()))?;
+    let protobuf = rt.custom().is_none() && protobuf::has_message(&rt.group, &rt.version, &rt.kind);
+    let negotiated = negotiate::negotiate(request.accept.as_deref(), Endpoint { protobuf })?;
+    negotiated.representation.check_fits(matches!(verb, Verb::List | Verb::DeleteCollection))?;
+    let encoding = negotiated.encoding;
+    let body = || request.body_value(protobuf);
     let include = IncludeObject::parse(request.param("includeObject"));
     let dry_run = request.param("dryRun") == Some("All");
     let field_manager = request.param("fieldManager").filter(|m| !m.is_empty());
@@ -195,7 +219,7 @@ async fn resource_request(
     let namespace = path.namespace.as_deref();
     let name = path.name.as_deref().unwrap_or_default();
     let object = |status: StatusCode, object: &Arc<crate::apiserver::object::StoredObject>| {
-        response::object_response(status, &rt, object, representation, include)
+        response::object_response(status, &rt, object, negotiated, include)
     };
     match (verb, subresource) {
         (Verb::Watch, _) => {
@@ -206,43 +230,42 @@ async fn resource_request(
                 options.filter.fields.requirements.extend(by_name.requirements);
             }
             let session = WatchSession::start(core.clone(), rt.clone(), options)?;
-            Ok(response::watch_response(session, representation))
+            Ok(response::watch_response(session, negotiated))
         }
         (Verb::List, _) => {
             let options = list_options(&rt, namespace, &request)?;
             let page = core.list(&rt, &options).await?;
-            Ok(response::list_response(&rt, page, representation, include))
+            Ok(response::list_response(&rt, page, negotiated, include))
         }
         (Verb::Get, None | Some("status")) => Ok(object(StatusCode::OK, &core.get(&rt, namespace, name)?)),
-        (Verb::Get, Some("scale")) => Ok(json_response(StatusCode::OK, &core.get_scale(&rt, namespace, name)?)),
+        (Verb::Get, Some("scale")) => {
+            Ok(encoded_response(StatusCode::OK, &core.get_scale(&rt, namespace, name)?, encoding))
+        }
         (Verb::Create, None) if !has_name => {
-            let created = core.create(&rt, namespace, request.json_body()?, &ctx)?;
+            let created = core.create(&rt, namespace, body()?, &ctx)?;
             Ok(object(StatusCode::CREATED, &created))
         }
         (Verb::Create, Some("eviction")) => {
-            let eviction = Eviction::from_body(&request.json_body()?)?;
+            let eviction = Eviction::from_body(&body()?)?;
             core.evict(namespace.unwrap_or_default(), name, &eviction, &ctx)?;
-            Ok(json_response(StatusCode::CREATED, &success_status(None, Some(201))))
+            Ok(encoded_response(StatusCode::CREATED, &success_status(None, Some(201)), encoding))
         }
         (Verb::Create, Some("binding")) => {
-            core.bind(namespace.unwrap_or_default(), name, &request.json_body()?, &ctx)?;
-            Ok(json_response(StatusCode::CREATED, &success_status(None, Some(201))))
+            core.bind(namespace.unwrap_or_default(), name, &body()?, &ctx)?;
+            Ok(encoded_response(StatusCode::CREATED, &success_status(None, Some(201)), encoding))
         }
-        (Verb::Update, None) => Ok(object(
-            StatusCode::OK,
-            &core.update(&rt, namespace, name, request.json_body()?, Subresource::Main, &ctx)?,
-        )),
-        (Verb::Update, Some("status")) => Ok(object(
-            StatusCode::OK,
-            &core.update(&rt, namespace, name, request.json_body()?, Subresource::Status, &ctx)?,
-        )),
-        (Verb::Update, Some("scale")) => Ok(json_response(
-            StatusCode::OK,
-            &core.write_scale(&rt, namespace, name, None, Some(request.json_body()?), &ctx)?,
-        )),
-        (Verb::Update, Some("finalize")) => {
-            Ok(object(StatusCode::OK, &core.finalize_namespace(name, &request.json_body()?, &ctx)?))
+        (Verb::Update, None) => {
+            Ok(object(StatusCode::OK, &core.update(&rt, namespace, name, body()?, Subresource::Main, &ctx)?))
         }
+        (Verb::Update, Some("status")) => {
+            Ok(object(StatusCode::OK, &core.update(&rt, namespace, name, body()?, Subresource::Status, &ctx)?))
+        }
+        (Verb::Update, Some("scale")) => Ok(encoded_response(
+            StatusCode::OK,
+            &core.write_scale(&rt, namespace, name, None, Some(body()?), &ctx)?,
+            encoding,
+        )),
+        (Verb::Update, Some("finalize")) => Ok(object(StatusCode::OK, &core.finalize_namespace(name, &body()?, &ctx)?)),
         (Verb::Patch, sub @ (None | Some("status") | Some("scale"))) => {
             let content_type = request.content_type.as_deref().unwrap_or_default();
             let patch_type = PatchType::from_content_type(content_type).ok_or_else(|| {
@@ -255,9 +278,10 @@ async fn resource_request(
             })?;
             let patch = parse_patch_body(patch_type, &request.body)?;
             if sub == Some("scale") {
-                return Ok(json_response(
+                return Ok(encoded_response(
                     StatusCode::OK,
                     &core.write_scale(&rt, namespace, name, Some((patch_type, &patch)), None, &ctx)?,
+                    encoding,
                 ));
             }
             let subresource = if sub == Some("status") { Subresource::Status } else { Subresource::Main };
@@ -267,7 +291,7 @@ async fn resource_request(
             Ok(object(status, &patched.object))
         }
         (Verb::Delete, None) => {
-            let options = delete_options(&request)?;
+            let options = delete_options(&request, protobuf)?;
             match core.delete(&rt, namespace, name, &options, &ctx)? {
                 Deleted::Pending(pending) => Ok(object(StatusCode::OK, &pending)),
                 Deleted::Gone(gone) if rt.is(Builtin::Pod) => Ok(object(StatusCode::OK, &gone)),
@@ -276,17 +300,17 @@ async fn resource_request(
                     if !rt.group.is_empty() {
                         details["group"] = json!(rt.group);
                     }
-                    Ok(json_response(StatusCode::OK, &success_status(Some(details), None)))
+                    Ok(encoded_response(StatusCode::OK, &success_status(Some(details), None), encoding))
                 }
             }
         }
         (Verb::DeleteCollection, None) => {
-            let options = delete_options(&request)?;
+            let options = delete_options(&request, protobuf)?;
             let filter = filter(&rt, namespace, &request)?;
             let deleted = core.delete_collection(&rt, &filter, &options, &ctx)?;
             let rv = core.state.lock().rv;
             let page = crate::apiserver::ops::read::ListResult { rv, items: deleted, continue_token: None };
-            Ok(response::list_response(&rt, page, Representation::Plain, include))
+            Ok(response::list_response(&rt, page, negotiated, include))
         }
         _ => Err(ApiError::method_not_allowed(request.method.as_str())),
     }
@@ -411,11 +435,11 @@ fn watch_options(
     })
 }
 
-fn delete_options(request: &RequestInfo) -> Result<DeleteOptions, ApiError> {
+fn delete_options(request: &RequestInfo, protobuf: bool) -> Result<DeleteOptions, ApiError> {
     let mut options: DeleteOptions = if request.body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
     } else {
-        serde_json::from_slice(&request.body)
+        serde_json::from_value(request.body_value(protobuf)?)
             .map_err(|e| ApiError::bad_request(format!("the DeleteOptions could not be decoded: {e}")))?
     };
     if let Some(grace) = request.param("gracePeriodSeconds") {
@@ -455,7 +479,7 @@ fn dev_faults(core: &Arc<Core>, request: &RequestInfo) -> Result<Response<Body>,
     if request.method != Method::POST {
         return Err(ApiError::method_not_allowed(request.method.as_str()));
     }
-    let command = request.json_body()?;
+    let command = request.body_value(false)?;
     let faults = Faults::new(core.clone());
     let text = |key: &str| command.get(key).and_then(Value::as_str).map(str::to_owned);
     let requests = || -> Result<RequestMatch, ApiError> {

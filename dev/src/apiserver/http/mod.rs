@@ -1,6 +1,7 @@
 //! The HTTP/1.1 front end: a hyper server on 127.0.0.1 that kube-rs clients and kubectl talk to.
 
 mod handler;
+pub mod negotiate;
 pub mod response;
 pub mod route;
 
