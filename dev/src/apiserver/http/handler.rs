@@ -309,7 +309,8 @@ async fn resource_request(
             let filter = filter(&rt, namespace, &request)?;
             let deleted = core.delete_collection(&rt, &filter, &options, &ctx)?;
             let rv = core.state.lock().rv;
-            let page = crate::apiserver::ops::read::ListResult { rv, items: deleted, continue_token: None };
+            let page =
+                crate::apiserver::ops::read::ListResult { rv, items: deleted, continue_token: None, remaining: None };
             Ok(response::list_response(&rt, page, negotiated, include))
         }
         _ => Err(ApiError::method_not_allowed(request.method.as_str())),

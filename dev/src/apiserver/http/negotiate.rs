@@ -253,7 +253,9 @@ mod tests {
             get("application/json;q=0.5, application/vnd.kubernetes.protobuf", BUILT_IN),
             plain(Encoding::Protobuf)
         );
-        assert_eq!(get("*/*;q=0.9, application/vnd.kubernetes.protobuf;q=0.8", BUILT_IN), plain(Encoding::Json));
+        assert_eq!(get("application/vnd.kubernetes.protobuf;q=0.5, application/json", BUILT_IN), plain(Encoding::Json));
+        // goautoneg's `Less` puts a specific type before a wildcard whatever their q.
+        assert_eq!(get("*/*;q=0.9, application/vnd.kubernetes.protobuf;q=0.8", BUILT_IN), plain(Encoding::Protobuf));
         assert_eq!(get("text/html, */*;q=0", BUILT_IN), plain(Encoding::Json), "q=0 still counts, last");
         assert_eq!(get("text/plain", BUILT_IN), None);
         assert_eq!(get("application/vnd.kubernetes.protobuf;stream=watch", BUILT_IN), plain(Encoding::Protobuf));

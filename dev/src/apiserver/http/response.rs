@@ -7,7 +7,7 @@ use crate::apiserver::object::StoredObject;
 use crate::apiserver::ops::read::ListResult;
 use crate::apiserver::ops::watch::{WatchOutput, WatchSession};
 use crate::apiserver::protobuf;
-use crate::apiserver::resource::ResourceType;
+use crate::apiserver::resource::{ResourceType, events};
 use crate::apiserver::table::{self, IncludeObject};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Response, StatusCode, header};
@@ -78,8 +78,10 @@ pub fn object_response(
     include: IncludeObject,
 ) -> Response<Body> {
     match (negotiated.representation, negotiated.encoding) {
-        (Representation::Plain, Encoding::Json) => bytes_response(status, object.bytes.clone()),
-        (Representation::Plain, encoding) => encoded_response(status, &object.value(), encoding),
+        (Representation::Plain, Encoding::Json) if !events::is_converted(rt) => {
+            bytes_response(status, object.bytes.clone())
+        }
+        (Representation::Plain, encoding) => encoded_response(status, &events::to_served(rt, object.value()), encoding),
         (Representation::Metadata { version, .. }, encoding) => {
             encoded_response(status, &table::partial_metadata(&object.value(), version), encoding)
         }
@@ -100,13 +102,15 @@ pub fn list_response(
     if let Some(token) = &page.continue_token {
         metadata["continue"] = json!(token);
     }
+    if let Some(remaining) = page.remaining {
+        metadata["remainingItemCount"] = json!(remaining);
+    }
     match (negotiated.representation, negotiated.encoding) {
         (Representation::Table(version), _) => {
             let objects: Vec<Value> = page.items.iter().map(|o| o.value()).collect();
-            json_response(
-                StatusCode::OK,
-                &table::table(rt, &objects, Some(page.rv), page.continue_token.as_deref(), include, version),
-            )
+            let mut table = table::table(rt, &objects, None, None, include, version);
+            table["metadata"] = metadata;
+            json_response(StatusCode::OK, &table)
         }
         (Representation::Metadata { version, .. }, encoding) => {
             let items: Vec<Value> = page.items.iter().map(|o| table::partial_metadata(&o.value(), version)).collect();
@@ -114,13 +118,13 @@ pub fn list_response(
                               "metadata": metadata, "items": items});
             encoded_response(StatusCode::OK, &list, encoding)
         }
-        (Representation::Plain, Encoding::Protobuf) => {
-            let items: Vec<Value> = page.items.iter().map(|o| o.value()).collect();
+        (Representation::Plain, encoding) if encoding == Encoding::Protobuf || events::is_converted(rt) => {
+            let items: Vec<Value> = page.items.iter().map(|o| events::to_served(rt, o.value())).collect();
             let list = json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(),
                               "metadata": metadata, "items": items});
-            encoded_response(StatusCode::OK, &list, Encoding::Protobuf)
+            encoded_response(StatusCode::OK, &list, encoding)
         }
-        (Representation::Plain, Encoding::Json) => {
+        (Representation::Plain, _) => {
             let head = format!(
                 "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
                 rt.kind,
@@ -175,6 +179,10 @@ fn watch_object(rt: &ResourceType, output: WatchOutput, representation: Represen
     match output {
         WatchOutput::Event(item) => {
             let object = match representation {
+                Representation::Plain if events::is_converted(rt) => {
+                    let stored: Value = serde_json::from_slice(&item.bytes).unwrap_or(Value::Null);
+                    WatchObject::Value(events::to_served(rt, stored))
+                }
                 Representation::Plain => WatchObject::Stored(item.bytes),
                 Representation::Table(version) => {
                     let object: Value = serde_json::from_slice(&item.bytes).unwrap_or(Value::Null);

@@ -18,7 +18,7 @@ use crate::apiserver::object::{
     now_rfc3339, object_key,
 };
 use crate::apiserver::patch::managed::{self, Requested, Writer};
-use crate::apiserver::resource::{Builtin, ResourceType, schema::merge_schema, strategy};
+use crate::apiserver::resource::{Builtin, ResourceType, events, schema::merge_schema, strategy};
 use crate::apiserver::state::State;
 use serde_json::{Value, json};
 use shared::schema::ErrorKind;
@@ -233,7 +233,7 @@ impl Core {
             record_update(rt, None, requested, &mut object, Subresource::Main, ctx);
         }
         if ctx.dry_run {
-            return Ok(StoredObject::new(rt, &object, 0));
+            return Ok(StoredObject::new(rt, &events::to_storage(rt, object), 0));
         }
         Ok(self.commit_put(state, rt, key, &mut object))
     }
@@ -323,7 +323,8 @@ impl Core {
                 &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", current.index.uid),
             ));
         }
-        let old = current.value();
+        // The write is in the form the request's API serves; the stored form may differ (Events).
+        let old = events::to_served(rt, current.value());
         let requested = Requested::of(&new);
         let mut new = strategy::normalize(rt, new)?;
         match subresource {
@@ -364,7 +365,7 @@ impl Core {
             return Ok(current.clone());
         }
         if ctx.dry_run {
-            return Ok(StoredObject::new(rt, &new, current.rv));
+            return Ok(StoredObject::new(rt, &events::to_storage(rt, new), current.rv));
         }
         if is_deleting(&new)
             && !finalizers_pending(rt, &new)
@@ -376,7 +377,8 @@ impl Core {
         Ok(self.commit_put(state, rt, key.clone(), &mut new))
     }
 
-    /// Stores a new version and keeps the registry in step with CRDs.
+    /// Stores a new version (in the stored form of its resource: `object` becomes it) and keeps the registry in
+    /// step with CRDs.
     pub(crate) fn commit_put(
         &self,
         state: &mut State,
@@ -384,6 +386,9 @@ impl Core {
         key: ObjectKey,
         object: &mut Value,
     ) -> Arc<StoredObject> {
+        if events::is_converted(rt) {
+            *object = events::to_storage(rt, std::mem::take(object));
+        }
         let stored = state.put(rt, key, object);
         if rt.is(Builtin::CustomResourceDefinition) {
             self.registry.write().set_crd_types(name_of(object), crd::resource_types(object));

@@ -268,6 +268,7 @@ pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<F
                 validate_workload(object, old, &mut errors);
             }
             Builtin::ConfigMap | Builtin::Secret => validate_immutable_data(object, old, &mut errors),
+            Builtin::CoreEvent | Builtin::Event => errors.extend(super::events::validate(rt, object, old)),
             _ => {}
         },
     }
