@@ -1,10 +1,12 @@
 //! kubectl against the dev cluster: the `kubectl` on PATH and every `kubectl.1.NN` beside it (after resolving
 //! symlinks) get nodes, annotate, cordon, uncordon, and drain a node whose pods a PDB lets go one at a time; and
-//! create, scale, read and delete built-in objects (kubectl 1.32+ sends and asks for protobuf bodies).
+//! create, scale, read and delete built-in objects (kubectl 1.32+ sends and asks for protobuf bodies); and show
+//! the operator's Events after a rollout with `kubectl describe nodeversion` and `kubectl get events`.
 //!
 //! Without a kubectl on PATH this test fails: CI installs one.
 
 mod cluster_support;
+mod support;
 
 use cluster_support::*;
 use dev::cluster::{Cluster, PdbStyle, SampleWorkloads};
@@ -220,4 +222,51 @@ async fn every_kubectl_creates_scales_reads_and_deletes_built_in_objects() {
     for binary in &kubectl_binaries() {
         create_scale_read_and_delete(binary).await;
     }
+}
+
+/// After a rollout by the real controller and agents, every kubectl shows the operator's Events (written through
+/// events.k8s.io/v1) where users look for them: `kubectl describe nodeversion` and `kubectl get events`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kubectl_shows_the_operators_events_after_a_rollout() {
+    let names = ["cp-0", "w-0", "w-1", "w-2"];
+    let server = support::bare_cluster(&names).await;
+    let store = server.store();
+    let agents: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let (store, name) = (store.clone(), name.to_string());
+            dev::harness::agent_with(server.url(), &name.clone(), move || {
+                Ok(support::FakeHost::new(store, &name, "v1"))
+            })
+        })
+        .collect();
+    let controller = dev::harness::controller(server.url(), dev::harness::controller_options("c1"));
+    support::create_version(&store, "v2", serde_json::json!({"maxUnavailable": 2}));
+    support::eventually(COMMAND_PATIENCE, "the rollout", || support::rolled_out(&store, 4)).await;
+
+    for binary in &kubectl_binaries() {
+        let config = server.kubeconfig_path().to_owned();
+        let described = kubectl_ok(binary, &config, &["describe", "nodeversion", "constellation-version"]).await;
+        let events = described.stdout.split("Events:").nth(1).unwrap_or_default();
+        for reason in ["StageRequested", "Staged", "Drained", "Verified"] {
+            assert!(
+                events.lines().any(|l| l.contains(reason) && l.contains("update-operator")),
+                "{}: no {reason} Event from update-operator under Events:\n{}",
+                binary.display(),
+                described.stdout
+            );
+        }
+        let listed = kubectl_ok(binary, &config, &["get", "events", "-A", "-o", "wide"]).await;
+        assert!(listed.stdout.contains("nodeversion/constellation-version"), "{}", listed.stdout);
+        let header = listed.stdout.lines().next().unwrap_or_default();
+        for column in ["LAST SEEN", "TYPE", "REASON", "OBJECT", "SUBOBJECT", "SOURCE", "MESSAGE", "FIRST SEEN", "COUNT"]
+        {
+            assert!(header.contains(column), "{column} missing: {header}");
+        }
+    }
+    controller.stop(Duration::from_secs(10)).await.unwrap();
+    for agent in agents {
+        agent.stop(Duration::from_secs(10)).await.unwrap();
+    }
+    server.shutdown().await;
 }
