@@ -17,7 +17,7 @@ use crate::apiserver::object::{
     ObjectKey, StoredObject, finalizers, generated_suffix, is_deleting, meta_str, metadata_mut, name_of, new_uid,
     now_rfc3339, object_key,
 };
-use crate::apiserver::patch::managed::{self, Requested, Writer};
+use crate::apiserver::patch::managed::{self, Requested, Scope, Writer};
 use crate::apiserver::resource::{Builtin, ResourceType, events, schema::merge_schema, strategy};
 use crate::apiserver::state::State;
 use serde_json::{Value, json};
@@ -119,9 +119,14 @@ fn record_update(
     let api_version = rt.api_version();
     let now = now_rfc3339();
     let manager = ctx.manager();
+    let scope = match subresource {
+        Subresource::Status => Scope::StatusOnly,
+        Subresource::Main if rt.status_subresource => Scope::WithoutStatus,
+        Subresource::Main => Scope::Whole,
+    };
     let subresource = matches!(subresource, Subresource::Status).then_some("status");
     let writer = Writer { manager: &manager, api_version: &api_version, subresource, now: &now };
-    managed::track_update(old, requested, new, &writer, merge_schema(rt).as_ref());
+    managed::track_update(old, requested, new, &writer, merge_schema(rt).as_ref(), scope);
 }
 
 fn restore_system_metadata(old: &Value, new: &mut Value) {
@@ -170,10 +175,10 @@ impl Core {
         }
         if !keep_managed_fields {
             // What a create records starts from the entries the request sets (none when it resets them).
-            managed::write_entries(&mut object, &[]);
-            if let Requested::Entries(entries) = requested {
-                managed::write_entries(&mut object, &entries);
-            }
+            match requested {
+                Requested::Entries(entries) => metadata_mut(&mut object).insert("managedFields".into(), json!(entries)),
+                Requested::Live | Requested::Reset => metadata_mut(&mut object).remove("managedFields"),
+            };
         }
         let metadata = metadata_mut(&mut object);
         if rt.tracks_generation {
