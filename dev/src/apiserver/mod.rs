@@ -20,6 +20,9 @@
 //! apiextensions.k8s.io/v1 customresourcedefinitions (+status) and then the custom resources of every CRD
 //! (schema-validated, with status and scale subresources and printer columns). Discovery, Tables for kubectl,
 //! `/healthz`, `/readyz`, `/livez`, and `/_dev/metrics` (GET) and `/_dev/faults` (POST) for tools.
+//! Bodies are JSON (YAML accepted) and, for the built-in kinds, protobuf as client-go's typed clients use it
+//! ([`protobuf`], negotiated as upstream does in `http::negotiate`). core/v1 and events.k8s.io/v1 Events are one
+//! resource stored once ([`resource::events`]). `docs/dev-cluster.md` lists what is and is not implemented.
 //!
 //! # The in-process API (for built-in controllers and tests)
 //! [`ApiServer::store`] returns a cloneable [`Store`]. Every call goes through the same operations as an HTTP
