@@ -137,8 +137,11 @@ async fn custom_resources_are_json_only_except_as_metadata() {
     assert_eq!(refused.status, 406);
     assert_eq!(
         refused.decoded()["message"],
-        "only the following media types are accepted: application/json, application/vnd.kubernetes.protobuf"
+        "only the following media types are accepted: application/json, application/yaml, \
+         application/vnd.kubernetes.protobuf"
     );
+    let yaml = send(&client, "GET", uri, "application/yaml", None, Vec::new()).await;
+    assert_eq!((yaml.status, yaml.content_type.as_str()), (200, "application/yaml"), "custom resources have YAML");
     let fallback = send(&client, "GET", uri, TYPED, None, Vec::new()).await;
     assert_eq!(fallback.json()["kind"], "Widget");
     let metadata = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
@@ -172,6 +175,17 @@ async fn representations_must_fit_the_request() {
     let beta = "application/json;as=Table;v=v1beta1;g=meta.k8s.io";
     let table = send(&client, "GET", "/api/v1/namespaces", beta, None, Vec::new()).await.json();
     assert_eq!(table["apiVersion"], "meta.k8s.io/v1beta1");
+    let yaml_table = "application/yaml;as=Table;v=v1;g=meta.k8s.io";
+    let table = send(&client, "GET", "/api/v1/namespaces", yaml_table, None, Vec::new()).await;
+    assert_eq!(table.content_type, "application/yaml");
+    let table: Value = yaml_serde::from_slice(&table.body).unwrap();
+    assert_eq!(table["kind"], "Table", "a Table may be YAML, as upstream allows");
+    // Status errors follow the client's preference, YAML included.
+    let missing = send(&client, "GET", "/api/v1/namespaces/nope", "application/yaml", None, Vec::new()).await;
+    assert_eq!((missing.status, missing.content_type.as_str()), (404, "application/yaml"));
+    let watch = "/api/v1/namespaces?watch=true";
+    let refused = send(&client, "GET", watch, "application/yaml, application/json", None, Vec::new()).await;
+    assert_eq!(refused.status, 406, "YAML is negotiated first and has no stream form");
 }
 
 #[tokio::test]

@@ -1,7 +1,6 @@
-//! Code both the controller and the agent use: the custom resource types, the node annotation
-//! protocol, and the structural-schema validation the CRDs are checked with.
+//! Code both the controller and the agent use: the custom resource types and the node annotation
+//! protocol.
 
 pub mod crd;
 pub mod probes;
 pub mod protocol;
-pub mod schema;

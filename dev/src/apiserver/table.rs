@@ -29,7 +29,7 @@ impl IncludeObject {
     }
 }
 
-fn column(name: &str, type_: &str, format: &str, priority: i64, description: &str) -> PrinterColumn {
+pub(crate) fn column(name: &str, type_: &str, format: &str, priority: i64, description: &str) -> PrinterColumn {
     PrinterColumn {
         name: name.into(),
         type_: type_.into(),
@@ -44,7 +44,7 @@ fn name_column() -> PrinterColumn {
     column("Name", "string", "name", 0, "Name must be unique within a namespace.")
 }
 
-fn age_column() -> PrinterColumn {
+pub(crate) fn age_column() -> PrinterColumn {
     column(
         "Age",
         "string",
@@ -206,13 +206,6 @@ fn builtin_columns(group: &str, kind: &str) -> Vec<PrinterColumn> {
             age_column(),
             c("PreemptionPolicy", "string", 0, "preemptionPolicy is the Policy for preempting pods with lower priority."),
         ],
-        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => vec![
-            c("Role", "string", 0, "RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace."),
-            age_column(),
-            c("Users", "string", 1, "Users in the roleBinding"),
-            c("Groups", "string", 1, "Groups in the roleBinding"),
-            c("ServiceAccounts", "string", 1, "ServiceAccounts in the roleBinding"),
-        ],
         _ => vec![column(
             "Created At",
             "date",
@@ -224,9 +217,14 @@ fn builtin_columns(group: &str, kind: &str) -> Vec<PrinterColumn> {
     columns
 }
 
+/// The columns of `rt`: its CRD's printer columns, the RBAC and admission-policy printers
+/// ([`super::auth::printers`]), or [`builtin_columns`].
 fn columns(rt: &ResourceType) -> Vec<PrinterColumn> {
-    match rt.custom() {
-        Some(custom) => std::iter::once(name_column()).chain(custom.printer_columns.iter().cloned()).collect(),
+    if let Some(custom) = rt.custom() {
+        return std::iter::once(name_column()).chain(custom.printer_columns.iter().cloned()).collect();
+    }
+    match rt.builtin().and_then(super::auth::printers::columns) {
+        Some(more) => std::iter::once(name_column()).chain(more).collect(),
         None => builtin_columns(&rt.group, &rt.kind),
     }
 }
@@ -255,7 +253,7 @@ fn since(time: &str) -> String {
     }
 }
 
-fn age(object: &Value) -> String {
+pub(crate) fn age(object: &Value) -> String {
     since(text(object, "/metadata/creationTimestamp"))
 }
 
@@ -510,28 +508,6 @@ fn builtin_cells(group: &str, kind: &str, object: &Value) -> Vec<Value> {
             json!(age(object)),
             json!(text(object, "/preemptionPolicy")),
         ]),
-        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
-            let subjects: Vec<&Value> =
-                object.get("subjects").and_then(Value::as_array).into_iter().flatten().collect();
-            let of_kind = |kind: &str| {
-                subjects
-                    .iter()
-                    .filter(|s| text(s, "/kind") == kind)
-                    .map(|s| match kind {
-                        "ServiceAccount" => format!("{}/{}", text(s, "/namespace"), text(s, "/name")),
-                        _ => text(s, "/name").to_owned(),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            cells.extend([
-                json!(format!("{}/{}", text(object, "/roleRef/kind"), text(object, "/roleRef/name"))),
-                json!(age(object)),
-                json!(of_kind("User")),
-                json!(of_kind("Group")),
-                json!(of_kind("ServiceAccount")),
-            ]);
-        }
         _ => cells.push(json!(text(object, "/metadata/creationTimestamp"))),
     }
     cells
@@ -657,11 +633,14 @@ fn job_status(job: &Value) -> &'static str {
     }
 }
 
+/// The cells of `object`'s row, from the same printer as [`columns`].
 fn cells(rt: &ResourceType, object: &Value) -> Vec<Value> {
-    match rt.custom() {
-        Some(custom) => std::iter::once(json!(text(object, "/metadata/name")))
-            .chain(custom.printer_columns.iter().map(|c| custom_cell(c, object)))
-            .collect(),
+    let name = || std::iter::once(json!(text(object, "/metadata/name")));
+    if let Some(custom) = rt.custom() {
+        return name().chain(custom.printer_columns.iter().map(|c| custom_cell(c, object))).collect();
+    }
+    match rt.builtin().and_then(|kind| super::auth::printers::cells(kind, object)) {
+        Some(more) => name().chain(more).collect(),
         None => builtin_cells(&rt.group, &rt.kind, object),
     }
 }
@@ -947,8 +926,6 @@ mod tests {
         );
         assert_eq!(columns, ["Name", "Created At"], "upstream's default table");
         assert_eq!(cells[1], "2026-01-02T03:04:05Z");
-        let (columns, _) = printed("rbac.authorization.k8s.io", "ClusterRoleBinding", json!({}));
-        assert_eq!(columns, ["Name", "Role", "Age", "Users", "Groups", "ServiceAccounts"]);
     }
 
     #[test]

@@ -5,15 +5,19 @@
 //!   is handled, and injected faults apply before anything else happens.
 //! - Bad input (bodies, selectors, parameters) is a 4xx Status, never a panic.
 
+use super::access;
 use super::negotiate::{self, Encoding, Endpoint};
 use super::response::{self, Body, bytes_response, encoded_response, error_response, json_response};
 use super::route::{self, ResourcePath, Route};
+use crate::apiserver::auth::UserInfo;
 use crate::apiserver::core::{Core, Ctx, FIELD_MANAGER_MAX_LENGTH};
 use crate::apiserver::discovery;
 use crate::apiserver::error::{ApiError, field_error, success_status};
 use crate::apiserver::faults::{ErrorFault, Faults, RequestMatch};
+use crate::apiserver::field_validation::{self, FieldValidation, RawNode};
 use crate::apiserver::metrics::{RequestKey, Verb};
 use crate::apiserver::object::Filter;
+use crate::apiserver::openapi::{self, definitions::EVICTION};
 use crate::apiserver::ops::Subresource;
 use crate::apiserver::ops::delete::{DeleteOptions, Deleted};
 use crate::apiserver::ops::eviction::Eviction;
@@ -23,13 +27,13 @@ use crate::apiserver::ops::watch::{WatchOptions, WatchSession};
 use crate::apiserver::patch::PatchType;
 use crate::apiserver::protobuf;
 use crate::apiserver::resource::{Builtin, Gvr, ResourceType};
+use crate::apiserver::schema::ErrorKind;
 use crate::apiserver::selector::{FieldSelector, LabelSelector};
 use crate::apiserver::table::IncludeObject;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use serde_json::{Value, json};
-use shared::schema::ErrorKind;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -63,11 +67,17 @@ where
         body,
     };
     let route = route::parse(parts.uri.path());
-    // Status errors of the API are negotiated like any response (protobuf for client-go's typed clients).
+    // Status errors of the API (401 and 403 too) are negotiated like any response (protobuf for client-go's
+    // typed clients).
     let errors = match route {
         Route::Resource(_) => negotiate::for_errors(request.accept.as_deref()),
         _ => Encoding::Json,
     };
+    let user =
+        match access::admit_request(&core, &route, &parts.method, parts.uri.path(), &request.params, &parts.headers) {
+            Ok(user) => user,
+            Err(error) => return Ok(error_response(&error, errors)),
+        };
     let response = match route {
         Route::Health => Ok(text_response(StatusCode::OK, "ok")),
         Route::Version => Ok(json_response(StatusCode::OK, &discovery::version(&core.config.git_version))),
@@ -79,6 +89,12 @@ where
         Route::Resources(group, version) => discovery::resources(&core.registry.read(), &group, &version)
             .map(|r| json_response(StatusCode::OK, &r))
             .ok_or_else(ApiError::path_not_found),
+        Route::OpenApiV2 => openapi_v2(&core, &request),
+        Route::OpenApiV3Index if request.method == Method::GET => {
+            Ok(json_response(StatusCode::OK, &openapi::v3_index(&core.registry.read(), &core.config.git_version)))
+        }
+        Route::OpenApiV3(path) if request.method == Method::GET => openapi_v3(&core, &path, &request),
+        Route::OpenApiV3Index | Route::OpenApiV3(_) => Err(ApiError::method_not_allowed(request.method.as_str())),
         Route::DevMetrics => Ok(dev_metrics(&core)),
         Route::DevFaults => dev_faults(&core, &request),
         Route::DevMounted(segments) => match mounted_routes(&core) {
@@ -88,10 +104,75 @@ where
             }
             None => Err(ApiError::path_not_found()),
         },
-        Route::Resource(path) => resource_request(core, path, request).await,
+        Route::Resource(path) => match user {
+            Some(user) => resource_request(core, path, request, user, errors).await,
+            // admit_request answers every route but /_dev/ with a user.
+            None => Err(ApiError::internal("the request has no user")),
+        },
         Route::NotFound => Err(ApiError::path_not_found()),
     };
     Ok(response.unwrap_or_else(|error| error_response(&error, errors)))
+}
+
+/// The media types an `Accept` header lists, without parameters, in order.
+fn accepted(accept: Option<&str>) -> Vec<String> {
+    accept
+        .unwrap_or("*/*")
+        .split(',')
+        .map(|offer| offer.split(';').next().unwrap_or_default().trim().to_owned())
+        .filter(|media| !media.is_empty())
+        .collect()
+}
+
+/// 406 for an OpenAPI document in none of the formats `Accept` lists.
+fn openapi_not_acceptable(request: &RequestInfo) -> ApiError {
+    let accept = request.accept.as_deref().unwrap_or_default();
+    ApiError::not_acceptable(&format!(
+        "the server was unable to respond with a content type that the client supports ({accept})"
+    ))
+}
+
+/// `/openapi/v2`: protobuf for client-go (which asks for nothing else), JSON for everyone else.
+fn openapi_v2(core: &Core, request: &RequestInfo) -> Result<Response<Body>, ApiError> {
+    if request.method != Method::GET {
+        return Err(ApiError::method_not_allowed(request.method.as_str()));
+    }
+    for media in accepted(request.accept.as_deref()) {
+        match media.as_str() {
+            openapi::V2_PROTOBUF | openapi::V2_PROTOBUF_DEPRECATED => {
+                let document = openapi::v2_document(&core.registry.read(), &core.config.git_version);
+                let mut response = bytes_response(StatusCode::OK, Bytes::from(openapi::protobuf::encode(&document)));
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_TYPE, http::HeaderValue::from_static(openapi::V2_PROTOBUF));
+                return Ok(response);
+            }
+            "application/json" | "application/*" | "*/*" => {
+                let document = openapi::v2_document(&core.registry.read(), &core.config.git_version);
+                return Ok(json_response(StatusCode::OK, &document));
+            }
+            _ => {}
+        }
+    }
+    Err(openapi_not_acceptable(request))
+}
+
+/// `/openapi/v3/{group version}`: JSON (the protobuf form is not served, so a client asking only for it gets
+/// 406 and asks again for JSON).
+fn openapi_v3(core: &Core, path: &str, request: &RequestInfo) -> Result<Response<Body>, ApiError> {
+    if !accepted(request.accept.as_deref())
+        .iter()
+        .any(|m| matches!(m.as_str(), "application/json" | "application/*" | "*/*"))
+    {
+        return Err(openapi_not_acceptable(request));
+    }
+    let document = openapi::v3_group_version(&core.registry.read(), path, &core.config.git_version)
+        .ok_or_else(ApiError::path_not_found)?;
+    let mut response = json_response(StatusCode::OK, &document);
+    if let Ok(etag) = http::HeaderValue::from_str(&format!("\"{}\"", openapi::hash(&document))) {
+        response.headers_mut().insert(header::ETAG, etag);
+    }
+    Ok(response)
 }
 
 fn mounted_routes(core: &Core) -> Option<Arc<dyn crate::apiserver::core::DevRoutes>> {
@@ -116,25 +197,29 @@ impl RequestInfo {
         matches!(self.param(name), Some("true" | "1"))
     }
 
+    /// The body as sent (duplicates kept), when it is JSON or YAML; `None` for protobuf, whose decoding is never
+    /// strict upstream (it has no unknown or duplicate fields to report).
+    fn raw_body(&self) -> Option<RawNode> {
+        match Encoding::of_content_type(self.content_type.as_deref())? {
+            Encoding::Json => RawNode::parse_json(&self.body),
+            Encoding::Yaml => RawNode::parse_yaml(&self.body),
+            Encoding::Protobuf => None,
+        }
+    }
+
     /// The request body as JSON, decoded from its `Content-Type` (`application/json` when absent): JSON, YAML,
     /// or protobuf for the built-in kinds (`protobuf`); anything else is a 415.
     fn body_value(&self, protobuf: bool) -> Result<Value, ApiError> {
-        let media = self.content_type.as_deref().and_then(|c| c.split(';').next()).unwrap_or_default().trim();
-        let decoded = match media.to_ascii_lowercase().as_str() {
-            "application/yaml" => yaml_serde::from_slice::<Value>(&self.body).map_err(|e| e.to_string()),
-            "" | "application/json" => serde_json::from_slice(&self.body).map_err(|e| e.to_string()),
-            protobuf::MEDIA_TYPE if protobuf => {
-                crate::apiserver::protobuf::decode(&self.body).map_err(|e| e.to_string())
-            }
-            protobuf::MEDIA_TYPE => {
+        let decoded = match Encoding::of_content_type(self.content_type.as_deref()) {
+            Some(Encoding::Json) => serde_json::from_slice(&self.body).map_err(|e| e.to_string()),
+            Some(Encoding::Yaml) => yaml_serde::from_slice::<Value>(&self.body).map_err(|e| e.to_string()),
+            Some(Encoding::Protobuf) if protobuf => protobuf::decode(&self.body).map_err(|e| e.to_string()),
+            Some(Encoding::Protobuf) => {
                 return Err(ApiError::unsupported_media_type(&["application/json", "application/yaml"]));
             }
-            _ => {
-                return Err(ApiError::unsupported_media_type(&[
-                    "application/json",
-                    "application/yaml",
-                    protobuf::MEDIA_TYPE,
-                ]));
+            None => {
+                let served: Vec<&str> = Encoding::SERVED.iter().map(|e| e.media_type()).collect();
+                return Err(ApiError::unsupported_media_type(&served));
             }
         };
         decoded.map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}")))
@@ -173,6 +258,23 @@ async fn resource_request(
     core: Arc<Core>,
     path: ResourcePath,
     request: RequestInfo,
+    user: UserInfo,
+    errors: Encoding,
+) -> Result<Response<Body>, ApiError> {
+    let warnings = parking_lot::Mutex::new(Vec::new());
+    let result = serve_resource(core, path, request, &user, &warnings).await;
+    let warnings = warnings.into_inner();
+    let mut response = result.unwrap_or_else(|error| error_response(&error, errors));
+    access::add_warnings(&mut response, &warnings);
+    Ok(response)
+}
+
+async fn serve_resource(
+    core: Arc<Core>,
+    path: ResourcePath,
+    request: RequestInfo,
+    user: &UserInfo,
+    warnings: &parking_lot::Mutex<Vec<String>>,
 ) -> Result<Response<Body>, ApiError> {
     let rt = core.resource(&Gvr::new(&path.group, &path.version, &path.plural)).ok_or_else(ApiError::path_not_found)?;
     let watch = path.legacy_watch || request.flag("watch");
@@ -208,21 +310,48 @@ async fn resource_request(
     let negotiated = negotiate::negotiate(request.accept.as_deref(), Endpoint { protobuf })?;
     negotiated.representation.check_fits(matches!(verb, Verb::List | Verb::DeleteCollection))?;
     let encoding = negotiated.encoding;
-    let body = || request.body_value(protobuf);
+    let read_body = || request.body_value(protobuf);
     let include = IncludeObject::parse(request.param("includeObject"));
     let dry_run = request.param("dryRun") == Some("All");
     let field_manager = request.param("fieldManager").filter(|m| !m.is_empty());
     if let Some(manager) = field_manager {
         validate_field_manager(verb, manager)?;
     }
-    let ctx = Ctx { user_agent: &request.user_agent, field_manager, dry_run };
+    let field_validation = match verb {
+        Verb::Create => FieldValidation::parse(request.param("fieldValidation"), "CreateOptions")?,
+        Verb::Update => FieldValidation::parse(request.param("fieldValidation"), "UpdateOptions")?,
+        Verb::Patch => FieldValidation::parse(request.param("fieldValidation"), "PatchOptions")?,
+        _ => FieldValidation::Ignore,
+    };
+    let body_findings = match verb {
+        Verb::Patch if field_validation != FieldValidation::Ignore => patch_body_findings(&request),
+        _ => Vec::new(),
+    };
+    let ctx = Ctx {
+        field_manager,
+        dry_run,
+        field_validation,
+        body_findings: &body_findings,
+        user: Some(user),
+        warnings: Some(warnings),
+        ..Ctx::new(&request.user_agent)
+    };
     let namespace = path.namespace.as_deref();
     let name = path.name.as_deref().unwrap_or_default();
     let object = |status: StatusCode, object: &Arc<crate::apiserver::object::StoredObject>| {
         response::object_response(status, &rt, object, negotiated, include)
     };
+    if rt.builtin().is_some_and(Builtin::is_review) {
+        return match (verb, has_name) {
+            (Verb::Create, false) => {
+                Ok(encoded_response(StatusCode::CREATED, &core.review(&rt, namespace, user, &read_body()?)?, encoding))
+            }
+            _ => Err(ApiError::method_not_allowed(request.method.as_str())),
+        };
+    }
     match (verb, subresource) {
         (Verb::Watch, _) => {
+            negotiate::check_stream(encoding)?;
             let mut options = watch_options(&core, &rt, namespace, &request)?;
             if has_name {
                 let by_name = FieldSelector::parse(&format!("metadata.name={name}"), &[], rt.namespaced)
@@ -238,34 +367,46 @@ async fn resource_request(
             Ok(response::list_response(&rt, page, negotiated, include))
         }
         (Verb::Get, None | Some("status")) => Ok(object(StatusCode::OK, &core.get(&rt, namespace, name)?)),
-        (Verb::Get, Some("scale")) => {
-            Ok(encoded_response(StatusCode::OK, &core.get_scale(&rt, namespace, name)?, encoding))
-        }
+        (Verb::Get, Some("scale")) => Ok(json_response(StatusCode::OK, &core.get_scale(&rt, namespace, name)?)),
         (Verb::Create, None) if !has_name => {
-            let created = core.create(&rt, namespace, body()?, &ctx)?;
+            let body = read_body()?;
+            check_fields(&rt, &request, &body, &ctx)?;
+            let created = core.create(&rt, namespace, body, &ctx)?;
             Ok(object(StatusCode::CREATED, &created))
         }
         (Verb::Create, Some("eviction")) => {
-            let eviction = Eviction::from_body(&body()?)?;
+            let body = read_body()?;
+            if let Some(node) = request.raw_body() {
+                let findings = field_validation::definition_errors(EVICTION, &node);
+                ctx.field_findings(findings, |f| field_validation::strict_decoding_error_of("Eviction", "v1", f))?;
+            }
+            let eviction = Eviction::from_body(&body)?;
             core.evict(namespace.unwrap_or_default(), name, &eviction, &ctx)?;
             Ok(encoded_response(StatusCode::CREATED, &success_status(None, Some(201)), encoding))
         }
+        (Verb::Create, Some("token")) => Ok(encoded_response(
+            StatusCode::CREATED,
+            &core.token_request(namespace.unwrap_or_default(), name, &read_body()?)?,
+            encoding,
+        )),
         (Verb::Create, Some("binding")) => {
-            core.bind(namespace.unwrap_or_default(), name, &body()?, &ctx)?;
+            core.bind(namespace.unwrap_or_default(), name, &read_body()?, &ctx)?;
             Ok(encoded_response(StatusCode::CREATED, &success_status(None, Some(201)), encoding))
         }
-        (Verb::Update, None) => {
-            Ok(object(StatusCode::OK, &core.update(&rt, namespace, name, body()?, Subresource::Main, &ctx)?))
-        }
-        (Verb::Update, Some("status")) => {
-            Ok(object(StatusCode::OK, &core.update(&rt, namespace, name, body()?, Subresource::Status, &ctx)?))
+        (Verb::Update, sub @ (None | Some("status"))) => {
+            let body = read_body()?;
+            check_fields(&rt, &request, &body, &ctx)?;
+            let subresource = if sub == Some("status") { Subresource::Status } else { Subresource::Main };
+            Ok(object(StatusCode::OK, &core.update(&rt, namespace, name, body, subresource, &ctx)?))
         }
         (Verb::Update, Some("scale")) => Ok(encoded_response(
             StatusCode::OK,
-            &core.write_scale(&rt, namespace, name, None, Some(body()?), &ctx)?,
+            &core.write_scale(&rt, namespace, name, None, Some(read_body()?), &ctx)?,
             encoding,
         )),
-        (Verb::Update, Some("finalize")) => Ok(object(StatusCode::OK, &core.finalize_namespace(name, &body()?, &ctx)?)),
+        (Verb::Update, Some("finalize")) => {
+            Ok(object(StatusCode::OK, &core.finalize_namespace(name, &read_body()?, &ctx)?))
+        }
         (Verb::Patch, sub @ (None | Some("status") | Some("scale"))) => {
             let content_type = request.content_type.as_deref().unwrap_or_default();
             let patch_type = PatchType::from_content_type(content_type).ok_or_else(|| {
@@ -347,6 +488,31 @@ fn validate_field_manager(verb: Verb, manager: &str) -> Result<(), ApiError> {
         return Ok(());
     }
     Err(ApiError::invalid_named(&format!("{kind}.meta.k8s.io"), "meta.k8s.io", kind, "", &errors))
+}
+
+/// Unknown and duplicate fields of a create or update body, under the request's field validation.
+fn check_fields(rt: &ResourceType, request: &RequestInfo, body: &Value, ctx: &Ctx<'_>) -> Result<(), ApiError> {
+    if ctx.field_validation == FieldValidation::Ignore {
+        return Ok(());
+    }
+    let node = request.raw_body();
+    let findings = match rt.custom() {
+        Some(custom) => field_validation::custom_errors(custom.schema.as_ref(), body, node.as_ref()),
+        None => node.map(|node| field_validation::builtin_errors(rt, &node)).unwrap_or_default(),
+    };
+    ctx.field_findings(findings, |f| field_validation::strict_decoding_error(rt, f))
+}
+
+/// Duplicate fields in a patch body (and, for a JSON patch, fields its operations do not have), as upstream's
+/// strict decoding of the patch reports them.
+fn patch_body_findings(request: &RequestInfo) -> Vec<String> {
+    let Some(node) = RawNode::parse_json(&request.body) else { return Vec::new() };
+    let content_type = request.content_type.as_deref().unwrap_or_default();
+    match PatchType::from_content_type(content_type) {
+        Some(PatchType::Json) => field_validation::json_patch_errors(&node),
+        Some(PatchType::Merge | PatchType::Strategic) => field_validation::duplicates(&node),
+        _ => Vec::new(),
+    }
 }
 
 fn filter(rt: &ResourceType, namespace: Option<&str>, request: &RequestInfo) -> Result<Filter, ApiError> {

@@ -5,11 +5,12 @@
 //! # Guarantees
 //! - Accept clauses are ordered as `goautoneg.ParseAccept` orders them (by `q`, then specific before wildcard,
 //!   otherwise in the order given, `q=0` included), and each clause is matched against the served media types
-//!   in the server's order (JSON, then protobuf), so `*/*` and `application/*` mean JSON.
-//! - A clause counts only when its parameters are acceptable: `as`/`g`/`v` name a Table (JSON only) or
+//!   in the server's order (JSON, YAML, then protobuf), so `*/*` and `application/*` mean JSON.
+//! - A clause counts only when its parameters are acceptable: `as`/`g`/`v` name a Table (JSON or YAML) or
 //!   PartialObjectMetadata(List) of meta.k8s.io v1 or v1beta1, `stream` is `watch`, `sv` is `v1`.
 //! - Custom resources are never protobuf, except as PartialObjectMetadata.
-//! - Nothing acceptable is a 406 listing the served media types.
+//! - Nothing acceptable is a 406 listing the served media types; so is YAML for a watch (upstream has no YAML
+//!   stream serializer, and negotiates before it looks for one).
 
 use super::super::error::ApiError;
 use crate::apiserver::protobuf;
@@ -19,26 +20,29 @@ use crate::apiserver::protobuf;
 pub enum Encoding {
     /// `application/json`.
     Json,
+    /// `application/yaml` (keys sorted, as upstream's JSON-to-YAML conversion writes them); not for watches.
+    Yaml,
     /// `application/vnd.kubernetes.protobuf`.
     Protobuf,
 }
 
 impl Encoding {
     /// The served encodings, in the order the server prefers them.
-    pub const SERVED: [Encoding; 2] = [Encoding::Json, Encoding::Protobuf];
+    pub const SERVED: [Encoding; 3] = [Encoding::Json, Encoding::Yaml, Encoding::Protobuf];
 
     /// The media type.
     pub fn media_type(self) -> &'static str {
         match self {
             Encoding::Json => "application/json",
+            Encoding::Yaml => "application/yaml",
             Encoding::Protobuf => protobuf::MEDIA_TYPE,
         }
     }
 
-    /// The `Content-Type` of a watch in this encoding.
+    /// The `Content-Type` of a watch in this encoding (YAML has none: [`check_stream`]).
     pub fn stream_content_type(self) -> &'static str {
         match self {
-            Encoding::Json => "application/json",
+            Encoding::Json | Encoding::Yaml => "application/json",
             Encoding::Protobuf => "application/vnd.kubernetes.protobuf;stream=watch",
         }
     }
@@ -46,6 +50,7 @@ impl Encoding {
     fn parts(self) -> (&'static str, &'static str) {
         match self {
             Encoding::Json => ("application", "json"),
+            Encoding::Yaml => ("application", "yaml"),
             Encoding::Protobuf => ("application", "vnd.kubernetes.protobuf"),
         }
     }
@@ -56,6 +61,7 @@ impl Encoding {
         let media = content_type.and_then(|c| c.split(';').next()).map(str::trim).unwrap_or_default();
         match media.to_ascii_lowercase().as_str() {
             "" | "application/json" => Some(Encoding::Json),
+            "application/yaml" => Some(Encoding::Yaml),
             "application/vnd.kubernetes.protobuf" => Some(Encoding::Protobuf),
             _ => None,
         }
@@ -178,7 +184,7 @@ fn accept_params(clause: &Clause<'_>, encoding: Encoding, endpoint: Endpoint) ->
         }
     }
     if !convert {
-        return (encoding == Encoding::Json || endpoint.protobuf).then_some(Representation::Plain);
+        return (encoding != Encoding::Protobuf || endpoint.protobuf).then_some(Representation::Plain);
     }
     let version = match (group, version) {
         ("meta.k8s.io", "v1") => "v1",
@@ -186,7 +192,7 @@ fn accept_params(clause: &Clause<'_>, encoding: Encoding, endpoint: Endpoint) ->
         _ => return None,
     };
     match kind {
-        "Table" if encoding == Encoding::Json => Some(Representation::Table(version)),
+        "Table" if encoding != Encoding::Protobuf => Some(Representation::Table(version)),
         "PartialObjectMetadata" => Some(Representation::Metadata { list: false, version }),
         "PartialObjectMetadataList" => Some(Representation::Metadata { list: true, version }),
         _ => None,
@@ -212,8 +218,16 @@ pub fn negotiate(accept: Option<&str>, endpoint: Endpoint) -> Result<Negotiated,
     Err(not_acceptable())
 }
 
-/// The encoding of error responses: Status is protobuf when the client prefers it, JSON otherwise (also when
-/// nothing in `Accept` can be served).
+/// The 406 of a watch negotiated to an encoding without a stream form (YAML); `Ok` otherwise.
+pub fn check_stream(encoding: Encoding) -> Result<(), ApiError> {
+    match encoding {
+        Encoding::Yaml => Err(not_acceptable()),
+        Encoding::Json | Encoding::Protobuf => Ok(()),
+    }
+}
+
+/// The encoding of error responses: Status is in the encoding the client prefers (protobuf, YAML), JSON when
+/// nothing in `Accept` can be served.
 pub fn for_errors(accept: Option<&str>) -> Encoding {
     negotiate(accept, Endpoint { protobuf: true }).map(|n| n.encoding).unwrap_or(Encoding::Json)
 }
@@ -290,8 +304,27 @@ mod tests {
             get(kube_rs, BUILT_IN).map(|n| n.representation),
             Some(Representation::Metadata { list: false, version: "v1" })
         );
+        let yaml_table = "application/yaml;as=Table;v=v1;g=meta.k8s.io";
+        assert_eq!(
+            get(yaml_table, BUILT_IN),
+            Some(Negotiated { encoding: Encoding::Yaml, representation: Representation::Table("v1") }),
+            "a Table may be YAML"
+        );
         assert!(Representation::Metadata { list: false, version: "v1" }.check_fits(true).is_err());
         assert!(Representation::Metadata { list: true, version: "v1" }.check_fits(true).is_ok());
+    }
+
+    #[test]
+    fn yaml_is_served_after_json_and_never_streamed() {
+        assert_eq!(get("application/yaml", BUILT_IN), plain(Encoding::Yaml));
+        assert_eq!(get("application/yaml", CUSTOM), plain(Encoding::Yaml), "custom resources have YAML");
+        assert_eq!(get("application/yaml;q=0.5, application/json", BUILT_IN), plain(Encoding::Json));
+        assert_eq!(get("application/yaml, application/json", BUILT_IN), plain(Encoding::Yaml));
+        assert!(
+            check_stream(Encoding::Yaml).is_err_and(|e| e.code == 406),
+            "upstream negotiates, then finds no stream"
+        );
+        assert!(check_stream(Encoding::Json).is_ok() && check_stream(Encoding::Protobuf).is_ok());
     }
 
     #[test]
@@ -303,15 +336,18 @@ mod tests {
         assert_eq!(refused.code, 406);
         assert_eq!(
             refused.message,
-            "only the following media types are accepted: application/json, application/vnd.kubernetes.protobuf"
+            "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf"
         );
+        assert_eq!(for_errors(Some("application/yaml")), Encoding::Yaml);
     }
 
     #[test]
-    fn request_bodies_are_json_or_protobuf() {
+    fn request_bodies_are_json_yaml_or_protobuf() {
         assert_eq!(Encoding::of_content_type(None), Some(Encoding::Json));
         assert_eq!(Encoding::of_content_type(Some("application/json; charset=utf-8")), Some(Encoding::Json));
         assert_eq!(Encoding::of_content_type(Some("application/vnd.kubernetes.protobuf")), Some(Encoding::Protobuf));
+        assert_eq!(Encoding::of_content_type(Some("Application/YAML")), Some(Encoding::Yaml));
+        assert_eq!(Encoding::of_content_type(Some("*/*")), None, "a body's media type is never a wildcard");
         assert_eq!(Encoding::of_content_type(Some("text/plain")), None);
     }
 }

@@ -1,5 +1,5 @@
 //! Response bodies: objects, lists (JSON streamed from the stored bytes), watch streams, Tables, metadata-only
-//! forms and Status errors, in JSON or protobuf as negotiated ([`super::negotiate`]).
+//! forms and Status errors, in JSON, YAML or protobuf as negotiated ([`super::negotiate`]).
 
 use super::negotiate::{Encoding, Negotiated, Representation};
 use crate::apiserver::error::ApiError;
@@ -45,6 +45,7 @@ pub fn bytes_response(status: StatusCode, bytes: Bytes) -> Response<Body> {
 pub fn encoded_response(status: StatusCode, value: &Value, encoding: Encoding) -> Response<Body> {
     match encoding {
         Encoding::Json => json_response(status, value),
+        Encoding::Yaml => yaml_response(status, value),
         Encoding::Protobuf => match protobuf::encode(value) {
             Ok(bytes) => {
                 let mut response = Response::new(full(bytes));
@@ -57,6 +58,13 @@ pub fn encoded_response(status: StatusCode, value: &Value, encoding: Encoding) -
             }
         },
     }
+}
+
+/// A YAML response (keys sorted, as upstream's JSON-to-YAML conversion writes them).
+pub fn yaml_response(status: StatusCode, value: &Value) -> Response<Body> {
+    let mut response = bytes_response(status, Bytes::from(yaml_serde::to_string(value).unwrap_or_default()));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/yaml"));
+    response
 }
 
 /// A Status error response in `encoding`, with `Retry-After` when due.
@@ -85,8 +93,8 @@ pub fn object_response(
         (Representation::Metadata { version, .. }, encoding) => {
             encoded_response(status, &table::partial_metadata(&object.value(), version), encoding)
         }
-        (Representation::Table(version), _) => {
-            json_response(status, &table::table(rt, &[object.value()], None, None, include, version))
+        (Representation::Table(version), encoding) => {
+            encoded_response(status, &table::table(rt, &[object.value()], None, None, include, version), encoding)
         }
     }
 }
@@ -106,11 +114,11 @@ pub fn list_response(
         metadata["remainingItemCount"] = json!(remaining);
     }
     match (negotiated.representation, negotiated.encoding) {
-        (Representation::Table(version), _) => {
+        (Representation::Table(version), encoding) => {
             let objects: Vec<Value> = page.items.iter().map(|o| o.value()).collect();
             let mut table = table::table(rt, &objects, None, None, include, version);
             table["metadata"] = metadata;
-            json_response(StatusCode::OK, &table)
+            encoded_response(StatusCode::OK, &table, encoding)
         }
         (Representation::Metadata { version, .. }, encoding) => {
             let items: Vec<Value> = page.items.iter().map(|o| table::partial_metadata(&o.value(), version)).collect();
@@ -118,7 +126,7 @@ pub fn list_response(
                               "metadata": metadata, "items": items});
             encoded_response(StatusCode::OK, &list, encoding)
         }
-        (Representation::Plain, encoding) if encoding == Encoding::Protobuf || events::is_converted(rt) => {
+        (Representation::Plain, encoding) if encoding != Encoding::Json || events::is_converted(rt) => {
             let items: Vec<Value> = page.items.iter().map(|o| events::to_served(rt, o.value())).collect();
             let list = json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(),
                               "metadata": metadata, "items": items});
@@ -222,7 +230,8 @@ enum WatchObject {
 fn watch_event(rt: &ResourceType, output: WatchOutput, negotiated: Negotiated) -> Bytes {
     let (event_type, object) = watch_object(rt, output, negotiated.representation);
     match negotiated.encoding {
-        Encoding::Json => {
+        // A YAML watch is refused before it starts (`negotiate::check_stream`).
+        Encoding::Json | Encoding::Yaml => {
             let mut line = BytesMut::new();
             line.extend_from_slice(b"{\"type\":\"");
             line.extend_from_slice(event_type.as_bytes());

@@ -16,9 +16,9 @@
 
 use super::{Builtin, ResourceType, SelectableField};
 use crate::apiserver::error::field_error;
+use crate::apiserver::schema::{ErrorKind, FieldError};
 use crate::apiserver::selector::label::{is_dns_subdomain, validate_key};
 use serde_json::{Map, Value, json};
-use shared::schema::{ErrorKind, FieldError};
 
 /// events.k8s.io/v1 member → core/v1 member, for the members that differ.
 const RENAMED: [(&str, &str); 7] = [
