@@ -205,19 +205,10 @@ impl Diff<'_> {
                 }
                 old != new
             }
-            (Some(Value::Object(old)), Some(Value::Object(new))) if !is_leaf_object(old) && !is_leaf_object(new) => {
-                let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
-                keys.sort();
-                keys.dedup();
-                let mut any = false;
-                for key in keys {
-                    names.push(key.clone());
-                    path.push(PathElement::Field(key.clone()));
-                    any |= self.values(old.get(key), new.get(key), names, path);
-                    path.pop();
-                    names.pop();
-                }
-                any
+            (Some(old_value @ Value::Object(old)), Some(new_value @ Value::Object(new)))
+                if !is_leaf_object(old) && !is_leaf_object(new) =>
+            {
+                self.object_fields(Some(old_value), Some(new_value), names, path)
             }
             (Some(old @ Value::Array(old_items)), Some(new @ Value::Array(new_items)))
                 if !old_items.is_empty() && !new_items.is_empty() =>
@@ -282,11 +273,11 @@ impl Diff<'_> {
                     match old_keys.iter().find(|(k, _)| k == key) {
                         None => {
                             self.changed.insert(path.clone());
-                            self.item_fields(None, Some(item), names, path);
+                            self.object_fields(None, Some(item), names, path);
                             any = true;
                         }
                         Some((_, old_index)) => {
-                            if self.item_fields(Some(&old_items[*old_index]), Some(item), names, path) {
+                            if self.object_fields(Some(&old_items[*old_index]), Some(item), names, path) {
                                 self.changed.insert(path.clone());
                                 any = true;
                             }
@@ -300,7 +291,7 @@ impl Diff<'_> {
                     }
                     path.push(PathElement::Key(key.clone()));
                     self.removed.insert(path.clone());
-                    self.item_fields(Some(&old_items[*index]), None, names, path);
+                    self.object_fields(Some(&old_items[*index]), None, names, path);
                     path.pop();
                     any = true;
                 }
@@ -309,7 +300,8 @@ impl Diff<'_> {
         }
     }
 
-    fn item_fields(
+    /// Compares two objects (a missing one has no fields) field by field; true when any changed.
+    fn object_fields(
         &mut self,
         old: Option<&Value>,
         new: Option<&Value>,

@@ -1,6 +1,6 @@
 use super::codec::{self, Label, Presence, Scalar, Shape, Special, Ty};
 use super::*;
-use crate::apiserver::resource::{builtin_types, strategy};
+use crate::apiserver::resource::{Builtin, builtin_types, strategy};
 use serde_json::json;
 
 /// How often one message type may repeat on the path from the root in [`sample`] (CRD schemas are recursive).
@@ -167,7 +167,11 @@ fn every_served_built_in_kind_and_its_list_round_trip_with_every_field_set() {
         assert_same(&decode(&body).unwrap(), &object, &rt.kind);
 
         let list_kind = format!("{}List", rt.kind);
-        let list_message = message_for(&api_version, &list_kind).unwrap_or_else(|| panic!("no {list_kind}"));
+        let Some(list_message) = message_for(&api_version, &list_kind) else {
+            // The access reviews are create-only: upstream has no list of them.
+            assert!(rt.builtin().is_some_and(Builtin::is_review), "no {list_kind}");
+            continue;
+        };
         let list = json!({"apiVersion": api_version, "kind": list_kind,
                           "metadata": {"resourceVersion": "12", "continue": "c", "remainingItemCount": 3},
                           "items": [object.clone(), object]});
@@ -341,8 +345,8 @@ fn bad_bodies_are_errors_never_panics() {
 /// does not know (a wrong tag) or cannot read (a wrong wire type) get lost or fail there.
 fn through_prost(message: &str, bytes: &[u8]) -> Option<Vec<u8>> {
     use k8s_pb::api::{
-        admissionregistration, apps, authorization, autoscaling, batch, coordination, core, events, policy, rbac,
-        scheduling,
+        admissionregistration, apps, authentication, authorization, autoscaling, batch, coordination, core, events,
+        policy, rbac, scheduling,
     };
     use k8s_pb::apiextensions_apiserver::pkg::apis::apiextensions;
     use k8s_pb::apimachinery::pkg::apis::meta;
@@ -373,9 +377,11 @@ fn through_prost(message: &str, bytes: &[u8]) -> Option<Vec<u8>> {
         "k8s.io.api.scheduling.v1" => kinds!(scheduling::v1: PriorityClass, PriorityClassList),
         "k8s.io.api.rbac.v1" => kinds!(rbac::v1: Role, RoleList, ClusterRole, ClusterRoleList, RoleBinding,
             RoleBindingList, ClusterRoleBinding, ClusterRoleBindingList),
-        "k8s.io.api.authorization.v1" => kinds!(authorization::v1: SelfSubjectAccessReview, SelfSubjectRulesReview),
+        "k8s.io.api.authorization.v1" => kinds!(authorization::v1: SelfSubjectAccessReview, SelfSubjectRulesReview,
+            SubjectAccessReview, LocalSubjectAccessReview),
+        "k8s.io.api.authentication.v1" => kinds!(authentication::v1: TokenReview, SelfSubjectReview, TokenRequest),
         "k8s.io.api.admissionregistration.v1" => kinds!(admissionregistration::v1: ValidatingAdmissionPolicy,
-            ValidatingAdmissionPolicyBinding),
+            ValidatingAdmissionPolicyList, ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingList),
         "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1" => {
             kinds!(apiextensions::v1: CustomResourceDefinition, CustomResourceDefinitionList)
         }
@@ -409,6 +415,7 @@ fn the_tags_and_wire_types_agree_with_the_k8s_pb_prost_types() {
             "rbac.authorization.k8s.io/v1.RoleBinding",
             "authorization.k8s.io/v1.SelfSubjectAccessReview",
             "authorization.k8s.io/v1.SelfSubjectRulesReview",
+            "authentication.k8s.io/v1.TokenRequest",
             "admissionregistration.k8s.io/v1.ValidatingAdmissionPolicy",
             "admissionregistration.k8s.io/v1.ValidatingAdmissionPolicyBinding",
         ]
