@@ -28,6 +28,46 @@ fn names(list: &Value) -> Vec<String> {
 }
 
 #[tokio::test]
+async fn a01_pages_count_the_items_left_when_no_selector_makes_the_count_inexact() {
+    let server = server().await;
+    let client = server.client();
+    config_maps(&client, "a01r", &["a", "b", "c", "d", "e"]).await;
+    config_maps(&client, "a01s", &["x"]).await;
+    let first = raw(&client, "GET", "/api/v1/namespaces/a01r/configmaps?limit=2", None, Value::Null).await.json();
+    assert_eq!(first["metadata"]["remainingItemCount"], 3, "only this namespace's objects count");
+    let token = first["metadata"]["continue"].as_str().unwrap();
+    let uri = format!("/api/v1/namespaces/a01r/configmaps?limit=2&continue={token}");
+    let second = raw(&client, "GET", &uri, None, Value::Null).await.json();
+    assert_eq!(second["metadata"]["remainingItemCount"], 1);
+    let token = second["metadata"]["continue"].as_str().unwrap();
+    let uri = format!("/api/v1/namespaces/a01r/configmaps?limit=2&continue={token}");
+    let last = raw(&client, "GET", &uri, None, Value::Null).await.json();
+    assert!(last["metadata"].get("remainingItemCount").is_none(), "the last page has none");
+    let all = raw(&client, "GET", "/api/v1/configmaps?limit=1", None, Value::Null).await.json();
+    assert!(all["metadata"]["remainingItemCount"].as_u64().is_some_and(|n| n >= 5));
+    let selected =
+        raw(&client, "GET", "/api/v1/namespaces/a01r/configmaps?limit=2&labelSelector=x!%3Dy", None, Value::Null)
+            .await
+            .json();
+    assert!(selected["metadata"]["continue"].is_string());
+    assert!(selected["metadata"].get("remainingItemCount").is_none(), "a selector makes the count inexact");
+    let table = raw_with(
+        &client,
+        "GET",
+        "/api/v1/namespaces/a01r/configmaps?limit=4",
+        &[("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")],
+        None,
+        Value::Null,
+    )
+    .await
+    .json();
+    assert_eq!(table["metadata"]["remainingItemCount"], 1);
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "a01r");
+    let page = api.list(&ListParams::default().limit(3)).await.unwrap();
+    assert_eq!(page.metadata.remaining_item_count, Some(2));
+}
+
+#[tokio::test]
 async fn a01_pages_share_one_resource_version_and_come_in_key_order() {
     let server = server().await;
     let client = server.client();

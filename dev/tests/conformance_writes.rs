@@ -311,6 +311,63 @@ async fn b21_json_patch_tests_missing_members_as_null_and_the_finalizer_helper_w
 }
 
 #[tokio::test]
+async fn b21_empty_metadata_collections_are_omitted_so_the_first_finalizer_patch_works_again() {
+    let server = server().await;
+    let client = server.client();
+    namespace(&client, "b21e").await;
+    let created = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/b21e/configmaps",
+        Some("application/json"),
+        json!({"metadata": {"name": "bare", "generateName": "", "labels": {}, "annotations": {}, "finalizers": [],
+                            "ownerReferences": [], "managedFields": []}}),
+    )
+    .await;
+    assert_eq!(created.status, 201);
+    let metadata = created.json()["metadata"].as_object().unwrap().clone();
+    for omitted in ["generateName", "labels", "annotations", "finalizers", "ownerReferences"] {
+        assert!(!metadata.contains_key(omitted), "{omitted} kept: {metadata:?}");
+    }
+
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "b21e");
+    let reconcile = |cm: ConfigMap| {
+        let api = api.clone();
+        async move {
+            finalizer(&api, "example.com/cleanup", Arc::new(cm), |_| async {
+                Ok::<_, kube::Error>(kube::runtime::controller::Action::await_change())
+            })
+            .await
+        }
+    };
+    reconcile(api.get("bare").await.unwrap()).await.unwrap();
+    assert_eq!(api.get("bare").await.unwrap().metadata.finalizers, Some(vec!["example.com/cleanup".to_owned()]));
+    // The object is not being deleted: removing its only finalizer leaves none at all, not an empty list ...
+    let removed = raw(
+        &client,
+        "PATCH",
+        "/api/v1/namespaces/b21e/configmaps/bare",
+        Some("application/json-patch+json"),
+        json!([{"op": "remove", "path": "/metadata/finalizers/0"}]),
+    )
+    .await;
+    assert_eq!(removed.status, 200);
+    assert!(removed.json()["metadata"].get("finalizers").is_none(), "{}", removed.json()["metadata"]);
+    // ... so kube-runtime's first-finalizer patch (`test /metadata/finalizers == null`) succeeds again.
+    reconcile(api.get("bare").await.unwrap()).await.unwrap();
+    assert_eq!(api.get("bare").await.unwrap().metadata.finalizers, Some(vec!["example.com/cleanup".to_owned()]));
+
+    api.patch("bare", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})))
+        .await
+        .unwrap();
+    let unlabelled = api
+        .patch("bare", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"a": null}}})))
+        .await
+        .unwrap();
+    assert_eq!(unlabelled.metadata.labels, None, "removing the last label removes the map");
+}
+
+#[tokio::test]
 async fn b22_strategic_merge_patch_follows_the_merge_keys() {
     let server = server().await;
     let client = server.client();
@@ -414,6 +471,118 @@ async fn b23_server_side_apply_tracks_field_ownership() {
     let managers: Vec<String> =
         api.get("a").await.unwrap().metadata.managed_fields.unwrap().into_iter().filter_map(|m| m.manager).collect();
     assert!(managers.contains(&"two".to_owned()));
+}
+
+/// The managers of an object's `managedFields`, as `manager/operation[/subresource]`.
+fn managers_of(object: &Value) -> Vec<String> {
+    object["metadata"]["managedFields"]
+        .as_array()
+        .map(|entries| {
+            entries
+                .iter()
+                .map(|e| {
+                    let mut id = format!("{}/{}", e["manager"].as_str().unwrap(), e["operation"].as_str().unwrap());
+                    if let Some(sub) = e["subresource"].as_str() {
+                        id.push_str(&format!("/{sub}"));
+                    }
+                    id
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn b23_every_write_records_its_manager_from_the_user_agent_so_apply_conflicts_with_it() {
+    let server = server().await;
+    let client = server.client();
+    namespace(&client, "b23m").await;
+    let agent = [("User-Agent", "kubectl-edit/v1.33.0 (linux/amd64) kubernetes/abcdef")];
+    let created = raw_with(
+        &client,
+        "POST",
+        "/api/v1/namespaces/b23m/configmaps",
+        &agent,
+        Some("application/json"),
+        json!({"metadata": {"name": "a"}, "data": {"owner": "created"}}),
+    )
+    .await;
+    assert_eq!(created.status, 201);
+    assert_eq!(managers_of(&created.json()), vec!["kubectl-edit/Update"], "no fieldManager: the User-Agent's prefix");
+    assert_eq!(created.json()["metadata"]["managedFields"][0]["fieldsV1"], json!({"f:data": {"f:owner": {}}}));
+
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "b23m");
+    let applied = Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"},
+                                      "data": {"owner": "applier"}}));
+    let conflict = status_of(api.patch("a", &PatchParams::apply("applier"), &applied).await.unwrap_err());
+    assert_eq!(conflict.code, 409);
+    assert_eq!(conflict.message, "Apply failed with 1 conflict: conflict with \"kubectl-edit\": .data.owner");
+
+    let updated = raw_with(
+        &client,
+        "PUT",
+        "/api/v1/namespaces/b23m/configmaps/a?fieldManager=editor",
+        &agent,
+        Some("application/json"),
+        json!({"metadata": {"name": "a"}, "data": {"owner": "created", "extra": "x"}}),
+    )
+    .await;
+    assert_eq!(updated.status, 200);
+    assert_eq!(managers_of(&updated.json()), vec!["kubectl-edit/Update", "editor/Update"]);
+    let again = raw_with(
+        &client,
+        "PUT",
+        "/api/v1/namespaces/b23m/configmaps/a?fieldManager=another",
+        &agent,
+        Some("application/json"),
+        json!({"metadata": {"name": "a"}, "data": {"owner": "created", "extra": "x"}}),
+    )
+    .await;
+    assert_eq!(again.json(), updated.json(), "an update that changes nothing records nothing");
+
+    let reset = raw(
+        &client,
+        "PATCH",
+        "/api/v1/namespaces/b23m/configmaps/a",
+        Some("application/merge-patch+json"),
+        json!({"metadata": {"managedFields": [{}]}}),
+    )
+    .await;
+    assert_eq!(reset.status, 200);
+    assert!(reset.json()["metadata"].get("managedFields").is_none(), "[{{}}] clears managedFields");
+
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let node = json!({"metadata": {"name": "n1", "labels": {"a": "b"}}});
+    nodes.create(&PostParams::default(), &serde_json::from_value(node).unwrap()).await.unwrap();
+    let status = raw_with(
+        &client,
+        "PATCH",
+        "/api/v1/nodes/n1/status",
+        &[("User-Agent", "kubelet/v1.33.0 (linux/amd64)")],
+        Some("application/merge-patch+json"),
+        json!({"status": {"phase": "Running"}}),
+    )
+    .await;
+    assert_eq!(status.status, 200);
+    let managers = managers_of(&status.json());
+    assert_eq!(managers.last().map(String::as_str), Some("kubelet/Update/status"), "{managers:?}");
+
+    for (bad, why) in
+        [("x".repeat(129), "Too long: may not be more than 128 bytes"), ("a\tb".into(), "invalid character")]
+    {
+        let refused = raw(
+            &client,
+            "POST",
+            &format!("/api/v1/namespaces/b23m/configmaps?fieldManager={}", bad.replace('\t', "%09")),
+            Some("application/json"),
+            json!({"metadata": {"name": "b"}}),
+        )
+        .await;
+        assert_eq!(refused.status, 422);
+        let message = refused.json()["message"].as_str().unwrap().to_owned();
+        assert!(message.starts_with("CreateOptions.meta.k8s.io \"\" is invalid: fieldManager: "), "{message}");
+        assert!(message.contains(why), "{message}");
+    }
 }
 
 #[tokio::test]
@@ -619,7 +788,7 @@ async fn delete_preconditions_conflict_and_deletecollection_follows_selectors() 
 }
 
 #[tokio::test]
-async fn yaml_bodies_are_accepted_and_other_media_types_refused() {
+async fn yaml_and_protobuf_bodies_are_accepted_and_other_media_types_refused() {
     let server = server().await;
     let client = server.client();
     let request = http::Request::post("/api/v1/namespaces/default/configmaps")
@@ -628,7 +797,7 @@ async fn yaml_bodies_are_accepted_and_other_media_types_refused() {
         .unwrap();
     let created: ConfigMap = client.request(request).await.unwrap();
     assert_eq!(created.data.unwrap()["k"], "v");
-    let refused = raw(
+    let not_protobuf = raw(
         &client,
         "POST",
         "/api/v1/namespaces/default/configmaps",
@@ -636,5 +805,9 @@ async fn yaml_bodies_are_accepted_and_other_media_types_refused() {
         json!({}),
     )
     .await;
-    assert_eq!(refused.status, 415);
+    assert_eq!(not_protobuf.status, 400, "a JSON body labelled protobuf does not decode");
+    for unknown in ["text/plain", "*/*", "application/merge-patch+json"] {
+        let refused = raw(&client, "POST", "/api/v1/namespaces/default/configmaps", Some(unknown), json!({})).await;
+        assert_eq!(refused.status, 415, "{unknown}");
+    }
 }

@@ -1,14 +1,18 @@
 //! kubectl against the dev cluster: the `kubectl` on PATH and every `kubectl.1.NN` beside it (after resolving
 //! symlinks) get nodes, annotate, cordon, uncordon, and drain a node whose pods a PDB lets go one at a time; and
+//! create, scale, read and delete built-in objects and Jobs (kubectl 1.32+ sends and asks for protobuf bodies);
+//! show the operator's Events after a rollout with `kubectl describe nodeversion` and `kubectl get events`; and
 //! apply the operator's bundle, then ask `auth can-i` and act with an agent's kubeconfig under its RBAC and policy.
 //!
 //! Without a kubectl on PATH this test fails: CI installs one.
 
 mod cluster_support;
+mod support;
 
 use cluster_support::*;
 use dev::cluster::{Cluster, PdbStyle, SampleWorkloads};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::Api;
 use kube::api::ListParams;
 use std::path::{Path, PathBuf};
@@ -151,9 +155,8 @@ async fn minor_version(binary: &Path, kubeconfig: &Path) -> u32 {
     version["clientVersion"]["minor"].as_str().unwrap_or_default().trim_end_matches('+').parse().unwrap_or(0)
 }
 
-/// kubectl 1.32 and later send protobuf request bodies for built-in kinds (the access reviews, TokenRequest),
-/// which the dev server does not decode yet (issue 11, item 6): `auth can-i` and `create token` are checked
-/// with the older ones.
+/// kubectl 1.32 and later send and ask for protobuf bodies for built-in kinds (the access reviews,
+/// TokenRequest, creates).
 const FIRST_PROTOBUF_MINOR: u32 = 32;
 
 /// `kubectl apply` of the operator's bundle on a fresh server, then what its RBAC and policy allow: `auth can-i`
@@ -171,30 +174,24 @@ async fn operator_access(binary: &Path) {
     }
     let manifest = dev::operator::Manifest::operator().unwrap();
     let agent = server.kubeconfig_for(&manifest.agent_identity("worker-0").unwrap()).unwrap();
-    if minor_version(binary, &admin).await < FIRST_PROTOBUF_MINOR {
-        let as_agent = "--as=system:serviceaccount:update-operator:update-operator-agent";
-        assert_eq!(
-            kubectl_ok(binary, &admin, &["auth", "can-i", as_agent, "patch", "nodes"]).await.stdout.trim(),
-            "yes"
-        );
-        let denials: [&[&str]; 3] =
-            [&["delete", "nodes"], &["patch", "nodes", "--subresource=status"], &["get", "pods"]];
-        for denied in denials {
-            let args: Vec<&str> = ["auth", "can-i", as_agent].iter().chain(denied).copied().collect();
-            let run = kubectl(binary, &admin, &args).await;
-            assert_eq!((run.success, run.stdout.trim()), (false, "no"), "{denied:?}: {}", run.stderr);
-        }
-        let as_controller = "--as=system:serviceaccount:update-operator:update-operator-controller";
-        let evict = ["auth", "can-i", as_controller, "create", "pods", "--subresource=eviction", "-n", "demo"];
-        assert_eq!(kubectl_ok(binary, &admin, &evict).await.stdout.trim(), "yes");
-        assert_eq!(kubectl_ok(binary, &agent, &["auth", "can-i", "patch", "nodes"]).await.stdout.trim(), "yes");
-        let list = kubectl_ok(binary, &agent, &["auth", "can-i", "--list"]).await.stdout;
-        assert!(list.lines().any(|l| l.starts_with("nodes ") && l.contains("[get list watch patch]")), "{list}");
-        let token =
-            kubectl_ok(binary, &admin, &["create", "token", "update-operator-agent", "-n", "update-operator"]).await;
-        let user = server.user_of_token(token.stdout.trim()).unwrap();
-        assert_eq!(user.name, "system:serviceaccount:update-operator:update-operator-agent");
+    let as_agent = "--as=system:serviceaccount:update-operator:update-operator-agent";
+    assert_eq!(kubectl_ok(binary, &admin, &["auth", "can-i", as_agent, "patch", "nodes"]).await.stdout.trim(), "yes");
+    let denials: [&[&str]; 3] = [&["delete", "nodes"], &["patch", "nodes", "--subresource=status"], &["get", "pods"]];
+    for denied in denials {
+        let args: Vec<&str> = ["auth", "can-i", as_agent].iter().chain(denied).copied().collect();
+        let run = kubectl(binary, &admin, &args).await;
+        assert_eq!((run.success, run.stdout.trim()), (false, "no"), "{denied:?}: {}", run.stderr);
     }
+    let as_controller = "--as=system:serviceaccount:update-operator:update-operator-controller";
+    let evict = ["auth", "can-i", as_controller, "create", "pods", "--subresource=eviction", "-n", "demo"];
+    assert_eq!(kubectl_ok(binary, &admin, &evict).await.stdout.trim(), "yes");
+    assert_eq!(kubectl_ok(binary, &agent, &["auth", "can-i", "patch", "nodes"]).await.stdout.trim(), "yes");
+    let list = kubectl_ok(binary, &agent, &["auth", "can-i", "--list"]).await.stdout;
+    assert!(list.lines().any(|l| l.starts_with("nodes ") && l.contains("[get list watch patch]")), "{list}");
+    let token =
+        kubectl_ok(binary, &admin, &["create", "token", "update-operator-agent", "-n", "update-operator"]).await;
+    let user = server.user_of_token(token.stdout.trim()).unwrap();
+    assert_eq!(user.name, "system:serviceaccount:update-operator:update-operator-agent");
     kubectl_ok(binary, &agent, &["annotate", "node", "worker-0", "update.edgeless.systems/state=idle"]).await;
     let other = kubectl(binary, &agent, &["annotate", "node", "worker-1", "update.edgeless.systems/state=idle"]).await;
     assert!(!other.success);
@@ -227,31 +224,65 @@ async fn every_kubectl_gets_annotates_cordons_and_drains_through_pdb_refusals() 
     }
 }
 
-/// True when kubectl's request body was refused as protobuf (kubectl 1.32+ sends protobuf for built-in kinds;
-/// the dev server learns protobuf bodies on another branch).
-fn protobuf_refused(run: &Run) -> bool {
-    run.stderr.contains("unknown format") || run.stderr.contains("Unsupported Media Type")
+async fn create_scale_read_and_delete(binary: &Path) {
+    let cluster = bare_cluster(1).await;
+    let config = cluster.kubeconfig_path().to_owned();
+    let minor = minor_version(binary, &config).await;
+    let (cm, ns, secret, deploy) =
+        (format!("cm-{minor}"), format!("ns-{minor}"), format!("secret-{minor}"), format!("deploy-{minor}"));
+
+    // -v=8 logs the request and response headers: kubectl 1.32+ sends and receives protobuf.
+    let created = kubectl_ok(binary, &config, &["create", "configmap", &cm, "--from-literal=a=b", "-v=8"]).await;
+    assert!(created.stdout.contains(&format!("configmap/{cm} created")), "{}", created.stdout);
+    let protobuf_headers = created.stderr.matches("Content-Type: application/vnd.kubernetes.protobuf").count();
+    if minor >= FIRST_PROTOBUF_MINOR {
+        assert!(protobuf_headers >= 2, "kubectl 1.{minor} sent and received protobuf:\n{}", created.stderr);
+    }
+    let config_maps: Api<ConfigMap> = Api::namespaced(cluster.client(), "default");
+    let stored = config_maps.get(&cm).await.unwrap();
+    assert_eq!(stored.data.unwrap()["a"], "b");
+    let managers: Vec<String> =
+        stored.metadata.managed_fields.into_iter().flatten().filter_map(|m| m.manager).collect();
+    assert_eq!(managers, vec!["kubectl-create".to_owned()]);
+
+    kubectl_ok(binary, &config, &["create", "namespace", &ns]).await;
+    kubectl_ok(binary, &config, &["create", "secret", "generic", &secret, "--from-literal=k=v", "-n", &ns]).await;
+    let secrets: Api<Secret> = Api::namespaced(cluster.client(), &ns);
+    let stored = secrets.get(&secret).await.unwrap();
+    assert_eq!(stored.data.unwrap()["k"].0, b"v");
+    assert_eq!(stored.type_.as_deref(), Some("Opaque"));
+
+    kubectl_ok(binary, &config, &["create", "deployment", &deploy, "--image=nginx:1.27", "--replicas=0"]).await;
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client(), "default");
+    let spec = deployments.get(&deploy).await.unwrap().spec.unwrap();
+    assert_eq!(spec.replicas, Some(0), "a pointer set to zero stays zero");
+    assert_eq!(spec.strategy.unwrap().type_.as_deref(), Some("RollingUpdate"), "the empty strategy is defaulted");
+    let container = &spec.template.spec.unwrap().containers[0];
+    assert_eq!((container.name.as_str(), container.image.as_deref()), ("nginx", Some("nginx:1.27")));
+    assert_eq!(container.image_pull_policy.as_deref(), Some("IfNotPresent"));
+    kubectl_ok(binary, &config, &["scale", "deployment", &deploy, "--replicas=2"]).await;
+    assert_eq!(deployments.get(&deploy).await.unwrap().spec.unwrap().replicas, Some(2));
+
+    let read = kubectl_ok(binary, &config, &["get", "configmap", &cm, "-o", "jsonpath={.data.a}"]).await;
+    assert_eq!(read.stdout, "b");
+    let listed = kubectl_ok(binary, &config, &["get", "secrets", "-n", &ns, "-o", "name"]).await;
+    assert_eq!(listed.stdout.trim(), format!("secret/{secret}"));
+    let missing = kubectl(binary, &config, &["get", "configmap", "nope"]).await;
+    assert!(!missing.success);
+    assert!(missing.stderr.contains("configmaps \"nope\" not found"), "a protobuf Status: {}", missing.stderr);
+    kubectl_ok(binary, &config, &["delete", "configmap", &cm]).await;
+    assert!(config_maps.get_opt(&cm).await.unwrap().is_none());
+    kubectl_ok(binary, &config, &["delete", "deployment", &deploy]).await;
+    assert!(deployments.get_opt(&deploy).await.unwrap().is_none());
+    cluster.shutdown().await;
 }
 
 /// Jobs, Services and PriorityClasses through one kubectl: `create job`, `get`, `wait`, `delete`.
 async fn exercise_jobs(binary: &Path) {
     let cluster = bare_cluster(2).await;
     let config = cluster.kubeconfig_path().to_owned();
-    let created = kubectl(binary, &config, &["create", "job", "hello", "--image=busybox:1.36"]).await;
-    if !created.success && protobuf_refused(&created) {
-        println!(
-            "{}: skipped `create job`: it sends protobuf, which the dev server does not take yet",
-            binary.display()
-        );
-        let api: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(cluster.client(), "default");
-        let job = serde_json::from_value(serde_json::json!({"metadata": {"name": "hello"}, "spec": {"template": {
-            "spec": {"restartPolicy": "Never", "containers": [{"name": "hello", "image": "busybox:1.36"}]}}}}))
-        .unwrap();
-        api.create(&kube::api::PostParams::default(), &job).await.unwrap();
-    } else {
-        assert!(created.success, "{} create job failed:\n{}", binary.display(), created.stderr);
-        assert!(created.stdout.contains("job.batch/hello created"), "{}", created.stdout);
-    }
+    let created = kubectl_ok(binary, &config, &["create", "job", "hello", "--image=busybox:1.36"]).await;
+    assert!(created.stdout.contains("job.batch/hello created"), "{}", created.stdout);
     kubectl_ok(binary, &config, &["wait", "--for=condition=complete", "job/hello", "--timeout=120s"]).await;
     let jobs = kubectl_ok(binary, &config, &["get", "jobs"]).await.stdout;
     assert!(jobs.lines().any(|l| l.starts_with("hello ")), "{jobs}");
@@ -269,6 +300,59 @@ async fn exercise_jobs(binary: &Path) {
     })
     .await;
     cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kubectl_creates_scales_reads_and_deletes_built_in_objects() {
+    for binary in &kubectl_binaries() {
+        create_scale_read_and_delete(binary).await;
+    }
+}
+
+/// After a rollout by the real controller and agents, every kubectl shows the operator's Events (written through
+/// events.k8s.io/v1) where users look for them: `kubectl describe nodeversion` and `kubectl get events`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kubectl_shows_the_operators_events_after_a_rollout() {
+    let names = ["cp-0", "w-0", "w-1", "w-2"];
+    let server = support::bare_cluster(&names).await;
+    let store = server.store();
+    let operator = support::operator(&server);
+    let agents: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let (store, name) = (store.clone(), name.to_string());
+            dev::harness::agent_with(&operator, &name.clone(), move || Ok(support::FakeHost::new(store, &name, "v1")))
+        })
+        .collect();
+    let controller = dev::harness::controller(&operator, dev::harness::controller_options("c1"));
+    support::create_version(&store, "v2", serde_json::json!({"maxUnavailable": 2}));
+    support::eventually(COMMAND_PATIENCE, "the rollout", || support::rolled_out(&store, 4)).await;
+
+    for binary in &kubectl_binaries() {
+        let config = server.kubeconfig_path().to_owned();
+        let described = kubectl_ok(binary, &config, &["describe", "nodeversion", "constellation-version"]).await;
+        let events = described.stdout.split("Events:").nth(1).unwrap_or_default();
+        for reason in ["StageRequested", "Staged", "Drained", "Verified"] {
+            assert!(
+                events.lines().any(|l| l.contains(reason) && l.contains("update-operator")),
+                "{}: no {reason} Event from update-operator under Events:\n{}",
+                binary.display(),
+                described.stdout
+            );
+        }
+        let listed = kubectl_ok(binary, &config, &["get", "events", "-A", "-o", "wide"]).await;
+        assert!(listed.stdout.contains("nodeversion/constellation-version"), "{}", listed.stdout);
+        let header = listed.stdout.lines().next().unwrap_or_default();
+        for column in ["LAST SEEN", "TYPE", "REASON", "OBJECT", "SUBOBJECT", "SOURCE", "MESSAGE", "FIRST SEEN", "COUNT"]
+        {
+            assert!(header.contains(column), "{column} missing: {header}");
+        }
+    }
+    controller.stop(Duration::from_secs(10)).await.unwrap();
+    for agent in agents {
+        agent.stop(Duration::from_secs(10)).await.unwrap();
+    }
+    server.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

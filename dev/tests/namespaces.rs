@@ -57,3 +57,30 @@ async fn the_default_namespaces_exist_from_the_start() {
         assert!(namespaces.get_opt(name).await.unwrap().is_some(), "{name}");
     }
 }
+
+#[tokio::test]
+async fn an_emptied_namespace_held_by_its_own_finalizer_has_no_spec_finalizers_left() {
+    let server = server().await;
+    let namespaces: Api<Namespace> = Api::all(server.client());
+    let held: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "held", "finalizers": ["example.com/hold"]}})).unwrap();
+    namespaces.create(&PostParams::default(), &held).await.unwrap();
+    namespaces.delete("held", &DeleteParams::default()).await.unwrap();
+    eventually("the namespace controller removes the kubernetes finalizer", || {
+        let namespaces = namespaces.clone();
+        async move {
+            let spec = namespaces.get("held").await.unwrap().spec;
+            spec.is_some_and(|s| s.finalizers.is_none())
+        }
+    })
+    .await;
+    namespaces
+        .patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
+        .await
+        .unwrap();
+    eventually("the namespace is gone", || {
+        let namespaces = namespaces.clone();
+        async move { namespaces.get_opt("held").await.unwrap().is_none() }
+    })
+    .await;
+}

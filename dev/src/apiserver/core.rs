@@ -72,12 +72,29 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// The manager recorded for non-apply writes: `fieldManager`, else the User-Agent up to its first `/`, as
-    /// upstream derives it.
-    pub fn manager(&self) -> &'a str {
-        self.field_manager.unwrap_or_else(|| self.user_agent.split('/').next().unwrap_or(self.user_agent))
+    /// The manager recorded for non-apply writes: `fieldManager`, else derived from the User-Agent as upstream's
+    /// `prefixFromUserAgent` does: the part before the first `/`, without unprintable characters, cut to
+    /// [`FIELD_MANAGER_MAX_LENGTH`] bytes.
+    pub fn manager(&self) -> std::borrow::Cow<'a, str> {
+        match self.field_manager {
+            Some(manager) => std::borrow::Cow::Borrowed(manager),
+            None => {
+                let prefix = self.user_agent.split('/').next().unwrap_or_default();
+                let mut manager = String::with_capacity(prefix.len());
+                for c in prefix.chars().filter(|c| *c == ' ' || !(c.is_control() || c.is_whitespace())) {
+                    if manager.len() + c.len_utf8() > FIELD_MANAGER_MAX_LENGTH {
+                        break;
+                    }
+                    manager.push(c);
+                }
+                std::borrow::Cow::Owned(manager)
+            }
+        }
     }
 }
+
+/// The longest `fieldManager` upstream accepts (`validation.FieldManagerMaxLength`).
+pub const FIELD_MANAGER_MAX_LENGTH: usize = 128;
 
 /// The shared core of one server.
 pub struct Core {

@@ -129,12 +129,8 @@ impl ApiError {
     }
 
     /// 406 NotAcceptable.
-    pub fn not_acceptable(accept: &str) -> Self {
-        Self::new(
-            406,
-            "NotAcceptable",
-            format!("the server was unable to respond with a content type that the client supports ({accept})"),
-        )
+    pub fn not_acceptable(message: &str) -> Self {
+        Self::new(406, "NotAcceptable", message.to_owned())
     }
 
     /// 409 AlreadyExists: `pods "foo" already exists`.

@@ -22,6 +22,9 @@
 //! apiextensions-apiserver admits them, see [`crd_validation`]). Discovery, Tables for kubectl, YAML responses,
 //! `/openapi/v2` and `/openapi/v3` ([`openapi`]), server-side `fieldValidation` ([`field_validation`]),
 //! `/healthz`, `/readyz`, `/livez`, and `/_dev/metrics` (GET) and `/_dev/faults` (POST) for tools.
+//! Bodies are JSON (YAML accepted) and, for the built-in kinds, protobuf as client-go's typed clients use it
+//! ([`protobuf`], negotiated as upstream does in `http::negotiate`). core/v1 and events.k8s.io/v1 Events are one
+//! resource stored once ([`resource::events`]). `docs/dev-cluster.md` lists what is and is not implemented.
 //!
 //! # The in-process API (for built-in controllers and tests)
 //! [`ApiServer::store`] returns a cloneable [`Store`]. Every call goes through the same operations as an HTTP
@@ -81,6 +84,7 @@ pub mod object;
 pub mod openapi;
 pub mod ops;
 pub mod patch;
+pub mod protobuf;
 pub mod resource;
 pub mod schema;
 pub mod selector;

@@ -163,6 +163,23 @@ pub fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
     metadata
 }
 
+/// Drops what a Go client and the real server never write into `metadata`: the `omitempty` fields of
+/// `ObjectMeta` at their zero value. Empty `labels`, `annotations`, `finalizers`, `ownerReferences` and
+/// `managedFields`, empty strings and a zero `generation` are omitted, so that `{"metadata":{"finalizers":[]}}`
+/// is stored as no finalizers at all (kube-runtime's first-finalizer patch tests `/metadata/finalizers` for null).
+pub fn omit_empty_metadata(object: &mut Value) {
+    let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else { return };
+    metadata.retain(|key, value| match key.as_str() {
+        "labels" | "annotations" => value.as_object().is_some_and(|m| !m.is_empty()),
+        "finalizers" | "ownerReferences" | "managedFields" => value.as_array().is_some_and(|a| !a.is_empty()),
+        "name" | "generateName" | "namespace" | "selfLink" | "uid" | "resourceVersion" => {
+            value.as_str().is_some_and(|s| !s.is_empty())
+        }
+        "generation" => value.as_i64().is_some_and(|g| g != 0),
+        _ => true,
+    });
+}
+
 /// A string field of `metadata`.
 pub fn meta_str<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
     object.get("metadata")?.get(key)?.as_str()

@@ -13,7 +13,7 @@ use super::ops::eviction::Eviction;
 use super::ops::read::ListOptions;
 use super::ops::watch::{WatchOptions, WatchOutput, WatchSession};
 use super::patch::PatchType;
-use super::resource::{Gvr, ResourceType};
+use super::resource::{Gvr, ResourceType, events};
 use super::selector::{FieldSelector, LabelSelector};
 use futures::Stream;
 use futures::stream::BoxStream;
@@ -56,6 +56,8 @@ pub struct ObjectList<T> {
     pub resource_version: String,
     /// Token of the next page.
     pub continue_token: Option<String>,
+    /// How many objects follow this page, when the count is exact (no selectors).
+    pub remaining_item_count: Option<u64>,
     /// The objects.
     pub items: Vec<T>,
 }
@@ -116,8 +118,9 @@ pub struct Store {
     user: Option<Arc<UserInfo>>,
 }
 
-fn to_value(stored: &StoredObject) -> Value {
-    stored.value()
+/// An object as the API of `rt` serves it.
+fn to_value(rt: &ResourceType, stored: &StoredObject) -> Value {
+    events::to_served(rt, stored.value())
 }
 
 fn filter(
@@ -240,7 +243,7 @@ impl Store {
         let rt = self.resource(gvr)?;
         self.authorize("get", &rt, "", namespace, name)?;
         self.record(Verb::Get, &rt, "");
-        self.core.get(&rt, namespace, name).map(|o| to_value(&o))
+        self.core.get(&rt, namespace, name).map(|o| to_value(&rt, &o))
     }
 
     /// LIST one page (all of them without `limit`). `resource_version` and `version_match` follow the API's rules.
@@ -262,7 +265,8 @@ impl Store {
         Ok(ObjectList {
             resource_version: page.rv.to_string(),
             continue_token: page.continue_token,
-            items: page.items.iter().map(|o| to_value(o)).collect(),
+            remaining_item_count: page.remaining,
+            items: page.items.iter().map(|o| to_value(&rt, o)).collect(),
         })
     }
 
@@ -278,7 +282,7 @@ impl Store {
         self.authorize("create", &rt, "", namespace, "")?;
         self.record(Verb::Create, &rt, "");
         let ctx = self.ctx(params.field_manager.as_deref(), params.dry_run);
-        self.core.create(&rt, namespace, object, &ctx).map(|o| to_value(&o))
+        self.core.create(&rt, namespace, object, &ctx).map(|o| to_value(&rt, &o))
     }
 
     /// PUT an object (optimistic concurrency on `metadata.resourceVersion`).
@@ -319,7 +323,7 @@ impl Store {
         self.authorize("update", &rt, sub, namespace, name)?;
         self.record(Verb::Update, &rt, sub);
         let ctx = self.ctx(params.field_manager.as_deref(), params.dry_run);
-        self.core.update(&rt, namespace, name, object, subresource, &ctx).map(|o| to_value(&o))
+        self.core.update(&rt, namespace, name, object, subresource, &ctx).map(|o| to_value(&rt, &o))
     }
 
     /// PATCH an object.
@@ -363,7 +367,7 @@ impl Store {
         let (patch_type, body) = patch.parts();
         self.core
             .patch(&rt, namespace, name, patch_type, body, subresource, params.force, &ctx)
-            .map(|p| to_value(&p.object))
+            .map(|p| to_value(&rt, &p.object))
     }
 
     /// DELETE an object.
@@ -379,8 +383,8 @@ impl Store {
         self.record(Verb::Delete, &rt, "");
         let ctx = self.ctx(None, params.dry_run);
         Ok(match self.core.delete(&rt, namespace, name, &delete_options(params), &ctx)? {
-            Deleted::Gone(o) => DeleteOutcome::Gone(to_value(&o)),
-            Deleted::Pending(o) => DeleteOutcome::Pending(to_value(&o)),
+            Deleted::Gone(o) => DeleteOutcome::Gone(to_value(&rt, &o)),
+            Deleted::Pending(o) => DeleteOutcome::Pending(to_value(&rt, &o)),
         })
     }
 
@@ -428,7 +432,8 @@ impl Store {
         Ok(Box::pin(futures::stream::unfold(session, |mut session| async move {
             let event = match session.next().await? {
                 WatchOutput::Event(item) => {
-                    let object: Value = serde_json::from_slice(&item.bytes).unwrap_or(Value::Null);
+                    let stored: Value = serde_json::from_slice(&item.bytes).unwrap_or(Value::Null);
+                    let object = events::to_served(session.resource(), stored);
                     match item.ty {
                         super::state::event::EventType::Added => WatchEvent::Added(object),
                         super::state::event::EventType::Modified => WatchEvent::Modified(object),
@@ -497,6 +502,7 @@ where
         Ok(ObjectList {
             resource_version: page.resource_version,
             continue_token: page.continue_token,
+            remaining_item_count: page.remaining_item_count,
             items: page.items.into_iter().map(decode).collect::<Result<_, _>>()?,
         })
     }

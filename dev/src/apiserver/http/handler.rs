@@ -6,10 +6,11 @@
 //! - Bad input (bodies, selectors, parameters) is a 4xx Status, never a panic.
 
 use super::access;
-use super::response::{self, Body, Representation, bytes_response, error_response, json_response};
+use super::negotiate::{self, Encoding, Endpoint};
+use super::response::{self, Body, bytes_response, encoded_response, error_response, json_response};
 use super::route::{self, ResourcePath, Route};
 use crate::apiserver::auth::UserInfo;
-use crate::apiserver::core::{Core, Ctx};
+use crate::apiserver::core::{Core, Ctx, FIELD_MANAGER_MAX_LENGTH};
 use crate::apiserver::discovery;
 use crate::apiserver::error::{ApiError, field_error, success_status};
 use crate::apiserver::faults::{ErrorFault, Faults, RequestMatch};
@@ -24,6 +25,7 @@ use crate::apiserver::ops::patch::parse_patch_body;
 use crate::apiserver::ops::read::ListOptions;
 use crate::apiserver::ops::watch::{WatchOptions, WatchSession};
 use crate::apiserver::patch::PatchType;
+use crate::apiserver::protobuf;
 use crate::apiserver::resource::{Builtin, Gvr, ResourceType};
 use crate::apiserver::schema::ErrorKind;
 use crate::apiserver::selector::{FieldSelector, LabelSelector};
@@ -51,7 +53,8 @@ where
     let body = match Limited::new(body, MAX_BODY).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(error) => {
-            return Ok(error_response(&ApiError::too_large(format!("the request body could not be read: {error}"))));
+            let error = ApiError::too_large(format!("the request body could not be read: {error}"));
+            return Ok(error_response(&error, Encoding::Json));
         }
     };
     let header = |name: header::HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -64,10 +67,16 @@ where
         body,
     };
     let route = route::parse(parts.uri.path());
+    // Status errors of the API (401 and 403 too) are negotiated like any response (protobuf for client-go's
+    // typed clients).
+    let errors = match route {
+        Route::Resource(_) => negotiate::for_errors(request.accept.as_deref()),
+        _ => Encoding::Json,
+    };
     let user =
         match access::admit_request(&core, &route, &parts.method, parts.uri.path(), &request.params, &parts.headers) {
             Ok(user) => user,
-            Err(error) => return Ok(error_response(&error)),
+            Err(error) => return Ok(error_response(&error, errors)),
         };
     let response = match route {
         Route::Health => Ok(text_response(StatusCode::OK, "ok")),
@@ -96,13 +105,13 @@ where
             None => Err(ApiError::path_not_found()),
         },
         Route::Resource(path) => match user {
-            Some(user) => resource_request(core, path, request, user).await,
+            Some(user) => resource_request(core, path, request, user, errors).await,
             // admit_request answers every route but /_dev/ with a user.
             None => Err(ApiError::internal("the request has no user")),
         },
         Route::NotFound => Err(ApiError::path_not_found()),
     };
-    Ok(response.unwrap_or_else(|error| error_response(&error)))
+    Ok(response.unwrap_or_else(|error| error_response(&error, errors)))
 }
 
 /// The media types an `Accept` header lists, without parameters, in order.
@@ -113,6 +122,14 @@ fn accepted(accept: Option<&str>) -> Vec<String> {
         .map(|offer| offer.split(';').next().unwrap_or_default().trim().to_owned())
         .filter(|media| !media.is_empty())
         .collect()
+}
+
+/// 406 for an OpenAPI document in none of the formats `Accept` lists.
+fn openapi_not_acceptable(request: &RequestInfo) -> ApiError {
+    let accept = request.accept.as_deref().unwrap_or_default();
+    ApiError::not_acceptable(&format!(
+        "the server was unable to respond with a content type that the client supports ({accept})"
+    ))
 }
 
 /// `/openapi/v2`: protobuf for client-go (which asks for nothing else), JSON for everyone else.
@@ -137,7 +154,7 @@ fn openapi_v2(core: &Core, request: &RequestInfo) -> Result<Response<Body>, ApiE
             _ => {}
         }
     }
-    Err(ApiError::not_acceptable(request.accept.as_deref().unwrap_or_default()))
+    Err(openapi_not_acceptable(request))
 }
 
 /// `/openapi/v3/{group version}`: JSON (the protobuf form is not served, so a client asking only for it gets
@@ -147,7 +164,7 @@ fn openapi_v3(core: &Core, path: &str, request: &RequestInfo) -> Result<Response
         .iter()
         .any(|m| matches!(m.as_str(), "application/json" | "application/*" | "*/*"))
     {
-        return Err(ApiError::not_acceptable(request.accept.as_deref().unwrap_or_default()));
+        return Err(openapi_not_acceptable(request));
     }
     let document = openapi::v3_group_version(&core.registry.read(), path, &core.config.git_version)
         .ok_or_else(ApiError::path_not_found)?;
@@ -180,21 +197,30 @@ impl RequestInfo {
         matches!(self.param(name), Some("true" | "1"))
     }
 
-    /// The body as sent (duplicates kept), when it is JSON or YAML.
+    /// The body as sent (duplicates kept), when it is JSON or YAML; `None` for protobuf, whose decoding is never
+    /// strict upstream (it has no unknown or duplicate fields to report).
     fn raw_body(&self) -> Option<RawNode> {
-        match self.content_type.as_deref().and_then(|c| c.split(';').next()).unwrap_or_default().trim() {
-            "application/yaml" => RawNode::parse_yaml(&self.body),
-            _ => RawNode::parse_json(&self.body),
+        match Encoding::of_content_type(self.content_type.as_deref())? {
+            Encoding::Json => RawNode::parse_json(&self.body),
+            Encoding::Yaml => RawNode::parse_yaml(&self.body),
+            Encoding::Protobuf => None,
         }
     }
 
-    fn json_body(&self) -> Result<Value, ApiError> {
-        let media = self.content_type.as_deref().and_then(|c| c.split(';').next()).unwrap_or_default().trim();
-        let decoded = match media {
-            "application/yaml" => yaml_serde::from_slice::<Value>(&self.body).map_err(|e| e.to_string()),
-            "" | "*/*" | "application/json" => serde_json::from_slice(&self.body).map_err(|e| e.to_string()),
-            media if media.ends_with("+json") => serde_json::from_slice(&self.body).map_err(|e| e.to_string()),
-            _ => return Err(ApiError::unsupported_media_type(&["application/json", "application/yaml"])),
+    /// The request body as JSON, decoded from its `Content-Type` (`application/json` when absent): JSON, YAML,
+    /// or protobuf for the built-in kinds (`protobuf`); anything else is a 415.
+    fn body_value(&self, protobuf: bool) -> Result<Value, ApiError> {
+        let decoded = match Encoding::of_content_type(self.content_type.as_deref()) {
+            Some(Encoding::Json) => serde_json::from_slice(&self.body).map_err(|e| e.to_string()),
+            Some(Encoding::Yaml) => yaml_serde::from_slice::<Value>(&self.body).map_err(|e| e.to_string()),
+            Some(Encoding::Protobuf) if protobuf => protobuf::decode(&self.body).map_err(|e| e.to_string()),
+            Some(Encoding::Protobuf) => {
+                return Err(ApiError::unsupported_media_type(&["application/json", "application/yaml"]));
+            }
+            None => {
+                let served: Vec<&str> = Encoding::SERVED.iter().map(|e| e.media_type()).collect();
+                return Err(ApiError::unsupported_media_type(&served));
+            }
         };
         decoded.map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}")))
     }
@@ -233,11 +259,12 @@ async fn resource_request(
     path: ResourcePath,
     request: RequestInfo,
     user: UserInfo,
+    errors: Encoding,
 ) -> Result<Response<Body>, ApiError> {
     let warnings = parking_lot::Mutex::new(Vec::new());
     let result = serve_resource(core, path, request, &user, &warnings).await;
     let warnings = warnings.into_inner();
-    let mut response = result.unwrap_or_else(|error| error_response(&error));
+    let mut response = result.unwrap_or_else(|error| error_response(&error, errors));
     access::add_warnings(&mut response, &warnings);
     Ok(response)
 }
@@ -279,12 +306,17 @@ async fn serve_resource(
     if let Some(error) = core.faults.error_for(&key) {
         return Err(error);
     }
-    let accept = request.accept.as_deref();
-    let representation =
-        response::negotiate(accept).ok_or_else(|| ApiError::not_acceptable(accept.unwrap_or_default()))?;
+    let protobuf = rt.custom().is_none() && protobuf::has_message(&rt.group, &rt.version, &rt.kind);
+    let negotiated = negotiate::negotiate(request.accept.as_deref(), Endpoint { protobuf })?;
+    negotiated.representation.check_fits(matches!(verb, Verb::List | Verb::DeleteCollection))?;
+    let encoding = negotiated.encoding;
+    let read_body = || request.body_value(protobuf);
     let include = IncludeObject::parse(request.param("includeObject"));
     let dry_run = request.param("dryRun") == Some("All");
     let field_manager = request.param("fieldManager").filter(|m| !m.is_empty());
+    if let Some(manager) = field_manager {
+        validate_field_manager(verb, manager)?;
+    }
     let field_validation = match verb {
         Verb::Create => FieldValidation::parse(request.param("fieldValidation"), "CreateOptions")?,
         Verb::Update => FieldValidation::parse(request.param("fieldValidation"), "UpdateOptions")?,
@@ -307,22 +339,19 @@ async fn serve_resource(
     let namespace = path.namespace.as_deref();
     let name = path.name.as_deref().unwrap_or_default();
     let object = |status: StatusCode, object: &Arc<crate::apiserver::object::StoredObject>| {
-        response::object_response(status, &rt, object, representation, include)
+        response::object_response(status, &rt, object, negotiated, include)
     };
     if rt.builtin().is_some_and(Builtin::is_review) {
         return match (verb, has_name) {
             (Verb::Create, false) => {
-                Ok(json_response(StatusCode::CREATED, &core.review(&rt, namespace, user, &request.json_body()?)?))
+                Ok(encoded_response(StatusCode::CREATED, &core.review(&rt, namespace, user, &read_body()?)?, encoding))
             }
             _ => Err(ApiError::method_not_allowed(request.method.as_str())),
         };
     }
     match (verb, subresource) {
-        // Upstream has no streaming YAML serializer.
-        (Verb::Watch, _) if representation == Representation::Yaml => {
-            Err(ApiError::not_acceptable(accept.unwrap_or_default()))
-        }
         (Verb::Watch, _) => {
+            negotiate::check_stream(encoding)?;
             let mut options = watch_options(&core, &rt, namespace, &request)?;
             if has_name {
                 let by_name = FieldSelector::parse(&format!("metadata.name={name}"), &[], rt.namespaced)
@@ -330,51 +359,53 @@ async fn serve_resource(
                 options.filter.fields.requirements.extend(by_name.requirements);
             }
             let session = WatchSession::start(core.clone(), rt.clone(), options)?;
-            Ok(response::watch_response(session, representation))
+            Ok(response::watch_response(session, negotiated))
         }
         (Verb::List, _) => {
             let options = list_options(&rt, namespace, &request)?;
             let page = core.list(&rt, &options).await?;
-            Ok(response::list_response(&rt, page, representation, include))
+            Ok(response::list_response(&rt, page, negotiated, include))
         }
         (Verb::Get, None | Some("status")) => Ok(object(StatusCode::OK, &core.get(&rt, namespace, name)?)),
         (Verb::Get, Some("scale")) => Ok(json_response(StatusCode::OK, &core.get_scale(&rt, namespace, name)?)),
         (Verb::Create, None) if !has_name => {
-            let body = request.json_body()?;
+            let body = read_body()?;
             check_fields(&rt, &request, &body, &ctx)?;
             let created = core.create(&rt, namespace, body, &ctx)?;
             Ok(object(StatusCode::CREATED, &created))
         }
         (Verb::Create, Some("eviction")) => {
-            let body = request.json_body()?;
+            let body = read_body()?;
             if let Some(node) = request.raw_body() {
                 let findings = field_validation::definition_errors(EVICTION, &node);
                 ctx.field_findings(findings, |f| field_validation::strict_decoding_error_of("Eviction", "v1", f))?;
             }
             let eviction = Eviction::from_body(&body)?;
             core.evict(namespace.unwrap_or_default(), name, &eviction, &ctx)?;
-            Ok(json_response(StatusCode::CREATED, &success_status(None, Some(201))))
+            Ok(encoded_response(StatusCode::CREATED, &success_status(None, Some(201)), encoding))
         }
-        (Verb::Create, Some("token")) => Ok(json_response(
+        (Verb::Create, Some("token")) => Ok(encoded_response(
             StatusCode::CREATED,
-            &core.token_request(namespace.unwrap_or_default(), name, &request.json_body()?)?,
+            &core.token_request(namespace.unwrap_or_default(), name, &read_body()?)?,
+            encoding,
         )),
         (Verb::Create, Some("binding")) => {
-            core.bind(namespace.unwrap_or_default(), name, &request.json_body()?, &ctx)?;
-            Ok(json_response(StatusCode::CREATED, &success_status(None, Some(201))))
+            core.bind(namespace.unwrap_or_default(), name, &read_body()?, &ctx)?;
+            Ok(encoded_response(StatusCode::CREATED, &success_status(None, Some(201)), encoding))
         }
         (Verb::Update, sub @ (None | Some("status"))) => {
-            let body = request.json_body()?;
+            let body = read_body()?;
             check_fields(&rt, &request, &body, &ctx)?;
             let subresource = if sub == Some("status") { Subresource::Status } else { Subresource::Main };
             Ok(object(StatusCode::OK, &core.update(&rt, namespace, name, body, subresource, &ctx)?))
         }
-        (Verb::Update, Some("scale")) => Ok(json_response(
+        (Verb::Update, Some("scale")) => Ok(encoded_response(
             StatusCode::OK,
-            &core.write_scale(&rt, namespace, name, None, Some(request.json_body()?), &ctx)?,
+            &core.write_scale(&rt, namespace, name, None, Some(read_body()?), &ctx)?,
+            encoding,
         )),
         (Verb::Update, Some("finalize")) => {
-            Ok(object(StatusCode::OK, &core.finalize_namespace(name, &request.json_body()?, &ctx)?))
+            Ok(object(StatusCode::OK, &core.finalize_namespace(name, &read_body()?, &ctx)?))
         }
         (Verb::Patch, sub @ (None | Some("status") | Some("scale"))) => {
             let content_type = request.content_type.as_deref().unwrap_or_default();
@@ -388,9 +419,10 @@ async fn serve_resource(
             })?;
             let patch = parse_patch_body(patch_type, &request.body)?;
             if sub == Some("scale") {
-                return Ok(json_response(
+                return Ok(encoded_response(
                     StatusCode::OK,
                     &core.write_scale(&rt, namespace, name, Some((patch_type, &patch)), None, &ctx)?,
+                    encoding,
                 ));
             }
             let subresource = if sub == Some("status") { Subresource::Status } else { Subresource::Main };
@@ -400,7 +432,7 @@ async fn serve_resource(
             Ok(object(status, &patched.object))
         }
         (Verb::Delete, None) => {
-            let options = delete_options(&request)?;
+            let options = delete_options(&request, protobuf)?;
             match core.delete(&rt, namespace, name, &options, &ctx)? {
                 Deleted::Pending(pending) => Ok(object(StatusCode::OK, &pending)),
                 Deleted::Gone(gone) if rt.is(Builtin::Pod) => Ok(object(StatusCode::OK, &gone)),
@@ -409,20 +441,53 @@ async fn serve_resource(
                     if !rt.group.is_empty() {
                         details["group"] = json!(rt.group);
                     }
-                    Ok(json_response(StatusCode::OK, &success_status(Some(details), None)))
+                    Ok(encoded_response(StatusCode::OK, &success_status(Some(details), None), encoding))
                 }
             }
         }
         (Verb::DeleteCollection, None) => {
-            let options = delete_options(&request)?;
+            let options = delete_options(&request, protobuf)?;
             let filter = filter(&rt, namespace, &request)?;
             let deleted = core.delete_collection(&rt, &filter, &options, &ctx)?;
             let rv = core.state.lock().rv;
-            let page = crate::apiserver::ops::read::ListResult { rv, items: deleted, continue_token: None };
-            Ok(response::list_response(&rt, page, Representation::Plain, include))
+            let page =
+                crate::apiserver::ops::read::ListResult { rv, items: deleted, continue_token: None, remaining: None };
+            Ok(response::list_response(&rt, page, negotiated, include))
         }
         _ => Err(ApiError::method_not_allowed(request.method.as_str())),
     }
+}
+
+/// `?fieldManager=` must be printable and at most 128 bytes (upstream `ValidateFieldManager`); the error names
+/// the options kind of the verb.
+fn validate_field_manager(verb: Verb, manager: &str) -> Result<(), ApiError> {
+    let kind = match verb {
+        Verb::Create => "CreateOptions",
+        Verb::Update => "UpdateOptions",
+        Verb::Patch => "PatchOptions",
+        _ => return Ok(()),
+    };
+    let mut errors = Vec::new();
+    if manager.len() > FIELD_MANAGER_MAX_LENGTH {
+        errors.push(field_error(
+            "fieldManager",
+            ErrorKind::TooLong,
+            format!("Too long: may not be more than {FIELD_MANAGER_MAX_LENGTH} bytes"),
+        ));
+    }
+    for (position, c) in manager.char_indices() {
+        if c != ' ' && (c.is_control() || c.is_whitespace()) {
+            errors.push(field_error(
+                "fieldManager",
+                ErrorKind::Invalid,
+                format!("Invalid value: {manager:?}: invalid character U+{:04X} (at position {position})", c as u32),
+            ));
+        }
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::invalid_named(&format!("{kind}.meta.k8s.io"), "meta.k8s.io", kind, "", &errors))
 }
 
 /// Unknown and duplicate fields of a create or update body, under the request's field validation.
@@ -537,11 +602,11 @@ fn watch_options(
     })
 }
 
-fn delete_options(request: &RequestInfo) -> Result<DeleteOptions, ApiError> {
+fn delete_options(request: &RequestInfo, protobuf: bool) -> Result<DeleteOptions, ApiError> {
     let mut options: DeleteOptions = if request.body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
     } else {
-        serde_json::from_slice(&request.body)
+        serde_json::from_value(request.body_value(protobuf)?)
             .map_err(|e| ApiError::bad_request(format!("the DeleteOptions could not be decoded: {e}")))?
     };
     if let Some(grace) = request.param("gracePeriodSeconds") {
@@ -581,7 +646,7 @@ fn dev_faults(core: &Arc<Core>, request: &RequestInfo) -> Result<Response<Body>,
     if request.method != Method::POST {
         return Err(ApiError::method_not_allowed(request.method.as_str()));
     }
-    let command = request.json_body()?;
+    let command = request.body_value(false)?;
     let faults = Faults::new(core.clone());
     let text = |key: &str| command.get(key).and_then(Value::as_str).map(str::to_owned);
     let requests = || -> Result<RequestMatch, ApiError> {

@@ -2,6 +2,7 @@
 
 mod access;
 mod handler;
+pub mod negotiate;
 pub mod response;
 pub mod route;
 pub mod tls;

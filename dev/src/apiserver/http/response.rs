@@ -1,11 +1,13 @@
-//! Response bodies: objects, lists (streamed from the stored bytes), watch streams, Tables, metadata-only forms
-//! and Status errors.
+//! Response bodies: objects, lists (JSON streamed from the stored bytes), watch streams, Tables, metadata-only
+//! forms and Status errors, in JSON, YAML or protobuf as negotiated ([`super::negotiate`]).
 
+use super::negotiate::{Encoding, Negotiated, Representation};
 use crate::apiserver::error::ApiError;
 use crate::apiserver::object::StoredObject;
 use crate::apiserver::ops::read::ListResult;
 use crate::apiserver::ops::watch::{WatchOutput, WatchSession};
-use crate::apiserver::resource::ResourceType;
+use crate::apiserver::protobuf;
+use crate::apiserver::resource::{ResourceType, events};
 use crate::apiserver::table::{self, IncludeObject};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Response, StatusCode, header};
@@ -21,45 +23,6 @@ pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// List bodies are sent in chunks of about this size.
 const CHUNK: usize = 64 * 1024;
-
-/// The representation a client asked for with `Accept`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Representation {
-    /// The object (or list) itself.
-    Plain,
-    /// `as=Table`.
-    Table,
-    /// `as=PartialObjectMetadata` / `as=PartialObjectMetadataList`.
-    Metadata,
-    /// The object (or list) itself as `application/yaml`; not for watches, as upstream has no YAML stream.
-    Yaml,
-}
-
-/// Picks the first acceptable representation of an `Accept` header; `None` when nothing offered is served.
-pub fn negotiate(accept: Option<&str>) -> Option<Representation> {
-    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else { return Some(Representation::Plain) };
-    for offer in accept.split(',') {
-        let mut parts = offer.split(';').map(str::trim);
-        let media = parts.next().unwrap_or_default();
-        let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).collect();
-        let param = |name: &str| params.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
-        if media == "application/yaml" && param("as").is_none() {
-            return Some(Representation::Yaml);
-        }
-        if !matches!(media, "application/json" | "*/*" | "application/*" | "application/json+stream") {
-            continue;
-        }
-        match param("as") {
-            None => return Some(Representation::Plain),
-            Some("Table") if param("g") == Some("meta.k8s.io") => return Some(Representation::Table),
-            Some("PartialObjectMetadata" | "PartialObjectMetadataList") if param("g") == Some("meta.k8s.io") => {
-                return Some(Representation::Metadata);
-            }
-            Some(_) => continue,
-        }
-    }
-    None
-}
 
 fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed_unsync()
@@ -78,29 +41,22 @@ pub fn bytes_response(status: StatusCode, bytes: Bytes) -> Response<Body> {
     response
 }
 
-/// A Status error response, with `Retry-After` when due.
-pub fn error_response(error: &ApiError) -> Response<Body> {
-    let status = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = json_response(status, &error.to_status());
-    if let Some(seconds) = error.retry_after_header() {
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-    }
-    response
-}
-
-/// One object in the asked representation.
-pub fn object_response(
-    status: StatusCode,
-    rt: &ResourceType,
-    object: &StoredObject,
-    representation: Representation,
-    include: IncludeObject,
-) -> Response<Body> {
-    match representation {
-        Representation::Plain => bytes_response(status, object.bytes.clone()),
-        Representation::Metadata => json_response(status, &table::partial_metadata(&object.value())),
-        Representation::Table => json_response(status, &table::table(rt, &[object.value()], None, None, include)),
-        Representation::Yaml => yaml_response(status, &object.value()),
+/// A response of `value` in `encoding` (a JSON value whose `apiVersion` and `kind` name its protobuf message).
+pub fn encoded_response(status: StatusCode, value: &Value, encoding: Encoding) -> Response<Body> {
+    match encoding {
+        Encoding::Json => json_response(status, value),
+        Encoding::Yaml => yaml_response(status, value),
+        Encoding::Protobuf => match protobuf::encode(value) {
+            Ok(bytes) => {
+                let mut response = Response::new(full(bytes));
+                *response.status_mut() = status;
+                response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(protobuf::MEDIA_TYPE));
+                response
+            }
+            Err(error) => {
+                error_response(&ApiError::internal(format!("encoding the response failed: {error}")), Encoding::Json)
+            }
+        },
     }
 }
 
@@ -111,40 +67,72 @@ pub fn yaml_response(status: StatusCode, value: &Value) -> Response<Body> {
     response
 }
 
-/// A page of a list in the asked representation. Plain lists are streamed from the stored bytes.
+/// A Status error response in `encoding`, with `Retry-After` when due.
+pub fn error_response(error: &ApiError, encoding: Encoding) -> Response<Body> {
+    let status = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = encoded_response(status, &error.to_status(), encoding);
+    if let Some(seconds) = error.retry_after_header() {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
+}
+
+/// One object in the negotiated form.
+pub fn object_response(
+    status: StatusCode,
+    rt: &ResourceType,
+    object: &StoredObject,
+    negotiated: Negotiated,
+    include: IncludeObject,
+) -> Response<Body> {
+    match (negotiated.representation, negotiated.encoding) {
+        (Representation::Plain, Encoding::Json) if !events::is_converted(rt) => {
+            bytes_response(status, object.bytes.clone())
+        }
+        (Representation::Plain, encoding) => encoded_response(status, &events::to_served(rt, object.value()), encoding),
+        (Representation::Metadata { version, .. }, encoding) => {
+            encoded_response(status, &table::partial_metadata(&object.value(), version), encoding)
+        }
+        (Representation::Table(version), encoding) => {
+            encoded_response(status, &table::table(rt, &[object.value()], None, None, include, version), encoding)
+        }
+    }
+}
+
+/// A page of a list in the negotiated form. Plain JSON lists are streamed from the stored bytes.
 pub fn list_response(
     rt: &ResourceType,
     page: ListResult,
-    representation: Representation,
+    negotiated: Negotiated,
     include: IncludeObject,
 ) -> Response<Body> {
     let mut metadata = json!({"resourceVersion": page.rv.to_string()});
     if let Some(token) = &page.continue_token {
         metadata["continue"] = json!(token);
     }
-    match representation {
-        Representation::Table => {
+    if let Some(remaining) = page.remaining {
+        metadata["remainingItemCount"] = json!(remaining);
+    }
+    match (negotiated.representation, negotiated.encoding) {
+        (Representation::Table(version), encoding) => {
             let objects: Vec<Value> = page.items.iter().map(|o| o.value()).collect();
-            json_response(
-                StatusCode::OK,
-                &table::table(rt, &objects, Some(page.rv), page.continue_token.as_deref(), include),
-            )
+            let mut table = table::table(rt, &objects, None, None, include, version);
+            table["metadata"] = metadata;
+            encoded_response(StatusCode::OK, &table, encoding)
         }
-        Representation::Metadata => {
-            let items: Vec<Value> = page.items.iter().map(|o| table::partial_metadata(&o.value())).collect();
-            json_response(
-                StatusCode::OK,
-                &json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "items": items}),
-            )
+        (Representation::Metadata { version, .. }, encoding) => {
+            let items: Vec<Value> = page.items.iter().map(|o| table::partial_metadata(&o.value(), version)).collect();
+            let list = json!({"kind": "PartialObjectMetadataList", "apiVersion": format!("meta.k8s.io/{version}"),
+                              "metadata": metadata, "items": items});
+            encoded_response(StatusCode::OK, &list, encoding)
         }
-        Representation::Yaml => {
-            let items: Vec<Value> = page.items.iter().map(|o| o.value()).collect();
-            yaml_response(
-                StatusCode::OK,
-                &json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": metadata, "items": items}),
-            )
+        (Representation::Plain, encoding) if encoding != Encoding::Json || events::is_converted(rt) => {
+            let items: Vec<Value> = page.items.iter().map(|o| events::to_served(rt, o.value())).collect();
+            let list = json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(),
+                              "metadata": metadata, "items": items});
+            encoded_response(StatusCode::OK, &list, encoding)
         }
-        Representation::Plain => {
+        (Representation::Plain, _) => {
             let head = format!(
                 "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
                 rt.kind,
@@ -194,87 +182,97 @@ impl Iterator for ListChunks {
     }
 }
 
-/// Renders one watch output as a line.
-fn watch_line(rt: &ResourceType, output: WatchOutput, representation: Representation) -> Bytes {
-    let mut line = BytesMut::new();
+/// The object of one watch output (in the negotiated representation) and its event type.
+fn watch_object(rt: &ResourceType, output: WatchOutput, representation: Representation) -> (&'static str, WatchObject) {
     match output {
         WatchOutput::Event(item) => {
-            line.extend_from_slice(b"{\"type\":\"");
-            line.extend_from_slice(item.ty.as_str().as_bytes());
-            line.extend_from_slice(b"\",\"object\":");
-            match representation {
-                Representation::Plain | Representation::Yaml => line.extend_from_slice(&item.bytes),
-                other => {
-                    let object: Value = serde_json::from_slice(&item.bytes).unwrap_or(Value::Null);
-                    let rendered = if other == Representation::Table {
-                        table::table(rt, &[object], None, None, IncludeObject::Metadata)
-                    } else {
-                        table::partial_metadata(&object)
-                    };
-                    line.extend_from_slice(&serde_json::to_vec(&rendered).unwrap_or_default());
+            let object = match representation {
+                Representation::Plain if events::is_converted(rt) => {
+                    let stored: Value = serde_json::from_slice(&item.bytes).unwrap_or(Value::Null);
+                    WatchObject::Value(events::to_served(rt, stored))
                 }
-            }
-            line.extend_from_slice(b"}\n");
+                Representation::Plain => WatchObject::Stored(item.bytes),
+                Representation::Table(version) => {
+                    let object: Value = serde_json::from_slice(&item.bytes).unwrap_or(Value::Null);
+                    WatchObject::Value(table::table(rt, &[object], None, None, IncludeObject::Metadata, version))
+                }
+                Representation::Metadata { version, .. } => {
+                    let object: Value = serde_json::from_slice(&item.bytes).unwrap_or(Value::Null);
+                    WatchObject::Value(table::partial_metadata(&object, version))
+                }
+            };
+            (item.ty.as_str(), object)
         }
         WatchOutput::Bookmark { rv, initial_events_end } => {
             let (api_version, kind) = match representation {
-                Representation::Metadata => ("meta.k8s.io/v1".to_owned(), "PartialObjectMetadata".to_owned()),
+                Representation::Metadata { version, .. } => {
+                    (format!("meta.k8s.io/{version}"), "PartialObjectMetadata".to_owned())
+                }
                 _ => (rt.api_version(), rt.kind.clone()),
             };
             let mut metadata = json!({"resourceVersion": rv.to_string()});
             if initial_events_end {
                 metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
             }
-            let event =
-                json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version, "metadata": metadata}});
-            line.extend_from_slice(&serde_json::to_vec(&event).unwrap_or_default());
-            line.extend_from_slice(b"\n");
+            ("BOOKMARK", WatchObject::Value(json!({"kind": kind, "apiVersion": api_version, "metadata": metadata})))
         }
-        WatchOutput::Error(error) => {
-            let event = json!({"type": "ERROR", "object": error.to_status()});
-            line.extend_from_slice(&serde_json::to_vec(&event).unwrap_or_default());
-            line.extend_from_slice(b"\n");
-        }
+        WatchOutput::Error(error) => ("ERROR", WatchObject::Value(error.to_status())),
     }
-    line.freeze()
 }
 
-/// A watch response: HTTP 200, then one JSON object per line until the session ends.
-pub fn watch_response(session: WatchSession, representation: Representation) -> Response<Body> {
+/// The object of a watch event: stored JSON bytes, or a value built for this watch.
+enum WatchObject {
+    Stored(Bytes),
+    Value(Value),
+}
+
+/// Renders one watch output: a JSON line, or a protobuf frame.
+fn watch_event(rt: &ResourceType, output: WatchOutput, negotiated: Negotiated) -> Bytes {
+    let (event_type, object) = watch_object(rt, output, negotiated.representation);
+    match negotiated.encoding {
+        // A YAML watch is refused before it starts (`negotiate::check_stream`).
+        Encoding::Json | Encoding::Yaml => {
+            let mut line = BytesMut::new();
+            line.extend_from_slice(b"{\"type\":\"");
+            line.extend_from_slice(event_type.as_bytes());
+            line.extend_from_slice(b"\",\"object\":");
+            match object {
+                WatchObject::Stored(bytes) => line.extend_from_slice(&bytes),
+                WatchObject::Value(value) => line.extend_from_slice(&serde_json::to_vec(&value).unwrap_or_default()),
+            }
+            line.extend_from_slice(b"}\n");
+            line.freeze()
+        }
+        Encoding::Protobuf => {
+            let value = match object {
+                WatchObject::Stored(bytes) => serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                WatchObject::Value(value) => value,
+            };
+            let body = protobuf::encode(&value).unwrap_or_else(|error| {
+                let error = ApiError::internal(format!("encoding the watch event failed: {error}"));
+                protobuf::encode(&error.to_status()).unwrap_or_default()
+            });
+            Bytes::from(protobuf::watch_frame(event_type, &body))
+        }
+    }
+}
+
+/// A watch response: HTTP 200, then one JSON line or protobuf frame per event until the session ends.
+pub fn watch_response(session: WatchSession, negotiated: Negotiated) -> Response<Body> {
     let stream = futures::stream::unfold(session, move |mut session| async move {
         let output = session.next().await?;
-        let line = watch_line(session.resource(), output, representation);
-        Some((Ok::<_, Infallible>(Frame::data(line)), session))
+        let event = watch_event(session.resource(), output, negotiated);
+        Some((Ok::<_, Infallible>(Frame::data(event)), session))
     });
     let mut response = Response::new(StreamBody::new(stream).boxed_unsync());
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let content_type = negotiated.encoding.stream_content_type();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kubectl_and_kube_rs_accept_headers_are_understood() {
-        assert_eq!(negotiate(None), Some(Representation::Plain));
-        assert_eq!(negotiate(Some("application/json")), Some(Representation::Plain));
-        assert_eq!(
-            negotiate(Some(
-                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
-            )),
-            Some(Representation::Table)
-        );
-        assert_eq!(
-            negotiate(Some("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")),
-            Some(Representation::Metadata)
-        );
-        assert_eq!(negotiate(Some("application/vnd.kubernetes.protobuf, */*")), Some(Representation::Plain));
-        assert_eq!(negotiate(Some("application/vnd.kubernetes.protobuf")), None);
-        assert_eq!(negotiate(Some("application/yaml")), Some(Representation::Yaml));
-        assert_eq!(negotiate(Some("application/yaml;as=Table;v=v1;g=meta.k8s.io")), None);
-        assert_eq!(negotiate(Some("application/json;as=Widget;g=x")), None);
-    }
 
     #[test]
     fn list_chunks_form_one_json_document() {

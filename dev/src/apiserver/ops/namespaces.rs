@@ -45,7 +45,7 @@ impl Core {
                 let key = object_key(None, namespace);
                 if let Some(current) = state.get(&namespaces, &key) {
                     let mut value = current.value();
-                    value["spec"]["finalizers"] = json!([]);
+                    set_spec_finalizers(&mut value, Vec::new());
                     if finalizers(&value).is_empty() {
                         self.commit_remove(&mut state, &namespaces, &key);
                     } else {
@@ -154,7 +154,8 @@ impl Core {
             .ok_or_else(|| crate::apiserver::error::ApiError::not_found(&namespaces, name))?;
         let old = current.value();
         let mut value = old.clone();
-        value["spec"]["finalizers"] = body.pointer("/spec/finalizers").cloned().unwrap_or_else(|| json!([]));
+        let requested = body.pointer("/spec/finalizers").and_then(serde_json::Value::as_array).cloned();
+        set_spec_finalizers(&mut value, requested.unwrap_or_default());
         if value == old || ctx.dry_run {
             return Ok(current);
         }
@@ -165,5 +166,17 @@ impl Core {
             return Ok(gone);
         }
         Ok(self.commit_put(&mut state, &namespaces, key, &mut value))
+    }
+}
+
+/// Sets a namespace's `spec.finalizers`; an empty list is omitted (`NamespaceSpec.Finalizers` is `omitempty`).
+fn set_spec_finalizers(namespace: &mut serde_json::Value, finalizers: Vec<serde_json::Value>) {
+    let Some(fields) = namespace.as_object_mut() else { return };
+    let spec = fields.entry("spec").or_insert_with(|| json!({}));
+    let Some(spec) = spec.as_object_mut() else { return };
+    if finalizers.is_empty() {
+        spec.remove("finalizers");
+    } else {
+        spec.insert("finalizers".into(), serde_json::Value::Array(finalizers));
     }
 }

@@ -19,7 +19,7 @@ use crate::apiserver::patch::json::{JsonPatchError, json_patch};
 use crate::apiserver::patch::managed::Writer;
 use crate::apiserver::patch::merge::merge_patch;
 use crate::apiserver::patch::strategic::strategic_merge_patch;
-use crate::apiserver::resource::{ResourceType, schema::merge_schema};
+use crate::apiserver::resource::{ResourceType, events, schema::merge_schema};
 use crate::apiserver::schema::ErrorKind;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -138,7 +138,7 @@ impl Core {
             let object = self.insert_new(&mut state, rt, object, ctx, Tracking::Applied)?;
             return Ok(Patched { object, created: true });
         };
-        let old = current.value();
+        let old = events::to_served(rt, current.value());
         let mut new = old.clone();
         let schema = merge_schema(rt);
         let tracking = match patch_type {

@@ -6,6 +6,8 @@
 //! - A continue token whose snapshot is gone gives 410 Expired; `resourceVersion` with `continue` gives 400.
 //! - A list at a future resourceVersion waits for the store to catch up, then answers 504 with cause
 //!   `ResourceVersionTooLarge`, as upstream does.
+//! - A page followed by more carries `remainingItemCount` (the objects of the snapshot after it, in the namespace
+//!   asked for) when the count is exact: only without label and field selectors, as upstream sets it.
 
 use super::continue_token;
 use crate::apiserver::core::Core;
@@ -42,6 +44,8 @@ pub struct ListResult {
     pub items: Vec<Arc<StoredObject>>,
     /// Token of the next page, if there is one.
     pub continue_token: Option<String>,
+    /// How many objects follow this page (`metadata.remainingItemCount`), when that is known exactly.
+    pub remaining: Option<u64>,
 }
 
 enum ListFailure {
@@ -169,11 +173,17 @@ impl Core {
             }
         };
         let (items, more) = page(&objects, &options.filter, start.as_deref(), options.limit);
+        let remaining = match &more {
+            Some(last) if options.filter.labels.is_empty() && options.filter.fields.requirements.is_empty() => {
+                Some(count_after(&objects, &options.filter, last))
+            }
+            _ => None,
+        };
         let continue_token = more.map(|last| {
             self.state.lock().snapshots.insert(&rt.store_id, rv, objects.clone());
             continue_token::encode(rv, &last)
         });
-        Ok(ListResult { rv, items, continue_token })
+        Ok(ListResult { rv, items, continue_token, remaining })
     }
 }
 
@@ -191,13 +201,23 @@ fn on_one_node(state: &State, rt: &ResourceType, options: &ListOptions) -> Optio
     if options.limit.is_some_and(|limit| limit > 0 && items.len() > limit) {
         return None;
     }
-    Some(ListResult { rv: state.rv, items, continue_token: None })
+    Some(ListResult { rv: state.rv, items, continue_token: None, remaining: None })
 }
 
 fn too_large(wanted: u64, current: u64) -> ApiError {
     ApiError::timeout(format!("Too large resource version: {wanted}, current: {current}"))
         .with_cause("ResourceVersionTooLarge", "Too large resource version", None)
         .with_retry_after(1)
+}
+
+/// How many objects of the filter's namespace (all of them without one) sort after `last`.
+fn count_after(objects: &Objects, filter: &Filter, last: &str) -> u64 {
+    let end = filter.namespace.as_ref().map(|ns| format!("{ns}0"));
+    let upper = match end.as_deref() {
+        Some(end) => Bound::Excluded(end),
+        None => Bound::Unbounded,
+    };
+    objects.range::<str, _>((Bound::Excluded(last), upper)).count() as u64
 }
 
 /// The matching objects from `start` on, at most `limit`; plus the last key when more matches follow.
@@ -269,6 +289,16 @@ mod tests {
         let (third, more) = page(&map, &filter, Some(&start), Some(2));
         assert_eq!(names(&third), vec!["c/1"]);
         assert!(more.is_none());
+    }
+
+    #[test]
+    fn the_rest_of_a_namespace_is_counted_after_a_page() {
+        let (_, map) = objects(&[("a", "1"), ("a", "2"), ("a", "3"), ("b", "1")]);
+        let in_a = Filter { namespace: Some("a".into()), ..Default::default() };
+        let (items, more) = page(&map, &in_a, None, Some(1));
+        assert_eq!(names(&items), vec!["a/1"]);
+        assert_eq!(count_after(&map, &in_a, &more.unwrap()), 2, "b/1 is in another namespace");
+        assert_eq!(count_after(&map, &Filter::default(), "a/1"), 3);
     }
 
     #[test]

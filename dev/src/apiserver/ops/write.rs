@@ -18,8 +18,8 @@ use crate::apiserver::object::{
     ObjectKey, StoredObject, finalizers, generated_suffix, is_deleting, meta_str, metadata_mut, name_of, new_uid,
     now_rfc3339, object_key,
 };
-use crate::apiserver::patch::managed::{self, Writer};
-use crate::apiserver::resource::{Builtin, ResourceType, schema::merge_schema, strategy};
+use crate::apiserver::patch::managed::{self, Requested, Scope, Writer};
+use crate::apiserver::resource::{Builtin, ResourceType, events, schema::merge_schema, strategy};
 use crate::apiserver::schema::ErrorKind;
 use crate::apiserver::state::State;
 use serde_json::{Value, json};
@@ -107,14 +107,33 @@ pub fn finalizers_pending(rt: &ResourceType, object: &Value) -> bool {
             && object.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty()))
 }
 
-fn restore_system_metadata(old: &Value, new: &mut Value, keep_managed_fields: bool) {
+/// Records a non-apply write in `metadata.managedFields` for the request's manager ([`Ctx::manager`]): every
+/// create and update is recorded, whoever makes it, as upstream does.
+fn record_update(
+    rt: &ResourceType,
+    old: Option<&Value>,
+    requested: Requested,
+    new: &mut Value,
+    subresource: Subresource,
+    ctx: &Ctx<'_>,
+) {
+    let api_version = rt.api_version();
+    let now = now_rfc3339();
+    let manager = ctx.manager();
+    let scope = match subresource {
+        Subresource::Status => Scope::StatusOnly,
+        Subresource::Main if rt.status_subresource => Scope::WithoutStatus,
+        Subresource::Main => Scope::Whole,
+    };
+    let subresource = matches!(subresource, Subresource::Status).then_some("status");
+    let writer = Writer { manager: &manager, api_version: &api_version, subresource, now: &now };
+    managed::track_update(old, requested, new, &writer, merge_schema(rt).as_ref(), scope);
+}
+
+fn restore_system_metadata(old: &Value, new: &mut Value) {
     let old_metadata = old.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
     let metadata = metadata_mut(new);
-    let mut keys: Vec<&str> = SYSTEM_METADATA.to_vec();
-    if !keep_managed_fields {
-        keys.push("managedFields");
-    }
-    for key in keys {
+    for key in SYSTEM_METADATA {
         match old_metadata.get(key) {
             Some(value) => metadata.insert(key.to_owned(), value.clone()),
             None => metadata.remove(key),
@@ -145,6 +164,7 @@ impl Core {
         keep_managed_fields: bool,
     ) -> Result<Value, ApiError> {
         check_type(rt, &body)?;
+        let requested = Requested::of(&body);
         let mut object = strategy::normalize(rt, body)?;
         place_in_namespace(rt, namespace, &mut object)?;
         let metadata = metadata_mut(&mut object);
@@ -156,8 +176,13 @@ impl Core {
             metadata.remove(key);
         }
         if !keep_managed_fields {
-            metadata.remove("managedFields");
+            // What a create records starts from the entries the request sets (none when it resets them).
+            match requested {
+                Requested::Entries(entries) => metadata_mut(&mut object).insert("managedFields".into(), json!(entries)),
+                Requested::Live | Requested::Reset => metadata_mut(&mut object).remove("managedFields"),
+            };
         }
+        let metadata = metadata_mut(&mut object);
         if rt.tracks_generation {
             metadata.insert("generation".into(), json!(1));
         } else {
@@ -212,14 +237,12 @@ impl Core {
         if rt.is(Builtin::CustomResourceDefinition) {
             crd::prepare(&mut object, None);
         }
-        if matches!(tracking, Tracking::Update) && ctx.field_manager.is_some() {
-            let api_version = rt.api_version();
-            let now = now_rfc3339();
-            let writer = Writer { manager: ctx.manager(), api_version: &api_version, subresource: None, now: &now };
-            managed::track_update(None, &mut object, &writer, merge_schema(rt).as_ref());
+        if matches!(tracking, Tracking::Update) {
+            let requested = Requested::of(&object);
+            record_update(rt, None, requested, &mut object, Subresource::Main, ctx);
         }
         if ctx.dry_run {
-            return Ok(StoredObject::new(rt, &object, 0));
+            return Ok(StoredObject::new(rt, &events::to_storage(rt, object), 0));
         }
         Ok(self.commit_put(state, rt, key, &mut object))
     }
@@ -309,13 +332,15 @@ impl Core {
                 &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", current.index.uid),
             ));
         }
-        let old = current.value();
+        // The write is in the form the request's API serves; the stored form may differ (Events).
+        let old = events::to_served(rt, current.value());
+        let requested = Requested::of(&new);
         let mut new = strategy::normalize(rt, new)?;
         match subresource {
             Subresource::Main => strategy::prepare_update(rt, &old, &mut new),
             Subresource::Status => strategy::prepare_status_update(rt, &old, &mut new),
         }
-        restore_system_metadata(&old, &mut new, matches!(tracking, Tracking::Applied));
+        restore_system_metadata(&old, &mut new);
         if is_deleting(&old) {
             let before = finalizers(&old);
             let added: Vec<String> = finalizers(&new).into_iter().filter(|f| !before.contains(f)).collect();
@@ -345,21 +370,16 @@ impl Core {
             let generation = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
             metadata_mut(&mut new).insert("generation".into(), json!(generation + 1));
         }
+        if matches!(tracking, Tracking::Update) {
+            record_update(rt, Some(&old), requested, &mut new, subresource, ctx);
+        }
         let sub = if subresource == Subresource::Status { "status" } else { "" };
         self.admit(state, ctx, rt, Operation::Update, sub, Some(&new), Some(&old))?;
         if new == old {
             return Ok(current.clone());
         }
-        let tracked = old.pointer("/metadata/managedFields").is_some() || ctx.field_manager.is_some();
-        if matches!(tracking, Tracking::Update) && tracked {
-            let api_version = rt.api_version();
-            let now = now_rfc3339();
-            let sub = matches!(subresource, Subresource::Status).then_some("status");
-            let writer = Writer { manager: ctx.manager(), api_version: &api_version, subresource: sub, now: &now };
-            managed::track_update(Some(&old), &mut new, &writer, merge_schema(rt).as_ref());
-        }
         if ctx.dry_run {
-            return Ok(StoredObject::new(rt, &new, current.rv));
+            return Ok(StoredObject::new(rt, &events::to_storage(rt, new), current.rv));
         }
         if is_deleting(&new)
             && !finalizers_pending(rt, &new)
@@ -371,7 +391,8 @@ impl Core {
         Ok(self.commit_put(state, rt, key.clone(), &mut new))
     }
 
-    /// Stores a new version and keeps the registry in step with CRDs.
+    /// Stores a new version (in the stored form of its resource: `object` becomes it) and keeps the registry in
+    /// step with CRDs.
     pub(crate) fn commit_put(
         &self,
         state: &mut State,
@@ -379,6 +400,9 @@ impl Core {
         key: ObjectKey,
         object: &mut Value,
     ) -> Arc<StoredObject> {
+        if events::is_converted(rt) {
+            *object = events::to_storage(rt, std::mem::take(object));
+        }
         let stored = state.put(rt, key, object);
         if rt.is(Builtin::CustomResourceDefinition) {
             self.registry.write().set_crd_types(name_of(object), crd::resource_types(object));

@@ -10,6 +10,9 @@ use super::managed::{self, FieldPath, ManagedEntry, Writer, object_field_set, re
 use super::{ListKind, MergeSchema};
 use serde_json::{Map, Value};
 
+/// The manager that owns the fields of an untracked object when it is first applied to.
+const BEFORE_FIRST_APPLY: &str = "before-first-apply";
+
 /// A field owned by another manager that the apply would change.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Conflict {
@@ -29,8 +32,24 @@ pub fn server_side_apply(
     schema: &dyn MergeSchema,
 ) -> Result<Value, Vec<Conflict>> {
     let empty = Value::Object(Map::new());
+    let existing = live.is_some();
     let live = live.unwrap_or(&empty);
     let mut entries = managed::read_entries(live);
+    if entries.is_empty() && existing {
+        // An object nobody tracked yet: its fields so far belong to `before-first-apply` (upstream
+        // `skipNonAppliedManager`), so that the first apply conflicts with values it would change.
+        let fields = object_field_set(live, schema);
+        if !fields.is_empty() {
+            entries.push(ManagedEntry {
+                manager: BEFORE_FIRST_APPLY.to_owned(),
+                operation: "Update".into(),
+                api_version: writer.api_version.to_owned(),
+                time: writer.now.to_owned(),
+                subresource: None,
+                fields,
+            });
+        }
+    }
     let applied_set = object_field_set(applied, schema);
 
     let mut conflicts: Vec<(usize, FieldPath)> = Vec::new();
@@ -211,6 +230,19 @@ mod tests {
         let later = Writer { now: "2026-01-02T00:00:00Z", ..writer("a") };
         let applied = server_side_apply(Some(&again), &smaller, &later, false, &Lease).unwrap();
         assert!(applied["spec"].get("leaseDurationSeconds").is_none());
+    }
+
+    #[test]
+    fn the_first_apply_to_an_untracked_object_conflicts_with_its_existing_values() {
+        let untracked = lease("kubelet");
+        let conflicts = server_side_apply(Some(&untracked), &lease("b"), &writer("b"), false, &Lease).unwrap_err();
+        assert_eq!(
+            conflicts,
+            vec![Conflict { manager: "before-first-apply".into(), field: ".spec.holderIdentity".into() }]
+        );
+        let same = server_side_apply(Some(&untracked), &lease("kubelet"), &writer("b"), false, &Lease).unwrap();
+        let managers: Vec<String> = managed::read_entries(&same).into_iter().map(|e| e.manager).collect();
+        assert_eq!(managers, vec!["before-first-apply", "b"]);
     }
 
     #[test]

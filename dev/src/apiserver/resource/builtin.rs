@@ -200,30 +200,6 @@ const POD_FIELDS: &[(&str, &str)] = &[
     ("status.nominatedNodeName", ""),
 ];
 
-const CORE_EVENT_FIELDS: &[(&str, &str)] = &[
-    ("involvedObject.kind", ""),
-    ("involvedObject.namespace", ""),
-    ("involvedObject.name", ""),
-    ("involvedObject.uid", ""),
-    ("involvedObject.apiVersion", ""),
-    ("involvedObject.resourceVersion", ""),
-    ("involvedObject.fieldPath", ""),
-    ("reason", ""),
-    ("reportingComponent", ""),
-    ("source.component", ""),
-    ("type", ""),
-];
-
-const EVENT_FIELDS: &[(&str, &str)] = &[
-    ("regarding.kind", ""),
-    ("regarding.namespace", ""),
-    ("regarding.name", ""),
-    ("regarding.uid", ""),
-    ("reason", ""),
-    ("reportingController", ""),
-    ("type", ""),
-];
-
 fn specs() -> Vec<Spec> {
     let base = |kind, group, plural, kind_name, namespaced| Spec {
         kind,
@@ -286,16 +262,9 @@ fn specs() -> Vec<Spec> {
             fields: &[("status.successful", "0")],
             ..base(Builtin::Job, "batch", "jobs", "Job", true)
         },
-        Spec {
-            short_names: &["ev"],
-            fields: CORE_EVENT_FIELDS,
-            ..base(Builtin::CoreEvent, "", "events", "Event", true)
-        },
-        Spec {
-            short_names: &["ev"],
-            fields: EVENT_FIELDS,
-            ..base(Builtin::Event, "events.k8s.io", "events", "Event", true)
-        },
+        // Their selectable fields come from `events::selectable_fields`: one store serves both.
+        Spec { short_names: &["ev"], ..base(Builtin::CoreEvent, "", "events", "Event", true) },
+        Spec { short_names: &["ev"], ..base(Builtin::Event, "events.k8s.io", "events", "Event", true) },
         Spec {
             short_names: &["pdb"],
             status: true,
@@ -419,10 +388,19 @@ pub fn builtin_types() -> Vec<ResourceType> {
                     label_selector: None,
                 }),
                 other_subresources: spec.other_subresources.to_vec(),
-                selectable_fields: spec.fields.iter().map(|(name, default)| selectable(name, default)).collect(),
+                selectable_fields: match spec.kind {
+                    Builtin::CoreEvent | Builtin::Event => {
+                        super::events::selectable_fields(spec.kind == Builtin::Event)
+                    }
+                    _ => spec.fields.iter().map(|(name, default)| selectable(name, default)).collect(),
+                },
                 tracks_generation: spec.generation,
                 behavior: Behavior::Builtin(spec.kind),
-                store_id: Arc::from(format!("{}/{}", spec.group, spec.plural)),
+                // core/v1 and events.k8s.io/v1 Events are one resource, stored as core/v1.
+                store_id: match spec.kind {
+                    Builtin::Event => Arc::from("/events"),
+                    _ => Arc::from(format!("{}/{}", spec.group, spec.plural)),
+                },
             }
         })
         .collect()

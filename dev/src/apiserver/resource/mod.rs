@@ -2,6 +2,7 @@
 //! each write must do.
 
 mod builtin;
+pub mod events;
 pub mod job;
 pub mod priority;
 mod registry;
@@ -21,26 +22,45 @@ use std::sync::Arc;
 pub struct SelectableField {
     /// Its name in selectors (`spec.nodeName`).
     pub name: String,
-    /// Field names from the root.
+    /// Field names from the root of the stored object.
     pub path: Vec<String>,
-    /// The value when the field is absent (`"false"` for `spec.unschedulable`).
+    /// Where the value comes from when the field is absent or empty (Event `source` falls back to
+    /// `reportingComponent`).
+    pub fallback: Option<Vec<String>>,
+    /// The value when the field (and its fallback) is absent (`"false"` for `spec.unschedulable`).
     pub default: String,
 }
 
 impl SelectableField {
     /// A field at the dotted `name`, with a default for when it is absent.
     pub fn new(name: &str, default: &str) -> Self {
+        SelectableField::at(name, name, default)
+    }
+
+    /// A field selectors call `name` at the dotted `path` of the stored object.
+    pub fn at(name: &str, path: &str, default: &str) -> Self {
         SelectableField {
             name: name.to_owned(),
-            path: name.split('.').map(str::to_owned).collect(),
+            path: path.split('.').map(str::to_owned).collect(),
+            fallback: None,
             default: default.to_owned(),
         }
     }
 
+    /// The same field, read from the dotted `path` when it is absent or empty.
+    pub fn or_else(self, path: &str) -> Self {
+        SelectableField { fallback: Some(path.split('.').map(str::to_owned).collect()), ..self }
+    }
+
     /// The field's value in `object`, rendered as selectors compare it.
     pub fn value_of(&self, object: &Value) -> String {
-        let value = self.path.iter().try_fold(object, |v, key| v.get(key));
-        field_text(value, &self.default)
+        let at = |path: &[String]| path.iter().try_fold(object, |v, key| v.get(key));
+        let value = at(&self.path);
+        let empty = value.is_none_or(|v| v.is_null() || v.as_str() == Some(""));
+        match &self.fallback {
+            Some(fallback) if empty => field_text(at(fallback), &self.default),
+            _ => field_text(value, &self.default),
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 use super::{Behavior, Builtin, ResourceType};
 use super::{job, priority, service};
 use crate::apiserver::error::{ApiError, field_error};
-use crate::apiserver::object::{metadata_mut, name_of};
+use crate::apiserver::object::{metadata_mut, name_of, omit_empty_metadata};
 use crate::apiserver::schema::{ErrorKind, FieldError};
 use crate::apiserver::selector::label::{self, LabelSelector, is_dns_label, is_dns_subdomain};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -26,7 +26,8 @@ fn decoded(rt: &ResourceType, result: Result<Value, serde_json::Error>) -> Resul
 }
 
 /// Decodes `object` as the kind does: through the Go-equivalent type for built-ins, pruning and defaulting for
-/// custom resources. `apiVersion` and `kind` are set to the resource's.
+/// custom resources. `apiVersion` and `kind` are set to the resource's, and the zero values Go's `omitempty`
+/// drops from `metadata` are dropped ([`omit_empty_metadata`]).
 pub fn normalize(rt: &ResourceType, mut object: Value) -> Result<Value, ApiError> {
     let Some(fields) = object.as_object_mut() else {
         return Err(ApiError::bad_request("the body must be a JSON object"));
@@ -55,6 +56,7 @@ pub fn normalize(rt: &ResourceType, mut object: Value) -> Result<Value, ApiError
             fields.entry("status").or_insert_with(|| json!({}));
         }
     }
+    omit_empty_metadata(&mut object);
     Ok(object)
 }
 
@@ -273,6 +275,7 @@ pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<F
                 validate_workload(object, old, &mut errors);
             }
             Builtin::ConfigMap | Builtin::Secret => validate_immutable_data(object, old, &mut errors),
+            Builtin::CoreEvent | Builtin::Event => errors.extend(super::events::validate(rt, object, old)),
             Builtin::Job => errors.extend(job::validate(object, old)),
             Builtin::Service => errors.extend(service::validate(object, old)),
             Builtin::PriorityClass => errors.extend(priority::validate(object, old)),
@@ -503,36 +506,55 @@ fn default_workload(object: &mut Value, kind: Builtin) {
             set_default(spec, "replicas", json!(1));
             set_default(spec, "revisionHistoryLimit", json!(10));
             set_default(spec, "progressDeadlineSeconds", json!(600));
-            set_default(
-                spec,
-                "strategy",
-                json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
-            );
+            let parameters = [("maxUnavailable", json!("25%")), ("maxSurge", json!("25%"))];
+            default_rolling_update(spec, "strategy", &parameters, false);
         }
         Builtin::ReplicaSet => set_default(spec, "replicas", json!(1)),
         Builtin::StatefulSet => {
             set_default(spec, "replicas", json!(1));
             set_default(spec, "podManagementPolicy", json!("OrderedReady"));
-            set_default(spec, "updateStrategy", json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}));
+            default_rolling_update(spec, "updateStrategy", &[("partition", json!(0))], true);
             set_default(spec, "revisionHistoryLimit", json!(10));
-            set_default(
-                spec,
-                "persistentVolumeClaimRetentionPolicy",
-                json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
-            );
+            set_default(spec, "persistentVolumeClaimRetentionPolicy", json!({}));
+            if let Some(policy) = spec.get_mut("persistentVolumeClaimRetentionPolicy") {
+                set_default(policy, "whenDeleted", json!("Retain"));
+                set_default(policy, "whenScaled", json!("Retain"));
+            }
         }
         Builtin::DaemonSet => {
-            set_default(
-                spec,
-                "updateStrategy",
-                json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
-            );
+            let parameters = [("maxUnavailable", json!(1)), ("maxSurge", json!(0))];
+            default_rolling_update(spec, "updateStrategy", &parameters, false);
             set_default(spec, "revisionHistoryLimit", json!(10));
         }
         _ => {}
     }
     if let Some(pod_spec) = spec.pointer_mut("/template/spec") {
         default_pod_spec(pod_spec);
+    }
+}
+
+/// A workload's update strategy as upstream defaults it (`SetDefaults_Deployment`, `_DaemonSet`,
+/// `_StatefulSet`): an empty `type` is `RollingUpdate`, whose `rollingUpdate` gets each missing parameter. A Go
+/// client always sends the strategy, often as `{}`.
+///
+/// A StatefulSet (`only_when_typed_here`) gets a `rollingUpdate` only when its type was empty.
+fn default_rolling_update(spec: &mut Value, field: &str, parameters: &[(&str, Value)], only_when_typed_here: bool) {
+    set_default(spec, field, json!({}));
+    let Some(strategy) = spec.get_mut(field) else { return };
+    let untyped = strategy.get("type").and_then(Value::as_str).is_none_or(str::is_empty);
+    if untyped && let Some(fields) = strategy.as_object_mut() {
+        fields.insert("type".into(), json!("RollingUpdate"));
+    }
+    if strategy.get("type").and_then(Value::as_str) != Some("RollingUpdate") {
+        return;
+    }
+    if untyped || !only_when_typed_here {
+        set_default(strategy, "rollingUpdate", json!({}));
+    }
+    if let Some(rolling_update) = strategy.get_mut("rollingUpdate") {
+        for (name, value) in parameters {
+            set_default(rolling_update, name, value.clone());
+        }
     }
 }
 
@@ -594,6 +616,27 @@ mod tests {
         assert_eq!(pod["spec"]["schedulerName"], "default-scheduler");
         assert_eq!(pod["spec"]["restartPolicy"], "Always");
         assert_eq!(pod["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
+    }
+
+    #[test]
+    fn an_empty_update_strategy_is_defaulted_inside() {
+        let deployments = rt("deployments");
+        let mut deployment = json!({"spec": {"strategy": {}, "template": {"spec": {"containers": []}}}});
+        prepare_create(&deployments, &mut deployment);
+        assert_eq!(
+            deployment["spec"]["strategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+        );
+        let mut recreate = json!({"spec": {"strategy": {"type": "Recreate"}}});
+        prepare_create(&deployments, &mut recreate);
+        assert_eq!(recreate["spec"]["strategy"], json!({"type": "Recreate"}));
+        let daemon_sets = rt("daemonsets");
+        let mut daemon_set = json!({"spec": {"updateStrategy": {"rollingUpdate": {"maxSurge": 1}}}});
+        prepare_create(&daemon_sets, &mut daemon_set);
+        assert_eq!(
+            daemon_set["spec"]["updateStrategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 1}})
+        );
     }
 
     #[test]
