@@ -34,11 +34,13 @@ pub struct Pause {
 }
 
 /// The sending side of the pause request: the replacement flow (today [`super::outdated::drive`]) sets it.
-pub type PauseSender = watch::Sender<Pause>;
+/// `None` until the sender knows: the controller then changes no replica count (after a restart, it must not
+/// restore an autoscaler that a replacement still needs paused).
+pub type PauseSender = watch::Sender<Option<Pause>>;
 
-/// A pause request channel, not paused at first.
-pub fn pause_channel() -> (PauseSender, watch::Receiver<Pause>) {
-    watch::channel(Pause::default())
+/// A pause request channel, unknown at first.
+pub fn pause_channel() -> (PauseSender, watch::Receiver<Option<Pause>>) {
+    watch::channel(None)
 }
 
 /// True when the autoscaler is confirmed down: the strategy's status says it is disabled and no autoscaler pod
@@ -197,13 +199,13 @@ pub fn decide(
 
 struct State {
     context: Context,
-    pause: watch::Receiver<Pause>,
+    pause: watch::Receiver<Option<Pause>>,
     groups: kube::runtime::reflector::Store<ScalingGroup>,
 }
 
 /// Runs the controller until `shutdown` is cancelled: every AutoscalingStrategy, again when its Deployment or
 /// any ScalingGroup changes and whenever the pause request changes.
-pub async fn run(context: Context, pause: watch::Receiver<Pause>, shutdown: CancellationToken) {
+pub async fn run(context: Context, pause: watch::Receiver<Option<Pause>>, shutdown: CancellationToken) {
     let client = context.client.clone();
     let (groups, writer) = kube::runtime::reflector::store::<ScalingGroup>();
     let group_events = kube::runtime::WatchStreamExt::default_backoff(kube::runtime::reflector(
@@ -238,7 +240,10 @@ async fn reconcile(strategy: Arc<AutoscalingStrategy>, state: Arc<State>) -> Res
     let kube_error = |source| Error::Kube { kind: "AutoscalingStrategy", name: name.clone(), source };
     let ctx = &state.context;
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &strategy.spec.deployment_namespace);
-    let pause = state.pause.borrow().clone();
+    let Some(pause) = state.pause.borrow().clone() else {
+        // Not known yet: its first value reconciles every strategy.
+        return Ok(Action::await_change());
+    };
     let decision = match deployments.get_opt(&strategy.spec.deployment_name).await.map_err(kube_error)? {
         None => {
             Decision { patch: None, status: AutoscalingStrategyStatus { enabled: false, replicas: 0 }, event: None }

@@ -8,9 +8,9 @@ use super::Context;
 use super::autoscaler::{Pause, PauseSender};
 use cloud::{CloudProvider, ProviderId};
 use k8s_openapi::api::core::v1::Node;
-use kube::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
 use shared::crd::{NodeVersion, PendingNode, ScalingGroup};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -39,18 +39,24 @@ pub struct GroupNode {
     pub name: String,
     /// The group the cloud says it belongs to.
     pub group_id: String,
-    /// The image the cloud says it runs.
+    /// The image the cloud says it was created from.
     pub image: String,
+    /// The image its agent reports (`update.edgeless.systems/os-image`), when one runs there: a node updated in
+    /// place keeps its creation image at the cloud.
+    pub reported: Option<String>,
 }
 
-/// Whether the autoscaler should be paused: some node of a group runs another image than the group's target,
-/// or `pending` PendingNodes exist. Pure.
+/// Whether the autoscaler should be paused: some node of a group runs another image than the group's target
+/// (neither its creation image nor the image its agent reports is the target), or `pending` PendingNodes exist.
+/// Pure.
 pub fn pause_for(targets: &[GroupTarget], nodes: &[GroupNode], pending: usize) -> Pause {
     let desired: HashMap<&str, &str> =
         targets.iter().filter_map(|t| Some((t.group_id.as_str(), t.desired.as_deref()?))).collect();
     let mut outdated: Vec<&str> = nodes
         .iter()
-        .filter(|n| desired.get(n.group_id.as_str()).is_some_and(|d| *d != n.image))
+        .filter(|n| {
+            desired.get(n.group_id.as_str()).is_some_and(|d| *d != n.image && n.reported.as_deref() != Some(*d))
+        })
         .map(|n| n.name.as_str())
         .collect();
     outdated.sort_unstable();
@@ -93,6 +99,17 @@ pub async fn drive(context: Context, pause: PauseSender, shutdown: CancellationT
     let nodes = watch_store::<Node>(Api::all(client), changed.clone(), shutdown.clone());
     let provider = context.cloud.provider.clone();
     let mut learned: BTreeMap<String, Learned> = BTreeMap::new();
+    // Decide from complete lists only: a partial list could lift a pause a replacement needs.
+    tokio::select! {
+        () = shutdown.cancelled() => return,
+        ready = async {
+            versions.wait_until_ready().await?;
+            groups.wait_until_ready().await?;
+            pending.wait_until_ready().await?;
+            nodes.wait_until_ready().await
+        } => if ready.is_err() { return },
+    }
+    changed.notify_one();
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
@@ -130,26 +147,30 @@ pub async fn drive(context: Context, pause: PauseSender, shutdown: CancellationT
                         learned.insert(raw.clone(), what);
                     }
                     Err(error) => {
-                        tracing::debug!(node = %name, %error, "cannot learn the node's group and image yet");
+                        tracing::warn!(node = %name, %error, "cannot learn the node's group and image; the autoscaler stays paused if it is");
                         unknown = true;
                         continue;
                     }
                 }
             }
             if let Some(Some((group_id, image))) = learned.get(&raw) {
-                found.push(GroupNode { name, group_id: group_id.clone(), image: image.clone() });
+                let reported = node.annotations().get(shared::protocol::keys::OS_IMAGE).cloned();
+                found.push(GroupNode { name, group_id: group_id.clone(), image: image.clone(), reported });
             }
         }
         learned.retain(|id, _| present.contains(id));
         let wanted = pause_for(&targets, &found, pending.state().len());
-        pause.send_if_modified(|current| {
-            let modified = *current != wanted;
-            if modified {
-                tracing::info!(paused = wanted.wanted, reason = %wanted.reason, "autoscaler pause request changed");
-                *current = wanted;
-            }
-            modified
-        });
+        // With a node's group or image unknown, only a pause is certain (an unknown node cannot lift it).
+        if !unknown || wanted.wanted {
+            pause.send_if_modified(|current| {
+                let modified = current.as_ref() != Some(&wanted);
+                if modified {
+                    tracing::info!(paused = wanted.wanted, reason = %wanted.reason, "autoscaler pause request changed");
+                    *current = Some(wanted);
+                }
+                modified
+            });
+        }
         if unknown {
             let changed = changed.clone();
             tokio::spawn(async move {
@@ -180,7 +201,7 @@ mod tests {
     }
 
     fn node(name: &str, group: &str, image: &str) -> GroupNode {
-        GroupNode { name: name.into(), group_id: group.into(), image: image.into() }
+        GroupNode { name: name.into(), group_id: group.into(), image: image.into(), reported: None }
     }
 
     #[test]
@@ -191,6 +212,15 @@ mod tests {
         assert!(pause.reason.contains("1 node(s)") && pause.reason.contains("a-1"), "{}", pause.reason);
         let pause = pause_for(&targets, &[node("a-1", "a", "v2"), node("b-1", "b", "v1")], 0);
         assert_eq!(pause, Pause::default());
+    }
+
+    #[test]
+    fn a_group_node_its_agent_updated_in_place_is_not_outdated() {
+        let targets = [target("a", Some("v2"))];
+        let updated = GroupNode { reported: Some("v2".into()), ..node("a-1", "a", "v1") };
+        assert!(!pause_for(&targets, &[updated], 0).wanted);
+        let behind = GroupNode { reported: Some("v1".into()), ..node("a-1", "a", "v1") };
+        assert!(pause_for(&targets, &[behind], 0).wanted);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use shared::crd::{CspState, PendingNode, PendingNodeGoal, PendingNodeStatus};
+use shared::crd::{CspState, PendingNode, PendingNodeGoal};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -274,6 +274,17 @@ pub fn node_fact<'a>(nodes: impl IntoIterator<Item = &'a Node>, provider_id: &st
 struct State {
     context: Context,
     attempts: Attempts,
+    /// What the metrics counted already, by PendingNode UID and what (a reconcile may run on a copy that predates
+    /// its own last status write, and must not count twice).
+    counted: std::sync::Mutex<std::collections::HashSet<(String, &'static str)>>,
+}
+
+impl State {
+    /// True the first time `what` happens to the PendingNode with `uid` in this process.
+    fn first_time(&self, uid: Option<String>, what: &'static str) -> bool {
+        let mut counted = self.counted.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        counted.insert((uid.unwrap_or_default(), what))
+    }
 }
 
 /// Runs the controller until `shutdown` is cancelled: every PendingNode, again when a Node with its provider
@@ -282,7 +293,7 @@ pub async fn run(context: Context, shutdown: CancellationToken) {
     let client = context.client.clone();
     let controller = Controller::new(Api::<PendingNode>::all(client.clone()), watcher::Config::default());
     let store = controller.store();
-    let state = Arc::new(State { context, attempts: Attempts::default() });
+    let state = Arc::new(State { context, attempts: Attempts::default(), counted: Default::default() });
     let results = controller
         .watches(Api::<Node>::all(client), watcher::Config::default(), move |node: Node| {
             let provider_id = node.spec.and_then(|s| s.provider_id);
@@ -344,7 +355,7 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
     let mut spec_patch = None;
     let mut cloud_failed = None;
     let mut events: Vec<EventSpec> = decision.event.take().into_iter().collect();
-    if decision.step == Step::RetryDelete && !leave_overdue {
+    if decision.step == Step::RetryDelete && !leave_overdue && state.first_time(pending.uid(), "overdue") {
         ctx.cloud.metrics.overdue_leaves.get_or_create(&labels).inc();
     }
     match decision.step {
@@ -404,8 +415,16 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
             Err(source) => return Err(kube_error(source)),
         }
         state.attempts.succeeded(&name);
+        state
+            .counted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|(uid, _)| Some(uid) != pending.uid().as_ref());
         return Ok(Action::await_change());
     }
+    // Writes carry the resourceVersion read: a reconcile of a copy older than the last write fails with a
+    // conflict and runs again on the new one, instead of writing an old status back.
+    let mut resource_version = pending.resource_version();
     let mut status = pending.status.clone().unwrap_or_default();
     let mut changed = false;
     if let Some(csp) = decision.csp_state
@@ -422,13 +441,19 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
         changed |= condition::set(&mut status.conditions, wanted, pending.meta().generation, now);
     }
     if changed {
-        write_status(&api, &name, &status).await.map_err(kube_error)?;
+        let patch = json!({"metadata": {"resourceVersion": resource_version}, "status": status});
+        let written =
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch)).await.map_err(kube_error)?;
+        resource_version = written.resource_version();
     }
-    if let Some(patch) = spec_patch {
+    if let Some(mut patch) = spec_patch {
         // The goal switches after the instance's deletion started: a crash in between repeats the (idempotent)
         // deletion, never leaves an instance behind.
+        patch["metadata"] = json!({ "resourceVersion": resource_version });
         api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await.map_err(kube_error)?;
-        ctx.cloud.metrics.failed_joins.get_or_create(&labels).inc();
+        if state.first_time(pending.uid(), "failed-join") {
+            ctx.cloud.metrics.failed_joins.get_or_create(&labels).inc();
+        }
     }
     let attempts = &state.attempts;
     Ok(match (cloud_failed, state_result.as_ref().err()) {
@@ -442,10 +467,6 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
             decision.wake.map_or_else(Action::await_change, Action::requeue)
         }
     })
-}
-
-async fn write_status(api: &Api<PendingNode>, name: &str, status: &PendingNodeStatus) -> Result<(), kube::Error> {
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({ "status": status }))).await.map(|_| ())
 }
 
 fn error_policy(pending: Arc<PendingNode>, error: &Error, state: Arc<State>) -> Action {
@@ -628,7 +649,7 @@ mod tests {
     #[test]
     fn failed_joins_are_counted_from_the_condition() {
         let mut failed = PendingNode::new("a", Default::default());
-        let mut status = PendingNodeStatus::default();
+        let mut status = shared::crd::PendingNodeStatus::default();
         condition::set(&mut status.conditions, &Wanted::new(JOIN_FAILED, true, "DeadlineExceeded", ""), None, at(0));
         failed.status = Some(status);
         let fine = PendingNode::new("b", Default::default());
