@@ -70,6 +70,34 @@ pub struct ControllerArgs {
     /// The node this replica runs on (downward API: spec.nodeName); it is updated last.
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
     pub node_name: Option<String>,
+    /// The cloud of the ScalingGroups: `simulated` (the dev cluster's). Without it the ScalingGroup,
+    /// PendingNode and AutoscalingStrategy controllers do not run.
+    #[arg(long, value_enum, value_name = "CLOUD", requires = "cloud_endpoint")]
+    pub cloud_provider: Option<CloudProviderKind>,
+    /// The cloud API's address: for `simulated`, the dev cluster's URL (http://HOST:PORT).
+    #[arg(long, value_name = "URL", requires = "cloud_provider")]
+    pub cloud_endpoint: Option<String>,
+    /// How long a new instance may take to become a Ready Node when its PendingNode names no deadline
+    /// (e.g. `30m`, `1h`).
+    #[arg(long, default_value = "30m", value_name = "DURATION", value_parser = parse_duration)]
+    pub join_timeout: std::time::Duration,
+    /// How long a leaving instance may take to be terminated when its PendingNode names no deadline
+    /// (e.g. `5m`).
+    #[arg(long, default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
+    pub leave_timeout: std::time::Duration,
+}
+
+/// The clouds whose scaling groups the controller can manage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CloudProviderKind {
+    /// The dev cluster's simulated cloud (`/_dev/cloud`).
+    Simulated,
+}
+
+/// A non-negative duration such as `30m`, `90s`, `1h30m` (jiff's friendly format).
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let duration: jiff::SignedDuration = text.parse().map_err(|e| format!("{text:?} is not a duration: {e}"))?;
+    std::time::Duration::try_from(duration).map_err(|_| format!("{text:?} is negative"))
 }
 
 #[derive(Debug, Args)]
@@ -191,6 +219,29 @@ mod tests {
                 (kind, mode) => panic!("{kind} runs {mode:?}"),
             }
         }
+    }
+
+    #[test]
+    fn the_cloud_needs_its_endpoint_and_timeouts_parse() {
+        assert!(parse(&["update-operator", "controller", "--cloud-provider", "simulated"]).is_err());
+        assert!(parse(&["update-operator", "controller", "--cloud-endpoint", "http://127.0.0.1:1"]).is_err());
+        let cli = parse(&[
+            "update-operator",
+            "controller",
+            "--cloud-provider",
+            "simulated",
+            "--cloud-endpoint",
+            "http://127.0.0.1:1",
+            "--join-timeout",
+            "2m",
+        ])
+        .unwrap();
+        let Mode::Controller(controller) = cli.mode else { panic!("controller mode expected") };
+        assert_eq!(controller.cloud_provider, Some(CloudProviderKind::Simulated));
+        assert_eq!(controller.join_timeout, std::time::Duration::from_secs(120));
+        assert_eq!(controller.leave_timeout, std::time::Duration::from_secs(300));
+        assert!(parse(&["update-operator", "controller", "--leave-timeout", "-5m"]).is_err());
+        assert!(parse(&["update-operator", "controller", "--leave-timeout", "soon"]).is_err());
     }
 
     #[test]

@@ -69,6 +69,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let config = config(&args.common, "controller").await?;
             let mut registry = prometheus_client::registry::Registry::with_prefix("update_operator");
             let metrics = controller::Metrics::register(&mut registry);
+            let cloud = cloud_options(&args, &mut registry)?;
             tokio::spawn(probes::serve(listener, Arc::new(registry), readiness.clone(), shutdown.clone()));
             let options = controller::Options {
                 identity: args.identity.unwrap_or_else(default_identity),
@@ -76,6 +77,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 lease_name: args.lease_name,
                 lease_timing: Default::default(),
                 own_node: args.node_name.filter(|n| !n.is_empty()),
+                cloud,
             };
             tracing::info!(identity = %options.identity, lease = %format!("{}/{}", options.lease_namespace, options.lease_name), "campaigning for leadership");
             controller::run(config, options, metrics, readiness, shutdown).await?;
@@ -111,6 +113,30 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     tracing::info!("shut down cleanly");
     Ok(())
+}
+
+/// The scaling-group controllers' cloud, rate-limited and retried, its calls counted in `registry`; `None`
+/// without `--cloud-provider`.
+fn cloud_options(
+    args: &cli::ControllerArgs,
+    registry: &mut prometheus_client::registry::Registry,
+) -> anyhow::Result<Option<controller::groups::CloudOptions>> {
+    let (Some(kind), Some(endpoint)) = (args.cloud_provider, args.cloud_endpoint.as_deref()) else {
+        return Ok(None);
+    };
+    let provider = match kind {
+        cli::CloudProviderKind::Simulated => {
+            cloud::simulated::SimulatedProvider::new(endpoint).context("--cloud-endpoint")?
+        }
+    };
+    let calls = Arc::new(cloud::metrics::PrometheusCalls::register(registry));
+    let provider = cloud::Governed::new(provider, cloud::CallPolicy::default(), calls);
+    let mut options = controller::groups::CloudOptions::new(Arc::new(provider));
+    options.join_timeout = args.join_timeout;
+    options.leave_timeout = args.leave_timeout;
+    options.metrics = controller::groups::GroupMetrics::register(registry);
+    tracing::info!(cloud = ?kind, endpoint, "managing scaling groups");
+    Ok(Some(options))
 }
 
 /// The API server configuration; requests carry `User-Agent: update-operator/<mode>` so that audit

@@ -74,11 +74,25 @@ impl Events {
         message: String,
         action: &str,
     ) {
+        self.publish_named(reference, related, &reason.to_string(), reason.is_warning(), message, action);
+    }
+
+    /// Queues an Event with a reason that is not a rollout [`Reason`] (the scaling-group controllers'):
+    /// `reason` in PascalCase, at most 128 characters.
+    pub fn publish_named(
+        &self,
+        reference: ObjectReference,
+        related: Option<ObjectReference>,
+        reason: &str,
+        warning: bool,
+        message: String,
+        action: &str,
+    ) {
         let event = Pending {
             regarding: reference,
             related,
-            warning: reason.is_warning(),
-            reason: reason.to_string(),
+            warning,
+            reason: reason.to_owned(),
             action: action.to_owned(),
             note: shared::protocol::cut(&message, MAX_NOTE).to_owned(),
         };

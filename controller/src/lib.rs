@@ -5,6 +5,7 @@ pub mod drain;
 pub mod etcd;
 pub mod events;
 pub mod executor;
+pub mod groups;
 pub mod leader;
 pub mod metrics;
 pub mod nodes;
@@ -48,6 +49,9 @@ pub struct Options {
     pub lease_timing: leader::LeaseTiming,
     /// The node this replica runs on; it is updated last.
     pub own_node: Option<String>,
+    /// The cloud of the scaling groups; without it the ScalingGroup, PendingNode and AutoscalingStrategy
+    /// controllers do not run.
+    pub cloud: Option<groups::CloudOptions>,
 }
 
 /// Runs the controller until `shutdown` is cancelled.
@@ -104,6 +108,8 @@ pub async fn run(
     readiness.set(true);
 
     let events = events::Events::start(client.clone(), Some(options.identity.clone()));
+    let groups_context =
+        options.cloud.clone().map(|cloud| groups::Context { client: client.clone(), cloud, events: events.clone() });
     let drains =
         Arc::new(drain::Drains::new(eviction_client, client.clone(), trigger.clone(), pdb_rx, metrics.clone()));
     let executor = executor::Executor::new(Api::all(client.clone()), events.clone(), drains.clone(), metrics.clone());
@@ -135,7 +141,11 @@ pub async fn run(
         }
     });
     let election = tokio::spawn(elector.run(leading_tx, shutdown.clone()));
+    let groups = groups_context.map(|context| tokio::spawn(groups::run(context, leading_rx.clone(), shutdown.clone())));
     reconciler.run(leading_rx, shutdown).await;
+    if let Some(groups) = groups {
+        let _ = groups.await;
+    }
     // Let the elector release the lease before returning.
     let _ = election.await;
     Ok(())

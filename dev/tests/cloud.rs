@@ -13,7 +13,7 @@ use cloud::{
     NewInstance, Operation, Outcome, ProviderId, SimulatedInstance,
 };
 use cluster_support::*;
-use dev::cloud::{CloudFaults, GroupFaults, GroupSpec, InjectedFailure, InstanceFaults, SimulatedCloud};
+use dev::cloud::{CloudFaults, GroupFaults, InjectedFailure, InstanceFaults, SimulatedCloud};
 use dev::cluster::Cluster;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -21,17 +21,6 @@ use serde_json::json;
 use shared::crd::{NodeRole, ScalingGroup};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A cluster of one in-place worker and the given groups, without workloads.
-async fn cloud_cluster(groups: &[(&str, GroupRole, u32)]) -> Cluster {
-    cluster_with(|config| {
-        config.nodes = 1;
-        config.control_planes = 0;
-        config.workloads = None;
-        config.scaling_groups = groups.iter().map(|(name, role, size)| GroupSpec::new(name, *role, *size)).collect();
-    })
-    .await
-}
 
 fn provider(cluster: &Cluster) -> SimulatedProvider {
     SimulatedProvider::new(cluster.url()).expect("the cluster's URL is an endpoint")

@@ -23,6 +23,18 @@ pub async fn cluster_with(adjust: impl FnOnce(&mut ClusterConfig)) -> Cluster {
     Cluster::start(config).await.expect("the cluster starts")
 }
 
+/// A cluster of one in-place worker and the given cloud scaling groups (name, role, size), without workloads.
+pub async fn cloud_cluster(groups: &[(&str, cloud::GroupRole, u32)]) -> Cluster {
+    cluster_with(|config| {
+        config.nodes = 1;
+        config.control_planes = 0;
+        config.workloads = None;
+        config.scaling_groups =
+            groups.iter().map(|(name, role, size)| dev::cloud::GroupSpec::new(name, *role, *size)).collect();
+    })
+    .await
+}
+
 /// A cluster without sample workloads.
 pub async fn bare_cluster(nodes: usize) -> Cluster {
     cluster_with(|config| {

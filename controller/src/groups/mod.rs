@@ -1,0 +1,245 @@
+//! Controllers of cloud scaling groups: ScalingGroup images, PendingNode goals and deadlines, the cluster-autoscaler's pause.
+
+pub mod autoscaler;
+pub mod condition;
+pub mod outdated;
+pub mod pending_node;
+pub mod scaling_group;
+
+use crate::events::Events;
+use cloud::{CloudProvider, Retry};
+use futures::StreamExt;
+use kube::Client;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// How long a joining instance may take to become a Ready Node when its PendingNode names no deadline
+/// (the rollout policy's `joinTimeout` later), as Constellation.
+pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// How long a leaving instance may take to be terminated when its PendingNode names no deadline (the rollout
+/// policy's `leaveTimeout` later).
+pub const DEFAULT_LEAVE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The cloud the scaling-group controllers talk to, and their settings.
+#[derive(Clone)]
+pub struct CloudOptions {
+    /// The provider, normally wrapped in [`cloud::Governed`] (rate limit and retries).
+    pub provider: Arc<dyn CloudProvider>,
+    /// The deadline of a joining PendingNode without `spec.deadline`, counted from its creation.
+    pub join_timeout: Duration,
+    /// The deadline of a leaving PendingNode without `spec.deadline`, counted from its creation.
+    pub leave_timeout: Duration,
+    /// Metrics of the controllers.
+    pub metrics: GroupMetrics,
+}
+
+impl std::fmt::Debug for CloudOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CloudOptions")
+            .field("cloud", &self.provider.cloud())
+            .field("join_timeout", &self.join_timeout)
+            .field("leave_timeout", &self.leave_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CloudOptions {
+    /// Options with the default timeouts and unregistered metrics.
+    pub fn new(provider: Arc<dyn CloudProvider>) -> CloudOptions {
+        CloudOptions {
+            provider,
+            join_timeout: DEFAULT_JOIN_TIMEOUT,
+            leave_timeout: DEFAULT_LEAVE_TIMEOUT,
+            metrics: GroupMetrics::default(),
+        }
+    }
+}
+
+/// The `group` label of scaling-group metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupLabels {
+    /// The scaling group's cloud ID.
+    pub group: String,
+}
+
+/// Metrics of the scaling-group controllers.
+#[derive(Clone, Debug, Default)]
+pub struct GroupMetrics {
+    /// Instances that did not join before their deadline (or failed at the cloud) and were deleted: failed
+    /// replacements, by group.
+    pub failed_joins: Family<GroupLabels, Counter>,
+    /// Leaving instances still not terminated at their deadline, by group (each deadline pass counts once).
+    pub overdue_leaves: Family<GroupLabels, Counter>,
+}
+
+impl GroupMetrics {
+    /// Registers the metrics in `registry`.
+    pub fn register(registry: &mut Registry) -> GroupMetrics {
+        let m = GroupMetrics::default();
+        registry.register(
+            "pending_node_failed_joins",
+            "Instances deleted because they did not join in time (failed replacements), by group",
+            m.failed_joins.clone(),
+        );
+        registry.register(
+            "pending_node_overdue_leaves",
+            "Leaving instances not terminated by their deadline, by group",
+            m.overdue_leaves.clone(),
+        );
+        m
+    }
+}
+
+/// What the scaling-group controllers share: clients, the cloud, Events, and the autoscaler's pause signal.
+#[derive(Clone)]
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Cloud and settings.
+    pub cloud: CloudOptions,
+    /// The Event publisher.
+    pub events: Events,
+}
+
+/// Runs the three controllers (and the default pause driver of the autoscaler) while this replica leads:
+/// they start when `leading` turns true and stop when it turns false or `shutdown` is cancelled.
+pub async fn run(context: Context, mut leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+    loop {
+        // Wait to lead.
+        loop {
+            if *leading.borrow_and_update() {
+                break;
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                changed = leading.changed() => if changed.is_err() { return },
+            }
+        }
+        tracing::info!("leading: starting the ScalingGroup, PendingNode and AutoscalingStrategy controllers");
+        let term = shutdown.child_token();
+        let (pause, pause_rx) = autoscaler::pause_channel();
+        let tasks = [
+            tokio::spawn(scaling_group::run(context.clone(), term.clone())),
+            tokio::spawn(pending_node::run(context.clone(), term.clone())),
+            tokio::spawn(autoscaler::run(context.clone(), pause_rx, term.clone())),
+            tokio::spawn(outdated::drive(context.clone(), pause, term.clone())),
+        ];
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                changed = leading.changed() => if changed.is_err() || !*leading.borrow_and_update() { break },
+            }
+        }
+        term.cancel();
+        for task in futures::stream::iter(tasks).then(|t| t).collect::<Vec<_>>().await {
+            if let Err(error) = task {
+                tracing::error!(%error, "a scaling-group controller task failed");
+            }
+        }
+        if shutdown.is_cancelled() {
+            return;
+        }
+        tracing::info!("lost the lead: stopped the scaling-group controllers");
+    }
+}
+
+/// Errors of a reconcile that the API server caused (cloud errors are decisions, not errors): retried with
+/// backoff by each controller's error policy.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A read or write of the API failed.
+    #[error("{kind} {name}: {source}")]
+    Kube {
+        /// The kind of the object reconciled.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Runs a controller's result stream to its end, logging failed reconciles of `kind` (the error policy logs
+/// and requeues them; this only keeps the stream going).
+async fn log_results<S, O, E>(kind: &'static str, results: S)
+where
+    S: futures::Stream<Item = Result<O, E>>,
+    E: std::fmt::Display,
+{
+    results
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, kind, "reconcile");
+            }
+        })
+        .await;
+}
+
+/// When to try again after a cloud error, on the `attempt`th failure in a row (from 1): the API's
+/// `Retry-After`; exponential backoff from 1 s doubling to 5 min; a quota refusal not before 5 min; an error a
+/// retry does not cure after 10 min (the object or its permissions may be fixed meanwhile).
+pub fn retry_delay(retry: Retry, attempt: u32) -> Duration {
+    const MAX: Duration = Duration::from_secs(300);
+    match retry {
+        Retry::After(after) => after.max(Duration::from_millis(100)),
+        Retry::Backoff => {
+            let factor = 1u64 << attempt.saturating_sub(1).min(16);
+            Duration::from_secs(factor).min(MAX)
+        }
+        Retry::Later => MAX,
+        Retry::Never => Duration::from_secs(600),
+    }
+}
+
+/// Counts failures in a row per object, for [`retry_delay`].
+#[derive(Debug, Default)]
+pub struct Attempts(std::sync::Mutex<std::collections::HashMap<String, u32>>);
+
+impl Attempts {
+    /// Records one more failure of `key` and returns how many in a row.
+    pub fn failed(&self, key: &str) -> u32 {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = map.entry(key.to_owned()).or_default();
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    /// Forgets the failures of `key` after a success.
+    pub fn succeeded(&self, key: &str) {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_follow_what_the_error_says() {
+        assert_eq!(retry_delay(Retry::After(Duration::from_secs(7)), 1), Duration::from_secs(7));
+        assert_eq!(retry_delay(Retry::After(Duration::ZERO), 3), Duration::from_millis(100));
+        assert_eq!(retry_delay(Retry::Backoff, 1), Duration::from_secs(1));
+        assert_eq!(retry_delay(Retry::Backoff, 2), Duration::from_secs(2));
+        assert_eq!(retry_delay(Retry::Backoff, 5), Duration::from_secs(16));
+        assert_eq!(retry_delay(Retry::Backoff, 40), Duration::from_secs(300));
+        assert_eq!(retry_delay(Retry::Later, 1), Duration::from_secs(300));
+        assert_eq!(retry_delay(Retry::Never, 1), Duration::from_secs(600));
+    }
+
+    #[test]
+    fn attempts_count_failures_in_a_row_per_object() {
+        let attempts = Attempts::default();
+        assert_eq!(attempts.failed("a"), 1);
+        assert_eq!(attempts.failed("a"), 2);
+        assert_eq!(attempts.failed("b"), 1);
+        attempts.succeeded("a");
+        assert_eq!(attempts.failed("a"), 1);
+    }
+}

@@ -1,0 +1,246 @@
+//! The default pause request of the cluster-autoscaler: paused while a node of a ScalingGroup runs another image
+//! than the group's NodeVersion names, or while any PendingNode exists.
+//!
+//! The replacement flow in the rollout policy (issue 12 item 6) will send [`Pause`] itself; until then this
+//! driver derives it from the cluster and the cloud.
+
+use super::Context;
+use super::autoscaler::{Pause, PauseSender};
+use cloud::{CloudProvider, ProviderId};
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use shared::crd::{NodeVersion, PendingNode, ScalingGroup};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// How long after a change the pause is computed (changes come in bursts).
+const SETTLE: Duration = Duration::from_millis(200);
+/// How soon nodes whose image or group the cloud did not tell are asked again.
+const RETRY: Duration = Duration::from_secs(10);
+
+/// A scaling group and the image its NodeVersion names (`None`: no NodeVersion or no image).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupTarget {
+    /// The group's cloud ID (`spec.groupId`).
+    pub group_id: String,
+    /// The image its nodes should run.
+    pub desired: Option<String>,
+}
+
+/// A node of a cloud group: its group and image as the cloud reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupNode {
+    /// The Node's name.
+    pub name: String,
+    /// The group the cloud says it belongs to.
+    pub group_id: String,
+    /// The image the cloud says it was created from.
+    pub image: String,
+    /// The image its agent reports (`update.edgeless.systems/os-image`), when one runs there: a node updated in
+    /// place keeps its creation image at the cloud.
+    pub reported: Option<String>,
+}
+
+/// Whether the autoscaler should be paused: some node of a group runs another image than the group's target
+/// (neither its creation image nor the image its agent reports is the target), or `pending` PendingNodes exist.
+/// Pure.
+pub fn pause_for(targets: &[GroupTarget], nodes: &[GroupNode], pending: usize) -> Pause {
+    let desired: HashMap<&str, &str> =
+        targets.iter().filter_map(|t| Some((t.group_id.as_str(), t.desired.as_deref()?))).collect();
+    let mut outdated: Vec<&str> = nodes
+        .iter()
+        .filter(|n| {
+            desired.get(n.group_id.as_str()).is_some_and(|d| *d != n.image && n.reported.as_deref() != Some(*d))
+        })
+        .map(|n| n.name.as_str())
+        .collect();
+    outdated.sort_unstable();
+    let mut reasons = Vec::new();
+    if !outdated.is_empty() {
+        const SHOWN: usize = 5;
+        let more = outdated.len().saturating_sub(SHOWN);
+        let names = outdated.iter().take(SHOWN).copied().collect::<Vec<_>>().join(", ");
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        reasons.push(format!("{} node(s) of scaling groups outdated ({names}{more})", outdated.len()));
+    }
+    if pending > 0 {
+        reasons.push(format!("{pending} PendingNode(s) joining or leaving"));
+    }
+    Pause { wanted: !reasons.is_empty(), reason: reasons.join("; ") }
+}
+
+/// What the cloud said about a node: its group and image, or that it belongs to no group.
+type Learned = Option<(String, String)>;
+
+/// Asks the cloud for the group and image of `id` (two calls, once per node: both are fixed for an instance).
+/// `None` when the cloud knows it in no group.
+async fn learn(provider: &dyn CloudProvider, id: &ProviderId) -> Result<Learned, cloud::Error> {
+    let group = match provider.instance_group(id).await {
+        Ok(group) => group,
+        Err(cloud::Error::NotFound { .. }) => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let image = provider.instance_image(id).await?;
+    Ok(Some((group.0, image)))
+}
+
+/// Drives `pause` from the cluster until `shutdown` is cancelled.
+pub async fn drive(context: Context, pause: PauseSender, shutdown: CancellationToken) {
+    let client = context.client.clone();
+    let changed = Arc::new(Notify::new());
+    let versions = watch_store::<NodeVersion>(Api::all(client.clone()), changed.clone(), shutdown.clone());
+    let groups = watch_store::<ScalingGroup>(Api::all(client.clone()), changed.clone(), shutdown.clone());
+    let pending = watch_store::<PendingNode>(Api::all(client.clone()), changed.clone(), shutdown.clone());
+    let nodes = watch_store::<Node>(Api::all(client), changed.clone(), shutdown.clone());
+    let provider = context.cloud.provider.clone();
+    let mut learned: BTreeMap<String, Learned> = BTreeMap::new();
+    // Decide from complete lists only: a partial list could lift a pause a replacement needs.
+    tokio::select! {
+        () = shutdown.cancelled() => return,
+        ready = async {
+            versions.wait_until_ready().await?;
+            groups.wait_until_ready().await?;
+            pending.wait_until_ready().await?;
+            nodes.wait_until_ready().await
+        } => if ready.is_err() { return },
+    }
+    changed.notify_one();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = changed.notified() => {}
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(SETTLE) => {}
+        }
+        let targets: Vec<GroupTarget> = groups
+            .state()
+            .iter()
+            .map(|g| GroupTarget {
+                group_id: g.spec.group_id.clone(),
+                desired: versions
+                    .get(&reflector::ObjectRef::new(&g.spec.node_image))
+                    .map(|v| v.spec.image.clone())
+                    .filter(|i| !i.is_empty()),
+            })
+            .collect();
+        let mut unknown = false;
+        let mut found = Vec::new();
+        let mut present = Vec::new();
+        for node in nodes.state() {
+            let Some(raw) = node.spec.as_ref().and_then(|s| s.provider_id.clone()) else { continue };
+            let Some(name) = node.metadata.name.clone() else { continue };
+            present.push(raw.clone());
+            let Ok(id) = raw.parse::<ProviderId>() else { continue };
+            if id.cloud() != provider.cloud() {
+                continue;
+            }
+            if !learned.contains_key(&raw) {
+                match learn(provider.as_ref(), &id).await {
+                    Ok(what) => {
+                        learned.insert(raw.clone(), what);
+                    }
+                    Err(error) => {
+                        tracing::warn!(node = %name, %error, "cannot learn the node's group and image; the autoscaler stays paused if it is");
+                        unknown = true;
+                        continue;
+                    }
+                }
+            }
+            if let Some(Some((group_id, image))) = learned.get(&raw) {
+                let reported = node.annotations().get(shared::protocol::keys::OS_IMAGE).cloned();
+                found.push(GroupNode { name, group_id: group_id.clone(), image: image.clone(), reported });
+            }
+        }
+        learned.retain(|id, _| present.contains(id));
+        let wanted = pause_for(&targets, &found, pending.state().len());
+        // With a node's group or image unknown, only a pause is certain (an unknown node cannot lift it).
+        if !unknown || wanted.wanted {
+            pause.send_if_modified(|current| {
+                let modified = current.as_ref() != Some(&wanted);
+                if modified {
+                    tracing::info!(paused = wanted.wanted, reason = %wanted.reason, "autoscaler pause request changed");
+                    *current = Some(wanted);
+                }
+                modified
+            });
+        }
+        if unknown {
+            let changed = changed.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(RETRY).await;
+                changed.notify_one();
+            });
+        }
+    }
+}
+
+/// A store of `api`'s objects, kept by a background watch that notifies `changed` on every event.
+fn watch_store<K>(api: Api<K>, changed: Arc<Notify>, shutdown: CancellationToken) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+    crate::spawn_watch(std::any::type_name::<K>(), stream, changed, shutdown);
+    store
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(group: &str, desired: Option<&str>) -> GroupTarget {
+        GroupTarget { group_id: group.into(), desired: desired.map(str::to_owned) }
+    }
+
+    fn node(name: &str, group: &str, image: &str) -> GroupNode {
+        GroupNode { name: name.into(), group_id: group.into(), image: image.into(), reported: None }
+    }
+
+    #[test]
+    fn a_group_node_on_another_image_pauses_the_autoscaler() {
+        let targets = [target("a", Some("v2")), target("b", Some("v1"))];
+        let pause = pause_for(&targets, &[node("a-1", "a", "v1"), node("b-1", "b", "v1")], 0);
+        assert!(pause.wanted);
+        assert!(pause.reason.contains("1 node(s)") && pause.reason.contains("a-1"), "{}", pause.reason);
+        let pause = pause_for(&targets, &[node("a-1", "a", "v2"), node("b-1", "b", "v1")], 0);
+        assert_eq!(pause, Pause::default());
+    }
+
+    #[test]
+    fn a_group_node_its_agent_updated_in_place_is_not_outdated() {
+        let targets = [target("a", Some("v2"))];
+        let updated = GroupNode { reported: Some("v2".into()), ..node("a-1", "a", "v1") };
+        assert!(!pause_for(&targets, &[updated], 0).wanted);
+        let behind = GroupNode { reported: Some("v1".into()), ..node("a-1", "a", "v1") };
+        assert!(pause_for(&targets, &[behind], 0).wanted);
+    }
+
+    #[test]
+    fn nodes_of_no_scaling_group_or_groups_without_a_target_do_not_count() {
+        let targets = [target("a", None)];
+        assert!(!pause_for(&targets, &[node("a-1", "a", "v1"), node("x-1", "x", "v0")], 0).wanted);
+    }
+
+    #[test]
+    fn pending_nodes_pause_the_autoscaler() {
+        let pause = pause_for(&[], &[], 2);
+        assert!(pause.wanted);
+        assert!(pause.reason.contains("2 PendingNode(s)"));
+    }
+
+    #[test]
+    fn long_lists_are_cut() {
+        let targets = [target("a", Some("v2"))];
+        let nodes: Vec<GroupNode> = (0..8).map(|i| node(&format!("a-{i}"), "a", "v1")).collect();
+        let pause = pause_for(&targets, &nodes, 0);
+        assert!(pause.reason.contains("8 node(s)") && pause.reason.contains("and 3 more"), "{}", pause.reason);
+    }
+}

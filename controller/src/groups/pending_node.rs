@@ -1,0 +1,677 @@
+//! The PendingNode controller: a joining instance becomes a Ready Node or is deleted at its deadline; a
+//! leaving one is terminated, its deletion retried past the deadline.
+
+use super::condition::{self, Wanted};
+use super::scaling_group::EventSpec;
+use super::{Attempts, Context, Error, GroupLabels, retry_delay};
+use cloud::{Deletion, GroupId, InstanceState, ProviderId, Retry};
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use shared::crd::{CspState, PendingNode, PendingNodeGoal};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Condition type: True once a joining instance was given up (it did not join by its deadline, or the cloud
+/// failed it) and deleted: a failed replacement. Stays True after the goal switched to `Leave`.
+pub const JOIN_FAILED: &str = "JoinFailed";
+/// Condition type: True when a leaving instance was not terminated by its deadline.
+pub const LEAVE_OVERDUE: &str = "LeaveOverdue";
+/// Condition type: True when the last cloud calls for the instance succeeded; False names the error.
+pub const SYNCED: &str = "Synced";
+
+/// Whether the instance's Node is registered and Ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeFact {
+    /// No Node carries the instance's provider ID.
+    Absent,
+    /// The Node exists and is not Ready (or has not reported).
+    NotReady,
+    /// The Node exists and is Ready.
+    Ready,
+}
+
+/// Why a joining instance was given up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinFailure {
+    /// Its deadline passed before its Node was Ready.
+    DeadlineExceeded,
+    /// The cloud reports it `Failed`: it does not become Ready by itself.
+    InstanceFailed,
+    /// The cloud reports it terminated (or does not know it): it cannot join.
+    InstanceGone,
+}
+
+impl JoinFailure {
+    /// PascalCase, as condition reasons.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JoinFailure::DeadlineExceeded => "DeadlineExceeded",
+            JoinFailure::InstanceFailed => "InstanceFailed",
+            JoinFailure::InstanceGone => "InstanceGone",
+        }
+    }
+}
+
+/// What the controller knows of a PendingNode at one moment; the input of [`decide`].
+#[derive(Debug)]
+pub struct Facts<'a> {
+    /// The goal.
+    pub goal: PendingNodeGoal,
+    /// `status.reachedGoal` as recorded.
+    pub reached_goal: bool,
+    /// `spec.deadline`, or the creation time plus the goal's default timeout.
+    pub deadline: Timestamp,
+    /// When the PendingNode was created (polls slow down as it ages).
+    pub created: Timestamp,
+    /// Now.
+    pub now: Timestamp,
+    /// The instance's Node.
+    pub node: NodeFact,
+    /// The instance's state at the cloud, or why it could not be read.
+    pub state: Result<InstanceState, &'a cloud::Error>,
+    /// Whether `LeaveOverdue` is True already (the overdue Event and metric come once).
+    pub leave_overdue: bool,
+}
+
+/// What to do about a PendingNode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing at the cloud; record what was seen and look again at the decision's `wake`.
+    Wait,
+    /// The Node is Ready and the instance running: set `reachedGoal`; nothing more to watch.
+    Joined,
+    /// Delete the instance, then switch the goal to `Leave` with a new deadline and record the failure.
+    GiveUp(JoinFailure),
+    /// The instance is terminated: delete the PendingNode.
+    Remove,
+    /// The leave deadline passed: delete the instance again.
+    RetryDelete,
+}
+
+/// A [`Step`] with the status and Event that go with it and when to look again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The step.
+    pub step: Step,
+    /// `status.cspState`, when the cloud answered.
+    pub csp_state: Option<CspState>,
+    /// Conditions to set.
+    pub conditions: Vec<Wanted>,
+    /// An Event.
+    pub event: Option<EventSpec>,
+    /// When to look again (`None`: only on a change). A timer, never shorter than needed: the deadline, or
+    /// the next poll of the cloud's state.
+    pub wake: Option<Duration>,
+}
+
+/// How often the provider's state is polled for a PendingNode of `age`: a tenth of its age, between 1 s and
+/// 30 s (new instances change state quickly; old ones slowly). Node changes wake the controller at once.
+pub fn poll_interval(age: Duration) -> Duration {
+    (age / 10).clamp(Duration::from_secs(1), Duration::from_secs(30))
+}
+
+/// The cloud's state as `status.cspState`.
+pub fn csp_state(state: InstanceState) -> CspState {
+    match state {
+        InstanceState::Creating => CspState::Creating,
+        InstanceState::Ready => CspState::Ready,
+        InstanceState::Stopping => CspState::Stopping,
+        InstanceState::Stopped => CspState::Stopped,
+        InstanceState::Terminating => CspState::Terminating,
+        InstanceState::Terminated => CspState::Terminated,
+        InstanceState::Failed => CspState::Failed,
+    }
+}
+
+fn until(from: Timestamp, to: Timestamp) -> Duration {
+    Duration::try_from(to.duration_since(from)).unwrap_or(Duration::ZERO)
+}
+
+/// Decides the step for a PendingNode. Pure: every input is in `facts`.
+pub fn decide(facts: &Facts<'_>) -> Decision {
+    let state = facts.state.as_ref().ok().copied();
+    let mut conditions = vec![match &facts.state {
+        Ok(_) => Wanted::new(SYNCED, true, "CloudCallsSucceeded", "the instance's state was read"),
+        Err(error) => {
+            Wanted::new(SYNCED, false, error.outcome().as_str(), format!("reading the instance's state: {error}"))
+        }
+    }];
+    let past_deadline = facts.now >= facts.deadline;
+    let poll = match &facts.state {
+        Ok(_) => poll_interval(until(facts.created, facts.now)),
+        Err(error) => retry_delay(error.retry(), 1).max(poll_interval(until(facts.created, facts.now))),
+    };
+    let timer = |deadline: Timestamp| Some(poll.min(until(facts.now, deadline).max(Duration::from_millis(100))));
+    let decision =
+        |step, conditions, event, wake| Decision { step, csp_state: state.map(csp_state), conditions, event, wake };
+    match facts.goal {
+        PendingNodeGoal::Join if facts.reached_goal => decision(Step::Wait, conditions, None, None),
+        PendingNodeGoal::Join => {
+            let failure = match state {
+                Some(InstanceState::Failed) => Some(JoinFailure::InstanceFailed),
+                Some(InstanceState::Terminated | InstanceState::Terminating) => Some(JoinFailure::InstanceGone),
+                _ if facts.node == NodeFact::Ready && state == Some(InstanceState::Ready) => None,
+                _ if past_deadline => Some(JoinFailure::DeadlineExceeded),
+                _ => None,
+            };
+            match failure {
+                Some(why) => {
+                    conditions.push(Wanted::new(JOIN_FAILED, true, why.as_str(), join_failure_message(why, facts)));
+                    let event = EventSpec {
+                        reason: "JoinFailed",
+                        warning: true,
+                        message: format!("{}; deleting the instance", join_failure_message(why, facts)),
+                    };
+                    decision(Step::GiveUp(why), conditions, Some(event), Some(Duration::ZERO))
+                }
+                None if facts.node == NodeFact::Ready && state == Some(InstanceState::Ready) => {
+                    let event =
+                        EventSpec { reason: "Joined", warning: false, message: "the instance's Node is Ready".into() };
+                    decision(Step::Joined, conditions, Some(event), None)
+                }
+                None => decision(Step::Wait, conditions, None, timer(facts.deadline)),
+            }
+        }
+        PendingNodeGoal::Leave => match state {
+            Some(InstanceState::Terminated) => {
+                let event = EventSpec { reason: "Left", warning: false, message: "the instance is terminated".into() };
+                decision(Step::Remove, conditions, Some(event), None)
+            }
+            _ if past_deadline => {
+                let overdue = until(facts.deadline, facts.now);
+                let message = format!(
+                    "the instance is {} {}s after its leave deadline; deleting it again",
+                    state.map_or("of unknown state", InstanceState::as_str),
+                    overdue.as_secs()
+                );
+                conditions.push(Wanted::new(LEAVE_OVERDUE, true, "DeadlineExceeded", message.clone()));
+                let event = (!facts.leave_overdue).then_some(EventSpec {
+                    reason: "LeaveDeadlineExceeded",
+                    warning: true,
+                    message,
+                });
+                // Retries of the deletion slow down as the instance stays overdue: a tenth of the time since the
+                // deadline, between 1 s and 5 min.
+                let wake = (overdue / 10).clamp(Duration::from_secs(1), Duration::from_secs(300)).max(poll);
+                decision(Step::RetryDelete, conditions, event, Some(wake))
+            }
+            _ => decision(Step::Wait, conditions, None, timer(facts.deadline)),
+        },
+    }
+}
+
+fn join_failure_message(why: JoinFailure, facts: &Facts<'_>) -> String {
+    match why {
+        JoinFailure::DeadlineExceeded => format!(
+            "the instance's Node was not Ready by the deadline {} (node {}, instance {})",
+            facts.deadline,
+            match facts.node {
+                NodeFact::Absent => "not registered",
+                NodeFact::NotReady => "not Ready",
+                NodeFact::Ready => "Ready",
+            },
+            facts.state.as_ref().map_or("state unknown", |s| s.as_str())
+        ),
+        JoinFailure::InstanceFailed => "the cloud reports the instance Failed".into(),
+        JoinFailure::InstanceGone => "the cloud reports the instance terminated".into(),
+    }
+}
+
+/// The conditions and Event when deleting the instance failed. Pure.
+pub fn delete_failed(error: &cloud::Error) -> (Wanted, EventSpec) {
+    let message = format!("deleting the instance: {error}");
+    (
+        Wanted::new(SYNCED, false, error.outcome().as_str(), message.clone()),
+        EventSpec { reason: "InstanceDeleteFailed", warning: true, message },
+    )
+}
+
+/// The deadline of a PendingNode: `spec.deadline`, else its creation plus the goal's timeout.
+pub fn deadline_of(pending: &PendingNode, created: Timestamp, join: Duration, leave: Duration) -> Timestamp {
+    if let Some(deadline) = &pending.spec.deadline {
+        return deadline.0;
+    }
+    let timeout = match pending.spec.goal {
+        PendingNodeGoal::Join => join,
+        PendingNodeGoal::Leave => leave,
+    };
+    created.saturating_add(SignedDuration::try_from(timeout).unwrap_or(SignedDuration::MAX)).unwrap_or(created)
+}
+
+/// How many of `pending` record a failed join (condition [`JOIN_FAILED`] True): the failed replacements a
+/// rollout's failure budget counts while their PendingNodes exist.
+pub fn failed_joins<'a>(pending: impl IntoIterator<Item = &'a PendingNode>) -> usize {
+    pending
+        .into_iter()
+        .filter(|p| p.status.as_ref().and_then(|s| condition::status_of(&s.conditions, JOIN_FAILED)) == Some("True"))
+        .count()
+}
+
+/// The Node with `provider_id` among `nodes`, as a [`NodeFact`].
+pub fn node_fact<'a>(nodes: impl IntoIterator<Item = &'a Node>, provider_id: &str) -> NodeFact {
+    let node = nodes.into_iter().find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id));
+    match node {
+        None => NodeFact::Absent,
+        Some(node) => {
+            let ready = node
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                .is_some_and(|c| c.status == "True");
+            if ready { NodeFact::Ready } else { NodeFact::NotReady }
+        }
+    }
+}
+
+struct State {
+    context: Context,
+    attempts: Attempts,
+    /// What the metrics counted already, by PendingNode UID and what (a reconcile may run on a copy that predates
+    /// its own last status write, and must not count twice).
+    counted: std::sync::Mutex<std::collections::HashSet<(String, &'static str)>>,
+}
+
+impl State {
+    /// True the first time `what` happens to the PendingNode with `uid` in this process.
+    fn first_time(&self, uid: Option<String>, what: &'static str) -> bool {
+        let mut counted = self.counted.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        counted.insert((uid.unwrap_or_default(), what))
+    }
+}
+
+/// Runs the controller until `shutdown` is cancelled: every PendingNode, again when a Node with its provider
+/// ID changes (the Node named `spec.nodeName` is read), at its deadline, and at its next poll of the cloud's state.
+pub async fn run(context: Context, shutdown: CancellationToken) {
+    let client = context.client.clone();
+    let controller = Controller::new(Api::<PendingNode>::all(client.clone()), watcher::Config::default());
+    let store = controller.store();
+    let state = Arc::new(State { context, attempts: Attempts::default(), counted: Default::default() });
+    let results = controller
+        .watches(Api::<Node>::all(client), watcher::Config::default(), move |node: Node| {
+            let provider_id = node.spec.and_then(|s| s.provider_id);
+            store
+                .state()
+                .iter()
+                .filter(|p| provider_id.as_deref() == Some(p.spec.provider_id.as_str()))
+                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile, error_policy, state);
+    super::log_results("PendingNode", results).await;
+}
+
+async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Action, Error> {
+    let name = pending.name_any();
+    let kube_error = |source| Error::Kube { kind: "PendingNode", name: name.clone(), source };
+    let ctx = &state.context;
+    let api: Api<PendingNode> = Api::all(ctx.client.clone());
+    if pending.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let now = Timestamp::now();
+    let created = pending.meta().creation_timestamp.as_ref().map_or(now, |t| t.0);
+    let deadline = deadline_of(&pending, created, ctx.cloud.join_timeout, ctx.cloud.leave_timeout);
+    let provider = &ctx.cloud.provider;
+    let labels = GroupLabels { group: pending.spec.group_id.clone() };
+    let reached_goal = pending.status.as_ref().is_some_and(|s| s.reached_goal);
+    if pending.spec.goal == PendingNodeGoal::Join && reached_goal {
+        return Ok(Action::await_change());
+    }
+    let id: Result<ProviderId, _> = pending.spec.provider_id.parse();
+    let state_result = match &id {
+        Ok(id) => provider.instance_state(id).await,
+        Err(error) => Err(cloud::Error::invalid(format!("spec.providerID: {error}"))),
+    };
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let node = nodes.get_opt(&pending.spec.node_name).await.map_err(kube_error)?;
+    let node = node_fact(node.as_ref(), &pending.spec.provider_id);
+    let leave_overdue = pending
+        .status
+        .as_ref()
+        .and_then(|s| condition::status_of(&s.conditions, LEAVE_OVERDUE))
+        .is_some_and(|s| s == "True");
+    let facts = Facts {
+        goal: pending.spec.goal,
+        reached_goal,
+        deadline,
+        created,
+        now,
+        node,
+        state: state_result.as_ref().copied(),
+        leave_overdue,
+    };
+    let mut decision = decide(&facts);
+    tracing::debug!(pending = %name, ?facts, ?decision, "PendingNode decided");
+    let group = GroupId(pending.spec.group_id.clone());
+    let mut spec_patch = None;
+    let mut cloud_failed = None;
+    let mut events: Vec<EventSpec> = decision.event.take().into_iter().collect();
+    if decision.step == Step::RetryDelete && !leave_overdue && state.first_time(pending.uid(), "overdue") {
+        ctx.cloud.metrics.overdue_leaves.get_or_create(&labels).inc();
+    }
+    match decision.step {
+        Step::Wait => {}
+        Step::Joined => {}
+        Step::GiveUp(_) | Step::RetryDelete => {
+            let deleted = match &id {
+                Ok(id) => provider.delete_instance(&group, id).await,
+                Err(error) => Err(cloud::Error::invalid(format!("spec.providerID: {error}"))),
+            };
+            match deleted {
+                Ok(deletion) => {
+                    tracing::info!(pending = %name, ?deletion, step = ?decision.step, "deleted the instance");
+                    if matches!(decision.step, Step::GiveUp(_)) {
+                        let leave_by = now.saturating_add(
+                            SignedDuration::try_from(ctx.cloud.leave_timeout).unwrap_or(SignedDuration::MAX),
+                        );
+                        spec_patch = Some(json!({"spec": {"goal": "Leave", "deadline": leave_by.unwrap_or(now)}}));
+                    }
+                    if deletion == Deletion::AlreadyGone {
+                        decision.wake = Some(Duration::ZERO);
+                    }
+                }
+                Err(error) => {
+                    let (synced, event) = delete_failed(&error);
+                    decision.conditions.retain(|c| c.type_ != SYNCED && c.type_ != JOIN_FAILED);
+                    decision.conditions.push(synced);
+                    if matches!(decision.step, Step::GiveUp(_)) {
+                        // Not given up yet: the JoinFailed Event comes with the deletion that succeeds.
+                        events.clear();
+                    }
+                    events.push(event);
+                    cloud_failed = Some(error.retry());
+                }
+            }
+        }
+        Step::Remove => {}
+    }
+    for event in &events {
+        ctx.events.publish_named(
+            pending.object_ref(&()),
+            None,
+            event.reason,
+            event.warning,
+            event.message.clone(),
+            "ReplaceNode",
+        );
+    }
+    if decision.step == Step::Remove {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions { uid: pending.uid(), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(source) => return Err(kube_error(source)),
+        }
+        state.attempts.succeeded(&name);
+        state
+            .counted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|(uid, _)| Some(uid) != pending.uid().as_ref());
+        return Ok(Action::await_change());
+    }
+    // Writes carry the resourceVersion read: a reconcile of a copy older than the last write fails with a
+    // conflict and runs again on the new one, instead of writing an old status back.
+    let mut resource_version = pending.resource_version();
+    let mut status = pending.status.clone().unwrap_or_default();
+    let mut changed = false;
+    if let Some(csp) = decision.csp_state
+        && status.csp_state != csp
+    {
+        status.csp_state = csp;
+        changed = true;
+    }
+    if decision.step == Step::Joined && !status.reached_goal {
+        status.reached_goal = true;
+        changed = true;
+    }
+    for wanted in &decision.conditions {
+        changed |= condition::set(&mut status.conditions, wanted, pending.meta().generation, now);
+    }
+    if changed {
+        let patch = json!({"metadata": {"resourceVersion": resource_version}, "status": status});
+        let written =
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch)).await.map_err(kube_error)?;
+        resource_version = written.resource_version();
+    }
+    if let Some(mut patch) = spec_patch {
+        // The goal switches after the instance's deletion started: a crash in between repeats the (idempotent)
+        // deletion, never leaves an instance behind.
+        patch["metadata"] = json!({ "resourceVersion": resource_version });
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await.map_err(kube_error)?;
+        if state.first_time(pending.uid(), "failed-join") {
+            ctx.cloud.metrics.failed_joins.get_or_create(&labels).inc();
+        }
+    }
+    let attempts = &state.attempts;
+    Ok(match (cloud_failed, state_result.as_ref().err()) {
+        (Some(retry), _) => Action::requeue(retry_delay(retry, attempts.failed(&name))),
+        (None, Some(error)) => {
+            let after = retry_delay(error.retry(), attempts.failed(&name));
+            Action::requeue(decision.wake.map_or(after, |wake| wake.min(after).max(Duration::from_secs(1))))
+        }
+        (None, None) => {
+            attempts.succeeded(&name);
+            decision.wake.map_or_else(Action::await_change, Action::requeue)
+        }
+    })
+}
+
+fn error_policy(pending: Arc<PendingNode>, error: &Error, state: Arc<State>) -> Action {
+    tracing::warn!(%error, "PendingNode reconcile failed; retrying");
+    Action::requeue(retry_delay(Retry::Backoff, state.attempts.failed(&pending.name_any())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: i64 = 1_700_000_000;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(T0 + seconds).unwrap()
+    }
+
+    fn facts(goal: PendingNodeGoal, now: i64, node: NodeFact, state: InstanceState) -> Facts<'static> {
+        Facts {
+            goal,
+            reached_goal: false,
+            deadline: at(1800),
+            created: at(0),
+            now: at(now),
+            node,
+            state: Ok(state),
+            leave_overdue: false,
+        }
+    }
+
+    fn condition<'a>(decision: &'a Decision, type_: &str) -> Option<&'a Wanted> {
+        decision.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    use InstanceState as S;
+    use NodeFact as N;
+    use PendingNodeGoal::{Join, Leave};
+
+    #[test]
+    fn a_joining_instance_reaches_its_goal_only_with_a_ready_node_and_a_ready_instance() {
+        for node in [N::Absent, N::NotReady, N::Ready] {
+            for state in [S::Creating, S::Ready, S::Stopping, S::Stopped] {
+                let decision = decide(&facts(Join, 60, node, state));
+                let joined = node == N::Ready && state == S::Ready;
+                assert_eq!(decision.step == Step::Joined, joined, "{node:?} {state:?}");
+                if joined {
+                    assert_eq!(decision.wake, None, "nothing more to poll");
+                    assert_eq!(decision.event.as_ref().map(|e| e.reason), Some("Joined"));
+                } else {
+                    assert_eq!(decision.step, Step::Wait);
+                    assert!(decision.wake.is_some());
+                }
+                assert_eq!(decision.csp_state, Some(csp_state(state)));
+            }
+        }
+    }
+
+    #[test]
+    fn a_joining_instance_is_given_up_at_its_deadline_or_when_the_cloud_failed_it() {
+        for (now, node, state, expected) in [
+            (1800, N::Absent, S::Creating, Some(JoinFailure::DeadlineExceeded)),
+            (1801, N::NotReady, S::Ready, Some(JoinFailure::DeadlineExceeded)),
+            (1799, N::NotReady, S::Ready, None),
+            (60, N::Absent, S::Failed, Some(JoinFailure::InstanceFailed)),
+            (60, N::NotReady, S::Terminated, Some(JoinFailure::InstanceGone)),
+            (60, N::Absent, S::Terminating, Some(JoinFailure::InstanceGone)),
+            // Ready at the deadline: joined, not failed.
+            (5000, N::Ready, S::Ready, None),
+        ] {
+            let decision = decide(&facts(Join, now, node, state));
+            match expected {
+                Some(why) => {
+                    assert_eq!(decision.step, Step::GiveUp(why), "{now} {node:?} {state:?}");
+                    let failed = condition(&decision, JOIN_FAILED).unwrap();
+                    assert_eq!((failed.status, failed.reason.as_str()), ("True", why.as_str()));
+                    let event = decision.event.unwrap();
+                    assert!(event.warning && event.reason == "JoinFailed");
+                    assert_eq!(decision.wake, Some(Duration::ZERO));
+                }
+                None => assert!(matches!(decision.step, Step::Wait | Step::Joined), "{now} {node:?} {state:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_deadline_holds_even_when_the_cloud_cannot_be_asked() {
+        let error = cloud::Error::transient("503");
+        let mut f = facts(Join, 1900, N::Absent, S::Creating);
+        f.state = Err(&error);
+        let decision = decide(&f);
+        assert_eq!(decision.step, Step::GiveUp(JoinFailure::DeadlineExceeded));
+        assert_eq!(decision.csp_state, None, "cspState is not guessed");
+        assert_eq!(condition(&decision, SYNCED).unwrap().reason, "Transient");
+        f.now = at(100);
+        let decision = decide(&f);
+        assert_eq!(decision.step, Step::Wait);
+        assert_eq!(condition(&decision, SYNCED).unwrap().status, "False");
+    }
+
+    #[test]
+    fn a_joined_pending_node_is_left_alone() {
+        let mut f = facts(Join, 5000, N::Absent, S::Terminated);
+        f.reached_goal = true;
+        let decision = decide(&f);
+        assert_eq!((decision.step, decision.wake), (Step::Wait, None));
+    }
+
+    #[test]
+    fn timers_wake_at_the_deadline_or_the_next_poll_whichever_is_first() {
+        // Young: polled every second.
+        assert_eq!(decide(&facts(Join, 5, N::Absent, S::Creating)).wake, Some(Duration::from_secs(1)));
+        // Older: a tenth of its age.
+        assert_eq!(decide(&facts(Join, 100, N::Absent, S::Creating)).wake, Some(Duration::from_secs(10)));
+        // Old: at most every 30 s.
+        assert_eq!(decide(&facts(Join, 1000, N::Absent, S::Creating)).wake, Some(Duration::from_secs(30)));
+        // Close to the deadline: at the deadline.
+        assert_eq!(decide(&facts(Join, 1790, N::Absent, S::Creating)).wake, Some(Duration::from_secs(10)));
+        assert_eq!(decide(&facts(Leave, 1790, N::Absent, S::Terminating)).wake, Some(Duration::from_secs(10)));
+        assert_eq!(poll_interval(Duration::ZERO), Duration::from_secs(1));
+        assert_eq!(poll_interval(Duration::from_secs(86_400)), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_leaving_instance_is_removed_once_terminated_and_its_deletion_retried_past_the_deadline() {
+        for node in [N::Absent, N::NotReady, N::Ready] {
+            for state in [S::Creating, S::Ready, S::Stopping, S::Stopped, S::Terminating, S::Failed, S::Terminated] {
+                for now in [60, 1800, 2400] {
+                    let decision = decide(&facts(Leave, now, node, state));
+                    let expected = if state == S::Terminated {
+                        Step::Remove
+                    } else if now >= 1800 {
+                        Step::RetryDelete
+                    } else {
+                        Step::Wait
+                    };
+                    assert_eq!(decision.step, expected, "{node:?} {state:?} {now}");
+                    if expected == Step::RetryDelete {
+                        assert_eq!(condition(&decision, LEAVE_OVERDUE).unwrap().status, "True");
+                        assert_eq!(
+                            decision.event.as_ref().map(|e| (e.reason, e.warning)),
+                            Some(("LeaveDeadlineExceeded", true))
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn overdue_deletions_back_off_and_warn_once() {
+        let just = decide(&facts(Leave, 1800, N::Absent, S::Terminating));
+        assert_eq!(just.wake, Some(Duration::from_secs(30)), "at least the poll interval");
+        let mut later = facts(Leave, 1800 + 3600, N::Absent, S::Terminating);
+        later.leave_overdue = true;
+        let later = decide(&later);
+        assert_eq!(later.wake, Some(Duration::from_secs(300)));
+        assert_eq!(later.event, None, "the Warning came when it became overdue");
+    }
+
+    #[test]
+    fn a_failed_deletion_names_the_error() {
+        let (synced, event) = delete_failed(&cloud::Error::transient("connection reset"));
+        assert_eq!((synced.status, synced.reason.as_str()), ("False", "Transient"));
+        assert!(event.warning);
+        assert!(event.message.contains("connection reset"));
+    }
+
+    #[test]
+    fn deadlines_default_to_the_goal_timeout_from_creation() {
+        let mut pending = PendingNode::new("p", Default::default());
+        let join = Duration::from_secs(1800);
+        let leave = Duration::from_secs(300);
+        assert_eq!(deadline_of(&pending, at(0), join, leave), at(1800));
+        pending.spec.goal = Leave;
+        assert_eq!(deadline_of(&pending, at(0), join, leave), at(300));
+        pending.spec.deadline = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(42)));
+        assert_eq!(deadline_of(&pending, at(0), join, leave), at(42));
+    }
+
+    #[test]
+    fn failed_joins_are_counted_from_the_condition() {
+        let mut failed = PendingNode::new("a", Default::default());
+        let mut status = shared::crd::PendingNodeStatus::default();
+        condition::set(&mut status.conditions, &Wanted::new(JOIN_FAILED, true, "DeadlineExceeded", ""), None, at(0));
+        failed.status = Some(status);
+        let fine = PendingNode::new("b", Default::default());
+        assert_eq!(failed_joins([&failed, &fine]), 1);
+    }
+
+    #[test]
+    fn the_node_is_found_by_its_provider_id_and_its_ready_condition() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "spec": {"providerID": "simulated://g/n"},
+            "status": {"conditions": [{"type": "Ready", "status": "False"}]}
+        }))
+        .unwrap();
+        assert_eq!(node_fact([&node], "simulated://g/n"), N::NotReady);
+        assert_eq!(node_fact([&node], "simulated://g/other"), N::Absent);
+        let ready: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "spec": {"providerID": "simulated://g/n"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        assert_eq!(node_fact([&ready], "simulated://g/n"), N::Ready);
+    }
+}
