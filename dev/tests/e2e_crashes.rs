@@ -64,7 +64,9 @@ async fn the_controller_killed_at_random_steps_of_20_rollouts_breaks_no_invarian
         let mut crash_at: Vec<usize> = (0..1 + rng.below(3)).map(|_| start + 1 + rng.below(32) as usize).collect();
         crash_at.sort();
         set_target(&store, &target);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        // A rollout takes about 15 s here; up to three crashes, each of which may make a new replica wait out
+        // the lease, and a loaded 2-core machine can triple that. A stall is caught all the same.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
         while rolled_out(&store, 8).filter(|s| s.target_image.as_deref() == Some(target.as_str())).is_none() {
             assert!(tokio::time::Instant::now() < deadline, "seed {seed}: rollout to {target} did not finish");
             if crash_at.first().is_some_and(|at| steps_seen(&observer) >= *at) {
