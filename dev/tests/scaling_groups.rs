@@ -46,7 +46,7 @@ fn start_controller(cluster: &Cluster, join_timeout: Duration) -> Replacer {
     let metrics = cloud.metrics.clone();
     let mut options = harness::controller_options("replacer");
     options.cloud = Some(cloud);
-    Replacer { component: harness::controller(cluster.url(), options), calls, metrics }
+    Replacer { component: harness::controller(cluster.operator(), options), calls, metrics }
 }
 
 fn provider(cluster: &Cluster) -> SimulatedProvider {
