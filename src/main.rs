@@ -66,12 +66,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
     match cli.mode {
         Mode::Controller(args) => {
-            let config = config(&args.common, "controller").await?;
+            let identity = args.identity.clone().unwrap_or_else(default_identity);
+            let config = config(&args.common, &controller::user_agent(&identity)).await?;
             let mut registry = prometheus_client::registry::Registry::with_prefix("update_operator");
             let metrics = controller::Metrics::register(&mut registry);
             tokio::spawn(probes::serve(listener, Arc::new(registry), readiness.clone(), shutdown.clone()));
             let options = controller::Options {
-                identity: args.identity.unwrap_or_else(default_identity),
+                identity,
                 lease_namespace: args.lease_namespace,
                 lease_name: args.lease_name,
                 lease_timing: Default::default(),
@@ -82,7 +83,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Mode::Agent(args) => {
             let node_name = args.node_name.clone().unwrap_or_default();
-            let client = kube::Client::try_from(config(&args.common, "agent").await?)
+            let user_agent = format!("update-operator/agent {}", env!("CARGO_PKG_VERSION"));
+            let client = kube::Client::try_from(config(&args.common, &user_agent).await?)
                 .context("cannot build the Kubernetes client")?;
             let mut registry = prometheus_client::registry::Registry::with_prefix("update_operator_agent");
             let metrics = agent::Metrics::register(&mut registry);
@@ -113,9 +115,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The API server configuration; requests carry `User-Agent: update-operator/<mode>` so that audit
-/// logs (and the dev cluster's write counters) tell controller and agent apart.
-async fn config(common: &CommonArgs, mode: &str) -> anyhow::Result<kube::Config> {
+/// The API server configuration; requests carry `user_agent` (`update-operator/<mode> VERSION`, and
+/// the controller's identity) so that audit logs tell controller replicas and agents apart.
+async fn config(common: &CommonArgs, user_agent: &str) -> anyhow::Result<kube::Config> {
     let options = KubeConfigOptions { context: common.context.clone(), ..Default::default() };
     let mut config = match &common.kubeconfig {
         Some(path) => {
@@ -127,8 +129,7 @@ async fn config(common: &CommonArgs, mode: &str) -> anyhow::Result<kube::Config>
         }
         None => kube::Config::infer().await.context("no kubeconfig and not running in a cluster")?,
     };
-    let agent = format!("update-operator/{mode} {}", env!("CARGO_PKG_VERSION"));
-    config.headers.push((http::header::USER_AGENT, agent.parse().context("user agent")?));
+    config.headers.push((http::header::USER_AGENT, user_agent.parse().context("user agent")?));
     tracing::info!(server = %config.cluster_url, "connecting to the API server");
     Ok(config)
 }

@@ -36,6 +36,12 @@ pub enum Error {
     WatchEnded(&'static str),
 }
 
+/// The User-Agent of the requests of the replica `identity`: `update-operator/controller VERSION
+/// (IDENTITY)`, so that audit logs (and the dev cluster's request log) tell replicas apart.
+pub fn user_agent(identity: &str) -> String {
+    format!("update-operator/controller {} ({identity})", env!("CARGO_PKG_VERSION"))
+}
+
 /// How this controller replica identifies itself and where it campaigns.
 #[derive(Debug, Clone)]
 pub struct Options {

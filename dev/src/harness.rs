@@ -5,8 +5,9 @@
 //!
 //! Components are the real `controller::run` and `agent::run` with the real simulated-host client;
 //! only the process boundary is replaced by a runtime boundary. Requests carry the same
-//! `User-Agent` as the binary's (`update-operator/controller ...`, `update-operator/agent ...`), so
-//! the dev cluster's request metrics attribute them the same way.
+//! `User-Agent` as the binary's (`update-operator/controller VERSION (IDENTITY)`,
+//! `update-operator/agent VERSION`), so the dev cluster's request metrics and request log attribute
+//! them the same way, replica by replica.
 
 use agent::host::HostUpdater;
 use agent::host::simulated::{SimulatedConfig, SimulatedHost};
@@ -136,9 +137,13 @@ impl Drop for Component {
 /// A kube config for the API server at `url` (plain HTTP, as the dev cluster serves) with the
 /// binary's User-Agent for `mode` (`controller` or `agent`).
 pub fn kube_config(url: &str, mode: &str) -> Result<kube::Config, String> {
+    with_user_agent(url, &format!("update-operator/{mode} {}", env!("CARGO_PKG_VERSION")))
+}
+
+/// A kube config for the API server at `url` with the User-Agent `agent`.
+fn with_user_agent(url: &str, agent: &str) -> Result<kube::Config, String> {
     let uri = url.parse().map_err(|e| format!("invalid API server URL {url:?}: {e}"))?;
     let mut config = kube::Config::new(uri);
-    let agent = format!("update-operator/{mode} {}", env!("CARGO_PKG_VERSION"));
     config.headers.push((http::header::USER_AGENT, agent.parse().map_err(|e| format!("user agent: {e}"))?));
     Ok(config)
 }
@@ -190,7 +195,7 @@ pub fn controller_with(url: &str, options: controller::Options, metrics: control
     let url = url.to_owned();
     let name = format!("controller {}", options.identity);
     Component::spawn(name, move |shutdown, readiness| async move {
-        let config = kube_config(&url, "controller")?;
+        let config = with_user_agent(&url, &controller::user_agent(&options.identity))?;
         controller::run(config, options, metrics, readiness, shutdown).await.map_err(|e| e.to_string())
     })
 }

@@ -20,6 +20,7 @@ use crate::apiserver::ops::patch::parse_patch_body;
 use crate::apiserver::ops::read::ListOptions;
 use crate::apiserver::ops::watch::{WatchOptions, WatchSession};
 use crate::apiserver::patch::PatchType;
+use crate::apiserver::request_log::RequestLine;
 use crate::apiserver::resource::{Builtin, Gvr, ResourceType};
 use crate::apiserver::selector::{FieldSelector, LabelSelector};
 use crate::apiserver::table::IncludeObject;
@@ -59,7 +60,14 @@ where
         content_type: header(header::CONTENT_TYPE),
         body,
     };
-    let response = match route::parse(parts.uri.path()) {
+    let route = route::parse(parts.uri.path());
+    let logged = match &route {
+        Route::Resource(path) if core.request_log.is_enabled() => {
+            log_line(path, &request).map(|line| (core.request_log.clone(), line))
+        }
+        _ => None,
+    };
+    let response = match route {
         Route::Health => Ok(text_response(StatusCode::OK, "ok")),
         Route::Version => Ok(json_response(StatusCode::OK, &discovery::version(&core.config.git_version))),
         Route::CoreVersions => Ok(json_response(StatusCode::OK, &discovery::core_versions(&address))),
@@ -82,7 +90,25 @@ where
         Route::Resource(path) => resource_request(core, path, request).await,
         Route::NotFound => Err(ApiError::path_not_found()),
     };
-    Ok(response.unwrap_or_else(|error| error_response(&error)))
+    let response = response.unwrap_or_else(|error| error_response(&error));
+    if let Some((log, line)) = logged {
+        log.record(line, response.status().as_u16());
+    }
+    Ok(response)
+}
+
+/// What the request log records of a resource request.
+fn log_line(path: &ResourcePath, request: &RequestInfo) -> Option<RequestLine> {
+    let verb = verb_of(&request.method, path.name.is_some(), path.legacy_watch || request.flag("watch"))?;
+    Some(RequestLine {
+        verb,
+        group: path.group.clone(),
+        resource: path.plural.clone(),
+        subresource: path.subresource.clone().unwrap_or_default(),
+        namespace: path.namespace.clone(),
+        name: path.name.clone(),
+        user_agent: request.user_agent.clone(),
+    })
 }
 
 fn mounted_routes(core: &Core) -> Option<Arc<dyn crate::apiserver::core::DevRoutes>> {
@@ -179,6 +205,7 @@ async fn resource_request(
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
+    core.faults.hold_while_hung(&key).await;
     if let Some(error) = core.faults.error_for(&key) {
         return Err(error);
     }
@@ -414,7 +441,7 @@ fn dev_metrics(core: &Core) -> Response<Body> {
     )
 }
 
-/// `POST /_dev/faults` with `{"action": ...}`: `closeWatches`, `compact`, `inject`, `latency`, `clear`,
+/// `POST /_dev/faults` with `{"action": ...}`: `closeWatches`, `compact`, `inject`, `latency`, `hang`, `clear`,
 /// `pauseController`, `resumeController`.
 fn dev_faults(core: &Arc<Core>, request: &RequestInfo) -> Result<Response<Body>, ApiError> {
     if request.method != Method::POST {
@@ -461,6 +488,10 @@ fn dev_faults(core: &Arc<Core>, request: &RequestInfo) -> Result<Response<Body>,
                 fault = fault.times(times.min(u64::from(u32::MAX)) as u32);
             }
             faults.inject(fault);
+            json!({})
+        }
+        Some("hang") => {
+            faults.hang(requests()?);
             json!({})
         }
         Some("latency") => {
