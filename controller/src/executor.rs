@@ -2,6 +2,8 @@
 //! stopped, Events published.
 //!
 //! # Guarantees
+//! - Every Node write is fenced by the leadership term: it starts only while the term is valid and
+//!   is cancelled when the term ends.
 //! - Every Node write is a JSON merge patch of only the keys that change, conditional on the
 //!   resourceVersion the decision was taken on (a concurrent change makes it fail with 409 and the
 //!   reconciler plans again on fresh data).
@@ -13,6 +15,7 @@
 
 use crate::drain::Drains;
 use crate::events::{Events, node_reference};
+use crate::leadership::Term;
 use crate::metrics::{ActionLabels, Metrics};
 use crate::nodes::SlimNode;
 use crate::policy::{ActionKind, NodeAction};
@@ -94,9 +97,10 @@ impl Executor {
         lock(&self.reported).retain(|n, _| exists(n));
     }
 
-    /// Applies `actions`, deciding on `nodes` (the objects the plan saw).
+    /// Applies `actions`, deciding on `nodes` (the objects the plan saw), within `term`.
     pub async fn apply(
         &self,
+        term: &Term,
         actions: &[NodeAction],
         nodes: &HashMap<String, SlimNode>,
         drain: DrainOptions,
@@ -111,17 +115,19 @@ impl Executor {
         let (starts, others): (Vec<&NodeAction>, Vec<&NodeAction>) =
             actions.iter().partition(|a| matches!(a.kind, ActionKind::Stage { .. }));
         let mut applied = Applied::default();
-        self.apply_phase(&others, nodes, drain, version, now, &mut applied).await;
+        self.apply_phase(term, &others, nodes, drain, version, now, &mut applied).await;
         if applied.conflicts + applied.errors == 0 {
-            self.apply_phase(&starts, nodes, drain, version, now, &mut applied).await;
+            self.apply_phase(term, &starts, nodes, drain, version, now, &mut applied).await;
         } else if !starts.is_empty() {
             tracing::debug!(held = starts.len(), "not starting new nodes: a write that frees their slots failed");
         }
         applied
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn apply_phase(
         &self,
+        term: &Term,
         actions: &[&NodeAction],
         nodes: &HashMap<String, SlimNode>,
         drain: DrainOptions,
@@ -133,9 +139,9 @@ impl Executor {
         for action in actions {
             let Some(node) = nodes.get(&action.node) else { continue };
             match &action.kind {
-                ActionKind::EnsureDrain => self.drains.ensure(&action.node, drain),
+                ActionKind::EnsureDrain => self.drains.ensure(&action.node, drain, term),
                 ActionKind::ReportProblem => self.report_problem(node, action, version),
-                _ => writes.push(self.write(node, action, version, now, drain)),
+                _ => writes.push(self.write(term, node, action, version, now, drain)),
             }
         }
         for result in futures::future::join_all(writes).await {
@@ -144,6 +150,7 @@ impl Executor {
                 WriteResult::Unchanged => {}
                 WriteResult::Conflict => applied.conflicts += 1,
                 WriteResult::Failed => applied.errors += 1,
+                WriteResult::Fenced => {}
             }
         }
     }
@@ -165,6 +172,7 @@ impl Executor {
 
     async fn write(
         &self,
+        term: &Term,
         node: &SlimNode,
         action: &NodeAction,
         version: Option<&ObjectReference>,
@@ -194,7 +202,15 @@ impl Executor {
         }
         let labels = |result| ActionLabels { reason: action.reason.to_string(), result };
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-        match self.nodes.patch(&action.node, &params, &Patch::Merge(patch.to_json())).await {
+        let written = match term.fence(self.nodes.patch(&action.node, &params, &Patch::Merge(patch.to_json()))).await {
+            Ok(written) => written,
+            Err(fenced) => {
+                self.metrics.actions.get_or_create(&labels("fenced")).inc();
+                tracing::debug!(node = %action.node, reason = %action.reason, %fenced, "node not written");
+                return WriteResult::Fenced;
+            }
+        };
+        match written {
             Ok(mut written) => {
                 written.trim();
                 {
@@ -214,7 +230,7 @@ impl Executor {
                 }
                 if matches!(action.kind, ActionKind::Cordon { .. }) {
                     // No need to wait for the next reconcile to start evicting.
-                    self.drains.ensure(&action.node, drain);
+                    self.drains.ensure(&action.node, drain, term);
                 }
                 WriteResult::Written
             }
@@ -238,6 +254,8 @@ enum WriteResult {
     Unchanged,
     Conflict,
     Failed,
+    /// Not written: the leadership term ended.
+    Fenced,
 }
 
 fn action_verb(kind: &ActionKind) -> &'static str {

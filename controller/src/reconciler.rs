@@ -2,6 +2,8 @@
 //! comes due), and only while it leads, it plans from the reflector caches and applies the plan.
 //!
 //! # Guarantees
+//! - Acts only within a leadership [`Term`]: every write is fenced by it, and when the term ends
+//!   the reconcile in flight is cancelled and every drain stops.
 //! - Never decides on a partial view: it starts only once every cache has synced.
 //! - One plan at a time, and the next plan sees the writes of the previous one (see the
 //!   executor's overlay), so budgets are never over-spent by acting twice.
@@ -10,6 +12,7 @@
 
 use crate::drain::Drains;
 use crate::executor::{Applied, Executor};
+use crate::leadership::{Leadership, Term};
 use crate::metrics::{Metrics, NodeLabels};
 use crate::nodes::SlimNode;
 use crate::policy::{self, Desired, NodeSelector, NodeView, Plan, Policy};
@@ -24,7 +27,7 @@ use shared::protocol::Step;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -74,29 +77,51 @@ impl Reconciler {
         }
     }
 
-    /// Runs until `shutdown`; acts only while `leading` says so.
-    pub async fn run(mut self, mut leading: watch::Receiver<bool>, shutdown: CancellationToken) {
-        let mut wake: Option<Instant> = None;
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                () = self.trigger.notified() => {}
-                () = sleep_until(wake) => {}
-                changed = leading.changed() => if changed.is_err() { break },
+    /// Runs until `shutdown`; acts only during a term of `leadership`.
+    pub async fn run(mut self, leadership: Leadership, shutdown: CancellationToken) {
+        let mut terms = leadership.subscribe();
+        while !shutdown.is_cancelled() {
+            let term = terms.borrow_and_update().clone().filter(Term::is_valid);
+            match term {
+                Some(term) => {
+                    self.lead(&term, &shutdown).await;
+                    // IMPORTANT: the drain tasks end with the term on their own; stopping them here
+                    // also forgets their progress, so the next term starts from what it observes.
+                    self.drains.stop_all();
+                    self.last_hold = None;
+                }
+                None => tokio::select! {
+                    () = shutdown.cancelled() => {}
+                    changed = terms.changed() => if changed.is_err() { break },
+                },
             }
-            if !*leading.borrow() {
-                self.drains.stop_all();
-                self.last_hold = None;
-                wake = None;
-                continue;
-            }
-            wake = self.reconcile().await;
         }
         self.drains.stop_all();
     }
 
-    /// Plans and applies once; returns when to plan again without a trigger.
-    pub async fn reconcile(&mut self) -> Option<Instant> {
+    /// Plans and applies on every trigger until `term` ends (which cancels the reconcile in flight)
+    /// or `shutdown`.
+    async fn lead(&mut self, term: &Term, shutdown: &CancellationToken) {
+        tracing::info!(term = term.number(), "leading: planning and acting");
+        loop {
+            let wake = tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = term.ended() => break,
+                wake = self.reconcile(term) => wake,
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = term.ended() => break,
+                () = self.trigger.notified() => {}
+                () = sleep_until(wake) => {}
+            }
+        }
+        tracing::warn!(term = term.number(), "leadership ended: stopped planning, acting and draining");
+    }
+
+    /// Plans and applies once, acting only within `term`; returns when to plan again without a
+    /// trigger.
+    pub async fn reconcile(&mut self, term: &Term) -> Option<Instant> {
         let started = std::time::Instant::now();
         let now = Timestamp::now();
         let versions = self.versions.state();
@@ -149,15 +174,16 @@ impl Reconciler {
             _ => Default::default(),
         };
         let version_ref = version.as_ref().map(|v| v.object_ref(&()));
-        let applied = self.executor.apply(&plan.actions, &objects, drain_options, version_ref.as_ref(), now).await;
+        let applied =
+            self.executor.apply(term, &plan.actions, &objects, drain_options, version_ref.as_ref(), now).await;
 
         match (&version, competing) {
-            (Some(v), None) => self.publish_status(v, &plan, now).await,
+            (Some(v), None) => self.publish_status(term, v, &plan, now).await,
             (None, Some(problem)) => {
                 for v in &versions {
                     let previous = v.status.as_ref();
                     let status = status::invalid(problem.clone(), v.metadata.generation, previous, now);
-                    self.write_status(v, &status).await;
+                    self.write_status(term, v, &status).await;
                 }
             }
             _ => {}
@@ -167,15 +193,15 @@ impl Reconciler {
         next_wake(&plan, applied)
     }
 
-    async fn publish_status(&self, version: &NodeVersion, plan: &Plan, now: Timestamp) {
+    async fn publish_status(&self, term: &Term, version: &NodeVersion, plan: &Plan, now: Timestamp) {
         let previous = version.status.as_ref();
         let status = status::compute(plan, &version.spec.image, version.metadata.generation, previous, now);
         if previous != Some(&status) {
-            self.write_status(version, &status).await;
+            self.write_status(term, version, &status).await;
         }
     }
 
-    async fn write_status(&self, version: &NodeVersion, status: &shared::crd::NodeVersionStatus) {
+    async fn write_status(&self, term: &Term, version: &NodeVersion, status: &shared::crd::NodeVersionStatus) {
         let mut value = match serde_json::to_value(status) {
             Ok(value) => value,
             Err(error) => {
@@ -190,12 +216,11 @@ impl Reconciler {
             }
         }
         let name = version.name_any();
-        if let Err(error) = self
-            .versions_api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": value })))
-            .await
-        {
-            tracing::warn!(nodeversion = %name, %error, "could not write the NodeVersion status");
+        let patch = Patch::Merge(json!({ "status": value }));
+        match term.fence(self.versions_api.patch_status(&name, &PatchParams::default(), &patch)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::warn!(nodeversion = %name, %error, "could not write the NodeVersion status"),
+            Err(fenced) => tracing::debug!(nodeversion = %name, %fenced, "NodeVersion status not written"),
         }
     }
 

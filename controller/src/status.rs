@@ -63,6 +63,7 @@ pub fn compute(
             // Kubernetes Time keeps whole seconds; so must the computed status, or it would differ
             // from the published one on every reconcile.
             since: Time(shared::protocol::truncate_to_seconds(f.since)),
+            waiting_on: f.waiting_on.clone(),
         })
         .collect();
     in_flight.sort_by(|a, b| a.name.cmp(&b.name));
@@ -144,6 +145,7 @@ mod tests {
                 node: "w2".into(),
                 step: "drain",
                 since: "2026-11-21T10:00:00Z".parse().unwrap(),
+                waiting_on: Some("pod ns/web-0 to be deleted".into()),
             }],
             failed: vec![Problem { node: "w3".into(), message: "StageFailed: sha256 mismatch".into() }],
             ..Default::default()
@@ -161,6 +163,7 @@ mod tests {
         assert_eq!(get(UP_TO_DATE).reason, "NodesOutdated");
         assert_eq!(get(BLOCKED).status, "False");
         assert_eq!(s.in_flight[0].name, "w2");
+        assert_eq!(s.in_flight[0].waiting_on.as_deref(), Some("pod ns/web-0 to be deleted"));
         assert_eq!(s.counts.total, 4);
         assert_eq!(s.observed_generation, Some(3));
     }

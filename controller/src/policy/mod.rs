@@ -70,6 +70,8 @@ pub enum DrainProgress {
     Drained,
     /// The drain cannot finish (a pod that may not be evicted under the drain options).
     Failed { message: String },
+    /// Someone made the node schedulable while it was drained; the drain stopped evicting.
+    Uncordoned,
 }
 
 /// What the controller wants: the image and the validated policy (or why the spec is invalid).
@@ -142,6 +144,7 @@ pub enum Reason {
     RebootTimedOut,
     DrainTimedOut,
     DrainFailed,
+    UncordonedWhileDraining,
     MalformedAnnotations,
     UnsupportedStep,
     // Clean-ups.
@@ -179,6 +182,7 @@ impl Reason {
                 | Reason::RebootTimedOut
                 | Reason::DrainTimedOut
                 | Reason::DrainFailed
+                | Reason::UncordonedWhileDraining
                 | Reason::MalformedAnnotations
                 | Reason::UnsupportedStep
                 | Reason::FailureBudgetExhausted
@@ -202,6 +206,8 @@ pub struct InFlight {
     /// `stage`, `drain`, `reboot`, or `soak` for a done node keeping its slot.
     pub step: &'static str,
     pub since: Timestamp,
+    /// What its drain waits on, if it is draining and waits.
+    pub waiting_on: Option<String>,
 }
 
 /// A node that failed or is blocked, with the reason and message from its annotations or its
@@ -281,7 +287,11 @@ pub fn plan(nodes: &[NodeView], desired: &Desired<'_>, now: Timestamp) -> Plan {
             Situation::Outdated { .. } => plan.counts.outdated += 1,
             Situation::InFlight { step, since } => {
                 plan.counts.in_progress += 1;
-                plan.in_flight.push(InFlight { node: node.name.clone(), step, since: *since });
+                let waiting_on = match &node.drain {
+                    DrainProgress::Running { waiting_on } if *step == "drain" => waiting_on.clone(),
+                    _ => None,
+                };
+                plan.in_flight.push(InFlight { node: node.name.clone(), step, since: *since, waiting_on });
             }
             Situation::Failed { message } => {
                 plan.counts.failed += 1;
@@ -403,7 +413,12 @@ pub fn plan(nodes: &[NodeView], desired: &Desired<'_>, now: Timestamp) -> Plan {
         slots -= 1;
         plan.counts.outdated -= 1;
         plan.counts.in_progress += 1;
-        plan.in_flight.push(InFlight { node: node.name.clone(), step: Step::Stage.as_str(), since: now });
+        plan.in_flight.push(InFlight {
+            node: node.name.clone(),
+            step: Step::Stage.as_str(),
+            since: now,
+            waiting_on: None,
+        });
         plan.actions.push(NodeAction {
             node: node.name.clone(),
             kind: ActionKind::Stage { target: target.to_owned() },
