@@ -198,7 +198,30 @@ struct DrainState {
     /// Every pod was classified and none blocked: evictions may start.
     cleared: bool,
     seen_cordoned: bool,
-    last_wait_log: Option<Instant>,
+}
+
+/// When a waiting drain says in the log what it waits on: once it has waited [`WAIT_LOG_AFTER`],
+/// then at most every [`WAIT_LOG_EVERY`].
+#[derive(Debug)]
+struct WaitLog {
+    started: Instant,
+    last: Option<Instant>,
+}
+
+impl WaitLog {
+    fn new(started: Instant) -> Self {
+        WaitLog { started, last: None }
+    }
+
+    /// Whether to log now (and if so, counts it as logged).
+    fn due(&mut self, now: Instant) -> bool {
+        let due = now.duration_since(self.started) >= WAIT_LOG_AFTER
+            && self.last.is_none_or(|at| now.duration_since(at) >= WAIT_LOG_EVERY);
+        if due {
+            self.last = Some(now);
+        }
+        due
+    }
 }
 
 impl DrainTask {
@@ -213,7 +236,7 @@ impl DrainTask {
         let mut state = DrainState::default();
         let mut running: JoinSet<(String, Option<Outcome>)> = JoinSet::new();
         let limit = Arc::new(Semaphore::new(EVICTIONS_PER_NODE));
-        let started = Instant::now();
+        let mut wait_log = WaitLog::new(Instant::now());
         let mut synced = false;
         let mut tick = tokio::time::interval(WAIT_LOG_AFTER);
         loop {
@@ -275,7 +298,7 @@ impl DrainTask {
                     }
                 }
             };
-            self.report_wait(&mut state, started, waiting_on);
+            self.report_wait(&mut wait_log, waiting_on);
         }
     }
 
@@ -454,19 +477,15 @@ impl DrainTask {
         }
     }
 
-    /// Logs what the drain waits on, once it has waited a while and then at most once a minute.
-    fn report_wait(&self, state: &mut DrainState, started: Instant, waiting_on: Option<String>) {
+    /// Publishes what the drain waits on, and logs it when `wait_log` says so.
+    fn report_wait(&self, wait_log: &mut WaitLog, waiting_on: Option<String>) {
         lock(&self.progress).insert(self.node.clone(), DrainProgress::Running { waiting_on: waiting_on.clone() });
-        if waiting_on.is_none() {
-            return;
-        }
         let now = Instant::now();
-        if now.duration_since(started) >= WAIT_LOG_AFTER
-            && state.last_wait_log.is_none_or(|at| now.duration_since(at) >= WAIT_LOG_EVERY)
+        if let Some(waiting_on) = waiting_on
+            && wait_log.due(now)
         {
-            state.last_wait_log = Some(now);
-            let waited = now.duration_since(started).as_secs();
-            tracing::info!(node = %self.node, waited_seconds = waited, waiting_on, "drain waiting");
+            let waited_seconds = now.duration_since(wait_log.started).as_secs();
+            tracing::info!(node = %self.node, waited_seconds, waiting_on, "drain waiting");
         }
     }
 
@@ -494,5 +513,23 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_drain_logs_after_a_while_and_then_once_a_minute() {
+        let start = Instant::now();
+        let mut log = WaitLog::new(start);
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        assert!(!log.due(at(0)) && !log.due(at(9)), "a short wait is not logged");
+        assert!(log.due(at(10)));
+        assert!(!log.due(at(11)) && !log.due(at(69)));
+        assert!(log.due(at(70)));
+        assert!(!log.due(at(100)));
+        assert!(log.due(at(130)));
     }
 }
