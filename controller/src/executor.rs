@@ -161,7 +161,7 @@ impl Executor {
             return;
         }
         reported.insert(action.node.clone(), action.message.clone());
-        tracing::warn!(node = %action.node, reason = %action.reason, message = %action.message, "node left untouched");
+        tracing::warn!(node = %action.node, reason = %action.reason, detail = %action.message, "node left untouched");
         let node_ref = node_reference(&action.node, node.uid());
         self.events.publish(node_ref.clone(), None, action.reason, action.message.clone(), "Inspect");
         if let Some(version) = version {
@@ -220,7 +220,7 @@ impl Executor {
                     entry.node = Some(written);
                 }
                 self.metrics.actions.get_or_create(&labels("ok")).inc();
-                tracing::info!(node = %action.node, reason = %action.reason, message = %action.message, "node updated");
+                tracing::info!(node = %action.node, reason = %action.reason, detail = %action.message, "node updated");
                 let verb = action_verb(&action.kind);
                 let node_ref = node_reference(&action.node, node.uid());
                 self.events.publish(node_ref.clone(), None, action.reason, action.message.clone(), verb);

@@ -230,7 +230,7 @@ impl Reconciler {
         }
         self.last_hold = plan.hold.clone();
         if let (Some((reason, message)), Some(version)) = (&plan.hold, version) {
-            tracing::info!(%reason, message, "rollout held back");
+            tracing::info!(%reason, detail = message, "rollout held back");
             self.events.publish(version.clone(), None, *reason, message.clone(), "Hold");
         }
     }

@@ -492,7 +492,9 @@ impl DrainTask {
     fn finish(&self, progress: DrainProgress) {
         match &progress {
             DrainProgress::Drained => tracing::info!(node = %self.node, "drained"),
-            DrainProgress::Failed { message } => tracing::warn!(node = %self.node, message, "drain cannot finish"),
+            DrainProgress::Failed { message } => {
+                tracing::warn!(node = %self.node, detail = message, "drain cannot finish")
+            }
             DrainProgress::Uncordoned => {
                 tracing::warn!(node = %self.node, "node uncordoned during the drain; stopped evicting")
             }
