@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use shared::probes::Readiness;
+use shared::health::Health;
 use shared::protocol::patch::NodePatch;
 use shared::protocol::{AgentReport, ControllerAnnotations, Token};
 use std::sync::Arc;
@@ -34,6 +34,10 @@ const REBOOT_POLL: Duration = Duration::from_secs(1);
 const FACTS_RETRY: Duration = Duration::from_secs(5);
 /// Pause before retrying a failed write of the report.
 const WRITE_RETRY: Duration = Duration::from_secs(2);
+/// The loop's longest wait without a heartbeat: an idle agent wakes this often just to beat.
+const HEARTBEAT_TICK: Duration = Duration::from_secs(10);
+/// No heartbeat for this long (six ticks) means the loop is stuck in a call: `/healthz` fails.
+const STUCK_AFTER: Duration = Duration::from_secs(60);
 
 /// Errors that stop the agent.
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +78,7 @@ pub async fn run<H: HostUpdater>(
     node_name: String,
     host: Arc<H>,
     metrics: Metrics,
-    readiness: Readiness,
+    health: Health,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let nodes: Api<Node> = Api::all(client);
@@ -97,7 +101,10 @@ pub async fn run<H: HostUpdater>(
         last_problem: None,
     };
     let mut retry_at: Option<tokio::time::Instant> = None;
+    let heartbeat = health.heartbeat("agent", STUCK_AFTER);
+    let mut tick = tokio::time::interval(HEARTBEAT_TICK);
     loop {
+        heartbeat.beat();
         let poll = if agent.awaiting_reboot { Some(tokio::time::Instant::now() + REBOOT_POLL) } else { None };
         let wake = match (poll, retry_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -122,6 +129,7 @@ pub async fn run<H: HostUpdater>(
                 }
             },
             Some(finished) = done_rx.recv() => agent.finish(finished).await,
+            _ = tick.tick() => continue,
             () = sleep_until(wake) => {
                 retry_at = None;
                 if agent.awaiting_reboot {
@@ -132,7 +140,7 @@ pub async fn run<H: HostUpdater>(
         match agent.step(&done_tx).await {
             Ok(()) => {
                 if agent.node.is_some() && agent.facts.is_some() {
-                    readiness.set(true);
+                    health.set_ready(true);
                 }
             }
             Err(pause) => retry_at = Some(tokio::time::Instant::now() + pause),

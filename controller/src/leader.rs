@@ -36,6 +36,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, PostParams};
+use shared::health::Heartbeat;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -66,6 +67,12 @@ impl LeaseTiming {
     /// time for another before the term ends.
     pub fn round_timeout(&self) -> Duration {
         self.renew_deadline / 2
+    }
+
+    /// How long the elector may go without a heartbeat before it counts as stuck: three times its
+    /// longest legitimate pause between beats (a round that times out, then the retry period).
+    pub fn stuck_after(&self) -> Duration {
+        (self.round_timeout() + self.retry_period) * 3
     }
 
     /// The lease duration as the Lease records it (whole seconds, at least one).
@@ -122,12 +129,14 @@ impl Elector {
         Elector { api: Api::namespaced(client, namespace), name: name.into(), identity: identity.into(), timing }
     }
 
-    /// Campaigns until `stop`, beginning, extending and ending terms of `leadership`. On `stop` it
-    /// ends the term first and then releases the lease, so another replica can take over at once.
-    pub async fn run(self, leadership: Leadership, stop: CancellationToken) {
+    /// Campaigns until `stop`, beginning, extending and ending terms of `leadership`, and beating
+    /// `heartbeat` every round. On `stop` it ends the term first and then releases the lease, so
+    /// another replica can take over at once.
+    pub async fn run(self, leadership: Leadership, heartbeat: Heartbeat, stop: CancellationToken) {
         let mut observed: Option<Observed> = None;
         let mut term: Option<Term> = None;
         loop {
+            heartbeat.beat();
             let started = Instant::now();
             let round = tokio::time::timeout(self.timing.round_timeout(), self.try_acquire_or_renew(&mut observed));
             let outcome = tokio::select! {
@@ -352,6 +361,7 @@ mod tests {
     /// A replica: its elector running against `fake`, and its leadership.
     struct Replica {
         leadership: Leadership,
+        health: shared::health::Health,
         stop: CancellationToken,
         task: tokio::task::JoinHandle<()>,
     }
@@ -367,9 +377,11 @@ mod tests {
         };
         let client = Client::new(service, NAMESPACE);
         let stop = CancellationToken::new();
-        let elector = Elector::new(client, NAMESPACE, NAME, identity, timing);
-        let task = tokio::spawn(elector.run(leadership.clone(), stop.clone()));
-        Replica { leadership, stop, task }
+        let health = shared::health::Health::default();
+        let elector = Elector::new(client, NAMESPACE, NAME, identity, timing.clone());
+        let heartbeat = health.heartbeat("elector", timing.stuck_after());
+        let task = tokio::spawn(elector.run(leadership.clone(), heartbeat, stop.clone()));
+        Replica { leadership, health, stop, task }
     }
 
     /// When `leadership` first has a term, from now on.
@@ -414,6 +426,8 @@ mod tests {
 
         let a_ended = term_ends(&a_term).await;
         let (b_began, _) = term_begins(&b.leadership).await;
+        // Bounded rounds: an elector whose requests hang or fail is not stuck.
+        assert_eq!(a.health.live(), Ok(()), "{fault:?}");
         let last_renewal = last_write_by(&fake, "a", faulted_at);
         assert!(a_began <= last_renewal);
         // Without request latency, a round starts when its write is handled.
@@ -495,6 +509,19 @@ mod tests {
         assert_eq!(leading, 1);
         a.task.abort();
         b.task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_elector_that_stops_running_rounds_fails_liveness() {
+        let timing = LeaseTiming::default();
+        let a = replica(&Shared::default(), "a", timing.clone());
+        term_begins(&a.leadership).await;
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert_eq!(a.health.live(), Ok(()));
+        // A task that no longer runs (here: aborted) no longer beats.
+        a.task.abort();
+        tokio::time::sleep(timing.stuck_after() + Duration::from_secs(1)).await;
+        assert!(a.health.live().is_err_and(|e| e.starts_with("elector: no heartbeat")));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 use nodes::SlimNode;
 use shared::crd::NodeVersion;
-use shared::probes::Readiness;
+use shared::health::Health;
 use std::sync::Arc;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -63,7 +63,7 @@ pub async fn run(
     config: kube::Config,
     options: Options,
     metrics: Metrics,
-    readiness: Readiness,
+    health: Health,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     options.lease_timing.validate().map_err(Error::LeaseTiming)?;
@@ -117,7 +117,7 @@ pub async fn run(
         }
     }
     tracing::info!(nodes = nodes.state().len(), nodeversions = versions.state().len(), "caches synced");
-    readiness.set(true);
+    health.set_ready(true);
 
     let leadership = leadership::Leadership::new();
     let events = events::Events::start(client.clone(), Some(options.identity.clone()), leadership.clone());
@@ -159,8 +159,10 @@ pub async fn run(
         }
     });
     let stop_campaign = CancellationToken::new();
-    let election = tokio::spawn(elector.run(leadership.clone(), stop_campaign.clone()));
-    reconciler.run(leadership, shutdown).await;
+    let elector_heartbeat = health.heartbeat("elector", options.lease_timing.stuck_after());
+    let election = tokio::spawn(elector.run(leadership.clone(), elector_heartbeat, stop_campaign.clone()));
+    let reconciler_heartbeat = health.heartbeat("reconciler", reconciler::STUCK_AFTER);
+    reconciler.run(leadership, reconciler_heartbeat, shutdown).await;
     // IMPORTANT: the lease is released only once the reconciler and its drains have stopped, so
     // nothing of this replica runs when another one takes over.
     stop_campaign.cancel();

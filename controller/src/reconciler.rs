@@ -7,8 +7,8 @@
 //! - Never decides on a partial view: it starts only once every cache has synced.
 //! - One plan at a time, and the next plan sees the writes of the previous one (see the
 //!   executor's overlay), so budgets are never over-spent by acting twice.
-//! - No periodic polling: it sleeps until a watch event, the plan's `wake_at`, or a short retry
-//!   after a failed write.
+//! - No periodic polling: it plans on a watch event, at the plan's `wake_at`, or after a short
+//!   retry after a failed write; it wakes every [`HEARTBEAT_TICK`] only to beat its heartbeat.
 
 use crate::drain::Drains;
 use crate::executor::{Applied, Executor};
@@ -23,6 +23,7 @@ use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use shared::crd::NodeVersion;
+use shared::health::Heartbeat;
 use shared::protocol::Step;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,6 +37,11 @@ use tokio_util::sync::CancellationToken;
 const CONFLICT_RETRY: Duration = Duration::from_millis(200);
 /// Pause before planning again after a write failed for another reason.
 const ERROR_RETRY: Duration = Duration::from_secs(2);
+/// The loop's longest wait without a heartbeat: an idle loop wakes this often just to beat.
+pub const HEARTBEAT_TICK: Duration = Duration::from_secs(10);
+/// No heartbeat for this long (six ticks) means the loop is stuck: waiting that should have ended,
+/// or a reconcile blocked in a call (a write the API server never answers). `/healthz` then fails.
+pub const STUCK_AFTER: Duration = Duration::from_secs(60);
 
 pub struct Reconciler {
     pub nodes: Store<SlimNode>,
@@ -77,14 +83,17 @@ impl Reconciler {
         }
     }
 
-    /// Runs until `shutdown`; acts only during a term of `leadership`.
-    pub async fn run(mut self, leadership: Leadership, shutdown: CancellationToken) {
+    /// Runs until `shutdown`; acts only during a term of `leadership`. Beats `heartbeat` at least
+    /// every [`HEARTBEAT_TICK`] while it waits, and after every reconcile.
+    pub async fn run(mut self, leadership: Leadership, heartbeat: Heartbeat, shutdown: CancellationToken) {
         let mut terms = leadership.subscribe();
+        let mut tick = tokio::time::interval(HEARTBEAT_TICK);
         while !shutdown.is_cancelled() {
+            heartbeat.beat();
             let term = terms.borrow_and_update().clone().filter(Term::is_valid);
             match term {
                 Some(term) => {
-                    self.lead(&term, &shutdown).await;
+                    self.lead(&term, &heartbeat, &mut tick, &shutdown).await;
                     // IMPORTANT: the drain tasks end with the term on their own; stopping them here
                     // also forgets their progress, so the next term starts from what it observes.
                     self.drains.stop_all();
@@ -93,6 +102,7 @@ impl Reconciler {
                 None => tokio::select! {
                     () = shutdown.cancelled() => {}
                     changed = terms.changed() => if changed.is_err() { break },
+                    _ = tick.tick() => {}
                 },
             }
         }
@@ -101,19 +111,29 @@ impl Reconciler {
 
     /// Plans and applies on every trigger until `term` ends (which cancels the reconcile in flight)
     /// or `shutdown`.
-    async fn lead(&mut self, term: &Term, shutdown: &CancellationToken) {
+    async fn lead(
+        &mut self,
+        term: &Term,
+        heartbeat: &Heartbeat,
+        tick: &mut tokio::time::Interval,
+        shutdown: &CancellationToken,
+    ) {
         tracing::info!(term = term.number(), "leading: planning and acting");
-        loop {
+        'term: loop {
             let wake = tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = term.ended() => break,
                 wake = self.reconcile(term) => wake,
             };
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = term.ended() => break,
-                () = self.trigger.notified() => {}
-                () = sleep_until(wake) => {}
+            loop {
+                heartbeat.beat();
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = term.ended() => break 'term,
+                    () = self.trigger.notified() => break,
+                    () = sleep_until(wake) => break,
+                    _ = tick.tick() => {}
+                }
             }
         }
         tracing::warn!(term = term.number(), "leadership ended: stopped planning, acting and draining");

@@ -12,7 +12,7 @@
 use agent::host::HostUpdater;
 use agent::host::simulated::{SimulatedConfig, SimulatedHost};
 use k8s_openapi::api::coordination::v1::Lease;
-use shared::probes::Readiness;
+use shared::health::Health;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,22 +29,22 @@ pub struct Component {
     crash: Option<oneshot::Sender<()>>,
     done: Option<oneshot::Receiver<Outcome>>,
     thread: Option<std::thread::JoinHandle<()>>,
-    readiness: Readiness,
+    health: Health,
 }
 
 impl Component {
-    /// Starts `make(shutdown, readiness)` on a new single-threaded runtime in a new thread.
+    /// Starts `make(shutdown, health)` on a new single-threaded runtime in a new thread.
     pub fn spawn<F, Fut>(name: impl Into<String>, make: F) -> Component
     where
-        F: FnOnce(CancellationToken, Readiness) -> Fut + Send + 'static,
+        F: FnOnce(CancellationToken, Health) -> Fut + Send + 'static,
         Fut: Future<Output = Outcome> + 'static,
     {
         let name = name.into();
         let shutdown = CancellationToken::new();
-        let readiness = Readiness::default();
+        let health = Health::default();
         let (crash_tx, crash_rx) = oneshot::channel::<()>();
         let (done_tx, done_rx) = oneshot::channel::<Outcome>();
-        let (token, ready, thread_name) = (shutdown.clone(), readiness.clone(), name.clone());
+        let (token, ready, thread_name) = (shutdown.clone(), health.clone(), name.clone());
         let thread = std::thread::Builder::new()
             .name(thread_name.clone())
             .spawn(move || {
@@ -67,7 +67,7 @@ impl Component {
                 let _ = done_tx.send(outcome.unwrap_or_else(|| Err("crashed".into())));
             })
             .unwrap_or_else(|e| panic!("cannot start a thread for {name}: {e}"));
-        Component { name, shutdown, crash: Some(crash_tx), done: Some(done_rx), thread: Some(thread), readiness }
+        Component { name, shutdown, crash: Some(crash_tx), done: Some(done_rx), thread: Some(thread), health }
     }
 
     pub fn name(&self) -> &str {
@@ -77,7 +77,12 @@ impl Component {
     /// Whether the component reported ready (caches synced, for a controller; own node seen and
     /// host facts read, for an agent).
     pub fn is_ready(&self) -> bool {
-        self.readiness.is_ready()
+        self.health.is_ready()
+    }
+
+    /// Whether every loop of the component beats in time (what its `/healthz` answers).
+    pub fn live(&self) -> Result<(), String> {
+        self.health.live()
     }
 
     /// Kills the component as SIGKILL would a process: nothing runs after this, nothing is cleaned
@@ -194,9 +199,9 @@ pub fn controller(url: &str, options: controller::Options) -> Component {
 pub fn controller_with(url: &str, options: controller::Options, metrics: controller::Metrics) -> Component {
     let url = url.to_owned();
     let name = format!("controller {}", options.identity);
-    Component::spawn(name, move |shutdown, readiness| async move {
+    Component::spawn(name, move |shutdown, health| async move {
         let config = with_user_agent(&url, &controller::user_agent(&options.identity))?;
-        controller::run(config, options, metrics, readiness, shutdown).await.map_err(|e| e.to_string())
+        controller::run(config, options, metrics, health, shutdown).await.map_err(|e| e.to_string())
     })
 }
 
@@ -212,9 +217,7 @@ where
     F: FnOnce() -> Result<H, String> + Send + 'static,
 {
     let (url, node) = (url.to_owned(), node.to_owned());
-    Component::spawn(format!("agent {node}"), move |shutdown, readiness| {
-        run_agent(url, node, make_host, readiness, shutdown)
-    })
+    Component::spawn(format!("agent {node}"), move |shutdown, health| run_agent(url, node, make_host, health, shutdown))
 }
 
 /// The real agent of `node` as a task on the current runtime rather than on a thread of its own,
@@ -222,7 +225,7 @@ where
 pub fn agent_task(url: &str, node: &str) -> (CancellationToken, tokio::task::JoinHandle<Outcome>) {
     let shutdown = CancellationToken::new();
     let host = simulated_host(url, node);
-    let task = tokio::spawn(run_agent(url.to_owned(), node.to_owned(), host, Readiness::default(), shutdown.clone()));
+    let task = tokio::spawn(run_agent(url.to_owned(), node.to_owned(), host, Health::default(), shutdown.clone()));
     (shutdown, task)
 }
 
@@ -236,11 +239,11 @@ async fn run_agent<H: HostUpdater>(
     url: String,
     node: String,
     make_host: impl FnOnce() -> Result<H, String>,
-    readiness: Readiness,
+    health: Health,
     shutdown: CancellationToken,
 ) -> Outcome {
     let config = kube_config(&url, "agent")?;
     let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
     let host = Arc::new(make_host()?);
-    agent::run(client, node, host, agent::Metrics::default(), readiness, shutdown).await.map_err(|e| e.to_string())
+    agent::run(client, node, host, agent::Metrics::default(), health, shutdown).await.map_err(|e| e.to_string())
 }
