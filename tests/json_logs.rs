@@ -108,8 +108,7 @@ impl Process {
             std::thread::sleep(Duration::from_millis(50));
         }
         self.reader.join().unwrap();
-        let lines = self.lines.lock().unwrap().clone();
-        lines
+        std::mem::take(&mut *self.lines.lock().unwrap())
     }
 }
 
