@@ -115,7 +115,7 @@ fn set_unschedulable(store: &Store, node: &str, unschedulable: bool) {
 }
 
 fn evictions(log: &RequestLog) -> Vec<LoggedRequest> {
-    log.entries().into_iter().filter(|e| e.subresource == "eviction").collect()
+    log.entries().into_iter().filter(|e| e.request.subresource == "eviction").collect()
 }
 
 /// The controller's drains, run on their own against the cluster, within one long term.
@@ -222,18 +222,29 @@ async fn a_pod_under_two_budgets_fails_the_drain_naming_them_before_any_eviction
     cluster.shutdown().await;
 }
 
+/// Two pods of `web` on the node under a budget that allows no eviction.
+async fn pinned_pods(store: &Store) {
+    replica_set(store, NS, "web", 2, NODE);
+    budget(store, NS, "web", json!({"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}));
+    running(store, NODE, 2).await;
+}
+
+/// A drain of the cordoned node, once it waits on the budget of [`pinned_pods`].
+async fn drain_held_by_the_budget(cluster: &Cluster) -> Drainer {
+    set_unschedulable(&cluster.store(), NODE, true);
+    let drainer = drainer(cluster).await;
+    drainer.start(NODE, DrainOptions::default());
+    let waiting = drainer.waiting_on(NODE, |w| w.contains("refused with 429")).await;
+    assert!(waiting.contains("The disruption budget web needs 2 healthy pods"), "{waiting}");
+    drainer
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_budget_that_appears_mid_drain_fails_it_with_the_api_servers_500_and_their_names() {
     let cluster = cluster().await;
     let store = cluster.store();
-    replica_set(&store, NS, "web", 2, NODE);
-    budget(&store, NS, "web", json!({"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}));
-    running(&store, NODE, 2).await;
-    set_unschedulable(&store, NODE, true);
-    let drainer = drainer(&cluster).await;
-    drainer.start(NODE, DrainOptions::default());
-    let waiting = drainer.waiting_on(NODE, |w| w.contains("refused with 429")).await;
-    assert!(waiting.contains("The disruption budget web needs 2 healthy pods"), "{waiting}");
+    pinned_pods(&store).await;
+    let drainer = drain_held_by_the_budget(&cluster).await;
 
     budget(
         &store,
@@ -285,7 +296,8 @@ async fn an_orphaned_daemonset_pod_blocks_the_drain_unless_forced_and_a_daemonse
     let left: Vec<String> = pods_on(&store, "worker-1").into_iter().filter_map(|p| p.metadata.name).collect();
     assert_eq!(left.len(), 1, "{left:?}");
     assert!(left[0].starts_with("agent-"), "the DaemonSet's pod stays: {left:?}");
-    let evicted: Vec<Option<String>> = evictions(&cluster.server().request_log()).into_iter().map(|e| e.name).collect();
+    let evicted: Vec<Option<String>> =
+        evictions(&cluster.server().request_log()).into_iter().map(|e| e.request.name).collect();
     assert_eq!(evicted, vec![Some("orphan-1".to_owned())]);
     cluster.faults().resume_controller(dev::controllers::names::GARBAGE_COLLECTOR);
     cluster.shutdown().await;
@@ -309,8 +321,10 @@ async fn pods_of_a_terminating_namespace_are_left_to_the_namespace_controller() 
     cluster.faults().resume_controller("namespace");
     assert_eq!(drainer.outcome(NODE).await, DrainProgress::Drained);
     let log = cluster.server().request_log();
-    let deletes =
-        log.entries().into_iter().filter(|e| e.resource == "pods" && e.verb.is_write() && e.subresource.is_empty());
+    let deletes = log
+        .entries()
+        .into_iter()
+        .filter(|e| e.request.resource == "pods" && e.request.verb.is_write() && e.request.subresource.is_empty());
     assert_eq!(deletes.count(), 0, "the drain wrote pods itself");
     cluster.shutdown().await;
 }
@@ -319,13 +333,8 @@ async fn pods_of_a_terminating_namespace_are_left_to_the_namespace_controller() 
 async fn a_node_uncordoned_mid_drain_stops_the_drain_and_nothing_more_is_evicted() {
     let cluster = cluster().await;
     let store = cluster.store();
-    replica_set(&store, NS, "web", 2, NODE);
-    budget(&store, NS, "web", json!({"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}));
-    running(&store, NODE, 2).await;
-    set_unschedulable(&store, NODE, true);
-    let drainer = drainer(&cluster).await;
-    drainer.start(NODE, DrainOptions::default());
-    drainer.waiting_on(NODE, |w| w.contains("refused with 429")).await;
+    pinned_pods(&store).await;
+    let drainer = drain_held_by_the_budget(&cluster).await;
 
     set_unschedulable(&store, NODE, false);
     assert_eq!(drainer.outcome(NODE).await, DrainProgress::Uncordoned);
@@ -342,9 +351,7 @@ async fn a_node_uncordoned_mid_drain_stops_the_drain_and_nothing_more_is_evicted
 async fn the_status_says_what_a_drain_waits_on_and_a_node_uncordoned_mid_drain_is_blocked() {
     let cluster = cluster().await;
     let store = cluster.store();
-    replica_set(&store, NS, "web", 2, NODE);
-    budget(&store, NS, "web", json!({"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}));
-    running(&store, NODE, 2).await;
+    pinned_pods(&store).await;
     let observer = Observer::start(cluster.client(), Limits { max_disrupted: 1, check_pdbs: true });
     let agents = support::start_agents(&cluster);
     let controller = harness::controller(cluster.url(), harness::controller_options("c1"));

@@ -30,16 +30,16 @@ fn options(identity: &str) -> controller::Options {
 
 /// The replica that sent a logged request, by its User-Agent.
 fn replica(entry: &LoggedRequest) -> Option<&'static str> {
-    REPLICAS.into_iter().find(|id| entry.user_agent == controller::user_agent(id))
+    REPLICAS.into_iter().find(|id| entry.request.user_agent == controller::user_agent(id))
 }
 
 fn is_lease_write(entry: &LoggedRequest) -> bool {
-    entry.resource == "leases" && entry.verb.is_write()
+    entry.request.resource == "leases" && entry.request.verb.is_write()
 }
 
 /// Requests that act on the cluster: every write except the Lease's, and evictions.
 fn is_action(entry: &LoggedRequest) -> bool {
-    entry.verb.is_write() && entry.resource != "leases"
+    entry.request.verb.is_write() && entry.request.resource != "leases"
 }
 
 /// Every action of a replica while it was not the holder, taking the identity of the last
@@ -60,10 +60,10 @@ fn fencing_violations(log: &[LoggedRequest]) -> (Vec<String>, usize) {
                 "#{} at {}: {who} sent {} {}/{} {:?} (answered {}) while {holder:?} held the lease",
                 entry.seq,
                 entry.at,
-                entry.verb.as_str(),
-                entry.resource,
-                entry.subresource,
-                entry.name,
+                entry.request.verb.as_str(),
+                entry.request.resource,
+                entry.request.subresource,
+                entry.request.name,
                 entry.code
             ));
         }
@@ -165,10 +165,10 @@ async fn a_leader_whose_renewals_are_slowed_failed_or_hung_never_acts_after_the_
     assert!(takeovers >= 5, "the lease changed hands only {takeovers} times");
     for id in REPLICAS {
         let acted = entries.iter().filter(|e| replica(e) == Some(id) && is_action(e)).count();
-        let evicted = entries.iter().filter(|e| replica(e) == Some(id) && e.subresource == "eviction").count();
+        let evicted = entries.iter().filter(|e| replica(e) == Some(id) && e.request.subresource == "eviction").count();
         assert!(acted > 0 && evicted > 0, "{id} never acted ({acted} writes, {evicted} evictions)");
     }
-    assert!(entries.iter().any(|e| e.resource == "leases" && e.code == 500), "no 500 was injected");
+    assert!(entries.iter().any(|e| e.request.resource == "leases" && e.code == 500), "no 500 was injected");
     assert_eq!(observer.stop().await.violations, Vec::<String>::new());
     first.stop(Duration::from_secs(15)).await.unwrap();
     second.stop(Duration::from_secs(15)).await.unwrap();

@@ -89,7 +89,7 @@ pub use config::ApiServerConfig;
 pub use error::ApiError;
 pub use faults::{ControllerGate, Controllers, ErrorFault, FaultId, Faults, RequestMatch};
 pub use metrics::{Metrics, RequestCount, RequestKey, Verb};
-pub use request_log::{LoggedRequest, RequestLog};
+pub use request_log::{LoggedRequest, RequestLine, RequestLog};
 pub use resource::Gvr;
 pub use server::{ApiServer, StartError};
 pub use store::{DeleteOutcome, ObjectList, Patch, Store, TypedStore, WatchEvent};

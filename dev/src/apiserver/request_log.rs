@@ -23,20 +23,9 @@ pub struct LoggedRequest {
     pub seq: u64,
     /// When the response was produced.
     pub at: Timestamp,
-    /// The verb.
-    pub verb: Verb,
-    /// API group (empty for core).
-    pub group: String,
-    /// Plural resource.
-    pub resource: String,
-    /// Subresource (`eviction`, `status`), empty for none.
-    pub subresource: String,
-    /// Namespace, for namespaced requests.
-    pub namespace: Option<String>,
-    /// Object name, for requests about one object.
-    pub name: Option<String>,
-    /// The User-Agent header.
-    pub user_agent: String,
+    /// What was asked.
+    #[serde(flatten)]
+    pub request: RequestLine,
     /// The HTTP status of the response.
     pub code: u16,
 }
@@ -49,7 +38,7 @@ impl LoggedRequest {
 }
 
 /// What a request is, before it is answered.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RequestLine {
     /// The verb.
     pub verb: Verb,
@@ -111,19 +100,7 @@ impl RequestLog {
             log.entries.pop_front();
             log.dropped += 1;
         }
-        let RequestLine { verb, group, resource, subresource, namespace, name, user_agent } = request;
-        log.entries.push_back(LoggedRequest {
-            seq,
-            at: Timestamp::now(),
-            verb,
-            group,
-            resource,
-            subresource,
-            namespace,
-            name,
-            user_agent,
-            code,
-        });
+        log.entries.push_back(LoggedRequest { seq, at: Timestamp::now(), request, code });
     }
 
     /// The entries kept, oldest first.
@@ -163,7 +140,7 @@ mod tests {
             log.record(line(name), 200);
         }
         let entries = log.entries();
-        let names: Vec<_> = entries.iter().map(|e| e.name.as_deref().unwrap_or("")).collect();
+        let names: Vec<_> = entries.iter().map(|e| e.request.name.as_deref().unwrap_or("")).collect();
         assert_eq!(names, vec!["b", "c"]);
         assert_eq!(entries.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2]);
         assert_eq!(log.dropped(), 1);
