@@ -116,13 +116,23 @@ pub fn classify(pod: &Pod, options: &DrainOptions, context: &PodContext) -> PodV
             "pod {name} is not managed by a controller and would not be recreated; set spec.rollout.drain.force to allow it"
         ));
     }
-    // The Eviction API checks budgets only for running pods (pending ones it deletes directly).
-    if phase(pod) != Some("Pending")
+    if budgets_matter(pod)
         && let Some(budgets) = context.budgets.as_ref().filter(|b| b.len() > 1)
     {
         return PodVerdict::Block(several_budgets(&name, budgets));
     }
     PodVerdict::Evict
+}
+
+/// Whether the budgets that select `pod` decide its eviction: a running pod the drain may evict
+/// (the Eviction API deletes pending, finished and terminating pods without a budget check, and
+/// the drain leaves DaemonSet and mirror pods alone).
+pub fn budgets_matter(pod: &Pod) -> bool {
+    let mirror = pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION));
+    pod.metadata.deletion_timestamp.is_none()
+        && !matches!(phase(pod), Some("Pending" | "Succeeded" | "Failed"))
+        && daemon_set_of(pod).is_none()
+        && !mirror
 }
 
 /// Why a pod under several PodDisruptionBudgets cannot be evicted.

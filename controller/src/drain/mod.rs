@@ -32,7 +32,9 @@ use crate::metrics::Metrics;
 use crate::nodes::SlimNode;
 use crate::policy::DrainProgress;
 use eviction::Outcome;
-use filters::{DaemonSetLookup, PodContext, PodVerdict, budgets_selecting, classify, daemon_set_of, pod_name};
+use filters::{
+    DaemonSetLookup, PodContext, PodVerdict, budgets_matter, budgets_selecting, classify, daemon_set_of, pod_name,
+};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -347,8 +349,12 @@ impl DrainTask {
         if state.cleared {
             return;
         }
-        let namespaces: BTreeSet<String> =
-            pods.iter().filter_map(|p| p.namespace()).filter(|ns| !state.budgets.contains_key(ns)).collect();
+        let namespaces: BTreeSet<String> = pods
+            .iter()
+            .filter(|p| budgets_matter(p))
+            .filter_map(|p| p.namespace())
+            .filter(|ns| !state.budgets.contains_key(ns))
+            .collect();
         for namespace in namespaces {
             let api: Api<PodDisruptionBudget> = Api::namespaced(self.context.eviction_client.clone(), &namespace);
             match self.term.fence(api.list(&ListParams::default())).await {
@@ -397,7 +403,11 @@ impl DrainTask {
             if !blocking.is_empty() {
                 return Step::Done(DrainProgress::Failed { message: blocking.join("; ") });
             }
-            let unlisted = pods.iter().filter_map(|p| p.namespace()).find(|ns| !state.budgets.contains_key(ns));
+            let unlisted = pods
+                .iter()
+                .filter(|p| budgets_matter(p))
+                .filter_map(|p| p.namespace())
+                .find(|ns| !state.budgets.contains_key(ns));
             let undecided = verdicts.iter().find_map(|(_, v)| match v {
                 PodVerdict::Undecided(why) => Some(why.clone()),
                 _ => None,
