@@ -2,8 +2,13 @@
 //! controller's intents on the host.
 
 pub mod decide;
+mod facts;
 pub mod host;
 mod metrics;
+mod nodes;
+mod operation;
+mod own_node;
+mod retry;
 pub mod worker;
 
 pub use metrics::Metrics;

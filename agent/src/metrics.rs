@@ -7,9 +7,9 @@ use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HostOpLabels {
-    /// stage or reboot.
+    /// stage, reboot or release.
     pub operation: &'static str,
-    /// ok or error.
+    /// ok, error or cancelled for `host_operations`; retry for `host_operation_retries`.
     pub result: &'static str,
 }
 
@@ -22,6 +22,10 @@ pub struct Metrics {
     pub writes: Counter,
     /// Host operations, by operation and result.
     pub host_operations: Family<HostOpLabels, Counter>,
+    /// Retries of host operations after transient errors, by operation.
+    pub host_retries: Family<HostOpLabels, Counter>,
+    /// Failed reads of the host's facts.
+    pub facts_failures: Counter,
 }
 
 impl Metrics {
@@ -34,6 +38,12 @@ impl Metrics {
             "Host operations, by operation and result",
             metrics.host_operations.clone(),
         );
+        registry.register(
+            "host_operation_retries",
+            "Retries of host operations after transient errors, by operation",
+            metrics.host_retries.clone(),
+        );
+        registry.register("host_facts_failures", "Failed reads of the host's facts", metrics.facts_failures.clone());
         metrics
     }
 }

@@ -1,39 +1,41 @@
-//! The agent's loop: watch the own Node, decide ([`crate::decide`]), write the report, and carry
-//! out host work in the background.
+//! The agent's loop: watch the own Node, read the host's facts when they may have changed, decide
+//! ([`crate::decide`]), write the report, and run host work in the background
+//! ([`crate::operation`]).
 //!
 //! # Guarantees
-//! - Watches only its own Node (a `metadata.name` field selector) and writes only its own Node's
-//!   agent annotations, with minimal merge patches; nothing is written when nothing changed.
-//! - Host facts are read at start, when a new intent arrives, after host work, and while waiting
-//!   for a reboot; never on a timer otherwise, and never written unless they changed.
-//! - One host operation at a time. Malformed controller annotations make the agent do nothing on
-//!   the host (it logs them); its own malformed annotations are rewritten, since it owns them.
+//! - Watches only its own Node and writes only its own Node's agent annotations, with minimal
+//!   merge patches; nothing is written when nothing changed. A failed write is retried with
+//!   backoff ([`crate::retry::WRITE`]); a write that finds the Node gone waits for the watch.
+//! - One host operation at a time. Work the decision no longer wants is cancelled before anything
+//!   else is written or started; new work starts only after the report that announces it was
+//!   written.
+//! - Malformed controller annotations make the agent start, stop and undo nothing on the host (it
+//!   logs them); its own malformed annotations are rewritten, since it owns them.
+//! - Nothing waits for an event that may not come: every pause has a deadline (a facts read, a
+//!   write retry) or ends with a watch event or the end of host work.
 
-use crate::decide::{self, Facts, Work};
-use crate::host::{HostError, HostUpdater};
+use crate::decide::{self, Controller, Cordon, Facts, Observation, Outcome, Phase, Running, Work};
+use crate::facts::{self, POLL_WHILE_REBOOTING};
+use crate::host::HostUpdater;
 use crate::metrics::{HostOpLabels, Metrics};
+use crate::nodes::{KubeNodes, NodeApi, WriteError};
+use crate::operation::{Operation, Progress};
+use crate::own_node::OwnNode;
+use crate::retry;
+use backon::ExponentialBackoff;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use kube::Client;
+use kube::runtime::watcher;
 use shared::health::Health;
 use shared::protocol::patch::NodePatch;
 use shared::protocol::{AgentReport, ControllerAnnotations, Token};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::mpsc::{self, UnboundedSender};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// Field manager of the agent's writes.
-pub const FIELD_MANAGER: &str = "update-operator-agent";
-/// How often the host is asked whether it rebooted, once the reboot was requested (the simulation
-/// keeps the agent alive across its reboots; on a real host the reboot ends the process).
-const REBOOT_POLL: Duration = Duration::from_secs(1);
-/// Pause before retrying when the host's facts cannot be read.
-const FACTS_RETRY: Duration = Duration::from_secs(5);
-/// Pause before retrying a failed write of the report.
-const WRITE_RETRY: Duration = Duration::from_secs(2);
 /// The loop's longest wait without a heartbeat: an idle agent wakes this often just to beat.
 const HEARTBEAT_TICK: Duration = Duration::from_secs(10);
 /// No heartbeat for this long (six ticks) means the loop is stuck in a call: `/healthz` fails.
@@ -47,31 +49,6 @@ pub enum Error {
     WatchEnded(String),
 }
 
-/// Host work that ended.
-struct Finished {
-    work: Work,
-    result: Result<(), HostError>,
-}
-
-struct Agent<H> {
-    node_name: String,
-    nodes: Api<Node>,
-    host: Arc<H>,
-    metrics: Metrics,
-    /// The newest Node seen: from the watch, or our own write until the watch delivers it.
-    node: Option<Node>,
-    /// Our last write until the watch shows it: its resourceVersion and what it wrote. Events
-    /// before it are older than what we know (the watch delivers in order) and are ignored.
-    unconfirmed: Option<(String, AgentReport)>,
-    facts: Option<Facts>,
-    /// The intent token the facts were read for.
-    facts_token: Option<Token>,
-    running: Option<Work>,
-    /// The host said the reboot is under way; poll until the boot ID changes.
-    awaiting_reboot: bool,
-    last_problem: Option<String>,
-}
-
 /// Runs the agent of `node_name` until `shutdown`.
 pub async fn run<H: HostUpdater>(
     client: Client,
@@ -81,94 +58,178 @@ pub async fn run<H: HostUpdater>(
     health: Health,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let nodes: Api<Node> = Api::all(client);
-    let config = watcher::Config::default().fields(&format!("metadata.name={node_name}"));
-    let events = watcher(nodes.clone(), config).default_backoff().applied_objects();
-    let mut events = std::pin::pin!(events);
+    let nodes = KubeNodes::new(client, &node_name);
+    run_with(nodes, node_name, host, metrics, health, shutdown).await
+}
+
+/// [`run`] on any [`NodeApi`].
+pub(crate) async fn run_with<N: NodeApi, H: HostUpdater>(
+    nodes: N,
+    node_name: String,
+    host: Arc<H>,
+    metrics: Metrics,
+    health: Health,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let mut events = nodes.watch();
     tracing::info!(node = %node_name, "watching own node");
-    let (done_tx, mut done_rx) = mpsc::channel::<Finished>(4);
-    let mut agent = Agent {
-        node_name,
-        nodes,
-        host,
-        metrics,
-        node: None,
-        unconfirmed: None,
-        facts: None,
-        facts_token: None,
-        running: None,
-        awaiting_reboot: false,
-        last_problem: None,
-    };
-    let mut retry_at: Option<tokio::time::Instant> = None;
+    let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
+    let mut agent = Agent::new(nodes, node_name, host, metrics, progress_tx);
     let heartbeat = health.heartbeat("agent", STUCK_AFTER);
     let mut tick = tokio::time::interval(HEARTBEAT_TICK);
-    loop {
+    let outcome = loop {
         heartbeat.beat();
-        let poll = if agent.awaiting_reboot { Some(tokio::time::Instant::now() + REBOOT_POLL) } else { None };
-        let wake = match (poll, retry_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let wake = agent.next_wake();
         tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
+            () = shutdown.cancelled() => break Ok(()),
             event = events.next() => match event {
-                None => return Err(Error::WatchEnded(agent.node_name)),
+                None => break Err(Error::WatchEnded(agent.node_name.clone())),
                 Some(Err(error)) => {
                     tracing::warn!(%error, "watch of own node failed; retrying");
                     continue;
                 }
-                Some(Ok(node)) => {
-                    agent.metrics.node_events.inc();
-                    agent.observe(node);
-                    if agent.awaiting_reboot {
-                        // The kubelet reports the node back (Ready, new boot ID): ask the host now
-                        // rather than at the next poll.
-                        agent.facts = None;
-                    }
-                }
+                Some(Ok(event)) => agent.observe(event),
             },
-            Some(finished) = done_rx.recv() => agent.finish(finished).await,
+            Some(progress) = progress_rx.recv() => agent.progress(progress),
+            () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
             _ = tick.tick() => continue,
-            () = sleep_until(wake) => {
-                retry_at = None;
-                if agent.awaiting_reboot {
-                    agent.facts = None;
-                }
-            }
         }
-        match agent.step(&done_tx).await {
-            Ok(()) => {
-                if agent.node.is_some() && agent.facts.is_some() {
-                    health.set_ready(true);
-                }
-            }
-            Err(pause) => retry_at = Some(tokio::time::Instant::now() + pause),
+        // A step may wait on the host (reading its facts) or the API server: shutdown ends it.
+        tokio::select! {
+            () = shutdown.cancelled() => break Ok(()),
+            () = agent.step() => {}
         }
-    }
+        if agent.ready() {
+            health.set_ready(true);
+        }
+    };
+    agent.stop_running("the agent is stopping").await;
+    outcome
 }
 
-impl<H: HostUpdater> Agent<H> {
-    fn observe(&mut self, node: Node) {
-        if let Some((written_rv, written)) = &self.unconfirmed {
-            // IMPORTANT: an event between our read and our write (a kubelet status update, say)
-            // lacks our report; taking it for the newest state would write the report again.
-            let ours = node.resource_version().as_ref() == Some(written_rv)
-                || node.metadata.annotations.as_ref().is_some_and(|a| AgentReport::parse(a).as_ref() == Ok(written));
-            if !ours {
-                return;
-            }
-            self.unconfirmed = None;
+/// Host work under way: what the decision sees, and the task while the operation runs.
+struct Underway {
+    running: Running,
+    /// `None` once the operation ended (a reboot asked for, waiting for the new boot).
+    operation: Option<Operation>,
+}
+
+struct Agent<N, H> {
+    nodes: N,
+    node_name: String,
+    host: Arc<H>,
+    metrics: Metrics,
+    progress: UnboundedSender<Progress>,
+    view: OwnNode,
+    facts: facts::Tracker,
+    underway: Option<Underway>,
+    /// Names host operations, so that progress of a cancelled one is recognised.
+    serial: u64,
+    outcome: Option<Outcome>,
+    /// The target staged by this process and neither rebooted into nor released.
+    prepared: Option<String>,
+    /// After a failed write: when to try again, and the delays after further failures.
+    write_retry: Option<(Instant, ExponentialBackoff)>,
+    last_problem: Option<String>,
+}
+
+impl<N: NodeApi, H: HostUpdater> Agent<N, H> {
+    fn new(nodes: N, node_name: String, host: Arc<H>, metrics: Metrics, progress: UnboundedSender<Progress>) -> Self {
+        Agent {
+            nodes,
+            node_name,
+            host,
+            metrics,
+            progress,
+            view: OwnNode::default(),
+            facts: facts::Tracker::default(),
+            underway: None,
+            serial: 0,
+            outcome: None,
+            prepared: None,
+            write_retry: None,
+            last_problem: None,
         }
-        self.node = Some(node);
     }
 
-    /// Decides and acts once; `Err(pause)` asks to be called again after the pause.
-    async fn step(&mut self, done: &mpsc::Sender<Finished>) -> Result<(), Duration> {
-        let Some(node) = &self.node else { return Ok(()) };
+    fn ready(&self) -> bool {
+        self.view.node().is_some() && self.facts.ever_read()
+    }
+
+    /// When to step again if nothing happens. Without a Node there is nothing to do until the
+    /// watch shows one.
+    fn next_wake(&self) -> Option<Instant> {
+        self.view.node()?;
+        let write = self.write_retry.as_ref().map(|(at, _)| *at);
+        match (self.facts.next_read(), write) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn observe(&mut self, event: watcher::Event<k8s_openapi::api::core::v1::Node>) {
+        self.metrics.node_events.inc();
+        self.view.apply(event);
+    }
+
+    fn progress(&mut self, progress: Progress) {
+        let (serial, finished) = match progress {
+            Progress::Retrying { serial, error } => {
+                if let Some(underway) = self.underway_with(serial) {
+                    underway.running.phase = Phase::Working { transient: Some(error) };
+                }
+                return;
+            }
+            Progress::Finished { serial, result } => (serial, result),
+        };
+        let Some(underway) = self.underway_with(serial) else { return };
+        match (underway.running.work.clone(), finished) {
+            (Work::Reboot { .. }, Ok(())) => {
+                tracing::info!("reboot under way; waiting for the new boot");
+                underway.running.phase = Phase::RebootRequested;
+                underway.operation = None;
+                // The host boots the target now: nothing to undo any more.
+                self.prepared = None;
+            }
+            (Work::Stage { token, .. } | Work::Reboot { token, .. }, result) => {
+                self.underway = None;
+                if let Err(error) = &result {
+                    tracing::warn!(%error, "host work failed");
+                }
+                self.outcome = Some(Outcome { token, result: result.map_err(|error| error.to_string()) });
+            }
+            (Work::Release { target }, result) => {
+                self.underway = None;
+                match result {
+                    Ok(()) => tracing::info!(target, "undid the staging of a target given up"),
+                    // A courtesy to the host's settings, not a step: given up, and said so.
+                    Err(error) => tracing::warn!(target, %error, "cannot undo the staging of a target given up"),
+                }
+                if self.prepared.as_deref() == Some(target.as_str()) {
+                    self.prepared = None;
+                }
+            }
+        }
+        self.facts.mark_stale();
+    }
+
+    fn underway_with(&mut self, serial: u64) -> Option<&mut Underway> {
+        self.underway.as_mut().filter(|u| u.operation.as_ref().is_some_and(|op| op.is(serial)))
+    }
+
+    /// Decides and acts once on the newest view of the Node.
+    async fn step(&mut self) {
+        let Some(node) = self.view.node() else { return };
         let annotations = node.metadata.annotations.clone().unwrap_or_default();
-        let intent = match ControllerAnnotations::parse(&annotations) {
-            Ok(c) => c.intent,
+        let unschedulable = node.spec.as_ref().and_then(|spec| spec.unschedulable).unwrap_or(false);
+        let kubelet_boot_id = node
+            .status
+            .as_ref()
+            .and_then(|status| status.node_info.as_ref())
+            .map(|info| info.boot_id.clone())
+            .filter(|id| !id.is_empty());
+        let controller = match ControllerAnnotations::parse(&annotations) {
+            Ok(controller) => Some(controller),
             Err(error) => {
                 self.problem(format!("the controller's annotations are malformed; doing nothing on the host: {error}"));
                 None
@@ -178,49 +239,65 @@ impl<H: HostUpdater> Agent<H> {
             self.problem(format!("the agent's own annotations are malformed and will be rewritten: {error}"));
             AgentReport::default()
         });
-        let token = intent.as_ref().map(|i| i.token.clone());
-        if self.facts.is_none() || self.facts_token != token {
-            match self.host.facts().await {
-                Ok(f) => {
-                    self.facts = Some(Facts {
-                        os_image: f.os_image,
-                        boot_id: f.boot_id,
-                        staged_image: f.staged_image,
-                        components_hash: f.components_hash,
-                    });
-                    self.facts_token = token;
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "cannot read the host's facts; retrying");
-                    return Err(FACTS_RETRY);
+        let token = controller.as_ref().and_then(|c| c.intent.as_ref()).map(|intent| &intent.token);
+        self.facts.observe(token, kubelet_boot_id.as_deref());
+        let now = Instant::now();
+        if self.underway.as_ref().is_some_and(|u| u.running.phase == Phase::RebootRequested) {
+            self.facts.read_by(now + POLL_WHILE_REBOOTING);
+        }
+        if self.facts.needs_read(now) {
+            self.read_facts().await;
+        }
+        let Some(host) = self.facts.view() else { return };
+        let decision = decide::decide(&Observation {
+            controller: match &controller {
+                Some(c) => Controller::Readable {
+                    intent: c.intent.as_ref(),
+                    cordon: Cordon { unschedulable, by_controller: c.cordoned_by_us },
+                },
+                None => Controller::Malformed,
+            },
+            current: &current,
+            host,
+            running: self.underway.as_ref().map(|u| &u.running),
+            outcome: self.outcome.as_ref(),
+            prepared: self.prepared.as_deref(),
+        });
+        if decision.stop_running {
+            self.stop_running("the controller no longer wants it").await;
+        }
+        if !self.write(&annotations, &decision.report).await {
+            return;
+        }
+        if let Some(work) = decision.start
+            && self.underway.is_none()
+        {
+            self.start(work);
+        }
+    }
+
+    async fn read_facts(&mut self) {
+        let rebooting = self.underway.as_ref().is_some_and(|u| u.running.phase == Phase::RebootRequested);
+        match self.host.facts().await {
+            Ok(f) => {
+                let facts = Facts {
+                    os_image: f.os_image,
+                    boot_id: f.boot_id,
+                    staged_image: f.staged_image,
+                    components_hash: f.components_hash,
+                };
+                self.facts.read_ok(facts, Instant::now());
+            }
+            Err(error) => {
+                self.metrics.facts_failures.inc();
+                let delay = self.facts.read_failed(error.to_string(), !error.is_retryable(), Instant::now());
+                if rebooting {
+                    tracing::debug!(%error, "the host's facts cannot be read while it reboots");
+                } else {
+                    tracing::warn!(%error, retry_in = ?delay, "cannot read the host's facts; trying again");
                 }
             }
         }
-        let Some(facts) = &self.facts else { return Ok(()) };
-        if let Some(before) = intent.as_ref().and_then(|i| i.boot_id_before.as_ref())
-            && self.awaiting_reboot
-            && facts.boot_id != *before
-        {
-            // The reboot happened: nothing runs any more, and the decision reports it.
-            self.awaiting_reboot = false;
-            self.running = None;
-        }
-        if self.awaiting_reboot && self.running.as_ref().map(Work::token) != intent.as_ref().map(|i| &i.token) {
-            // The controller moved on (it gave up on the reboot, say): stop waiting for it.
-            self.awaiting_reboot = false;
-            self.running = None;
-        }
-        let running = self.running.as_ref().map(Work::token);
-        let decision = decide::decide(intent.as_ref(), &current, facts, running);
-        self.write(&decision.report).await?;
-        match decision.work {
-            // One host operation at a time: new work waits until the running one has ended (its
-            // end runs this step again).
-            Some(_) if self.running.is_some() => {}
-            Some(work) => self.start(work, done.clone()),
-            None => {}
-        }
-        Ok(())
     }
 
     fn problem(&mut self, message: String) {
@@ -230,83 +307,74 @@ impl<H: HostUpdater> Agent<H> {
         }
     }
 
-    async fn write(&mut self, report: &AgentReport) -> Result<(), Duration> {
-        let Some(node) = &self.node else { return Ok(()) };
-        let patch = NodePatch::annotations(node.metadata.annotations.as_ref(), report.render());
+    /// Writes `report` if it changes anything. `false` when it could not be written (yet).
+    async fn write(&mut self, annotations: &BTreeMap<String, String>, report: &AgentReport) -> bool {
+        let patch = NodePatch::annotations(Some(annotations), report.render());
         if patch.is_empty() {
-            return Ok(());
+            self.write_retry = None;
+            return true;
         }
-        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-        match self.nodes.patch(&self.node_name, &params, &Patch::Merge(patch.to_json())).await {
+        let now = Instant::now();
+        if self.write_retry.as_ref().is_some_and(|(at, _)| now < *at) {
+            return false;
+        }
+        match self.nodes.patch(&patch.to_json()).await {
             Ok(written) => {
                 self.metrics.writes.inc();
                 tracing::info!(
                     node = %self.node_name,
                     state = ?report.state.map(|s| s.as_str()),
                     token = ?report.token.as_ref().map(Token::as_str),
+                    note = ?report.message,
                     "report written"
                 );
-                self.unconfirmed = written.resource_version().map(|rv| (rv, report.clone()));
-                self.node = Some(written);
-                Ok(())
+                self.view.written(written, report.clone());
+                self.write_retry = None;
+                true
             }
-            Err(error) => {
-                tracing::warn!(%error, "cannot write the report; retrying");
-                Err(WRITE_RETRY)
+            Err(WriteError::NotFound) => {
+                tracing::warn!(node = %self.node_name, "the node is gone; waiting for it to be registered again");
+                self.view.gone();
+                self.write_retry = None;
+                false
             }
-        }
-    }
-
-    fn start(&mut self, work: Work, done: mpsc::Sender<Finished>) {
-        self.running = Some(work.clone());
-        let host = self.host.clone();
-        let metrics = self.metrics.clone();
-        tracing::info!(work = ?work, "host work started");
-        tokio::spawn(async move {
-            let (op, result) = match &work {
-                Work::Stage { target, .. } => ("stage", host.stage(target).await),
-                Work::Reboot { target, .. } => ("reboot", host.activate_and_reboot(target).await),
-            };
-            let result_label = if result.is_ok() { "ok" } else { "error" };
-            metrics.host_operations.get_or_create(&HostOpLabels { operation: op, result: result_label }).inc();
-            // The receiver lives as long as the agent loop; if it is gone, the agent is stopping.
-            let _ = done.send(Finished { work, result }).await;
-        });
-    }
-
-    async fn finish(&mut self, finished: Finished) {
-        self.facts = None;
-        match (&finished.work, finished.result) {
-            (Work::Reboot { .. }, Ok(())) => {
-                tracing::info!("reboot under way; waiting for the new boot");
-                self.awaiting_reboot = true;
-            }
-            (work, result) => {
-                self.running = None;
-                self.awaiting_reboot = false;
-                let outcome = result.map_err(|e| {
-                    tracing::warn!(error = %e, work = ?work, "host work failed");
-                    e.to_string()
-                });
-                if let Some(node) = &self.node {
-                    let current = AgentReport::parse(node.metadata.annotations.as_ref().unwrap_or(&Default::default()))
-                        .unwrap_or_default();
-                    // Work for an intent the report has moved past is not reported.
-                    if current.token.as_ref() == Some(work.token()) {
-                        let report = decide::finished(&current, work.token(), outcome);
-                        // A failed write is retried by the next step: the decision sees the token
-                        // still busy with nothing running, and redoes the (idempotent) work.
-                        let _ = self.write(&report).await;
-                    }
+            Err(WriteError::Failed(error)) => {
+                let (_, delays) = self.write_retry.get_or_insert_with(|| (now, retry::WRITE.delays()));
+                let delay = delays.next().unwrap_or(retry::WRITE.longest);
+                tracing::warn!(%error, retry_in = ?delay, "cannot write the report; trying again");
+                if let Some((at, _)) = &mut self.write_retry {
+                    *at = now + delay;
                 }
+                false
             }
+        }
+    }
+
+    fn start(&mut self, work: Work) {
+        tracing::info!(work = ?work, "host work started");
+        if let Work::Stage { target, .. } | Work::Reboot { target, .. } = &work {
+            // From here on the host may carry changes for the target that a release undoes.
+            self.prepared = Some(target.clone());
+        }
+        self.serial += 1;
+        let operation =
+            Operation::start(self.host.clone(), work.clone(), self.serial, self.progress.clone(), self.metrics.clone());
+        let running = Running { work, phase: Phase::Working { transient: None } };
+        self.underway = Some(Underway { running, operation: Some(operation) });
+    }
+
+    /// Ends the work under way: a running operation is cancelled.
+    async fn stop_running(&mut self, why: &str) {
+        let Some(underway) = self.underway.take() else { return };
+        if let Some(operation) = underway.operation {
+            tracing::info!(work = ?underway.running.work, why, "host work cancelled");
+            operation.cancel().await;
+            let labels = HostOpLabels { operation: underway.running.work.operation(), result: "cancelled" };
+            self.metrics.host_operations.get_or_create(&labels).inc();
+            self.facts.mark_stale();
         }
     }
 }
 
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
+#[cfg(test)]
+mod tests;

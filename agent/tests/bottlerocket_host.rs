@@ -10,6 +10,10 @@ use support::wait_for;
 
 /// Quick retries and polls; generous limits, so a slow machine does not fail the tests.
 fn host(fake: &FakeBottlerocket) -> BottlerocketHost {
+    host_for(fake)
+}
+
+fn host_for(fake: &FakeBottlerocket) -> BottlerocketHost {
     let mut config = BottlerocketConfig::new(&fake.socket);
     config.boot_id_path = fake.boot_id_path.clone();
     config.request_timeout = Duration::from_secs(30);
@@ -217,4 +221,104 @@ async fn a_missing_api_socket_is_a_retryable_error_naming_the_api() {
         message.starts_with("cannot reach the Bottlerocket API for reading the OS version (GET /os): cannot connect"),
         "{message}"
     );
+}
+
+#[tokio::test]
+async fn releasing_a_staged_target_restores_the_version_lock_and_update_waves() {
+    let fake = FakeBottlerocket::start(offering_two_versions());
+    let host = host(&fake);
+    host.stage("1.20.0").await.unwrap();
+    assert_eq!((fake.version_lock().as_str(), fake.ignore_waves()), ("1.20.0", true));
+    let staged_writes = fake.writes().len();
+
+    host.release("1.20.0").await.unwrap();
+    assert_eq!((fake.version_lock().as_str(), fake.ignore_waves()), ("latest", false));
+    assert_eq!(
+        fake.writes()[staged_writes..],
+        ["PATCH /settings?tx=update-operator", "POST /tx/commit_and_apply?tx=update-operator"]
+    );
+    // The staged image stays, not activated: nothing boots it.
+    assert_eq!((fake.state().as_deref(), fake.staged().as_deref()), (Some("Staged"), Some("1.20.0")));
+    assert_eq!(fake.boots(), 0);
+    // Released already: a second release changes nothing.
+    let writes = fake.writes();
+    host.release("1.20.0").await.unwrap();
+    assert_eq!(fake.writes(), writes);
+}
+
+#[tokio::test]
+async fn the_settings_an_administrator_had_are_restored_as_they_were() {
+    let fake =
+        FakeBottlerocket::start(Setup { version_lock: Some("v1.19.0"), ignore_waves: true, ..offering_two_versions() });
+    let host = host(&fake);
+    host.stage("1.20.0").await.unwrap();
+    // Staging another target before the release keeps what the first pin replaced.
+    host.stage("1.21.0").await.unwrap();
+    assert_eq!(fake.version_lock(), "1.21.0");
+    host.release("1.20.0").await.unwrap();
+    assert_eq!(fake.version_lock(), "1.21.0", "the pin of another target is not ours to undo");
+    host.release("1.21.0").await.unwrap();
+    assert_eq!((fake.version_lock().as_str(), fake.ignore_waves()), ("v1.19.0", true));
+}
+
+#[tokio::test]
+async fn releasing_a_target_this_process_did_not_pin_changes_no_setting() {
+    let fake = FakeBottlerocket::start(Setup { version_lock: Some("1.20.0"), ..offering_two_versions() });
+    let host = host(&fake);
+    host.release("1.20.0").await.unwrap();
+    assert_eq!(fake.writes(), Vec::<String>::new());
+    assert_eq!(fake.version_lock(), "1.20.0");
+    let requests = fake.requests().len();
+    host.release("v1.20.0").await.unwrap();
+    assert_eq!(fake.requests().len(), requests, "a target stage refuses was never staged");
+}
+
+#[tokio::test]
+async fn releasing_an_activated_target_undoes_the_activation_without_a_reboot() {
+    let fake = FakeBottlerocket::start(Setup { initial: Initial::Ready("1.20.0"), ..offering_two_versions() });
+    let host = host(&fake);
+    host.release("1.20.0").await.unwrap();
+    assert_eq!(fake.writes(), ["POST /actions/deactivate-update"]);
+    assert_eq!(fake.state().as_deref(), Some("Staged"));
+    assert_eq!((fake.boots(), fake.running().as_str()), (0, "1.19.0"));
+    // Another target's activation is not ours to undo.
+    let other = FakeBottlerocket::start(Setup { initial: Initial::Ready("1.21.0"), ..offering_two_versions() });
+    host_for(&other).release("1.20.0").await.unwrap();
+    assert_eq!(other.state().as_deref(), Some("Ready"));
+}
+
+#[tokio::test]
+async fn a_stage_cancelled_during_prepare_has_its_pin_restored_while_the_host_still_prepares() {
+    let fake =
+        FakeBottlerocket::start(Setup { command_duration: Duration::from_secs(3600), ..offering_two_versions() });
+    let first = host(&fake);
+    let staging = tokio::spawn({
+        let host = first.clone();
+        async move { host.stage("1.20.0").await }
+    });
+    // The refresh ends at once; the prepare runs until told to end.
+    wait_for("prepare to start", || {
+        let started = fake.count("POST /actions/prepare-update") == 1;
+        if !started {
+            fake.finish_commands_now();
+        }
+        started
+    })
+    .await;
+    staging.abort();
+    assert!(staging.await.unwrap_err().is_cancelled());
+
+    // The settings do not wait for the update lock, which the prepare still holds.
+    let error = first.release("1.20.0").await.unwrap_err();
+    assert!(matches!(error, HostError::Locked { .. }) && error.is_retryable(), "{error:?}");
+    assert_eq!((fake.version_lock().as_str(), fake.ignore_waves()), ("latest", false));
+    assert!(fake.command_running());
+
+    // Once the prepare ended, the release completes: staged, not activated.
+    fake.finish_commands_now();
+    wait_for("the prepare to end", || !fake.command_running()).await;
+    first.release("1.20.0").await.unwrap();
+    assert_eq!((fake.state().as_deref(), fake.staged().as_deref()), (Some("Staged"), Some("1.20.0")));
+    assert_eq!(fake.count("POST /actions/deactivate-update"), 0);
+    assert_eq!(fake.boots(), 0);
 }

@@ -129,6 +129,19 @@ async fn a_failing_command_reports_its_exit_status_and_the_end_of_its_stderr() {
     assert!(message.ends_with("progress 30 / error: no space left on device"), "{message}");
 }
 
+#[tokio::test]
+async fn a_command_exiting_with_ex_tempfail_is_retryable() {
+    let fixture = Fixture::new();
+    let tempfail = "echo 'mirror busy, try later' >&2; exit 75";
+    let host = fixture.host(json!({"apply": {"argv": fixture.script("apply.sh", tempfail, &[])}}));
+    let error = host.stage("img-v2").await.unwrap_err();
+    assert!(error.is_retryable(), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        "the apply command \"/bin/sh\" exited with status 75; stderr: mirror busy, try later"
+    );
+}
+
 fn process_is_gone(pid: &str) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
@@ -163,6 +176,64 @@ async fn staging_what_is_already_staged_does_not_run_apply() {
     }));
     host.stage("img-v2").await.unwrap();
     assert!(host.stage("img-v3").await.is_err(), "apply runs for anything not staged");
+}
+
+#[tokio::test]
+async fn a_stage_is_verified_with_the_staged_command() {
+    let fixture = Fixture::new();
+    let staged = fixture.path("staged");
+    let staged_argv = fixture.script("staged.sh", "cat \"$1\" 2>/dev/null || true", &[staged.to_str().unwrap()]);
+    // An apply that says it succeeded but staged something else.
+    let wrong = fixture.script("apply.sh", "echo img-v9 > \"$1\"", &[staged.to_str().unwrap()]);
+    let host = fixture.host(json!({"apply": {"argv": wrong}, "staged": {"argv": staged_argv}}));
+    let error = host.stage("img-v2").await.unwrap_err();
+    assert!(!error.is_retryable());
+    assert_eq!(
+        error.to_string(),
+        "staging img-v2 failed on the host: the apply command \"/bin/sh\" succeeded, but the staged command \"/bin/sh\" then printed \"img-v9\""
+    );
+    // One that does what it says.
+    let right = fixture.script("apply-right.sh", "echo \"$2\" > \"$1\"", &[staged.to_str().unwrap()]);
+    let host = fixture.host(json!({"apply": {"argv": right}, "staged": {"argv": staged_argv}}));
+    host.stage("img-v2").await.unwrap();
+    assert_eq!(host.facts().await.unwrap().staged_image.as_deref(), Some("img-v2"));
+}
+
+#[tokio::test]
+async fn a_cancelled_stage_kills_apply_with_everything_it_started() {
+    let fixture = Fixture::new();
+    let slow = "echo $$ > \"$1/sh.pid\"; sleep 600 & echo $! > \"$1/sleep.pid\"; wait";
+    let host = fixture.host(json!({"apply": {"argv": fixture.script("apply.sh", slow, &[&fixture.dir()])}}));
+    let staging = tokio::spawn(async move { host.stage("img-v2").await });
+    wait_for("apply to start its child", || fixture.path("sleep.pid").exists()).await;
+    staging.abort();
+    assert!(staging.await.unwrap_err().is_cancelled());
+    for name in ["sh.pid", "sleep.pid"] {
+        let pid = std::fs::read_to_string(fixture.path(name)).unwrap().trim().to_owned();
+        wait_for(&format!("{name} {pid} to be killed"), || process_is_gone(&pid)).await;
+    }
+}
+
+#[tokio::test]
+async fn release_runs_unstage_with_the_target_as_its_last_argument() {
+    let fixture = Fixture::new();
+    let args_file = fixture.path("unstage.args");
+    let record = "out=$1; shift; printf '%s\\0' \"$@\" > \"$out\"";
+    let host = fixture.host(json!({
+        "unstage": {"argv": fixture.script("unstage.sh", record, &[args_file.to_str().unwrap(), "--discard"])},
+    }));
+    host.release("img v2").await.unwrap();
+    assert_eq!(recorded_args(&args_file), ["--discard", "img v2"]);
+    let failing = fixture.host(json!({"unstage": {"argv": fixture.script("unstage-fails.sh", "exit 4", &[])}}));
+    let message = failing.release("img-v2").await.unwrap_err().to_string();
+    assert!(message.starts_with("the unstage command \"/bin/sh\" exited with status 4"), "{message}");
+    // Without an unstage command there is nothing to undo.
+    fixture.host(json!({})).release("img-v2").await.unwrap();
+    // A target that apply would never have been given was never staged: nothing runs.
+    let unstage_args = fixture.path("unstage-again.args");
+    let record_again = fixture.script("unstage2.sh", record, &[unstage_args.to_str().unwrap()]);
+    fixture.host(json!({"unstage": {"argv": record_again}})).release("--all").await.unwrap();
+    assert!(!unstage_args.exists());
 }
 
 #[tokio::test]
@@ -277,4 +348,14 @@ async fn the_configuration_is_read_from_its_file() {
     std::fs::write(&path, r#"{"check": {"argv": []}}"#).unwrap();
     let message = CommandHost::from_file(&path).await.unwrap_err().to_string();
     assert!(message.contains("missing field `apply`"), "{message}");
+}
+
+#[test]
+fn the_configuration_the_readme_shows_loads() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let section = &readme[readme.find("## Host backends").unwrap()..];
+    let start = section.find("```json\n").unwrap() + "```json\n".len();
+    let end = start + section[start..].find("```").unwrap();
+    let json: String = section[start..end].lines().map(str::trim_start).collect::<Vec<_>>().join("\n");
+    CommandConfig::from_json(&json, Path::new("README.md")).unwrap();
 }

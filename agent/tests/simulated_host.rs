@@ -57,6 +57,26 @@ async fn a_failing_stage_reports_the_servers_message() {
 }
 
 #[tokio::test]
+async fn a_stage_failing_with_a_try_again_status_is_retryable_and_succeeds_once_healed() {
+    let server = FakeDevServer::start([("worker-0", SimHost::running("img-v1"))]).await;
+    let host = host(&server, "worker-0");
+    for status in [
+        StatusCode::SERVICE_UNAVAILABLE,
+        StatusCode::BAD_GATEWAY,
+        StatusCode::GATEWAY_TIMEOUT,
+        StatusCode::TOO_MANY_REQUESTS,
+    ] {
+        server.fail_stages(status, "the update server is unavailable");
+        let error = host.stage("img-v2").await.unwrap_err();
+        assert!(error.is_retryable(), "{status}: {error:?}");
+        assert!(error.to_string().contains("the update server is unavailable"), "{error}");
+    }
+    server.heal_stages();
+    host.stage("img-v2").await.unwrap();
+    assert_eq!(server.host("worker-0").staged_image.as_deref(), Some("img-v2"));
+}
+
+#[tokio::test]
 async fn an_unknown_host_is_a_clear_error() {
     let server = FakeDevServer::start([("worker-0", SimHost::running("img-v1"))]).await;
     let error = host(&server, "worker-9").facts().await.unwrap_err();

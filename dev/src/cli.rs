@@ -104,6 +104,12 @@ pub struct ClusterArgs {
     /// The disruption controller's lag.
     #[arg(long, value_parser = parse_duration)]
     pub disruption_lag: Option<Duration>,
+    /// How long a Job's (or any run-to-completion) pod runs before it exits.
+    #[arg(long, value_parser = parse_duration)]
+    pub job_pod_run: Option<Duration>,
+    /// The Job controller's first delay before it replaces a failed pod (doubling per failure).
+    #[arg(long, value_parser = parse_duration)]
+    pub job_backoff: Option<Duration>,
     /// How long to wait for every node and sample pod to be Ready.
     #[arg(long, value_parser = parse_duration, default_value = "10m")]
     pub ready_timeout: Duration,
@@ -136,6 +142,12 @@ impl ClusterArgs {
         }
         if let Some(d) = self.disruption_lag {
             timing.disruption_lag = d;
+        }
+        if let Some(d) = self.job_pod_run {
+            timing.job_pod_run = d;
+        }
+        if let Some(d) = self.job_backoff {
+            timing.job_backoff = d;
         }
         timing
     }

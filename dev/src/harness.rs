@@ -7,8 +7,12 @@
 //! only the process boundary is replaced by a runtime boundary. Requests carry the same
 //! `User-Agent` as the binary's (`update-operator/controller VERSION (IDENTITY)`,
 //! `update-operator/agent VERSION`), so the dev cluster's request metrics and request log attribute
-//! them the same way, replica by replica.
+//! them the same way, replica by replica, and the same identities as `deploy/operator.yaml` gives
+//! them ([`crate::operator::Access`]): the controller's service account, and per agent the agent's
+//! service account with a token bound to its own Node, under the manifest's RBAC and
+//! ValidatingAdmissionPolicy.
 
+use crate::operator::Access;
 use agent::host::HostUpdater;
 use agent::host::simulated::{SimulatedConfig, SimulatedHost};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -140,15 +144,17 @@ impl Drop for Component {
 }
 
 /// A kube config for the API server at `url` (plain HTTP, as the dev cluster serves) with the
-/// binary's User-Agent for `mode` (`controller` or `agent`).
-pub fn kube_config(url: &str, mode: &str) -> Result<kube::Config, String> {
-    with_user_agent(url, &format!("update-operator/{mode} {}", env!("CARGO_PKG_VERSION")))
+/// binary's User-Agent for `mode` (`controller` or `agent`), authenticating with `token`.
+pub fn kube_config(url: &str, mode: &str, token: &str) -> Result<kube::Config, String> {
+    with_user_agent(url, &format!("update-operator/{mode} {}", env!("CARGO_PKG_VERSION")), token)
 }
 
-/// A kube config for the API server at `url` with the User-Agent `agent`.
-fn with_user_agent(url: &str, agent: &str) -> Result<kube::Config, String> {
+/// A kube config for the API server at `url` with the User-Agent `agent`, authenticating with
+/// `token`.
+fn with_user_agent(url: &str, agent: &str, token: &str) -> Result<kube::Config, String> {
     let uri = url.parse().map_err(|e| format!("invalid API server URL {url:?}: {e}"))?;
     let mut config = kube::Config::new(uri);
+    config.auth_info.token = Some(secrecy::SecretString::from(token.to_owned()));
     config.headers.push((http::header::USER_AGENT, agent.parse().map_err(|e| format!("user agent: {e}"))?));
     Ok(config)
 }
@@ -190,42 +196,46 @@ pub fn controller_options(identity: &str) -> controller::Options {
     }
 }
 
-/// The real controller against the API server at `url`.
-pub fn controller(url: &str, options: controller::Options) -> Component {
-    controller_with(url, options, controller::Metrics::default())
+/// The real controller, as the manifest's controller service account.
+pub fn controller(access: &Access, options: controller::Options) -> Component {
+    controller_with(access, options, controller::Metrics::default())
 }
 
 /// The real controller, recording into `metrics` (shared, so the caller can read them).
-pub fn controller_with(url: &str, options: controller::Options, metrics: controller::Metrics) -> Component {
-    let url = url.to_owned();
+pub fn controller_with(access: &Access, options: controller::Options, metrics: controller::Metrics) -> Component {
+    let access = access.clone();
     let name = format!("controller {}", options.identity);
     Component::spawn(name, move |shutdown, health| async move {
-        let config = with_user_agent(&url, &controller::user_agent(&options.identity))?;
+        let config =
+            with_user_agent(access.url(), &controller::user_agent(&options.identity), &access.controller_token()?)?;
         controller::run(config, options, metrics, health, shutdown).await.map_err(|e| e.to_string())
     })
 }
 
-/// The real agent of `node`, updating its simulated host through the dev cluster at `url`.
-pub fn agent(url: &str, node: &str) -> Component {
-    agent_with(url, node, simulated_host(url, node))
+/// The real agent of `node`, updating its simulated host through the dev cluster, as the
+/// manifest's agent service account with a token bound to `node`.
+pub fn agent(access: &Access, node: &str) -> Component {
+    agent_with(access, node, simulated_host(access.url(), node))
 }
 
 /// The real agent of `node` with the host `make_host` builds (on the agent's runtime).
-pub fn agent_with<H, F>(url: &str, node: &str, make_host: F) -> Component
+pub fn agent_with<H, F>(access: &Access, node: &str, make_host: F) -> Component
 where
     H: HostUpdater,
     F: FnOnce() -> Result<H, String> + Send + 'static,
 {
-    let (url, node) = (url.to_owned(), node.to_owned());
-    Component::spawn(format!("agent {node}"), move |shutdown, health| run_agent(url, node, make_host, health, shutdown))
+    let (access, node) = (access.clone(), node.to_owned());
+    Component::spawn(format!("agent {node}"), move |shutdown, health| {
+        run_agent(access, node, make_host, health, shutdown)
+    })
 }
 
 /// The real agent of `node` as a task on the current runtime rather than on a thread of its own,
 /// for runs with hundreds of agents. Cancel the returned token to stop it.
-pub fn agent_task(url: &str, node: &str) -> (CancellationToken, tokio::task::JoinHandle<Outcome>) {
+pub fn agent_task(access: &Access, node: &str) -> (CancellationToken, tokio::task::JoinHandle<Outcome>) {
     let shutdown = CancellationToken::new();
-    let host = simulated_host(url, node);
-    let task = tokio::spawn(run_agent(url.to_owned(), node.to_owned(), host, Health::default(), shutdown.clone()));
+    let host = simulated_host(access.url(), node);
+    let task = tokio::spawn(run_agent(access.clone(), node.to_owned(), host, Health::default(), shutdown.clone()));
     (shutdown, task)
 }
 
@@ -236,13 +246,13 @@ fn simulated_host(url: &str, node: &str) -> impl FnOnce() -> Result<SimulatedHos
 }
 
 async fn run_agent<H: HostUpdater>(
-    url: String,
+    access: Access,
     node: String,
     make_host: impl FnOnce() -> Result<H, String>,
     health: Health,
     shutdown: CancellationToken,
 ) -> Outcome {
-    let config = kube_config(&url, "agent")?;
+    let config = kube_config(access.url(), "agent", &access.agent_token(&node)?)?;
     let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
     let host = Arc::new(make_host()?);
     agent::run(client, node, host, agent::Metrics::default(), health, shutdown).await.map_err(|e| e.to_string())

@@ -9,4 +9,5 @@ pub mod harness;
 pub mod hosts;
 pub mod measure;
 pub mod observer;
+pub mod operator;
 pub mod timing;

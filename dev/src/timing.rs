@@ -21,11 +21,17 @@ pub struct Timing {
     pub lease_renew: Option<Duration>,
     /// How long the disruption controller lets pod and PDB changes gather before it recomputes a PDB.
     pub disruption_lag: Duration,
+    /// How long the containers of a run-to-completion pod (`restartPolicy: Never` or `OnFailure`, e.g. a Job's)
+    /// run before they exit (per-host overrides in [`crate::hosts::HostFaults`]).
+    pub job_pod_run: Duration,
+    /// The first delay before the Job controller replaces a failed pod; it doubles with every further failure
+    /// (upstream: 10 s, at most 6 minutes).
+    pub job_backoff: Duration,
 }
 
 impl Timing {
     /// Everything quick, for tests: pods start in 100 ms, terminate within 500 ms, a stage takes 200 ms and a
-    /// reboot 1 s.
+    /// reboot 1 s; Job pods run 300 ms and a failed one is replaced after 100 ms (doubling).
     pub fn fast() -> Self {
         Timing {
             pod_startup: Duration::from_millis(100),
@@ -35,11 +41,14 @@ impl Timing {
             node_heartbeat: Some(Duration::from_secs(10)),
             lease_renew: Some(Duration::from_secs(10)),
             disruption_lag: Duration::ZERO,
+            job_pod_run: Duration::from_millis(300),
+            job_backoff: Duration::from_millis(100),
         }
     }
 
     /// Closer to a real cluster, for demos: pods start in 2 s and use their whole grace period (up to 30 s), a
-    /// stage takes 20 s and a reboot 45 s; node status every minute and leases every 10 s, as kubelets do.
+    /// stage takes 20 s and a reboot 45 s; node status every minute and leases every 10 s, as kubelets do; Job
+    /// pods run 5 s and failed ones are replaced after upstream's 10 s backoff (doubling).
     pub fn realistic() -> Self {
         Timing {
             pod_startup: Duration::from_secs(2),
@@ -49,6 +58,8 @@ impl Timing {
             node_heartbeat: Some(Duration::from_secs(60)),
             lease_renew: Some(Duration::from_secs(10)),
             disruption_lag: Duration::ZERO,
+            job_pod_run: Duration::from_secs(5),
+            job_backoff: Duration::from_secs(10),
         }
     }
 }

@@ -13,7 +13,7 @@ use shared::crd::NodeVersion;
 use shared::protocol::keys;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use support::{FakeHost, bare_cluster, create_version, eventually, rolled_out};
+use support::{FakeHost, bare_cluster, create_version, eventually, operator, rolled_out};
 
 fn annotate(store: &dev::apiserver::Store, node: &str, pairs: &[(&str, &str)]) {
     let annotations: serde_json::Map<String, serde_json::Value> =
@@ -55,10 +55,10 @@ async fn malformed_annotations_leave_the_node_untouched_and_say_why() {
         .iter()
         .map(|name| {
             let (store, name) = (store.clone(), *name);
-            harness::agent_with(server.url(), name, move || Ok(FakeHost::new(store, name, "v1")))
+            harness::agent_with(&operator(&server), name, move || Ok(FakeHost::new(store, name, "v1")))
         })
         .collect();
-    let controller = harness::controller(server.url(), harness::controller_options("c1"));
+    let controller = harness::controller(&operator(&server), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 2}));
 
     let status = eventually(Duration::from_secs(60), "the other nodes updated", || {
@@ -128,10 +128,10 @@ async fn a_spec_only_the_controller_can_reject_touches_no_node_until_fixed() {
         .iter()
         .map(|name| {
             let (store, name) = (store.clone(), *name);
-            harness::agent_with(server.url(), name, move || Ok(FakeHost::new(store, name, "v1")))
+            harness::agent_with(&operator(&server), name, move || Ok(FakeHost::new(store, name, "v1")))
         })
         .collect();
-    let controller = harness::controller(server.url(), harness::controller_options("c1"));
+    let controller = harness::controller(&operator(&server), harness::controller_options("c1"));
     // The schema cannot check cron syntax or time-zone names; the controller can.
     create_version(
         &store,

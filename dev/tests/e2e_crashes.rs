@@ -53,7 +53,7 @@ async fn the_controller_killed_at_random_steps_of_20_rollouts_breaks_no_invarian
     let observer = Observer::start(cluster.client(), Limits { max_disrupted: 2, check_pdbs: true });
     let agents = support::start_agents(&cluster);
     let mut controller: Option<Component> =
-        Some(harness::controller(cluster.url(), harness::controller_options("c-0")));
+        Some(harness::controller(cluster.operator(), harness::controller_options("c-0")));
     create_version(&store, "v1", json!({"maxUnavailable": 2}));
     let mut restarts = 0;
     for seed in 0..20u64 {
@@ -78,7 +78,7 @@ async fn the_controller_killed_at_random_steps_of_20_rollouts_breaks_no_invarian
                 // rescheduled pod gets a new one and waits for the lease to expire.
                 restarts += 1;
                 let identity = if rng.below(2) == 0 { "c-0".to_owned() } else { format!("c-{restarts}") };
-                controller = Some(harness::controller(cluster.url(), harness::controller_options(&identity)));
+                controller = Some(harness::controller(cluster.operator(), harness::controller_options(&identity)));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -100,7 +100,7 @@ async fn the_controller_killed_at_random_steps_of_20_rollouts_breaks_no_invarian
 
 /// One agent per node, by node name, so that a test can crash and restart one.
 fn agents_by_node(cluster: &dev::cluster::Cluster) -> BTreeMap<String, Component> {
-    node_names(&cluster.store()).into_iter().map(|n| (n.clone(), harness::agent(cluster.url(), &n))).collect()
+    node_names(&cluster.store()).into_iter().map(|n| (n.clone(), harness::agent(cluster.operator(), &n))).collect()
 }
 
 fn annotation(store: &Store, node: &str, key: &str) -> Option<String> {
@@ -119,7 +119,7 @@ async fn agents_killed_mid_stage_and_mid_reboot_resume_without_repeating_a_reboo
         node_names(&store).into_iter().map(|n| (n.clone(), cluster.hosts().state(&n).unwrap().boots)).collect();
     let observer = Observer::start(cluster.client(), Limits { max_disrupted: 1, check_pdbs: true });
     let mut agents = agents_by_node(&cluster);
-    let controller = harness::controller(cluster.url(), harness::controller_options("c1"));
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 1}));
 
     // worker-2: killed while its host stages (state busy), restarted.
@@ -130,7 +130,7 @@ async fn agents_killed_mid_stage_and_mid_reboot_resume_without_repeating_a_reboo
     .await;
     agents.remove("worker-2").unwrap().crash().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    agents.insert("worker-2".into(), harness::agent(cluster.url(), "worker-2"));
+    agents.insert("worker-2".into(), harness::agent(cluster.operator(), "worker-2"));
 
     // worker-3: killed while its host is down rebooting, restarted once it is up.
     eventually(Duration::from_secs(120), "worker-3 rebooting", || {
@@ -142,7 +142,7 @@ async fn agents_killed_mid_stage_and_mid_reboot_resume_without_repeating_a_reboo
         (cluster.hosts().state("worker-3")?.power == Power::Up).then_some(())
     })
     .await;
-    agents.insert("worker-3".into(), harness::agent(cluster.url(), "worker-3"));
+    agents.insert("worker-3".into(), harness::agent(cluster.operator(), "worker-3"));
 
     eventually(Duration::from_secs(240), "the rollout", || rolled_out(&store, 13)).await;
     for (name, before) in boots_before {

@@ -68,7 +68,7 @@ async fn an_update_failing_on_a_node_is_counted_and_spends_the_failure_budget() 
         .unwrap();
     let observer = Observer::start(cluster.client(), Limits { max_disrupted: 1, check_pdbs: true });
     let agents = start_agents(&cluster);
-    let controller = harness::controller(cluster.url(), harness::controller_options("c1"));
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 1, "failureBudget": 1}));
 
     let s = settled(&store, "the rollout to stop at the failure", |s| s.counts.failed == 1).await;
@@ -150,7 +150,7 @@ async fn a_pdb_that_never_allows_eviction_blocks_its_nodes_and_the_rollout_goes_
     let pinned = pinned_nodes(&store).await;
     let observer = Observer::start(cluster.client(), Limits { max_disrupted: 2, check_pdbs: true });
     let agents = start_agents(&cluster);
-    let controller = harness::controller(cluster.url(), harness::controller_options("c1"));
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 2, "drainTimeout": "3s", "onDrainTimeout": "Continue"}));
 
     let s =
@@ -183,7 +183,7 @@ async fn a_drain_timeout_with_stop_starts_no_new_node() {
     pin_unevictable_pods(&store);
     pinned_nodes(&store).await;
     let agents = start_agents(&cluster);
-    let controller = harness::controller(cluster.url(), harness::controller_options("c1"));
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 1, "drainTimeout": "3s", "onDrainTimeout": "Stop"}));
 
     let s = settled(&store, "the rollout to stop", |s| s.counts.blocked == 1).await;
@@ -205,7 +205,7 @@ async fn a_node_that_never_returns_from_its_reboot_fails_at_the_deadline() {
     let store = cluster.store();
     cluster.hosts().set_faults("worker-0", HostFaults { reboot_never_returns: true, ..Default::default() }).unwrap();
     let agents = start_agents(&cluster);
-    let controller = harness::controller(cluster.url(), harness::controller_options("c1"));
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 1, "rebootTimeout": "4s", "failureBudget": 5}));
 
     let s = settled(&store, "the failure", |s| s.counts.failed == 1).await;

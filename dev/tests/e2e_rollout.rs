@@ -18,7 +18,7 @@ async fn a_rollout_updates_every_node_without_breaking_an_invariant() {
     let store = cluster.store();
     let observer = Observer::start(cluster.client(), Limits { max_disrupted: 2, check_pdbs: true });
     let agents = start_agents(&cluster);
-    let controller = harness::controller(cluster.url(), harness::controller_options("c1"));
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     let pods_before: Vec<(String, String)> = store
         .api::<Pod>()
         .list(Some("demo"), &Default::default())

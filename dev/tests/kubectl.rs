@@ -1,5 +1,6 @@
 //! kubectl against the dev cluster: the `kubectl` on PATH and every `kubectl.1.NN` beside it (after resolving
-//! symlinks) get nodes, annotate, cordon, uncordon, and drain a node whose pods a PDB lets go one at a time.
+//! symlinks) get nodes, annotate, cordon, uncordon, and drain a node whose pods a PDB lets go one at a time; and
+//! apply the operator's bundle, then ask `auth can-i` and act with an agent's kubeconfig under its RBAC and policy.
 //!
 //! Without a kubectl on PATH this test fails: CI installs one.
 
@@ -143,11 +144,210 @@ async fn exercise(binary: &Path) {
     cluster.shutdown().await;
 }
 
+/// The minor version of a kubectl binary (`kubectl version --client -o json`).
+async fn minor_version(binary: &Path, kubeconfig: &Path) -> u32 {
+    let run = kubectl_ok(binary, kubeconfig, &["version", "--client", "-o", "json"]).await;
+    let version: serde_json::Value = serde_json::from_str(&run.stdout).unwrap_or_default();
+    version["clientVersion"]["minor"].as_str().unwrap_or_default().trim_end_matches('+').parse().unwrap_or(0)
+}
+
+/// kubectl 1.32 and later send protobuf request bodies for built-in kinds (the access reviews, TokenRequest),
+/// which the dev server does not decode yet (issue 11, item 6): `auth can-i` and `create token` are checked
+/// with the older ones.
+const FIRST_PROTOBUF_MINOR: u32 = 32;
+
+/// `kubectl apply` of the operator's bundle on a fresh server, then what its RBAC and policy allow: `auth can-i`
+/// with `--as`, and an agent's own kubeconfig annotating its node and, refused with the policy's message,
+/// another.
+async fn operator_access(binary: &Path) {
+    let server = dev::apiserver::ApiServer::start(Default::default()).await.unwrap();
+    let admin = server.kubeconfig_path().to_owned();
+    let bundle = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/update-operator.yaml");
+    kubectl_ok(binary, &admin, &["apply", "--validate=false", "-f", bundle]).await;
+    let store = server.store();
+    for name in ["worker-0", "worker-1"] {
+        let node = serde_json::json!({"metadata": {"name": name}});
+        store.create(&dev::apiserver::Gvr::new("", "v1", "nodes"), None, node, &Default::default()).unwrap();
+    }
+    let manifest = dev::operator::Manifest::operator().unwrap();
+    let agent = server.kubeconfig_for(&manifest.agent_identity("worker-0").unwrap()).unwrap();
+    if minor_version(binary, &admin).await < FIRST_PROTOBUF_MINOR {
+        let as_agent = "--as=system:serviceaccount:update-operator:update-operator-agent";
+        assert_eq!(
+            kubectl_ok(binary, &admin, &["auth", "can-i", as_agent, "patch", "nodes"]).await.stdout.trim(),
+            "yes"
+        );
+        let denials: [&[&str]; 3] =
+            [&["delete", "nodes"], &["patch", "nodes", "--subresource=status"], &["get", "pods"]];
+        for denied in denials {
+            let args: Vec<&str> = ["auth", "can-i", as_agent].iter().chain(denied).copied().collect();
+            let run = kubectl(binary, &admin, &args).await;
+            assert_eq!((run.success, run.stdout.trim()), (false, "no"), "{denied:?}: {}", run.stderr);
+        }
+        let as_controller = "--as=system:serviceaccount:update-operator:update-operator-controller";
+        let evict = ["auth", "can-i", as_controller, "create", "pods", "--subresource=eviction", "-n", "demo"];
+        assert_eq!(kubectl_ok(binary, &admin, &evict).await.stdout.trim(), "yes");
+        assert_eq!(kubectl_ok(binary, &agent, &["auth", "can-i", "patch", "nodes"]).await.stdout.trim(), "yes");
+        let list = kubectl_ok(binary, &agent, &["auth", "can-i", "--list"]).await.stdout;
+        assert!(list.lines().any(|l| l.starts_with("nodes ") && l.contains("[get list watch patch]")), "{list}");
+        let token =
+            kubectl_ok(binary, &admin, &["create", "token", "update-operator-agent", "-n", "update-operator"]).await;
+        let user = server.user_of_token(token.stdout.trim()).unwrap();
+        assert_eq!(user.name, "system:serviceaccount:update-operator:update-operator-agent");
+    }
+    kubectl_ok(binary, &agent, &["annotate", "node", "worker-0", "update.edgeless.systems/state=idle"]).await;
+    let other = kubectl(binary, &agent, &["annotate", "node", "worker-1", "update.edgeless.systems/state=idle"]).await;
+    assert!(!other.success);
+    assert!(
+        other.stderr.contains(
+            "ValidatingAdmissionPolicy 'update-operator-agent-own-node' with binding 'update-operator-agent-own-node' \
+             denied request: the update-operator agent may only modify the Node it runs on"
+        ),
+        "{}",
+        other.stderr
+    );
+    let roles = kubectl_ok(binary, &admin, &["get", "clusterroles", "update-operator-agent", "-o", "name"]).await;
+    assert_eq!(roles.stdout.trim(), "clusterrole.rbac.authorization.k8s.io/update-operator-agent");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kubectl_applies_the_operator_and_is_held_to_its_rbac_and_policy() {
+    for binary in &kubectl_binaries() {
+        operator_access(binary).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kubectl_gets_annotates_cordons_and_drains_through_pdb_refusals() {
     let binaries = kubectl_binaries();
     println!("kubectl binaries: {binaries:?}");
     for binary in &binaries {
         exercise(binary).await;
+    }
+}
+
+/// True when kubectl's request body was refused as protobuf (kubectl 1.32+ sends protobuf for built-in kinds;
+/// the dev server learns protobuf bodies on another branch).
+fn protobuf_refused(run: &Run) -> bool {
+    run.stderr.contains("unknown format") || run.stderr.contains("Unsupported Media Type")
+}
+
+/// Jobs, Services and PriorityClasses through one kubectl: `create job`, `get`, `wait`, `delete`.
+async fn exercise_jobs(binary: &Path) {
+    let cluster = bare_cluster(2).await;
+    let config = cluster.kubeconfig_path().to_owned();
+    let created = kubectl(binary, &config, &["create", "job", "hello", "--image=busybox:1.36"]).await;
+    if !created.success && protobuf_refused(&created) {
+        println!(
+            "{}: skipped `create job`: it sends protobuf, which the dev server does not take yet",
+            binary.display()
+        );
+        let api: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(cluster.client(), "default");
+        let job = serde_json::from_value(serde_json::json!({"metadata": {"name": "hello"}, "spec": {"template": {
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "hello", "image": "busybox:1.36"}]}}}}))
+        .unwrap();
+        api.create(&kube::api::PostParams::default(), &job).await.unwrap();
+    } else {
+        assert!(created.success, "{} create job failed:\n{}", binary.display(), created.stderr);
+        assert!(created.stdout.contains("job.batch/hello created"), "{}", created.stdout);
+    }
+    kubectl_ok(binary, &config, &["wait", "--for=condition=complete", "job/hello", "--timeout=120s"]).await;
+    let jobs = kubectl_ok(binary, &config, &["get", "jobs"]).await.stdout;
+    assert!(jobs.lines().any(|l| l.starts_with("hello ")), "{jobs}");
+    let pods = kubectl_ok(binary, &config, &["get", "pods", "-l", "job-name=hello", "-o", "json"]).await.stdout;
+    let pods: serde_json::Value = serde_json::from_str(&pods).unwrap();
+    assert_eq!(pods["items"][0]["status"]["phase"], "Succeeded", "{pods}");
+    let services = kubectl_ok(binary, &config, &["get", "svc", "kubernetes"]).await.stdout;
+    assert!(services.contains("kubernetes"), "{services}");
+    let classes = kubectl_ok(binary, &config, &["get", "pc"]).await.stdout;
+    assert!(classes.contains("system-node-critical") && classes.contains("system-cluster-critical"), "{classes}");
+    kubectl_ok(binary, &config, &["delete", "job", "hello"]).await;
+    eventually("the Job's pod went with it (kubectl deletes in the background)", || async {
+        let pods: Api<Pod> = Api::namespaced(cluster.client(), "default");
+        pods.list(&ListParams::default().labels("job-name=hello")).await.unwrap().items.is_empty()
+    })
+    .await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kubectl_creates_waits_for_and_deletes_a_job() {
+    for binary in &kubectl_binaries() {
+        exercise_jobs(binary).await;
+    }
+}
+
+/// The documents of `deploy/update-operator.yaml` whose kinds the server serves (the RBAC and admission kinds
+/// are not served yet), as one manifest.
+async fn served_part_of_the_install_manifest(client: &kube::Client) -> String {
+    let bundle =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/update-operator.yaml")).unwrap();
+    let discovery = kube::discovery::Discovery::new(client.clone()).run().await.unwrap();
+    let mut kept = Vec::new();
+    for document in bundle.split("\n---\n") {
+        let Ok(value) = yaml_serde::from_str::<serde_json::Value>(document) else { continue };
+        let (Some(api_version), Some(kind)) = (value["apiVersion"].as_str(), value["kind"].as_str()) else { continue };
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+        if discovery.resolve_gvk(&gvk).is_some() {
+            kept.push(document.to_owned());
+        }
+    }
+    kept.join("\n---\n")
+}
+
+/// Unknown fields in a built-in object and in a custom resource.
+const MISSPELLED: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: misspelled\ndata:\n  a: b\ndatta: {}\n---\napiVersion: update.edgeless.systems/v1alpha1\nkind: NodeVersion\nmetadata:\n  name: misspelled\nspec:\n  image: img\n  rollout:\n    maxUnavailabl: 2\n";
+
+async fn apply_validate_and_explain(binary: &Path) {
+    let server = dev::apiserver::ApiServer::start(dev::apiserver::ApiServerConfig::default()).await.unwrap();
+    let config = server.kubeconfig_path().to_owned();
+    let dir = config.parent().unwrap().to_owned();
+    let manifest = dir.join("install.yaml");
+    std::fs::write(&manifest, served_part_of_the_install_manifest(&server.client()).await).unwrap();
+    let manifest = manifest.to_str().unwrap();
+    // Plain `kubectl apply`: kubectl validates (with the server's help) and needs the OpenAPI documents.
+    let applied = kubectl_ok(binary, &config, &["apply", "-f", manifest]).await;
+    for created in [
+        "customresourcedefinition.apiextensions.k8s.io/nodeversions.update.edgeless.systems created",
+        "namespace/update-operator created",
+        "deployment.apps/update-operator-controller created",
+        "daemonset.apps/update-operator-agent created",
+    ] {
+        assert!(applied.stdout.contains(created), "{}: no {created:?} in\n{}", binary.display(), applied.stdout);
+    }
+    // Applying again changes nothing.
+    let again = kubectl_ok(binary, &config, &["apply", "-f", manifest]).await;
+    assert!(again.stdout.contains("deployment.apps/update-operator-controller unchanged"), "{}", again.stdout);
+
+    let misspelled = dir.join("misspelled.yaml");
+    std::fs::write(&misspelled, MISSPELLED).unwrap();
+    let refused = kubectl(binary, &config, &["apply", "-f", misspelled.to_str().unwrap()]).await;
+    assert!(!refused.success, "{}: a misspelled field was applied", binary.display());
+    for error in [
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"datta\"",
+        "NodeVersion in version \"v1alpha1\" cannot be handled as a NodeVersion: strict decoding error: unknown field \"spec.rollout.maxUnavailabl\"",
+    ] {
+        assert!(refused.stderr.contains(error), "{}: no {error:?} in\n{}", binary.display(), refused.stderr);
+    }
+
+    let explained = kubectl_ok(binary, &config, &["explain", "nodeversion.spec.rollout"]).await;
+    assert!(explained.stdout.contains("KIND:       NodeVersion"), "{}", explained.stdout);
+    assert!(explained.stdout.contains("maxUnavailable"), "{}", explained.stdout);
+    let explained = kubectl_ok(binary, &config, &["explain", "deployment.spec.strategy"]).await;
+    assert!(explained.stdout.contains("rollingUpdate"), "{}", explained.stdout);
+    // The v2 renderer reads the protobuf /openapi/v2.
+    let explained =
+        kubectl_ok(binary, &config, &["explain", "nodeversion.spec", "--output", "plaintext-openapiv2"]).await;
+    assert!(explained.stdout.contains("RESOURCE: spec <Object>"), "{}", explained.stdout);
+    assert!(explained.stdout.contains("kubernetesClusterVersion"), "{}", explained.stdout);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kubectl_applies_the_install_manifest_validating_fields_and_explains_the_crds() {
+    for binary in &kubectl_binaries() {
+        apply_validate_and_explain(binary).await;
     }
 }

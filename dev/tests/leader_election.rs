@@ -11,7 +11,7 @@ use kube::api::ListParams;
 use serde_json::json;
 use shared::crd::NodeVersion;
 use std::time::Duration;
-use support::{FakeHost, bare_cluster, create_version, eventually, rolled_out};
+use support::{FakeHost, bare_cluster, create_version, eventually, operator, rolled_out};
 
 /// (reporting instance, event time) of every Event the controllers published.
 fn reporters(store: &dev::apiserver::Store) -> Vec<(String, Timestamp)> {
@@ -34,13 +34,13 @@ async fn exactly_one_replica_acts_and_a_crashed_leader_is_replaced() {
         .map(|name| {
             let store = store.clone();
             let name = *name;
-            harness::agent_with(server.url(), name, move || Ok(FakeHost::new(store, name, "v1")))
+            harness::agent_with(&operator(&server), name, move || Ok(FakeHost::new(store, name, "v1")))
         })
         .collect();
     let observer = Observer::start(server.client(), Limits { max_disrupted: 1, check_pdbs: false });
     let mut replicas = vec![
-        ("c1", Some(harness::controller(server.url(), harness::controller_options("c1")))),
-        ("c2", Some(harness::controller(server.url(), harness::controller_options("c2")))),
+        ("c1", Some(harness::controller(&operator(&server), harness::controller_options("c1")))),
+        ("c2", Some(harness::controller(&operator(&server), harness::controller_options("c2")))),
     ];
     let leader = eventually(Duration::from_secs(30), "a leader", || harness::lease_holder(&store)).await;
     create_version(&store, "v2", json!({"maxUnavailable": 1}));

@@ -118,9 +118,9 @@ async fn a_leader_whose_renewals_are_slowed_failed_or_hung_never_acts_after_the_
     let faults = cluster.faults();
     let observer = Observer::start(cluster.client(), Limits { max_disrupted: 2, check_pdbs: true });
     let agents = support::start_agents(&cluster);
-    let first: Component = harness::controller(cluster.url(), options(REPLICAS[0]));
+    let first: Component = harness::controller(cluster.operator(), options(REPLICAS[0]));
     eventually(Duration::from_secs(30), "c1 leads", || (holder(&store)?.as_str() == REPLICAS[0]).then_some(())).await;
-    let second: Component = harness::controller(cluster.url(), options(REPLICAS[1]));
+    let second: Component = harness::controller(cluster.operator(), options(REPLICAS[1]));
     create_version(&store, "v2", json!({"maxUnavailable": 2}));
     let rolling = keep_rolling(store.clone());
     eventually(Duration::from_secs(60), "the rollout under way", || {

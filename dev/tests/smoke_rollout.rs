@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
 use shared::protocol::Step;
 use std::time::Duration;
-use support::{FakeHost, bare_cluster, create_version, eventually, rolled_out};
+use support::{FakeHost, bare_cluster, create_version, eventually, operator, rolled_out};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_completes_with_every_node_verified_and_uncordoned() {
@@ -20,10 +20,10 @@ async fn a_rollout_completes_with_every_node_verified_and_uncordoned() {
     let mut agents = Vec::new();
     for name in names {
         let store = store.clone();
-        agents.push(harness::agent_with(server.url(), name, move || Ok(FakeHost::new(store, name, "v1"))));
+        agents.push(harness::agent_with(&operator(&server), name, move || Ok(FakeHost::new(store, name, "v1"))));
     }
     let observer = Observer::start(server.client(), Limits { max_disrupted: 2, check_pdbs: false });
-    let controller = harness::controller(server.url(), harness::controller_options("c1"));
+    let controller = harness::controller(&operator(&server), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 2}));
 
     let status = eventually(Duration::from_secs(90), "the rollout", || rolled_out(&store, 5)).await;

@@ -1,8 +1,6 @@
 //! Code both the controller and the agent use: the custom resource types, the node annotation
-//! protocol, the health their loops report, and the structural-schema validation the CRDs are
-//! checked with.
+//! protocol, and the health their loops report.
 
 pub mod crd;
 pub mod health;
 pub mod protocol;
-pub mod schema;

@@ -51,9 +51,10 @@ pub enum HostError {
         #[source]
         source: std::io::Error,
     },
-    /// A configured host command exited unsuccessfully.
+    /// A configured host command exited unsuccessfully. `temporary` when it exited with
+    /// [`EX_TEMPFAIL`] (75), the `sysexits.h` status for "a temporary failure: try again later".
     #[error("the {command} command {program:?} {status}{}", stderr_suffix(stderr_tail))]
-    CommandFailed { command: &'static str, program: String, status: String, stderr_tail: String },
+    CommandFailed { command: &'static str, program: String, status: String, stderr_tail: String, temporary: bool },
     /// A configured host command printed something unusable.
     #[error("the {command} command {program:?} printed {reason}")]
     BadOutput { command: &'static str, program: String, reason: String },
@@ -62,26 +63,41 @@ pub enum HostError {
     BootId { path: PathBuf, reason: String },
 }
 
+/// The exit status of a command that failed temporarily (`EX_TEMPFAIL` of `sysexits.h`): the
+/// command backend tries it again, as mail transfer agents do.
+pub const EX_TEMPFAIL: i32 = 75;
+
 impl HostError {
     /// Whether trying the same operation again later may succeed without anyone changing anything:
-    /// transport failures, timeouts, a held update lock, a server-side error or an update state
-    /// that another client is still changing. Everything else needs a different target, another
-    /// configuration or a human.
+    /// transport failures, timeouts, a held update lock, an update state that another client is
+    /// still changing, a server-side error or overload (HTTP 5xx or 429), a command that exited
+    /// with [`EX_TEMPFAIL`], and a command that could not start for want of a resource (a process
+    /// slot, memory, a file descriptor) or because its program was being written. Everything else
+    /// needs a different target, another configuration or a human.
     pub fn is_retryable(&self) -> bool {
         match self {
             HostError::Unreachable { .. }
             | HostError::TimedOut { .. }
             | HostError::Locked { .. }
             | HostError::UnexpectedState { .. } => true,
-            HostError::Refused { status, .. } => *status >= 500,
+            HostError::Refused { status, .. } => *status >= 500 || *status == 429,
+            HostError::CommandFailed { temporary, .. } => *temporary,
+            HostError::CommandStart { source, .. } => matches!(
+                rustix::io::Errno::from_io_error(source),
+                Some(
+                    rustix::io::Errno::AGAIN
+                        | rustix::io::Errno::NOMEM
+                        | rustix::io::Errno::MFILE
+                        | rustix::io::Errno::NFILE
+                        | rustix::io::Errno::TXTBSY
+                )
+            ),
             HostError::BadAnswer { .. }
             | HostError::InvalidTarget { .. }
             | HostError::TargetNotOffered { .. }
             | HostError::StepFailed { .. }
             | HostError::NotStaged { .. }
             | HostError::UnknownHost { .. }
-            | HostError::CommandStart { .. }
-            | HostError::CommandFailed { .. }
             | HostError::BadOutput { .. }
             | HostError::BootId { .. } => false,
         }
@@ -146,6 +162,7 @@ mod tests {
             program: "/usr/bin/os-update".into(),
             status: "exited with status 3".into(),
             stderr_tail: "no space left on device".into(),
+            temporary: false,
         };
         assert_eq!(
             failed.to_string(),
@@ -157,11 +174,44 @@ mod tests {
     fn only_transient_failures_are_retryable() {
         let refused =
             |status| HostError::Refused { service: "s".into(), operation: "o".into(), status, message: "m".into() };
-        assert!(refused(500).is_retryable());
-        assert!(!refused(400).is_retryable());
+        for status in [500, 502, 503, 504, 429] {
+            assert!(refused(status).is_retryable(), "{status}");
+        }
+        for status in [400, 403, 404, 409, 422] {
+            assert!(!refused(status).is_retryable(), "{status}");
+        }
         assert!(HostError::Locked { operation: "o".into(), attempts: 3 }.is_retryable());
         assert!(HostError::TimedOut { operation: "o".into(), after: Duration::from_secs(1) }.is_retryable());
+        assert!(
+            HostError::Unreachable { service: "s".into(), operation: "o".into(), reason: "r".into() }.is_retryable()
+        );
         assert!(!HostError::StepFailed { step: "s".into(), message: "m".into() }.is_retryable());
         assert!(!HostError::TargetNotOffered { target: "t".into(), available: vec![] }.is_retryable());
+        assert!(
+            !HostError::BadAnswer { service: "s".into(), operation: "o".into(), reason: "r".into() }.is_retryable()
+        );
+    }
+
+    #[test]
+    fn a_command_is_retried_only_after_a_temporary_failure() {
+        let failed = |temporary| HostError::CommandFailed {
+            command: "apply",
+            program: "p".into(),
+            status: "exited with status 1".into(),
+            stderr_tail: String::new(),
+            temporary,
+        };
+        assert!(failed(true).is_retryable());
+        assert!(!failed(false).is_retryable());
+        let start = |errno: i32| HostError::CommandStart {
+            command: "apply",
+            program: "p".into(),
+            source: std::io::Error::from_raw_os_error(errno),
+        };
+        let (enoent, eacces, eagain, etxtbsy) = (2, 13, 11, 26);
+        assert!(!start(enoent).is_retryable());
+        assert!(!start(eacces).is_retryable());
+        assert!(start(eagain).is_retryable());
+        assert!(start(etxtbsy).is_retryable());
     }
 }

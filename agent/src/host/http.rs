@@ -5,7 +5,7 @@
 //! - Every exchange ends within its timeout; the connection is closed when it ends.
 //! - Answers larger than [`MAX_ANSWER_BYTES`] are refused, never buffered whole.
 
-use super::HostError;
+use super::{HostError, text};
 use bytes::Bytes;
 use http::{Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
@@ -54,19 +54,10 @@ impl Answer {
         struct WithMessage {
             message: String,
         }
-        let text = match serde_json::from_slice::<WithMessage>(&self.body) {
-            Ok(with_message) => with_message.message,
-            Err(_) => String::from_utf8_lossy(&self.body).into_owned(),
-        };
-        let text = text.trim();
-        if text.is_empty() {
-            return "(no message)".to_owned();
+        match serde_json::from_slice::<WithMessage>(&self.body) {
+            Ok(with_message) => text::head(&with_message.message, MAX_MESSAGE_CHARS),
+            Err(_) => text::head(&String::from_utf8_lossy(&self.body), MAX_MESSAGE_CHARS),
         }
-        let mut cut: String = text.chars().take(MAX_MESSAGE_CHARS).collect();
-        if cut.len() < text.len() {
-            cut.push_str(" ...");
-        }
-        cut
     }
 }
 
@@ -85,7 +76,10 @@ pub(crate) enum TransportError {
     /// The request could not be built (a bad path).
     #[error("bad request: {0}")]
     Request(#[source] http::Error),
-    /// The answer body was larger than [`MAX_ANSWER_BYTES`] or could not be read.
+    /// The answer body was larger than [`MAX_ANSWER_BYTES`].
+    #[error("the answer is larger than {MAX_ANSWER_BYTES} bytes")]
+    TooLarge,
+    /// The connection broke while the answer body was read.
     #[error("cannot read the answer: {0}")]
     Body(String),
     /// No complete answer arrived in time.
@@ -99,12 +93,13 @@ impl TransportError {
         let (service, operation) = (service.to_owned(), operation.to_owned());
         match self {
             TransportError::Timeout(after) => HostError::TimedOut { operation, after },
-            TransportError::Body(_) | TransportError::Request(_) => {
+            TransportError::TooLarge | TransportError::Request(_) => {
                 HostError::BadAnswer { service, operation, reason: self.to_string() }
             }
-            TransportError::Connect(_) | TransportError::ClosedBeforeAnswer | TransportError::Http(_) => {
-                HostError::Unreachable { service, operation, reason: self.to_string() }
-            }
+            TransportError::Connect(_)
+            | TransportError::ClosedBeforeAnswer
+            | TransportError::Http(_)
+            | TransportError::Body(_) => HostError::Unreachable { service, operation, reason: self.to_string() },
         }
     }
 }
@@ -182,7 +177,13 @@ where
     let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
         .collect()
         .await
-        .map_err(|error| TransportError::Body(error.to_string()))?
+        .map_err(|error| {
+            if error.is::<http_body_util::LengthLimitError>() {
+                TransportError::TooLarge
+            } else {
+                TransportError::Body(error.to_string())
+            }
+        })?
         .to_bytes();
     Ok(Answer { status, body })
 }
@@ -224,17 +225,44 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_closed_after_the_request_is_told_apart() {
-        use tokio::io::AsyncReadExt;
+        let endpoint = answer_once(Vec::new()).await;
+        let error =
+            exchange(&endpoint, Method::POST, "/actions/reboot", None, Duration::from_secs(10)).await.unwrap_err();
+        assert!(matches!(error, TransportError::ClosedBeforeAnswer), "{error:?}");
+    }
+
+    /// Serves one connection: reads the request, writes `answer`, closes.
+    async fn answer_once(answer: Vec<u8>) -> Endpoint {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let endpoint = Endpoint::Tcp(listener.local_addr().unwrap().to_string());
         tokio::spawn(async move {
             let (mut stream, _) = listener.accept().await.unwrap();
             let mut buffer = [0u8; 1024];
             let _ = stream.read(&mut buffer).await;
-            drop(stream);
+            let _ = stream.write_all(&answer).await;
         });
-        let error =
-            exchange(&endpoint, Method::POST, "/actions/reboot", None, Duration::from_secs(10)).await.unwrap_err();
-        assert!(matches!(error, TransportError::ClosedBeforeAnswer), "{error:?}");
+        endpoint
+    }
+
+    #[tokio::test]
+    async fn an_answer_too_large_is_a_bad_answer_not_worth_retrying() {
+        let body = vec![b'x'; MAX_ANSWER_BYTES + 1];
+        let mut answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len()).into_bytes();
+        answer.extend_from_slice(&body);
+        let endpoint = answer_once(answer).await;
+        let error = exchange(&endpoint, Method::GET, "/", None, Duration::from_secs(10)).await.unwrap_err();
+        assert!(matches!(error, TransportError::TooLarge), "{error:?}");
+        assert!(!error.into_host_error("s", "o").is_retryable());
+    }
+
+    #[tokio::test]
+    async fn a_connection_broken_in_the_middle_of_the_answer_is_worth_retrying() {
+        let endpoint = answer_once(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{\"partial".to_vec()).await;
+        let error = exchange(&endpoint, Method::GET, "/", None, Duration::from_secs(10)).await.unwrap_err();
+        assert!(matches!(error, TransportError::Body(_)), "{error:?}");
+        let error = error.into_host_error("the API", "reading");
+        assert!(matches!(error, HostError::Unreachable { .. }), "{error:?}");
+        assert!(error.is_retryable());
     }
 }

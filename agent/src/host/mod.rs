@@ -21,8 +21,9 @@ pub mod command;
 mod error;
 mod http;
 pub mod simulated;
+mod text;
 
-pub use error::{ConfigError, HostError};
+pub use error::{ConfigError, EX_TEMPFAIL, HostError};
 
 use shared::protocol::{BootId, ComponentsHash};
 use std::future::Future;
@@ -47,18 +48,49 @@ pub struct HostFacts {
 
 /// Reads and changes what the host boots. See the module docs for the guarantees every
 /// implementation gives.
+///
+/// # Cancellation
+/// The agent drops a `stage` or `activate_and_reboot` future when the controller no longer wants
+/// it (the node was released, the target changed, the step timed out). Dropping one stops the
+/// agent's part of the work at once (a running command is killed with everything it started) and
+/// leaves the host in a state the next call of any method copes with; work the host's own updater
+/// runs in the background (a Bottlerocket download) may go on. [`HostUpdater::release`] then undoes
+/// what staging changed.
 pub trait HostUpdater: Send + Sync + 'static {
     /// The facts of the host now.
     fn facts(&self) -> impl Future<Output = Result<HostFacts, HostError>> + Send;
 
-    /// Downloads, verifies and stages `target` without disrupting the node. Idempotent: staging
-    /// what is already staged returns quickly. Returns once staged (may take minutes).
+    /// Stages `target` without disrupting the node, so that [`HostUpdater::activate_and_reboot`]
+    /// can boot it. Idempotent: staging what is already staged returns quickly. Returns once
+    /// staged (may take minutes). What `Ok` guarantees differs by backend:
+    /// - Bottlerocket: the update status shows `target` in the staging partition; the host's
+    ///   updater checked the image against its signed repository metadata while writing it.
+    /// - command: `apply` exited 0 and, when a `staged` command is configured, `staged` then
+    ///   prints `target` (without one, `apply`'s exit status is all the agent knows).
+    /// - simulated: the dev cluster's host records `target` as staged.
     fn stage(&self, target: &str) -> impl Future<Output = Result<(), HostError>> + Send;
 
     /// Makes the staged `target` the next boot's image and reboots. Idempotent. Returns once the
     /// reboot is under way; on a real host the process is then killed by the reboot, so this never
     /// exits the process itself.
     fn activate_and_reboot(&self, target: &str) -> impl Future<Output = Result<(), HostError>> + Send;
+
+    /// Undoes, as far as the backend can, what staging (or an activation not followed by a
+    /// reboot) changed for `target`, because the controller gave `target` up before the reboot:
+    /// afterwards an unplanned reboot boots what the host runs now, and the host's update
+    /// settings are as they were. Idempotent.
+    /// - Bottlerocket: undoes an activation of `target` (deactivate-update) and restores
+    ///   `settings.updates.version-lock` and `ignore-waves` to the values the pin replaced. Only
+    ///   the process that pinned knows them: after an agent restart the pin stays until the next
+    ///   stage replaces it. A staged (not activated) image is left in place; it is never booted.
+    /// - command: runs the `unstage` command with `target` as its last argument, if one is
+    ///   configured.
+    /// - simulated: nothing to undo (a simulated host reboots only when the agent asks, after
+    ///   staging the target of that reboot): the default, which does nothing.
+    fn release(&self, target: &str) -> impl Future<Output = Result<(), HostError>> + Send {
+        let _ = target;
+        std::future::ready(Ok(()))
+    }
 }
 
 /// Longest boot ID file read; the kernel's is 37 bytes.

@@ -8,8 +8,9 @@
 //!   `{"osImage": "...", "bootID": "...", "stagedImage": null | "...", "componentsHash": null | "sha256:..."}`;
 //!   404 if the host is unknown.
 //! - `POST {base}/_dev/hosts/{node}/stage` with `{"image": "..."}` → 200 `{}` once staged (the
-//!   server holds the request for the simulated stage duration); 4xx/5xx when staging fails (an
-//!   injected fault), 404 if the host is unknown.
+//!   server holds the request for the simulated stage duration); 404 if the host is unknown. A
+//!   failure (an injected fault, or the host going down) answers 429, 502, 503 or 504 when it is
+//!   transient (the agent tries again) and any other status when staging failed for good.
 //! - `POST {base}/_dev/hosts/{node}/reboot` → 202 `{}`; the node then goes NotReady and comes back
 //!   Ready with a new boot ID, running the staged image. The agent process lives on and learns of
 //!   the new boot from `facts()`.
@@ -165,6 +166,9 @@ impl HostUpdater for SimulatedHost {
         if answer.status.is_success() {
             return Ok(());
         }
+        if is_transient(answer.status) {
+            return Err(answer.refusal(SERVICE, &operation));
+        }
         Err(HostError::StepFailed { step: operation, message: answer.message() })
     }
 
@@ -186,6 +190,17 @@ impl HostUpdater for SimulatedHost {
         tracing::info!(target, "simulated reboot under way");
         Ok(())
     }
+}
+
+/// The answers of the contract that say "try again later" (see the module docs).
+fn is_transient(status: StatusCode) -> bool {
+    matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS
+            | StatusCode::BAD_GATEWAY
+            | StatusCode::SERVICE_UNAVAILABLE
+            | StatusCode::GATEWAY_TIMEOUT
+    )
 }
 
 #[cfg(test)]

@@ -17,6 +17,10 @@
 //!   `stale_refreshes_after_commit` the next refreshes after a commit still use the old lock, as
 //!   when they win the race against the rendering.
 //!
+//! `GET /settings` answers the version lock and `ignore-waves`; the agent changes and restores
+//! them through its own transaction, which the settings API serves while an update command holds
+//! the update lock (the lock guards only `/updates` and `/actions`).
+//!
 //! Injected faults: a number of 423 answers before the lock "lets go" (`set_locked_answers`), and
 //! failing prepares with an updog-like stderr (`fail_next_prepares`).
 //!
@@ -31,6 +35,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 const ARCH: &str = "x86_64";
@@ -53,6 +58,10 @@ pub struct Setup {
     pub command_duration: Duration,
     /// How many refreshes after a commit still use the old version lock.
     pub stale_refreshes_after_commit: usize,
+    /// `settings.updates.version-lock` at start (default: `latest`, or the staged version).
+    pub version_lock: Option<&'static str>,
+    /// `settings.updates.ignore-waves` at start.
+    pub ignore_waves: bool,
 }
 
 impl Setup {
@@ -63,6 +72,8 @@ impl Setup {
             initial: Initial::Fresh,
             command_duration: Duration::from_millis(50),
             stale_refreshes_after_commit: 0,
+            version_lock: None,
+            ignore_waves: false,
         }
     }
 }
@@ -116,6 +127,7 @@ pub struct FakeBottlerocket {
     pub socket: PathBuf,
     pub boot_id_path: PathBuf,
     host: Arc<Mutex<Host>>,
+    finish_now: Arc<Notify>,
     server: JoinHandle<()>,
     _dir: tempfile::TempDir,
 }
@@ -154,6 +166,7 @@ impl FakeBottlerocket {
                 (Some(status), version.to_owned())
             }
         };
+        let version_lock = setup.version_lock.map_or(version_lock, str::to_owned);
         let host = Arc::new(Mutex::new(Host {
             running: setup.running.to_owned(),
             offered: setup.offered.into_iter().map(str::to_owned).collect(),
@@ -166,7 +179,7 @@ impl FakeBottlerocket {
             version_lock,
             stale_refreshes_after_commit: setup.stale_refreshes_after_commit,
             stale_refreshes_left: 0,
-            ignore_waves: false,
+            ignore_waves: setup.ignore_waves,
             pending: HashMap::new(),
             requests: Vec::new(),
             lock_refusals: 0,
@@ -174,8 +187,9 @@ impl FakeBottlerocket {
             boot_id_path: boot_id_path.clone(),
         }));
         let listener = tokio::net::UnixListener::bind(&socket).unwrap();
-        let server = serve_unix(listener, Arc::new(Api { host: host.clone() }));
-        FakeBottlerocket { socket, boot_id_path, host, server, _dir: dir }
+        let finish_now = Arc::new(Notify::new());
+        let server = serve_unix(listener, Arc::new(Api { host: host.clone(), finish_now: finish_now.clone() }));
+        FakeBottlerocket { socket, boot_id_path, host, finish_now, server, _dir: dir }
     }
 
     fn host(&self) -> MutexGuard<'_, Host> {
@@ -228,6 +242,20 @@ impl FakeBottlerocket {
         self.host().version_lock.clone()
     }
 
+    pub fn ignore_waves(&self) -> bool {
+        self.host().ignore_waves
+    }
+
+    /// Ends the update commands running now, as if their duration had passed.
+    pub fn finish_commands_now(&self) {
+        self.finish_now.notify_waiters();
+    }
+
+    /// Whether an update command still runs (holding the update lock).
+    pub fn command_running(&self) -> bool {
+        self.host().command_running
+    }
+
     pub fn boots(&self) -> u32 {
         self.host().boots
     }
@@ -235,6 +263,8 @@ impl FakeBottlerocket {
 
 struct Api {
     host: Arc<Mutex<Host>>,
+    /// Ends running commands before their duration.
+    finish_now: Arc<Notify>,
 }
 
 fn text(status: StatusCode, body: &str) -> Reply {
@@ -284,16 +314,20 @@ impl Host {
     }
 }
 
-/// Runs `finish` on the host after the command's duration, holding the update lock meanwhile.
-fn start_command(host: &Arc<Mutex<Host>>, finish: impl FnOnce(&mut Host) + Send + 'static) {
+/// Runs `finish` on the host after the command's duration (or when told to finish now), holding
+/// the update lock meanwhile.
+fn start_command(host: &Arc<Mutex<Host>>, now: &Arc<Notify>, finish: impl FnOnce(&mut Host) + Send + 'static) {
     let duration = {
         let mut guard = host.lock().unwrap();
         guard.command_running = true;
         guard.command_duration
     };
-    let host = host.clone();
+    let (host, now) = (host.clone(), now.clone());
     tokio::spawn(async move {
-        tokio::time::sleep(duration).await;
+        tokio::select! {
+            () = tokio::time::sleep(duration) => {}
+            () = now.notified() => {}
+        }
         let mut guard = host.lock().unwrap();
         finish(&mut guard);
         guard.command_running = false;
@@ -360,7 +394,7 @@ impl Handler for Api {
             (Method::POST, "/actions/refresh-updates") => {
                 host.status_mut();
                 drop(host);
-                start_command(&self.host, |host| {
+                start_command(&self.host, &self.finish_now, |host| {
                     let chosen = host.choose();
                     if host.stale_refreshes_left > 0 {
                         host.stale_refreshes_left -= 1;
@@ -386,7 +420,7 @@ impl Handler for Api {
                     return text(StatusCode::NOT_FOUND, "Previously chosen Update no longer exists");
                 };
                 drop(host);
-                start_command(&self.host, move |host| {
+                start_command(&self.host, &self.finish_now, move |host| {
                     if host.prepare_failures > 0 {
                         host.prepare_failures -= 1;
                         let stderr = format!(
@@ -411,7 +445,7 @@ impl Handler for Api {
                     return text(StatusCode::NOT_FOUND, "No update image applied to staging partition");
                 }
                 drop(host);
-                start_command(&self.host, |host| {
+                start_command(&self.host, &self.finish_now, |host| {
                     let status = host.status_mut();
                     if let Some((_, next)) = &mut status.staging {
                         *next = true;
@@ -426,7 +460,7 @@ impl Handler for Api {
                     return text(StatusCode::CONFLICT, "Update action not allowed according to update state");
                 }
                 drop(host);
-                start_command(&self.host, |host| {
+                start_command(&self.host, &self.finish_now, |host| {
                     let status = host.status_mut();
                     if let Some((_, next)) = &mut status.staging {
                         *next = false;

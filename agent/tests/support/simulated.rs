@@ -79,6 +79,10 @@ impl FakeDevServer {
         self.state.lock().unwrap().stage_fault = Some((status, message.to_owned()));
     }
 
+    pub fn heal_stages(&self) {
+        self.state.lock().unwrap().stage_fault = None;
+    }
+
     pub fn answer_facts_with(&self, body: &str) {
         self.state.lock().unwrap().facts_override = Some(body.to_owned());
     }

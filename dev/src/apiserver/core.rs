@@ -1,7 +1,11 @@
 //! The server core shared by the HTTP front end and the in-process `Store`: state, registry, metrics, faults.
 
+use super::admission::Admission;
+use super::auth::{Auth, UserInfo};
 use super::config::ApiServerConfig;
+use super::error::ApiError;
 use super::faults::{Controllers, FaultTable};
+use super::field_validation::FieldValidation;
 use super::metrics::Metrics;
 use super::object::{now_rfc3339, object_key};
 use super::request_log::RequestLog;
@@ -21,12 +25,52 @@ pub struct Ctx<'a> {
     pub field_manager: Option<&'a str>,
     /// `?dryRun=All`.
     pub dry_run: bool,
+    /// `?fieldValidation` ([`FieldValidation::Ignore`] for in-process callers, which send typed objects).
+    pub field_validation: FieldValidation,
+    /// Strict-decoding findings already made in the request body (duplicates in a patch), reported together
+    /// with those of the patched object.
+    pub body_findings: &'a [String],
+    /// The authenticated user; `None` for the server's own in-process writers, which admission does not see.
+    pub user: Option<&'a UserInfo>,
+    /// Where field-validation findings under [`FieldValidation::Warn`] and admission's warnings go (the
+    /// response's `Warning` headers).
+    pub warnings: Option<&'a Mutex<Vec<String>>>,
 }
 
 impl<'a> Ctx<'a> {
-    /// A request of `user_agent` without options.
+    /// A request of `user_agent` without options, made by the server itself.
     pub fn new(user_agent: &'a str) -> Self {
-        Ctx { user_agent, field_manager: None, dry_run: false }
+        Ctx {
+            user_agent,
+            field_manager: None,
+            dry_run: false,
+            field_validation: FieldValidation::Ignore,
+            body_findings: &[],
+            user: None,
+            warnings: None,
+        }
+    }
+
+    /// Applies the field-validation directive to `findings`: the error under Strict (made by `error`), a
+    /// warning each under Warn, nothing under Ignore.
+    pub fn field_findings(
+        &self,
+        findings: Vec<String>,
+        error: impl FnOnce(&[String]) -> ApiError,
+    ) -> Result<(), ApiError> {
+        if findings.is_empty() {
+            return Ok(());
+        }
+        match self.field_validation {
+            FieldValidation::Ignore => Ok(()),
+            FieldValidation::Strict => Err(error(&findings)),
+            FieldValidation::Warn => {
+                if let Some(warnings) = self.warnings {
+                    warnings.lock().extend(findings);
+                }
+                Ok(())
+            }
+        }
     }
 
     /// The manager recorded for non-apply writes: `fieldManager`, else the User-Agent up to its first `/`, as
@@ -56,6 +100,10 @@ pub struct Core {
     pub rv_changes: watch::Receiver<u64>,
     /// Routes under `/_dev/` served by code outside the API server (the simulated hosts).
     pub dev_routes: RwLock<Option<Arc<dyn DevRoutes>>>,
+    /// Tokens and the RBAC authorizer.
+    pub auth: Auth,
+    /// ValidatingAdmissionPolicies.
+    pub admission: Admission,
 }
 
 /// Routes under `/_dev/` that code outside the API server mounts on its HTTP listener
@@ -88,6 +136,27 @@ impl Core {
                 state.put(&namespaces, object_key(None, name), &mut namespace);
             }
         }
+        for (kind, namespace, mut object) in super::ops::admit::bootstrap_objects(&config.namespaces) {
+            if let Some(rt) = registry.types().find(|t| t.is(kind)) {
+                let name = super::object::name_of(&object).to_owned();
+                let metadata = super::object::metadata_mut(&mut object);
+                metadata.insert("uid".into(), json!(super::object::new_uid()));
+                metadata.insert("creationTimestamp".into(), json!(now_rfc3339()));
+                let rt = rt.clone();
+                state.put(&rt, object_key(namespace, &name), &mut object);
+            }
+        }
+        // The RBAC objects a real server bootstraps (cluster-admin for system:masters, discovery, self reviews).
+        for mut object in super::auth::bootstrap::objects() {
+            let kind = object.get("kind").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
+            if let Some(rt) = registry.by_kind("rbac.authorization.k8s.io/v1", &kind) {
+                let name = super::object::name_of(&object).to_owned();
+                let metadata = super::object::metadata_mut(&mut object);
+                metadata.insert("uid".into(), json!(super::object::new_uid()));
+                metadata.insert("creationTimestamp".into(), json!(now_rfc3339()));
+                state.put(&rt, object_key(None, &name), &mut object);
+            }
+        }
         Arc::new(Core {
             config,
             state: Mutex::new(state),
@@ -98,6 +167,8 @@ impl Core {
             controllers: Controllers::default(),
             rv_changes,
             dev_routes: RwLock::new(None),
+            auth: Auth::default(),
+            admission: Admission::default(),
         })
     }
 

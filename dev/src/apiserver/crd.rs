@@ -7,12 +7,10 @@
 //! - Every served version becomes a resource type with the version's schema, subresources, printer columns and
 //!   selectable fields; the CRD's objects are shared by all its versions (conversion strategy `None`).
 
-use super::error::field_error;
 use super::object::now_rfc3339;
 use super::resource::{Behavior, CustomBehavior, PrinterColumn, ResourceType, ScalePaths, SelectableField};
-use super::selector::label::is_dns_label;
+use crate::apiserver::schema::FieldError;
 use serde_json::{Value, json};
-use shared::schema::{ErrorKind, FieldError};
 use std::sync::Arc;
 
 /// The finalizer under which the CRD's objects are deleted before the CRD goes.
@@ -22,87 +20,9 @@ fn text<'a>(value: &'a Value, pointer: &str) -> &'a str {
     value.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
 }
 
-/// Validates a CRD (`old` on update).
+/// Validates a CRD (`old` on update): see [`super::crd_validation`].
 pub fn validate(crd: &Value, old: Option<&Value>) -> Vec<FieldError> {
-    let mut errors = Vec::new();
-    let group = text(crd, "/spec/group");
-    let plural = text(crd, "/spec/names/plural");
-    let kind = text(crd, "/spec/names/kind");
-    let name = text(crd, "/metadata/name");
-    if group.is_empty() {
-        errors.push(field_error("spec.group", ErrorKind::Required, "Required value"));
-    } else if !group.contains('.') {
-        errors.push(field_error(
-            "spec.group",
-            ErrorKind::Invalid,
-            format!("Invalid value: {group:?}: should be a domain with at least one dot"),
-        ));
-    }
-    if plural.is_empty() {
-        errors.push(field_error("spec.names.plural", ErrorKind::Required, "Required value"));
-    } else if !is_dns_label(plural) {
-        errors.push(field_error(
-            "spec.names.plural",
-            ErrorKind::Invalid,
-            format!("Invalid value: {plural:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character"),
-        ));
-    }
-    if kind.is_empty() {
-        errors.push(field_error("spec.names.kind", ErrorKind::Required, "Required value"));
-    }
-    if !group.is_empty() && !plural.is_empty() && name != format!("{plural}.{group}") {
-        errors.push(field_error(
-            "metadata.name",
-            ErrorKind::Invalid,
-            format!("Invalid value: {name:?}: must be spec.names.plural+\".\"+spec.group"),
-        ));
-    }
-    match text(crd, "/spec/scope") {
-        "Namespaced" | "Cluster" => {}
-        "" => errors.push(field_error("spec.scope", ErrorKind::Required, "Required value")),
-        other => errors.push(field_error(
-            "spec.scope",
-            ErrorKind::NotSupported,
-            format!("Unsupported value: {other:?}: supported values: \"Cluster\", \"Namespaced\""),
-        )),
-    }
-    let versions = crd.pointer("/spec/versions").and_then(Value::as_array).cloned().unwrap_or_default();
-    if versions.is_empty() {
-        errors.push(field_error(
-            "spec.versions",
-            ErrorKind::Invalid,
-            "Invalid value: null: must have exactly one version marked as storage version",
-        ));
-    } else {
-        let storage = versions.iter().filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true)).count();
-        if storage != 1 {
-            errors.push(field_error(
-                "spec.versions",
-                ErrorKind::Invalid,
-                format!(
-                    "Invalid value: {}: must have exactly one version marked as storage version",
-                    Value::Array(versions.clone())
-                ),
-            ));
-        }
-        for (i, version) in versions.iter().enumerate() {
-            if text(version, "/name").is_empty() {
-                errors.push(field_error(&format!("spec.versions[{i}].name"), ErrorKind::Required, "Required value"));
-            }
-        }
-    }
-    if let Some(old) = old {
-        for (pointer, field) in [("/spec/group", "spec.group"), ("/spec/scope", "spec.scope")] {
-            if old.pointer(pointer) != crd.pointer(pointer) {
-                errors.push(field_error(
-                    field,
-                    ErrorKind::Invalid,
-                    format!("Invalid value: {}: field is immutable", crd.pointer(pointer).cloned().unwrap_or_default()),
-                ));
-            }
-        }
-    }
-    errors
+    super::crd_validation::validate(crd, old)
 }
 
 /// Fills in the status the apiextensions server maintains: accepted names, conditions, stored versions. Also
@@ -179,6 +99,10 @@ pub fn resource_types(crd: &Value) -> Vec<ResourceType> {
             .map(|v| v.iter().filter_map(Value::as_str).map(str::to_owned).collect())
             .unwrap_or_default()
     };
+    let list_kind = match text(crd, "/spec/names/listKind") {
+        "" => format!("{kind}List"),
+        s => s.to_owned(),
+    };
     let short_names = strings("/spec/names/shortNames");
     let categories = strings("/spec/names/categories");
     let namespaced = text(crd, "/spec/scope") != "Cluster";
@@ -246,6 +170,7 @@ pub fn resource_types(crd: &Value) -> Vec<ResourceType> {
                 tracks_generation: true,
                 behavior: Behavior::Custom(Arc::new(CustomBehavior {
                     crd_name: crd_name.clone(),
+                    list_kind: list_kind.clone(),
                     schema: version.pointer("/schema/openAPIV3Schema").cloned(),
                     printer_columns,
                 })),
@@ -268,7 +193,8 @@ mod tests {
                     "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}},
                     "selectableFields": [{"jsonPath": ".spec.color"}],
                     "additionalPrinterColumns": [{"name": "Color", "type": "string", "jsonPath": ".spec.color"}],
-                    "schema": {"openAPIV3Schema": {"type": "object"}}}]}})
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object",
+                        "properties": {"color": {"type": "string"}, "replicas": {"type": "integer"}}}}}}}]}})
     }
 
     #[test]
@@ -295,6 +221,6 @@ mod tests {
         crd["spec"]["versions"][0]["storage"] = json!(false);
         crd["spec"]["scope"] = json!("Galaxy");
         let fields: Vec<String> = validate(&crd, None).into_iter().map(|e| e.field).collect();
-        assert_eq!(fields, vec!["metadata.name", "spec.scope", "spec.versions"]);
+        assert_eq!(fields, vec!["metadata.name", "spec.scope", "spec.versions", "status.storedVersions"]);
     }
 }

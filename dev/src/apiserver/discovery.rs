@@ -53,8 +53,9 @@ pub fn group(registry: &Registry, name: &str) -> Option<Value> {
 }
 
 fn resource_entries(rt: &ResourceType) -> Vec<Value> {
+    let verbs: &[&str] = if rt.builtin().is_some_and(|b| b.is_review()) { &["create"] } else { &VERBS };
     let mut main = json!({
-        "name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced, "kind": rt.kind, "verbs": VERBS,
+        "name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced, "kind": rt.kind, "verbs": verbs,
     });
     if !rt.short_names.is_empty() {
         main["shortNames"] = json!(rt.short_names);
@@ -82,6 +83,12 @@ fn resource_entries(rt: &ResourceType) -> Vec<Value> {
                 eviction
             }
             "binding" => sub("binding", "Binding", &["create"]),
+            "token" => {
+                let mut token = sub("token", "TokenRequest", &["create"]);
+                token["group"] = json!("authentication.k8s.io");
+                token["version"] = json!("v1");
+                token
+            }
             other => sub(other, &rt.kind, &["update"]),
         });
     }
@@ -125,7 +132,28 @@ mod tests {
         let registry = Registry::new();
         let list = groups(&registry);
         let names: Vec<&str> = list["groups"].as_array().unwrap().iter().filter_map(|g| g["name"].as_str()).collect();
-        assert_eq!(names, vec!["apps", "events.k8s.io", "policy", "coordination.k8s.io", "apiextensions.k8s.io"]);
+        assert_eq!(
+            names,
+            vec![
+                "apps",
+                "events.k8s.io",
+                "authentication.k8s.io",
+                "authorization.k8s.io",
+                "policy",
+                "rbac.authorization.k8s.io",
+                "admissionregistration.k8s.io",
+                "coordination.k8s.io",
+                "apiextensions.k8s.io",
+                "batch",
+                "scheduling.k8s.io"
+            ]
+        );
+        let authorization = resources(&registry, "authorization.k8s.io", "v1").unwrap();
+        let reviews = authorization["resources"].as_array().unwrap();
+        assert!(reviews.iter().all(|r| r["verbs"] == json!(["create"])), "{reviews:?}");
+        let core = resources(&registry, "", "v1").unwrap();
+        let token = core["resources"].as_array().unwrap().iter().find(|r| r["name"] == "serviceaccounts/token");
+        assert_eq!(token.unwrap()["kind"], "TokenRequest");
         assert_eq!(group(&registry, "apps").unwrap()["preferredVersion"]["groupVersion"], "apps/v1");
         assert!(group(&registry, "nope").is_none());
         assert!(resources(&registry, "apps", "v2").is_none());

@@ -7,8 +7,8 @@
 //! - A `Retry-After` header is due exactly when `details.retryAfterSeconds > 0`.
 
 use super::resource::ResourceType;
+use crate::apiserver::schema::FieldError;
 use serde_json::{Map, Value, json};
-use shared::schema::FieldError;
 
 /// One `details.causes` entry.
 #[derive(Debug, Clone, PartialEq)]
@@ -270,17 +270,16 @@ impl ApiError {
     /// The `Status` object.
     pub fn to_status(&self) -> Value {
         let mut details = Map::new();
-        if let Some(name) = &self.details.name {
-            details.insert("name".into(), json!(name));
-        }
-        if let Some(group) = &self.details.group {
-            details.insert("group".into(), json!(group));
-        }
-        if let Some(kind) = &self.details.kind {
-            details.insert("kind".into(), json!(kind));
-        }
-        if let Some(uid) = &self.details.uid {
-            details.insert("uid".into(), json!(uid));
+        // Go omits empty strings (`omitempty`).
+        for (key, value) in [
+            ("name", &self.details.name),
+            ("group", &self.details.group),
+            ("kind", &self.details.kind),
+            ("uid", &self.details.uid),
+        ] {
+            if let Some(value) = value.as_deref().filter(|v| !v.is_empty()) {
+                details.insert(key.into(), json!(value));
+            }
         }
         if !self.details.causes.is_empty() {
             let causes: Vec<Value> = self
@@ -289,7 +288,10 @@ impl ApiError {
                 .iter()
                 .map(|c| {
                     let mut cause = Map::new();
-                    cause.insert("reason".into(), json!(c.reason));
+                    // Go omits an empty reason (admission denials carry only a message).
+                    if !c.reason.is_empty() {
+                        cause.insert("reason".into(), json!(c.reason));
+                    }
                     cause.insert("message".into(), json!(c.message));
                     if let Some(field) = &c.field {
                         cause.insert("field".into(), json!(field));
@@ -347,7 +349,7 @@ pub fn success_status(details: Option<Value>, code: Option<u16>) -> Value {
 }
 
 /// A field error, for the validation code of the built-in kinds.
-pub fn field_error(field: &str, kind: shared::schema::ErrorKind, message: impl Into<String>) -> FieldError {
+pub fn field_error(field: &str, kind: crate::apiserver::schema::ErrorKind, message: impl Into<String>) -> FieldError {
     FieldError { field: field.to_owned(), kind, message: message.into() }
 }
 
@@ -355,7 +357,7 @@ pub fn field_error(field: &str, kind: shared::schema::ErrorKind, message: impl I
 mod tests {
     use super::*;
     use crate::apiserver::resource::builtin_types;
-    use shared::schema::ErrorKind;
+    use crate::apiserver::schema::ErrorKind;
 
     fn pods() -> ResourceType {
         builtin_types().into_iter().find(|t| t.plural == "pods").unwrap()

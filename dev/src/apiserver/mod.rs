@@ -18,7 +18,9 @@
 //! core/v1 and events.k8s.io/v1 events, policy/v1 poddisruptionbudgets (+status), coordination.k8s.io/v1 leases,
 //! apps/v1 deployments/replicasets/statefulsets (+status, +scale), daemonsets (+status), controllerrevisions,
 //! apiextensions.k8s.io/v1 customresourcedefinitions (+status) and then the custom resources of every CRD
-//! (schema-validated, with status and scale subresources and printer columns). Discovery, Tables for kubectl,
+//! (schema-validated, with status and scale subresources and printer columns; CRDs admitted as
+//! apiextensions-apiserver admits them, see [`crd_validation`]). Discovery, Tables for kubectl, YAML responses,
+//! `/openapi/v2` and `/openapi/v3` ([`openapi`]), server-side `fieldValidation` ([`field_validation`]),
 //! `/healthz`, `/readyz`, `/livez`, and `/_dev/metrics` (GET) and `/_dev/faults` (POST) for tools.
 //!
 //! # The in-process API (for built-in controllers and tests)
@@ -65,26 +67,33 @@
 //! See the module docs of [`state`] (resourceVersions, history), [`ops::read`] (pagination), [`ops::watch`]
 //! (watch semantics), [`ops::write`], [`ops::patch`], [`ops::delete`] and [`ops::eviction`].
 
+pub mod admission;
+pub mod auth;
 pub mod config;
 pub mod core;
 pub mod crd;
+pub mod crd_validation;
 pub mod discovery;
 pub mod error;
 pub mod faults;
+pub mod field_validation;
 pub mod http;
 pub mod jsonpath;
 pub mod metrics;
 pub mod object;
+pub mod openapi;
 pub mod ops;
 pub mod patch;
 pub mod request_log;
 pub mod resource;
+pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod state;
 pub mod store;
 pub mod table;
 
+pub use auth::{AccessLog, AccessRecord, Attributes, Identity, UserInfo};
 pub use config::ApiServerConfig;
 pub use error::ApiError;
 pub use faults::{ControllerGate, Controllers, ErrorFault, FaultId, Faults, RequestMatch};

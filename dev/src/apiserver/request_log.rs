@@ -1,5 +1,5 @@
 //! An opt-in, bounded log of the resource requests the HTTP front end answered, in the order it answered them,
-//! with who sent each one (its User-Agent): what an audit log tells about a real cluster.
+//! with who sent each one (its User-Agent and authenticated user): what an audit log tells about a real cluster.
 //!
 //! # Guarantees
 //! - Off by default; while off, a request costs one atomic load.
@@ -54,6 +54,8 @@ pub struct RequestLine {
     pub name: Option<String>,
     /// The User-Agent header.
     pub user_agent: String,
+    /// The authenticated (or impersonated) user's name; empty when authentication failed.
+    pub user: String,
 }
 
 #[derive(Debug, Default)]
@@ -127,6 +129,7 @@ mod tests {
             namespace: None,
             name: Some(name.into()),
             user_agent: "ua".into(),
+            user: "u".into(),
         }
     }
 

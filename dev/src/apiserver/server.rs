@@ -1,8 +1,11 @@
 //! [`ApiServer`]: starts the core, the HTTP listener and the server's own lifecycle loop, writes a kubeconfig.
 
+use super::auth::{AccessLog, Identity, UserInfo};
 use super::config::ApiServerConfig;
 use super::core::Core;
+use super::error::ApiError;
 use super::faults::Faults;
+use super::http::tls::Tls;
 use super::metrics::Metrics;
 use super::request_log::RequestLog;
 use super::store::Store;
@@ -34,6 +37,9 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    /// The TLS identity could not be made.
+    #[error("{0}")]
+    Tls(#[from] super::http::tls::TlsError),
     /// The kubeconfig could not be written.
     #[error("cannot write the kubeconfig {path}: {source}")]
     Kubeconfig {
@@ -50,6 +56,7 @@ pub struct ApiServer {
     core: Arc<Core>,
     address: SocketAddr,
     url: String,
+    access: KubeconfigAccess,
     kubeconfig: PathBuf,
     temporary_dir: Option<PathBuf>,
     shutdown: CancellationToken,
@@ -71,17 +78,39 @@ impl ApiServer {
                 (dir.join("kubeconfig"), Some(dir))
             }
         };
-        write_kubeconfig(&kubeconfig, &url)?;
+        let tls = Tls::generate()?;
         let core = Core::new(config);
+        let access = KubeconfigAccess { https_url: format!("https://{address}"), ca_pem: tls.ca_pem.clone() };
+        write_kubeconfig(&kubeconfig, &access, core.auth.admin_token())?;
         let shutdown = CancellationToken::new();
-        let serving = tokio::spawn(super::http::serve(listener, core.clone(), shutdown.clone()));
+        let serving = tokio::spawn(super::http::serve(listener, core.clone(), tls, shutdown.clone()));
         let lifecycle = tokio::spawn(lifecycle(core.clone(), shutdown.clone()));
-        Ok(ApiServer { core, address, url, kubeconfig, temporary_dir, shutdown, tasks: vec![serving, lifecycle] })
+        Ok(ApiServer {
+            core,
+            address,
+            url,
+            access,
+            kubeconfig,
+            temporary_dir,
+            shutdown,
+            tasks: vec![serving, lifecycle],
+        })
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`: plain HTTP, what kube-rs clients of tests use (with a bearer token).
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// `https://127.0.0.1:PORT`: the same port over TLS, what kubeconfigs name (kubectl sends credentials only over
+    /// TLS).
+    pub fn https_url(&self) -> &str {
+        &self.access.https_url
+    }
+
+    /// PEM of the CA of the serving certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.access.ca_pem
     }
 
     /// The listening address.
@@ -89,39 +118,94 @@ impl ApiServer {
         self.address
     }
 
-    /// The kubeconfig file (context `dev`, no authentication).
+    /// The kubeconfig file (context `dev`, the administrator's token: group `system:masters`).
     pub fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig
     }
 
-    /// A kube-rs configuration for the server, with kube-rs defaults (including its retries of 429/503/504).
+    /// A kube-rs configuration for the server as the administrator, with kube-rs defaults (including its retries
+    /// of 429/503/504).
     pub fn kube_config(&self) -> kube::Config {
+        self.kube_config_with_token(self.core.auth.admin_token())
+    }
+
+    /// A kube-rs configuration that authenticates with `token`.
+    pub fn kube_config_with_token(&self, token: &str) -> kube::Config {
         let uri: http::Uri = match self.url.parse() {
             Ok(uri) => uri,
             Err(_) => unreachable!("the URL is made from a socket address"),
         };
-        kube::Config::new(uri)
+        let mut config = kube::Config::new(uri);
+        config.auth_info.token = Some(secrecy::SecretString::from(token.to_owned()));
+        config
     }
 
-    /// A kube-rs client with default settings.
+    /// A kube-rs configuration for `identity` (a fresh token; see [`ApiServer::token_for`]).
+    pub fn kube_config_for(&self, identity: &Identity) -> Result<kube::Config, ApiError> {
+        Ok(self.kube_config_with_token(&self.token_for(identity)?))
+    }
+
+    /// A kube-rs client as the administrator, with default settings.
     pub fn client(&self) -> kube::Client {
         self.client_with(|_| {})
     }
 
-    /// A kube-rs client with adjusted settings (`|c| c.default_retry = false`).
+    /// A kube-rs client as the administrator, with adjusted settings (`|c| c.default_retry = false`).
     pub fn client_with(&self, adjust: impl FnOnce(&mut kube::Config)) -> kube::Client {
         let mut config = self.kube_config();
         adjust(&mut config);
-        match kube::Client::try_from(config) {
-            Ok(client) => client,
-            // A plain-HTTP configuration without credentials has nothing that can fail to load.
-            Err(error) => unreachable!("a plain-HTTP kube client always builds: {error}"),
-        }
+        build_client(config)
     }
 
-    /// The in-process store, writing as `dev/test`.
+    /// A kube-rs client for `identity`, e.g. `Identity::service_account_on("ns", "agent", "worker-0")`.
+    pub fn client_as(&self, identity: &Identity) -> Result<kube::Client, ApiError> {
+        Ok(build_client(self.kube_config_for(identity)?))
+    }
+
+    /// A bearer token for `identity`: the administrator's; a static token of a user; a service-account token
+    /// (bound to the Node for `serviceaccount:NS:NAME@NODE`, with the node-name and node-uid extra), valid while
+    /// the ServiceAccount (and Node) exist, which is created when missing, as `kubectl create serviceaccount`.
+    pub fn token_for(&self, identity: &Identity) -> Result<String, ApiError> {
+        self.core.issue_token(identity)
+    }
+
+    /// [`ApiServer::token_for`] as a function that outlives this handle (for components started later).
+    pub fn token_issuer(&self) -> impl Fn(&Identity) -> Result<String, ApiError> + Send + Sync + 'static {
+        let core = self.core.clone();
+        move |identity: &Identity| core.issue_token(identity)
+    }
+
+    /// The user a token stands for, as the server authenticates it (401 when invalid).
+    pub fn user_of_token(&self, token: &str) -> Result<UserInfo, ApiError> {
+        self.core.authenticate(Some(&format!("Bearer {token}")))
+    }
+
+    /// Writes a kubeconfig for `identity` into `path` (context `dev`, a fresh token).
+    pub fn write_kubeconfig_for(&self, identity: &Identity, path: &Path) -> Result<(), StartError> {
+        let token = self.token_for(identity).map_err(|error| StartError::Kubeconfig {
+            path: path.to_owned(),
+            source: std::io::Error::other(error.to_string()),
+        })?;
+        write_kubeconfig(path, &self.access, &token)
+    }
+
+    /// A kubeconfig for `identity`, written beside the server's own (`kubeconfig-<identity>`); returns its path.
+    pub fn kubeconfig_for(&self, identity: &Identity) -> Result<PathBuf, StartError> {
+        let dir = self.kubeconfig.parent().map(Path::to_owned).unwrap_or_else(std::env::temp_dir);
+        let name = self.kubeconfig.file_name().and_then(|n| n.to_str()).unwrap_or("kubeconfig");
+        let path = dir.join(format!("{name}-{}", identity.slug()));
+        self.write_kubeconfig_for(identity, &path)?;
+        Ok(path)
+    }
+
+    /// The in-process store, writing as `dev/test`, without authorization or admission (the server itself).
     pub fn store(&self) -> Store {
         Store::new(self.core.clone(), "dev/test")
+    }
+
+    /// The authorization decisions of users outside `system:masters`, once recording is started.
+    pub fn access_log(&self) -> AccessLog {
+        AccessLog::new(self.core.clone())
     }
 
     /// Fault injection.
@@ -174,15 +258,40 @@ impl Drop for ApiServer {
     }
 }
 
-fn write_kubeconfig(path: &Path, url: &str) -> Result<(), StartError> {
+fn build_client(config: kube::Config) -> kube::Client {
+    match kube::Client::try_from(config) {
+        Ok(client) => client,
+        // A plain-HTTP configuration with a bearer token has nothing that can fail to load.
+        Err(error) => unreachable!("a plain-HTTP kube client always builds: {error}"),
+    }
+}
+
+/// What a kubeconfig needs to reach the server over TLS.
+#[derive(Debug, Clone)]
+struct KubeconfigAccess {
+    https_url: String,
+    ca_pem: String,
+}
+
+fn write_kubeconfig(path: &Path, access: &KubeconfigAccess, token: &str) -> Result<(), StartError> {
+    use base64::Engine;
     let error = |source| StartError::Kubeconfig { path: path.to_owned(), source };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(error)?;
     }
+    let url = &access.https_url;
+    let ca = base64::engine::general_purpose::STANDARD.encode(&access.ca_pem);
     let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: dev\n  cluster:\n    server: {url}\ncontexts:\n- name: dev\n  context:\n    cluster: dev\n    user: dev\n    namespace: default\ncurrent-context: dev\nusers:\n- name: dev\n  user: {{}}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: dev\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\ncontexts:\n- name: dev\n  context:\n    cluster: dev\n    user: dev\n    namespace: default\ncurrent-context: dev\nusers:\n- name: dev\n  user:\n    token: {token}\n"
     );
-    std::fs::write(path, text).map_err(error)
+    std::fs::write(path, text).map_err(error)?;
+    // The file holds a bearer token: readable by its owner only, as kubectl writes kubeconfigs.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(error)?;
+    }
+    Ok(())
 }
 
 /// Empties terminating namespaces and the objects of deleted CRDs, as upstream's controllers do.

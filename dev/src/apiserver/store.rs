@@ -1,6 +1,7 @@
 //! The in-process API: a cloneable [`Store`] handle for the built-in controllers and for tests, going through
 //! the same operations as HTTP requests (resourceVersions, watch events, validation, status rules, metrics).
 
+use super::auth::{Attributes, UserInfo};
 use super::core::{Core, Ctx};
 use super::error::ApiError;
 use super::faults::{ControllerGate, Controllers};
@@ -112,6 +113,7 @@ impl<T> WatchEvent<T> {
 pub struct Store {
     core: Arc<Core>,
     identity: Arc<str>,
+    user: Option<Arc<UserInfo>>,
 }
 
 fn to_value(stored: &StoredObject) -> Value {
@@ -159,12 +161,38 @@ fn delete_options(params: &DeleteParams) -> DeleteOptions {
 
 impl Store {
     pub(crate) fn new(core: Arc<Core>, identity: &str) -> Self {
-        Store { core, identity: Arc::from(identity) }
+        Store { core, identity: Arc::from(identity), user: None }
     }
 
     /// The same store, attributed to another writer (e.g. `dev/disruption-controller`).
     pub fn with_identity(&self, identity: &str) -> Store {
-        Store { core: self.core.clone(), identity: Arc::from(identity) }
+        Store { core: self.core.clone(), identity: Arc::from(identity), user: self.user.clone() }
+    }
+
+    /// The same store acting as `user`: every call is authorized (403 as over HTTP) and every write goes through
+    /// ValidatingAdmissionPolicies. A store without a user is the server itself: neither applies.
+    pub fn as_user(&self, user: UserInfo) -> Store {
+        Store { core: self.core.clone(), identity: self.identity.clone(), user: Some(Arc::new(user)) }
+    }
+
+    /// The user this handle acts as, if any.
+    pub fn user(&self) -> Option<&UserInfo> {
+        self.user.as_deref()
+    }
+
+    /// With a user: 403 unless `verb` on the resource is allowed.
+    fn authorize(
+        &self,
+        verb: &str,
+        rt: &ResourceType,
+        subresource: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let Some(user) = &self.user else { return Ok(()) };
+        let namespace = if rt.namespaced { namespace.unwrap_or_default() } else { "" };
+        let attributes = Attributes::resource(verb, &rt.group, &rt.version, &rt.plural, subresource, namespace, name);
+        self.core.authorize(user, &attributes)
     }
 
     /// Who this handle writes as.
@@ -175,6 +203,13 @@ impl Store {
     /// The current global resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.core.state.lock().rv
+    }
+
+    /// The resourceVersion of the latest change of the kind at `gvr` (0 when none): an informer of the kind
+    /// synced to it holds every object the store does.
+    pub fn last_change(&self, gvr: &Gvr) -> Result<u64, ApiError> {
+        let rt = self.resource(gvr)?;
+        Ok(self.core.state.lock().last_change(&rt))
     }
 
     /// The served type at `gvr` (404 when not served, e.g. a CRD not yet created).
@@ -193,7 +228,7 @@ impl Store {
     }
 
     fn ctx<'a>(&'a self, field_manager: Option<&'a str>, dry_run: bool) -> Ctx<'a> {
-        Ctx { user_agent: &self.identity, field_manager, dry_run }
+        Ctx { field_manager, dry_run, user: self.user.as_deref(), ..Ctx::new(&self.identity) }
     }
 
     fn record(&self, verb: Verb, rt: &ResourceType, subresource: &str) {
@@ -203,6 +238,7 @@ impl Store {
     /// GET one object.
     pub fn get(&self, gvr: &Gvr, namespace: Option<&str>, name: &str) -> Result<Value, ApiError> {
         let rt = self.resource(gvr)?;
+        self.authorize("get", &rt, "", namespace, name)?;
         self.record(Verb::Get, &rt, "");
         self.core.get(&rt, namespace, name).map(|o| to_value(&o))
     }
@@ -210,6 +246,7 @@ impl Store {
     /// LIST one page (all of them without `limit`). `resource_version` and `version_match` follow the API's rules.
     pub fn list(&self, gvr: &Gvr, namespace: Option<&str>, params: &ListParams) -> Result<ObjectList<Value>, ApiError> {
         let rt = self.resource(gvr)?;
+        self.authorize("list", &rt, "", namespace, "")?;
         self.record(Verb::List, &rt, "");
         let options = ListOptions {
             filter: filter(&rt, namespace, params.label_selector.as_deref(), params.field_selector.as_deref())?,
@@ -238,6 +275,7 @@ impl Store {
         params: &PostParams,
     ) -> Result<Value, ApiError> {
         let rt = self.resource(gvr)?;
+        self.authorize("create", &rt, "", namespace, "")?;
         self.record(Verb::Create, &rt, "");
         let ctx = self.ctx(params.field_manager.as_deref(), params.dry_run);
         self.core.create(&rt, namespace, object, &ctx).map(|o| to_value(&o))
@@ -277,7 +315,9 @@ impl Store {
         subresource: Subresource,
     ) -> Result<Value, ApiError> {
         let rt = self.resource(gvr)?;
-        self.record(Verb::Update, &rt, if subresource == Subresource::Status { "status" } else { "" });
+        let sub = if subresource == Subresource::Status { "status" } else { "" };
+        self.authorize("update", &rt, sub, namespace, name)?;
+        self.record(Verb::Update, &rt, sub);
         let ctx = self.ctx(params.field_manager.as_deref(), params.dry_run);
         self.core.update(&rt, namespace, name, object, subresource, &ctx).map(|o| to_value(&o))
     }
@@ -316,7 +356,9 @@ impl Store {
         subresource: Subresource,
     ) -> Result<Value, ApiError> {
         let rt = self.resource(gvr)?;
-        self.record(Verb::Patch, &rt, if subresource == Subresource::Status { "status" } else { "" });
+        let sub = if subresource == Subresource::Status { "status" } else { "" };
+        self.authorize("patch", &rt, sub, namespace, name)?;
+        self.record(Verb::Patch, &rt, sub);
         let ctx = self.ctx(params.field_manager.as_deref(), params.dry_run);
         let (patch_type, body) = patch.parts();
         self.core
@@ -333,6 +375,7 @@ impl Store {
         params: &DeleteParams,
     ) -> Result<DeleteOutcome<Value>, ApiError> {
         let rt = self.resource(gvr)?;
+        self.authorize("delete", &rt, "", namespace, name)?;
         self.record(Verb::Delete, &rt, "");
         let ctx = self.ctx(None, params.dry_run);
         Ok(match self.core.delete(&rt, namespace, name, &delete_options(params), &ctx)? {
@@ -344,6 +387,7 @@ impl Store {
     /// Evicts a pod through `pods/eviction` with these delete options (honoured, as a policy/v1 `deleteOptions`).
     pub fn evict(&self, namespace: &str, name: &str, params: &DeleteParams) -> Result<(), ApiError> {
         let pods = self.core.builtin(super::resource::Builtin::Pod);
+        self.authorize("create", &pods, "eviction", Some(namespace), name)?;
         self.record(Verb::Create, &pods, "eviction");
         let eviction = Eviction { name: Some(name.to_owned()), delete_options: delete_options(params) };
         self.core.evict(namespace, name, &eviction, &self.ctx(None, params.dry_run))
@@ -352,6 +396,7 @@ impl Store {
     /// Binds a pod to a node through `pods/binding`, as a scheduler does.
     pub fn bind(&self, namespace: &str, name: &str, node: &str) -> Result<(), ApiError> {
         let pods = self.core.builtin(super::resource::Builtin::Pod);
+        self.authorize("create", &pods, "binding", Some(namespace), name)?;
         self.record(Verb::Create, &pods, "binding");
         let binding = serde_json::json!({"metadata": {"name": name}, "target": {"kind": "Node", "name": node}});
         self.core.bind(namespace, name, &binding, &self.ctx(None, false))
@@ -370,6 +415,7 @@ impl Store {
         resource_version: &str,
     ) -> Result<BoxStream<'static, WatchEvent<Value>>, ApiError> {
         let rt = self.resource(gvr)?;
+        self.authorize("watch", &rt, "", namespace, "")?;
         self.record(Verb::Watch, &rt, "");
         let options = WatchOptions {
             filter: filter(&rt, namespace, params.label_selector.as_deref(), params.field_selector.as_deref())?,

@@ -28,7 +28,7 @@ impl IncludeObject {
     }
 }
 
-fn column(name: &str, type_: &str, format: &str, priority: i64, description: &str) -> PrinterColumn {
+pub(crate) fn column(name: &str, type_: &str, format: &str, priority: i64, description: &str) -> PrinterColumn {
     PrinterColumn {
         name: name.into(),
         type_: type_.into(),
@@ -43,7 +43,7 @@ fn name_column() -> PrinterColumn {
     column("Name", "string", "name", 0, "Name must be unique within a namespace.")
 }
 
-fn age_column() -> PrinterColumn {
+pub(crate) fn age_column() -> PrinterColumn {
     column(
         "Age",
         "string",
@@ -57,6 +57,12 @@ fn columns(rt: &ResourceType) -> Vec<PrinterColumn> {
     let mut columns = vec![name_column()];
     if let Some(custom) = rt.custom() {
         columns.extend(custom.printer_columns.iter().cloned());
+        return columns;
+    }
+    if let Some(kind) = rt.builtin()
+        && let Some(more) = super::auth::printers::columns(kind)
+    {
+        columns.extend(more);
         return columns;
     }
     match rt.builtin() {
@@ -100,7 +106,7 @@ fn text<'a>(object: &'a Value, pointer: &str) -> &'a str {
     object.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
 }
 
-fn age(object: &Value) -> String {
+pub(crate) fn age(object: &Value) -> String {
     match parse_time(text(object, "/metadata/creationTimestamp")) {
         Some(created) => human_duration(jiff::Timestamp::now().duration_since(created).as_secs()),
         None => "<unknown>".into(),
@@ -111,6 +117,12 @@ fn cells(rt: &ResourceType, object: &Value) -> Vec<Value> {
     let mut cells = vec![json!(text(object, "/metadata/name"))];
     if let Some(custom) = rt.custom() {
         cells.extend(custom.printer_columns.iter().map(|c| custom_cell(c, object)));
+        return cells;
+    }
+    if let Some(kind) = rt.builtin()
+        && let Some(more) = super::auth::printers::cells(kind, object)
+    {
+        cells.extend(more);
         return cells;
     }
     match rt.builtin() {

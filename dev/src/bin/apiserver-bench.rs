@@ -45,6 +45,70 @@ struct Args {
     /// per-node agents do).
     #[arg(long, default_value_t = 5000)]
     node_watchers: usize,
+    /// Requests per kind in the access phase (authentication, RBAC, admission).
+    #[arg(long, default_value_t = 2000)]
+    access_requests: usize,
+}
+
+/// Mean and quantiles of `count` runs of `request`, in microseconds.
+async fn timed<F, Fut>(count: usize, mut request: F) -> anyhow::Result<Value>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let mut micros = Vec::with_capacity(count);
+    for i in 0..count {
+        let started = Instant::now();
+        request(i).await?;
+        micros.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    let mean = micros.iter().sum::<f64>() / micros.len().max(1) as f64;
+    let mut summary = percentiles(micros);
+    summary["mean"] = json!(round(mean));
+    Ok(summary)
+}
+
+/// What authentication, authorization and admission cost per request, with `deploy/operator.yaml` installed:
+/// the same GET as the administrator (system:masters: no RBAC) and as an agent (RBAC), and the same Node write
+/// in process without a user (neither) and as the agent (RBAC and the manifest's ValidatingAdmissionPolicy,
+/// which selects it and evaluates every CEL expression).
+async fn access_costs(server: &ApiServer, count: usize) -> anyhow::Result<Value> {
+    let access = dev::operator::Access::install(server)?;
+    let node = "node-00000";
+    let agent_token = access.agent_token(node).map_err(anyhow::Error::msg)?;
+    let agent_user = server.user_of_token(&agent_token)?;
+    let path = format!("/api/v1/nodes/{node}");
+    let get = |client: kube::Client| {
+        let path = path.clone();
+        move |_| {
+            let (client, path) = (client.clone(), path.clone());
+            async move {
+                let request = http::Request::get(path).body(Vec::new())?;
+                let _: Value = client.request(request).await?;
+                Ok(())
+            }
+        }
+    };
+    let admin_get = timed(count, get(server.client())).await?;
+    let agent_client = kube::Client::try_from(server.kube_config_with_token(&agent_token))?;
+    let agent_get = timed(count, get(agent_client)).await?;
+    let nodes = Gvr::new("", "v1", "nodes");
+    let write = |store: Store| {
+        let nodes = nodes.clone();
+        move |i: usize| {
+            let patch =
+                Patch::Merge(json!({"metadata": {"annotations": {"update.edgeless.systems/state": i.to_string()}}}));
+            let result = store.patch(&nodes, None, node, &patch, &PatchParams::default()).map(|_| ());
+            async move { result.map_err(anyhow::Error::from) }
+        }
+    };
+    let server_write = timed(count, write(server.store())).await?;
+    let agent_write = timed(count, write(server.store().as_user(agent_user))).await?;
+    Ok(json!({
+        "requests": count,
+        "http_get_node_us": {"admin": admin_get, "agent_rbac": agent_get},
+        "in_process_patch_node_us": {"server": server_write, "agent_rbac_and_policy": agent_write},
+    }))
 }
 
 fn node(name: &str) -> Value {
@@ -330,6 +394,7 @@ async fn main() -> anyhow::Result<()> {
         items = report.items;
     }
     let raw_list_ms = raw_lists(&server.client(), args.page_size, 3).await?;
+    let access = access_costs(&server, args.access_requests).await?;
     let (rss, hwm) = own_memory_mib();
     let metrics = server.metrics();
     let by_verb: HashMap<String, u64> =
@@ -352,6 +417,7 @@ async fn main() -> anyhow::Result<()> {
             "node_watchers": args.node_watchers.min(args.nodes), "node_watcher_events": node_events.load(Ordering::Relaxed)
         },
         "requests_by_verb": by_verb,
+        "access": access,
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     for task in node_watch_tasks {

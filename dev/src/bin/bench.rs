@@ -221,8 +221,14 @@ async fn main() -> anyhow::Result<()> {
     let cluster_start_seconds = started.elapsed().as_secs_f64();
     eprintln!("bench: cluster up in {cluster_start_seconds:.1}s");
     let store = cluster.store();
-    let kubeconfig = cluster.kubeconfig_path().display().to_string();
     let nodes: Vec<String> = cluster.workers().to_vec();
+    // Each process runs as deploy/operator.yaml makes it: its own service account's kubeconfig.
+    let manifest = cluster.operator().manifest();
+    let kubeconfig_of = |identity: dev::apiserver::Identity| -> anyhow::Result<String> {
+        let path = cluster.server().kubeconfig_for(&identity).context("writing a kubeconfig")?;
+        Ok(path.display().to_string())
+    };
+    let kubeconfig = kubeconfig_of(manifest.controller_identity()?)?;
 
     let mut processes = vec![Process::start(
         &binary,
@@ -247,6 +253,7 @@ async fn main() -> anyhow::Result<()> {
     )?];
     let sample = args.process_agents.min(nodes.len());
     for node in &nodes[..sample] {
+        let kubeconfig = kubeconfig_of(manifest.agent_identity(node)?)?;
         processes.push(Process::start(
             &binary,
             &[
@@ -269,7 +276,7 @@ async fn main() -> anyhow::Result<()> {
             &format!("the agent of {node}"),
         )?);
     }
-    let in_process: Vec<_> = nodes[sample..].iter().map(|n| harness::agent_task(cluster.url(), n)).collect();
+    let in_process: Vec<_> = nodes[sample..].iter().map(|n| harness::agent_task(cluster.operator(), n)).collect();
 
     // Settled: every agent reported its host, and the controller holds the lease (it campaigns
     // only after its caches synced).

@@ -157,13 +157,17 @@ async fn run(args: Args) -> anyhow::Result<Ending> {
         println!("fault: Deployment demo/stuck has a PDB that never allows an eviction (drain timeout 5s)");
     }
 
-    let agents: Vec<Component> =
-        cluster.control_planes().iter().chain(cluster.workers()).map(|n| harness::agent(cluster.url(), n)).collect();
+    let agents: Vec<Component> = cluster
+        .control_planes()
+        .iter()
+        .chain(cluster.workers())
+        .map(|n| harness::agent(cluster.operator(), n))
+        .collect();
     let metrics = controller::Metrics::default();
     let mut replicas: Vec<(String, Option<Component>)> = ["controller-a", "controller-b"]
         .iter()
         .map(|id| {
-            let c = harness::controller_with(cluster.url(), harness::controller_options(id), metrics.clone());
+            let c = harness::controller_with(cluster.operator(), harness::controller_options(id), metrics.clone());
             (id.to_string(), Some(c))
         })
         .collect();

@@ -3,6 +3,7 @@
 
 use anyhow::Context;
 use clap::Parser;
+use dev::apiserver::Identity;
 use dev::cli::ClusterArgs;
 use dev::cluster::Cluster;
 use std::path::PathBuf;
@@ -20,7 +21,12 @@ struct Cli {
     /// Where to write the kubeconfig (default: a new temporary directory).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// Print one JSON line (`kubeconfig`, `url`, `hostsUrl`, `nodes`) instead of text.
+    /// Also write a kubeconfig for this identity (repeatable): `serviceaccount:NS:NAME`, `serviceaccount:NS:NAME@NODE`
+    /// (a token bound to NODE, with its node-name extra, as an agent's), `user:NAME[:GROUP,...]` or `admin`. A
+    /// missing ServiceAccount is created.
+    #[arg(long = "kubeconfig-for", value_name = "IDENTITY", value_parser = Identity::parse)]
+    kubeconfig_for: Vec<Identity>,
+    /// Print one JSON line (`kubeconfig`, `url`, `httpsUrl`, `hostsUrl`, `nodes`, `kubeconfigs`) instead of text.
     #[arg(long)]
     json: bool,
     /// Log filter (`tracing` syntax), e.g. `info,dev=debug`.
@@ -47,9 +53,16 @@ async fn main() -> anyhow::Result<()> {
     };
     let kubeconfig = cluster.kubeconfig_path().display().to_string();
     let url = cluster.url().to_owned();
+    let https_url = cluster.server().https_url().to_owned();
+    let mut kubeconfigs = serde_json::Map::new();
+    for identity in &cli.kubeconfig_for {
+        let path = cluster.server().kubeconfig_for(identity).with_context(|| format!("a kubeconfig for {identity}"))?;
+        kubeconfigs.insert(identity.to_string(), serde_json::json!(path.display().to_string()));
+    }
     if cli.json {
-        let line = serde_json::json!({"kubeconfig": kubeconfig, "url": url, "hostsUrl": format!("{url}/_dev/hosts"),
-                                      "nodes": cluster.node_names()});
+        let line = serde_json::json!({"kubeconfig": kubeconfig, "url": url, "httpsUrl": https_url,
+                                      "hostsUrl": format!("{url}/_dev/hosts"), "nodes": cluster.node_names(),
+                                      "kubeconfigs": kubeconfigs});
         println!("{line}");
     } else {
         println!(
@@ -57,8 +70,11 @@ async fn main() -> anyhow::Result<()> {
             cluster.control_planes().len(),
             cluster.workers().len()
         );
-        println!("kubeconfig:      {kubeconfig}");
-        println!("API server:      {url}");
+        println!("kubeconfig:      {kubeconfig}   (the administrator, group system:masters)");
+        for (identity, path) in &kubeconfigs {
+            println!("kubeconfig:      {}   ({identity})", path.as_str().unwrap_or_default());
+        }
+        println!("API server:      {https_url} (kubeconfigs), {url} (plain HTTP, bearer tokens too)");
         println!("simulated hosts: {url}/_dev/hosts   (agent: --host-backend simulated --simulated-hosts-url {url})");
         println!("try:             KUBECONFIG={kubeconfig} kubectl get nodes");
         println!("stop with Ctrl-C");

@@ -16,8 +16,9 @@
 //! - Nodes are `control-plane-<i>` (label `node-role.kubernetes.io/control-plane: ""`, taint
 //!   `node-role.kubernetes.io/control-plane:NoSchedule`) and `worker-<i>`; every node is labelled
 //!   `update.edgeless.systems/managed: "true"` and runs the configured image on its host.
-//! - update-operator's CRDs and its namespace `update-operator` exist, as `deploy/update-operator.yaml`
-//!   creates them.
+//! - update-operator's CRDs exist, and so do the namespace, service accounts, RBAC and
+//!   ValidatingAdmissionPolicy of `deploy/operator.yaml` ([`Cluster::operator`] hands out its identities), as
+//!   `deploy/update-operator.yaml` creates them.
 //! - `start` returns once every node is Ready and every sample pod is Running and Ready, or fails with
 //!   [`ClusterError::NotReady`] after `ready_timeout`.
 
@@ -27,6 +28,7 @@ use crate::apiserver::store::Store;
 use crate::apiserver::{ApiError, ApiServer, ApiServerConfig, Faults, StartError};
 use crate::controllers::{Informers, RunningControllers};
 use crate::hosts::{HostError, Hosts};
+use crate::operator::{Access, ManifestError};
 use crate::timing::Timing;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Node};
@@ -111,6 +113,9 @@ pub enum ClusterError {
         /// Control planes asked for.
         control_planes: usize,
     },
+    /// The operator's manifest could not be installed.
+    #[error("{0}")]
+    Manifest(#[from] ManifestError),
     /// Not everything was Ready in time.
     #[error("not ready after {after:?}: {what}")]
     NotReady {
@@ -129,6 +134,7 @@ pub struct Cluster {
     control_planes: Vec<String>,
     workers: Vec<String>,
     workloads: Option<SampleWorkloads>,
+    access: Access,
 }
 
 fn created<T>(what: impl Into<String>, result: Result<T, ApiError>) -> Result<T, ClusterError> {
@@ -171,13 +177,8 @@ impl Cluster {
                 store.api::<CustomResourceDefinition>().create(None, &crd, &PostParams::default()),
             )?;
         }
-        // The namespace deploy/update-operator.yaml creates: the controller's Lease lives there.
-        let operator_namespace: Namespace =
-            serde_json::from_value(json!({"metadata": {"name": OPERATOR_NAMESPACE}})).unwrap_or_default();
-        created(
-            format!("namespace {OPERATOR_NAMESPACE}"),
-            store.api::<Namespace>().create(None, &operator_namespace, &PostParams::default()),
-        )?;
+        // What deploy/operator.yaml grants: the controller's Lease lives in its namespace.
+        let access = Access::install(&server)?;
         let control_planes: Vec<String> = (0..config.control_planes).map(|i| format!("control-plane-{i}")).collect();
         let workers: Vec<String> = (0..config.nodes - config.control_planes).map(|i| format!("worker-{i}")).collect();
         let controllers = RunningControllers::start(&server.store(), &hosts, &config.timing, &config.kubelet_version);
@@ -189,7 +190,7 @@ impl Cluster {
                 store.api::<Node>().create(None, &node_manifest(name, control_plane), &PostParams::default()),
             )?;
         }
-        let mut cluster = Cluster { server, hosts, controllers, control_planes, workers, workloads: None };
+        let mut cluster = Cluster { server, hosts, controllers, control_planes, workers, workloads: None, access };
         let started = Instant::now();
         // Nodes first: workloads created before every node is Ready would crowd onto the first Ready ones.
         cluster.wait_ready(config.ready_timeout).await?;
@@ -286,7 +287,7 @@ impl Cluster {
         self.server.client_with(adjust)
     }
 
-    /// The kubeconfig file (context `dev`, no authentication).
+    /// The kubeconfig file (context `dev`, the administrator's token, HTTPS).
     pub fn kubeconfig_path(&self) -> &Path {
         self.server.kubeconfig_path()
     }
@@ -310,6 +311,11 @@ impl Cluster {
     /// The simulated hosts: state, faults, reboots.
     pub fn hosts(&self) -> &Hosts {
         &self.hosts
+    }
+
+    /// The identities of `deploy/operator.yaml` (what the harness runs the controller and agents as).
+    pub fn operator(&self) -> &Access {
+        &self.access
     }
 
     /// The API server.

@@ -13,6 +13,7 @@
 //! | [`replicaset`] | `replicaset` | `dev/replicaset-controller` | ReplicaSet → pods |
 //! | [`statefulset`] | `statefulset` | `dev/statefulset-controller` | StatefulSet → `<name>-<ordinal>` pods |
 //! | [`daemonset`] | `daemonset` | `dev/daemonset-controller` | one pod per eligible node |
+//! | [`job`] | `job` | `dev/job-controller` | Job → pods run to completion, Job status |
 //! | [`scheduler`] | `scheduler` | `dev/scheduler` | binds pending pods |
 //! | [`kubelet`] | `kubelet` | `dev/kubelet` | pod lifecycle, node status, leases, hosts |
 //! | [`gc`] | `garbage-collector` | `dev/garbage-collector` | ownerReference cascades |
@@ -30,6 +31,7 @@ pub mod disruption;
 pub mod gc;
 pub mod informer;
 pub mod intern;
+pub mod job;
 pub mod kubelet;
 pub mod objects;
 pub mod queue;
@@ -45,8 +47,9 @@ use crate::hosts::Hosts;
 use crate::timing::Timing;
 use informer::Informer;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use objects::{MetaOnly, NodeInfo, PodInfo, Typed};
 use queue::WorkQueue;
@@ -71,6 +74,8 @@ pub mod names {
     pub const STATEFULSET: &str = "statefulset";
     /// DaemonSets.
     pub const DAEMONSET: &str = "daemonset";
+    /// Jobs.
+    pub const JOB: &str = "job";
     /// The scheduler.
     pub const SCHEDULER: &str = "scheduler";
     /// Every kubelet (pods, node status, leases).
@@ -78,8 +83,8 @@ pub mod names {
     /// The garbage collector.
     pub const GARBAGE_COLLECTOR: &str = "garbage-collector";
     /// Every name, in start order.
-    pub const ALL: [&str; 8] =
-        [DISRUPTION, DEPLOYMENT, REPLICASET, STATEFULSET, DAEMONSET, SCHEDULER, KUBELET, GARBAGE_COLLECTOR];
+    pub const ALL: [&str; 9] =
+        [DISRUPTION, DEPLOYMENT, REPLICASET, STATEFULSET, DAEMONSET, JOB, SCHEDULER, KUBELET, GARBAGE_COLLECTOR];
 }
 
 /// How long a controller waits for its cache to show its own write before it goes on regardless (the cache
@@ -236,6 +241,7 @@ has_status!(
     ReplicaSet => k8s_openapi::api::apps::v1::ReplicaSetStatus,
     StatefulSet => k8s_openapi::api::apps::v1::StatefulSetStatus,
     DaemonSet => k8s_openapi::api::apps::v1::DaemonSetStatus,
+    Job => k8s_openapi::api::batch::v1::JobStatus,
     PodDisruptionBudget => k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus,
 );
 
@@ -283,6 +289,8 @@ pub struct Informers {
     pub statefulsets: Informer<Typed<StatefulSet>>,
     /// DaemonSets.
     pub daemonsets: Informer<Typed<DaemonSet>>,
+    /// Jobs.
+    pub jobs: Informer<Typed<Job>>,
     /// Node Leases and other Leases (for the garbage collector).
     pub leases: Informer<MetaOnly>,
     /// Kinds only the garbage collector reads.
@@ -299,12 +307,14 @@ impl Informers {
             replicasets: Informer::new(Gvr::of::<ReplicaSet>()),
             statefulsets: Informer::new(Gvr::of::<StatefulSet>()),
             daemonsets: Informer::new(Gvr::of::<DaemonSet>()),
+            jobs: Informer::new(Gvr::of::<Job>()),
             leases: Informer::new(Gvr::of::<Lease>()),
             others: vec![
                 Informer::new(Gvr::of::<ControllerRevision>()),
                 Informer::new(Gvr::of::<ConfigMap>()),
                 Informer::new(Gvr::of::<Secret>()),
                 Informer::new(Gvr::of::<ServiceAccount>()),
+                Informer::new(Gvr::of::<Service>()),
             ],
         }
     }
@@ -319,6 +329,7 @@ impl Informers {
         tasks.push(tokio::spawn(self.replicasets.clone().run(s.clone(), c.clone())));
         tasks.push(tokio::spawn(self.statefulsets.clone().run(s.clone(), c.clone())));
         tasks.push(tokio::spawn(self.daemonsets.clone().run(s.clone(), c.clone())));
+        tasks.push(tokio::spawn(self.jobs.clone().run(s.clone(), c.clone())));
         tasks.push(tokio::spawn(self.leases.clone().run(s.clone(), c.clone())));
         for other in &self.others {
             tasks.push(tokio::spawn(other.clone().run(s.clone(), c.clone())));
@@ -334,6 +345,7 @@ impl Informers {
         self.replicasets.wait_listed().await;
         self.statefulsets.wait_listed().await;
         self.daemonsets.wait_listed().await;
+        self.jobs.wait_listed().await;
         self.leases.wait_listed().await;
         for other in &self.others {
             other.wait_listed().await;
@@ -362,6 +374,7 @@ impl RunningControllers {
             Box::pin(replicaset::start(store, &informers, shutdown.clone())),
             Box::pin(statefulset::start(store, &informers, shutdown.clone())),
             Box::pin(daemonset::start(store, &informers, shutdown.clone())),
+            Box::pin(job::start(store, &informers, timing, shutdown.clone())),
             Box::pin(scheduler::start(store, &informers, shutdown.clone())),
             Box::pin(kubelet::start(store, &informers, hosts, timing, kubelet_version, shutdown.clone())),
             Box::pin(gc::start(store, &informers, shutdown.clone())),

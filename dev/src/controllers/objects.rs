@@ -39,6 +39,8 @@ pub struct OwnerRef {
     pub uid: Str,
     /// `controller: true`.
     pub controller: bool,
+    /// `blockOwnerDeletion: true`: a foreground deletion of the owner waits for this dependent.
+    pub block_owner_deletion: bool,
 }
 
 impl OwnerRef {
@@ -55,6 +57,7 @@ impl OwnerRef {
             name: intern::str(text("name")?),
             uid: intern::str(text("uid")?),
             controller: value.get("controller").and_then(Value::as_bool).unwrap_or(false),
+            block_owner_deletion: value.get("blockOwnerDeletion").and_then(Value::as_bool).unwrap_or(false),
         })
     }
 }
@@ -237,6 +240,27 @@ impl PodPhase {
     }
 }
 
+/// `spec.restartPolicy` of a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RestartPolicy {
+    /// Containers always restart: the pod runs until deleted.
+    Always,
+    /// Failed containers restart; the pod ends when its containers succeed.
+    OnFailure,
+    /// Nothing restarts; the pod ends when its containers end.
+    Never,
+}
+
+impl RestartPolicy {
+    fn parse(text: Option<&str>) -> RestartPolicy {
+        match text {
+            Some("OnFailure") => RestartPolicy::OnFailure,
+            Some("Never") => RestartPolicy::Never,
+            _ => RestartPolicy::Always,
+        }
+    }
+}
+
 /// A node taint.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Taint {
@@ -357,6 +381,10 @@ pub struct PodInfo {
     pub unschedulable: bool,
     /// Node selector, tolerations, scheduler.
     pub scheduling: Arc<PodScheduling>,
+    /// `spec.restartPolicy`.
+    pub restart_policy: RestartPolicy,
+    /// The sum of the containers' `restartCount`.
+    pub restarts: i32,
 }
 
 impl PodInfo {
@@ -401,6 +429,14 @@ impl Cached for PodInfo {
             ready_since: ready.and_then(|(_, since)| since),
             unschedulable: condition(conditions, "PodScheduled").is_some_and(|(true_, _)| !true_),
             scheduling: PodScheduling::parse(spec),
+            restart_policy: RestartPolicy::parse(spec.and_then(|s| s.get("restartPolicy")).and_then(Value::as_str)),
+            restarts: status
+                .and_then(|s| s.get("containerStatuses"))
+                .and_then(Value::as_array)
+                .map(|list| {
+                    list.iter().filter_map(|c| c.get("restartCount").and_then(Value::as_i64)).sum::<i64>() as i32
+                })
+                .unwrap_or(0),
         })
     }
 

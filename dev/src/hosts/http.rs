@@ -8,7 +8,7 @@
 //! | `POST /_dev/hosts/{node}/stage` `{"image"}` | `200 {}` after the stage duration |
 //! | `POST /_dev/hosts/{node}/reboot` | `202 {}` |
 //! | `POST /_dev/hosts/{node}/power-on` | `202 {}`: a host that never came back boots now |
-//! | `PUT /_dev/hosts/{node}/faults` [`super::HostFaults`] | `200 {}` |
+//! | `PUT /_dev/hosts/{node}/faults` [`super::HostFaults`] (stage, reboot and Job pod faults) | `200 {}` |
 //! | `DELETE /_dev/hosts/{node}/faults` | `200 {}` |
 //!
 //! Errors are `{"message": "..."}` with 400 (bad body), 404 (unknown host or path), 405 (method), 503 (host

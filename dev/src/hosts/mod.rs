@@ -48,9 +48,24 @@ pub struct StageFailure {
     pub message: String,
 }
 
+/// How the run-to-completion pods (`restartPolicy: Never` or `OnFailure`, e.g. Job pods) of a host fail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PodFailure {
+    /// The containers' exit code (not 0).
+    pub exit_code: i32,
+    /// Their termination message.
+    #[serde(default)]
+    pub message: String,
+    /// Only pods matching this label selector (`job-name=upgrade`) fail; all of them without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
+}
+
 /// Faults and per-host durations. JSON (for `PUT /_dev/hosts/{node}/faults`) in camelCase:
 /// `{"stageFailure": {"status": 500, "message": "..."}, "rebootNeverReturns": true, "stageSeconds": 2.5,
-/// "rebootSeconds": 10}`.
+/// "rebootSeconds": 10, "jobPodFailure": {"exitCode": 1, "message": "...", "labelSelector": "job-name=x"},
+/// "jobPodSeconds": 1.5}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HostFaults {
@@ -66,6 +81,12 @@ pub struct HostFaults {
     /// This host's reboot duration, instead of the cluster's.
     #[serde(default, with = "seconds", skip_serializing_if = "Option::is_none")]
     pub reboot_seconds: Option<Duration>,
+    /// The run-to-completion pods of this host fail so (they succeed without this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_pod_failure: Option<PodFailure>,
+    /// How long this host's run-to-completion pods run, instead of the cluster's.
+    #[serde(default, with = "seconds", skip_serializing_if = "Option::is_none")]
+    pub job_pod_seconds: Option<Duration>,
 }
 
 mod seconds {
@@ -145,6 +166,9 @@ pub enum HostError {
     /// A fault description with a status outside 400-599.
     #[error("a stage failure needs a status between 400 and 599, not {0}")]
     BadFaultStatus(u16),
+    /// A pod failure fault that is not one (exit code 0) or selects nothing parseable.
+    #[error("invalid jobPodFailure: {0}")]
+    BadPodFailure(String),
 }
 
 impl HostError {
@@ -152,7 +176,7 @@ impl HostError {
     pub fn status(&self) -> u16 {
         match self {
             HostError::UnknownHost(_) => 404,
-            HostError::InvalidImage { .. } | HostError::BadFaultStatus(_) => 400,
+            HostError::InvalidImage { .. } | HostError::BadFaultStatus(_) | HostError::BadPodFailure(_) => 400,
             HostError::StageFailed { status, .. } => *status,
             HostError::NotRunning(_) => 503,
         }
@@ -286,6 +310,16 @@ impl Hosts {
             && !(400..600).contains(&failure.status)
         {
             return Err(HostError::BadFaultStatus(failure.status));
+        }
+        if let Some(failure) = &faults.job_pod_failure {
+            if failure.exit_code == 0 {
+                return Err(HostError::BadPodFailure("an exit code of 0 is a success, not a failure".to_owned()));
+            }
+            if let Some(selector) = &failure.label_selector
+                && let Err(why) = crate::apiserver::selector::label::LabelSelector::parse(selector)
+            {
+                return Err(HostError::BadPodFailure(format!("labelSelector {selector:?}: {why}")));
+            }
         }
         let mut hosts = self.inner.hosts.lock();
         let host = hosts.get_mut(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;

@@ -224,7 +224,7 @@ pub fn widget_crd() -> Value {
                             "phase": {"type": "string"},
                             "replicas": {"type": "integer"},
                             "conditions": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
-                                "items": {"type": "object", "properties": {"type": {"type": "string"}, "reason": {"type": "string"}}}}
+                                "items": {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}, "reason": {"type": "string"}}}}
                         }}
                     }
                 }}

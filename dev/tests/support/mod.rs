@@ -4,7 +4,8 @@
 
 use agent::host::{HostError, HostFacts, HostUpdater};
 use dev::apiserver::{ApiServer, ApiServerConfig, Patch, Store};
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use dev::operator::{Access, Manifest};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{PatchParams, PostParams};
 use serde_json::json;
@@ -83,16 +84,15 @@ impl FakeHost {
     }
 }
 
-/// A bare API server with the CRDs, the `update-operator` namespace and Ready nodes; names starting
-/// with `cp` are control-plane nodes.
+/// A bare API server with the CRDs, what `deploy/operator.yaml` grants (namespace, service
+/// accounts, RBAC, admission policy) and Ready nodes; names starting with `cp` are control-plane nodes.
 pub async fn bare_cluster(names: &[&str]) -> ApiServer {
     let server = ApiServer::start(ApiServerConfig::default()).await.unwrap();
     let store = server.store();
     for crd in shared::crd::all() {
         store.api::<CustomResourceDefinition>().create(None, &crd, &PostParams::default()).unwrap();
     }
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "update-operator"}})).unwrap();
-    store.api::<Namespace>().create(None, &ns, &PostParams::default()).unwrap();
+    Access::install(&server).unwrap();
     for name in names {
         let mut labels = json!({"update.edgeless.systems/managed": "true"});
         if name.starts_with("cp") {
@@ -103,6 +103,11 @@ pub async fn bare_cluster(names: &[&str]) -> ApiServer {
         set_status(&store, name, true, 0);
     }
     server
+}
+
+/// The identities of `deploy/operator.yaml` on `server` (installed by [`bare_cluster`]).
+pub fn operator(server: &ApiServer) -> Access {
+    Access::of(server, Manifest::operator().unwrap())
 }
 
 /// Creates the NodeVersion `constellation-version` for `image` with the rollout policy `rollout`.
@@ -156,7 +161,7 @@ pub fn node_names(store: &Store) -> Vec<String> {
 
 /// One real agent per node, on the cluster's simulated hosts.
 pub fn start_agents(cluster: &dev::cluster::Cluster) -> Vec<dev::harness::Component> {
-    node_names(&cluster.store()).iter().map(|n| dev::harness::agent(cluster.url(), n)).collect()
+    node_names(&cluster.store()).iter().map(|n| dev::harness::agent(cluster.operator(), n)).collect()
 }
 
 /// Stops every component gracefully.

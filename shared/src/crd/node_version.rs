@@ -165,22 +165,26 @@ fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "type": "string", "pattern": DURATION_PATTERN })
 }
 
+/// Where `maxUnavailable` may go: a count of at least 1 or a percentage from 1% to 100%.
+const MAX_UNAVAILABLE_PERCENT_PATTERN: &str = "^(100|[1-9][0-9]?)%$";
+
+/// `maxUnavailable` in the structural int-or-string form controller-gen writes: exactly
+/// `anyOf: [{type: integer}, {type: string}]`, with the value validations beside the `anyOf` (a real API
+/// server refuses a CRD with anything else inside the branches). The API server's validator applies each
+/// validation to the values it is about: `minimum` to integers, `pattern` to strings.
 fn max_unavailable_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "x-kubernetes-int-or-string": true,
-        "anyOf": max_unavailable_branches()
+        "anyOf": int_or_string_branches(),
+        "minimum": 1,
+        "pattern": MAX_UNAVAILABLE_PERCENT_PATTERN
     })
 }
 
-/// The two branches of `maxUnavailable`, typed as controller-gen writes int-or-string fields. With
-/// the types, `"0%"` fails both (a string, not matching the pattern); without them (kube's schema
-/// rewriter strips `type` from `anyOf` branches) `minimum` would not apply to strings and it would
-/// pass.
-fn max_unavailable_branches() -> serde_json::Value {
-    serde_json::json!([
-        { "type": "integer", "minimum": 1 },
-        { "type": "string", "pattern": "^(100|[1-9][0-9]?)%$" }
-    ])
+/// The two branches of an int-or-string field. kube's schema rewriter strips `type` from plain `anyOf`
+/// branches (leaving `anyOf: [{}, {}]`), so [`set_int_or_string_branches`] puts them back after generation.
+fn int_or_string_branches() -> serde_json::Value {
+    serde_json::json!([{ "type": "integer" }, { "type": "string" }])
 }
 
 /// Puts the typed branches back into the generated CRD.
@@ -198,7 +202,7 @@ pub(super) fn set_int_or_string_branches(
             .and_then(|r| r.properties.as_mut())
             .and_then(|p| p.get_mut("maxUnavailable"));
         if let Some(field) = field
-            && let Ok(branches) = serde_json::from_value(max_unavailable_branches())
+            && let Ok(branches) = serde_json::from_value(int_or_string_branches())
         {
             field.any_of = Some(branches);
         }

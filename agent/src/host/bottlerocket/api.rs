@@ -14,11 +14,11 @@
 //!   use the old version lock.
 
 use super::BottlerocketConfig;
-use crate::host::HostError;
 use crate::host::http::{self as transport, Answer, Endpoint, TransportError};
+use crate::host::{HostError, text};
 use ::http::{Method, StatusCode};
 use backon::{ExponentialBuilder, Retryable};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -112,17 +112,14 @@ impl CommandResult {
     pub fn failure_message(&self) -> String {
         const MAX_LINES: usize = 5;
         const MAX_CHARS: usize = 600;
-        let stderr = self.stderr.as_deref().unwrap_or_default().trim();
-        if stderr.is_empty() {
-            return match self.exit_status {
-                Some(code) => format!("it ended with status {:?} (exit status {code}) and no message", self.cmd_status),
-                None => format!("it ended with status {:?} and no message", self.cmd_status),
-            };
+        let tail = text::tail(self.stderr.as_deref().unwrap_or_default(), MAX_LINES, MAX_CHARS);
+        if !tail.is_empty() {
+            return tail;
         }
-        let lines: Vec<&str> = stderr.lines().collect();
-        let tail = lines[lines.len().saturating_sub(MAX_LINES)..].join(" / ");
-        let skip = tail.chars().count().saturating_sub(MAX_CHARS);
-        tail.chars().skip(skip).collect()
+        match self.exit_status {
+            Some(code) => format!("it ended with status {:?} (exit status {code}) and no message", self.cmd_status),
+            None => format!("it ended with status {:?} and no message", self.cmd_status),
+        }
     }
 }
 
@@ -156,13 +153,16 @@ enum Attempt {
 }
 
 /// `settings.updates` (only what the agent sets).
-#[derive(Debug, Default, Deserialize)]
-struct UpdatesSettings {
-    #[serde(rename = "version-lock")]
-    version_lock: Option<String>,
-    #[serde(rename = "ignore-waves")]
-    ignore_waves: Option<bool>,
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub(super) struct UpdatesSettings {
+    #[serde(rename = "version-lock", skip_serializing_if = "Option::is_none")]
+    pub version_lock: Option<String>,
+    #[serde(rename = "ignore-waves", skip_serializing_if = "Option::is_none")]
+    pub ignore_waves: Option<bool>,
 }
+
+/// Bottlerocket's default `settings.updates.version-lock`: the newest version offered.
+const DEFAULT_VERSION_LOCK: &str = "latest";
 
 #[derive(Debug, Default, Deserialize)]
 struct Settings {
@@ -319,38 +319,52 @@ impl Api {
 
     /// Pins the version the host updates to (`settings.updates.version-lock`) to `target` and
     /// turns off update waves (the controller paces the rollout itself; waves would only hold
-    /// back a node it already chose). Writes nothing when both are already set; `Ok(true)` when
-    /// it changed them.
-    pub async fn pin_version(&self, target: &str) -> Result<bool, HostError> {
+    /// back a node it already chose). Writes nothing when both are already set; otherwise returns
+    /// the values it replaced, for [`Api::restore_updates_settings`].
+    pub async fn pin_version(&self, target: &str) -> Result<Option<UpdatesSettings>, HostError> {
         let operation = "reading the update settings (GET /settings)";
         let path = "/settings?keys=settings.updates.version-lock,settings.updates.ignore-waves";
         let answer = self.request(operation, Method::GET, path, None).await?;
         let settings: Settings = expect_json(operation, &answer)?;
         if settings.updates.version_lock.as_deref() == Some(target) && settings.updates.ignore_waves == Some(true) {
-            return Ok(false);
+            return Ok(None);
         }
-        let operation = "setting updates.version-lock (PATCH /settings)";
-        let body = serde_json::json!({"updates": {"version-lock": target, "ignore-waves": true}});
-        let answer = self
-            .request(
-                operation,
-                Method::PATCH,
-                &format!("/settings?tx={TRANSACTION}"),
-                Some(body.to_string().into_bytes()),
-            )
-            .await?;
-        if !answer.status.is_success() {
-            return Err(answer.refusal(SERVICE, operation));
-        }
-        let operation = "committing updates.version-lock (POST /tx/commit_and_apply)";
-        let answer =
-            self.request(operation, Method::POST, &format!("/tx/commit_and_apply?tx={TRANSACTION}"), None).await?;
-        // 422: nothing pending, the value was already live.
-        if !answer.status.is_success() && answer.status != StatusCode::UNPROCESSABLE_ENTITY {
-            return Err(answer.refusal(SERVICE, operation));
-        }
+        let pin = UpdatesSettings { version_lock: Some(target.to_owned()), ignore_waves: Some(true) };
+        self.set_updates_settings(&pin, "updates.version-lock").await?;
         tracing::info!(version_lock = target, "pinned the host's update version");
-        Ok(true)
+        Ok(Some(settings.updates))
+    }
+
+    /// Sets `settings.updates.version-lock` and `ignore-waves` back to `previous`, the values
+    /// [`Api::pin_version`] replaced; a value that was unset goes back to Bottlerocket's default
+    /// (`latest`, waves on).
+    pub async fn restore_updates_settings(&self, previous: &UpdatesSettings) -> Result<(), HostError> {
+        let restored = UpdatesSettings {
+            version_lock: Some(previous.version_lock.clone().unwrap_or_else(|| DEFAULT_VERSION_LOCK.to_owned())),
+            ignore_waves: Some(previous.ignore_waves.unwrap_or(false)),
+        };
+        self.set_updates_settings(&restored, "restoring updates.version-lock").await?;
+        tracing::info!(version_lock = ?restored.version_lock, ignore_waves = ?restored.ignore_waves, "restored the host's update settings");
+        Ok(())
+    }
+
+    /// Writes `settings` through the agent's own transaction and commits it.
+    async fn set_updates_settings(&self, settings: &UpdatesSettings, what: &str) -> Result<(), HostError> {
+        let operation = format!("{what} (PATCH /settings)");
+        let body = serde_json::json!({"updates": settings});
+        let path = format!("/settings?tx={TRANSACTION}");
+        let answer = self.request(&operation, Method::PATCH, &path, Some(body.to_string().into_bytes())).await?;
+        if !answer.status.is_success() {
+            return Err(answer.refusal(SERVICE, &operation));
+        }
+        let operation = format!("committing {what} (POST /tx/commit_and_apply)");
+        let path = format!("/tx/commit_and_apply?tx={TRANSACTION}");
+        let answer = self.request(&operation, Method::POST, &path, None).await?;
+        // 422: nothing pending, the values were already live.
+        if !answer.status.is_success() && answer.status != StatusCode::UNPROCESSABLE_ENTITY {
+            return Err(answer.refusal(SERVICE, &operation));
+        }
+        Ok(())
     }
 }
 

@@ -6,7 +6,9 @@
 //! `stage(target)` pins the target (`settings.updates.version-lock`), refreshes the list of
 //! updates, checks that the repository offers the target and prepares it, until the status is
 //! `Staged` with the target in the staging partition. `activate_and_reboot(target)` activates the
-//! staged target (`Ready`) and asks for the reboot.
+//! staged target (`Ready`) and asks for the reboot. `release(target)`, when the controller gave
+//! the target up before the reboot, undoes an activation of the target and restores the version
+//! lock and update waves as they were before the pin.
 //!
 //! # Guarantees
 //! - Each method reads the update status first and decides from it, step by step
@@ -22,8 +24,9 @@
 mod api;
 
 use super::{HostError, HostFacts, HostUpdater, check_reported_image, read_boot_id};
-use api::{Api, CommandOutcome, CommandStatus, UpdateCommand, UpdateState, UpdateStatus};
+use api::{Api, CommandOutcome, CommandStatus, UpdateCommand, UpdateState, UpdateStatus, UpdatesSettings};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// At most this many steps (status read plus action) per call. A stage from scratch needs four
@@ -107,11 +110,41 @@ impl Default for BottlerocketConfig {
 pub struct BottlerocketHost {
     api: Api,
     config: BottlerocketConfig,
+    /// The pin this process set and what it replaced, until [`HostUpdater::release`] restores it.
+    pin: Arc<Mutex<Option<Pin>>>,
+}
+
+/// A version lock this process set.
+#[derive(Debug, Clone)]
+struct Pin {
+    /// The version pinned last.
+    target: String,
+    /// The settings before this process pinned anything.
+    replaced: UpdatesSettings,
 }
 
 impl BottlerocketHost {
     pub fn new(config: BottlerocketConfig) -> Self {
-        BottlerocketHost { api: Api::new(config.clone()), config }
+        BottlerocketHost { api: Api::new(config.clone()), config, pin: Arc::default() }
+    }
+
+    /// The pin record. A panic while it was held left a whole value behind (every write is one
+    /// assignment), so a poisoned lock is used as it is.
+    fn pin(&self) -> std::sync::MutexGuard<'_, Option<Pin>> {
+        self.pin.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Pins `target`, remembering what the first pin of this process replaced. `true` when the
+    /// settings changed.
+    async fn pin_version(&self, target: &str) -> Result<bool, HostError> {
+        let Some(replaced) = self.api.pin_version(target).await? else { return Ok(false) };
+        let mut pin = self.pin();
+        match pin.as_mut() {
+            // Pinned before (another target): what is to be restored is what the first pin replaced.
+            Some(pin) => pin.target = target.to_owned(),
+            None => *pin = Some(Pin { target: target.to_owned(), replaced }),
+        }
+        Ok(true)
     }
 
     /// Runs an update command to its end. `Ok(true)` when it ran and succeeded, `Ok(false)` when
@@ -172,7 +205,7 @@ impl HostUpdater for BottlerocketHost {
             match step {
                 StageStep::Done => return Ok(()),
                 StageStep::Pin => {
-                    progress.pin_changed = self.api.pin_version(target).await?;
+                    progress.pin_changed = self.pin_version(target).await?;
                     progress.pinned = true;
                 }
                 StageStep::Refresh => {
@@ -217,6 +250,41 @@ impl HostUpdater for BottlerocketHost {
             }
         }
         Err(unsettled(format!("activating {target}")))
+    }
+
+    async fn release(&self, target: &str) -> Result<(), HostError> {
+        if check_target(target).is_err() {
+            // Never pinned nor staged: nothing to undo.
+            return Ok(());
+        }
+        // IMPORTANT: restore the settings before anything that needs the update lock: a cancelled
+        // prepare may hold it for minutes, and the settings do not need it.
+        let ours = self.pin().clone().filter(|pin| pin.target == target);
+        if let Some(pin) = ours {
+            self.api.restore_updates_settings(&pin.replaced).await?;
+            let mut current = self.pin();
+            if current.as_ref().is_some_and(|current| current.target == target) {
+                *current = None;
+            }
+        }
+        let mut deactivated = false;
+        for _ in 0..MAX_STEPS {
+            let status = self.api.status().await?;
+            let activated = status.as_ref().is_some_and(|status| {
+                status.update_state == UpdateState::Ready && staged_version(status) == Some(target)
+            });
+            if !activated {
+                return Ok(());
+            }
+            if deactivated {
+                return Err(HostError::UnexpectedState {
+                    operation: format!("releasing {target}"),
+                    detail: "deactivate-update succeeded, but the target is still activated".to_owned(),
+                });
+            }
+            deactivated = self.deactivate().await?;
+        }
+        Err(unsettled(format!("releasing {target}")))
     }
 }
 

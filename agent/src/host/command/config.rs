@@ -6,6 +6,7 @@
 //!   "apply":  {"argv": ["/usr/local/bin/os-update", "stage"], "timeoutSeconds": 3600},
 //!   "reboot": {"argv": ["systemctl", "reboot"]},
 //!   "staged": {"argv": ["/usr/local/bin/os-update", "staged"]},
+//!   "unstage": {"argv": ["/usr/local/bin/os-update", "discard"]},
 //!   "nsenter": true
 //! }
 //! ```
@@ -36,9 +37,16 @@ pub struct CommandConfig {
     /// Reboots the host, e.g. `["systemctl", "reboot"]`. Default timeout 120 s.
     pub(super) reboot: CommandSpec,
     /// Prints the staged image on its first line, or nothing when none is staged. Optional; without
-    /// it the host reports no staged image and activation trusts `apply`. Default timeout 60 s.
+    /// it the host reports no staged image, and staging and activation trust `apply`. Default
+    /// timeout 60 s.
     #[serde(default)]
     pub(super) staged: Option<CommandSpec>,
+    /// Discards the staged image given as its last argument, so that the next boot runs what the
+    /// host runs now; run when the controller gives the target up before the reboot. Must be
+    /// idempotent. Optional (hosts that boot a staged image only once it is activated need none).
+    /// Default timeout 10 min.
+    #[serde(default)]
+    pub(super) unstage: Option<CommandSpec>,
     /// Runs every command in the host's namespaces through `nsenter --target 1` (the agent then
     /// runs privileged with `hostPID: true`).
     #[serde(default)]
@@ -95,6 +103,9 @@ impl CommandConfig {
         if let Some(staged) = &config.staged {
             staged.validate("staged").map_err(invalid)?;
         }
+        if let Some(unstage) = &config.unstage {
+            unstage.validate("unstage").map_err(invalid)?;
+        }
         Ok(config)
     }
 
@@ -122,6 +133,7 @@ mod tests {
         let config = parse(MINIMAL).unwrap();
         assert!(!config.nsenter);
         assert!(config.staged.is_none());
+        assert!(config.unstage.is_none());
         assert_eq!(config.reboot.argv, ["systemctl", "reboot"]);
         assert_eq!(config.apply.timeout(Duration::from_secs(7)), Duration::from_secs(7));
     }
@@ -146,10 +158,14 @@ mod tests {
                 r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "staged": {"argv": ["s"], "timeoutSeconds": 90000}}"#,
                 "staged.timeoutSeconds is 90000",
             ),
+            (
+                r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "unstage": {"argv": []}}"#,
+                "unstage.argv is empty",
+            ),
             (r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}}"#, "missing field `reboot`"),
             (
                 r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "stagd": {"argv": ["s"]}}"#,
-                "unknown field `stagd`, expected one of `check`, `apply`, `reboot`, `staged`, `nsenter`",
+                "unknown field `stagd`, expected one of `check`, `apply`, `reboot`, `staged`, `unstage`, `nsenter`",
             ),
             (
                 r#"{"check": {"argv": ["c"], "timeout": 5}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}}"#,

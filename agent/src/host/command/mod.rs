@@ -4,7 +4,8 @@
 //! - `check` prints the OS image the host runs (first line of stdout, trimmed);
 //! - `apply` stages the target, which is passed as its last argument (exit 0 = staged);
 //! - `reboot` reboots the host;
-//! - `staged` (optional) prints the staged image, or nothing.
+//! - `staged` (optional) prints the staged image, or nothing;
+//! - `unstage` (optional) discards the staged target, which is passed as its last argument.
 //!
 //! With `nsenter: true` every command runs in the host's namespaces, as
 //! `nsenter --target 1 --mount --uts --ipc --net --pid -- <argv...>`.
@@ -15,16 +16,17 @@
 //!   leading `-`) is refused.
 //! - Every command has a time limit, after which it is killed with everything it started.
 //! - A failed command is reported with its exit status and the last lines of its stderr.
-//! - `stage` skips `apply` when `staged` already reports the target; `activate_and_reboot`
-//!   reboots only when `staged` (if configured) reports the target, or the host already runs it
-//!   with nothing else staged.
+//! - `stage` skips `apply` when `staged` already reports the target, and after `apply` it checks
+//!   that `staged` reports the target (with no `staged` command, `apply`'s exit status is trusted);
+//!   `activate_and_reboot` reboots only when `staged` (if configured) reports the target, or the
+//!   host already runs it with nothing else staged.
 
 mod config;
 mod run;
 
 pub use config::{CommandConfig, MAX_TIMEOUT_SECONDS};
 
-use super::{HostError, HostFacts, HostUpdater, check_reported_image, read_boot_id};
+use super::{EX_TEMPFAIL, HostError, HostFacts, HostUpdater, check_reported_image, read_boot_id};
 use config::CommandSpec;
 use run::{Finished, RunError};
 use std::path::{Path, PathBuf};
@@ -37,6 +39,8 @@ const DEFAULT_STAGED_TIMEOUT: Duration = Duration::from_secs(60);
 const DEFAULT_APPLY_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// `systemctl reboot` only queues the reboot; anything slower is stuck.
 const DEFAULT_REBOOT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Discarding a staged image deletes files or a boot entry.
+const DEFAULT_UNSTAGE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 /// What enters the host's namespaces; found on the agent image's `PATH`.
 const NSENTER: &str = "nsenter";
@@ -162,6 +166,7 @@ fn failed(name: &'static str, spec: &CommandSpec, finished: &Finished) -> HostEr
         program: spec.program().to_owned(),
         status: run::describe(finished.status),
         stderr_tail: run::stderr_summary(&finished.stderr_tail),
+        temporary: finished.status.code() == Some(EX_TEMPFAIL),
     }
 }
 
@@ -200,6 +205,20 @@ impl HostUpdater for CommandHost {
             return Ok(());
         }
         self.run_to_success("apply", &self.config.apply, Some(target), DEFAULT_APPLY_TIMEOUT).await?;
+        if let Some(spec) = &self.config.staged {
+            let staged = self.staged_image().await?;
+            if staged.as_deref() != Some(target) {
+                return Err(HostError::StepFailed {
+                    step: format!("staging {target}"),
+                    message: format!(
+                        "the apply command {:?} succeeded, but the staged command {:?} then printed {}",
+                        self.config.apply.program(),
+                        spec.program(),
+                        staged.map_or_else(|| "nothing".to_owned(), |image| format!("{image:?}"))
+                    ),
+                });
+            }
+        }
         tracing::info!(target, "staged");
         Ok(())
     }
@@ -223,6 +242,14 @@ impl HostUpdater for CommandHost {
             return Ok(());
         }
         Err(failed("reboot", reboot, &finished))
+    }
+
+    async fn release(&self, target: &str) -> Result<(), HostError> {
+        // A target `apply` was never given cannot have been staged.
+        let (Some(unstage), Ok(())) = (&self.config.unstage, check_target(target)) else { return Ok(()) };
+        self.run_to_success("unstage", unstage, Some(target), DEFAULT_UNSTAGE_TIMEOUT).await?;
+        tracing::info!(target, "discarded the staged image");
+        Ok(())
     }
 }
 

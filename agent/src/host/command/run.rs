@@ -4,8 +4,9 @@
 //! - The command gets no stdin; at most [`MAX_STDOUT`] bytes of its stdout and the last
 //!   [`MAX_STDERR`] bytes of its stderr are kept, the rest is read and dropped, so a chatty
 //!   command neither blocks nor fills the agent's memory.
-//! - The command runs in a process group of its own. When it outlives its time limit, the whole
-//!   group (the command and whatever it started) is killed and the command is reaped.
+//! - The command runs in a process group of its own. When it outlives its time limit, or the
+//!   future running it is dropped (the agent cancelled the work), the whole group (the command and
+//!   whatever it started) is killed.
 //!
 //! # Assumptions
 //! - Commands do not leave processes behind that keep their stdout or stderr open; such a command
@@ -54,7 +55,7 @@ pub(super) async fn run(argv: &[String], timeout: Duration) -> Result<Finished, 
         .kill_on_drop(true)
         .spawn()
         .map_err(RunError::Start)?;
-    let group = child.id().and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw);
+    let mut group = GroupKiller(child.id().and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw));
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let ran = tokio::time::timeout(timeout, async {
@@ -62,17 +63,39 @@ pub(super) async fn run(argv: &[String], timeout: Duration) -> Result<Finished, 
     })
     .await;
     match ran {
-        Ok((stdout, stderr_tail, Ok(status))) => Ok(Finished { status, stdout, stderr_tail }),
+        Ok((stdout, stderr_tail, Ok(status))) => {
+            group.disarm();
+            Ok(Finished { status, stdout, stderr_tail })
+        }
         Ok((_, _, Err(error))) => Err(RunError::Wait(error)),
         Err(_elapsed) => {
-            // IMPORTANT: never signal group 1 (kill(-1) signals every process we may signal).
-            if let Some(group) = group.filter(|pid| !pid.is_init()) {
-                let _ = kill_process_group(group, Signal::KILL);
-            }
+            group.kill();
             let _ = child.start_kill();
             let _ = child.wait().await;
             Err(RunError::TimedOut)
         }
+    }
+}
+
+/// Kills a command's process group when dropped, unless disarmed once the command ended.
+struct GroupKiller(Option<Pid>);
+
+impl GroupKiller {
+    fn kill(&mut self) {
+        // IMPORTANT: never signal group 1 (kill(-1) signals every process we may signal).
+        if let Some(group) = self.0.take().filter(|pid| !pid.is_init()) {
+            let _ = kill_process_group(group, Signal::KILL);
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -130,11 +153,7 @@ pub(super) fn describe(status: ExitStatus) -> String {
 pub(super) fn stderr_summary(stderr_tail: &[u8]) -> String {
     const MAX_LINES: usize = 10;
     const MAX_CHARS: usize = 800;
-    let text = String::from_utf8_lossy(stderr_tail);
-    let lines: Vec<&str> = text.lines().map(str::trim).filter(|line| !line.is_empty()).collect();
-    let summary = lines[lines.len().saturating_sub(MAX_LINES)..].join(" / ");
-    let skip = summary.chars().count().saturating_sub(MAX_CHARS);
-    summary.chars().skip(skip).collect()
+    crate::host::text::tail(&String::from_utf8_lossy(stderr_tail), MAX_LINES, MAX_CHARS)
 }
 
 #[cfg(test)]
@@ -142,12 +161,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_stderr_summary_keeps_the_last_lines_within_bounds() {
+    fn the_stderr_summary_is_the_end_of_stderr_even_when_it_is_not_utf8() {
         let many: String = (1..=30).map(|i| format!("line {i}\n")).collect();
         let summary = stderr_summary(many.as_bytes());
         assert!(summary.starts_with("line 21 / ") && summary.ends_with("line 30"), "{summary}");
         assert!(stderr_summary(&vec![b'x'; 5000]).len() <= 800);
-        assert_eq!(stderr_summary(b"\n\n"), "");
         assert_eq!(stderr_summary(b"bad \xff byte"), "bad \u{fffd} byte");
     }
 

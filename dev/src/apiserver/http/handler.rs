@@ -5,14 +5,18 @@
 //!   is handled, and injected faults apply before anything else happens.
 //! - Bad input (bodies, selectors, parameters) is a 4xx Status, never a panic.
 
+use super::access;
 use super::response::{self, Body, Representation, bytes_response, error_response, json_response};
 use super::route::{self, ResourcePath, Route};
+use crate::apiserver::auth::UserInfo;
 use crate::apiserver::core::{Core, Ctx};
 use crate::apiserver::discovery;
 use crate::apiserver::error::{ApiError, field_error, success_status};
 use crate::apiserver::faults::{ErrorFault, Faults, RequestMatch};
+use crate::apiserver::field_validation::{self, FieldValidation, RawNode};
 use crate::apiserver::metrics::{RequestKey, Verb};
 use crate::apiserver::object::Filter;
+use crate::apiserver::openapi::{self, definitions::EVICTION};
 use crate::apiserver::ops::Subresource;
 use crate::apiserver::ops::delete::{DeleteOptions, Deleted};
 use crate::apiserver::ops::eviction::Eviction;
@@ -20,15 +24,15 @@ use crate::apiserver::ops::patch::parse_patch_body;
 use crate::apiserver::ops::read::ListOptions;
 use crate::apiserver::ops::watch::{WatchOptions, WatchSession};
 use crate::apiserver::patch::PatchType;
-use crate::apiserver::request_log::RequestLine;
+use crate::apiserver::request_log::{RequestLine, RequestLog};
 use crate::apiserver::resource::{Builtin, Gvr, ResourceType};
+use crate::apiserver::schema::ErrorKind;
 use crate::apiserver::selector::{FieldSelector, LabelSelector};
 use crate::apiserver::table::IncludeObject;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use serde_json::{Value, json};
-use shared::schema::ErrorKind;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -61,12 +65,20 @@ where
         body,
     };
     let route = route::parse(parts.uri.path());
-    let logged = match &route {
+    let mut logged = match &route {
         Route::Resource(path) if core.request_log.is_enabled() => {
             log_line(path, &request).map(|line| (core.request_log.clone(), line))
         }
         _ => None,
     };
+    let user =
+        match access::admit_request(&core, &route, &parts.method, parts.uri.path(), &request.params, &parts.headers) {
+            Ok(user) => user,
+            Err(error) => return Ok(logged_response(logged, error_response(&error))),
+        };
+    if let (Some((_, line)), Some(user)) = (&mut logged, &user) {
+        line.user.clone_from(&user.name);
+    }
     let response = match route {
         Route::Health => Ok(text_response(StatusCode::OK, "ok")),
         Route::Version => Ok(json_response(StatusCode::OK, &discovery::version(&core.config.git_version))),
@@ -78,6 +90,12 @@ where
         Route::Resources(group, version) => discovery::resources(&core.registry.read(), &group, &version)
             .map(|r| json_response(StatusCode::OK, &r))
             .ok_or_else(ApiError::path_not_found),
+        Route::OpenApiV2 => openapi_v2(&core, &request),
+        Route::OpenApiV3Index if request.method == Method::GET => {
+            Ok(json_response(StatusCode::OK, &openapi::v3_index(&core.registry.read(), &core.config.git_version)))
+        }
+        Route::OpenApiV3(path) if request.method == Method::GET => openapi_v3(&core, &path, &request),
+        Route::OpenApiV3Index | Route::OpenApiV3(_) => Err(ApiError::method_not_allowed(request.method.as_str())),
         Route::DevMetrics => Ok(dev_metrics(&core)),
         Route::DevFaults => dev_faults(&core, &request),
         Route::DevMounted(segments) => match mounted_routes(&core) {
@@ -87,14 +105,22 @@ where
             }
             None => Err(ApiError::path_not_found()),
         },
-        Route::Resource(path) => resource_request(core, path, request).await,
+        Route::Resource(path) => match user {
+            Some(user) => resource_request(core, path, request, user).await,
+            // admit_request answers every route but /_dev/ with a user.
+            None => Err(ApiError::internal("the request has no user")),
+        },
         Route::NotFound => Err(ApiError::path_not_found()),
     };
-    let response = response.unwrap_or_else(|error| error_response(&error));
+    Ok(logged_response(logged, response.unwrap_or_else(|error| error_response(&error))))
+}
+
+/// `response`, recorded in the request log if the request is to be logged.
+fn logged_response(logged: Option<(RequestLog, RequestLine)>, response: Response<Body>) -> Response<Body> {
     if let Some((log, line)) = logged {
         log.record(line, response.status().as_u16());
     }
-    Ok(response)
+    response
 }
 
 /// What the request log records of a resource request.
@@ -108,7 +134,61 @@ fn log_line(path: &ResourcePath, request: &RequestInfo) -> Option<RequestLine> {
         namespace: path.namespace.clone(),
         name: path.name.clone(),
         user_agent: request.user_agent.clone(),
+        user: String::new(),
     })
+}
+
+/// The media types an `Accept` header lists, without parameters, in order.
+fn accepted(accept: Option<&str>) -> Vec<String> {
+    accept
+        .unwrap_or("*/*")
+        .split(',')
+        .map(|offer| offer.split(';').next().unwrap_or_default().trim().to_owned())
+        .filter(|media| !media.is_empty())
+        .collect()
+}
+
+/// `/openapi/v2`: protobuf for client-go (which asks for nothing else), JSON for everyone else.
+fn openapi_v2(core: &Core, request: &RequestInfo) -> Result<Response<Body>, ApiError> {
+    if request.method != Method::GET {
+        return Err(ApiError::method_not_allowed(request.method.as_str()));
+    }
+    for media in accepted(request.accept.as_deref()) {
+        match media.as_str() {
+            openapi::V2_PROTOBUF | openapi::V2_PROTOBUF_DEPRECATED => {
+                let document = openapi::v2_document(&core.registry.read(), &core.config.git_version);
+                let mut response = bytes_response(StatusCode::OK, Bytes::from(openapi::protobuf::encode(&document)));
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_TYPE, http::HeaderValue::from_static(openapi::V2_PROTOBUF));
+                return Ok(response);
+            }
+            "application/json" | "application/*" | "*/*" => {
+                let document = openapi::v2_document(&core.registry.read(), &core.config.git_version);
+                return Ok(json_response(StatusCode::OK, &document));
+            }
+            _ => {}
+        }
+    }
+    Err(ApiError::not_acceptable(request.accept.as_deref().unwrap_or_default()))
+}
+
+/// `/openapi/v3/{group version}`: JSON (the protobuf form is not served, so a client asking only for it gets
+/// 406 and asks again for JSON).
+fn openapi_v3(core: &Core, path: &str, request: &RequestInfo) -> Result<Response<Body>, ApiError> {
+    if !accepted(request.accept.as_deref())
+        .iter()
+        .any(|m| matches!(m.as_str(), "application/json" | "application/*" | "*/*"))
+    {
+        return Err(ApiError::not_acceptable(request.accept.as_deref().unwrap_or_default()));
+    }
+    let document = openapi::v3_group_version(&core.registry.read(), path, &core.config.git_version)
+        .ok_or_else(ApiError::path_not_found)?;
+    let mut response = json_response(StatusCode::OK, &document);
+    if let Ok(etag) = http::HeaderValue::from_str(&format!("\"{}\"", openapi::hash(&document))) {
+        response.headers_mut().insert(header::ETAG, etag);
+    }
+    Ok(response)
 }
 
 fn mounted_routes(core: &Core) -> Option<Arc<dyn crate::apiserver::core::DevRoutes>> {
@@ -131,6 +211,14 @@ impl RequestInfo {
 
     fn flag(&self, name: &str) -> bool {
         matches!(self.param(name), Some("true" | "1"))
+    }
+
+    /// The body as sent (duplicates kept), when it is JSON or YAML.
+    fn raw_body(&self) -> Option<RawNode> {
+        match self.content_type.as_deref().and_then(|c| c.split(';').next()).unwrap_or_default().trim() {
+            "application/yaml" => RawNode::parse_yaml(&self.body),
+            _ => RawNode::parse_json(&self.body),
+        }
     }
 
     fn json_body(&self) -> Result<Value, ApiError> {
@@ -177,6 +265,22 @@ async fn resource_request(
     core: Arc<Core>,
     path: ResourcePath,
     request: RequestInfo,
+    user: UserInfo,
+) -> Result<Response<Body>, ApiError> {
+    let warnings = parking_lot::Mutex::new(Vec::new());
+    let result = serve_resource(core, path, request, &user, &warnings).await;
+    let warnings = warnings.into_inner();
+    let mut response = result.unwrap_or_else(|error| error_response(&error));
+    access::add_warnings(&mut response, &warnings);
+    Ok(response)
+}
+
+async fn serve_resource(
+    core: Arc<Core>,
+    path: ResourcePath,
+    request: RequestInfo,
+    user: &UserInfo,
+    warnings: &parking_lot::Mutex<Vec<String>>,
 ) -> Result<Response<Body>, ApiError> {
     let rt = core.resource(&Gvr::new(&path.group, &path.version, &path.plural)).ok_or_else(ApiError::path_not_found)?;
     let watch = path.legacy_watch || request.flag("watch");
@@ -215,13 +319,43 @@ async fn resource_request(
     let include = IncludeObject::parse(request.param("includeObject"));
     let dry_run = request.param("dryRun") == Some("All");
     let field_manager = request.param("fieldManager").filter(|m| !m.is_empty());
-    let ctx = Ctx { user_agent: &request.user_agent, field_manager, dry_run };
+    let field_validation = match verb {
+        Verb::Create => FieldValidation::parse(request.param("fieldValidation"), "CreateOptions")?,
+        Verb::Update => FieldValidation::parse(request.param("fieldValidation"), "UpdateOptions")?,
+        Verb::Patch => FieldValidation::parse(request.param("fieldValidation"), "PatchOptions")?,
+        _ => FieldValidation::Ignore,
+    };
+    let body_findings = match verb {
+        Verb::Patch if field_validation != FieldValidation::Ignore => patch_body_findings(&request),
+        _ => Vec::new(),
+    };
+    let ctx = Ctx {
+        field_manager,
+        dry_run,
+        field_validation,
+        body_findings: &body_findings,
+        user: Some(user),
+        warnings: Some(warnings),
+        ..Ctx::new(&request.user_agent)
+    };
     let namespace = path.namespace.as_deref();
     let name = path.name.as_deref().unwrap_or_default();
     let object = |status: StatusCode, object: &Arc<crate::apiserver::object::StoredObject>| {
         response::object_response(status, &rt, object, representation, include)
     };
+    if rt.builtin().is_some_and(Builtin::is_review) {
+        return match (verb, has_name) {
+            (Verb::Create, false) => {
+                Ok(json_response(StatusCode::CREATED, &core.review(&rt, namespace, user, &request.json_body()?)?))
+            }
+            _ => Err(ApiError::method_not_allowed(request.method.as_str())),
+        };
+    }
     match (verb, subresource) {
+        // Upstream has no streaming YAML serializer.
+        (Verb::Watch, _) if representation == Representation::Yaml => {
+            Err(ApiError::not_acceptable(accept.unwrap_or_default()))
+        }
         (Verb::Watch, _) => {
             let mut options = watch_options(&core, &rt, namespace, &request)?;
             if has_name {
@@ -240,26 +374,35 @@ async fn resource_request(
         (Verb::Get, None | Some("status")) => Ok(object(StatusCode::OK, &core.get(&rt, namespace, name)?)),
         (Verb::Get, Some("scale")) => Ok(json_response(StatusCode::OK, &core.get_scale(&rt, namespace, name)?)),
         (Verb::Create, None) if !has_name => {
-            let created = core.create(&rt, namespace, request.json_body()?, &ctx)?;
+            let body = request.json_body()?;
+            check_fields(&rt, &request, &body, &ctx)?;
+            let created = core.create(&rt, namespace, body, &ctx)?;
             Ok(object(StatusCode::CREATED, &created))
         }
         (Verb::Create, Some("eviction")) => {
-            let eviction = Eviction::from_body(&request.json_body()?)?;
+            let body = request.json_body()?;
+            if let Some(node) = request.raw_body() {
+                let findings = field_validation::definition_errors(EVICTION, &node);
+                ctx.field_findings(findings, |f| field_validation::strict_decoding_error_of("Eviction", "v1", f))?;
+            }
+            let eviction = Eviction::from_body(&body)?;
             core.evict(namespace.unwrap_or_default(), name, &eviction, &ctx)?;
             Ok(json_response(StatusCode::CREATED, &success_status(None, Some(201))))
         }
+        (Verb::Create, Some("token")) => Ok(json_response(
+            StatusCode::CREATED,
+            &core.token_request(namespace.unwrap_or_default(), name, &request.json_body()?)?,
+        )),
         (Verb::Create, Some("binding")) => {
             core.bind(namespace.unwrap_or_default(), name, &request.json_body()?, &ctx)?;
             Ok(json_response(StatusCode::CREATED, &success_status(None, Some(201))))
         }
-        (Verb::Update, None) => Ok(object(
-            StatusCode::OK,
-            &core.update(&rt, namespace, name, request.json_body()?, Subresource::Main, &ctx)?,
-        )),
-        (Verb::Update, Some("status")) => Ok(object(
-            StatusCode::OK,
-            &core.update(&rt, namespace, name, request.json_body()?, Subresource::Status, &ctx)?,
-        )),
+        (Verb::Update, sub @ (None | Some("status"))) => {
+            let body = request.json_body()?;
+            check_fields(&rt, &request, &body, &ctx)?;
+            let subresource = if sub == Some("status") { Subresource::Status } else { Subresource::Main };
+            Ok(object(StatusCode::OK, &core.update(&rt, namespace, name, body, subresource, &ctx)?))
+        }
         (Verb::Update, Some("scale")) => Ok(json_response(
             StatusCode::OK,
             &core.write_scale(&rt, namespace, name, None, Some(request.json_body()?), &ctx)?,
@@ -313,6 +456,31 @@ async fn resource_request(
             Ok(response::list_response(&rt, page, Representation::Plain, include))
         }
         _ => Err(ApiError::method_not_allowed(request.method.as_str())),
+    }
+}
+
+/// Unknown and duplicate fields of a create or update body, under the request's field validation.
+fn check_fields(rt: &ResourceType, request: &RequestInfo, body: &Value, ctx: &Ctx<'_>) -> Result<(), ApiError> {
+    if ctx.field_validation == FieldValidation::Ignore {
+        return Ok(());
+    }
+    let node = request.raw_body();
+    let findings = match rt.custom() {
+        Some(custom) => field_validation::custom_errors(custom.schema.as_ref(), body, node.as_ref()),
+        None => node.map(|node| field_validation::builtin_errors(rt, &node)).unwrap_or_default(),
+    };
+    ctx.field_findings(findings, |f| field_validation::strict_decoding_error(rt, f))
+}
+
+/// Duplicate fields in a patch body (and, for a JSON patch, fields its operations do not have), as upstream's
+/// strict decoding of the patch reports them.
+fn patch_body_findings(request: &RequestInfo) -> Vec<String> {
+    let Some(node) = RawNode::parse_json(&request.body) else { return Vec::new() };
+    let content_type = request.content_type.as_deref().unwrap_or_default();
+    match PatchType::from_content_type(content_type) {
+        Some(PatchType::Json) => field_validation::json_patch_errors(&node),
+        Some(PatchType::Merge | PatchType::Strategic) => field_validation::duplicates(&node),
+        _ => Vec::new(),
     }
 }
 

@@ -1,8 +1,10 @@
 //! The HTTP/1.1 front end: a hyper server on 127.0.0.1 that kube-rs clients and kubectl talk to.
 
+mod access;
 mod handler;
 pub mod response;
 pub mod route;
+pub mod tls;
 
 use super::core::Core;
 use hyper::server::conn::http1;
@@ -12,9 +14,9 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-/// Serves connections from `listener` until `shutdown` is cancelled; then drops every connection (open watches
-/// end as if the server went away).
-pub async fn serve(listener: TcpListener, core: Arc<Core>, shutdown: CancellationToken) {
+/// Serves connections from `listener`, each plain HTTP/1.1 or HTTPS (see [`tls`]), until `shutdown` is
+/// cancelled; then drops every connection (open watches end as if the server went away).
+pub async fn serve(listener: TcpListener, core: Arc<Core>, tls: tls::Tls, shutdown: CancellationToken) {
     let address: Arc<str> = listener.local_addr().map(|a| a.to_string()).unwrap_or_default().into();
     let connections = tokio_util::task::TaskTracker::new();
     loop {
@@ -33,15 +35,28 @@ pub async fn serve(listener: TcpListener, core: Arc<Core>, shutdown: Cancellatio
         let core = core.clone();
         let address = address.clone();
         let shutdown = shutdown.clone();
+        let acceptor = tls.acceptor.clone();
         connections.spawn(async move {
             let service = service_fn(move |request| handler::handle(core.clone(), address.clone(), request));
-            let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                result = connection => {
-                    if let Err(error) = result {
-                        tracing::debug!(%error, "connection ended with an error");
-                    }
+            let mut first = [0u8; 1];
+            let serving = async {
+                let result = match stream.peek(&mut first).await {
+                    Ok(1) if first[0] == tls::HANDSHAKE => match acceptor.accept(stream).await {
+                        Ok(stream) => http1::Builder::new().serve_connection(TokioIo::new(stream), service).await,
+                        Err(error) => {
+                            tracing::debug!(%error, "TLS handshake failed");
+                            return;
+                        }
+                    },
+                    Ok(_) => http1::Builder::new().serve_connection(TokioIo::new(stream), service).await,
+                    Err(_) => return,
+                };
+                if let Err(error) = result {
+                    tracing::debug!(%error, "connection ended with an error");
                 }
+            };
+            tokio::select! {
+                () = serving => {}
                 () = shutdown.cancelled() => {}
             }
         });

@@ -31,6 +31,8 @@ pub enum Representation {
     Table,
     /// `as=PartialObjectMetadata` / `as=PartialObjectMetadataList`.
     Metadata,
+    /// The object (or list) itself as `application/yaml`; not for watches, as upstream has no YAML stream.
+    Yaml,
 }
 
 /// Picks the first acceptable representation of an `Accept` header; `None` when nothing offered is served.
@@ -41,6 +43,9 @@ pub fn negotiate(accept: Option<&str>) -> Option<Representation> {
         let media = parts.next().unwrap_or_default();
         let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).collect();
         let param = |name: &str| params.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+        if media == "application/yaml" && param("as").is_none() {
+            return Some(Representation::Yaml);
+        }
         if !matches!(media, "application/json" | "*/*" | "application/*" | "application/json+stream") {
             continue;
         }
@@ -95,7 +100,15 @@ pub fn object_response(
         Representation::Plain => bytes_response(status, object.bytes.clone()),
         Representation::Metadata => json_response(status, &table::partial_metadata(&object.value())),
         Representation::Table => json_response(status, &table::table(rt, &[object.value()], None, None, include)),
+        Representation::Yaml => yaml_response(status, &object.value()),
     }
+}
+
+/// A YAML response (keys sorted, as upstream's JSON-to-YAML conversion writes them).
+pub fn yaml_response(status: StatusCode, value: &Value) -> Response<Body> {
+    let mut response = bytes_response(status, Bytes::from(yaml_serde::to_string(value).unwrap_or_default()));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/yaml"));
+    response
 }
 
 /// A page of a list in the asked representation. Plain lists are streamed from the stored bytes.
@@ -122,6 +135,13 @@ pub fn list_response(
             json_response(
                 StatusCode::OK,
                 &json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "items": items}),
+            )
+        }
+        Representation::Yaml => {
+            let items: Vec<Value> = page.items.iter().map(|o| o.value()).collect();
+            yaml_response(
+                StatusCode::OK,
+                &json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": metadata, "items": items}),
             )
         }
         Representation::Plain => {
@@ -183,7 +203,7 @@ fn watch_line(rt: &ResourceType, output: WatchOutput, representation: Representa
             line.extend_from_slice(item.ty.as_str().as_bytes());
             line.extend_from_slice(b"\",\"object\":");
             match representation {
-                Representation::Plain => line.extend_from_slice(&item.bytes),
+                Representation::Plain | Representation::Yaml => line.extend_from_slice(&item.bytes),
                 other => {
                     let object: Value = serde_json::from_slice(&item.bytes).unwrap_or(Value::Null);
                     let rendered = if other == Representation::Table {
@@ -251,6 +271,8 @@ mod tests {
         );
         assert_eq!(negotiate(Some("application/vnd.kubernetes.protobuf, */*")), Some(Representation::Plain));
         assert_eq!(negotiate(Some("application/vnd.kubernetes.protobuf")), None);
+        assert_eq!(negotiate(Some("application/yaml")), Some(Representation::Yaml));
+        assert_eq!(negotiate(Some("application/yaml;as=Table;v=v1;g=meta.k8s.io")), None);
         assert_eq!(negotiate(Some("application/json;as=Widget;g=x")), None);
     }
 

@@ -34,6 +34,12 @@ pub enum Route {
     Group(String),
     /// `/api/v1`, `/apis/{group}/{version}`.
     Resources(String, String),
+    /// `/openapi/v2`.
+    OpenApiV2,
+    /// `/openapi/v3`.
+    OpenApiV3Index,
+    /// `/openapi/v3/{api/v1 | apis/group/version}`: the rest of the path.
+    OpenApiV3(String),
     /// `/_dev/metrics`.
     DevMetrics,
     /// `/_dev/faults`.
@@ -63,6 +69,9 @@ pub fn parse(path: &str) -> Route {
         ["apis", group] => Route::Group((*group).to_owned()),
         ["api", "v1"] => Route::Resources(String::new(), "v1".into()),
         ["apis", group, version] => Route::Resources((*group).to_owned(), (*version).to_owned()),
+        ["openapi", "v2"] => Route::OpenApiV2,
+        ["openapi", "v3"] => Route::OpenApiV3Index,
+        ["openapi", "v3", rest @ ..] => Route::OpenApiV3(rest.join("/")),
         ["_dev", "metrics"] => Route::DevMetrics,
         ["_dev", "faults"] => Route::DevFaults,
         ["_dev", rest @ ..] => Route::DevMounted(rest.iter().map(|s| (*s).to_owned()).collect()),
@@ -168,6 +177,9 @@ mod tests {
         assert_eq!(parse("/apis/apps"), Route::Group("apps".into()));
         assert_eq!(parse("/readyz/ping"), Route::Health);
         assert_eq!(parse("/nope"), Route::NotFound);
+        assert_eq!(parse("/openapi/v2"), Route::OpenApiV2);
+        assert_eq!(parse("/openapi/v3"), Route::OpenApiV3Index);
+        assert_eq!(parse("/openapi/v3/apis/apps/v1"), Route::OpenApiV3("apis/apps/v1".into()));
         let Route::Resource(watch) = parse("/api/v1/watch/namespaces/x/pods") else { panic!() };
         assert!(watch.legacy_watch);
     }

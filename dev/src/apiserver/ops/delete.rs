@@ -16,7 +16,7 @@ use crate::apiserver::object::{
     parse_time,
 };
 use crate::apiserver::ops::write::{deletion_grace, finalizers_pending};
-use crate::apiserver::resource::{Builtin, ResourceType};
+use crate::apiserver::resource::{Builtin, ResourceType, priority};
 use crate::apiserver::state::State;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -74,12 +74,14 @@ fn time_after(seconds: i64) -> String {
     format_time(now.checked_add(jiff::SignedDuration::from_secs(seconds)).unwrap_or(now))
 }
 
-/// The finalizers the propagation policy asks for (upstream `deletionFinalizersForGarbageCollection`).
-fn gc_finalizers(object: &mut Value, options: &DeleteOptions) {
+/// The finalizers the propagation policy asks for (upstream `deletionFinalizersForGarbageCollection`); without a
+/// policy, batch/v1 Jobs orphan their pods (upstream's `DefaultGarbageCollectionPolicy` for that version).
+fn gc_finalizers(rt: &ResourceType, object: &mut Value, options: &DeleteOptions) {
     let policy = match (options.propagation_policy.as_deref(), options.orphan_dependents) {
         (Some(policy), _) => policy,
         (None, Some(true)) => "Orphan",
         (None, Some(false)) => "Background",
+        (None, None) if rt.is(Builtin::Job) => "Orphan",
         (None, None) => return,
     };
     let (add, drop): (Option<&str>, &[&str]) = match policy {
@@ -151,6 +153,9 @@ impl Core {
     ) -> Result<Deleted, ApiError> {
         let name = key.rsplit('/').next().unwrap_or_default().to_owned();
         let current = state.get(rt, key).ok_or_else(|| ApiError::not_found(rt, &name))?;
+        if rt.is(Builtin::PriorityClass) && priority::is_system_class(&name) {
+            return Err(ApiError::forbidden(rt, &name, "this is a system priority class and cannot be deleted"));
+        }
         if let Some(preconditions) = &options.preconditions {
             if let Some(uid) = preconditions.uid.as_deref()
                 && uid != &*current.index.uid
@@ -179,10 +184,12 @@ impl Core {
         }
         let dry_run = ctx.dry_run || options.dry_run.as_ref().is_some_and(|d| d.iter().any(|v| v == "All"));
         let old = current.value();
+        let admitted = Ctx { dry_run, ..*ctx };
+        self.admit(state, &admitted, rt, crate::apiserver::admission::Operation::Delete, "", None, Some(&old))?;
         let deleting = is_deleting(&old);
         let mut new = old.clone();
         if !deleting {
-            gc_finalizers(&mut new, options);
+            gc_finalizers(rt, &mut new, options);
         }
         if rt.is(Builtin::Namespace) {
             if !deleting {
@@ -257,22 +264,30 @@ mod tests {
 
     #[test]
     fn propagation_policies_add_and_drop_gc_finalizers() {
+        let configmaps =
+            crate::apiserver::resource::builtin_types().into_iter().find(|t| t.plural == "configmaps").unwrap();
         let mut object = json!({"metadata": {"finalizers": ["a", "orphan"]}});
         gc_finalizers(
+            &configmaps,
             &mut object,
             &DeleteOptions { propagation_policy: Some("Foreground".into()), ..Default::default() },
         );
         assert_eq!(object["metadata"]["finalizers"], json!(["a", "foregroundDeletion"]));
         gc_finalizers(
+            &configmaps,
             &mut object,
             &DeleteOptions { propagation_policy: Some("Background".into()), ..Default::default() },
         );
         assert_eq!(object["metadata"]["finalizers"], json!(["a"]));
-        gc_finalizers(&mut object, &DeleteOptions { orphan_dependents: Some(true), ..Default::default() });
+        gc_finalizers(&configmaps, &mut object, &DeleteOptions { orphan_dependents: Some(true), ..Default::default() });
         assert_eq!(object["metadata"]["finalizers"], json!(["a", "orphan"]));
         let before = object.clone();
-        gc_finalizers(&mut object, &DeleteOptions::default());
+        gc_finalizers(&configmaps, &mut object, &DeleteOptions::default());
         assert_eq!(object, before);
+        let jobs = crate::apiserver::resource::builtin_types().into_iter().find(|t| t.plural == "jobs").unwrap();
+        let mut job = json!({"metadata": {}});
+        gc_finalizers(&jobs, &mut job, &DeleteOptions::default());
+        assert_eq!(job["metadata"]["finalizers"], json!(["orphan"]), "batch/v1 Jobs orphan their pods by default");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! decoded form and goes through the same store code, so both see the same resourceVersions, events,
 //! validation and status rules.
 
+pub mod admit;
 pub mod continue_token;
 pub mod delete;
 pub mod eviction;

@@ -10,6 +10,7 @@
 use super::{Subresource, Tracking};
 use crate::apiserver::core::{Core, Ctx};
 use crate::apiserver::error::{ApiError, field_error};
+use crate::apiserver::field_validation::{self, FieldValidation};
 use crate::apiserver::object::{StoredObject, metadata_mut, name_of, now_rfc3339, object_key};
 use crate::apiserver::ops::write::{check_name, check_type, place_in_namespace};
 use crate::apiserver::patch::PatchType;
@@ -19,8 +20,8 @@ use crate::apiserver::patch::managed::Writer;
 use crate::apiserver::patch::merge::merge_patch;
 use crate::apiserver::patch::strategic::strategic_merge_patch;
 use crate::apiserver::resource::{ResourceType, schema::merge_schema};
+use crate::apiserver::schema::ErrorKind;
 use serde_json::{Value, json};
-use shared::schema::ErrorKind;
 use std::sync::Arc;
 
 /// The outcome of a patch.
@@ -170,6 +171,21 @@ impl Core {
                 Tracking::Applied
             }
         };
+        if patch_type != PatchType::Apply && ctx.field_validation != FieldValidation::Ignore {
+            let mut findings = ctx.body_findings.to_vec();
+            findings.extend(match rt.custom() {
+                Some(custom) => field_validation::custom_errors(custom.schema.as_ref(), &new, None),
+                None => field_validation::builtin_unknown(rt, &new),
+            });
+            ctx.field_findings(findings, |findings| {
+                // Upstream shows the patched object, or for a strategic merge patch the patch as Go prints a map.
+                let shown = match patch_type {
+                    PatchType::Strategic => go_value(patch),
+                    _ => new.to_string(),
+                };
+                field_validation::strict_patch_error(&shown, findings)
+            })?;
+        }
         check_type(rt, &new)?;
         check_name(&new, name_of(&old))?;
         place_in_namespace(rt, namespace, &mut new)?;
@@ -195,4 +211,33 @@ fn check_applied(rt: &ResourceType, patch: &Value, name: &str) -> Result<(), Api
         }
     }
     check_name(patch, name)
+}
+
+/// A JSON value as Go's `%+v` prints the `map[string]interface{}` it decodes to: `map[a:1 b:[x y]]`, keys
+/// sorted.
+fn go_value(value: &Value) -> String {
+    match value {
+        Value::Null => "<nil>".into(),
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::Array(items) => format!("[{}]", items.iter().map(go_value).collect::<Vec<_>>().join(" ")),
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let members: Vec<String> = keys.iter().map(|k| format!("{k}:{}", go_value(&map[*k]))).collect();
+            format!("map[{}]", members.join(" "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patches_print_as_go_prints_their_maps() {
+        let patch = json!({"spec": {"replicas": 2, "paused": true, "ports": [1, "a"], "x": null, "f": 1.5}, "a": "b"});
+        assert_eq!(go_value(&patch), "map[a:b spec:map[f:1.5 paused:true ports:[1 a] replicas:2 x:<nil>]]");
+    }
 }

@@ -12,9 +12,9 @@ use crate::apiserver::core::Core;
 use crate::apiserver::error::ApiError;
 use crate::apiserver::object::{Filter, ObjectKey, StoredObject, object_key};
 use crate::apiserver::resource::ResourceType;
+use crate::apiserver::schema::ErrorKind;
 use crate::apiserver::selector::FieldRef;
 use crate::apiserver::state::{Objects, State};
-use shared::schema::ErrorKind;
 use std::ops::Bound;
 use std::sync::Arc;
 

@@ -136,7 +136,7 @@ impl Core {
         if replicas < 0 {
             let error = crate::apiserver::error::field_error(
                 "spec.replicas",
-                shared::schema::ErrorKind::Invalid,
+                crate::apiserver::schema::ErrorKind::Invalid,
                 format!("Invalid value: {replicas}: must be greater than or equal to 0"),
             );
             return Err(ApiError::invalid_named("Scale.autoscaling", "autoscaling", "Scale", name, &[error]));

@@ -10,6 +10,7 @@
 //!   see one DELETED event.
 
 use super::{Subresource, Tracking};
+use crate::apiserver::admission::Operation;
 use crate::apiserver::core::{Core, Ctx};
 use crate::apiserver::crd;
 use crate::apiserver::error::{ApiError, field_error};
@@ -19,9 +20,9 @@ use crate::apiserver::object::{
 };
 use crate::apiserver::patch::managed::{self, Writer};
 use crate::apiserver::resource::{Builtin, ResourceType, schema::merge_schema, strategy};
+use crate::apiserver::schema::ErrorKind;
 use crate::apiserver::state::State;
 use serde_json::{Value, json};
-use shared::schema::ErrorKind;
 use std::sync::Arc;
 
 /// How many generated names are tried before giving up (upstream retries generateName collisions too).
@@ -146,10 +147,11 @@ impl Core {
         check_type(rt, &body)?;
         let mut object = strategy::normalize(rt, body)?;
         place_in_namespace(rt, namespace, &mut object)?;
-        strategy::prepare_create(rt, &mut object);
         let metadata = metadata_mut(&mut object);
         metadata.insert("uid".into(), json!(new_uid()));
         metadata.insert("creationTimestamp".into(), json!(now_rfc3339()));
+        strategy::prepare_create(rt, &mut object);
+        let metadata = metadata_mut(&mut object);
         for key in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
             metadata.remove(key);
         }
@@ -194,6 +196,7 @@ impl Core {
         if let Some(namespace) = namespace.as_deref() {
             self.check_namespace_open(state, rt, namespace, &name)?;
         }
+        self.admit_builtin(state, rt, &mut object, None)?;
         let mut errors = strategy::validate(rt, &object, None);
         if rt.is(Builtin::CustomResourceDefinition) {
             errors.extend(crd::validate(&object, None));
@@ -201,6 +204,7 @@ impl Core {
         if !errors.is_empty() {
             return Err(ApiError::invalid(rt, &name, &errors));
         }
+        self.admit(state, ctx, rt, Operation::Create, "", Some(&object), None)?;
         let key = object_key(namespace.as_deref(), &name);
         if state.get(rt, &key).is_some() {
             return Err(ApiError::already_exists(rt, &name));
@@ -327,6 +331,9 @@ impl Core {
                 return Err(ApiError::invalid(rt, &name, &[error]));
             }
         }
+        if matches!(subresource, Subresource::Main) {
+            self.admit_builtin(state, rt, &mut new, Some(&old))?;
+        }
         let mut errors = strategy::validate(rt, &new, Some(&old));
         if rt.is(Builtin::CustomResourceDefinition) {
             errors.extend(crd::validate(&new, Some(&old)));
@@ -339,6 +346,8 @@ impl Core {
             let generation = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
             metadata_mut(&mut new).insert("generation".into(), json!(generation + 1));
         }
+        let sub = if subresource == Subresource::Status { "status" } else { "" };
+        self.admit(state, ctx, rt, Operation::Update, sub, Some(&new), Some(&old))?;
         if new == old {
             return Ok(current.clone());
         }
@@ -375,7 +384,18 @@ impl Core {
         if rt.is(Builtin::CustomResourceDefinition) {
             self.registry.write().set_crd_types(name_of(object), crd::resource_types(object));
         }
+        self.follow_policy_objects(rt);
         stored
+    }
+
+    /// After a write of an RBAC or admission-policy object (under the state lock): the authorizer and admission
+    /// rebuild what they derived from those objects.
+    fn follow_policy_objects(&self, rt: &ResourceType) {
+        match rt.builtin() {
+            Some(kind) if kind.is_rbac() => self.auth.rbac_changed(),
+            Some(kind) if kind.is_admission_policy() => self.admission.changed(),
+            _ => {}
+        }
     }
 
     /// Removes an object and, for a CRD, stops serving its kinds.
@@ -386,6 +406,7 @@ impl Core {
         key: &ObjectKey,
     ) -> Option<Arc<StoredObject>> {
         let removed = state.remove(rt, key)?;
+        self.follow_policy_objects(rt);
         if rt.is(Builtin::CustomResourceDefinition) {
             let crd_name = removed.index.name.to_string();
             let mut registry = self.registry.write();

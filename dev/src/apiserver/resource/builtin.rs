@@ -1,6 +1,15 @@
 //! The built-in kinds the server serves, with the discovery data, subresources and selectable fields of each.
 
 use super::{Behavior, ResourceType, ScalePaths, SelectableField};
+use k8s_openapi::api::{
+    admissionregistration, apps, authentication, authorization, batch, coordination, core, events, policy, rbac,
+    scheduling,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use schemars::{JsonSchema, SchemaGenerator};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 use std::sync::Arc;
 
 /// The built-in kinds.
@@ -18,6 +27,12 @@ pub enum Builtin {
     Secret,
     /// core/v1 ServiceAccount.
     ServiceAccount,
+    /// core/v1 Service.
+    Service,
+    /// scheduling.k8s.io/v1 PriorityClass.
+    PriorityClass,
+    /// batch/v1 Job.
+    Job,
     /// core/v1 Event.
     CoreEvent,
     /// events.k8s.io/v1 Event.
@@ -38,6 +53,125 @@ pub enum Builtin {
     ControllerRevision,
     /// apiextensions.k8s.io/v1 CustomResourceDefinition.
     CustomResourceDefinition,
+    /// rbac.authorization.k8s.io/v1 ClusterRole.
+    ClusterRole,
+    /// rbac.authorization.k8s.io/v1 ClusterRoleBinding.
+    ClusterRoleBinding,
+    /// rbac.authorization.k8s.io/v1 Role.
+    Role,
+    /// rbac.authorization.k8s.io/v1 RoleBinding.
+    RoleBinding,
+    /// admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy.
+    ValidatingAdmissionPolicy,
+    /// admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding.
+    ValidatingAdmissionPolicyBinding,
+    /// authorization.k8s.io/v1 SelfSubjectAccessReview (create only, never stored).
+    SelfSubjectAccessReview,
+    /// authorization.k8s.io/v1 SelfSubjectRulesReview (create only).
+    SelfSubjectRulesReview,
+    /// authorization.k8s.io/v1 SubjectAccessReview (create only).
+    SubjectAccessReview,
+    /// authorization.k8s.io/v1 LocalSubjectAccessReview (create only).
+    LocalSubjectAccessReview,
+    /// authentication.k8s.io/v1 SelfSubjectReview (create only).
+    SelfSubjectReview,
+    /// authentication.k8s.io/v1 TokenReview (create only).
+    TokenReview,
+}
+
+impl Builtin {
+    /// The review kinds: answered on create, never stored, no other verb.
+    pub fn is_review(self) -> bool {
+        matches!(
+            self,
+            Builtin::SelfSubjectAccessReview
+                | Builtin::SelfSubjectRulesReview
+                | Builtin::SubjectAccessReview
+                | Builtin::LocalSubjectAccessReview
+                | Builtin::SelfSubjectReview
+                | Builtin::TokenReview
+        )
+    }
+
+    /// The RBAC kinds, whose changes the authorizer follows.
+    pub fn is_rbac(self) -> bool {
+        matches!(self, Builtin::ClusterRole | Builtin::ClusterRoleBinding | Builtin::Role | Builtin::RoleBinding)
+    }
+
+    /// The admission policy kinds, whose changes admission follows.
+    pub fn is_admission_policy(self) -> bool {
+        matches!(self, Builtin::ValidatingAdmissionPolicy | Builtin::ValidatingAdmissionPolicyBinding)
+    }
+}
+
+/// The Rust (k8s-openapi) type of a built-in kind, as what the server needs of it: decoding as the Go type
+/// does, and its OpenAPI schema.
+#[derive(Clone, Copy)]
+pub struct KindType {
+    /// Decodes through the type (unknown fields dropped, wrong types refused) and back to JSON.
+    pub decode: fn(Value) -> Result<Value, serde_json::Error>,
+    /// Adds the type's schema, and those it references, to the generator's definitions; returns its
+    /// definition name (`io.k8s.api.core.v1.Pod`).
+    pub define: fn(&mut SchemaGenerator) -> String,
+}
+
+fn decode<T: Serialize + DeserializeOwned>(value: Value) -> Result<Value, serde_json::Error> {
+    serde_json::to_value(serde_json::from_value::<T>(value)?)
+}
+
+fn define<T: JsonSchema>(generator: &mut SchemaGenerator) -> String {
+    generator.subschema_for::<T>();
+    T::schema_name().into_owned()
+}
+
+impl KindType {
+    /// The descriptor of `T`.
+    pub const fn of<T: Serialize + DeserializeOwned + JsonSchema>() -> Self {
+        KindType { decode: decode::<T>, define: define::<T> }
+    }
+}
+
+impl Builtin {
+    /// The Rust type of the kind. A new built-in kind needs an arm here and an entry in the list below.
+    pub fn kind_type(self) -> KindType {
+        match self {
+            Builtin::Namespace => KindType::of::<core::v1::Namespace>(),
+            Builtin::Node => KindType::of::<core::v1::Node>(),
+            Builtin::Pod => KindType::of::<core::v1::Pod>(),
+            Builtin::ConfigMap => KindType::of::<core::v1::ConfigMap>(),
+            Builtin::Secret => KindType::of::<core::v1::Secret>(),
+            Builtin::ServiceAccount => KindType::of::<core::v1::ServiceAccount>(),
+            Builtin::Service => KindType::of::<core::v1::Service>(),
+            Builtin::PriorityClass => KindType::of::<scheduling::v1::PriorityClass>(),
+            Builtin::Job => KindType::of::<batch::v1::Job>(),
+            Builtin::CoreEvent => KindType::of::<core::v1::Event>(),
+            Builtin::Event => KindType::of::<events::v1::Event>(),
+            Builtin::PodDisruptionBudget => KindType::of::<policy::v1::PodDisruptionBudget>(),
+            Builtin::Lease => KindType::of::<coordination::v1::Lease>(),
+            Builtin::Deployment => KindType::of::<apps::v1::Deployment>(),
+            Builtin::ReplicaSet => KindType::of::<apps::v1::ReplicaSet>(),
+            Builtin::StatefulSet => KindType::of::<apps::v1::StatefulSet>(),
+            Builtin::DaemonSet => KindType::of::<apps::v1::DaemonSet>(),
+            Builtin::ControllerRevision => KindType::of::<apps::v1::ControllerRevision>(),
+            Builtin::CustomResourceDefinition => KindType::of::<CustomResourceDefinition>(),
+            Builtin::ClusterRole => KindType::of::<rbac::v1::ClusterRole>(),
+            Builtin::ClusterRoleBinding => KindType::of::<rbac::v1::ClusterRoleBinding>(),
+            Builtin::Role => KindType::of::<rbac::v1::Role>(),
+            Builtin::RoleBinding => KindType::of::<rbac::v1::RoleBinding>(),
+            Builtin::ValidatingAdmissionPolicy => {
+                KindType::of::<admissionregistration::v1::ValidatingAdmissionPolicy>()
+            }
+            Builtin::ValidatingAdmissionPolicyBinding => {
+                KindType::of::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>()
+            }
+            Builtin::SelfSubjectAccessReview => KindType::of::<authorization::v1::SelfSubjectAccessReview>(),
+            Builtin::SelfSubjectRulesReview => KindType::of::<authorization::v1::SelfSubjectRulesReview>(),
+            Builtin::SubjectAccessReview => KindType::of::<authorization::v1::SubjectAccessReview>(),
+            Builtin::LocalSubjectAccessReview => KindType::of::<authorization::v1::LocalSubjectAccessReview>(),
+            Builtin::SelfSubjectReview => KindType::of::<authentication::v1::SelfSubjectReview>(),
+            Builtin::TokenReview => KindType::of::<authentication::v1::TokenReview>(),
+        }
+    }
 }
 
 struct Spec {
@@ -129,7 +263,29 @@ fn specs() -> Vec<Spec> {
         },
         Spec { short_names: &["cm"], ..base(Builtin::ConfigMap, "", "configmaps", "ConfigMap", true) },
         Spec { fields: &[("type", "")], ..base(Builtin::Secret, "", "secrets", "Secret", true) },
-        Spec { short_names: &["sa"], ..base(Builtin::ServiceAccount, "", "serviceaccounts", "ServiceAccount", true) },
+        Spec {
+            short_names: &["sa"],
+            other_subresources: &["token"],
+            ..base(Builtin::ServiceAccount, "", "serviceaccounts", "ServiceAccount", true)
+        },
+        Spec {
+            short_names: &["svc"],
+            categories: &["all"],
+            status: true,
+            fields: &[("spec.clusterIP", ""), ("spec.type", "")],
+            ..base(Builtin::Service, "", "services", "Service", true)
+        },
+        Spec {
+            short_names: &["pc"],
+            ..base(Builtin::PriorityClass, "scheduling.k8s.io", "priorityclasses", "PriorityClass", false)
+        },
+        Spec {
+            categories: &["all"],
+            status: true,
+            generation: true,
+            fields: &[("status.successful", "0")],
+            ..base(Builtin::Job, "batch", "jobs", "Job", true)
+        },
         Spec {
             short_names: &["ev"],
             fields: CORE_EVENT_FIELDS,
@@ -192,8 +348,54 @@ fn specs() -> Vec<Spec> {
                 false,
             )
         },
+        base(Builtin::ClusterRole, RBAC, "clusterroles", "ClusterRole", false),
+        base(Builtin::ClusterRoleBinding, RBAC, "clusterrolebindings", "ClusterRoleBinding", false),
+        base(Builtin::Role, RBAC, "roles", "Role", true),
+        base(Builtin::RoleBinding, RBAC, "rolebindings", "RoleBinding", true),
+        Spec {
+            status: true,
+            generation: true,
+            ..base(
+                Builtin::ValidatingAdmissionPolicy,
+                ADMISSION,
+                "validatingadmissionpolicies",
+                "ValidatingAdmissionPolicy",
+                false,
+            )
+        },
+        Spec {
+            generation: true,
+            ..base(
+                Builtin::ValidatingAdmissionPolicyBinding,
+                ADMISSION,
+                "validatingadmissionpolicybindings",
+                "ValidatingAdmissionPolicyBinding",
+                false,
+            )
+        },
+        base(Builtin::SelfSubjectAccessReview, AUTHZ, "selfsubjectaccessreviews", "SelfSubjectAccessReview", false),
+        base(Builtin::SelfSubjectRulesReview, AUTHZ, "selfsubjectrulesreviews", "SelfSubjectRulesReview", false),
+        base(Builtin::SubjectAccessReview, AUTHZ, "subjectaccessreviews", "SubjectAccessReview", false),
+        base(Builtin::LocalSubjectAccessReview, AUTHZ, "localsubjectaccessreviews", "LocalSubjectAccessReview", true),
+        base(Builtin::SelfSubjectReview, AUTHN, "selfsubjectreviews", "SelfSubjectReview", false),
+        base(Builtin::TokenReview, AUTHN, "tokenreviews", "TokenReview", false),
     ]
 }
+
+/// A selectable field; its path is its name, except where upstream's selector names another field (a Job's
+/// `status.successful` is `status.succeeded`).
+fn selectable(name: &str, default: &str) -> SelectableField {
+    let mut field = SelectableField::new(name, default);
+    if name == "status.successful" {
+        field.path = vec!["status".to_owned(), "succeeded".to_owned()];
+    }
+    field
+}
+
+const RBAC: &str = "rbac.authorization.k8s.io";
+const ADMISSION: &str = "admissionregistration.k8s.io";
+const AUTHZ: &str = "authorization.k8s.io";
+const AUTHN: &str = "authentication.k8s.io";
 
 /// Every built-in resource type.
 pub fn builtin_types() -> Vec<ResourceType> {
@@ -217,11 +419,7 @@ pub fn builtin_types() -> Vec<ResourceType> {
                     label_selector: None,
                 }),
                 other_subresources: spec.other_subresources.to_vec(),
-                selectable_fields: spec
-                    .fields
-                    .iter()
-                    .map(|(name, default)| SelectableField::new(name, default))
-                    .collect(),
+                selectable_fields: spec.fields.iter().map(|(name, default)| selectable(name, default)).collect(),
                 tracks_generation: spec.generation,
                 behavior: Behavior::Builtin(spec.kind),
                 store_id: Arc::from(format!("{}/{}", spec.group, spec.plural)),

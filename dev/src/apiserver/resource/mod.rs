@@ -2,8 +2,11 @@
 //! each write must do.
 
 mod builtin;
+pub mod job;
+pub mod priority;
 mod registry;
 pub mod schema;
+pub mod service;
 pub mod strategy;
 
 pub use builtin::{Builtin, builtin_types};
@@ -74,6 +77,8 @@ pub struct PrinterColumn {
 pub struct CustomBehavior {
     /// `metadata.name` of the CRD.
     pub crd_name: String,
+    /// `spec.names.listKind` (`{Kind}List` unless the CRD says otherwise).
+    pub list_kind: String,
     /// The version's `openAPIV3Schema`, if any.
     pub schema: Option<Value>,
     /// The version's printer columns (the default `Age` column when the CRD declares none).

@@ -57,10 +57,20 @@ impl Registry {
             }
         }
         let rank = |group: &str| {
-            ["apps", "events.k8s.io", "policy", "coordination.k8s.io", "apiextensions.k8s.io"]
-                .iter()
-                .position(|g| *g == group)
-                .unwrap_or(usize::MAX)
+            [
+                "apps",
+                "events.k8s.io",
+                "authentication.k8s.io",
+                "authorization.k8s.io",
+                "policy",
+                "rbac.authorization.k8s.io",
+                "admissionregistration.k8s.io",
+                "coordination.k8s.io",
+                "apiextensions.k8s.io",
+            ]
+            .iter()
+            .position(|g| *g == group)
+            .unwrap_or(usize::MAX)
         };
         groups.sort_by(|a, b| rank(&a.0).cmp(&rank(&b.0)).then_with(|| a.0.cmp(&b.0)));
         groups

@@ -7,25 +7,22 @@
 //! - Custom resources are pruned, defaulted and validated against their version's `openAPIV3Schema`.
 
 use super::{Behavior, Builtin, ResourceType};
+use super::{job, priority, service};
 use crate::apiserver::error::{ApiError, field_error};
 use crate::apiserver::object::{metadata_mut, name_of};
+use crate::apiserver::schema::{ErrorKind, FieldError};
 use crate::apiserver::selector::label::{self, LabelSelector, is_dns_label, is_dns_subdomain};
-use k8s_openapi::api::{apps, coordination, core, events, policy};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
-use shared::schema::{ErrorKind, FieldError};
 
-fn roundtrip<T: Serialize + DeserializeOwned>(rt: &ResourceType, value: Value) -> Result<Value, ApiError> {
-    let typed: T = serde_json::from_value(value).map_err(|e| {
+/// What decoding into the kind's type said, as the 400 upstream sends when a body does not decode.
+fn decoded(rt: &ResourceType, result: Result<Value, serde_json::Error>) -> Result<Value, ApiError> {
+    result.map_err(|e| {
         ApiError::bad_request(format!(
             "{} in version \"{}\" cannot be handled as a {}: {e}",
             rt.kind, rt.version, rt.kind
         ))
-    })?;
-    serde_json::to_value(typed).map_err(|e| ApiError::internal(e.to_string()))
+    })
 }
 
 /// Decodes `object` as the kind does: through the Go-equivalent type for built-ins, pruning and defaulting for
@@ -37,29 +34,12 @@ pub fn normalize(rt: &ResourceType, mut object: Value) -> Result<Value, ApiError
     fields.remove("apiVersion");
     fields.remove("kind");
     let mut object = match &rt.behavior {
-        Behavior::Builtin(kind) => match kind {
-            Builtin::Namespace => roundtrip::<core::v1::Namespace>(rt, object)?,
-            Builtin::Node => roundtrip::<core::v1::Node>(rt, object)?,
-            Builtin::Pod => roundtrip::<core::v1::Pod>(rt, object)?,
-            Builtin::ConfigMap => roundtrip::<core::v1::ConfigMap>(rt, object)?,
-            Builtin::Secret => roundtrip::<core::v1::Secret>(rt, object)?,
-            Builtin::ServiceAccount => roundtrip::<core::v1::ServiceAccount>(rt, object)?,
-            Builtin::CoreEvent => roundtrip::<core::v1::Event>(rt, object)?,
-            Builtin::Event => roundtrip::<events::v1::Event>(rt, object)?,
-            Builtin::PodDisruptionBudget => roundtrip::<policy::v1::PodDisruptionBudget>(rt, object)?,
-            Builtin::Lease => roundtrip::<coordination::v1::Lease>(rt, object)?,
-            Builtin::Deployment => roundtrip::<apps::v1::Deployment>(rt, object)?,
-            Builtin::ReplicaSet => roundtrip::<apps::v1::ReplicaSet>(rt, object)?,
-            Builtin::StatefulSet => roundtrip::<apps::v1::StatefulSet>(rt, object)?,
-            Builtin::DaemonSet => roundtrip::<apps::v1::DaemonSet>(rt, object)?,
-            Builtin::ControllerRevision => roundtrip::<apps::v1::ControllerRevision>(rt, object)?,
-            Builtin::CustomResourceDefinition => roundtrip::<CustomResourceDefinition>(rt, object)?,
-        },
+        Behavior::Builtin(kind) => decoded(rt, (kind.kind_type().decode)(object))?,
         Behavior::Custom(custom) => {
             let metadata = object.get("metadata").cloned().unwrap_or_else(|| json!({}));
-            let metadata = roundtrip::<ObjectMeta>(rt, metadata)?;
+            let metadata = decoded(rt, serde_json::from_value::<ObjectMeta>(metadata).and_then(serde_json::to_value))?;
             if let Some(schema) = &custom.schema {
-                shared::schema::prune_and_default(schema, &mut object);
+                crate::apiserver::schema::prune_and_default(schema, &mut object);
             }
             metadata_mut(&mut object).clone_from(metadata.as_object().unwrap_or(&Map::new()));
             object
@@ -68,12 +48,21 @@ pub fn normalize(rt: &ResourceType, mut object: Value) -> Result<Value, ApiError
     if let Some(fields) = object.as_object_mut() {
         fields.insert("apiVersion".into(), json!(rt.api_version()));
         fields.insert("kind".into(), json!(rt.kind));
+        // A Node's spec and status are Go structs, not pointers: the real server always serves them, `{}` when
+        // empty (admission policies compare `object.spec` and would fail on a missing key).
+        if rt.is(Builtin::Node) {
+            fields.entry("spec").or_insert_with(|| json!({}));
+            fields.entry("status").or_insert_with(|| json!({}));
+        }
     }
     Ok(object)
 }
 
 /// Resets what a create may not set and fills the defaults (upstream `PrepareForCreate` plus defaulting).
 pub fn prepare_create(rt: &ResourceType, object: &mut Value) {
+    if let Some(kind) = rt.builtin() {
+        crate::apiserver::admission::validation::default(kind, object);
+    }
     match &rt.behavior {
         Behavior::Custom(_) => {
             if rt.status_subresource
@@ -123,6 +112,14 @@ pub fn prepare_create(rt: &ResourceType, object: &mut Value) {
                 object["status"] = json!({"currentNumberScheduled": 0, "numberMisscheduled": 0,
                                           "desiredNumberScheduled": 0, "numberReady": 0});
             }
+            Builtin::Job => job::prepare_create(object),
+            Builtin::Service => {
+                service::default_spec(object);
+                if let Some(fields) = object.as_object_mut() {
+                    fields.insert("status".into(), json!({"loadBalancer": {}}));
+                }
+            }
+            Builtin::PriorityClass => priority::default_class(object),
             Builtin::Secret => {
                 if object.get("type").is_none_or(Value::is_null)
                     && let Some(fields) = object.as_object_mut()
@@ -138,6 +135,9 @@ pub fn prepare_create(rt: &ResourceType, object: &mut Value) {
 /// Updates through the main endpoint keep what that endpoint may not change: the status (when the kind has a
 /// status subresource) and, for namespaces, `spec.finalizers`. Pod template defaults apply to updates too.
 pub fn prepare_update(rt: &ResourceType, old: &Value, new: &mut Value) {
+    if let Some(kind) = rt.builtin() {
+        crate::apiserver::admission::validation::default(kind, new);
+    }
     if rt.status_subresource {
         copy_field(old, new, "status");
     }
@@ -155,6 +155,12 @@ pub fn prepare_update(rt: &ResourceType, old: &Value, new: &mut Value) {
         Some(kind @ (Builtin::Deployment | Builtin::ReplicaSet | Builtin::StatefulSet | Builtin::DaemonSet)) => {
             default_workload(new, kind);
         }
+        Some(Builtin::Job) => job::prepare_update(new),
+        Some(Builtin::Service) => {
+            service::keep_allocated(old, new);
+            service::default_spec(new);
+        }
+        Some(Builtin::PriorityClass) => priority::default_class(new),
         _ => {}
     }
 }
@@ -232,7 +238,8 @@ pub fn generation_changes(rt: &ResourceType, old: &Value, new: &Value) -> bool {
     }
 }
 
-const SUBDOMAIN_MESSAGE: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+/// `utilvalidation.IsDNS1123Subdomain`'s message.
+pub(crate) const SUBDOMAIN_MESSAGE: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 const LABEL_MESSAGE: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 
 /// Validates a new object (`old` is `None`) or an update. An empty result means valid.
@@ -255,7 +262,7 @@ pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<F
     match &rt.behavior {
         Behavior::Custom(custom) => {
             if let Some(schema) = &custom.schema {
-                errors.extend(shared::schema::validate(schema, object));
+                errors.extend(crate::apiserver::schema::validate(schema, object));
             }
         }
         Behavior::Builtin(kind) => match kind {
@@ -266,6 +273,12 @@ pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<F
                 validate_workload(object, old, &mut errors);
             }
             Builtin::ConfigMap | Builtin::Secret => validate_immutable_data(object, old, &mut errors),
+            Builtin::Job => errors.extend(job::validate(object, old)),
+            Builtin::Service => errors.extend(service::validate(object, old)),
+            Builtin::PriorityClass => errors.extend(priority::validate(object, old)),
+            kind if kind.is_rbac() || kind.is_admission_policy() => {
+                errors.extend(crate::apiserver::admission::validation::validate(*kind, object, old));
+            }
             _ => {}
         },
     }
@@ -302,18 +315,30 @@ fn validate_labels(object: &Value, errors: &mut Vec<FieldError>) {
 const POD_UPDATE_FORBIDDEN: &str = "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
 
 fn validate_pod(pod: &Value, old: Option<&Value>, errors: &mut Vec<FieldError>) {
-    let containers = pod.pointer("/spec/containers").and_then(Value::as_array);
-    match containers {
+    match pod.get("spec") {
+        Some(spec) => validate_containers(spec, "spec", errors),
         None => errors.push(field_error("spec.containers", ErrorKind::Required, "Required value")),
+    }
+    if let Some(old) = old
+        && mutable_pod_spec(old.get("spec")) != mutable_pod_spec(pod.get("spec"))
+    {
+        errors.push(field_error("spec", ErrorKind::Forbidden, POD_UPDATE_FORBIDDEN));
+    }
+}
+
+/// Every pod spec (of a pod or a template at `path`) has containers, each with a name and an image.
+pub fn validate_containers(spec: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    match spec.get("containers").and_then(Value::as_array) {
+        None => errors.push(field_error(&format!("{path}.containers"), ErrorKind::Required, "Required value")),
         Some(list) if list.is_empty() => {
-            errors.push(field_error("spec.containers", ErrorKind::Required, "Required value"))
+            errors.push(field_error(&format!("{path}.containers"), ErrorKind::Required, "Required value"))
         }
         Some(list) => {
             for (i, container) in list.iter().enumerate() {
                 for key in ["name", "image"] {
                     if container.get(key).and_then(Value::as_str).is_none_or(str::is_empty) {
                         errors.push(field_error(
-                            &format!("spec.containers[{i}].{key}"),
+                            &format!("{path}.containers[{i}].{key}"),
                             ErrorKind::Required,
                             "Required value",
                         ));
@@ -321,11 +346,6 @@ fn validate_pod(pod: &Value, old: Option<&Value>, errors: &mut Vec<FieldError>) 
                 }
             }
         }
-    }
-    if let Some(old) = old
-        && mutable_pod_spec(old.get("spec")) != mutable_pod_spec(pod.get("spec"))
-    {
-        errors.push(field_error("spec", ErrorKind::Forbidden, POD_UPDATE_FORBIDDEN));
     }
 }
 
@@ -438,7 +458,8 @@ fn validate_workload(object: &Value, old: Option<&Value>, errors: &mut Vec<Field
     }
 }
 
-fn set_default(object: &mut Value, key: &str, value: Value) {
+/// Sets `key` to `value` when it is absent or null.
+pub fn set_default(object: &mut Value, key: &str, value: Value) {
     if let Some(fields) = object.as_object_mut()
         && fields.get(key).is_none_or(Value::is_null)
     {
@@ -446,8 +467,8 @@ fn set_default(object: &mut Value, key: &str, value: Value) {
     }
 }
 
-/// The defaults upstream fills into every PodSpec (`SetDefaults_PodSpec`, `SetDefaults_Container`) and the
-/// Priority admission plugin adds.
+/// The defaults upstream fills into every PodSpec (`SetDefaults_PodSpec`, `SetDefaults_Container`); a pod's
+/// priority comes from the Priority admission plugin (`ops::admit`), not from here.
 pub fn default_pod_spec(spec: &mut Value) {
     set_default(spec, "restartPolicy", json!("Always"));
     set_default(spec, "terminationGracePeriodSeconds", json!(30));
@@ -455,8 +476,6 @@ pub fn default_pod_spec(spec: &mut Value) {
     set_default(spec, "securityContext", json!({}));
     set_default(spec, "schedulerName", json!("default-scheduler"));
     set_default(spec, "enableServiceLinks", json!(true));
-    set_default(spec, "priority", json!(0));
-    set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
     for list in ["containers", "initContainers"] {
         if let Some(items) = spec.get_mut(list).and_then(Value::as_array_mut) {
             for container in items {

@@ -36,6 +36,8 @@ pub struct KindState {
     history: VecDeque<Arc<StoreEvent>>,
     /// Events up to this RV may have been dropped from the history.
     pub compacted_through: u64,
+    /// The RV of the kind's latest change (0 before the first).
+    pub last_change: u64,
     /// The live watchers.
     pub watchers: Watchers,
 }
@@ -56,6 +58,7 @@ impl KindState {
             by_node: HashMap::new(),
             history: VecDeque::new(),
             compacted_through: 0,
+            last_change: 0,
             watchers: Watchers::default(),
         }
     }
@@ -135,6 +138,12 @@ impl State {
         Some(objects)
     }
 
+    /// The RV of the latest change of a kind (0 when it never changed): a cache of the kind that reached this RV
+    /// shows every object the store holds.
+    pub fn last_change(&self, rt: &ResourceType) -> u64 {
+        self.kinds.get(&rt.store_id).map_or(0, |k| k.last_change)
+    }
+
     /// The current version of an object.
     pub fn get(&self, rt: &ResourceType, key: &ObjectKey) -> Option<Arc<StoredObject>> {
         self.kinds.get(&rt.store_id)?.objects.get(key).cloned()
@@ -179,6 +188,7 @@ impl State {
         let limit = self.history_limit;
         let kind = self.kind(rt);
         let event = Arc::new(event);
+        kind.last_change = rv;
         kind.history.push_back(event.clone());
         while kind.history.len() > limit {
             if let Some(dropped) = kind.history.pop_front() {

@@ -12,6 +12,13 @@
 //!   `KubeletNotReady`) and its Ready pods are not Ready; its Lease is not renewed. When the host is back the
 //!   node is Ready with the host's new `bootID` and `osImage` in `status.nodeInfo`, and its pods are Ready again
 //!   after `pod_startup` (with a restart counted).
+//! - A run-to-completion pod (`restartPolicy: Never` or `OnFailure`, e.g. a Job's; `Always` pods run until
+//!   deleted) runs for `job_pod_run` (or its host's `jobPodSeconds`) once Running, then its containers exit: with
+//!   code 0 (phase Succeeded, reason Completed) unless its host's `jobPodFailure` fault selects it; then they exit
+//!   with the fault's code and message (phase Failed, reason Error), or, under `OnFailure`, are restarted in place
+//!   (restart count up, the failure in `lastState`) and run again. A `Never` pod whose host goes down while it
+//!   runs fails (its containers are gone; nothing may restart them); an `OnFailure` one is restarted when the host
+//!   is back, as `Always` pods are.
 //! - The node status is written when it differs from the host (readiness, boot, image) and, when heartbeats are
 //!   on, every `node_heartbeat`; Leases in `kube-node-lease` are renewed every `lease_renew` (both with ±10%
 //!   jitter, so that thousands of nodes do not write at once).
@@ -21,10 +28,11 @@ pub mod pod_status;
 
 pub use node_status::{LEASE_DURATION_SECONDS, LEASE_NAMESPACE};
 
-use super::objects::{NodeInfo, PodInfo, Str};
+use super::objects::{NodeInfo, PodInfo, PodPhase, RestartPolicy, Str};
 use super::queue::WorkQueue;
 use super::{Informers, Outcome, Reconciler, SyncError, names};
 use crate::apiserver::object::{ObjectKey, now_rfc3339};
+use crate::apiserver::selector::label::LabelSelector;
 use crate::apiserver::store::{Patch, Store};
 use crate::hosts::{HostState, Hosts, Power};
 use crate::timing::Timing;
@@ -112,6 +120,7 @@ pub(crate) fn start(
         kubelet_version: kubelet_version.to_owned(),
         startable_since: HashMap::new(),
         terminating_since: HashMap::new(),
+        running_since: HashMap::new(),
         node_index: HashMap::new(),
         pod_ips: HashMap::new(),
         last_status: HashMap::new(),
@@ -149,6 +158,8 @@ struct Kubelet {
     startable_since: HashMap<ObjectKey, Instant>,
     /// When this kubelet first saw each pod being deleted (on a running host).
     terminating_since: HashMap<ObjectKey, Instant>,
+    /// When the containers of each running run-to-completion pod (last) started.
+    running_since: HashMap<ObjectKey, Instant>,
     /// Each node's number, for its addresses.
     node_index: HashMap<Str, u32>,
     /// The last pod address handed out per node.
@@ -181,6 +192,7 @@ impl Kubelet {
         let Some(pod) = self.informers.pods.get(key) else {
             self.startable_since.remove(key);
             self.terminating_since.remove(key);
+            self.running_since.remove(key);
             return Ok(Outcome::Done);
         };
         let Some(node) = pod.node_name.clone() else { return Ok(Outcome::Done) };
@@ -190,7 +202,19 @@ impl Kubelet {
         let host = self.hosts.ensure(&node);
         if host.power != Power::Up {
             self.startable_since.remove(key);
-            if pod.ready && !pod.phase.is_terminal() {
+            self.running_since.remove(key);
+            if pod.restart_policy == RestartPolicy::Never && pod.phase == PodPhase::Running {
+                let lost = pod_status::Exit { code: 255, message: Some("the host went down".to_owned()) };
+                self.write_pod_status(&pod, |pod, now| {
+                    let mut status = pod_status::finished(pod, &lost, now);
+                    for container in status.container_statuses.iter_mut().flatten() {
+                        if let Some(terminated) = container.state.as_mut().and_then(|s| s.terminated.as_mut()) {
+                            terminated.reason = Some("Unknown".to_owned());
+                        }
+                    }
+                    status
+                })?;
+            } else if pod.ready && !pod.phase.is_terminal() {
                 self.write_pod_status(&pod, pod_status::stopped)?;
             }
             return Ok(Outcome::Done);
@@ -215,9 +239,17 @@ impl Kubelet {
                 Err(error) => Err(error.into()),
             };
         }
-        if pod.phase.is_terminal() || pod.ready {
+        if pod.phase.is_terminal() {
             self.startable_since.remove(key);
+            self.running_since.remove(key);
             return Ok(Outcome::Done);
+        }
+        if pod.ready {
+            self.startable_since.remove(key);
+            if pod.restart_policy == RestartPolicy::Always {
+                return Ok(Outcome::Done);
+            }
+            return self.run_to_completion(key, &pod, &host);
         }
         let since = *self.startable_since.entry(key.clone()).or_insert_with(Instant::now);
         let due = since + self.timing.pod_startup;
@@ -233,6 +265,38 @@ impl Kubelet {
             pod_status::started(pod, &addresses, now)
         })?;
         self.startable_since.remove(key);
+        Ok(Outcome::Done)
+    }
+
+    /// Ends the run of a run-to-completion pod once it is due (see the module docs).
+    fn run_to_completion(&mut self, key: &ObjectKey, pod: &PodInfo, host: &HostState) -> Result<Outcome, SyncError> {
+        let run = host.faults.job_pod_seconds.unwrap_or(self.timing.job_pod_run);
+        let since = *self.running_since.entry(key.clone()).or_insert_with(Instant::now);
+        let now = Instant::now();
+        if since + run > now {
+            return Ok(Outcome::RequeueAfter(since + run - now));
+        }
+        let failure = host.faults.job_pod_failure.as_ref().filter(|failure| {
+            failure.label_selector.as_deref().is_none_or(|selector| {
+                LabelSelector::parse(selector).is_ok_and(|selector| selector.matches(|k| pod.meta.label(k)))
+            })
+        });
+        let Some(failure) = failure else {
+            self.write_pod_status(pod, |pod, now| pod_status::finished(pod, &pod_status::Exit::success(), now))?;
+            self.running_since.remove(key);
+            return Ok(Outcome::Done);
+        };
+        let exit = pod_status::Exit {
+            code: failure.exit_code,
+            message: Some(failure.message.clone()).filter(|m| !m.is_empty()),
+        };
+        if pod.restart_policy == RestartPolicy::OnFailure {
+            self.write_pod_status(pod, |pod, now| pod_status::restarted(pod, &exit, now))?;
+            self.running_since.insert(key.clone(), Instant::now());
+            return Ok(Outcome::RequeueAfter(run));
+        }
+        self.write_pod_status(pod, |pod, now| pod_status::finished(pod, &exit, now))?;
+        self.running_since.remove(key);
         Ok(Outcome::Done)
     }
 

@@ -1,4 +1,5 @@
-//! The pod statuses a kubelet writes: started (Running and Ready) and stopped by a host going down.
+//! The pod statuses a kubelet writes: started (Running and Ready), stopped by a host going down, and the ends of
+//! run-to-completion pods (Succeeded, Failed, or a failed container restarted in place).
 
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, HostIP, Pod, PodCondition, PodIP,
@@ -134,6 +135,82 @@ pub fn stopped(pod: &Pod, now: &Time) -> PodStatus {
     status
 }
 
+/// How a run-to-completion pod's containers exited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exit {
+    /// The exit code (0 for success).
+    pub code: i32,
+    /// The termination message (none for success).
+    pub message: Option<String>,
+}
+
+impl Exit {
+    /// Exit code 0.
+    pub fn success() -> Exit {
+        Exit { code: 0, message: None }
+    }
+
+    fn reason(&self) -> &'static str {
+        if self.code == 0 { "Completed" } else { "Error" }
+    }
+}
+
+/// Every container of `pod` terminated with `exit` (keeping its start time and ID), as the kubelet reports them.
+fn terminate_containers(status: &mut PodStatus, exit: &Exit, now: &Time) {
+    for container in status.container_statuses.iter_mut().flatten() {
+        let started_at = container.state.as_ref().and_then(|s| s.running.as_ref()).and_then(|r| r.started_at.clone());
+        container.ready = false;
+        container.started = Some(false);
+        container.state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: exit.code,
+                reason: Some(exit.reason().to_owned()),
+                message: exit.message.clone(),
+                started_at,
+                finished_at: Some(now.clone()),
+                container_id: container.container_id.clone(),
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        });
+    }
+}
+
+/// The status of a run-to-completion pod whose containers exited with `exit`: phase Succeeded (exit code 0) or
+/// Failed, not Ready (reason `PodCompleted` or `PodFailed`), every container terminated.
+pub fn finished(pod: &Pod, exit: &Exit, now: &Time) -> PodStatus {
+    let mut status = pod.status.clone().unwrap_or_default();
+    let (phase, reason) = if exit.code == 0 { ("Succeeded", "PodCompleted") } else { ("Failed", "PodFailed") };
+    status.phase = Some(phase.to_owned());
+    let mut conditions = status.conditions.take().unwrap_or_default();
+    set_condition(&mut conditions, "PodReadyToStartContainers", false, None, now);
+    set_condition(&mut conditions, "Initialized", true, Some(reason), now);
+    set_condition(&mut conditions, "Ready", false, Some(reason), now);
+    set_condition(&mut conditions, "ContainersReady", false, Some(reason), now);
+    status.conditions = Some(conditions);
+    terminate_containers(&mut status, exit, now);
+    status
+}
+
+/// The status of an `OnFailure` pod whose containers failed with `exit` and were started again at once: still
+/// Running, each container's restart count up by one and the failure in its `lastState`.
+pub fn restarted(pod: &Pod, exit: &Exit, now: &Time) -> PodStatus {
+    let mut status = pod.status.clone().unwrap_or_default();
+    let mut failed = status.clone();
+    terminate_containers(&mut failed, exit, now);
+    let last_states: Vec<Option<ContainerState>> =
+        failed.container_statuses.iter().flatten().map(|c| c.state.clone()).collect();
+    for (container, last) in status.container_statuses.iter_mut().flatten().zip(last_states) {
+        container.restart_count += 1;
+        container.last_state = last;
+        container.state = Some(ContainerState {
+            running: Some(ContainerStateRunning { started_at: Some(now.clone()) }),
+            ..ContainerState::default()
+        });
+    }
+    status
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,5 +258,49 @@ mod tests {
         assert_eq!(container.restart_count, 1);
         assert!(container.last_state.as_ref().unwrap().terminated.is_some());
         assert_eq!(again.pod_ip.as_deref(), Some("10.0.0.2"));
+    }
+
+    fn running() -> Pod {
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "job-x"},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}))
+        .unwrap();
+        let addresses = Addresses { host_ip: "172.16.0.1", pod_ip: "10.0.0.2", boot_id: "b1" };
+        let status = started(&pod, &addresses, &time("2026-01-01T00:01:00Z"));
+        Pod { status: Some(status), ..pod }
+    }
+
+    #[test]
+    fn a_finished_pod_reports_its_containers_as_the_kubelet_does() {
+        let pod = running();
+        let done = finished(&pod, &Exit::success(), &time("2026-01-01T00:02:00Z"));
+        assert_eq!(done.phase.as_deref(), Some("Succeeded"));
+        let ready = done.conditions.as_ref().unwrap().iter().find(|c| c.type_ == "Ready").unwrap().clone();
+        assert_eq!((ready.status.as_str(), ready.reason.as_deref()), ("False", Some("PodCompleted")));
+        let container = &done.container_statuses.unwrap()[0];
+        let terminated = container.state.as_ref().unwrap().terminated.clone().unwrap();
+        assert_eq!((terminated.exit_code, terminated.reason.as_deref()), (0, Some("Completed")));
+        assert_eq!(terminated.started_at, Some(time("2026-01-01T00:01:00Z")));
+        assert_eq!(terminated.finished_at, Some(time("2026-01-01T00:02:00Z")));
+        assert!(!container.ready);
+        let exit = Exit { code: 3, message: Some("disk full".into()) };
+        let failed = finished(&pod, &exit, &time("2026-01-01T00:02:00Z"));
+        assert_eq!(failed.phase.as_deref(), Some("Failed"));
+        let terminated = failed.container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap();
+        assert_eq!(
+            (terminated.exit_code, terminated.reason.as_deref(), terminated.message.as_deref()),
+            (3, Some("Error"), Some("disk full"))
+        );
+    }
+
+    #[test]
+    fn an_on_failure_pod_restarts_its_failed_containers_in_place() {
+        let pod = running();
+        let exit = Exit { code: 1, message: Some("boom".into()) };
+        let again = restarted(&pod, &exit, &time("2026-01-01T00:02:00Z"));
+        assert_eq!(again.phase.as_deref(), Some("Running"));
+        let container = &again.container_statuses.unwrap()[0];
+        assert_eq!(container.restart_count, 1);
+        assert_eq!(container.last_state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code, 1);
+        assert!(container.state.as_ref().unwrap().running.is_some());
     }
 }

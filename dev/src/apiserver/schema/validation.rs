@@ -1,135 +1,48 @@
-//! Validation, pruning and defaulting of custom resources against a CRD's structural
-//! `openAPIV3Schema`, with the field errors kube-apiserver reports.
+//! Validation of a value against an OpenAPI v3 schema, with the messages kube-openapi's validator gives.
 //!
 //! Covers the keywords structural schemas use: `type`, `properties`, `required`,
 //! `additionalProperties`, `items`, `enum`, `minimum`/`maximum` (and their `exclusive*` flags),
 //! `minLength`/`maxLength`, `pattern`, `minItems`/`maxItems`, `format: date-time`, `nullable`,
-//! `default`, `x-kubernetes-int-or-string` and `x-kubernetes-preserve-unknown-fields`.
+//! `allOf`/`anyOf`/`oneOf` and `x-kubernetes-int-or-string`. Like kube-openapi, a keyword applies only to the
+//! values it is about: `minimum` to numbers, `pattern` to strings (so an int-or-string field may carry both).
 //!
 //! # Guarantees
-//! - Never panics, whatever the schema or the object: a keyword of the wrong type is ignored, as
+//! - Never panics, whatever the schema or the value: a keyword of the wrong type is ignored, as
 //!   the schema was accepted when the CRD was created.
 //! - Errors come in document order and carry the JSON path the API server prints (`spec.min`,
 //!   `spec.items[2].name`).
 
+use super::{ErrorKind, FieldError, FieldPath};
 use regex::Regex;
 use serde_json::{Map, Value};
-use std::fmt;
 
-/// The kind of a field error, as `k8s.io/apimachinery/pkg/util/validation/field` names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    Required,
-    Invalid,
-    NotSupported,
-    TooLong,
-    TooMany,
-    TypeInvalid,
-    Forbidden,
-    Duplicate,
-}
-
-impl ErrorKind {
-    /// The `reason` of a `StatusCause`.
-    pub fn reason(self) -> &'static str {
-        match self {
-            ErrorKind::Required => "FieldValueRequired",
-            ErrorKind::Invalid => "FieldValueInvalid",
-            ErrorKind::NotSupported => "FieldValueNotSupported",
-            ErrorKind::TooLong => "FieldValueTooLong",
-            ErrorKind::TooMany => "FieldValueTooMany",
-            ErrorKind::TypeInvalid => "FieldValueTypeInvalid",
-            ErrorKind::Forbidden => "FieldValueForbidden",
-            ErrorKind::Duplicate => "FieldValueDuplicate",
-        }
-    }
-}
-
-/// One validation error of one field.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FieldError {
-    /// Path of the field, `spec.image`.
-    pub field: String,
-    pub kind: ErrorKind,
-    /// The message without the field: `Invalid value: "": spec.image in body should be at least 1
-    /// chars long`.
-    pub message: String,
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
-}
-
-/// Checks `object` against `schema`. An empty result means valid.
+/// Checks `object` against `schema`. An empty result means valid. Errors at the root are reported on the
+/// field `<root>`.
 pub fn validate(schema: &Value, object: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    validate_at(schema, object, &mut String::new(), &mut errors);
+    validate_at(schema, object, &mut String::new(), "<root>", &mut errors);
     errors
 }
 
-/// Removes what the schema does not know (unknown fields, except under
-/// `x-kubernetes-preserve-unknown-fields`) and `null`s of non-nullable fields, then fills in
-/// `default`s, as the API server does before validation. `metadata`, `apiVersion` and `kind` at the
-/// root are kept.
-pub fn prune_and_default(schema: &Value, object: &mut Value) {
-    prune_at(schema, object, true);
-}
-
-fn prune_at(schema: &Value, value: &mut Value, root: bool) {
-    let Some(schema) = schema.as_object() else { return };
-    let preserve = flag(schema, "x-kubernetes-preserve-unknown-fields");
-    match value {
-        Value::Object(fields) => {
-            let properties = schema.get("properties").and_then(Value::as_object);
-            let additional = schema.get("additionalProperties");
-            if properties.is_some() || additional.is_some() || !preserve {
-                let keep_root = |k: &str| root && matches!(k, "apiVersion" | "kind" | "metadata");
-                fields.retain(|key, v| {
-                    if keep_root(key) {
-                        return true;
-                    }
-                    let sub = properties.and_then(|p| p.get(key)).or(additional.filter(|a| a.is_object()));
-                    match sub {
-                        Some(sub) => !v.is_null() || flag_of(sub, "nullable"),
-                        None => preserve || additional == Some(&Value::Bool(true)),
-                    }
-                });
-            }
-            if let Some(properties) = properties {
-                for (key, sub) in properties {
-                    if !fields.contains_key(key)
-                        && let Some(default) = sub.get("default")
-                    {
-                        fields.insert(key.clone(), default.clone());
-                    }
-                }
-            }
-            for (key, v) in fields.iter_mut() {
-                if root && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
-                    continue;
-                }
-                let sub = properties.and_then(|p| p.get(key)).or(additional.filter(|a| a.is_object()));
-                if let Some(sub) = sub {
-                    prune_at(sub, v, false);
-                }
-            }
-        }
-        Value::Array(items) => {
-            if let Some(sub) = schema.get("items") {
-                items.iter_mut().for_each(|item| prune_at(sub, item, false));
-            }
-        }
-        _ => {}
+/// Checks a value that sits at `base` (a schema's `default`, say) against `schema`. The errors carry `base`
+/// plus the path inside the value; their messages name the path inside the value, as kube-openapi's messages
+/// do for a validator rooted at the value (` in body should be ...` at its root).
+pub fn validate_value_at(schema: &Value, value: &Value, base: &FieldPath) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    validate_at(schema, value, &mut String::new(), "", &mut errors);
+    for error in &mut errors {
+        error.field = if error.field.is_empty() {
+            base.to_string()
+        } else if error.field.starts_with('[') {
+            format!("{base}{}", error.field)
+        } else {
+            base.child(&error.field).to_string()
+        };
     }
+    errors
 }
 
 fn flag(schema: &Map<String, Value>, key: &str) -> bool {
-    schema.get(key).and_then(Value::as_bool).unwrap_or(false)
-}
-
-fn flag_of(schema: &Value, key: &str) -> bool {
     schema.get(key).and_then(Value::as_bool).unwrap_or(false)
 }
 
@@ -162,9 +75,9 @@ fn has_type(value: &Value, wanted: &str) -> bool {
     }
 }
 
-fn validate_at(schema: &Value, value: &Value, path: &mut String, errors: &mut Vec<FieldError>) {
+fn validate_at(schema: &Value, value: &Value, path: &mut String, root: &str, errors: &mut Vec<FieldError>) {
     let Some(schema) = schema.as_object() else { return };
-    let field = if path.is_empty() { "<root>".to_owned() } else { path.clone() };
+    let field = if path.is_empty() { root.to_owned() } else { path.clone() };
     let push = |errors: &mut Vec<FieldError>, kind, message: String| {
         errors.push(FieldError { field: field.clone(), kind, message });
     };
@@ -299,7 +212,7 @@ fn validate_at(schema: &Value, value: &Value, path: &mut String, errors: &mut Ve
                 for (i, item) in items.iter().enumerate() {
                     let len = path.len();
                     path.push_str(&format!("[{i}]"));
-                    validate_at(sub, item, path, errors);
+                    validate_at(sub, item, path, root, errors);
                     path.truncate(len);
                 }
             }
@@ -329,7 +242,7 @@ fn validate_at(schema: &Value, value: &Value, path: &mut String, errors: &mut Ve
                     path.push('.');
                 }
                 path.push_str(key);
-                validate_at(sub, v, path, errors);
+                validate_at(sub, v, path, root, errors);
                 path.truncate(len);
             }
         }
@@ -338,8 +251,14 @@ fn validate_at(schema: &Value, value: &Value, path: &mut String, errors: &mut Ve
 
     for combinator in ["allOf", "anyOf", "oneOf"] {
         let Some(branches) = schema.get(combinator).and_then(Value::as_array) else { continue };
-        let results: Vec<Vec<FieldError>> =
-            branches.iter().map(|b| validate(b, value).into_iter().map(|e| rebase(e, path)).collect()).collect();
+        let results: Vec<Vec<FieldError>> = branches
+            .iter()
+            .map(|branch| {
+                let mut branch_errors = Vec::new();
+                validate_at(branch, value, &mut path.clone(), root, &mut branch_errors);
+                branch_errors
+            })
+            .collect();
         match combinator {
             "allOf" => results.into_iter().for_each(|r| errors.extend(r)),
             _ => {
@@ -376,14 +295,6 @@ fn number(x: f64) -> String {
 
 fn join(path: &str, key: &str) -> String {
     if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
-}
-
-/// Errors of a sub-validation started at the root get the path of where it was started.
-fn rebase(mut error: FieldError, path: &str) -> FieldError {
-    if !path.is_empty() {
-        error.field = if error.field == "<root>" { path.to_owned() } else { format!("{path}.{}", error.field) };
-    }
-    error
 }
 
 #[cfg(test)]
@@ -466,17 +377,27 @@ mod tests {
     }
 
     #[test]
-    fn pruning_drops_unknown_fields_and_nulls_and_fills_defaults() {
-        let mut object = json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "a"}, "junk": 1,
-            "spec": {"image": "a", "goal": "Join", "unknown": true, "min": null, "deadline": null,
-                     "free": {"anything": {"goes": 1}}}});
-        prune_and_default(&schema(), &mut object);
-        assert_eq!(
-            object,
-            json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "a"},
-                "spec": {"image": "a", "goal": "Join", "deadline": null, "mode": "Auto",
-                         "free": {"anything": {"goes": 1}}}})
-        );
+    fn a_value_at_a_base_path_reports_the_base_and_names_itself_relative() {
+        let schema = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}});
+        let base = FieldPath::new("spec").child("default");
+        let errors: Vec<String> =
+            validate_value_at(&schema, &json!({"n": 0}), &base).iter().map(ToString::to_string).collect();
+        assert_eq!(errors, vec!["spec.default.n: Invalid value: 0: n in body should be greater than or equal to 1"]);
+        let errors: Vec<String> =
+            validate_value_at(&schema, &json!("x"), &base).iter().map(ToString::to_string).collect();
+        assert_eq!(errors, vec!["spec.default: Invalid value: \"x\":  in body must be of type object: \"string\""]);
+    }
+
+    #[test]
+    fn int_or_string_fields_apply_minimum_to_numbers_and_pattern_to_strings() {
+        let schema = json!({"type": "object", "properties": {"m": {"x-kubernetes-int-or-string": true,
+            "anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 1, "pattern": "^[0-9]+%$"}}});
+        assert!(validate(&schema, &json!({"m": 3})).is_empty());
+        assert!(validate(&schema, &json!({"m": "10%"})).is_empty());
+        let errors: Vec<String> = validate(&schema, &json!({"m": 0})).iter().map(ToString::to_string).collect();
+        assert_eq!(errors, vec!["m: Invalid value: 0: m in body should be greater than or equal to 1"]);
+        let errors: Vec<String> = validate(&schema, &json!({"m": "ten"})).iter().map(ToString::to_string).collect();
+        assert_eq!(errors, vec!["m: Invalid value: \"ten\": m in body should match '^[0-9]+%$'"]);
     }
 
     #[test]
@@ -485,8 +406,6 @@ mod tests {
             [json!(null), json!({"type": 3}), json!({"pattern": "("}), json!({"properties": []}), json!({"items": 1})]
         {
             let _ = validate(&schema, &json!({"a": [1, "b", null]}));
-            let mut v = json!({"a": [1]});
-            prune_and_default(&schema, &mut v);
         }
     }
 }

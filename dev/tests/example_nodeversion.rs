@@ -15,8 +15,8 @@ fn the_example_nodeversion_is_accepted_and_read_as_documented() {
         serde_json::to_value(crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap())
             .unwrap();
     let mut pruned = value.clone();
-    shared::schema::prune_and_default(&schema, &mut pruned);
-    assert_eq!(shared::schema::validate(&schema, &pruned), vec![]);
+    dev::apiserver::schema::prune_and_default(&schema, &mut pruned);
+    assert_eq!(dev::apiserver::schema::validate(&schema, &pruned), vec![]);
     assert_eq!(pruned["spec"]["rollout"], value["spec"]["rollout"], "the schema drops a field of the example");
 
     let version: NodeVersion = serde_json::from_value(value).unwrap();

@@ -1,0 +1,90 @@
+//! Host work in the background: one operation of [`HostUpdater`] run as a task, retried after
+//! transient errors, reporting its progress to the agent's loop, and cancellable.
+//!
+//! # Guarantees
+//! - An error that [`crate::host::HostError::is_retryable`] says may pass is retried with backoff:
+//!   stage and reboot until they succeed, fail for good or are cancelled (the controller's step
+//!   timeout is the bound: the agent cancels the work when the controller gives the step up);
+//!   a release a bounded number of times ([`retry::RELEASE`]).
+//! - Each retry is announced ([`Progress::Retrying`]) with the error, so the agent can say what it
+//!   works around; the end is announced once ([`Progress::Finished`]), unless cancelled.
+//! - [`Operation::cancel`] returns only once the task is gone: nothing of the operation runs after
+//!   it (what the host's own updater runs in the background aside, see [`HostUpdater`]).
+
+use crate::decide::Work;
+use crate::host::{HostError, HostUpdater};
+use crate::metrics::{HostOpLabels, Metrics};
+use crate::retry;
+use backon::Retryable;
+use std::sync::Arc;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::task::JoinHandle;
+
+/// What a running operation tells the agent. `serial` names the operation.
+#[derive(Debug)]
+pub enum Progress {
+    /// It failed with a transient error and tries again after a pause.
+    Retrying { serial: u64, error: String },
+    /// It ended.
+    Finished { serial: u64, result: Result<(), HostError> },
+}
+
+/// A host operation under way.
+#[derive(Debug)]
+pub struct Operation {
+    serial: u64,
+    task: JoinHandle<()>,
+}
+
+impl Operation {
+    /// Starts `work` on `host`; progress goes to `progress`.
+    pub fn start<H: HostUpdater>(
+        host: Arc<H>,
+        work: Work,
+        serial: u64,
+        progress: UnboundedSender<Progress>,
+        metrics: Metrics,
+    ) -> Self {
+        let operation = work.operation();
+        let policy = match work {
+            Work::Stage { .. } | Work::Reboot { .. } => retry::HOST_WORK,
+            Work::Release { .. } => retry::RELEASE,
+        };
+        let task = tokio::spawn(async move {
+            let attempt = || async {
+                match &work {
+                    Work::Stage { target, .. } => host.stage(target).await,
+                    Work::Reboot { target, .. } => host.activate_and_reboot(target).await,
+                    Work::Release { target } => host.release(target).await,
+                }
+            };
+            let result = attempt
+                .retry(policy.builder())
+                .sleep(tokio::time::sleep)
+                .when(HostError::is_retryable)
+                .notify(|error, delay| {
+                    tracing::warn!(operation, %error, retry_in = ?delay, "host work failed with a transient error; trying again");
+                    metrics.host_retries.get_or_create(&HostOpLabels { operation, result: "retry" }).inc();
+                    // The receiver lives as long as the agent loop; if it is gone, the agent is stopping.
+                    let _ = progress.send(Progress::Retrying { serial, error: error.to_string() });
+                })
+                .await;
+            let label = if result.is_ok() { "ok" } else { "error" };
+            metrics.host_operations.get_or_create(&HostOpLabels { operation, result: label }).inc();
+            let _ = progress.send(Progress::Finished { serial, result });
+        });
+        Operation { serial, task }
+    }
+
+    /// Whether `serial` names this operation.
+    pub fn is(&self, serial: u64) -> bool {
+        self.serial == serial
+    }
+
+    /// Stops the operation; returns once nothing of it runs any more.
+    pub async fn cancel(self) {
+        self.task.abort();
+        // A cancelled task ends with a "cancelled" join error; a finished one has nothing to say.
+        let _ = self.task.await;
+    }
+}
