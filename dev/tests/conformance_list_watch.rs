@@ -578,13 +578,15 @@ async fn a14_a_slow_consumer_is_closed_without_an_error_and_kube_rs_recovers() {
         async move { metrics.count(|k| k.verb == dev::apiserver::Verb::Watch) >= 2 }
     })
     .await;
-    for i in 60..100 {
+    // 60 more of 800 kB (48 MB) exceed what loopback sockets can hold (tcp_rmem's maximum is 32 MiB on some
+    // hosts, plus the send buffer): 40 were sometimes absorbed whole.
+    for i in 60..120 {
         api.create(&PostParams::default(), &config_map(&format!("c{i}"), json!({}), big.clone())).await.unwrap();
     }
     let drain = tokio::spawn(async move { while consumed.recv().await.is_some() {} });
-    eventually("the reflector holds all 100 objects", || {
+    eventually("the reflector holds all 120 objects", || {
         let reader = reader.clone();
-        async move { reader.state().len() == 100 }
+        async move { reader.state().len() == 120 }
     })
     .await;
     drain.abort();

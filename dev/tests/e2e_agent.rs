@@ -177,10 +177,14 @@ async fn the_agent_reports_again_when_its_node_is_registered_again_or_its_keys_a
     let clear = json!({"metadata": {"annotations": {keys::OS_IMAGE: null, keys::BOOT_ID: null}}});
     store.api::<Node>().patch(None, "worker-0", &dev::apiserver::Patch::Merge(clear), &PatchParams::default()).unwrap();
     eventually(Duration::from_secs(60), "the report again", || annotation(&store, "worker-0", keys::OS_IMAGE)).await;
-    // The Node is deleted and registered again (a new UID, no annotations).
+    // The Node is deleted and registered again (a new UID, no annotations). The agent's token is bound to the
+    // Node it was issued for, so, as on a real cluster (node-bound service-account tokens are refused once their
+    // Node is gone), the old agent can no longer write; the DaemonSet's new pod on the new Node gets a new token.
     let old_uid = store.api::<Node>().get(None, "worker-0").unwrap().metadata.uid;
     store.api::<Node>().delete(None, "worker-0", &DeleteParams::default()).unwrap();
     cluster.add_node("worker-0", false, "v1").unwrap();
+    agent.stop(Duration::from_secs(15)).await.unwrap();
+    let agent = harness::agent(cluster.operator(), "worker-0");
     eventually(Duration::from_secs(60), "the report on the new Node", || {
         let node = store.api::<Node>().get(None, "worker-0").ok()?;
         (node.metadata.uid != old_uid).then_some(())?;

@@ -142,8 +142,11 @@ async fn a_foreground_delete_of_a_deployment_removes_the_pods_then_the_replicase
             use futures::StreamExt;
             while let Some(event) = stream.next().await {
                 if let dev::apiserver::store::WatchEvent::Deleted(object) = event {
+                    // Three watches feed one list, so the arrival order is not the
+                    // store's: the deletion's resourceVersion is.
                     let uid = object["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
-                    deleted.lock().push(uid);
+                    let rv: u64 = object["metadata"]["resourceVersion"].as_str().unwrap_or_default().parse().unwrap();
+                    deleted.lock().push((rv, uid));
                 }
             }
         }));
@@ -151,7 +154,9 @@ async fn a_foreground_delete_of_a_deployment_removes_the_pods_then_the_replicase
     let deployment_uid = deployments.get("web-0").await.unwrap().metadata.uid.unwrap();
     deployments.delete("web-0", &DeleteParams::foreground()).await.unwrap();
     eventually("the Deployment is gone", || async { deployments.get_opt("web-0").await.unwrap().is_none() }).await;
-    let order = deleted.lock().clone();
+    let mut order = deleted.lock().clone();
+    order.sort();
+    let order: Vec<String> = order.into_iter().map(|(_, uid)| uid).collect();
     let at =
         |uid: &String| order.iter().position(|u| u == uid).unwrap_or_else(|| panic!("{uid} not deleted: {order:?}"));
     let rs_at = at(&rs_uid);
