@@ -2,15 +2,18 @@
 //! answered with 500s, or left hanging: the API server's request log shows that no replica ever
 //! wrote a Node, a NodeVersion status or an Event, or evicted a pod, while another replica held the
 //! Lease (as the Lease writes in the same log record it); the rollouts complete and no invariant
-//! breaks.
+//! breaks. Both replicas authenticate as the same service account; the log tells them apart by
+//! User-Agent.
 
 mod support;
 
-use dev::apiserver::{ErrorFault, LoggedRequest, Patch, RequestMatch, Store};
+use dev::apiserver::{ErrorFault, Identity, LoggedRequest, Patch, RequestMatch, Store};
 use dev::harness::{self, Component};
 use dev::observer::{Limits, Observer};
+use dev::operator::Manifest;
 use serde_json::json;
 use shared::crd::NodeVersion;
+use std::collections::BTreeSet;
 use std::time::Duration;
 use support::{create_version, eventually, full_cluster_with, rolled_out, stop_all};
 
@@ -169,6 +172,16 @@ async fn a_leader_whose_renewals_are_slowed_failed_or_hung_never_acts_after_the_
         assert!(acted > 0 && evicted > 0, "{id} never acted ({acted} writes, {evicted} evictions)");
     }
     assert!(entries.iter().any(|e| e.request.resource == "leases" && e.code == 500), "no 500 was injected");
+    // Both replicas authenticate as the manifest's controller service account: only their
+    // User-Agent tells them apart.
+    let Ok(Identity::ServiceAccount { namespace, name, .. }) =
+        Manifest::operator().and_then(|m| m.controller_identity())
+    else {
+        panic!("the manifest names no controller service account")
+    };
+    let users: BTreeSet<&str> =
+        entries.iter().filter(|e| replica(e).is_some()).map(|e| e.request.user.as_str()).collect();
+    assert_eq!(users, BTreeSet::from([format!("system:serviceaccount:{namespace}:{name}").as_str()]));
     assert_eq!(observer.stop().await.violations, Vec::<String>::new());
     first.stop(Duration::from_secs(15)).await.unwrap();
     second.stop(Duration::from_secs(15)).await.unwrap();
