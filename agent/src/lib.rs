@@ -1,9 +1,11 @@
 //! The update-operator agent: watches its own Node, reports its host's facts and carries out the
 //! controller's intents on the host.
 
+pub mod components;
 pub mod decide;
 mod facts;
 pub mod host;
+pub mod kubeadm;
 mod metrics;
 mod nodes;
 mod operation;

@@ -2,6 +2,7 @@
 //! drives rollouts through the node annotation protocol while it holds the leader lease.
 
 pub mod drain;
+pub mod etcd;
 pub mod events;
 pub mod executor;
 pub mod leader;

@@ -1,5 +1,6 @@
 //! Command-line settings shared by the `dev-cluster` and `cluster-bench` programs.
 
+use crate::cloud::GroupSpec;
 use crate::cluster::{ClusterConfig, PdbStyle, SampleWorkloads};
 use crate::timing::Timing;
 use std::time::Duration;
@@ -110,6 +111,22 @@ pub struct ClusterArgs {
     /// The Job controller's first delay before it replaces a failed pod (doubling per failure).
     #[arg(long, value_parser = parse_duration)]
     pub job_backoff: Option<Duration>,
+    /// How long a new cloud instance is Creating.
+    #[arg(long, value_parser = parse_duration)]
+    pub instance_provision: Option<Duration>,
+    /// From a cloud instance running to its node registering (NotReady).
+    #[arg(long, value_parser = parse_duration)]
+    pub node_join: Option<Duration>,
+    /// From a new node registering to it Ready.
+    #[arg(long, value_parser = parse_duration)]
+    pub node_ready: Option<Duration>,
+    /// How long a deleted cloud instance is Terminating.
+    #[arg(long, value_parser = parse_duration)]
+    pub instance_terminate: Option<Duration>,
+    /// Scaling groups of the simulated cloud, besides the --nodes: `NAME:SIZE[:control-plane|worker]`, comma
+    /// separated (e.g. `cp:3:control-plane,workers-a:4,workers-b:3`).
+    #[arg(long, value_delimiter = ',', value_parser = GroupSpec::parse)]
+    pub scaling_groups: Vec<GroupSpec>,
     /// How long to wait for every node and sample pod to be Ready.
     #[arg(long, value_parser = parse_duration, default_value = "10m")]
     pub ready_timeout: Duration,
@@ -149,6 +166,16 @@ impl ClusterArgs {
         if let Some(d) = self.job_backoff {
             timing.job_backoff = d;
         }
+        for (flag, field) in [
+            (self.instance_provision, &mut timing.instance_provision),
+            (self.node_join, &mut timing.node_join),
+            (self.node_ready, &mut timing.node_ready),
+            (self.instance_terminate, &mut timing.instance_terminate),
+        ] {
+            if let Some(d) = flag {
+                *field = d;
+            }
+        }
         timing
     }
 
@@ -175,6 +202,7 @@ impl ClusterArgs {
             workloads,
             timing: self.timing(),
             ready_timeout: self.ready_timeout,
+            scaling_groups: self.scaling_groups.clone(),
             ..ClusterConfig::default()
         }
     }
@@ -207,5 +235,23 @@ mod tests {
         assert_eq!((config.timing.node_heartbeat, config.timing.lease_renew), (None, None));
         assert_eq!(config.timing.reboot, Duration::from_secs(5));
         assert_eq!(config.workloads.unwrap().pdb, PdbStyle::None);
+        assert!(config.scaling_groups.is_empty());
+    }
+
+    #[test]
+    fn scaling_groups_and_cloud_durations_come_from_their_flags() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            cluster: ClusterArgs,
+        }
+        let cli = Cli::parse_from(["x", "--scaling-groups", "cp:3:control-plane,workers-a:4", "--node-join", "2s"]);
+        let config = cli.cluster.config();
+        let names: Vec<(&str, u32)> = config.scaling_groups.iter().map(|g| (g.name.as_str(), g.size)).collect();
+        assert_eq!(names, vec![("cp", 3), ("workers-a", 4)]);
+        assert_eq!(config.scaling_groups[0].role, cloud::GroupRole::ControlPlane);
+        assert_eq!(config.timing.node_join, Duration::from_secs(2));
+        assert!(Cli::try_parse_from(["x", "--scaling-groups", "cp:three"]).is_err());
     }
 }

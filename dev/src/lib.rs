@@ -2,6 +2,7 @@
 
 pub mod apiserver;
 pub mod cli;
+pub mod cloud;
 pub mod cluster;
 pub mod controllers;
 pub mod demo;

@@ -27,11 +27,25 @@ pub struct Timing {
     /// The first delay before the Job controller replaces a failed pod; it doubles with every further failure
     /// (upstream: 10 s, at most 6 minutes).
     pub job_backoff: Duration,
+    /// How long a new cloud instance is `Creating` before it runs (per-group overrides in
+    /// [`crate::cloud::GroupFaults`]); also how long a stopped instance takes to start.
+    pub instance_provision: Duration,
+    /// From a cloud instance running to its kubelet registering the Node (NotReady at first).
+    pub node_join: Duration,
+    /// From the Node's registration to it Ready (the host's first boot completes).
+    pub node_ready: Duration,
+    /// How long a deleted (or stopped) cloud instance is `Terminating` (`Stopping`) before it is gone (stopped).
+    pub instance_terminate: Duration,
+    /// How long a pod whose node is gone waits before the pod garbage collector fails and deletes it (upstream:
+    /// 40 s).
+    pub pod_gc_quarantine: Duration,
 }
 
 impl Timing {
     /// Everything quick, for tests: pods start in 100 ms, terminate within 500 ms, a stage takes 200 ms and a
-    /// reboot 1 s; Job pods run 300 ms and a failed one is replaced after 100 ms (doubling).
+    /// reboot 1 s; Job pods run 300 ms and a failed one is replaced after 100 ms (doubling); a cloud instance is
+    /// created in 200 ms, registers its node 200 ms later, which is Ready 300 ms after that, and is deleted in
+    /// 300 ms; pods of a node that is gone are deleted after 1 s.
     pub fn fast() -> Self {
         Timing {
             pod_startup: Duration::from_millis(100),
@@ -43,12 +57,19 @@ impl Timing {
             disruption_lag: Duration::ZERO,
             job_pod_run: Duration::from_millis(300),
             job_backoff: Duration::from_millis(100),
+            instance_provision: Duration::from_millis(200),
+            node_join: Duration::from_millis(200),
+            node_ready: Duration::from_millis(300),
+            instance_terminate: Duration::from_millis(300),
+            pod_gc_quarantine: Duration::from_secs(1),
         }
     }
 
     /// Closer to a real cluster, for demos: pods start in 2 s and use their whole grace period (up to 30 s), a
     /// stage takes 20 s and a reboot 45 s; node status every minute and leases every 10 s, as kubelets do; Job
-    /// pods run 5 s and failed ones are replaced after upstream's 10 s backoff (doubling).
+    /// pods run 5 s and failed ones are replaced after upstream's 10 s backoff (doubling); a cloud instance takes
+    /// 30 s to be created, its node registers 40 s later (boot and kubelet start) and is Ready 10 s after that
+    /// (network plugin), and a deletion takes 30 s; pods of a node that is gone are deleted after upstream's 40 s.
     pub fn realistic() -> Self {
         Timing {
             pod_startup: Duration::from_secs(2),
@@ -60,6 +81,11 @@ impl Timing {
             disruption_lag: Duration::ZERO,
             job_pod_run: Duration::from_secs(5),
             job_backoff: Duration::from_secs(10),
+            instance_provision: Duration::from_secs(30),
+            node_join: Duration::from_secs(40),
+            node_ready: Duration::from_secs(10),
+            instance_terminate: Duration::from_secs(30),
+            pod_gc_quarantine: Duration::from_secs(40),
         }
     }
 }

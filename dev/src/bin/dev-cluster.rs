@@ -26,7 +26,8 @@ struct Cli {
     /// missing ServiceAccount is created.
     #[arg(long = "kubeconfig-for", value_name = "IDENTITY", value_parser = Identity::parse)]
     kubeconfig_for: Vec<Identity>,
-    /// Print one JSON line (`kubeconfig`, `url`, `httpsUrl`, `hostsUrl`, `nodes`, `kubeconfigs`) instead of text.
+    /// Print one JSON line (`kubeconfig`, `url`, `httpsUrl`, `hostsUrl`, `nodes`, `kubeconfigs`, `cloudUrl`,
+    /// `cloudTag`, `scalingGroups`) instead of text.
     #[arg(long)]
     json: bool,
     /// Log filter (`tracing` syntax), e.g. `info,dev=debug`.
@@ -59,10 +60,18 @@ async fn main() -> anyhow::Result<()> {
         let path = cluster.server().kubeconfig_for(identity).with_context(|| format!("a kubeconfig for {identity}"))?;
         kubeconfigs.insert(identity.to_string(), serde_json::json!(path.display().to_string()));
     }
+    let groups: serde_json::Map<String, serde_json::Value> = cli
+        .cluster
+        .scaling_groups
+        .iter()
+        .map(|g| (g.name.clone(), serde_json::json!(cluster.cloud().instances_of(&g.name))))
+        .collect();
+    let tag = cluster.cloud().cluster_tag();
     if cli.json {
         let line = serde_json::json!({"kubeconfig": kubeconfig, "url": url, "httpsUrl": https_url,
                                       "hostsUrl": format!("{url}/_dev/hosts"), "nodes": cluster.node_names(),
-                                      "kubeconfigs": kubeconfigs});
+                                      "kubeconfigs": kubeconfigs, "cloudUrl": format!("{url}/_dev/cloud"),
+                                      "cloudTag": {"key": tag.key, "value": tag.value}, "scalingGroups": groups});
         println!("{line}");
     } else {
         println!(
@@ -76,6 +85,11 @@ async fn main() -> anyhow::Result<()> {
         }
         println!("API server:      {https_url} (kubeconfigs), {url} (plain HTTP, bearer tokens too)");
         println!("simulated hosts: {url}/_dev/hosts   (agent: --host-backend simulated --simulated-hosts-url {url})");
+        if !groups.is_empty() {
+            let names: Vec<&String> = groups.keys().collect();
+            println!("scaling groups:  {names:?} (tag {}={})", tag.key, tag.value);
+            println!("simulated cloud: {url}/_dev/cloud   (provider: simulated, endpoint {url})");
+        }
         println!("try:             KUBECONFIG={kubeconfig} kubectl get nodes");
         println!("stop with Ctrl-C");
     }

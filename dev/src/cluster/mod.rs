@@ -19,13 +19,21 @@
 //! - update-operator's CRDs exist, and so do the namespace, service accounts, RBAC and
 //!   ValidatingAdmissionPolicy of `deploy/operator.yaml` ([`Cluster::operator`] hands out its identities), as
 //!   `deploy/update-operator.yaml` creates them.
+//! - With [`ClusterConfig::scaling_groups`], the simulated cloud ([`crate::cloud`]) has those groups, tagged
+//!   `constellation-uid: <cluster uid>`, each with its instances running and their Nodes (named
+//!   `<group>-xxxxx`, with `spec.providerID` `simulated://<group>/<name>`, labelled and tainted for the group's
+//!   role) among [`Cluster::control_planes`] or [`Cluster::workers`]; a `ScalingGroup` object per group (named
+//!   after it, `nodeImage: constellation-version`, `groupId` and `autoscalerGroupName` the group's name, its role)
+//!   as Constellation creates them. The cloud's API is served under `/_dev/cloud/api` on the cluster's address.
 //! - `start` returns once every node is Ready and every sample pod is Running and Ready, or fails with
 //!   [`ClusterError::NotReady`] after `ready_timeout`.
 
 pub mod workloads;
 
+use crate::apiserver::core::DevRoutes;
 use crate::apiserver::store::Store;
 use crate::apiserver::{ApiError, ApiServer, ApiServerConfig, Faults, StartError};
+use crate::cloud::{GroupSpec, SimulatedCloud};
 use crate::controllers::{Informers, RunningControllers};
 use crate::hosts::{HostError, Hosts};
 use crate::operator::{Access, ManifestError};
@@ -36,7 +44,9 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::PostParams;
 use serde_json::json;
+use shared::crd::{NodeRole, ScalingGroup, ScalingGroupSpec};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 pub use workloads::{PdbStyle, SampleWorkloads};
@@ -47,6 +57,9 @@ pub const MANAGED_LABEL: &str = "update.edgeless.systems/managed";
 pub const OPERATOR_NAMESPACE: &str = "update-operator";
 /// The label and taint key of control-plane nodes.
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
+
+/// The NodeVersion the ScalingGroups name in `nodeImage` (Constellation's).
+pub const NODE_VERSION_NAME: &str = "constellation-version";
 
 /// How often readiness is checked while waiting (besides on every cache change).
 const READY_CHECK: Duration = Duration::from_millis(200);
@@ -70,6 +83,8 @@ pub struct ClusterConfig {
     pub apiserver: ApiServerConfig,
     /// How long `start` waits for nodes and sample pods to be Ready.
     pub ready_timeout: Duration,
+    /// Scaling groups of the simulated cloud, whose instances are nodes besides the `nodes` above.
+    pub scaling_groups: Vec<GroupSpec>,
 }
 
 impl Default for ClusterConfig {
@@ -83,6 +98,7 @@ impl Default for ClusterConfig {
             timing: Timing::fast(),
             apiserver: ApiServerConfig::default(),
             ready_timeout: Duration::from_secs(300),
+            scaling_groups: Vec::new(),
         }
     }
 }
@@ -105,6 +121,9 @@ pub enum ClusterError {
     /// A host could not be added.
     #[error("adding a host failed: {0}")]
     Host(#[from] HostError),
+    /// A scaling group or instance could not be added.
+    #[error("adding to the simulated cloud failed: {0}")]
+    Cloud(#[from] crate::cloud::ControlError),
     /// More control planes than nodes.
     #[error("{control_planes} control planes do not fit in {nodes} nodes")]
     Shape {
@@ -130,6 +149,7 @@ pub enum ClusterError {
 pub struct Cluster {
     server: ApiServer,
     hosts: Hosts,
+    cloud: SimulatedCloud,
     controllers: RunningControllers,
     control_planes: Vec<String>,
     workers: Vec<String>,
@@ -145,7 +165,7 @@ fn created<T>(what: impl Into<String>, result: Result<T, ApiError>) -> Result<T,
 }
 
 /// A node named `name`, labelled and tainted for its role.
-fn node_manifest(name: &str, control_plane: bool) -> Node {
+pub(crate) fn node_manifest(name: &str, control_plane: bool) -> Node {
     let mut node = json!({"metadata": {"name": name, "labels": {
             "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
             MANAGED_LABEL: "true"}},
@@ -168,7 +188,8 @@ impl Cluster {
         }
         let server = ApiServer::start(config.apiserver.clone()).await?;
         let hosts = Hosts::new(&config.image, &config.timing);
-        server.mount_dev_routes(hosts.routes());
+        let cloud = SimulatedCloud::new(&server.store(), &hosts, &config.timing, &crate::apiserver::object::new_uid());
+        server.mount_dev_routes(Arc::new(DevRouter { hosts: hosts.routes(), cloud: cloud.routes() }));
         let store = server.store().with_identity("dev/cluster");
         for crd in shared::crd::all() {
             let name = crd.metadata.name.clone().unwrap_or_default();
@@ -179,8 +200,10 @@ impl Cluster {
         }
         // What deploy/operator.yaml grants: the controller's Lease lives in its namespace.
         let access = Access::install(&server)?;
-        let control_planes: Vec<String> = (0..config.control_planes).map(|i| format!("control-plane-{i}")).collect();
-        let workers: Vec<String> = (0..config.nodes - config.control_planes).map(|i| format!("worker-{i}")).collect();
+        let mut control_planes: Vec<String> =
+            (0..config.control_planes).map(|i| format!("control-plane-{i}")).collect();
+        let mut workers: Vec<String> =
+            (0..config.nodes - config.control_planes).map(|i| format!("worker-{i}")).collect();
         let controllers = RunningControllers::start(&server.store(), &hosts, &config.timing, &config.kubelet_version);
         for (name, control_plane) in control_planes.iter().map(|n| (n, true)).chain(workers.iter().map(|n| (n, false)))
         {
@@ -190,7 +213,22 @@ impl Cluster {
                 store.api::<Node>().create(None, &node_manifest(name, control_plane), &PostParams::default()),
             )?;
         }
-        let mut cluster = Cluster { server, hosts, controllers, control_planes, workers, workloads: None, access };
+        for group in &config.scaling_groups {
+            cloud.add_group(group, &config.image)?;
+            for _ in 0..group.size {
+                let name = cloud.add_running_instance(&group.name)?;
+                match group.role {
+                    cloud::GroupRole::ControlPlane => control_planes.push(name),
+                    cloud::GroupRole::Worker => workers.push(name),
+                }
+            }
+            created(
+                format!("ScalingGroup {}", group.name),
+                store.api::<ScalingGroup>().create(None, &scaling_group(group), &PostParams::default()),
+            )?;
+        }
+        let mut cluster =
+            Cluster { server, hosts, cloud, controllers, control_planes, workers, workloads: None, access };
         let started = Instant::now();
         // Nodes first: workloads created before every node is Ready would crowd onto the first Ready ones.
         cluster.wait_ready(config.ready_timeout).await?;
@@ -313,6 +351,12 @@ impl Cluster {
         &self.hosts
     }
 
+    /// The simulated cloud: scaling groups, instances, faults. Its API is at [`Cluster::url`] (the
+    /// `--cloud-endpoint` of `cloud::simulated::SimulatedProvider`).
+    pub fn cloud(&self) -> &SimulatedCloud {
+        &self.cloud
+    }
+
     /// The identities of `deploy/operator.yaml` (what the harness runs the controller and agents as).
     pub fn operator(&self) -> &Access {
         &self.access
@@ -350,9 +394,48 @@ impl Cluster {
 
     /// Stops the controllers, the hosts and the API server, and waits for them.
     pub async fn shutdown(self) {
-        let Cluster { server, hosts, controllers, .. } = self;
+        let Cluster { server, hosts, cloud, controllers, .. } = self;
+        cloud.shutdown();
         hosts.shutdown();
         controllers.shutdown().await;
         server.shutdown().await;
+    }
+}
+
+/// The ScalingGroup object of a group, as Constellation creates them at cluster creation.
+fn scaling_group(group: &GroupSpec) -> ScalingGroup {
+    let worker = group.role == cloud::GroupRole::Worker;
+    ScalingGroup::new(
+        &group.name,
+        ScalingGroupSpec {
+            node_image: NODE_VERSION_NAME.to_owned(),
+            group_id: group.name.clone(),
+            autoscaler_group_name: Some(group.name.clone()),
+            node_group_name: Some(group.name.clone()),
+            autoscaling: worker,
+            min: Some(i32::from(worker)),
+            max: Some(i32::try_from(group.max).unwrap_or(i32::MAX)),
+            role: Some(if worker { NodeRole::Worker } else { NodeRole::ControlPlane }),
+        },
+    )
+}
+
+/// The `/_dev/` routes of a cluster: `/_dev/cloud/...` to the simulated cloud, the rest to the hosts.
+struct DevRouter {
+    hosts: Arc<crate::hosts::HostRoutes>,
+    cloud: Arc<crate::cloud::CloudRoutes>,
+}
+
+impl DevRoutes for DevRouter {
+    fn handle(
+        &self,
+        method: http::Method,
+        segments: Vec<String>,
+        body: bytes::Bytes,
+    ) -> futures::future::BoxFuture<'static, (u16, serde_json::Value)> {
+        match segments.first().map(String::as_str) {
+            Some("cloud") => self.cloud.handle(method, segments, body),
+            _ => self.hosts.handle(method, segments, body),
+        }
     }
 }

@@ -17,6 +17,7 @@
 //! | [`scheduler`] | `scheduler` | `dev/scheduler` | binds pending pods |
 //! | [`kubelet`] | `kubelet` | `dev/kubelet` | pod lifecycle, node status, leases, hosts |
 //! | [`gc`] | `garbage-collector` | `dev/garbage-collector` | ownerReference cascades |
+//! | [`podgc`] | `pod-garbage-collector` | `dev/pod-garbage-collector` | pods of nodes that are gone |
 //!
 //! # Guarantees
 //! - A paused controller writes nothing; its cache keeps following the store, and the work that arrives
@@ -34,6 +35,7 @@ pub mod intern;
 pub mod job;
 pub mod kubelet;
 pub mod objects;
+pub mod podgc;
 pub mod queue;
 pub mod replicaset;
 pub mod scheduler;
@@ -82,9 +84,21 @@ pub mod names {
     pub const KUBELET: &str = "kubelet";
     /// The garbage collector.
     pub const GARBAGE_COLLECTOR: &str = "garbage-collector";
+    /// The pod garbage collector (pods of nodes that are gone).
+    pub const POD_GARBAGE_COLLECTOR: &str = "pod-garbage-collector";
     /// Every name, in start order.
-    pub const ALL: [&str; 9] =
-        [DISRUPTION, DEPLOYMENT, REPLICASET, STATEFULSET, DAEMONSET, JOB, SCHEDULER, KUBELET, GARBAGE_COLLECTOR];
+    pub const ALL: [&str; 10] = [
+        DISRUPTION,
+        DEPLOYMENT,
+        REPLICASET,
+        STATEFULSET,
+        DAEMONSET,
+        JOB,
+        SCHEDULER,
+        KUBELET,
+        GARBAGE_COLLECTOR,
+        POD_GARBAGE_COLLECTOR,
+    ];
 }
 
 /// How long a controller waits for its cache to show its own write before it goes on regardless (the cache
@@ -378,6 +392,7 @@ impl RunningControllers {
             Box::pin(scheduler::start(store, &informers, shutdown.clone())),
             Box::pin(kubelet::start(store, &informers, hosts, timing, kubelet_version, shutdown.clone())),
             Box::pin(gc::start(store, &informers, shutdown.clone())),
+            Box::pin(podgc::start(store, &informers, timing.pod_gc_quarantine, shutdown.clone())),
         ];
         informers.spawn(store, &shutdown, &mut tasks);
         for controller in controllers {

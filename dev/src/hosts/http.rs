@@ -33,7 +33,8 @@ struct StageRequest {
     image: String,
 }
 
-fn message(status: u16, text: impl Into<String>) -> (u16, Value) {
+/// A `/_dev` answer `{"message": text}` with `status`.
+pub(crate) fn message(status: u16, text: impl Into<String>) -> (u16, Value) {
     (status, json!({"message": text.into()}))
 }
 
@@ -41,7 +42,8 @@ fn error(error: &HostError) -> (u16, Value) {
     message(error.status(), error.to_string())
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, (u16, Value)> {
+/// The JSON body of a `/_dev` request, or a 400 answer.
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, (u16, Value)> {
     serde_json::from_slice(body).map_err(|e| message(400, format!("the request body is not valid: {e}")))
 }
 

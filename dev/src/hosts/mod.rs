@@ -9,9 +9,12 @@
 //! - `reboot` takes the host down at once; after the reboot duration it comes back with a new boot ID, running
 //!   the staged image (if one was staged). With the "never returns" fault it stays down until
 //!   [`Hosts::power_on`].
+//! - [`Hosts::add_booting`] adds a host that is down until its first boot; [`Hosts::power_off`] takes one down
+//!   until [`Hosts::power_on`]; a [`Hosts::retire`]d host is gone for good: [`Hosts::ensure`] does not add it
+//!   again (a kubelet that still sees its node in a stale cache must not bring a deleted instance back).
 //! - Listeners learn of every change of a host's power state, boot or image.
 
-mod http;
+pub(crate) mod http;
 
 use crate::apiserver::object::new_uid;
 use crate::timing::Timing;
@@ -89,7 +92,8 @@ pub struct HostFaults {
     pub job_pod_seconds: Option<Duration>,
 }
 
-mod seconds {
+/// Serde of optional seconds (`2.5`) as durations.
+pub(crate) mod seconds {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 
@@ -183,7 +187,7 @@ impl HostError {
     }
 }
 
-fn check_image(image: &str) -> Result<(), HostError> {
+pub(crate) fn check_image(image: &str) -> Result<(), HostError> {
     let reason = if image.is_empty() {
         "the image is empty"
     } else if image.len() > MAX_IMAGE_LEN {
@@ -207,6 +211,8 @@ type Listener = Arc<dyn Fn(&str) + Send + Sync>;
 
 struct Inner {
     hosts: Mutex<BTreeMap<String, Host>>,
+    /// Hosts removed for good (their instances were deleted).
+    retired: Mutex<std::collections::BTreeSet<String>>,
     listeners: RwLock<Vec<Listener>>,
     default_image: String,
     stage: Duration,
@@ -226,6 +232,7 @@ impl Hosts {
         Hosts {
             inner: Arc::new(Inner {
                 hosts: Mutex::new(BTreeMap::new()),
+                retired: Mutex::new(std::collections::BTreeSet::new()),
                 listeners: RwLock::new(Vec::new()),
                 default_image: default_image.to_owned(),
                 stage: timing.stage,
@@ -268,10 +275,69 @@ impl Hosts {
         Ok(facts)
     }
 
-    /// The host of `node`, added with the default image when missing (a node someone created by hand).
+    /// Adds a host for `node` with `image` that is down until it boots, `boot` from now (a new cloud instance);
+    /// a no-op when it exists. Its first boot counts as boot 1.
+    pub fn add_booting(&self, node: &str, image: &str, boot: Duration) -> Result<(), HostError> {
+        check_image(image)?;
+        {
+            let mut hosts = self.inner.hosts.lock();
+            if hosts.contains_key(node) {
+                return Ok(());
+            }
+            self.inner.retired.lock().remove(node);
+            let facts =
+                HostFacts { os_image: image.to_owned(), boot_id: new_uid(), staged_image: None, components_hash: None };
+            hosts.insert(
+                node.to_owned(),
+                Host { facts, power: Power::Rebooting, boots: 0, faults: HostFaults::default() },
+            );
+        }
+        self.notify(node);
+        self.boot_after(node, boot, 0);
+        Ok(())
+    }
+
+    /// Takes `node`'s host down until [`Hosts::power_on`] (an instance stopped or being deleted).
+    pub fn power_off(&self, node: &str) -> Result<(), HostError> {
+        {
+            let mut hosts = self.inner.hosts.lock();
+            let host = hosts.get_mut(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;
+            if host.power == Power::Down {
+                return Ok(());
+            }
+            host.power = Power::Down;
+        }
+        self.notify(node);
+        Ok(())
+    }
+
+    /// Removes `node`'s host for good: [`Hosts::ensure`] will not add it again.
+    pub fn retire(&self, node: &str) {
+        self.inner.retired.lock().insert(node.to_owned());
+        self.inner.hosts.lock().remove(node);
+        self.notify(node);
+    }
+
+    /// The host of `node`, added with the default image when missing (a node someone created by hand). A
+    /// retired host is reported down and not added.
     pub fn ensure(&self, node: &str) -> HostState {
         if let Some(state) = self.state(node) {
             return state;
+        }
+        if self.inner.retired.lock().contains(node) {
+            let facts = HostFacts {
+                os_image: self.inner.default_image.clone(),
+                boot_id: String::new(),
+                staged_image: None,
+                components_hash: None,
+            };
+            return HostState {
+                name: node.to_owned(),
+                facts,
+                power: Power::Down,
+                boots: 0,
+                faults: HostFaults::default(),
+            };
         }
         let _ = self.add(node, &self.inner.default_image.clone());
         self.state(node).unwrap_or_else(|| unreachable!("the host was just added"))
@@ -385,38 +451,46 @@ impl Hosts {
         };
         self.notify(node);
         if let Some(duration) = duration {
-            let hosts = self.clone();
-            let node = node.to_owned();
-            tokio::spawn(async move {
-                tokio::select! {
-                    () = tokio::time::sleep(duration) => hosts.boot(&node, boots),
-                    () = hosts.inner.shutdown.cancelled() => {}
-                }
-            });
+            self.boot_after(node, duration, boots);
         }
         Ok(())
+    }
+
+    /// Ends the reboot that began in boot number `boots` after `duration`.
+    fn boot_after(&self, node: &str, duration: Duration, boots: u64) {
+        let hosts = self.clone();
+        let node = node.to_owned();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(duration) => hosts.boot(&node, boots),
+                () = hosts.inner.shutdown.cancelled() => {}
+            }
+        });
     }
 
     /// Brings a host that is down (or rebooting) up at once, with a new boot.
     pub fn power_on(&self, node: &str) -> Result<(), HostError> {
         let boots = {
-            let hosts = self.inner.hosts.lock();
-            let host = hosts.get(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;
+            let mut hosts = self.inner.hosts.lock();
+            let host = hosts.get_mut(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;
             if host.power == Power::Up {
                 return Ok(());
             }
+            host.power = Power::Rebooting;
             host.boots
         };
         self.boot(node, boots);
         Ok(())
     }
 
-    /// Ends the reboot that began in boot number `boots`: a new boot ID, the staged image.
+    /// Ends the reboot that began in boot number `boots` (if the host is still coming up): a new boot ID, the
+    /// staged image.
     fn boot(&self, node: &str, boots: u64) {
         {
             let mut hosts = self.inner.hosts.lock();
             let Some(host) = hosts.get_mut(node) else { return };
-            if host.boots != boots || host.power == Power::Up {
+            // Only a host that is coming up boots: one powered off meanwhile stays down.
+            if host.boots != boots || host.power != Power::Rebooting {
                 return;
             }
             host.power = Power::Up;
@@ -506,6 +580,27 @@ mod tests {
         hosts.reboot("n1").unwrap();
         assert_eq!(staging.await.unwrap().unwrap_err().status(), 503);
         assert_eq!(hosts.facts("n1").unwrap().staged_image, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_booting_host_comes_up_once_and_a_retired_one_never_comes_back() {
+        let hosts = hosts();
+        hosts.add_booting("n2", "v2", Duration::from_secs(10)).unwrap();
+        assert_eq!((hosts.state("n2").unwrap().power, hosts.state("n2").unwrap().boots), (Power::Rebooting, 0));
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        let up = hosts.state("n2").unwrap();
+        assert_eq!((up.power, up.boots, up.facts.os_image.as_str()), (Power::Up, 1, "v2"));
+        hosts.power_off("n2").unwrap();
+        assert_eq!(hosts.state("n2").unwrap().power, Power::Down);
+        // A host powered off while it boots stays down.
+        hosts.add_booting("n3", "v2", Duration::from_secs(10)).unwrap();
+        hosts.power_off("n3").unwrap();
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert_eq!(hosts.state("n3").unwrap().power, Power::Down);
+        hosts.retire("n2");
+        assert_eq!(hosts.state("n2"), None);
+        assert_eq!(hosts.ensure("n2").power, Power::Down);
+        assert_eq!(hosts.state("n2"), None, "ensure must not add a retired host back");
     }
 
     #[test]

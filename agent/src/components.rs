@@ -1,0 +1,350 @@
+//! Installs Kubernetes components on the host: every artifact fetched and verified against its SHA-256 before
+//! anything is installed, then each installed atomically, and a record of what is installed kept on the host.
+//!
+//! The order is what makes a failure harmless: phase one downloads (or decodes) every component into a temporary
+//! file *next to its destination* and checks its hash as it streams; any failure (unreachable, too large, hash
+//! mismatch, a tarball entry that would escape its directory) removes every temporary file and leaves the host as
+//! it was. Phase two renames each verified file over its destination (same filesystem, so each replacement is
+//! atomic; archives are extracted into a temporary directory first and their files renamed one by one), and only
+//! then the record is replaced. The components hash the agent reports is computed from that record, so it says
+//! what is really installed, never what was asked for.
+
+use std::io::{Read, Write};
+use std::path::{Component as PathPart, Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use serde::{Deserialize, Serialize};
+use shared::components::{Sha256, Source, VerifiedComponent, components_hash};
+
+/// The largest artifact accepted (kubelet and kubeadm binaries are about 100 MB).
+pub const DEFAULT_MAX_SIZE: u64 = 512 * 1024 * 1024;
+
+/// Why components could not be installed. Nothing was installed when [`InstallError::is_before_install`].
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("downloading {url}: {reason}")]
+    Download { url: String, reason: String },
+    #[error("{what} has {actual}, not the expected {expected}: nothing was installed")]
+    HashMismatch { what: String, expected: Sha256, actual: Sha256 },
+    #[error("{what} is larger than {limit} bytes")]
+    TooLarge { what: String, limit: u64 },
+    #[error("archive for {path}: {reason}")]
+    Archive { path: String, reason: String },
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("the record of installed components {path}: {reason}")]
+    Record { path: String, reason: String },
+}
+
+/// What is installed, as recorded on the host after the last successful install.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    /// `sha256:<hex>` of the components, in the order installed.
+    pub component_hashes: Vec<String>,
+    pub install_paths: Vec<String>,
+    /// The components hash over `component_hashes`, as reported in the node's annotation.
+    pub hash: String,
+}
+
+/// Installs components under a host root (`/` on a real host, a temporary directory in tests).
+pub struct Installer {
+    root: PathBuf,
+    record: PathBuf,
+    max_size: u64,
+    timeout: Duration,
+    client: hyper_util::client::legacy::Client<
+        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+        Empty<Bytes>,
+    >,
+}
+
+impl Installer {
+    /// An installer writing under `root`, keeping its record at `record` (a host path, e.g.
+    /// `/var/lib/update-operator/components.json`), verifying HTTPS with the system's CA certificates.
+    pub fn new(root: impl Into<PathBuf>, record: impl Into<PathBuf>) -> Result<Self, InstallError> {
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_native_roots()
+            .map_err(|e| InstallError::Download { url: "(any)".into(), reason: format!("CA certificates: {e}") })?
+            .https_or_http()
+            .enable_http1()
+            .build();
+        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https);
+        Ok(Installer {
+            root: root.into(),
+            record: record.into(),
+            max_size: DEFAULT_MAX_SIZE,
+            timeout: Duration::from_secs(600),
+            client,
+        })
+    }
+
+    /// Limits each artifact to `max_size` bytes and each download to `timeout`.
+    pub fn with_limits(mut self, max_size: u64, timeout: Duration) -> Self {
+        self.max_size = max_size;
+        self.timeout = timeout;
+        self
+    }
+
+    fn host_path(&self, path: &str) -> PathBuf {
+        self.root.join(path.trim_start_matches('/'))
+    }
+
+    /// The record of what is installed, `None` when nothing was installed by us.
+    pub fn installed(&self) -> Result<Option<Record>, InstallError> {
+        let path = self.host_path(&self.record.to_string_lossy());
+        let bad = |reason: String| InstallError::Record { path: path.display().to_string(), reason };
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let record: Record = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+                let hash = components_hash(record.component_hashes.iter().map(String::as_str)).to_string();
+                if hash != record.hash {
+                    return Err(bad(format!("its hash {} does not match its components ({hash})", record.hash)));
+                }
+                Ok(Some(record))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(InstallError::Io { path: path.display().to_string(), source: e }),
+        }
+    }
+
+    /// Fetches and verifies every component, then installs them all and records them. On any error before the
+    /// installation, nothing on the host changed.
+    pub async fn install(&self, components: &[VerifiedComponent]) -> Result<Record, InstallError> {
+        let mut staged: Vec<Staged> = Vec::with_capacity(components.len());
+        for component in components {
+            match self.stage(component).await {
+                Ok(s) => staged.push(s),
+                Err(error) => {
+                    for s in staged {
+                        s.discard();
+                    }
+                    return Err(error);
+                }
+            }
+        }
+        for s in staged {
+            s.commit()?;
+        }
+        let component_hashes: Vec<String> = components.iter().map(|c| c.hash.to_string()).collect();
+        let record = Record {
+            hash: components_hash(component_hashes.iter().map(String::as_str)).to_string(),
+            component_hashes,
+            install_paths: components.iter().map(|c| c.install_path.clone()).collect(),
+        };
+        let path = self.host_path(&self.record.to_string_lossy());
+        let json = serde_json::to_vec_pretty(&record)
+            .map_err(|e| InstallError::Record { path: path.display().to_string(), reason: e.to_string() })?;
+        write_atomically(&path, &json, 0o644)?;
+        Ok(record)
+    }
+
+    async fn stage(&self, component: &VerifiedComponent) -> Result<Staged, InstallError> {
+        let target = self.host_path(&component.install_path);
+        let parent = if component.extract { target.clone() } else { parent_of(&target)? };
+        std::fs::create_dir_all(&parent).map_err(io(&parent))?;
+        let temp = temp_path(&parent, &target);
+        let what = match &component.source {
+            Source::Download(url) => url.clone(),
+            Source::Inline(_) => format!("the inline content for {}", component.install_path),
+        };
+        let result = async {
+            let actual = match &component.source {
+                Source::Inline(bytes) => {
+                    write_file(&temp, bytes, 0o755)?;
+                    Sha256::of(bytes)
+                }
+                Source::Download(url) => self.download(url, &temp).await?,
+            };
+            if actual != component.hash {
+                return Err(InstallError::HashMismatch { what: what.clone(), expected: component.hash, actual });
+            }
+            if component.extract {
+                let dir = temp.with_extension("d");
+                extract(&temp, &dir, &component.install_path)?;
+                let _ = std::fs::remove_file(&temp);
+                return Ok(Staged::Directory { temp: dir, target: target.clone() });
+            }
+            Ok(Staged::File { temp: temp.clone(), target: target.clone() })
+        }
+        .await;
+        if result.is_err() {
+            let _ = std::fs::remove_file(&temp);
+            let _ = std::fs::remove_dir_all(temp.with_extension("d"));
+        }
+        result
+    }
+
+    /// Streams `url` into `temp`, hashing as it goes; the file is synced before its hash is returned.
+    async fn download(&self, url: &str, temp: &Path) -> Result<Sha256, InstallError> {
+        let failed = |reason: String| InstallError::Download { url: url.to_owned(), reason };
+        let uri: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| failed(e.to_string()))?;
+        let work = async {
+            let response = self.client.get(uri).await.map_err(|e| failed(e.to_string()))?;
+            if !response.status().is_success() {
+                return Err(failed(format!("the server answered {}", response.status())));
+            }
+            let mut body = response.into_body();
+            let mut file = create(temp, 0o755)?;
+            let mut hasher = Sha256::hasher();
+            let mut size: u64 = 0;
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| failed(e.to_string()))?;
+                if let Ok(chunk) = frame.into_data() {
+                    size += chunk.len() as u64;
+                    if size > self.max_size {
+                        return Err(InstallError::TooLarge { what: url.to_owned(), limit: self.max_size });
+                    }
+                    hasher.update(&chunk);
+                    file.write_all(&chunk).map_err(io(temp))?;
+                }
+            }
+            file.sync_all().map_err(io(temp))?;
+            Ok(hasher.finish())
+        };
+        match tokio::time::timeout(self.timeout, work).await {
+            Ok(result) => result,
+            Err(_) => Err(failed(format!("no complete answer within {:?}", self.timeout))),
+        }
+    }
+}
+
+/// A verified component waiting to be moved into place.
+enum Staged {
+    File { temp: PathBuf, target: PathBuf },
+    Directory { temp: PathBuf, target: PathBuf },
+}
+
+impl Staged {
+    fn discard(self) {
+        match self {
+            Staged::File { temp, .. } => drop(std::fs::remove_file(temp)),
+            Staged::Directory { temp, .. } => drop(std::fs::remove_dir_all(temp)),
+        }
+    }
+
+    fn commit(self) -> Result<(), InstallError> {
+        match self {
+            Staged::File { temp, target } => {
+                std::fs::rename(&temp, &target).map_err(io(&target))?;
+                sync_dir(&target)
+            }
+            Staged::Directory { temp, target } => {
+                let result = move_tree(&temp, &target);
+                let _ = std::fs::remove_dir_all(&temp);
+                result
+            }
+        }
+    }
+}
+
+/// Moves every file of `from` to the same relative path under `to`, each by an atomic rename.
+fn move_tree(from: &Path, to: &Path) -> Result<(), InstallError> {
+    std::fs::create_dir_all(to).map_err(io(to))?;
+    for entry in std::fs::read_dir(from).map_err(io(from))? {
+        let entry = entry.map_err(io(from))?;
+        let source = entry.path();
+        let destination = to.join(entry.file_name());
+        if entry.file_type().map_err(io(&source))?.is_dir() {
+            move_tree(&source, &destination)?;
+        } else {
+            std::fs::rename(&source, &destination).map_err(io(&destination))?;
+        }
+    }
+    sync_dir(&to.join("."))
+}
+
+/// Extracts a gzip-compressed (or plain) tar archive into `dir`: regular files and directories only, every
+/// entry a relative path without `..`, so nothing lands outside `dir`.
+fn extract(archive: &Path, dir: &Path, install_path: &str) -> Result<(), InstallError> {
+    let bad = |reason: String| InstallError::Archive { path: install_path.to_owned(), reason };
+    let mut file = std::fs::File::open(archive).map_err(io(archive))?;
+    let mut magic = [0u8; 2];
+    let gzip = file.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
+    let file = std::fs::File::open(archive).map_err(io(archive))?;
+    let reader: Box<dyn Read> = if gzip { Box::new(flate2::read::GzDecoder::new(file)) } else { Box::new(file) };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let mut tar = tar::Archive::new(reader);
+    for entry in tar.entries().map_err(|e| bad(e.to_string()))? {
+        let mut entry = entry.map_err(|e| bad(e.to_string()))?;
+        let path = entry.path().map_err(|e| bad(e.to_string()))?.into_owned();
+        let mut relative = PathBuf::new();
+        for part in path.components() {
+            match part {
+                PathPart::Normal(name) => relative.push(name),
+                PathPart::CurDir => {}
+                _ => return Err(bad(format!("the entry {} would be written outside its directory", path.display()))),
+            }
+        }
+        if relative.as_os_str().is_empty() {
+            continue;
+        }
+        let destination = dir.join(&relative);
+        let kind = entry.header().entry_type();
+        if kind.is_dir() {
+            std::fs::create_dir_all(&destination).map_err(io(&destination))?;
+        } else if kind.is_file() {
+            if let Some(parent) = destination.parent() {
+                std::fs::create_dir_all(parent).map_err(io(parent))?;
+            }
+            let mode = entry.header().mode().unwrap_or(0o644) & 0o755;
+            let mut out = create(&destination, mode)?;
+            std::io::copy(&mut entry, &mut out).map_err(io(&destination))?;
+            out.sync_all().map_err(io(&destination))?;
+        } else {
+            return Err(bad(format!("the entry {} is not a regular file or directory ({kind:?})", path.display())));
+        }
+    }
+    Ok(())
+}
+
+fn parent_of(path: &Path) -> Result<PathBuf, InstallError> {
+    path.parent().map(Path::to_owned).ok_or_else(|| InstallError::Io {
+        path: path.display().to_string(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "no parent directory"),
+    })
+}
+
+/// A fresh temporary name in `dir` for what will become `target` (hidden, unique within this process).
+fn temp_path(dir: &Path, target: &Path) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "component".into());
+    dir.join(format!(".{name}.update-operator-{}-{n}.tmp", std::process::id()))
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> InstallError + '_ {
+    move |source| InstallError::Io { path: path.display().to_string(), source }
+}
+
+fn create(path: &Path, mode: u32) -> Result<std::fs::File, InstallError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(path).map_err(io(path))
+}
+
+fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), InstallError> {
+    let mut file = create(path, mode)?;
+    file.write_all(bytes).map_err(io(path))?;
+    file.sync_all().map_err(io(path))
+}
+
+/// Writes `bytes` to a temporary file beside `path`, syncs it and renames it over `path`.
+fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<(), InstallError> {
+    let parent = parent_of(path)?;
+    std::fs::create_dir_all(&parent).map_err(io(&parent))?;
+    let temp = temp_path(&parent, path);
+    write_file(&temp, bytes, mode)?;
+    std::fs::rename(&temp, path).map_err(io(path))?;
+    sync_dir(path)
+}
+
+/// Syncs the directory holding `path`, so a rename survives a crash.
+fn sync_dir(path: &Path) -> Result<(), InstallError> {
+    let dir = parent_of(path)?;
+    std::fs::File::open(&dir).and_then(|d| d.sync_all()).map_err(io(&dir))
+}
+
+#[cfg(test)]
+mod tests;

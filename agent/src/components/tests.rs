@@ -1,0 +1,206 @@
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+
+/// A plain HTTP/1.1 server on loopback answering GET paths from `files` (404 otherwise), one request per
+/// connection. Returns its base URL.
+async fn serve(files: HashMap<String, Vec<u8>>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let files = Arc::new(files);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let files = files.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let line = String::from_utf8_lossy(&request);
+                let path = line.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                let (status, body) = match files.get(&path) {
+                    Some(body) => ("200 OK", body.clone()),
+                    None => ("404 Not Found", b"not found".to_vec()),
+                };
+                let head = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(&body).await;
+            });
+        }
+    });
+    base
+}
+
+fn download(url: String, content: &[u8], path: &str) -> VerifiedComponent {
+    VerifiedComponent {
+        source: Source::Download(url),
+        hash: Sha256::of(content),
+        install_path: path.into(),
+        extract: false,
+    }
+}
+
+fn tarball(entries: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
+    for (name, content) in entries {
+        let mut header = tar::Header::new_gnu();
+        // Written raw so that tests can put names tar::Builder refuses (`..`, absolute) into an archive.
+        let bytes = name.as_bytes();
+        header.as_old_mut().name[..bytes.len()].copy_from_slice(bytes);
+        header.set_size(content.len() as u64);
+        header.set_mode(0o755);
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_cksum();
+        builder.append(&header, *content).unwrap();
+    }
+    builder.into_inner().unwrap().finish().unwrap()
+}
+
+/// Every file under `dir`, relative, sorted.
+fn files(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(path.strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+const RECORD: &str = "/var/lib/update-operator/components.json";
+
+#[tokio::test]
+async fn components_are_verified_then_installed_and_recorded() {
+    let root = tempfile::tempdir().unwrap();
+    let archive = tarball(&[("bridge", b"bridge plugin"), ("./sub/host-local", b"host-local plugin")]);
+    let base = serve(HashMap::from([
+        ("/kubeadm".to_owned(), b"kubeadm v1.34.1".to_vec()),
+        ("/cni.tgz".to_owned(), archive.clone()),
+    ]))
+    .await;
+    // An old kubeadm is replaced.
+    std::fs::create_dir_all(root.path().join("usr/local/bin")).unwrap();
+    std::fs::write(root.path().join("usr/local/bin/kubeadm"), b"kubeadm v1.33.2").unwrap();
+    let components = vec![
+        download(format!("{base}/kubeadm"), b"kubeadm v1.34.1", "/usr/local/bin/kubeadm"),
+        VerifiedComponent { extract: true, ..download(format!("{base}/cni.tgz"), &archive, "/opt/cni/bin") },
+        VerifiedComponent {
+            source: Source::Inline(b"patch".to_vec()),
+            hash: Sha256::of(b"patch"),
+            install_path: "/etc/kubernetes/patches/kube-apiserver0+strategic.yaml".into(),
+            extract: false,
+        },
+    ];
+    let installer = Installer::new(root.path(), RECORD).unwrap();
+    assert_eq!(installer.installed().unwrap(), None);
+    let record = installer.install(&components).await.unwrap();
+    let kubeadm = root.path().join("usr/local/bin/kubeadm");
+    assert_eq!(std::fs::read(&kubeadm).unwrap(), b"kubeadm v1.34.1");
+    assert_eq!(std::fs::metadata(&kubeadm).unwrap().permissions().mode() & 0o777, 0o755);
+    assert_eq!(std::fs::read(root.path().join("opt/cni/bin/bridge")).unwrap(), b"bridge plugin");
+    assert_eq!(std::fs::read(root.path().join("opt/cni/bin/sub/host-local")).unwrap(), b"host-local plugin");
+    assert_eq!(
+        std::fs::read(root.path().join("etc/kubernetes/patches/kube-apiserver0+strategic.yaml")).unwrap(),
+        b"patch"
+    );
+    let hashes: Vec<String> = components.iter().map(|c| c.hash.to_string()).collect();
+    assert_eq!(record.hash, components_hash(hashes.iter().map(String::as_str)).to_string());
+    assert_eq!(installer.installed().unwrap(), Some(record));
+    // No temporary file is left behind.
+    assert!(files(root.path()).iter().all(|f| !f.contains(".tmp") && !f.contains(".d/")), "{:?}", files(root.path()));
+    // Installing the same again is harmless.
+    installer.install(&components).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_hash_mismatch_installs_nothing_even_of_the_components_that_verified() {
+    let root = tempfile::tempdir().unwrap();
+    let base = serve(HashMap::from([
+        ("/kubeadm".to_owned(), b"kubeadm v1.34.1".to_vec()),
+        ("/kubelet".to_owned(), b"a tampered kubelet".to_vec()),
+    ]))
+    .await;
+    let components = vec![
+        download(format!("{base}/kubeadm"), b"kubeadm v1.34.1", "/usr/local/bin/kubeadm"),
+        download(format!("{base}/kubelet"), b"kubelet v1.34.1", "/usr/local/bin/kubelet"),
+    ];
+    let installer = Installer::new(root.path(), RECORD).unwrap();
+    let error = installer.install(&components).await.unwrap_err();
+    assert!(matches!(error, InstallError::HashMismatch { .. }), "{error}");
+    assert!(error.to_string().contains("/kubelet") && error.to_string().contains("nothing was installed"), "{error}");
+    assert_eq!(files(root.path()), Vec::<String>::new());
+    assert_eq!(installer.installed().unwrap(), None);
+}
+
+#[tokio::test]
+async fn unreachable_missing_and_oversized_downloads_fail_cleanly() {
+    let root = tempfile::tempdir().unwrap();
+    let base = serve(HashMap::from([("/big".to_owned(), vec![7u8; 4096])])).await;
+    let installer = Installer::new(root.path(), RECORD).unwrap().with_limits(1024, Duration::from_secs(30));
+    let missing = installer.install(&[download(format!("{base}/nope"), b"x", "/usr/local/bin/x")]).await.unwrap_err();
+    assert!(missing.to_string().contains("404"), "{missing}");
+    let big =
+        installer.install(&[download(format!("{base}/big"), &[7u8; 4096], "/usr/local/bin/x")]).await.unwrap_err();
+    assert!(matches!(big, InstallError::TooLarge { .. }), "{big}");
+    // A port nothing listens on.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let unreachable =
+        installer.install(&[download(format!("http://{closed}/x"), b"x", "/usr/local/bin/x")]).await.unwrap_err();
+    assert!(matches!(unreachable, InstallError::Download { .. }), "{unreachable}");
+    assert!(files(root.path()).iter().all(|f| !f.contains(".tmp")), "{:?}", files(root.path()));
+}
+
+#[tokio::test]
+async fn archive_entries_that_escape_their_directory_or_are_links_are_refused() {
+    for bad in ["../evil", "/etc/evil", "ok/../../evil"] {
+        let root = tempfile::tempdir().unwrap();
+        let archive = tarball(&[("fine", b"fine"), (bad, b"evil")]);
+        let base = serve(HashMap::from([("/a.tgz".to_owned(), archive.clone())])).await;
+        let component =
+            VerifiedComponent { extract: true, ..download(format!("{base}/a.tgz"), &archive, "/opt/cni/bin") };
+        let error = Installer::new(root.path(), RECORD).unwrap().install(&[component]).await.unwrap_err();
+        assert!(error.to_string().contains("outside its directory"), "{bad}: {error}");
+        assert_eq!(files(root.path()), Vec::<String>::new(), "{bad}");
+    }
+    // A symbolic link is refused too.
+    let root = tempfile::tempdir().unwrap();
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Symlink);
+    header.set_size(0);
+    builder.append_link(&mut header, "link", "/etc/shadow").unwrap();
+    let archive = builder.into_inner().unwrap();
+    let base = serve(HashMap::from([("/a.tar".to_owned(), archive.clone())])).await;
+    let component = VerifiedComponent { extract: true, ..download(format!("{base}/a.tar"), &archive, "/opt/cni/bin") };
+    let error = Installer::new(root.path(), RECORD).unwrap().install(&[component]).await.unwrap_err();
+    assert!(error.to_string().contains("not a regular file"), "{error}");
+    assert_eq!(files(root.path()), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_tampered_record_is_an_error_not_a_hash() {
+    let root = tempfile::tempdir().unwrap();
+    let installer = Installer::new(root.path(), RECORD).unwrap();
+    let path = root.path().join(RECORD.trim_start_matches('/'));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, br#"{"componentHashes": ["sha256:00"], "installPaths": ["/x"], "hash": "sha256:11"}"#)
+        .unwrap();
+    assert!(installer.installed().unwrap_err().to_string().contains("does not match"));
+    std::fs::write(&path, b"not json").unwrap();
+    assert!(matches!(installer.installed(), Err(InstallError::Record { .. })));
+}

@@ -1,0 +1,136 @@
+//! The commands of a kubeadm Kubernetes upgrade on one host, by the host's role, as kubeadm documents the
+//! order (<https://kubernetes.io/docs/tasks/administer-cluster/kubeadm/kubeadm-upgrade/>): the first
+//! control-plane node plans and applies the new version, every other node runs `kubeadm upgrade node`, and
+//! each then restarts its kubelet, whose new binary the components installer has put in place.
+//!
+//! Commands are argv vectors, never a shell line: the version is one argument, checked to be a version (so
+//! nothing from the cluster can pass for an option), and the paths come from the verified components.
+
+use shared::components::VerifiedComponent;
+use shared::version::KubeVersion;
+
+/// The role a host plays in an upgrade.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The control-plane node that upgrades the cluster's control plane (`kubeadm upgrade apply`).
+    FirstControlPlane,
+    /// Any other control-plane node.
+    ControlPlane,
+    Worker,
+}
+
+/// kubeadm's directory of patches for its static Pod manifests.
+pub const PATCHES_DIR: &str = "/etc/kubernetes/patches";
+
+/// Why the commands cannot be planned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("the components include no kubeadm binary (a component installed as .../kubeadm)")]
+    NoKubeadm,
+}
+
+/// The argv vectors to run, in order; each must succeed before the next runs.
+pub fn upgrade_commands(
+    role: Role,
+    version: &KubeVersion,
+    components: &[VerifiedComponent],
+) -> Result<Vec<Vec<String>>, PlanError> {
+    let kubeadm = components
+        .iter()
+        .find(|c| !c.extract && c.install_path.rsplit('/').next() == Some("kubeadm"))
+        .map(|c| c.install_path.clone())
+        .ok_or(PlanError::NoKubeadm)?;
+    let patches = components.iter().any(|c| c.install_path.starts_with(&format!("{PATCHES_DIR}/")));
+    let argv = |args: &[&str]| -> Vec<String> {
+        let mut argv = vec![kubeadm.clone()];
+        argv.extend(args.iter().map(|a| (*a).to_owned()));
+        if patches && args.first() == Some(&"upgrade") && args.get(1) != Some(&"plan") {
+            argv.extend(["--patches".to_owned(), PATCHES_DIR.to_owned()]);
+        }
+        argv
+    };
+    let version = version.to_string();
+    let mut commands = match role {
+        Role::FirstControlPlane => {
+            vec![argv(&["upgrade", "plan", &version]), argv(&["upgrade", "apply", "--yes", &version])]
+        }
+        Role::ControlPlane | Role::Worker => vec![argv(&["upgrade", "node"])],
+    };
+    commands.push(vec!["systemctl".into(), "daemon-reload".into()]);
+    commands.push(vec!["systemctl".into(), "restart".into(), "kubelet".into()]);
+    Ok(commands)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::components::{Sha256, Source};
+
+    fn component(path: &str, extract: bool) -> VerifiedComponent {
+        VerifiedComponent {
+            source: Source::Download(format!("https://dl.k8s.io{path}")),
+            hash: Sha256::of(path.as_bytes()),
+            install_path: path.into(),
+            extract,
+        }
+    }
+
+    fn strings(commands: &[&[&str]]) -> Vec<Vec<String>> {
+        commands.iter().map(|c| c.iter().map(|s| (*s).to_owned()).collect()).collect()
+    }
+
+    #[test]
+    fn the_first_control_plane_node_plans_and_applies_the_version() {
+        let version: KubeVersion = "1.34.1".parse().unwrap();
+        let components = [component("/opt/cni/bin", true), component("/usr/local/bin/kubeadm", false)];
+        assert_eq!(
+            upgrade_commands(Role::FirstControlPlane, &version, &components).unwrap(),
+            strings(&[
+                &["/usr/local/bin/kubeadm", "upgrade", "plan", "v1.34.1"],
+                &["/usr/local/bin/kubeadm", "upgrade", "apply", "--yes", "v1.34.1"],
+                &["systemctl", "daemon-reload"],
+                &["systemctl", "restart", "kubelet"],
+            ])
+        );
+    }
+
+    #[test]
+    fn other_nodes_run_upgrade_node_with_the_patches_when_there_are_some() {
+        let version: KubeVersion = "v1.34.1".parse().unwrap();
+        let components = [
+            component("/run/state/bin/kubeadm", false),
+            component("/etc/kubernetes/patches/kube-apiserver0+json.yaml", false),
+        ];
+        for role in [Role::ControlPlane, Role::Worker] {
+            assert_eq!(
+                upgrade_commands(role, &version, &components).unwrap(),
+                strings(&[
+                    &["/run/state/bin/kubeadm", "upgrade", "node", "--patches", "/etc/kubernetes/patches"],
+                    &["systemctl", "daemon-reload"],
+                    &["systemctl", "restart", "kubelet"],
+                ])
+            );
+        }
+        let first = upgrade_commands(Role::FirstControlPlane, &version, &components).unwrap();
+        assert_eq!(first[0], strings(&[&["/run/state/bin/kubeadm", "upgrade", "plan", "v1.34.1"]])[0]);
+        assert_eq!(
+            first[1],
+            strings(&[&[
+                "/run/state/bin/kubeadm",
+                "upgrade",
+                "apply",
+                "--yes",
+                "v1.34.1",
+                "--patches",
+                "/etc/kubernetes/patches"
+            ]])[0]
+        );
+    }
+
+    #[test]
+    fn without_kubeadm_nothing_is_planned() {
+        let version: KubeVersion = "v1.34.1".parse().unwrap();
+        let components = [component("/usr/local/bin/kubelet", false), component("/usr/local/bin/kubeadm", true)];
+        assert_eq!(upgrade_commands(Role::Worker, &version, &components), Err(PlanError::NoKubeadm));
+    }
+}

@@ -1,0 +1,26 @@
+//! The cloud-provider seam of node replacement: the [`CloudProvider`] trait, provider IDs, typed errors, a
+//! rate-limited and retrying wrapper ([`Governed`]) with metrics hooks, the client of the dev cluster's simulated
+//! cloud, and (feature `conformance`) the conformance suite every provider must pass.
+//!
+//! No cloud SDK is linked here; the AWS, Azure and GCP clients implement [`CloudProvider`] behind their own
+//! features.
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+mod error;
+mod governed;
+pub mod metrics;
+mod provider;
+mod provider_id;
+pub mod simulated;
+
+pub use error::{BoxError, Error, Outcome, Result, Retry};
+pub use governed::{CallPolicy, Governed};
+pub use provider::{
+    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupRole, ImageUpdate,
+    InstanceState, NewInstance, Operation,
+};
+pub use provider_id::{
+    AwsInstance, AzureScaleSetVm, Cloud, GceInstance, MAX_PROVIDER_ID_LEN, ProviderId, ProviderIdError,
+    SimulatedInstance,
+};

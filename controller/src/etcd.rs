@@ -1,0 +1,599 @@
+//! etcd member removal for replaced control-plane nodes, over etcd's v3 JSON gateway with TLS.
+//!
+//! The gateway (`/v3/cluster/member/list`, `/v3/cluster/member/remove`, and `/health` on every member) is served
+//! on etcd's client URLs since 3.3; it needs nothing but the HTTP/1.1 and rustls stack kube-rs already brings,
+//! where the gRPC client (`etcd-client`) would add tonic, prost and a protobuf compiler to the build.
+//!
+//! # Guarantees
+//! - A member is removed only when the healthy voting members that remain are a quorum of the voting members that
+//!   remain; the last voting member is never removed. Health is asked of each member itself (`GET /health`), at
+//!   the time of the removal.
+//! - Removal is idempotent: a member that is gone (before, or between the list and the removal) is
+//!   [`Removal::AlreadyGone`].
+//! - Every request has a deadline ([`EtcdConfig::timeout`]); nothing retries or polls here (callers requeue on
+//!   [`Error::is_retryable`] errors).
+//!
+//! # Assumptions
+//! - Members are named after their nodes (kubeadm names them after the host name) or peer at one of the node's
+//!   addresses (`https://IP:2380`).
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, Uri, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The largest answer read (a member list of a few members is a few hundred bytes).
+const MAX_ANSWER_BYTES: usize = 1024 * 1024;
+
+/// The files of a TLS client, as kubeadm lays them out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The etcd CA (PEM).
+    pub ca: PathBuf,
+    /// The client certificate (PEM); etcd requires one with `--client-cert-auth`.
+    pub cert: Option<PathBuf>,
+    /// The client certificate's key (PEM).
+    pub key: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// kubeadm's: the etcd CA `/etc/kubernetes/pki/etcd/ca.crt` and the API server's etcd client certificate
+    /// `/etc/kubernetes/pki/apiserver-etcd-client.{crt,key}`.
+    pub fn kubeadm() -> TlsFiles {
+        TlsFiles {
+            ca: PathBuf::from("/etc/kubernetes/pki/etcd/ca.crt"),
+            cert: Some(PathBuf::from("/etc/kubernetes/pki/apiserver-etcd-client.crt")),
+            key: Some(PathBuf::from("/etc/kubernetes/pki/apiserver-etcd-client.key")),
+        }
+    }
+}
+
+/// Where etcd is and how to reach it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EtcdConfig {
+    /// Client URLs to ask for the member list, in order (`https://10.0.0.1:2379`).
+    pub endpoints: Vec<String>,
+    /// TLS; required for `https://` endpoints.
+    pub tls: Option<TlsFiles>,
+    /// The deadline of each request.
+    pub timeout: Duration,
+}
+
+/// Why an etcd operation failed.
+///
+/// Retryable ([`Error::is_retryable`]): `Unreachable` and server errors. Not retryable: configuration errors and
+/// refusals, which need a person or a change in the cluster (a member healthy again).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The configuration is unusable (no endpoints, a bad URL, TLS files missing or malformed).
+    #[error("etcd client configuration: {0}")]
+    Config(String),
+    /// No endpoint answered.
+    #[error("no etcd endpoint answered: {0}")]
+    Unreachable(String),
+    /// etcd answered with an error.
+    #[error("etcd refused {operation}: {message} (HTTP {status}, gRPC code {code})")]
+    Api {
+        /// The operation.
+        operation: &'static str,
+        /// The HTTP status.
+        status: u16,
+        /// The gRPC status code of the gateway's answer (5: not found, 9: failed precondition, 14: unavailable).
+        code: i32,
+        /// etcd's message.
+        message: String,
+    },
+    /// etcd answered with something that is not its API's JSON.
+    #[error("etcd answered {operation} with an unexpected body: {source}")]
+    BadAnswer {
+        /// The operation.
+        operation: &'static str,
+        /// What was wrong.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The removal was refused to keep etcd available.
+    #[error("{0}")]
+    Refused(Refusal),
+    /// More than one member matches the node.
+    #[error("several etcd members match node {node}: {members:?}")]
+    Ambiguous {
+        /// The node.
+        node: String,
+        /// The matching members' names.
+        members: Vec<String>,
+    },
+}
+
+impl Error {
+    /// Whether trying again later may succeed without a change of configuration.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Unreachable(_) => true,
+            Error::Api { status, .. } => *status >= 500,
+            // A refusal passes when members are healthy again: later, not by retrying now.
+            Error::Config(_) | Error::BadAnswer { .. } | Error::Refused(_) | Error::Ambiguous { .. } => false,
+        }
+    }
+}
+
+/// Why removing a member would be unsafe.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// It is the only voting member.
+    #[error("etcd member {name} is the last voting member; removing it would destroy the cluster")]
+    LastMember {
+        /// Its name.
+        name: String,
+    },
+    /// Too few healthy voting members would remain.
+    #[error(
+        "removing etcd member {name} would leave {healthy} healthy of {remaining} voting members, fewer than the \
+         quorum of {quorum}"
+    )]
+    QuorumLoss {
+        /// The member's name.
+        name: String,
+        /// Healthy voting members that would remain.
+        healthy: usize,
+        /// Voting members that would remain.
+        remaining: usize,
+        /// Their quorum.
+        quorum: usize,
+    },
+}
+
+/// An etcd member.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Member {
+    /// Its ID.
+    #[serde(rename = "ID", deserialize_with = "uint64")]
+    pub id: u64,
+    /// Its name (empty while it has not started).
+    #[serde(default)]
+    pub name: String,
+    /// Its peer URLs.
+    #[serde(rename = "peerURLs", default)]
+    pub peer_urls: Vec<String>,
+    /// Its client URLs (empty while it has not started).
+    #[serde(rename = "clientURLs", default)]
+    pub client_urls: Vec<String>,
+    /// A learner does not vote and does not count for quorum.
+    #[serde(rename = "isLearner", default)]
+    pub is_learner: bool,
+}
+
+/// What [`EtcdClient::remove_node_member`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Removal {
+    /// The member was removed.
+    Removed {
+        /// Its ID.
+        id: u64,
+        /// Its name.
+        name: String,
+    },
+    /// No member of the node exists.
+    AlreadyGone,
+}
+
+/// proto3 JSON writes uint64 as a string; accept numbers too.
+fn uint64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Wire {
+        Text(String),
+        Number(u64),
+    }
+    match Wire::deserialize(deserializer)? {
+        Wire::Number(n) => Ok(n),
+        Wire::Text(text) => text.parse().map_err(serde::de::Error::custom),
+    }
+}
+
+/// The member of node `node` (by name, else by a peer URL on one of `addresses`).
+///
+/// # Errors
+/// [`Error::Ambiguous`] when several members match by address and none by name.
+pub fn find_member<'a>(members: &'a [Member], node: &str, addresses: &[String]) -> Result<Option<&'a Member>, Error> {
+    if let Some(member) = members.iter().find(|m| m.name == node) {
+        return Ok(Some(member));
+    }
+    let by_address: Vec<&Member> = members
+        .iter()
+        .filter(|m| m.peer_urls.iter().any(|url| host_of(url).is_some_and(|host| addresses.contains(&host))))
+        .collect();
+    match by_address.as_slice() {
+        [] => Ok(None),
+        [member] => Ok(Some(member)),
+        several => Err(Error::Ambiguous {
+            node: node.to_owned(),
+            members: several.iter().map(|m| format!("{} ({:x})", m.name, m.id)).collect(),
+        }),
+    }
+}
+
+/// The host of a URL, without IPv6 brackets.
+fn host_of(url: &str) -> Option<String> {
+    let uri: Uri = url.parse().ok()?;
+    Some(uri.host()?.trim_start_matches('[').trim_end_matches(']').to_owned())
+}
+
+/// Whether removing `target` keeps a quorum of healthy voting members (see the module docs).
+pub fn check_removal(members: &[Member], target: &Member, healthy: &BTreeSet<u64>) -> Result<(), Refusal> {
+    if target.is_learner {
+        return Ok(());
+    }
+    let remaining: Vec<&Member> = members.iter().filter(|m| !m.is_learner && m.id != target.id).collect();
+    if remaining.is_empty() {
+        return Err(Refusal::LastMember { name: target.name.clone() });
+    }
+    let quorum = remaining.len() / 2 + 1;
+    let healthy = remaining.iter().filter(|m| healthy.contains(&m.id)).count();
+    if healthy < quorum {
+        return Err(Refusal::QuorumLoss { name: target.name.clone(), healthy, remaining: remaining.len(), quorum });
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct MemberList {
+    #[serde(default)]
+    members: Vec<Member>,
+}
+
+#[derive(Serialize)]
+struct RemoveRequest {
+    #[serde(rename = "ID")]
+    id: String,
+}
+
+#[derive(Deserialize)]
+struct Health {
+    health: String,
+}
+
+#[derive(Deserialize)]
+struct GatewayError {
+    #[serde(default)]
+    code: i32,
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    error: String,
+}
+
+/// gRPC's NOT_FOUND, as the gateway reports a removal of a member that is gone.
+const GRPC_NOT_FOUND: i32 = 5;
+
+/// A client of one etcd cluster.
+#[derive(Clone)]
+pub struct EtcdClient {
+    endpoints: Vec<String>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for EtcdClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdClient").field("endpoints", &self.endpoints).field("timeout", &self.timeout).finish()
+    }
+}
+
+fn read_pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
+    let certs: Result<Vec<_>, _> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| Error::Config(format!("reading {}: {e}", path.display())))?
+        .collect();
+    let certs = certs.map_err(|e| Error::Config(format!("reading {}: {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(Error::Config(format!("{} holds no certificate", path.display())));
+    }
+    Ok(certs)
+}
+
+fn tls_config(files: &TlsFiles) -> Result<rustls::ClientConfig, Error> {
+    // kube-rs selects aws-lc-rs; name the provider rather than rely on a process default.
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Config(format!("TLS: {e}")))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in read_pem_certs(&files.ca)? {
+        roots.add(cert).map_err(|e| Error::Config(format!("CA {}: {e}", files.ca.display())))?;
+    }
+    let builder = builder.with_root_certificates(roots);
+    match (&files.cert, &files.key) {
+        (Some(cert), Some(key)) => {
+            let chain = read_pem_certs(cert)?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| Error::Config(format!("reading the key {}: {e}", key.display())))?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| Error::Config(format!("client certificate: {e}")))
+        }
+        (None, None) => Ok(builder.with_no_client_auth()),
+        _ => Err(Error::Config("a client certificate needs its key and a key its certificate".to_owned())),
+    }
+}
+
+impl EtcdClient {
+    /// A client for `config`; reads the TLS files now.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for no endpoints, a URL that is not `http(s)://HOST:PORT`, `https://` without TLS files,
+    /// or unreadable or malformed TLS files.
+    pub fn new(config: &EtcdConfig) -> Result<EtcdClient, Error> {
+        if config.endpoints.is_empty() {
+            return Err(Error::Config("no etcd endpoints".to_owned()));
+        }
+        for endpoint in &config.endpoints {
+            let uri: Uri = endpoint.parse().map_err(|e| Error::Config(format!("endpoint {endpoint:?}: {e}")))?;
+            match (uri.scheme_str(), uri.host()) {
+                (Some("https"), Some(_)) if config.tls.is_none() => {
+                    return Err(Error::Config(format!("endpoint {endpoint} is https:// but no TLS files are set")));
+                }
+                (Some("http" | "https"), Some(_)) => {}
+                _ => return Err(Error::Config(format!("endpoint {endpoint:?} is not http(s)://HOST:PORT"))),
+            }
+        }
+        let builder = hyper_rustls::HttpsConnectorBuilder::new();
+        let connector = match &config.tls {
+            Some(files) => builder.with_tls_config(tls_config(files)?),
+            None => builder.with_tls_config(tls_config_without_roots()?),
+        }
+        .https_or_http()
+        .enable_http1()
+        .build();
+        let client = Client::builder(TokioExecutor::new()).build(connector);
+        Ok(EtcdClient { endpoints: config.endpoints.clone(), client, timeout: config.timeout })
+    }
+
+    /// One request to `base` + `path`; the status and body.
+    async fn exchange(
+        &self,
+        method: Method,
+        base: &str,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<(StatusCode, Bytes), String> {
+        let uri = format!("{}{path}", base.trim_end_matches('/'));
+        let request = Request::builder()
+            .method(method)
+            .uri(&uri)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| format!("{uri}: {e}"))?;
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(|e| format!("{uri}: {e}"))?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+                .collect()
+                .await
+                .map_err(|e| format!("{uri}: reading the answer: {e}"))?
+                .to_bytes();
+            Ok((status, body))
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| format!("{uri}: no answer within {:?}", self.timeout))?
+    }
+
+    /// A gateway call (`POST` with a JSON body) to `base`; etcd's errors as [`Error::Api`].
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        operation: &'static str,
+        base: &str,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<T, Error> {
+        let (status, body) = self.exchange(Method::POST, base, path, body).await.map_err(Error::Unreachable)?;
+        if !status.is_success() {
+            let (code, message) = match serde_json::from_slice::<GatewayError>(&body) {
+                Ok(error) => (error.code, if error.message.is_empty() { error.error } else { error.message }),
+                Err(_) => (0, String::from_utf8_lossy(&body).chars().take(300).collect()),
+            };
+            return Err(Error::Api { operation, status: status.as_u16(), code, message });
+        }
+        serde_json::from_slice(&body).map_err(|source| Error::BadAnswer { operation, source })
+    }
+
+    /// The members, from the first endpoint that answers.
+    pub async fn members(&self) -> Result<Vec<Member>, Error> {
+        let mut failures = Vec::new();
+        for endpoint in &self.endpoints {
+            match self.call::<MemberList>("member list", endpoint, "/v3/cluster/member/list", b"{}".to_vec()).await {
+                Ok(list) => return Ok(list.members),
+                Err(Error::Unreachable(why)) => failures.push(why),
+                Err(error) => return Err(error),
+            }
+        }
+        Err(Error::Unreachable(failures.join("; ")))
+    }
+
+    /// Whether the member answers `GET /health` with `{"health": "true"}` on one of its client URLs.
+    pub async fn is_healthy(&self, member: &Member) -> bool {
+        for url in &member.client_urls {
+            if let Ok((status, body)) = self.exchange(Method::GET, url, "/health", Vec::new()).await
+                && status.is_success()
+                && serde_json::from_slice::<Health>(&body).is_ok_and(|h| h.health == "true")
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Removes the member `target`, asking the healthy member `via` (not the target: a member that removes itself
+    /// may not answer).
+    async fn remove(&self, target: &Member, via: &Member) -> Result<Removal, Error> {
+        let body = serde_json::to_vec(&RemoveRequest { id: target.id.to_string() })
+            .map_err(|source| Error::BadAnswer { operation: "member remove", source })?;
+        let mut failures = Vec::new();
+        for url in &via.client_urls {
+            match self.call::<serde_json::Value>("member remove", url, "/v3/cluster/member/remove", body.clone()).await
+            {
+                Ok(_) => return Ok(Removal::Removed { id: target.id, name: target.name.clone() }),
+                Err(Error::Api { code: GRPC_NOT_FOUND, .. }) => return Ok(Removal::AlreadyGone),
+                Err(Error::Unreachable(why)) => failures.push(why),
+                Err(error) => return Err(error),
+            }
+        }
+        Err(Error::Unreachable(failures.join("; ")))
+    }
+
+    /// Removes the etcd member of node `node` (whose addresses are `addresses`) if that is safe (see the module
+    /// docs).
+    ///
+    /// # Errors
+    /// [`Error::Refused`] when the removal would lose quorum or the last member; [`Error::Ambiguous`] when the
+    /// node's member cannot be told; request errors.
+    pub async fn remove_node_member(&self, node: &str, addresses: &[String]) -> Result<Removal, Error> {
+        let members = self.members().await?;
+        let Some(target) = find_member(&members, node, addresses)?.cloned() else {
+            return Ok(Removal::AlreadyGone);
+        };
+        let others: Vec<&Member> = members.iter().filter(|m| m.id != target.id).collect();
+        let checks = others.iter().map(|m| async move { (m.id, self.is_healthy(m).await) });
+        let healthy: BTreeSet<u64> =
+            futures::future::join_all(checks).await.into_iter().filter(|(_, ok)| *ok).map(|(id, _)| id).collect();
+        check_removal(&members, &target, &healthy).map_err(Error::Refused)?;
+        let Some(via) = others.iter().find(|m| healthy.contains(&m.id) && !m.is_learner) else {
+            return Err(Error::Refused(Refusal::LastMember { name: target.name.clone() }));
+        };
+        let removal = self.remove(&target, via).await?;
+        tracing::info!(node, member = target.name, id = format!("{:x}", target.id), ?removal, "etcd member removed");
+        Ok(removal)
+    }
+}
+
+/// A TLS configuration for plain-`http://` endpoints only (never used for a handshake).
+fn tls_config_without_roots() -> Result<rustls::ClientConfig, Error> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Config(format!("TLS: {e}")))?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: u64, name: &str, peer: &str, learner: bool) -> Member {
+        Member {
+            id,
+            name: name.to_owned(),
+            peer_urls: vec![peer.to_owned()],
+            client_urls: vec![peer.replace(":2380", ":2379")],
+            is_learner: learner,
+        }
+    }
+
+    fn three() -> Vec<Member> {
+        vec![
+            member(1, "cp-0", "https://10.0.0.1:2380", false),
+            member(2, "cp-1", "https://10.0.0.2:2380", false),
+            member(3, "cp-2", "https://[fd00::3]:2380", false),
+        ]
+    }
+
+    #[test]
+    fn the_member_list_of_the_gateway_parses_with_string_ids() {
+        let body = r#"{"header":{"cluster_id":"14398420247917935680","member_id":"1654818993570247861","raft_term":"2"},
+            "members":[{"ID":"1654818993570247861","name":"m1","peerURLs":["https://127.0.0.1:23801"],
+            "clientURLs":["https://127.0.0.1:23791"]},{"ID":17,"peerURLs":["https://127.0.0.1:23802"],"isLearner":true}]}"#;
+        let list: MemberList = serde_json::from_str(body).unwrap();
+        assert_eq!(list.members[0].id, 1654818993570247861);
+        assert_eq!(list.members[0].client_urls, vec!["https://127.0.0.1:23791"]);
+        assert_eq!((list.members[1].id, list.members[1].name.as_str(), list.members[1].is_learner), (17, "", true));
+        assert!(serde_json::from_str::<MemberList>(r#"{"members":[{"ID":"x"}]}"#).is_err());
+    }
+
+    #[test]
+    fn a_nodes_member_is_found_by_name_then_by_peer_address() {
+        let members = three();
+        assert_eq!(find_member(&members, "cp-1", &[]).unwrap().map(|m| m.id), Some(2));
+        assert_eq!(find_member(&members, "other", &["10.0.0.2".into()]).unwrap().map(|m| m.id), Some(2));
+        assert_eq!(find_member(&members, "other", &["fd00::3".into()]).unwrap().map(|m| m.id), Some(3));
+        assert_eq!(find_member(&members, "other", &["10.0.0.9".into()]).unwrap(), None);
+        let mut twins = three();
+        twins[1].peer_urls = vec!["https://10.0.0.1:2381".into()];
+        assert!(matches!(find_member(&twins, "other", &["10.0.0.1".into()]), Err(Error::Ambiguous { .. })));
+        // The name wins over addresses.
+        assert_eq!(find_member(&twins, "cp-1", &["10.0.0.1".into()]).unwrap().map(|m| m.id), Some(2));
+    }
+
+    #[test]
+    fn removal_keeps_a_quorum_of_healthy_voters_and_never_removes_the_last() {
+        let members = three();
+        let all: BTreeSet<u64> = [1, 2, 3].into();
+        assert_eq!(check_removal(&members, &members[0], &all), Ok(()));
+        // 2 remain, quorum 2: both must be healthy.
+        let refusal = check_removal(&members, &members[0], &[1, 2].into()).unwrap_err();
+        assert_eq!(refusal, Refusal::QuorumLoss { name: "cp-0".into(), healthy: 1, remaining: 2, quorum: 2 });
+        // The target's own health does not matter: removing a dead member is what replacement needs.
+        assert_eq!(check_removal(&members, &members[0], &[2, 3].into()), Ok(()));
+        let one = vec![member(1, "cp-0", "https://10.0.0.1:2380", false)];
+        assert_eq!(check_removal(&one, &one[0], &[1].into()), Err(Refusal::LastMember { name: "cp-0".into() }));
+        // Learners neither vote nor count.
+        let mut with_learner = one.clone();
+        with_learner.push(member(9, "cp-new", "https://10.0.0.9:2380", true));
+        assert!(matches!(
+            check_removal(&with_learner, &with_learner[0], &[1, 9].into()),
+            Err(Refusal::LastMember { .. })
+        ));
+        assert_eq!(check_removal(&with_learner, &with_learner[1], &[1].into()), Ok(()));
+        // Five members, two unhealthy: removing a healthy one leaves 2 of 4 healthy (quorum 3).
+        let five: Vec<Member> =
+            (1..=5).map(|i| member(i, &format!("m{i}"), &format!("https://10.0.0.{i}:2380"), false)).collect();
+        assert!(check_removal(&five, &five[0], &[1, 2, 3].into()).is_err());
+        assert_eq!(check_removal(&five, &five[4], &[1, 2, 3].into()), Ok(()));
+    }
+
+    #[test]
+    fn bad_configurations_are_errors_before_any_request() {
+        let config = |endpoints: &[&str], tls: Option<TlsFiles>| EtcdConfig {
+            endpoints: endpoints.iter().map(|s| (*s).to_owned()).collect(),
+            tls,
+            timeout: Duration::from_secs(5),
+        };
+        assert!(matches!(EtcdClient::new(&config(&[], None)), Err(Error::Config(_))));
+        assert!(matches!(EtcdClient::new(&config(&["https://127.0.0.1:2379"], None)), Err(Error::Config(_))));
+        assert!(matches!(EtcdClient::new(&config(&["127.0.0.1:2379"], None)), Err(Error::Config(_))));
+        assert!(EtcdClient::new(&config(&["http://127.0.0.1:2379"], None)).is_ok());
+        let missing = TlsFiles { ca: "/nonexistent/ca.crt".into(), cert: None, key: None };
+        let error = EtcdClient::new(&config(&["https://127.0.0.1:2379"], Some(missing))).unwrap_err();
+        assert!(error.to_string().contains("/nonexistent/ca.crt"), "{error}");
+        let pki = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/etcd-pki");
+        let half = TlsFiles { ca: pki.join("ca.crt"), cert: Some(pki.join("client.crt")), key: None };
+        assert!(matches!(EtcdClient::new(&config(&["https://127.0.0.1:2379"], Some(half))), Err(Error::Config(_))));
+        let not_a_key =
+            TlsFiles { ca: pki.join("ca.crt"), cert: Some(pki.join("client.crt")), key: Some(pki.join("ca.crt")) };
+        assert!(matches!(
+            EtcdClient::new(&config(&["https://127.0.0.1:2379"], Some(not_a_key))),
+            Err(Error::Config(_))
+        ));
+        let good =
+            TlsFiles { ca: pki.join("ca.crt"), cert: Some(pki.join("client.crt")), key: Some(pki.join("client.key")) };
+        assert!(EtcdClient::new(&config(&["https://127.0.0.1:2379"], Some(good))).is_ok());
+        assert_eq!(TlsFiles::kubeadm().ca, PathBuf::from("/etc/kubernetes/pki/etcd/ca.crt"));
+    }
+
+    #[test]
+    fn only_transport_and_server_errors_are_retryable() {
+        assert!(Error::Unreachable("x".into()).is_retryable());
+        assert!(Error::Api { operation: "o", status: 503, code: 14, message: String::new() }.is_retryable());
+        assert!(!Error::Api { operation: "o", status: 400, code: 9, message: String::new() }.is_retryable());
+        assert!(!Error::Refused(Refusal::LastMember { name: "m".into() }).is_retryable());
+        assert!(!Error::Config("x".into()).is_retryable());
+    }
+}
