@@ -32,6 +32,8 @@ const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
 /// starts a new Event.
 const SERIES_CAPACITY: usize = 512;
 const CONTROLLER_NAME: &str = "update-operator";
+/// Event notes are limited to 1 kB.
+const MAX_NOTE: usize = 1000;
 
 /// A handle to the background publisher.
 #[derive(Clone)]
@@ -101,7 +103,7 @@ impl Events {
             warning: reason.is_warning(),
             reason: reason.to_string(),
             action: action.to_owned(),
-            note: cut(message),
+            note: shared::protocol::cut(&message, MAX_NOTE).to_owned(),
         };
         if self.queue.try_send(event).is_err() {
             tracing::warn!(%reason, "the Event queue is full; an Event was dropped");
@@ -244,19 +246,6 @@ pub fn node_reference(name: &str, uid: Option<String>) -> ObjectReference {
         uid,
         ..Default::default()
     }
-}
-
-/// Event notes are limited to 1 kB.
-fn cut(mut message: String) -> String {
-    const MAX: usize = 1000;
-    if message.len() > MAX {
-        let mut end = MAX;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-    }
-    message
 }
 
 #[cfg(test)]

@@ -23,13 +23,14 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
+use parking_lot::Mutex;
 use shared::crd::DrainOptions;
 use shared::protocol::patch::NodePatch;
-use shared::protocol::{ControllerAnnotations, Intent, Step, Token};
+use shared::protocol::{ControllerAnnotations, Intent, Step, Token, UnreadableKeys, keys, parse_target};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// Field manager of the controller's writes.
 pub const FIELD_MANAGER: &str = "update-operator-controller";
@@ -43,6 +44,19 @@ pub struct Applied {
     /// Writes that failed otherwise; plan again after a pause.
     pub errors: usize,
 }
+
+/// The actions of one rollout (or of the nodes no rollout selects), with what applying them needs.
+#[derive(Debug, Clone, Copy)]
+pub struct Batch<'a> {
+    pub actions: &'a [NodeAction],
+    /// How the rollout's drains evict.
+    pub drain: DrainOptions,
+    /// The NodeVersion whose Events tell of the actions (None: Events on the Node only).
+    pub version: Option<&'a ObjectReference>,
+}
+
+/// An action and the batch it belongs to.
+type Planned<'a> = (&'a NodeAction, &'a Batch<'a>);
 
 /// Our own writes that the watch has not delivered yet, per node: the object the API server
 /// returned, and the resourceVersions it supersedes.
@@ -79,7 +93,7 @@ impl Executor {
     /// The newest version of `node` the controller knows of: its own write if the watch has not
     /// caught up with it, else the watched object.
     pub fn freshest(&self, node: SlimNode) -> SlimNode {
-        let mut overlay = lock(&self.overlay);
+        let mut overlay = self.overlay.lock();
         let Some(entry) = overlay.get(node.name()) else { return node };
         let rv = node.resource_version().unwrap_or_default();
         if entry.superseded.contains(&rv)
@@ -93,18 +107,17 @@ impl Executor {
 
     /// Forgets overlay entries and reported problems of nodes that no longer exist.
     pub fn retain_nodes(&self, exists: impl Fn(&str) -> bool) {
-        lock(&self.overlay).retain(|n, _| exists(n));
-        lock(&self.reported).retain(|n, _| exists(n));
+        self.overlay.lock().retain(|n, _| exists(n));
+        self.reported.lock().retain(|n, _| exists(n));
     }
 
-    /// Applies `actions`, deciding on `nodes` (the objects the plan saw), within `term`.
+    /// Applies the actions of `batches`, deciding on `nodes` (the objects the plan saw), within
+    /// `term`.
     pub async fn apply(
         &self,
         term: &Term,
-        actions: &[NodeAction],
+        batches: &[Batch<'_>],
         nodes: &HashMap<String, SlimNode>,
-        drain: DrainOptions,
-        version: Option<&ObjectReference>,
         now: Timestamp,
     ) -> Applied {
         // IMPORTANT: two phases. The plan starts new nodes in slots that other actions of the same
@@ -112,36 +125,35 @@ impl Executor {
         // the new node's intent land first (more nodes disrupted than the budget, for a moment), and
         // if a freeing write failed, the excess would last. So new nodes start only after every
         // other write of the plan succeeded.
-        let (starts, others): (Vec<&NodeAction>, Vec<&NodeAction>) =
-            actions.iter().partition(|a| matches!(a.kind, ActionKind::Stage { .. }));
+        let (starts, others): (Vec<Planned<'_>>, Vec<Planned<'_>>) = batches
+            .iter()
+            .flat_map(|batch| batch.actions.iter().map(move |action| (action, batch)))
+            .partition(|(a, _)| matches!(a.kind, ActionKind::Stage { .. }));
         let mut applied = Applied::default();
-        self.apply_phase(term, &others, nodes, drain, version, now, &mut applied).await;
+        self.apply_phase(term, &others, nodes, now, &mut applied).await;
         if applied.conflicts + applied.errors == 0 {
-            self.apply_phase(term, &starts, nodes, drain, version, now, &mut applied).await;
+            self.apply_phase(term, &starts, nodes, now, &mut applied).await;
         } else if !starts.is_empty() {
             tracing::debug!(held = starts.len(), "not starting new nodes: a write that frees their slots failed");
         }
         applied
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn apply_phase(
         &self,
         term: &Term,
-        actions: &[&NodeAction],
+        actions: &[Planned<'_>],
         nodes: &HashMap<String, SlimNode>,
-        drain: DrainOptions,
-        version: Option<&ObjectReference>,
         now: Timestamp,
         applied: &mut Applied,
     ) {
         let mut writes = Vec::new();
-        for action in actions {
+        for (action, batch) in actions {
             let Some(node) = nodes.get(&action.node) else { continue };
             match &action.kind {
-                ActionKind::EnsureDrain => self.drains.ensure(&action.node, drain, term),
-                ActionKind::ReportProblem => self.report_problem(node, action, version),
-                _ => writes.push(self.write(term, node, action, version, now, drain)),
+                ActionKind::KeepDraining => self.drains.ensure(&action.node, batch.drain, term),
+                ActionKind::Report => self.report_problem(node, action, batch.version),
+                _ => writes.push(self.write(term, node, action, batch.version, now, batch.drain)),
             }
         }
         for result in futures::future::join_all(writes).await {
@@ -156,7 +168,7 @@ impl Executor {
     }
 
     fn report_problem(&self, node: &SlimNode, action: &NodeAction, version: Option<&ObjectReference>) {
-        let mut reported = lock(&self.reported);
+        let mut reported = self.reported.lock();
         if reported.get(&action.node) == Some(&action.message) {
             return;
         }
@@ -179,21 +191,28 @@ impl Executor {
         now: Timestamp,
         drain: DrainOptions,
     ) -> WriteResult {
-        if matches!(
-            action.kind,
-            ActionKind::Complete { .. } | ActionKind::Fail { .. } | ActionKind::Block { .. } | ActionKind::Release
-        ) {
-            // IMPORTANT: stop evicting before the node is uncordoned, or a drain could go on
-            // evicting pods from a node that is schedulable again.
+        if drain_effect(&action.kind) == DrainEffect::Stop {
             self.drains.stop(&action.node);
         }
         let annotations = node.metadata.annotations.clone().unwrap_or_default();
-        let current = match ControllerAnnotations::parse(&annotations) {
+        let current = match ControllerAnnotations::read(&annotations) {
             Ok(current) => current,
+            // An intent of ours that no agent can read is only ever removed.
+            Err(UnreadableKeys { ours: Some(ours), .. }) if action.kind == ActionKind::Release => {
+                ControllerAnnotations { intent: None, cordoned_by_us: ours.cordoned_by_us }
+            }
             // The policy never acts on malformed annotations; if they turned malformed since, do not.
             Err(_) => return WriteResult::Conflict,
         };
         let (next, unschedulable) = next_state(&current, node.unschedulable(), action, self.tokens.next(), now);
+        // IMPORTANT: never write an intent the agent cannot read: the node would hold an intent
+        // nobody acts on (and, before this check, its budget slot was lost).
+        if let Some(intent) = &next.intent
+            && let Err(error) = parse_target(keys::INTENT_TARGET, &intent.target)
+        {
+            tracing::error!(node = %action.node, reason = %action.reason, %error, "refusing to write an unreadable intent");
+            return WriteResult::Failed;
+        }
         let patch = NodePatch::annotations(Some(&annotations), next.render())
             .unschedulable(node.unschedulable(), unschedulable)
             .if_unchanged_since(node.resource_version());
@@ -214,21 +233,21 @@ impl Executor {
             Ok(mut written) => {
                 written.trim();
                 {
-                    let mut overlay = lock(&self.overlay);
+                    let mut overlay = self.overlay.lock();
                     let entry = overlay.entry(action.node.clone()).or_default();
                     entry.superseded.extend(node.resource_version());
                     entry.node = Some(written);
                 }
                 self.metrics.actions.get_or_create(&labels("ok")).inc();
                 tracing::info!(node = %action.node, reason = %action.reason, detail = %action.message, "node updated");
-                let verb = action_verb(&action.kind);
+                let verb = action.kind.name();
                 let node_ref = node_reference(&action.node, node.uid());
                 self.events.publish(node_ref.clone(), None, action.reason, action.message.clone(), verb);
                 if let Some(version) = version {
                     let message = format!("{}: {}", action.node, action.message);
                     self.events.publish(version.clone(), Some(node_ref), action.reason, message, verb);
                 }
-                if matches!(action.kind, ActionKind::Cordon { .. }) {
+                if drain_effect(&action.kind) == DrainEffect::Start {
                     // No need to wait for the next reconcile to start evicting.
                     self.drains.ensure(&action.node, drain, term);
                 }
@@ -258,18 +277,29 @@ enum WriteResult {
     Fenced,
 }
 
-fn action_verb(kind: &ActionKind) -> &'static str {
+/// What an action does to the node's drain task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainEffect {
+    /// Nothing.
+    None,
+    /// Start it unless it runs (after the action's write, if any, succeeded).
+    Start,
+    /// Stop it and forget its progress (before the action's write).
+    Stop,
+}
+
+/// The drain side of `kind`.
+pub fn drain_effect(kind: &ActionKind) -> DrainEffect {
     match kind {
-        ActionKind::Stage { .. } => "Stage",
-        ActionKind::Cordon { .. } => "Cordon",
-        ActionKind::EnsureDrain => "Drain",
-        ActionKind::Reboot { .. } => "Reboot",
-        ActionKind::Complete { .. } => "Complete",
-        ActionKind::Fail { .. } => "Fail",
-        ActionKind::Block { .. } => "Block",
-        ActionKind::Release => "Release",
-        ActionKind::Uncordon => "Uncordon",
-        ActionKind::ReportProblem => "Inspect",
+        ActionKind::Drain { .. } | ActionKind::KeepDraining => DrainEffect::Start,
+        // IMPORTANT: stop evicting before the node is uncordoned, or a drain could go on evicting
+        // pods from a node that is schedulable again.
+        ActionKind::Done { .. } | ActionKind::Fail { .. } | ActionKind::Block { .. } | ActionKind::Release => {
+            DrainEffect::Stop
+        }
+        ActionKind::Stage { .. } | ActionKind::Reboot { .. } | ActionKind::Uncordon | ActionKind::Report => {
+            DrainEffect::None
+        }
     }
 }
 
@@ -300,7 +330,7 @@ pub fn next_state(
     };
     match &action.kind {
         ActionKind::Stage { target } => next.intent = Some(intent(Step::Stage, target)),
-        ActionKind::Cordon { target } => {
+        ActionKind::Drain { target } => {
             next.intent = Some(intent(Step::Drain, target));
             // Someone else's cordon stays theirs: no record, so we will not lift it.
             if !unschedulable {
@@ -311,7 +341,7 @@ pub fn next_state(
         ActionKind::Reboot { target, boot_id_before } => {
             next.intent = Some(Intent { boot_id_before: Some(boot_id_before.clone()), ..intent(Step::Reboot, target) })
         }
-        ActionKind::Complete { target } => {
+        ActionKind::Done { target } => {
             next.intent = Some(intent(Step::Done, target));
             uncordon(&mut next);
         }
@@ -328,7 +358,7 @@ pub fn next_state(
             uncordon(&mut next);
         }
         ActionKind::Uncordon => uncordon(&mut next),
-        ActionKind::EnsureDrain | ActionKind::ReportProblem => {}
+        ActionKind::KeepDraining | ActionKind::Report => {}
     }
     (next, want_unschedulable)
 }
@@ -357,10 +387,6 @@ impl Tokens {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,7 +394,7 @@ mod tests {
     use shared::protocol::BootId;
 
     fn action(kind: ActionKind) -> NodeAction {
-        NodeAction { node: "n".into(), kind, reason: Reason::Staged, message: "m".into() }
+        NodeAction { node: "n".into(), kind, reason: Reason::DrainStarted, message: "m".into() }
     }
 
     fn now() -> Timestamp {
@@ -384,7 +410,7 @@ mod tests {
         let (next, unsched) = next_state(
             &ControllerAnnotations::default(),
             false,
-            &action(ActionKind::Cordon { target: "v2".into() }),
+            &action(ActionKind::Drain { target: "v2".into() }),
             tok(),
             now(),
         );
@@ -394,7 +420,7 @@ mod tests {
         let (next, unsched) = next_state(
             &ControllerAnnotations::default(),
             true,
-            &action(ActionKind::Cordon { target: "v2".into() }),
+            &action(ActionKind::Drain { target: "v2".into() }),
             tok(),
             now(),
         );
@@ -405,7 +431,7 @@ mod tests {
     fn finishing_actions_uncordon_only_what_the_controller_cordoned() {
         let ours = ControllerAnnotations { intent: None, cordoned_by_us: true };
         for kind in [
-            ActionKind::Complete { target: "v2".into() },
+            ActionKind::Done { target: "v2".into() },
             ActionKind::Fail { target: "v2".into() },
             ActionKind::Block { target: "v2".into() },
             ActionKind::Release,

@@ -14,8 +14,9 @@
 //! The elector sets each deadline so that it passes before any other replica can take over the
 //! lease (see [`crate::leader`] for how); what this module guarantees is only as good as that.
 
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -59,9 +60,8 @@ impl Term {
         *self.deadline()
     }
 
-    fn deadline(&self) -> std::sync::MutexGuard<'_, Instant> {
-        // An Instant cannot be left half-written by a panic: the value is always usable.
-        self.inner.valid_until.lock().unwrap_or_else(PoisonError::into_inner)
+    fn deadline(&self) -> MutexGuard<'_, Instant> {
+        self.inner.valid_until.lock()
     }
 
     /// Ok while the term is valid; call it immediately before starting an action.

@@ -9,6 +9,7 @@ pub mod leader;
 pub mod leadership;
 pub mod metrics;
 pub mod nodes;
+pub mod notices;
 pub mod policy;
 pub mod reconciler;
 pub mod status;

@@ -100,19 +100,32 @@ impl SlimNode {
         self.spec.unschedulable.unwrap_or(false)
     }
 
-    /// The policy's view of this node.
-    pub fn view(&self, selector: &NodeSelector, drain: DrainProgress) -> NodeView {
+    /// The policy's view of this node: `selectors` are the node selectors of the rollouts, in the
+    /// order given to the policy (None for a rollout without a known selector, which selects
+    /// nothing).
+    pub fn view<'a>(
+        &self,
+        selectors: impl IntoIterator<Item = Option<&'a NodeSelector>>,
+        drain: DrainProgress,
+    ) -> NodeView {
         let empty = Default::default();
         let annotations = self.metadata.annotations.as_ref().unwrap_or(&empty);
         let labels = self.metadata.labels.as_ref();
+        let selected_by = selectors
+            .into_iter()
+            .enumerate()
+            .filter(|(_, selector)| selector.is_some_and(|s| s.matches(labels)))
+            .map(|(i, _)| i)
+            .collect();
         NodeView {
             name: self.name().to_owned(),
             control_plane: labels.is_some_and(|l| l.contains_key(CONTROL_PLANE_LABEL)),
-            selected: selector.matches(labels),
+            selected_by,
+            opted_in: shared::protocol::is_managed(labels),
             ready: self.ready(),
             unschedulable: self.unschedulable(),
             kubelet_boot_id: self.status.node_info.as_ref().map(|i| i.boot_id.clone()).filter(|b| !b.is_empty()),
-            controller: ControllerAnnotations::parse(annotations),
+            controller: ControllerAnnotations::read(annotations),
             agent: AgentReport::parse(annotations),
             drain,
         }
@@ -142,8 +155,10 @@ mod tests {
         trimmed.trim();
         assert!(trimmed.metadata.managed_fields.is_none());
         assert_eq!(trimmed.metadata.annotations.as_ref().unwrap().len(), 2);
-        let view = trimmed.view(&NodeSelector::default(), DrainProgress::NotRunning);
-        assert!(view.control_plane && view.selected && view.ready && view.unschedulable);
+        let default = NodeSelector::default();
+        let view = trimmed.view([None, Some(&default)], DrainProgress::NotRunning);
+        assert!(view.control_plane && view.ready && view.unschedulable);
+        assert_eq!(view.selected_by, vec![1]);
         assert_eq!(view.kubelet_boot_id.as_deref(), Some("b"));
         assert_eq!(view.agent.unwrap().os_image.as_deref(), Some("v1"));
     }

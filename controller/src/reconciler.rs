@@ -7,22 +7,29 @@
 //! - Never decides on a partial view: it starts only once every cache has synced.
 //! - One plan at a time, and the next plan sees the writes of the previous one (see the
 //!   executor's overlay), so budgets are never over-spent by acting twice.
-//! - No periodic polling: it plans on a watch event, at the plan's `wake_at`, or after a short
-//!   retry after a failed write; it wakes every [`HEARTBEAT_TICK`] only to beat its heartbeat.
+//! - Each NodeVersion's spec is validated once per generation. A valid generation is recorded in
+//!   the NodeVersion's `status.lastValidSpec` before anything is done under it, so a restarted
+//!   controller that finds a later generation invalid finishes the nodes in flight under the spec
+//!   they were started with, never under defaults.
+//! - No periodic polling: it plans on a watch event, at the plan's `wake_at`, when a held-back
+//!   node's Event falls due, or after a short retry after a failed write; it wakes every
+//!   [`HEARTBEAT_TICK`] only to beat its heartbeat.
 
 use crate::drain::Drains;
-use crate::executor::{Applied, Executor};
+use crate::events::{Events, node_reference};
+use crate::executor::{Applied, Batch, Executor};
 use crate::leadership::{Leadership, Term};
 use crate::metrics::{Metrics, NodeLabels};
 use crate::nodes::SlimNode;
-use crate::policy::{self, Desired, NodeSelector, NodeView, Plan, Policy};
+use crate::notices::HoldNotices;
+use crate::policy::{self, ClusterPlan, Hold, NodeView, Plan, Rollout, SpecState, ValidSpec};
 use crate::status;
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
-use serde_json::{Value, json};
-use shared::crd::NodeVersion;
+use shared::crd::{NodeVersion, NodeVersionStatus};
 use shared::health::Heartbeat;
 use shared::protocol::Step;
 use std::collections::HashMap;
@@ -43,6 +50,33 @@ pub const HEARTBEAT_TICK: Duration = Duration::from_secs(10);
 /// or a reconcile blocked in a call (a write the API server never answers). `/healthz` then fails.
 pub const STUCK_AFTER: Duration = Duration::from_secs(60);
 
+/// Where the reconciler reads the time.
+#[derive(Debug, Clone)]
+pub enum Clock {
+    /// The system's wall clock.
+    System,
+    /// Wall time that advances with Tokio's clock from `wall` at `at`: with paused time in
+    /// tests, deadlines come due as Tokio's clock is advanced.
+    Tokio { wall: Timestamp, at: Instant },
+}
+
+impl Clock {
+    /// A clock that reads `wall` now and advances with Tokio's clock.
+    pub fn tokio(wall: Timestamp) -> Clock {
+        Clock::Tokio { wall, at: Instant::now() }
+    }
+
+    pub fn now(&self) -> Timestamp {
+        match self {
+            Clock::System => Timestamp::now(),
+            Clock::Tokio { wall, at } => {
+                let elapsed = jiff::SignedDuration::try_from(at.elapsed()).unwrap_or(jiff::SignedDuration::MAX);
+                wall.checked_add(elapsed).unwrap_or(Timestamp::MAX)
+            }
+        }
+    }
+}
+
 pub struct Reconciler {
     pub nodes: Store<SlimNode>,
     pub versions: Store<NodeVersion>,
@@ -52,8 +86,12 @@ pub struct Reconciler {
     pub metrics: Metrics,
     pub own_node: Option<String>,
     pub trigger: Arc<Notify>,
-    pub events: crate::events::Events,
-    last_hold: Option<(policy::Reason, String)>,
+    pub events: Events,
+    pub clock: Clock,
+    specs: Specs,
+    /// The hold last published per NodeVersion (by UID), so each change is one Event.
+    last_holds: HashMap<String, Option<Hold>>,
+    notices: HoldNotices,
 }
 
 impl Reconciler {
@@ -67,7 +105,7 @@ impl Reconciler {
         metrics: Metrics,
         own_node: Option<String>,
         trigger: Arc<Notify>,
-        events: crate::events::Events,
+        events: Events,
     ) -> Self {
         Reconciler {
             nodes,
@@ -79,7 +117,10 @@ impl Reconciler {
             own_node,
             trigger,
             events,
-            last_hold: None,
+            clock: Clock::System,
+            specs: Specs::default(),
+            last_holds: HashMap::new(),
+            notices: HoldNotices::default(),
         }
     }
 
@@ -97,7 +138,7 @@ impl Reconciler {
                     // IMPORTANT: the drain tasks end with the term on their own; stopping them here
                     // also forgets their progress, so the next term starts from what it observes.
                     self.drains.stop_all();
-                    self.last_hold = None;
+                    self.last_holds.clear();
                 }
                 None => tokio::select! {
                     () = shutdown.cancelled() => {}
@@ -131,7 +172,7 @@ impl Reconciler {
                     () = shutdown.cancelled() => return,
                     () = term.ended() => break 'term,
                     () = self.trigger.notified() => break,
-                    () = sleep_until(wake) => break,
+                    () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => break,
                     _ = tick.tick() => {}
                 }
             }
@@ -143,126 +184,173 @@ impl Reconciler {
     /// trigger.
     pub async fn reconcile(&mut self, term: &Term) -> Option<Instant> {
         let started = std::time::Instant::now();
-        let now = Timestamp::now();
-        let versions = self.versions.state();
-        let (version, competing) = match versions.as_slice() {
-            [] => (None, None),
-            [one] => (Some(one.clone()), None),
-            many => {
-                let names: Vec<String> = many.iter().map(|v| v.name_any()).collect();
-                (
-                    None,
-                    Some(format!(
-                        "{} NodeVersions exist ({}); the controller acts on exactly one",
-                        names.len(),
-                        names.join(", ")
-                    )),
-                )
-            }
-        };
-        let policy = version.as_ref().map(|v| Policy::from_spec(&v.spec.rollout, now));
-        let default_selector = NodeSelector::default();
-        let selector = match &policy {
-            Some(Ok(p)) => &p.selector,
-            _ => &default_selector,
-        };
+        let now = self.clock.now();
+        let mut versions = self.versions.state();
+        // Oldest first: a node several NodeVersions select belongs to the oldest.
+        versions.sort_by(|a, b| {
+            (a.metadata.creation_timestamp.as_ref().map(|t| t.0), a.name_any())
+                .cmp(&(b.metadata.creation_timestamp.as_ref().map(|t| t.0), b.name_any()))
+        });
+        let rollouts: Vec<Rollout> = versions.iter().map(|v| self.specs.rollout(v, now)).collect();
+        self.specs.retain(|uid| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));
+        if !self.record_valid_specs(term, &versions, &rollouts).await {
+            return Some(Instant::now() + ERROR_RETRY);
+        }
 
+        let selectors: Vec<Option<&policy::NodeSelector>> =
+            rollouts.iter().map(|r| r.spec.acting().map(|s| &s.policy.selector)).collect();
         let mut objects: HashMap<String, SlimNode> = HashMap::new();
         let mut views: Vec<NodeView> = Vec::new();
         for node in self.nodes.state() {
             let node = self.executor.freshest((*node).clone());
-            views.push(node.view(selector, self.drains.progress(node.name())));
+            views.push(node.view(selectors.iter().copied(), self.drains.progress(node.name())));
             objects.insert(node.name().to_owned(), node);
         }
         self.executor.retain_nodes(|n| objects.contains_key(n));
         // Drains of nodes that left the drain step (a human removed the intent, say) stop.
         self.drains.retain(|n| views.iter().any(|v| v.name == n && in_drain_step(v)));
 
-        let default_policy = Policy::default();
-        let desired = Desired {
-            target: version.as_ref().map(|v| v.spec.image.as_str()),
-            policy: match &policy {
-                Some(Ok(p)) => Ok(p),
-                Some(Err(errors)) => Err(errors.as_slice()),
-                None => Ok(&default_policy),
-            },
-            own_node: self.own_node.as_deref(),
-        };
-        let plan = policy::plan(&views, &desired, now);
-        let drain_options = match &policy {
-            Some(Ok(p)) => p.drain,
-            _ => Default::default(),
-        };
-        let version_ref = version.as_ref().map(|v| v.object_ref(&()));
-        let applied =
-            self.executor.apply(term, &plan.actions, &objects, drain_options, version_ref.as_ref(), now).await;
+        let plan = policy::plan(&views, &rollouts, self.own_node.as_deref(), now);
+        let references: Vec<ObjectReference> = versions.iter().map(|v| v.object_ref(&())).collect();
+        let mut batches: Vec<Batch<'_>> = plan
+            .rollouts
+            .iter()
+            .zip(&rollouts)
+            .zip(&references)
+            .map(|((p, r), reference)| Batch {
+                actions: &p.actions,
+                drain: r.spec.acting().map(|s| s.policy.drain).unwrap_or_default(),
+                version: Some(reference),
+            })
+            .collect();
+        batches.push(Batch { actions: &plan.unowned.actions, drain: Default::default(), version: None });
+        let applied = self.executor.apply(term, &batches, &objects, now).await;
 
-        match (&version, competing) {
-            (Some(v), None) => self.publish_status(term, v, &plan, now).await,
-            (None, Some(problem)) => {
-                for v in &versions {
-                    let previous = v.status.as_ref();
-                    let status = status::invalid(problem.clone(), v.metadata.generation, previous, now);
-                    self.write_status(term, v, &status).await;
-                }
-            }
-            _ => {}
+        for (((version, rollout), p), reference) in versions.iter().zip(&rollouts).zip(&plan.rollouts).zip(&references)
+        {
+            self.publish_status(term, version, rollout, p, now).await;
+            self.report_hold(version, p, reference);
         }
-        self.report_hold(&plan, version_ref.as_ref());
+        self.last_holds.retain(|uid, _| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));
+        let notice_due = self.report_held_nodes(&versions, &plan, &references, &objects);
         self.record_metrics(&plan, started);
-        next_wake(&plan, applied)
+        next_wake(plan.wake_at(), notice_due, applied, now, Instant::now())
     }
 
-    async fn publish_status(&self, term: &Term, version: &NodeVersion, plan: &Plan, now: Timestamp) {
+    /// IMPORTANT: records each newly valid generation in `status.lastValidSpec` before anything
+    /// is done under it, so that a controller that starts after it (and finds a later generation
+    /// invalid) finishes the nodes in flight under this spec instead of falling back to defaults.
+    /// False when a record could not be written (the caller plans again later).
+    async fn record_valid_specs(&mut self, term: &Term, versions: &[Arc<NodeVersion>], rollouts: &[Rollout]) -> bool {
+        let mut recorded_all = true;
+        for (version, rollout) in versions.iter().zip(rollouts) {
+            let SpecState::Valid(spec) = &rollout.spec else { continue };
+            let published = version.status.as_ref().and_then(|s| s.last_valid_spec.as_ref()).map(|l| l.generation);
+            let uid = version.uid().unwrap_or_default();
+            if published == Some(spec.generation) || self.specs.recorded(&uid) == Some(spec.generation) {
+                continue;
+            }
+            let mut status = version.status.clone().unwrap_or_default();
+            status.last_valid_spec = Some(spec.record());
+            if self.write_status(term, version, &status).await {
+                self.specs.set_recorded(&uid, spec.generation);
+            } else {
+                recorded_all = false;
+            }
+        }
+        recorded_all
+    }
+
+    async fn publish_status(&self, term: &Term, version: &NodeVersion, rollout: &Rollout, plan: &Plan, now: Timestamp) {
         let previous = version.status.as_ref();
-        let status = status::compute(plan, &version.spec.image, version.metadata.generation, previous, now);
+        let status = status::compute(plan, rollout, version.metadata.generation, previous, now);
         if previous != Some(&status) {
             self.write_status(term, version, &status).await;
         }
     }
 
-    async fn write_status(&self, term: &Term, version: &NodeVersion, status: &shared::crd::NodeVersionStatus) {
-        let mut value = match serde_json::to_value(status) {
+    /// Replaces the whole status (a JSON patch `add` of `/status`: no stale field survives, as it
+    /// could in a merge patch of nested objects), within `term`. False when it was not written.
+    async fn write_status(&self, term: &Term, version: &NodeVersion, status: &NodeVersionStatus) -> bool {
+        let value = match serde_json::to_value(status) {
             Ok(value) => value,
             Err(error) => {
                 tracing::error!(%error, "cannot serialize the NodeVersion status");
-                return;
+                return false;
             }
         };
-        // A merge patch keeps what it does not mention: clear what the new status leaves out.
-        if let Value::Object(fields) = &mut value {
-            for key in ["observedGeneration", "targetImage", "inFlight", "conditions"] {
-                fields.entry(key).or_insert(Value::Null);
+        let name = version.name_any();
+        let patch: json_patch::Patch =
+            json_patch::Patch(vec![json_patch::PatchOperation::Add(json_patch::AddOperation {
+                path: json_patch::jsonptr::PointerBuf::from_tokens(["status"]),
+                value,
+            })]);
+        let (params, patch) = (PatchParams::default(), Patch::<()>::Json(patch));
+        match term.fence(self.versions_api.patch_status(&name, &params, &patch)).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(error)) => {
+                tracing::warn!(nodeversion = %name, %error, "could not write the NodeVersion status");
+                false
+            }
+            Err(fenced) => {
+                tracing::debug!(nodeversion = %name, %fenced, "NodeVersion status not written");
+                false
             }
         }
-        let name = version.name_any();
-        let patch = Patch::Merge(json!({ "status": value }));
-        match term.fence(self.versions_api.patch_status(&name, &PatchParams::default(), &patch)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => tracing::warn!(nodeversion = %name, %error, "could not write the NodeVersion status"),
-            Err(fenced) => tracing::debug!(nodeversion = %name, %fenced, "NodeVersion status not written"),
-        }
     }
 
-    fn report_hold(&mut self, plan: &Plan, version: Option<&k8s_openapi::api::core::v1::ObjectReference>) {
-        if plan.hold == self.last_hold {
+    fn report_hold(&mut self, version: &NodeVersion, plan: &Plan, reference: &ObjectReference) {
+        let uid = version.uid().unwrap_or_default();
+        if self.last_holds.get(&uid) == Some(&plan.hold) {
             return;
         }
-        self.last_hold = plan.hold.clone();
-        if let (Some((reason, message)), Some(version)) = (&plan.hold, version) {
-            tracing::info!(%reason, detail = message, "rollout held back");
-            self.events.publish(version.clone(), None, *reason, message.clone(), "Hold");
+        self.last_holds.insert(uid, plan.hold.clone());
+        if let Some(Hold { reason, message }) = &plan.hold {
+            tracing::info!(nodeversion = %version.name_any(), %reason, detail = message, "rollout held back");
+            self.events.publish(reference.clone(), None, *reason, message.clone(), "Hold");
         }
     }
 
-    fn record_metrics(&self, plan: &Plan, started: std::time::Instant) {
-        let c = plan.counts;
+    /// One Event per node held back for a reason of its own, once the hold has lasted a while; on
+    /// the NodeVersion that holds it (the Node too, for nodes no NodeVersion selects). Returns when
+    /// the next one falls due.
+    fn report_held_nodes(
+        &mut self,
+        versions: &[Arc<NodeVersion>],
+        plan: &ClusterPlan,
+        references: &[ObjectReference],
+        objects: &HashMap<String, SlimNode>,
+    ) -> Option<Instant> {
+        let scopes: Vec<String> = versions.iter().map(|v| v.name_any()).chain([String::new()]).collect();
+        let held = scopes
+            .iter()
+            .zip(plan.rollouts.iter().chain([&plan.unowned]))
+            .flat_map(|(scope, p)| p.held.iter().map(move |h| (scope.as_str(), h.node.as_str(), &h.hold)));
+        let (due, next) = self.notices.observe(held, Instant::now());
+        for notice in due {
+            let uid = objects.get(&notice.node).and_then(|n| n.uid());
+            let node = node_reference(&notice.node, uid);
+            let Hold { reason, message } = notice.hold;
+            tracing::info!(node = %notice.node, %reason, detail = message, "node held back");
+            match scopes.iter().position(|s| *s == notice.scope).and_then(|i| references.get(i)) {
+                Some(version) => {
+                    let note = format!("{}: {message}", notice.node);
+                    self.events.publish(version.clone(), Some(node), reason, note, "Hold");
+                }
+                None => self.events.publish(node, None, reason, message, "Hold"),
+            }
+        }
+        next
+    }
+
+    fn record_metrics(&self, plan: &ClusterPlan, started: std::time::Instant) {
+        let sum = |f: fn(&policy::Counts) -> u32| plan.rollouts.iter().map(|p| f(&p.counts)).sum::<u32>();
         for (situation, value) in [
-            ("up_to_date", c.up_to_date),
-            ("outdated", c.outdated),
-            ("in_progress", c.in_progress),
-            ("failed", c.failed),
-            ("blocked", c.blocked),
+            ("up_to_date", sum(|c| c.up_to_date)),
+            ("outdated", sum(|c| c.outdated)),
+            ("in_progress", sum(|c| c.in_progress)),
+            ("failed", sum(|c| c.failed)),
+            ("blocked", sum(|c| c.blocked)),
         ] {
             self.metrics.nodes.get_or_create(&NodeLabels { situation }).set(i64::from(value));
         }
@@ -271,33 +359,429 @@ impl Reconciler {
     }
 }
 
+/// Each NodeVersion's spec, validated once per generation, with the last valid spec to fall back
+/// on while a generation is invalid.
+#[derive(Debug, Default)]
+struct Specs {
+    /// By NodeVersion UID.
+    entries: HashMap<String, SpecEntry>,
+}
+
+#[derive(Debug)]
+struct SpecEntry {
+    generation: i64,
+    state: SpecState,
+    /// The valid generation this controller wrote to `status.lastValidSpec`.
+    recorded: Option<i64>,
+}
+
+impl Specs {
+    /// The rollout of `version`, validating its spec if this generation is new.
+    fn rollout(&mut self, version: &NodeVersion, now: Timestamp) -> Rollout {
+        let uid = version.uid().unwrap_or_default();
+        let generation = version.metadata.generation.unwrap_or_default();
+        let name = version.name_any();
+        let previous = self.entries.remove(&uid);
+        let entry = match previous {
+            Some(entry) if entry.generation == generation => entry,
+            previous => {
+                let state = match ValidSpec::from_spec(&version.spec, generation, now) {
+                    Ok(spec) => SpecState::Valid(Arc::new(spec)),
+                    Err(errors) => {
+                        tracing::warn!(nodeversion = %name, generation, errors = errors.join("; "), "invalid spec");
+                        let in_memory = previous.as_ref().and_then(|e| e.state.acting().cloned());
+                        let published = version.status.as_ref().and_then(|s| s.last_valid_spec.as_ref()).and_then(|l| {
+                            ValidSpec::from_last_valid(l, now)
+                                .map_err(|error| {
+                                    tracing::warn!(nodeversion = %name, error, "status.lastValidSpec is not valid; ignored")
+                                })
+                                .ok()
+                                .map(Arc::new)
+                        });
+                        let last_valid = [in_memory, published].into_iter().flatten().max_by_key(|s| s.generation);
+                        SpecState::Invalid { errors, last_valid }
+                    }
+                };
+                SpecEntry { generation, state, recorded: previous.and_then(|e| e.recorded) }
+            }
+        };
+        let rollout = Rollout { name, spec: entry.state.clone() };
+        self.entries.insert(uid, entry);
+        rollout
+    }
+
+    fn recorded(&self, uid: &str) -> Option<i64> {
+        self.entries.get(uid).and_then(|e| e.recorded)
+    }
+
+    fn set_recorded(&mut self, uid: &str, generation: i64) {
+        if let Some(entry) = self.entries.get_mut(uid) {
+            entry.recorded = Some(generation);
+        }
+    }
+
+    fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.entries.retain(|uid, _| keep(uid));
+    }
+}
+
 fn in_drain_step(view: &NodeView) -> bool {
     view.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).is_some_and(|i| i.step == Step::Drain)
 }
 
-fn next_wake(plan: &Plan, applied: Applied) -> Option<Instant> {
+/// When to plan again without a trigger: a retry after failed writes, the plan's earliest
+/// deadline (`wake_at`, a wall-clock time, `now` being `at`), or a held node's Event falling due.
+fn next_wake(
+    wake_at: Option<Timestamp>,
+    notice_due: Option<Instant>,
+    applied: Applied,
+    now: Timestamp,
+    at: Instant,
+) -> Option<Instant> {
     let retry = if applied.conflicts > 0 {
-        Some(Instant::now() + CONFLICT_RETRY)
+        Some(at + CONFLICT_RETRY)
     } else if applied.errors > 0 {
-        Some(Instant::now() + ERROR_RETRY)
+        Some(at + ERROR_RETRY)
     } else {
         None
     };
-    let deadline = plan.wake_at.map(|at| {
-        let until = at.duration_since(Timestamp::now());
+    let deadline = wake_at.map(|wake| {
+        let until = wake.duration_since(now);
         // A few milliseconds late rather than early, so the deadline has passed when we plan.
-        let wait = Duration::try_from(until).unwrap_or_default() + Duration::from_millis(5);
-        Instant::now() + wait
+        at + Duration::try_from(until).unwrap_or_default() + Duration::from_millis(5)
     });
-    match (retry, deadline) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    [retry, deadline, notice_due].into_iter().flatten().min()
 }
 
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+#[cfg(test)]
+mod tests {
+    //! The reconciler against a scripted API server, with Tokio's clock paused: deadlines and the
+    //! delay of held nodes' Events come due as the test advances the clock, never by sleeping.
+
+    use super::*;
+    use crate::drain::{DrainContext, Drains};
+    use http::{Method, Request, Response, StatusCode};
+    use http_body_util::BodyExt;
+    use kube::client::Body;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher;
+    use serde_json::{Value, json};
+    use std::convert::Infallible;
+    use std::sync::Mutex as StdMutex;
+    use tokio::sync::watch;
+
+    /// A request the fake API server received.
+    #[derive(Debug, Clone)]
+    struct Seen {
+        method: Method,
+        path: String,
+        body: Value,
+    }
+
+    /// Nodes and NodeVersions as JSON, patched as a real server would (merge patches of Nodes, JSON
+    /// patches of NodeVersion status), Events accepted, and everything else 404.
+    #[derive(Clone, Default)]
+    struct FakeApi {
+        seen: Arc<StdMutex<Vec<Seen>>>,
+        objects: Arc<StdMutex<HashMap<String, Value>>>,
+        revision: Arc<std::sync::atomic::AtomicU64>,
+    }
+
+    impl FakeApi {
+        fn client(&self) -> kube::Client {
+            let fake = self.clone();
+            let service = tower::service_fn(move |request: Request<Body>| {
+                let fake = fake.clone();
+                async move { Ok::<_, Infallible>(fake.answer(request).await) }
+            });
+            kube::Client::new(service, "default")
+        }
+
+        async fn answer(&self, request: Request<Body>) -> Response<Body> {
+            let (parts, body) = request.into_parts();
+            let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let path = parts.uri.path().to_owned();
+            self.seen.lock().unwrap().push(Seen {
+                method: parts.method.clone(),
+                path: path.clone(),
+                body: body.clone(),
+            });
+            let reply = |status: StatusCode, value: Value| {
+                Response::builder().status(status).body(Body::from(serde_json::to_vec(&value).unwrap())).unwrap()
+            };
+            let not_found = || {
+                reply(
+                    StatusCode::NOT_FOUND,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404, "reason": "NotFound", "message": "not found"}),
+                )
+            };
+            if parts.method == Method::POST && path.ends_with("/events") {
+                return reply(StatusCode::CREATED, body);
+            }
+            if parts.method != Method::PATCH {
+                return not_found();
+            }
+            let key = path.trim_end_matches("/status").to_owned();
+            let mut objects = self.objects.lock().unwrap();
+            let Some(object) = objects.get_mut(&key) else { return not_found() };
+            if path.ends_with("/status") {
+                let ops: json_patch::Patch = serde_json::from_value(body).unwrap();
+                json_patch::patch(object, &ops).unwrap();
+            } else {
+                json_patch::merge(object, &body);
+            }
+            let rv = self.revision.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 100;
+            object["metadata"]["resourceVersion"] = json!(rv.to_string());
+            reply(StatusCode::OK, object.clone())
+        }
+
+        fn put(&self, path: &str, object: Value) {
+            self.objects.lock().unwrap().insert(path.to_owned(), object);
+        }
+
+        fn seen(&self) -> Vec<Seen> {
+            self.seen.lock().unwrap().clone()
+        }
+
+        /// The patches of Node `name`.
+        fn node_patches(&self, name: &str) -> Vec<Value> {
+            let path = format!("/api/v1/nodes/{name}");
+            self.seen().into_iter().filter(|s| s.method == Method::PATCH && s.path == path).map(|s| s.body).collect()
+        }
+
+        /// The last status written (the value of its JSON patch).
+        fn last_status(&self) -> Value {
+            let mut statuses = self.seen().into_iter().filter(|s| s.path.ends_with("/status"));
+            statuses.next_back().map(|s| s.body[0]["value"].clone()).expect("a status was written")
+        }
+
+        fn events(&self) -> Vec<Value> {
+            self.seen().into_iter().filter(|s| s.method == Method::POST).map(|s| s.body).collect()
+        }
+    }
+
+    const WALL: &str = "2026-11-21T10:00:00Z";
+
+    fn wall() -> Timestamp {
+        WALL.parse().unwrap()
+    }
+
+    fn node(name: &str, labels: Value, annotations: Value) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "uid": format!("uid-{name}"), "resourceVersion": "1", "labels": labels, "annotations": annotations},
+            "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "nodeInfo": {"bootID": "b0"}}
+        })
+    }
+
+    fn version(spec: Value, status: Value) -> Value {
+        json!({
+            "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
+            "metadata": {"name": "nv", "uid": "uid-nv", "generation": 2, "resourceVersion": "1",
+                         "creationTimestamp": "2026-11-21T09:00:00Z"},
+            "spec": spec,
+            "status": status
+        })
+    }
+
+    /// A reconciler over `nodes` and `versions` (kept in its caches as given) and the fake API,
+    /// with the leadership whose terms fence it.
+    fn reconciler(fake: &FakeApi, nodes: &[Value], versions: &[Value]) -> (Reconciler, Leadership) {
+        let client = fake.client();
+        let (node_store, mut node_writer) = reflector::store::<SlimNode>();
+        for n in nodes {
+            fake.put(&format!("/api/v1/nodes/{}", n["metadata"]["name"].as_str().unwrap()), n.clone());
+            let mut slim: SlimNode = serde_json::from_value(n.clone()).unwrap();
+            slim.trim();
+            node_writer.apply_watcher_event(&watcher::Event::Apply(slim));
+        }
+        let (version_store, mut version_writer) = reflector::store::<NodeVersion>();
+        for v in versions {
+            let name = v["metadata"]["name"].as_str().unwrap();
+            fake.put(&format!("/apis/update.edgeless.systems/v1alpha1/nodeversions/{name}"), v.clone());
+            version_writer.apply_watcher_event(&watcher::Event::Apply(serde_json::from_value(v.clone()).unwrap()));
+        }
+        let trigger = Arc::new(Notify::new());
+        let metrics = Metrics::default();
+        let leadership = Leadership::new();
+        let drains = Arc::new(Drains::new(DrainContext {
+            eviction_client: client.clone(),
+            watch_client: client.clone(),
+            nodes: node_store.clone(),
+            node_changes: watch::channel(0).1,
+            pdb_changes: watch::channel(0).1,
+            reconcile: trigger.clone(),
+            metrics: metrics.clone(),
+        }));
+        let events = Events::start(client.clone(), Some("test".into()), leadership.clone());
+        let executor = Executor::new(Api::all(client.clone()), events.clone(), drains.clone(), metrics.clone());
+        let mut reconciler = Reconciler::new(
+            node_store,
+            version_store,
+            Api::all(client),
+            executor,
+            drains,
+            metrics,
+            None,
+            trigger,
+            events,
+        );
+        reconciler.clock = Clock::tokio(wall());
+        (reconciler, leadership)
+    }
+
+    /// The reconciler running as the leader in the background.
+    struct Leading {
+        shutdown: CancellationToken,
+        trigger: Arc<Notify>,
+        task: tokio::task::JoinHandle<()>,
+        _leadership: Leadership,
+    }
+
+    impl Leading {
+        /// Starts `reconciler` in a term that lasts longer than any test.
+        fn start((reconciler, leadership): (Reconciler, Leadership)) -> Leading {
+            let shutdown = CancellationToken::new();
+            leadership.begin(Instant::now() + Duration::from_secs(30 * 86_400));
+            let trigger = reconciler.trigger.clone();
+            let heartbeat = shared::health::Health::default().heartbeat("reconciler", STUCK_AFTER);
+            let task = tokio::spawn(reconciler.run(leadership.clone(), heartbeat, shutdown.clone()));
+            trigger.notify_one();
+            Leading { shutdown, trigger, task, _leadership: leadership }
+        }
+
+        async fn stop(self) {
+            self.shutdown.cancel();
+            self.task.await.unwrap();
+        }
+    }
+
+    /// Lets every task run until all wait: with paused time the clock moves only then, so a short
+    /// sleep returns once everything else is idle (moving the clock by a millisecond).
+    async fn settle() {
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    fn agent_reported(image: &str) -> Value {
+        json!({"update.edgeless.systems/os-image": image, "update.edgeless.systems/boot-id": "b0"})
+    }
+
+    /// A node on v1 asked to stage v2 at `WALL`, its agent busy with it or not.
+    fn staging(busy: bool) -> Value {
+        let mut annotations = agent_reported("v1");
+        let mut keys = vec![
+            ("update.edgeless.systems/intent", "stage"),
+            ("update.edgeless.systems/intent-target", "v2"),
+            ("update.edgeless.systems/intent-token", "t1"),
+            ("update.edgeless.systems/intent-since", WALL),
+        ];
+        if busy {
+            keys.extend([("update.edgeless.systems/state", "busy"), ("update.edgeless.systems/state-token", "t1")]);
+        }
+        for (k, v) in keys {
+            annotations[k] = json!(v);
+        }
+        annotations
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stage_deadline_fails_the_node_without_any_watch_event() {
+        let fake = FakeApi::default();
+        let nodes = [node("w1", json!({"update.edgeless.systems/managed": "true"}), staging(true))];
+        let versions = [version(json!({"image": "v2", "rollout": {"stageTimeout": "1m"}}), json!({}))];
+        let leading = Leading::start(reconciler(&fake, &nodes, &versions));
+        settle().await;
+        assert!(fake.node_patches("w1").is_empty(), "acted before the deadline");
+        tokio::time::advance(Duration::from_secs(59)).await;
+        settle().await;
+        assert!(fake.node_patches("w1").is_empty(), "acted before the deadline");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        settle().await;
+        let patches = fake.node_patches("w1");
+        assert_eq!(patches.len(), 1, "{patches:?}");
+        assert_eq!(patches[0]["metadata"]["annotations"]["update.edgeless.systems/intent"], "failed");
+        leading.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_without_an_agent_is_named_at_once_in_status_and_in_an_event_within_a_minute() {
+        let fake = FakeApi::default();
+        let nodes = [node("w1", json!({"update.edgeless.systems/managed": "true"}), json!({}))];
+        let versions = [version(json!({"image": "v2"}), json!({}))];
+        let leading = Leading::start(reconciler(&fake, &nodes, &versions));
+        settle().await;
+        let last = fake.last_status();
+        assert_eq!(last["heldBack"][0]["name"], "w1");
+        assert_eq!(last["heldBack"][0]["reason"], "NoAgentReport");
+        let progressing = last["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Progressing").unwrap();
+        assert_eq!(
+            (progressing["status"].as_str(), progressing["reason"].as_str()),
+            (Some("False"), Some("NoAgentReport"))
+        );
+        assert!(fake.events().iter().all(|e| e["reason"] != "NoAgentReport"), "an Event before the delay");
+        tokio::time::advance(crate::notices::HOLD_NOTICE_DELAY).await;
+        settle().await;
+        let events: Vec<Value> = fake.events().into_iter().filter(|e| e["reason"] == "NoAgentReport").collect();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert!(events[0]["note"].as_str().unwrap().starts_with("w1: "), "{}", events[0]["note"]);
+        assert_eq!(events[0]["related"]["name"], "w1");
+        // However long it lasts, one Event.
+        tokio::time::advance(Duration::from_secs(600)).await;
+        leading.trigger.notify_one();
+        settle().await;
+        assert_eq!(fake.events().into_iter().filter(|e| e["reason"] == "NoAgentReport").count(), 1);
+        leading.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_valid_generation_is_recorded_before_any_node_is_touched() {
+        let fake = FakeApi::default();
+        let nodes = [node("w1", json!({"update.edgeless.systems/managed": "true"}), agent_reported("v1"))];
+        let versions = [version(json!({"image": "v2"}), json!({}))];
+        let leading = Leading::start(reconciler(&fake, &nodes, &versions));
+        settle().await;
+        let writes: Vec<Seen> = fake.seen().into_iter().filter(|s| s.method == Method::PATCH).collect();
+        let first_node = writes.iter().position(|s| s.path.starts_with("/api/v1/nodes")).expect("w1 started");
+        let record = writes
+            .iter()
+            .position(|s| s.path.ends_with("/status") && s.body[0]["value"]["lastValidSpec"]["generation"] == 2);
+        assert!(record.is_some_and(|r| r < first_node), "{writes:?}");
+        assert_eq!(writes[record.unwrap()].body[0]["value"]["lastValidSpec"]["spec"]["image"], "v2");
+        leading.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_leader_with_an_invalid_spec_keeps_the_recorded_policy_for_nodes_in_flight() {
+        // Recorded: pool=a nodes, stage for an hour. Now: a bad cron. Under the defaults the node
+        // (not labelled managed) would be released as not selected, and failed after 30 minutes.
+        let fake = FakeApi::default();
+        let nodes =
+            [node("a1", json!({"pool": "a"}), staging(false)), node("a2", json!({"pool": "a"}), agent_reported("v1"))];
+        let recorded =
+            json!({"image": "v2", "rollout": {"stageTimeout": "1h", "nodeSelector": {"matchLabels": {"pool": "a"}}}});
+        let mut broken = recorded.clone();
+        broken["rollout"]["maintenanceWindow"] = json!({"schedule": "61 * * * *", "duration": "1h"});
+        let versions = [version(broken, json!({"lastValidSpec": {"generation": 1, "spec": recorded}}))];
+        let leading = Leading::start(reconciler(&fake, &nodes, &versions));
+        settle().await;
+        tokio::time::advance(Duration::from_secs(31 * 60)).await;
+        settle().await;
+        assert!(fake.node_patches("a1").is_empty(), "{:?}", fake.node_patches("a1"));
+        assert!(fake.node_patches("a2").is_empty(), "a new node started under an invalid spec");
+        let last = fake.last_status();
+        assert_eq!(last["lastValidSpec"]["generation"], 1, "the record was kept");
+        assert_eq!(last["inFlight"][0]["name"], "a1");
+        let progressing = last["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Progressing").unwrap();
+        assert_eq!(progressing["reason"], "InvalidSpec");
+        assert!(progressing["message"].as_str().unwrap().contains("spec.rollout.maintenanceWindow.schedule"));
+        // An hour after the stage began, the recorded stage timeout fails it.
+        tokio::time::advance(Duration::from_secs(30 * 60)).await;
+        settle().await;
+        assert_eq!(fake.node_patches("a1").len(), 1);
+        leading.stop().await;
     }
 }

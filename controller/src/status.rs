@@ -3,42 +3,44 @@
 //! # Guarantees
 //! - Deterministic: the same plan and generation give the same status, and a condition keeps its
 //!   `lastTransitionTime` while its status stays the same, so an unchanged rollout writes nothing.
+//! - `Progressing` is `True` only while something moves (a node in flight, or a write of this
+//!   round); otherwise it is `False` with the reason nothing moves. Its reason is `Complete` only
+//!   when every selected node runs the target: never while one is failed, blocked or outdated.
 
-use crate::policy::{Plan, Problem, Reason};
+use crate::policy::{Hold, Plan, Problem, Reason, Rollout};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use shared::crd::{InFlightNode, NodeCounts, NodeVersionStatus};
+use shared::crd::{HeldBackNode, InFlightNode, NodeCounts, NodeVersionStatus};
+use std::collections::BTreeSet;
 
-/// How many failed or blocked nodes a condition message names before it says "and N more".
+/// How many nodes a condition message names before it says "and N more".
 const MAX_NAMED: usize = 5;
+/// How many held-back nodes `status.heldBack` lists (the condition and the counts tell the rest).
+pub const MAX_HELD_LISTED: usize = 50;
 
 pub const PROGRESSING: &str = "Progressing";
 pub const UP_TO_DATE: &str = "UpToDate";
 pub const BLOCKED: &str = "Blocked";
 pub const FAILED: &str = "Failed";
+pub const SELECTOR_OVERLAP: &str = "SelectorOverlap";
 
-/// The status for `plan`, carrying over transition times from `previous`.
+/// The status of `rollout` for `plan`, carrying over transition times from `previous`.
 pub fn compute(
     plan: &Plan,
-    target: &str,
+    rollout: &Rollout,
     generation: Option<i64>,
     previous: Option<&NodeVersionStatus>,
     now: Timestamp,
 ) -> NodeVersionStatus {
     let c = plan.counts;
-    let progressing = if let Some((reason, message)) = &plan.hold {
-        // Nodes still in flight finish even while new ones are held back.
-        let status = c.in_progress > 0;
-        (status, *reason, message.clone())
-    } else if c.in_progress > 0 || c.outdated > 0 {
-        (true, Reason::RollingOut, format!("{} node(s) updating, {} waiting", c.in_progress, c.outdated))
-    } else {
-        (false, Reason::Complete, "no node is waiting for an update".to_owned())
-    };
-    let up_to_date = if c.up_to_date == c.total {
-        (true, Reason::AllNodesUpToDate, format!("all {} node(s) run {target}", c.total))
-    } else {
-        (false, Reason::NodesOutdated, format!("{} of {} node(s) run {target}", c.up_to_date, c.total))
+    let acting = rollout.spec.acting();
+    let target = acting.map(|s| s.target.as_str());
+    let up_to_date = match target {
+        None => (false, Reason::InvalidSpec, "no valid spec is known".to_owned()),
+        Some(target) if c.up_to_date == c.total => {
+            (true, Reason::AllNodesUpToDate, format!("all {} node(s) run {target}", c.total))
+        }
+        Some(target) => (false, Reason::NodesOutdated, format!("{} of {} node(s) run {target}", c.up_to_date, c.total)),
     };
     let failed = if plan.failed.is_empty() {
         (false, Reason::NoFailures, "no node failed".to_owned())
@@ -50,16 +52,22 @@ pub fn compute(
     } else {
         (true, Reason::NodesBlocked, name_problems(&plan.blocked, "blocked"))
     };
-    let conditions = [(PROGRESSING, progressing), (UP_TO_DATE, up_to_date), (FAILED, failed), (BLOCKED, blocked)]
-        .into_iter()
-        .map(|(type_, (status, reason, message))| condition(type_, status, reason, message, generation, previous, now))
-        .collect();
+    let conditions = [
+        (PROGRESSING, progressing(plan, target)),
+        (UP_TO_DATE, up_to_date),
+        (FAILED, failed),
+        (BLOCKED, blocked),
+        (SELECTOR_OVERLAP, overlap(plan)),
+    ]
+    .into_iter()
+    .map(|(type_, (status, reason, message))| condition(type_, status, reason, message, generation, previous, now))
+    .collect();
     let mut in_flight: Vec<InFlightNode> = plan
         .in_flight
         .iter()
         .map(|f| InFlightNode {
             name: f.node.clone(),
-            step: f.step.to_owned(),
+            step: f.step.to_string(),
             // Kubernetes Time keeps whole seconds; so must the computed status, or it would differ
             // from the published one on every reconcile.
             since: Time(shared::protocol::truncate_to_seconds(f.since)),
@@ -67,9 +75,19 @@ pub fn compute(
         })
         .collect();
     in_flight.sort_by(|a, b| a.name.cmp(&b.name));
+    let held_back = plan
+        .held
+        .iter()
+        .take(MAX_HELD_LISTED)
+        .map(|h| HeldBackNode {
+            name: h.node.clone(),
+            reason: h.hold.reason.to_string(),
+            message: h.hold.message.clone(),
+        })
+        .collect();
     NodeVersionStatus {
         observed_generation: generation,
-        target_image: Some(target.to_owned()),
+        target_image: target.map(str::to_owned),
         counts: NodeCounts {
             total: c.total as i32,
             up_to_date: c.up_to_date as i32,
@@ -77,20 +95,94 @@ pub fn compute(
             in_progress: c.in_progress as i32,
             failed: c.failed as i32,
             blocked: c.blocked as i32,
+            held_back: c.held_back as i32,
         },
         in_flight,
+        held_back,
         conditions,
+        last_valid_spec: acting.map(|spec| spec.record()),
     }
 }
 
-fn name_problems(problems: &[Problem], what: &str) -> String {
-    let mut sorted: Vec<&Problem> = problems.iter().collect();
-    sorted.sort_by(|a, b| a.node.cmp(&b.node));
-    let mut parts: Vec<String> = sorted.iter().take(MAX_NAMED).map(|p| format!("{}: {}", p.node, p.message)).collect();
-    if sorted.len() > MAX_NAMED {
-        parts.push(format!("and {} more", sorted.len() - MAX_NAMED));
+/// The `Progressing` condition: true while something moves, else false with the reason.
+fn progressing(plan: &Plan, target: Option<&str>) -> (bool, Reason, String) {
+    let c = plan.counts;
+    if plan.moves() {
+        return match &plan.hold {
+            // Nodes in flight finish even while new ones are held back.
+            Some(Hold { reason, message }) => (true, *reason, message.clone()),
+            None => {
+                let held = if c.held_back > 0 { format!(", {} held back", c.held_back) } else { String::new() };
+                (true, Reason::RollingOut, format!("{} node(s) updating, {} waiting{held}", c.in_progress, c.outdated))
+            }
+        };
     }
-    format!("{} node(s) {what}: {}", problems.len(), parts.join("; "))
+    if let Some(Hold { reason, message }) = &plan.hold {
+        return (false, *reason, message.clone());
+    }
+    if c.up_to_date == c.total {
+        let message = match (c.total, target) {
+            (0, _) => "the node selector selects no node".to_owned(),
+            (n, Some(target)) => format!("all {n} node(s) run {target}"),
+            (n, None) => format!("all {n} node(s) are up to date"),
+        };
+        return (false, Reason::Complete, message);
+    }
+    let problems = if c.failed + c.blocked > 0 {
+        format!(
+            "; {} failed and {} blocked node(s) wait for an administrator (remove a node's intent to retry it)",
+            c.failed, c.blocked
+        )
+    } else {
+        String::new()
+    };
+    if c.outdated > 0 && c.held_back == c.outdated {
+        let reasons: BTreeSet<Reason> = plan.held.iter().map(|h| h.hold.reason).collect();
+        let reason = match reasons.iter().collect::<Vec<_>>()[..] {
+            [one] => *one,
+            _ => Reason::NodesHeldBack,
+        };
+        let named: Vec<String> =
+            plan.held.iter().map(|h| format!("{} ({}: {})", h.node, h.hold.reason, h.hold.message)).collect();
+        return (false, reason, format!("{} node(s) held back: {}{problems}", c.held_back, name_some(named, "; ")));
+    }
+    if c.outdated == 0 {
+        let reason = if c.failed > 0 { Reason::NodesFailed } else { Reason::NodesBlocked };
+        return (false, reason, format!("no node can move{problems}"));
+    }
+    // Outdated nodes that are neither eligible nor held: the next round decides about them.
+    (false, Reason::NodesHeldBack, format!("{} outdated node(s) cannot start yet{problems}", c.outdated))
+}
+
+fn overlap(plan: &Plan) -> (bool, Reason, String) {
+    if plan.overlap.is_empty() {
+        return (false, Reason::NoOverlap, "no node is selected by an older NodeVersion".to_owned());
+    }
+    let older: BTreeSet<&str> = plan.overlap.iter().map(|(_, v)| v.as_str()).collect();
+    let nodes: Vec<String> = plan.overlap.iter().map(|(n, _)| n.clone()).collect();
+    let message = format!(
+        "{} node(s) are also selected by the older NodeVersion(s) {}, which manage them; this one leaves them alone: {}",
+        plan.overlap.len(),
+        older.into_iter().collect::<Vec<_>>().join(", "),
+        name_some(nodes, ", ")
+    );
+    (true, Reason::SelectorOverlap, message)
+}
+
+fn name_problems(problems: &[Problem], what: &str) -> String {
+    let named: Vec<String> = problems.iter().map(|p| format!("{}: {}", p.node, p.message)).collect();
+    format!("{} node(s) {what}: {}", problems.len(), name_some(named, "; "))
+}
+
+/// The first few of `names` (sorted), and how many more, joined by `separator`.
+fn name_some(mut names: Vec<String>, separator: &str) -> String {
+    names.sort();
+    let more = names.len().saturating_sub(MAX_NAMED);
+    names.truncate(MAX_NAMED);
+    if more > 0 {
+        names.push(format!("and {more} more"));
+    }
+    names.join(separator)
 }
 
 fn condition(
@@ -118,33 +210,54 @@ fn condition(
     }
 }
 
-/// The status of a NodeVersion whose spec cannot be acted on, or when several compete.
-pub fn invalid(
-    message: String,
-    generation: Option<i64>,
-    previous: Option<&NodeVersionStatus>,
-    now: Timestamp,
-) -> NodeVersionStatus {
-    let mut status = previous.cloned().unwrap_or_default();
-    status.observed_generation = generation;
-    let updated = condition(PROGRESSING, false, Reason::InvalidSpec, message, generation, previous, now);
-    status.conditions.retain(|c| c.type_ != PROGRESSING);
-    status.conditions.insert(0, updated);
-    status
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{Counts, InFlight};
+    use crate::policy::{Counts, Held, InFlight, Policy, SpecState, ValidSpec};
+    use shared::protocol::Step;
+    use std::sync::Arc;
 
-    fn plan() -> Plan {
+    fn rollout() -> Rollout {
+        let spec = ValidSpec {
+            generation: 3,
+            target: "v2".into(),
+            policy: Policy::default(),
+            raw: serde_json::json!({"image": "v2"}),
+        };
+        Rollout { name: "nv".into(), spec: SpecState::Valid(Arc::new(spec)) }
+    }
+
+    fn now() -> Timestamp {
+        "2026-11-21T10:05:00Z".parse().unwrap()
+    }
+
+    fn plan(counts: Counts) -> Plan {
+        Plan { counts, ..Default::default() }
+    }
+
+    fn get<'a>(s: &'a NodeVersionStatus, type_: &str) -> &'a Condition {
+        s.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    fn progressing(p: &Plan) -> (String, String, String) {
+        let s = compute(p, &rollout(), Some(3), None, now());
+        let c = get(&s, PROGRESSING);
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    /// Progressing's status and reason.
+    fn state(p: &Plan) -> (String, String) {
+        let (status, reason, _) = progressing(p);
+        (status, reason)
+    }
+
+    fn rolling() -> Plan {
         Plan {
-            counts: Counts { total: 4, up_to_date: 1, outdated: 1, in_progress: 1, failed: 1, blocked: 0 },
+            counts: Counts { total: 4, up_to_date: 1, outdated: 1, in_progress: 1, failed: 1, ..Default::default() },
             in_flight: vec![InFlight {
                 node: "w2".into(),
-                step: "drain",
-                since: "2026-11-21T10:00:00Z".parse().unwrap(),
+                step: Step::Drain,
+                since: "2026-11-21T10:00:00.300Z".parse().unwrap(),
                 waiting_on: Some("pod ns/web-0 to be deleted".into()),
             }],
             failed: vec![Problem { node: "w3".into(), message: "StageFailed: sha256 mismatch".into() }],
@@ -154,39 +267,100 @@ mod tests {
 
     #[test]
     fn conditions_name_failed_nodes_and_reasons() {
-        let now: Timestamp = "2026-11-21T10:05:00Z".parse().unwrap();
-        let s = compute(&plan(), "v2", Some(3), None, now);
-        let get = |t: &str| s.conditions.iter().find(|c| c.type_ == t).unwrap();
-        assert_eq!(get(FAILED).status, "True");
-        assert_eq!(get(FAILED).message, "1 node(s) failed: w3: StageFailed: sha256 mismatch");
-        assert_eq!(get(PROGRESSING).reason, "RollingOut");
-        assert_eq!(get(UP_TO_DATE).reason, "NodesOutdated");
-        assert_eq!(get(BLOCKED).status, "False");
-        assert_eq!(s.in_flight[0].name, "w2");
+        let s = compute(&rolling(), &rollout(), Some(3), None, now());
+        assert_eq!(get(&s, FAILED).status, "True");
+        assert_eq!(get(&s, FAILED).message, "1 node(s) failed: w3: StageFailed: sha256 mismatch");
+        assert_eq!(get(&s, PROGRESSING).reason, "RollingOut");
+        assert_eq!(get(&s, UP_TO_DATE).reason, "NodesOutdated");
+        assert_eq!(get(&s, BLOCKED).status, "False");
+        assert_eq!(get(&s, SELECTOR_OVERLAP).reason, "NoOverlap");
+        assert_eq!((s.in_flight[0].name.as_str(), s.in_flight[0].step.as_str()), ("w2", "drain"));
         assert_eq!(s.in_flight[0].waiting_on.as_deref(), Some("pod ns/web-0 to be deleted"));
         assert_eq!(s.counts.total, 4);
         assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(s.target_image.as_deref(), Some("v2"));
+        assert_eq!(s.last_valid_spec.map(|l| l.generation), Some(3));
     }
 
     #[test]
     fn an_unchanged_plan_gives_an_identical_status() {
-        let t1: Timestamp = "2026-11-21T10:05:00Z".parse().unwrap();
-        let t2: Timestamp = "2026-11-21T11:00:00Z".parse().unwrap();
-        let first = compute(&plan(), "v2", Some(3), None, t1);
-        let second = compute(&plan(), "v2", Some(3), Some(&first), t2);
-        assert_eq!(first, second);
+        let first = compute(&rolling(), &rollout(), Some(3), None, now());
+        let later: Timestamp = "2026-11-21T11:00:00Z".parse().unwrap();
+        assert_eq!(first, compute(&rolling(), &rollout(), Some(3), Some(&first), later));
     }
 
     #[test]
-    fn a_hold_keeps_progressing_true_only_while_nodes_are_in_flight() {
-        let mut p = plan();
-        p.hold = Some((Reason::Paused, "paused".into()));
-        let s = compute(&p, "v2", None, None, Timestamp::UNIX_EPOCH);
-        let progressing = s.conditions.iter().find(|c| c.type_ == PROGRESSING).unwrap();
-        assert_eq!((progressing.status.as_str(), progressing.reason.as_str()), ("True", "Paused"));
-        p.in_flight.clear();
-        p.counts.in_progress = 0;
-        let s = compute(&p, "v2", None, None, Timestamp::UNIX_EPOCH);
-        assert_eq!(s.conditions.iter().find(|c| c.type_ == PROGRESSING).unwrap().status, "False");
+    fn progressing_is_never_complete_while_a_node_is_failed_blocked_or_outdated() {
+        let settled = |up_to_date, outdated, failed, blocked| {
+            plan(Counts {
+                total: up_to_date + outdated + failed + blocked,
+                up_to_date,
+                outdated,
+                failed,
+                blocked,
+                ..Default::default()
+            })
+        };
+        assert_eq!(progressing(&settled(4, 0, 0, 0)).1, "Complete");
+        assert_eq!(state(&settled(3, 0, 1, 0)), ("False".into(), "NodesFailed".into()));
+        assert_eq!(state(&settled(3, 0, 0, 1)), ("False".into(), "NodesBlocked".into()));
+        let (status, reason, message) = progressing(&settled(3, 1, 0, 0));
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "NodesHeldBack"), "{message}");
+        assert_eq!(progressing(&settled(0, 0, 0, 0)).2, "the node selector selects no node");
+    }
+
+    #[test]
+    fn progressing_turns_false_with_the_reason_nothing_can_move() {
+        // Every outdated node held back for the same reason: that reason, naming them.
+        let mut p = plan(Counts { total: 3, up_to_date: 1, outdated: 2, held_back: 2, ..Default::default() });
+        p.held = ["w1", "w2"]
+            .map(|n| Held { node: n.into(), hold: Hold::new(Reason::NoAgentReport, "its agent never reported") })
+            .to_vec();
+        let (status, reason, message) = progressing(&p);
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "NoAgentReport"));
+        assert!(
+            message.starts_with("2 node(s) held back: w1 (NoAgentReport: its agent never reported); w2"),
+            "{message}"
+        );
+        // Different reasons: NodesHeldBack.
+        p.held[1].hold = Hold::new(Reason::NodeNotReady, "the node is NotReady");
+        assert_eq!(progressing(&p).1, "NodesHeldBack");
+        // A gate wins over the nodes' own reasons, and says it while nodes in flight finish.
+        p.hold = Some(Hold::new(Reason::Paused, "spec.rollout.paused is true"));
+        assert_eq!(state(&p), ("False".into(), "Paused".into()));
+        p.counts.in_progress = 1;
+        assert_eq!(state(&p), ("True".into(), "Paused".into()));
+    }
+
+    #[test]
+    fn held_back_nodes_are_listed_up_to_a_limit_and_overlaps_named() {
+        let mut p = plan(Counts { total: 60, outdated: 60, held_back: 60, ..Default::default() });
+        p.held = (0..60)
+            .map(|i| Held { node: format!("w{i:02}"), hold: Hold::new(Reason::SelectorOverlap, "older") })
+            .collect();
+        p.overlap = (0..60).map(|i| (format!("w{i:02}"), "pool-a".to_string())).collect();
+        let s = compute(&p, &rollout(), Some(3), None, now());
+        assert_eq!(s.held_back.len(), MAX_HELD_LISTED);
+        assert_eq!(s.counts.held_back, 60);
+        let overlap = get(&s, SELECTOR_OVERLAP);
+        assert_eq!((overlap.status.as_str(), overlap.reason.as_str()), ("True", "SelectorOverlap"));
+        assert!(
+            overlap.message.contains("older NodeVersion(s) pool-a") && overlap.message.ends_with("and 55 more"),
+            "{}",
+            overlap.message
+        );
+    }
+
+    #[test]
+    fn without_a_valid_spec_the_status_says_so_and_keeps_no_record() {
+        let invalid = Rollout {
+            name: "nv".into(),
+            spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None },
+        };
+        let p = Plan { hold: Some(Hold::new(Reason::InvalidSpec, "spec.image: bad")), ..Default::default() };
+        let s = compute(&p, &invalid, Some(4), None, now());
+        assert_eq!(get(&s, PROGRESSING).reason, "InvalidSpec");
+        assert_eq!(get(&s, UP_TO_DATE).reason, "InvalidSpec");
+        assert_eq!((s.target_image, s.last_valid_spec), (None, None));
     }
 }

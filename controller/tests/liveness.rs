@@ -119,18 +119,19 @@ async fn an_idle_reconciler_stays_live_and_one_blocked_in_a_write_is_reported_st
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(reconciler.run(leadership, heartbeat, shutdown.clone()));
 
-    // Idle for an hour: live throughout, and nothing planned or written but the first status.
+    // Idle for an hour: live throughout, and nothing planned or written but the first reconcile's
+    // two status writes (the valid spec recorded in status.lastValidSpec, then the status).
     for _ in 0..60 {
         tokio::time::sleep(Duration::from_secs(60)).await;
         assert_eq!(health.live(), Ok(()));
     }
-    assert_eq!(api.status_writes.load(Ordering::SeqCst), 1);
+    assert_eq!(api.status_writes.load(Ordering::SeqCst), 2);
 
     // A status write the API server never answers blocks the reconcile.
     api.hang.store(true, Ordering::SeqCst);
     trigger.notify_one();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(api.status_writes.load(Ordering::SeqCst), 2);
+    assert_eq!(api.status_writes.load(Ordering::SeqCst), 3);
     assert_eq!(health.live(), Ok(()), "not stuck yet");
     // The last beat was at most a tick before the trigger.
     tokio::time::sleep(reconciler::STUCK_AFTER + reconciler::HEARTBEAT_TICK).await;

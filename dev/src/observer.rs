@@ -1,8 +1,15 @@
 //! Watches a cluster through the API, as a user would, and checks the rollout's safety invariants
-//! at every event: never more than `maxUnavailable` nodes disrupted (cordoned, or in the `stage`,
-//! `drain` or `reboot` step), never two control-plane nodes disrupted, and no PodDisruptionBudget
-//! below its desired healthy count. It also records each node's steps with their times, for the
-//! demo's display and summary.
+//! at every event: never more than `maxUnavailable` nodes disrupted when the controller starts
+//! one, never two control-plane nodes disrupted, no node holding an intent the protocol cannot
+//! read, and no PodDisruptionBudget below its desired healthy count. It also records each node's
+//! steps with their times, for the demo's display and summary, and for tests' negative checks
+//! (what never happened, over the whole run rather than at one instant).
+//!
+//! A node counts as disrupted as the policy counts it against `maxUnavailable`: cordoned,
+//! NotReady, in the `stage`, `drain` or `reboot` step, or verified (`done`) less than the soak
+//! time ago. Nodes can turn NotReady or be cordoned without the controller, so the budget is
+//! checked when the controller starts a node (a node enters `stage`): that is the moment the
+//! policy answers for.
 
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -11,9 +18,11 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, ResourceExt};
+use parking_lot::Mutex;
 use shared::protocol::{ControllerAnnotations, Step, keys};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// The rules the observer holds the cluster to.
@@ -23,6 +32,19 @@ pub struct Limits {
     pub max_disrupted: usize,
     /// Check PDBs (healthy pods ≥ desiredHealthy at every pod event).
     pub check_pdbs: bool,
+    /// The rollout's `soakTime`: a node verified less than this long ago still counts.
+    pub soak: Duration,
+    /// Every intent on a node must be readable by the protocol (off for tests that write garbage
+    /// on purpose).
+    pub readable_intents: bool,
+}
+
+impl Limits {
+    /// At most `max_disrupted` nodes disrupted, no soak time, readable intents, PDBs checked if
+    /// `check_pdbs`.
+    pub fn new(max_disrupted: usize, check_pdbs: bool) -> Limits {
+        Limits { max_disrupted, check_pdbs, soak: Duration::ZERO, readable_intents: true }
+    }
 }
 
 /// A node as last seen.
@@ -33,14 +55,20 @@ pub struct NodeState {
     pub ready: bool,
     pub step: Option<Step>,
     pub target: Option<String>,
+    /// When the controller wrote the intent.
+    pub since: Option<Timestamp>,
     pub os_image: Option<String>,
     pub agent_state: Option<String>,
 }
 
 impl NodeState {
-    /// Cordoned, or in a step that stages, drains or reboots it.
-    pub fn disrupted(&self) -> bool {
-        self.cordoned || matches!(self.step, Some(Step::Stage | Step::Drain | Step::Reboot))
+    /// Cordoned, NotReady, in a step that stages, drains or reboots it, or soaking (verified less
+    /// than `soak` before `now`): as the policy counts nodes against `maxUnavailable`.
+    pub fn disrupted(&self, soak: Duration, now: Timestamp) -> bool {
+        let soaking = self.step == Some(Step::Done)
+            && !soak.is_zero()
+            && self.since.and_then(|s| s.checked_add(soak).ok()).is_some_and(|end| now < end);
+        self.cordoned || !self.ready || soaking || matches!(self.step, Some(Step::Stage | Step::Drain | Step::Reboot))
     }
 }
 
@@ -51,6 +79,8 @@ pub struct Observed {
     /// Each node's steps, in order, with the time the observer saw them.
     pub timeline: BTreeMap<String, Vec<(Timestamp, Step)>>,
     pub violations: Vec<String>,
+    /// Nodes seen holding an intent the protocol cannot read (whether or not that is a violation).
+    pub unreadable: std::collections::BTreeSet<String>,
     pub max_disrupted_seen: usize,
     pub max_control_plane_disrupted_seen: usize,
     pub events: u64,
@@ -78,7 +108,7 @@ impl Observer {
 
     /// Reads what was observed so far.
     pub fn with<R>(&self, read: impl FnOnce(&Observed) -> R) -> R {
-        read(&lock(&self.state))
+        read(&self.state.lock())
     }
 
     pub fn violations(&self) -> Vec<String> {
@@ -89,12 +119,8 @@ impl Observer {
     pub async fn stop(self) -> Observed {
         self.stop.cancel();
         let _ = self.task.await;
-        std::mem::take(&mut *lock(&self.state))
+        std::mem::take(&mut *self.state.lock())
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 enum Seen {
@@ -121,14 +147,15 @@ async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: 
             event = all.next() => event,
         };
         let Some(Ok(event)) = event else { continue };
-        let mut o = lock(&state);
+        let mut o = state.lock();
         o.events += 1;
         match event {
             Seen::Node(e) => {
+                let mut started = false;
                 for node in applied(*e) {
-                    o.observe_node(&node);
+                    started |= o.observe_node(&node, &limits);
                 }
-                o.check_nodes(&limits);
+                o.check_nodes(&limits, started);
             }
             Seen::Pod(e) => {
                 if matches!(*e, Event::InitDone) {
@@ -179,10 +206,22 @@ fn changes<K>(event: Event<K>) -> Vec<(K, bool)> {
 }
 
 impl Observed {
-    fn observe_node(&mut self, node: &Node) {
+    /// Records `node`; true when the controller just started it (it entered `stage`).
+    fn observe_node(&mut self, node: &Node, limits: &Limits) -> bool {
         let name = node.name_any();
         let annotations = node.metadata.annotations.clone().unwrap_or_default();
-        let intent = ControllerAnnotations::parse(&annotations).ok().and_then(|c| c.intent);
+        let intent = match ControllerAnnotations::read(&annotations) {
+            Ok(c) => c.intent,
+            Err(unreadable) => {
+                if unreadable.intent_present {
+                    self.unreadable.insert(name.clone());
+                }
+                if limits.readable_intents && unreadable.intent_present {
+                    self.violation(format!("{name} holds an intent the protocol cannot read: {unreadable}"));
+                }
+                None
+            }
+        };
         let state = NodeState {
             control_plane: node.labels().contains_key("node-role.kubernetes.io/control-plane"),
             cordoned: node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
@@ -192,10 +231,13 @@ impl Observed {
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
             step: intent.as_ref().map(|i| i.step),
+            since: intent.as_ref().map(|i| i.since),
             target: intent.map(|i| i.target),
             os_image: annotations.get(keys::OS_IMAGE).cloned(),
             agent_state: annotations.get(keys::STATE).cloned(),
         };
+        let previous = self.nodes.get(&name).and_then(|n| n.step);
+        let started = state.step == Some(Step::Stage) && previous != Some(Step::Stage);
         if let Some(step) = state.step {
             let steps = self.timeline.entry(name.clone()).or_default();
             if steps.last().map(|(_, s)| *s) != Some(step) {
@@ -203,18 +245,21 @@ impl Observed {
             }
         }
         self.nodes.insert(name, state);
+        started
     }
 
-    fn check_nodes(&mut self, limits: &Limits) {
-        let disrupted: Vec<&String> = self.nodes.iter().filter(|(_, n)| n.disrupted()).map(|(k, _)| k).collect();
-        let control_plane = self.nodes.iter().filter(|(_, n)| n.disrupted() && n.control_plane).count();
+    fn check_nodes(&mut self, limits: &Limits, started: bool) {
+        let now = Timestamp::now();
+        let disrupted: Vec<&String> =
+            self.nodes.iter().filter(|(_, n)| n.disrupted(limits.soak, now)).map(|(k, _)| k).collect();
+        let control_plane = self.nodes.iter().filter(|(_, n)| n.disrupted(limits.soak, now) && n.control_plane).count();
         let count = disrupted.len();
-        if count > limits.max_disrupted {
+        if started && count > limits.max_disrupted {
             let names: Vec<String> = disrupted.iter().map(|s| s.to_string()).collect();
             let v = format!("{count} nodes disrupted at once (max {}): {}", limits.max_disrupted, names.join(", "));
             self.violation(v);
         }
-        if control_plane > 1 {
+        if started && control_plane > 1 {
             self.violation(format!("{control_plane} control-plane nodes disrupted at once"));
         }
         self.max_disrupted_seen = self.max_disrupted_seen.max(count);
@@ -274,4 +319,87 @@ fn selects(
         }
     });
     labels_ok && exprs_ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(name: &str, ready: bool, cordoned: bool, intent: Option<(&str, &str)>) -> Node {
+        let mut annotations = serde_json::Map::new();
+        if let Some((step, target)) = intent {
+            for (k, v) in [
+                (keys::INTENT, step),
+                (keys::INTENT_TARGET, target),
+                (keys::INTENT_TOKEN, "t"),
+                (keys::INTENT_SINCE, "2026-11-21T10:00:00Z"),
+            ] {
+                annotations.insert(k.into(), json!(v));
+            }
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {"unschedulable": cordoned},
+            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}
+        }))
+        .unwrap()
+    }
+
+    fn see(o: &mut Observed, limits: &Limits, n: Node) {
+        let started = o.observe_node(&n, limits);
+        o.check_nodes(limits, started);
+    }
+
+    #[test]
+    fn soaking_and_not_ready_nodes_count_as_disrupted_as_the_policy_counts_them() {
+        let since: Timestamp = "2026-11-21T10:00:00Z".parse().unwrap();
+        let state = |step: Option<Step>, ready: bool, cordoned: bool| NodeState {
+            step,
+            ready,
+            cordoned,
+            since: Some(since),
+            ..Default::default()
+        };
+        let soak = Duration::from_secs(60);
+        let during = since.checked_add(Duration::from_secs(30)).unwrap();
+        let after = since.checked_add(Duration::from_secs(60)).unwrap();
+        for (node, now, disrupted) in [
+            (state(None, true, false), during, false),
+            (state(None, false, false), during, true),
+            (state(None, true, true), during, true),
+            (state(Some(Step::Stage), true, false), during, true),
+            (state(Some(Step::Done), true, false), during, true),
+            (state(Some(Step::Done), true, false), after, false),
+            (state(Some(Step::Failed), true, false), during, false),
+        ] {
+            assert_eq!(node.disrupted(soak, now), disrupted, "{node:?} at {now}");
+        }
+        assert!(!state(Some(Step::Done), true, false).disrupted(Duration::ZERO, during));
+    }
+
+    #[test]
+    fn a_start_over_the_budget_is_a_violation_and_a_node_going_down_is_not() {
+        let limits = Limits::new(2, false);
+        let mut o = Observed::default();
+        see(&mut o, &limits, node("a", true, false, Some(("stage", "v2"))));
+        see(&mut o, &limits, node("b", false, false, None));
+        assert!(o.violations.is_empty(), "a node going NotReady is not the controller's doing");
+        see(&mut o, &limits, node("c", true, false, Some(("stage", "v2"))));
+        assert_eq!(o.violations, vec!["3 nodes disrupted at once (max 2): a, b, c".to_string()]);
+        assert_eq!(o.max_disrupted_seen, 3);
+    }
+
+    #[test]
+    fn an_unreadable_intent_is_a_violation_unless_expected() {
+        let mut o = Observed::default();
+        see(&mut o, &Limits::new(5, false), node("a", true, false, Some(("stage", "v2 "))));
+        assert_eq!(o.violations.len(), 1);
+        assert!(o.violations[0].starts_with("a holds an intent the protocol cannot read"), "{:?}", o.violations);
+        let mut o = Observed::default();
+        let lenient = Limits { readable_intents: false, ..Limits::new(5, false) };
+        see(&mut o, &lenient, node("a", true, false, Some(("stage", "v2 "))));
+        assert!(o.violations.is_empty());
+        assert_eq!(o.unreadable.iter().collect::<Vec<_>>(), ["a"]);
+    }
 }

@@ -5,6 +5,7 @@ mod support;
 
 use dev::apiserver::Patch;
 use dev::harness;
+use dev::observer::{Limits, Observer};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DynamicObject, ListParams, PatchParams, PostParams};
@@ -131,6 +132,7 @@ async fn a_spec_only_the_controller_can_reject_touches_no_node_until_fixed() {
             harness::agent_with(&operator(&server), name, move || Ok(FakeHost::new(store, name, "v1")))
         })
         .collect();
+    let observer = Observer::start(server.client(), Limits::new(1, false));
     let controller = harness::controller(&operator(&server), harness::controller_options("c1"));
     // The schema cannot check cron syntax or time-zone names; the controller can.
     create_version(
@@ -143,13 +145,18 @@ async fn a_spec_only_the_controller_can_reject_touches_no_node_until_fixed() {
         v.status?.conditions.into_iter().find(|c| c.type_ == "Progressing" && c.reason == "InvalidSpec")
     })
     .await;
-    assert!(progressing.message.contains("rollout.maintenanceWindow.schedule"), "{}", progressing.message);
+    assert!(progressing.message.contains("spec.rollout.maintenanceWindow.schedule"), "{}", progressing.message);
     assert!(progressing.message.contains("Mars/Olympus"), "{}", progressing.message);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The controller writes the status after acting on the nodes: had it written an intent, it
+    // would be there now, and the observer would have seen it even if it was gone again.
     for name in names {
         assert_eq!(controller_keys(&store, name), (BTreeMap::new(), false), "{name} was touched");
     }
-    assert!(!warnings(&store, "InvalidSpec").is_empty());
+    assert_eq!(observer.with(|o| o.timeline.clone()), Default::default(), "a node got an intent");
+    eventually(Duration::from_secs(10), "an InvalidSpec Warning", || {
+        (!warnings(&store, "InvalidSpec").is_empty()).then_some(())
+    })
+    .await;
 
     store
         .api::<NodeVersion>()
@@ -161,6 +168,7 @@ async fn a_spec_only_the_controller_can_reject_touches_no_node_until_fixed() {
         )
         .unwrap();
     eventually(Duration::from_secs(60), "the rollout after the fix", || rolled_out(&store, 2)).await;
+    assert_eq!(observer.stop().await.violations, Vec::<String>::new());
 
     controller.stop(Duration::from_secs(10)).await.unwrap();
     for agent in agents {

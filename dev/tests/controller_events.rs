@@ -30,7 +30,7 @@ async fn repeats_fold_into_a_series_and_other_events_stand_alone() {
         events.publish(version(), Some(node_reference("n1", None)), Reason::Draining, "draining n1".into(), "Drain");
     }
     events.publish(version(), Some(node_reference("n2", None)), Reason::Draining, "draining n2".into(), "Drain");
-    events.publish(node_reference("n1", None), None, Reason::Drained, "drained".into(), "Drain");
+    events.publish(node_reference("n1", None), None, Reason::RebootRequested, "drained".into(), "Reboot");
     let api: Api<Event> = Api::namespaced(client.clone(), "default");
     let list = || async { api.list(&ListParams::default()).await.unwrap().items };
     eventually("five publishes as three Events", || async {
@@ -46,7 +46,7 @@ async fn repeats_fold_into_a_series_and_other_events_stand_alone() {
     assert_eq!(n1.reporting_instance.as_deref(), Some("replica-a"));
     let n2 = items.iter().find(|e| e.related.as_ref().and_then(|r| r.name.as_deref()) == Some("n2")).unwrap();
     assert!(n2.series.is_none());
-    let drained = items.iter().find(|e| e.reason.as_deref() == Some("Drained")).unwrap();
+    let drained = items.iter().find(|e| e.reason.as_deref() == Some("RebootRequested")).unwrap();
     assert_eq!(drained.regarding.as_ref().and_then(|r| r.kind.as_deref()), Some("Node"));
     assert_eq!(drained.type_.as_deref(), Some("Normal"));
 }
@@ -90,7 +90,7 @@ async fn events_are_published_only_within_a_leadership_term() {
     leadership.end();
     events.publish(node(), None, Reason::Draining, "after the term".into(), "Drain");
     leadership.begin(tokio::time::Instant::now() + Duration::from_secs(3600));
-    events.publish(node(), None, Reason::Drained, "marker".into(), "Drain");
+    events.publish(node(), None, Reason::RebootRequested, "marker".into(), "Reboot");
     let api: Api<Event> = Api::namespaced(client.clone(), "default");
     eventually("the marker Event", || async {
         api.list(&ListParams::default()).await.unwrap().items.iter().any(|e| e.note.as_deref() == Some("marker"))

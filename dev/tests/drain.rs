@@ -352,7 +352,7 @@ async fn the_status_says_what_a_drain_waits_on_and_a_node_uncordoned_mid_drain_i
     let cluster = cluster().await;
     let store = cluster.store();
     pinned_pods(&store).await;
-    let observer = Observer::start(cluster.client(), Limits { max_disrupted: 1, check_pdbs: true });
+    let observer = Observer::start(cluster.client(), Limits::new(1, true));
     let agents = support::start_agents(&cluster);
     let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     support::create_version(&store, "v2", json!({"maxUnavailable": 1, "drainTimeout": "10m"}));

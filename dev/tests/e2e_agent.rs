@@ -67,7 +67,7 @@ async fn a_transient_stage_fault_that_heals_does_not_end_the_rollout() {
         .hosts()
         .set_faults("worker-1", HostFaults { stage_failure: Some(unavailable), ..Default::default() })
         .unwrap();
-    let observer = Observer::start(cluster.client(), Limits { max_disrupted: 1, check_pdbs: false });
+    let observer = Observer::start(cluster.client(), Limits::new(1, false));
     let agents = start_agents(&cluster);
     let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 1, "failureBudget": 1}));

@@ -9,6 +9,7 @@ use dev::harness::{self, Component};
 use dev::hosts::{HostFaults, Power};
 use dev::observer::{Limits, Observer};
 use k8s_openapi::api::core::v1::Node;
+use rand::{RngCore, SeedableRng};
 use serde_json::json;
 use shared::crd::NodeVersion;
 use shared::protocol::keys;
@@ -16,18 +17,16 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use support::{create_version, eventually, full_cluster, full_cluster_with, node_names, rolled_out, stop_all};
 
-/// A tiny deterministic RNG (xorshift64*), so a failing seed replays the same crash points.
-struct Rng(u64);
+/// A seeded RNG, so a failing seed replays the same crash points (ChaCha8's output for a seed is
+/// fixed across versions).
+struct Rng(rand_chacha::ChaCha8Rng);
 
 impl Rng {
     fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        Rng(rand_chacha::ChaCha8Rng::seed_from_u64(seed))
     }
     fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
+        self.0.next_u64() % n.max(1)
     }
 }
 
@@ -50,7 +49,7 @@ async fn the_controller_killed_at_random_steps_of_20_rollouts_breaks_no_invarian
     })
     .await;
     let store = cluster.store();
-    let observer = Observer::start(cluster.client(), Limits { max_disrupted: 2, check_pdbs: true });
+    let observer = Observer::start(cluster.client(), Limits::new(2, true));
     let agents = support::start_agents(&cluster);
     let mut controller: Option<Component> =
         Some(harness::controller(cluster.operator(), harness::controller_options("c-0")));
@@ -117,7 +116,7 @@ async fn agents_killed_mid_stage_and_mid_reboot_resume_without_repeating_a_reboo
     cluster.hosts().set_faults("worker-3", slow_reboot).unwrap();
     let boots_before: BTreeMap<String, u64> =
         node_names(&store).into_iter().map(|n| (n.clone(), cluster.hosts().state(&n).unwrap().boots)).collect();
-    let observer = Observer::start(cluster.client(), Limits { max_disrupted: 1, check_pdbs: true });
+    let observer = Observer::start(cluster.client(), Limits::new(1, true));
     let mut agents = agents_by_node(&cluster);
     let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 1}));

@@ -47,6 +47,11 @@ fn annotation(n: &Node, key: &str) -> Option<String> {
     n.metadata.annotations.as_ref().and_then(|a| a.get(key).cloned())
 }
 
+/// How many times the observer saw a node enter the stage step.
+fn starts(observer: &Observer) -> usize {
+    observer.with(|o| o.timeline.values().flatten().filter(|(_, step)| *step == shared::protocol::Step::Stage).count())
+}
+
 fn condition(s: &NodeVersionStatus, type_: &str) -> (String, String, String) {
     let c = s.conditions.iter().find(|c| c.type_ == type_).unwrap_or_else(|| panic!("no {type_} condition"));
     (c.status.clone(), c.reason.clone(), c.message.clone())
@@ -66,7 +71,7 @@ async fn an_update_failing_on_a_node_is_counted_and_spends_the_failure_budget() 
             },
         )
         .unwrap();
-    let observer = Observer::start(cluster.client(), Limits { max_disrupted: 1, check_pdbs: true });
+    let observer = Observer::start(cluster.client(), Limits::new(1, true));
     let agents = start_agents(&cluster);
     let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 1, "failureBudget": 1}));
@@ -75,8 +80,8 @@ async fn an_update_failing_on_a_node_is_counted_and_spends_the_failure_budget() 
     let (status, reason, message) = condition(&s, "Failed");
     assert_eq!((status.as_str(), reason.as_str()), ("True", "NodesFailed"));
     assert!(message.contains("worker-1: StageFailed") && message.contains("sha256 mismatch"), "{message}");
-    let (_, progressing, _) = condition(&s, "Progressing");
-    assert_eq!(progressing, "FailureBudgetExhausted");
+    let (status, progressing, _) = condition(&s, "Progressing");
+    assert_eq!((status.as_str(), progressing.as_str()), ("False", "FailureBudgetExhausted"));
     // No node started after the failure, and the failed node was never cordoned.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let s = current(&store);
@@ -148,7 +153,7 @@ async fn a_pdb_that_never_allows_eviction_blocks_its_nodes_and_the_rollout_goes_
     let store = cluster.store();
     pin_unevictable_pods(&store);
     let pinned = pinned_nodes(&store).await;
-    let observer = Observer::start(cluster.client(), Limits { max_disrupted: 2, check_pdbs: true });
+    let observer = Observer::start(cluster.client(), Limits::new(2, true));
     let agents = start_agents(&cluster);
     let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 2, "drainTimeout": "3s", "onDrainTimeout": "Continue"}));
@@ -182,18 +187,33 @@ async fn a_drain_timeout_with_stop_starts_no_new_node() {
     let store = cluster.store();
     pin_unevictable_pods(&store);
     pinned_nodes(&store).await;
+    let observer = Observer::start(cluster.client(), Limits::new(1, true));
     let agents = start_agents(&cluster);
     let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 1, "drainTimeout": "3s", "onDrainTimeout": "Stop"}));
 
     let s = settled(&store, "the rollout to stop", |s| s.counts.blocked == 1).await;
-    let (_, reason, message) = condition(&s, "Progressing");
-    assert_eq!(reason, "StoppedOnDrainTimeout", "{message}");
-    let before = s.counts;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = current(&store);
-    assert_eq!(after.counts, before, "a node started after the stop");
+    let (status, reason, message) = condition(&s, "Progressing");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "StoppedOnDrainTimeout"), "{message}");
+    let started_before = starts(&observer);
+    // A new generation makes the controller plan again; once its status is out, that plan is
+    // applied: no node started (the observer would have seen it, however briefly).
+    let generation = store
+        .api::<NodeVersion>()
+        .patch(
+            None,
+            "constellation-version",
+            &dev::apiserver::Patch::Merge(json!({"spec": {"rollout": {"soakTime": "1s"}}})),
+            &Default::default(),
+        )
+        .unwrap()
+        .metadata
+        .generation;
+    let after = settled(&store, "a plan of the new generation", |s| s.observed_generation == generation).await;
+    assert_eq!(after.counts, s.counts, "a node started after the stop");
+    assert_eq!(starts(&observer), started_before, "a node started after the stop");
     assert!(after.counts.outdated > 0);
+    assert_eq!(observer.stop().await.violations, Vec::<String>::new());
     controller.stop(Duration::from_secs(15)).await.unwrap();
     stop_all(agents).await;
     cluster.shutdown().await;
@@ -231,10 +251,25 @@ async fn a_node_that_never_returns_from_its_reboot_fails_at_the_deadline() {
             &Default::default(),
         )
         .unwrap();
-    settled(&store, "the rollout of the others", |s| s.counts.up_to_date == 12).await;
+    let s = settled(&store, "the rollout of the others", |s| s.counts.up_to_date == 12).await;
     for name in node_names(&store).into_iter().filter(|n| n != "worker-0") {
         assert_eq!(cluster.hosts().facts(&name).unwrap().os_image, "v2", "{name}");
     }
+    // Never Complete while a node is failed: nothing can move, and the status says so.
+    let (status, reason, message) = condition(&s, "Progressing");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "NodesFailed"), "{message}");
+    // The node comes back after all, on the target: its intent=failed is cleared, so that the
+    // annotations and the counts agree, and the rollout is complete.
+    // As on a real host, its agent starts afresh after the boot.
+    cluster.hosts().set_faults("worker-0", HostFaults::default()).unwrap();
+    cluster.hosts().power_on("worker-0").unwrap();
+    let (old, mut agents): (Vec<_>, Vec<_>) = agents.into_iter().partition(|a| a.name() == "agent worker-0");
+    stop_all(old).await;
+    agents.push(harness::agent(cluster.operator(), "worker-0"));
+    let s = settled(&store, "worker-0 back", |s| s.counts.up_to_date == 13).await;
+    assert_eq!(s.counts.failed, 0);
+    assert_eq!(condition(&s, "Progressing").1, "Complete");
+    assert_eq!(annotation(&node(&store, "worker-0"), keys::INTENT), None);
     controller.stop(Duration::from_secs(15)).await.unwrap();
     stop_all(agents).await;
     cluster.shutdown().await;

@@ -16,7 +16,7 @@ use support::{create_version, eventually, full_cluster, node_names, rolled_out, 
 async fn a_rollout_updates_every_node_without_breaking_an_invariant() {
     let cluster = full_cluster().await;
     let store = cluster.store();
-    let observer = Observer::start(cluster.client(), Limits { max_disrupted: 2, check_pdbs: true });
+    let observer = Observer::start(cluster.client(), Limits::new(2, true));
     let agents = start_agents(&cluster);
     let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     let pods_before: Vec<(String, String)> = store
@@ -65,11 +65,11 @@ async fn a_rollout_updates_every_node_without_breaking_an_invariant() {
         r
     };
     let on_node = reasons("Node", "worker-4");
-    for reason in ["StageRequested", "Staged", "Drained", "Verified"] {
+    for reason in ["StageRequested", "DrainStarted", "RebootRequested", "Verified"] {
         assert!(on_node.iter().any(|r| r.starts_with(reason)), "no {reason} Event on worker-4: {on_node:?}");
     }
     let on_version = reasons("NodeVersion", "constellation-version");
-    for reason in ["StageRequested", "Staged", "Drained", "Verified"] {
+    for reason in ["StageRequested", "DrainStarted", "RebootRequested", "Verified"] {
         let count = on_version.iter().filter(|r| r.starts_with(&format!("{reason}: "))).count();
         assert_eq!(count, 13, "{reason} Events on the NodeVersion: {on_version:?}");
     }

@@ -37,7 +37,7 @@ async fn exactly_one_replica_acts_and_a_crashed_leader_is_replaced() {
             harness::agent_with(&operator(&server), name, move || Ok(FakeHost::new(store, name, "v1")))
         })
         .collect();
-    let observer = Observer::start(server.client(), Limits { max_disrupted: 1, check_pdbs: false });
+    let observer = Observer::start(server.client(), Limits::new(1, false));
     let mut replicas = vec![
         ("c1", Some(harness::controller(&operator(&server), harness::controller_options("c1")))),
         ("c2", Some(harness::controller(&operator(&server), harness::controller_options("c2")))),

@@ -119,7 +119,7 @@ async fn a_leader_whose_renewals_are_slowed_failed_or_hung_never_acts_after_the_
     let log = cluster.server().request_log();
     log.enable(1_000_000);
     let faults = cluster.faults();
-    let observer = Observer::start(cluster.client(), Limits { max_disrupted: 2, check_pdbs: true });
+    let observer = Observer::start(cluster.client(), Limits::new(2, true));
     let agents = support::start_agents(&cluster);
     let first: Component = harness::controller(cluster.operator(), options(REPLICAS[0]));
     eventually(Duration::from_secs(30), "c1 leads", || (holder(&store)?.as_str() == REPLICAS[0]).then_some(())).await;

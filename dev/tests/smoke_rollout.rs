@@ -22,7 +22,7 @@ async fn a_rollout_completes_with_every_node_verified_and_uncordoned() {
         let store = store.clone();
         agents.push(harness::agent_with(&operator(&server), name, move || Ok(FakeHost::new(store, name, "v1"))));
     }
-    let observer = Observer::start(server.client(), Limits { max_disrupted: 2, check_pdbs: false });
+    let observer = Observer::start(server.client(), Limits::new(2, false));
     let controller = harness::controller(&operator(&server), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 2}));
 

@@ -43,9 +43,10 @@ use kube::api::ListParams;
 use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
+use parking_lot::Mutex;
 use shared::crd::DrainOptions;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinSet;
@@ -99,12 +100,12 @@ impl Drains {
 
     /// What the drain of `node` has achieved.
     pub fn progress(&self, node: &str) -> DrainProgress {
-        lock(&self.progress).get(node).cloned().unwrap_or_default()
+        self.progress.lock().get(node).cloned().unwrap_or_default()
     }
 
     /// Starts draining `node` within `term`, unless a drain task of this term already runs for it.
     pub fn ensure(&self, node: &str, options: DrainOptions, term: &Term) {
-        let mut tasks = lock(&self.tasks);
+        let mut tasks = self.tasks.lock();
         if tasks.get(node).is_some_and(|(_, number)| *number == term.number()) {
             return;
         }
@@ -113,7 +114,7 @@ impl Drains {
         }
         let cancel = CancellationToken::new();
         tasks.insert(node.to_owned(), (cancel.clone(), term.number()));
-        lock(&self.progress).insert(node.to_owned(), DrainProgress::Running { waiting_on: None });
+        self.progress.lock().insert(node.to_owned(), DrainProgress::Running { waiting_on: None });
         let task = DrainTask {
             node: node.to_owned(),
             options,
@@ -134,16 +135,16 @@ impl Drains {
 
     /// Stops the drain of `node` (if any) and forgets its progress.
     pub fn stop(&self, node: &str) {
-        if let Some((cancel, _)) = lock(&self.tasks).remove(node) {
+        if let Some((cancel, _)) = self.tasks.lock().remove(node) {
             cancel.cancel();
             tracing::info!(node, "drain stopped");
         }
-        lock(&self.progress).remove(node);
+        self.progress.lock().remove(node);
     }
 
     /// Stops every drain whose node `keep` rejects.
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
-        let gone: Vec<String> = lock(&self.tasks).keys().filter(|n| !keep(n)).cloned().collect();
+        let gone: Vec<String> = self.tasks.lock().keys().filter(|n| !keep(n)).cloned().collect();
         for node in gone {
             self.stop(&node);
         }
@@ -153,12 +154,6 @@ impl Drains {
     pub fn stop_all(&self) {
         self.retain(|_| false);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding one of these locks leaves plain maps behind; their content is still
-    // usable, so poisoning is ignored.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// An eviction's state for one pod (by UID).
@@ -270,7 +265,7 @@ impl DrainTask {
                         state.evictions.entry(uid).or_default().in_flight = false;
                     }
                 }
-                () = sleep_until(next_retry) => {}
+                () = tokio::time::sleep_until(next_retry.unwrap_or_else(Instant::now)), if next_retry.is_some() => {}
                 Ok(()) = self.context.pdb_changes.changed() => {
                     // A budget changed: refused evictions may pass now.
                     for e in state.evictions.values_mut() {
@@ -489,7 +484,7 @@ impl DrainTask {
 
     /// Publishes what the drain waits on, and logs it when `wait_log` says so.
     fn report_wait(&self, wait_log: &mut WaitLog, waiting_on: Option<String>) {
-        lock(&self.progress).insert(self.node.clone(), DrainProgress::Running { waiting_on: waiting_on.clone() });
+        self.progress.lock().insert(self.node.clone(), DrainProgress::Running { waiting_on: waiting_on.clone() });
         let now = Instant::now();
         if let Some(waiting_on) = waiting_on
             && wait_log.due(now)
@@ -510,7 +505,7 @@ impl DrainTask {
             }
             _ => {}
         }
-        lock(&self.progress).insert(self.node.clone(), progress);
+        self.progress.lock().insert(self.node.clone(), progress);
         self.context.reconcile.notify_one();
     }
 }
@@ -519,13 +514,6 @@ impl DrainTask {
 enum Step {
     Done(DrainProgress),
     Waiting(Option<String>),
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]

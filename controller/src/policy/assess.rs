@@ -1,31 +1,47 @@
 //! One node's own progress: what its intent, its agent's report and the time say should happen to
-//! it next, before any budget or gate is applied.
+//! it next, before any gate or budget is applied, and why an outdated node may not start.
 
-use super::{ActionKind, DrainProgress, NodeAction, NodeView, Policy, Reason};
+use super::{ActionKind, DrainProgress, Hold, NodeAction, NodeView, Policy, Reason};
 use jiff::{SignedDuration, Timestamp};
-use shared::protocol::{AgentReport, AgentState, BootId, ControllerAnnotations, Intent, Step};
+use shared::protocol::{AgentReport, AgentState, BootId, ControllerAnnotations, Intent, Step, UnreadableKeys};
 
-/// Where a selected node stands after its action (if any) is applied.
+/// Who decides about the node, as far as [`assess`] needs to know.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Owner<'a> {
+    /// A rollout that moves the node to `target` (under the policy given with it).
+    Rollout { target: &'a str },
+    /// No NodeVersion selects the node: finish a reboot, release anything else (with `reason`).
+    Nobody { reason: Reason },
+    /// A NodeVersion without a valid spec might select the node: finish a reboot, touch nothing
+    /// else.
+    Unknown,
+}
+
+/// Where a node stands after its action (if any) is applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Situation {
     UpToDate,
-    /// Not on the target; `eligible` when it may be started now.
+    /// Not on the target. `eligible` when it may be started now; otherwise `held` says why, unless
+    /// the node's own action this round is what keeps it (a release, an uncordon: it is eligible
+    /// next round).
     Outdated {
         eligible: bool,
+        held: Option<Hold>,
     },
-    /// Being updated (or soaking after its update); keeps its slot.
+    /// Being updated (or soaking after its update, in `done`); keeps its slot.
     InFlight {
-        step: &'static str,
+        step: Step,
         since: Timestamp,
     },
     Failed {
         message: String,
     },
     /// Blocked by a drain problem (`by_drain`), or untouchable (malformed annotations, a step this
-    /// controller does not drive).
+    /// controller does not drive). `holds_slot` when the node may be in the middle of a step.
     Blocked {
         message: String,
         by_drain: bool,
+        holds_slot: bool,
     },
 }
 
@@ -41,6 +57,10 @@ impl Assessment {
         Assessment { situation, action: None, wake_at: None }
     }
 
+    fn outdated_for_now() -> Self {
+        Assessment::new(Situation::Outdated { eligible: false, held: None })
+    }
+
     fn act(mut self, node: &NodeView, kind: ActionKind, reason: Reason, message: String) -> Self {
         self.action = Some(NodeAction { node: node.name.clone(), kind, reason, message });
         self
@@ -51,27 +71,18 @@ impl Assessment {
         self
     }
 
-    /// Whether the node counts as unavailable for the budget once the action is applied (in-flight
-    /// nodes count anyway).
-    pub fn unavailable(&self, node: &NodeView) -> bool {
-        let uncordoned = self.action.as_ref().is_some_and(|a| uncordons(&a.kind)) && cordoned_by_us(node);
-        !node.ready || (node.unschedulable && !uncordoned)
+    /// Being updated, or soaking: the node keeps its slot.
+    pub fn in_flight(&self) -> bool {
+        matches!(self.situation, Situation::InFlight { .. } | Situation::Blocked { holds_slot: true, .. })
     }
-}
 
-fn uncordons(kind: &ActionKind) -> bool {
-    matches!(
-        kind,
-        ActionKind::Complete { .. }
-            | ActionKind::Fail { .. }
-            | ActionKind::Block { .. }
-            | ActionKind::Release
-            | ActionKind::Uncordon
-    )
-}
-
-fn cordoned_by_us(node: &NodeView) -> bool {
-    node.controller.as_ref().is_ok_and(|c| c.cordoned_by_us)
+    /// Whether the node counts against the budget once the action is applied: in flight, NotReady,
+    /// or cordoned (unless the action lifts the controller's cordon).
+    pub fn unavailable(&self, node: &NodeView) -> bool {
+        let uncordoned = self.action.as_ref().is_some_and(|a| a.kind.uncordons())
+            && node.controller.as_ref().is_ok_and(|c| c.cordoned_by_us);
+        self.in_flight() || !node.ready || (node.unschedulable && !uncordoned)
+    }
 }
 
 fn deadline(since: Timestamp, timeout: SignedDuration) -> Timestamp {
@@ -95,34 +106,27 @@ pub(super) fn human(d: SignedDuration) -> String {
     out
 }
 
-pub(super) fn assess(node: &NodeView, target: Option<&str>, policy: &Policy, now: Timestamp) -> Assessment {
+pub(super) fn image(agent: Option<&AgentReport>) -> Option<&str> {
+    agent.and_then(|a| a.os_image.as_deref())
+}
+
+pub(super) fn assess(node: &NodeView, owner: Owner<'_>, policy: &Policy, now: Timestamp) -> Assessment {
     let controller = match &node.controller {
         Ok(c) => c,
-        Err(error) if node.selected => {
-            let message = format!("malformed annotations, node left untouched: {error}");
-            return Assessment::new(Situation::Blocked { message: message.clone(), by_drain: false }).act(
-                node,
-                ActionKind::ReportProblem,
-                Reason::MalformedAnnotations,
-                message,
-            );
-        }
-        // Not ours to manage, and we cannot tell whether we ever touched it: leave it alone.
-        Err(_) => return Assessment::new(Situation::Outdated { eligible: false }),
+        Err(unreadable) => return unreadable_keys(node, unreadable, owner),
     };
     let agent = node.agent.as_ref().ok();
-    let intent = controller.intent.as_ref();
-
-    let (Some(target), true) = (target, node.selected) else {
-        let reason = if node.selected { Reason::NoNodeVersion } else { Reason::NotSelected };
-        return wind_down(node, controller, agent, reason, policy, now);
+    let target = match owner {
+        Owner::Rollout { target } => target,
+        Owner::Nobody { reason } => return wind_down(node, controller, agent, Some(reason), policy, now),
+        Owner::Unknown => return wind_down(node, controller, agent, None, policy, now),
     };
-    let Some(intent) = intent else {
+    let Some(intent) = controller.intent.as_ref() else {
         return idle(node, controller, agent, target);
     };
     let current = intent.target == target;
     match intent.step {
-        Step::Stage | Step::Drain if !current => Assessment::new(Situation::Outdated { eligible: false }).act(
+        Step::Stage | Step::Drain if !current => Assessment::outdated_for_now().act(
             node,
             ActionKind::Release,
             Reason::TargetChanged,
@@ -134,27 +138,37 @@ pub(super) fn assess(node: &NodeView, target: Option<&str>, policy: &Policy, now
         Step::Done if current && image(agent) == Some(target) => {
             let soak_end = deadline(intent.since, policy.soak_time);
             let base = if now < soak_end {
-                Assessment::new(Situation::InFlight { step: "soak", since: intent.since }).wake(soak_end)
+                Assessment::new(Situation::InFlight { step: Step::Done, since: intent.since }).wake(soak_end)
             } else {
                 Assessment::new(Situation::UpToDate)
             };
             leftover_cordon(base, node, controller)
         }
-        Step::Failed | Step::Blocked if current && image(agent) != Some(target) => {
+        Step::Failed | Step::Blocked if current && image(agent) == Some(target) && node.ready => {
+            // It got there after all (a late reboot, an administrator's hand): clear the mark, so
+            // that the annotations agree with the counts.
+            Assessment::new(Situation::UpToDate).act(
+                node,
+                ActionKind::Release,
+                Reason::Recovered,
+                format!("runs {target} and is Ready; clearing intent={}", intent.step),
+            )
+        }
+        Step::Failed | Step::Blocked if current => {
             let message = intent.message.clone().unwrap_or_else(|| format!("marked {} without a message", intent.step));
             let situation = if intent.step == Step::Failed {
                 Situation::Failed { message }
             } else {
-                Situation::Blocked { message, by_drain: true }
+                Situation::Blocked { message, by_drain: true, holds_slot: false }
             };
             leftover_cordon(Assessment::new(situation), node, controller)
         }
         Step::Done | Step::Failed | Step::Blocked => idle(node, controller, agent, target),
         Step::KubeadmUpgrade | Step::Replace => {
             let message = format!("intent {} is not driven by this controller; node left untouched", intent.step);
-            Assessment::new(Situation::Blocked { message: message.clone(), by_drain: false }).act(
+            Assessment::new(Situation::Blocked { message: message.clone(), by_drain: false, holds_slot: true }).act(
                 node,
-                ActionKind::ReportProblem,
+                ActionKind::Report,
                 Reason::UnsupportedStep,
                 message,
             )
@@ -162,27 +176,69 @@ pub(super) fn assess(node: &NodeView, target: Option<&str>, policy: &Policy, now
     }
 }
 
-fn image(agent: Option<&AgentReport>) -> Option<&str> {
-    agent.and_then(|a| a.os_image.as_deref())
+/// Controller keys the protocol cannot read. An intent of ours with an unreadable target (written
+/// by a controller that did not validate `spec.image`) is removed: no agent acts on it, and the node
+/// is picked again under a readable target. Anything else is left untouched and reported; if an
+/// intent key is there, the node may be mid-step and keeps its slot.
+fn unreadable_keys(node: &NodeView, unreadable: &UnreadableKeys, owner: Owner<'_>) -> Assessment {
+    if let Some(ours) = unreadable.ours {
+        return Assessment::outdated_for_now().act(
+            node,
+            ActionKind::Release,
+            Reason::UnreadableIntent,
+            format!(
+                "intent={} has a target no agent can read ({}); removing the intent so the node can be picked again",
+                ours.step, unreadable.error
+            ),
+        );
+    }
+    match owner {
+        Owner::Rollout { .. } => {
+            let message = format!("malformed annotations, node left untouched: {}", unreadable.error);
+            let holds_slot = unreadable.intent_present;
+            Assessment::new(Situation::Blocked { message: message.clone(), by_drain: false, holds_slot }).act(
+                node,
+                ActionKind::Report,
+                Reason::MalformedAnnotations,
+                message,
+            )
+        }
+        // Not ours to manage, and we cannot tell whether we ever touched it: leave it alone.
+        Owner::Nobody { .. } | Owner::Unknown => Assessment::outdated_for_now(),
+    }
 }
 
-/// A node with no intent for the current target: up to date, or outdated and maybe eligible.
+/// A node with no intent for the current target: up to date, or outdated and either eligible or
+/// held back for a reason of its own.
 fn idle(node: &NodeView, controller: &ControllerAnnotations, agent: Option<&AgentReport>, target: &str) -> Assessment {
     let base = match (&node.agent, image(agent)) {
         (_, Some(image)) if image == target => Assessment::new(Situation::UpToDate),
         (Err(error), _) => {
             let message = format!("malformed agent annotations, node left untouched: {error}");
-            return Assessment::new(Situation::Blocked { message: message.clone(), by_drain: false }).act(
-                node,
-                ActionKind::ReportProblem,
-                Reason::MalformedAnnotations,
-                message,
-            );
+            return Assessment::new(Situation::Blocked {
+                message: message.clone(),
+                by_drain: false,
+                holds_slot: false,
+            })
+            .act(node, ActionKind::Report, Reason::MalformedAnnotations, message);
         }
         (Ok(report), _) => {
-            let agent_ready = report.os_image.is_some() && report.boot_id.is_some();
-            let eligible = agent_ready && node.ready && !node.unschedulable;
-            Assessment::new(Situation::Outdated { eligible })
+            let held = if report.os_image.is_none() || report.boot_id.is_none() {
+                Some(Hold::new(
+                    Reason::NoAgentReport,
+                    "its agent never reported the node's image and boot ID: is the agent running on it?",
+                ))
+            } else if !node.ready {
+                Some(Hold::new(Reason::NodeNotReady, "the node is NotReady"))
+            } else if node.unschedulable && !controller.cordoned_by_us {
+                Some(Hold::new(
+                    Reason::CordonedByOther,
+                    "someone else cordoned the node; it starts once it is uncordoned",
+                ))
+            } else {
+                None
+            };
+            Assessment::new(Situation::Outdated { eligible: held.is_none(), held })
         }
     };
     leftover_cordon(base, node, controller)
@@ -193,7 +249,7 @@ fn idle(node: &NodeView, controller: &ControllerAnnotations, agent: Option<&Agen
 fn leftover_cordon(base: Assessment, node: &NodeView, controller: &ControllerAnnotations) -> Assessment {
     if controller.cordoned_by_us && base.action.is_none() {
         let mut base = base;
-        if let Situation::Outdated { eligible } = &mut base.situation {
+        if let Situation::Outdated { eligible, .. } = &mut base.situation {
             *eligible = false;
         }
         return base.act(
@@ -206,22 +262,25 @@ fn leftover_cordon(base: Assessment, node: &NodeView, controller: &ControllerAnn
     base
 }
 
-/// A node that is not selected any more, or without a NodeVersion: finish a reboot (it cannot be
-/// stopped), release anything else, uncordon what we cordoned.
+/// A node no rollout moves: finish a reboot (it cannot be stopped), release anything else when no
+/// NodeVersion selects it (`reason`), uncordon what we cordoned. With an unknown owner (`reason`
+/// None) only the reboot is verified.
 fn wind_down(
     node: &NodeView,
     controller: &ControllerAnnotations,
     agent: Option<&AgentReport>,
-    reason: Reason,
+    reason: Option<Reason>,
     policy: &Policy,
     now: Timestamp,
 ) -> Assessment {
-    let base = Assessment::new(Situation::Outdated { eligible: false });
-    match controller.intent.as_ref() {
-        Some(intent) if intent.step == Step::Reboot => reboot(node, intent, agent, None, policy, now),
-        Some(intent) if matches!(intent.step, Step::Stage | Step::Drain) => {
+    let base = Assessment::outdated_for_now();
+    let intent = controller.intent.as_ref();
+    match (intent, reason) {
+        (Some(intent), _) if intent.step == Step::Reboot => reboot(node, intent, agent, None, policy, now),
+        (_, None) => base,
+        (Some(intent), Some(reason)) if matches!(intent.step, Step::Stage | Step::Drain) => {
             let why = if reason == Reason::NotSelected {
-                "the node selector no longer selects it"
+                "no NodeVersion's selector selects it any more"
             } else {
                 "there is no NodeVersion"
             };
@@ -234,10 +293,10 @@ fn wind_down(
 fn stage(node: &NodeView, intent: &Intent, agent: Option<&AgentReport>, policy: &Policy, now: Timestamp) -> Assessment {
     let target = intent.target.clone();
     match agent.and_then(|a| a.finished(&intent.token)) {
-        Some(AgentState::Done) => Assessment::new(Situation::InFlight { step: "drain", since: now }).act(
+        Some(AgentState::Done) => Assessment::new(Situation::InFlight { step: Step::Drain, since: now }).act(
             node,
-            ActionKind::Cordon { target: target.clone() },
-            Reason::Staged,
+            ActionKind::Drain { target: target.clone() },
+            Reason::DrainStarted,
             format!("{target} is staged; cordoning and draining"),
         ),
         Some(_) => {
@@ -254,7 +313,7 @@ fn stage(node: &NodeView, intent: &Intent, agent: Option<&AgentReport>, policy: 
                 );
                 return fail(node, target, Reason::StageTimedOut, message);
             }
-            Assessment::new(Situation::InFlight { step: "stage", since: intent.since }).wake(until)
+            Assessment::new(Situation::InFlight { step: Step::Stage, since: intent.since }).wake(until)
         }
     }
 }
@@ -269,10 +328,10 @@ fn drain(node: &NodeView, intent: &Intent, agent: Option<&AgentReport>, policy: 
                 .and_then(|b| BootId::parse("status.nodeInfo.bootID", b).ok())
                 .or_else(|| agent.and_then(|a| a.boot_id.clone()));
             match boot_id {
-                Some(boot_id_before) => Assessment::new(Situation::InFlight { step: "reboot", since: now }).act(
+                Some(boot_id_before) => Assessment::new(Situation::InFlight { step: Step::Reboot, since: now }).act(
                     node,
                     ActionKind::Reboot { target: target.clone(), boot_id_before },
-                    Reason::Drained,
+                    Reason::RebootRequested,
                     format!("drained; rebooting into {target}"),
                 ),
                 None => fail(
@@ -303,10 +362,10 @@ fn drain(node: &NodeView, intent: &Intent, agent: Option<&AgentReport>, policy: 
                 let message = format!("the drain did not finish within {}{waiting}", human(policy.drain_timeout));
                 return block(node, target, Reason::DrainTimedOut, message);
             }
-            Assessment::new(Situation::InFlight { step: "drain", since: intent.since })
+            Assessment::new(Situation::InFlight { step: Step::Drain, since: intent.since })
                 .act(
                     node,
-                    ActionKind::EnsureDrain,
+                    ActionKind::KeepDraining,
                     Reason::Draining,
                     format!("draining before the reboot into {target}"),
                 )
@@ -315,7 +374,7 @@ fn drain(node: &NodeView, intent: &Intent, agent: Option<&AgentReport>, policy: 
     }
 }
 
-/// A reboot verifies against the intent's own target; `current` is the NodeVersion's target (None
+/// A reboot verifies against the intent's own target; `current` is the rollout's target (None
 /// when winding down) and decides where the node stands once verified.
 fn reboot(
     node: &NodeView,
@@ -335,30 +394,30 @@ fn reboot(
     if node.ready && finished == Some(AgentState::Done) && on_target && new_boot {
         let situation = match current {
             Some(t) if t == target && policy.soak_time.is_positive() => {
-                Situation::InFlight { step: "soak", since: now }
+                Situation::InFlight { step: Step::Done, since: now }
             }
             Some(t) if t == target => Situation::UpToDate,
-            _ => Situation::Outdated { eligible: false },
+            _ => Situation::Outdated { eligible: false, held: None },
         };
         let soaking = matches!(situation, Situation::InFlight { .. });
         let from = before.map_or("?", BootId::as_str);
         let to = agent_boot.map_or("?", BootId::as_str);
         let done = Assessment::new(situation).act(
             node,
-            ActionKind::Complete { target: target.clone() },
+            ActionKind::Done { target: target.clone() },
             Reason::Verified,
             format!("runs {target} after a reboot (boot ID {from} -> {to}); uncordoning"),
         );
         return if soaking { done.wake(deadline(now, policy.soak_time)) } else { done };
     }
     // A failure counts against the rollout of the intent's own target; for a newer target the node
-    // is simply outdated (and, being broken, not eligible).
+    // is simply outdated (and, being broken, not eligible for now).
     let fail_here = |reason: Reason, message: String| {
         let failed = fail(node, target.clone(), reason, message);
         if current == Some(target.as_str()) {
             failed
         } else {
-            Assessment { situation: Situation::Outdated { eligible: false }, ..failed }
+            Assessment { situation: Situation::Outdated { eligible: false, held: None }, ..failed }
         }
     };
     if finished == Some(AgentState::Error) {
@@ -379,7 +438,7 @@ fn reboot(
         );
         return fail_here(Reason::RebootTimedOut, message);
     }
-    Assessment::new(Situation::InFlight { step: "reboot", since: intent.since }).wake(until)
+    Assessment::new(Situation::InFlight { step: Step::Reboot, since: intent.since }).wake(until)
 }
 
 fn fail(node: &NodeView, target: String, reason: Reason, message: String) -> Assessment {
@@ -392,12 +451,8 @@ fn fail(node: &NodeView, target: String, reason: Reason, message: String) -> Ass
 }
 
 fn block(node: &NodeView, target: String, reason: Reason, message: String) -> Assessment {
-    Assessment::new(Situation::Blocked { message: format!("{reason}: {message}"), by_drain: true }).act(
-        node,
-        ActionKind::Block { target },
-        reason,
-        message,
-    )
+    Assessment::new(Situation::Blocked { message: format!("{reason}: {message}"), by_drain: true, holds_slot: false })
+        .act(node, ActionKind::Block { target }, reason, message)
 }
 
 fn agent_message(agent: Option<&AgentReport>) -> String {

@@ -1,58 +1,87 @@
 //! The rollout policy: a pure function from what the controller observes to what it does next.
 //!
 //! [`plan`] takes the nodes (with their annotations and the drain progress the executor knows),
-//! the desired image and the validated [`Policy`], and the time, and returns a [`Plan`]: the
-//! actions to take on nodes, each with its [`Reason`], why other nodes are held back, and the
+//! the NodeVersions as [`Rollout`]s (each with its validated spec, or why it is invalid and the
+//! last valid one), and the time, and returns a [`ClusterPlan`]: one [`Plan`] per rollout with the
+//! actions to take on nodes (each with its [`Reason`]), why other nodes are held back, and the
 //! status to publish. Nothing in this module reads the clock, the environment or a client.
 //!
-//! Composition, in order: (1) each node's own progress ([`assess`]): transitions of in-flight
-//! nodes, timeouts, clean-ups; (2) the gates that stop *new* nodes (no target, invalid spec,
-//! pause, maintenance window, failure budget, stop on drain timeout); (3) the budget (`maxUnavailable`
-//! minus the nodes already unavailable) and the order (control plane first and alone, then
-//! workers by name, the controller's own node last); (4) the status summary.
+//! # Vocabulary
+//! What a node is doing is its intent's [`Step`] (`stage`, `drain`, `reboot`, `done`, `failed`,
+//! `blocked`, or none), the same word everywhere: the annotation, [`InFlight::step`], the
+//! status. An [`ActionKind`] that writes an intent is named after the step it writes
+//! ([`ActionKind::Drain`] writes `intent=drain` and cordons). A [`Reason`] says *why*, and is the
+//! Event reason, the condition reason and the metric label at once.
+//!
+//! # Composition, in order
+//! 1. **Ownership** ([`pools`]): each node belongs to the oldest NodeVersion whose selector
+//!    selects it; a newer NodeVersion that selects it too holds it back (`SelectorOverlap`).
+//! 2. **Each node's own progress** ([`assess`]): transitions of in-flight nodes, timeouts,
+//!    clean-ups, and why an outdated node may not start (its own reason: no agent report,
+//!    NotReady, cordoned by someone else).
+//! 3. **Gates** ([`gates`]), in a fixed order, each of which stops *new* nodes for a whole rollout:
+//!    an invalid spec, `paused`, outside the maintenance window, the failure budget spent, a
+//!    blocked node with `onDrainTimeout: Stop`.
+//! 4. **Selection** ([`selection`]): the budget (`maxUnavailable` minus the nodes already
+//!    unavailable) and the order (control plane first and alone, then workers by name, the
+//!    controller's own node last).
+//! 5. **Summary**: counts, nodes in flight, failed, blocked and held back, for the status.
 //!
 //! # Invariants
-//! - At most `maxUnavailable` selected nodes are in flight or otherwise unavailable (NotReady or
-//!   cordoned) after the plan is applied, counting the ones the plan starts.
-//! - At most one control-plane node is in flight or unavailable, and no worker starts while a
-//!   control-plane node is outdated or in flight.
+//! - At most `maxUnavailable` nodes of a rollout are in flight or otherwise unavailable (NotReady,
+//!   cordoned, or holding an intent the controller cannot read) after the plan is applied,
+//!   counting the ones the plan starts and the nodes no NodeVersion selects that still finish a
+//!   reboot.
+//! - At most one control-plane node is in flight or unavailable across all rollouts, and no worker
+//!   starts while a control-plane node of its rollout is outdated or in flight.
 //! - A node is never started while its annotations are malformed, while someone else cordoned
 //!   it, while it is NotReady, or before its agent has reported.
+//! - An invalid spec never falls back to defaults: nodes in flight finish under the last valid spec
+//!   and nothing new starts; without a last valid spec the rollout touches no node, and nodes no
+//!   NodeVersion selects are left as they are (they might be that rollout's).
 //! - Every node the plan releases, fails or blocks, and every node cordoned by the controller
 //!   outside a disruptive step, is uncordoned by the action (the executor applies it).
+//! - Every outdated node that is not started has a reason: its own ([`Plan::held`]) or its
+//!   rollout's ([`Plan::hold`]), or it waits for a free slot while others are in flight.
 
 mod assess;
 pub mod budget;
 pub mod cron;
+mod gates;
+mod pools;
+mod selection;
 pub mod settings;
 pub mod window;
 
 #[cfg(test)]
+mod simulation;
+#[cfg(test)]
 mod tests;
 
-pub use settings::{NodeSelector, Policy};
+pub use settings::{NodeSelector, Policy, ValidSpec};
 
-use assess::{Assessment, Situation};
+use assess::{Assessment, Owner, Situation};
 use jiff::Timestamp;
-use shared::crd::DrainTimeoutAction;
-use shared::protocol::{AgentReport, BootId, ControllerAnnotations, ProtocolError, Step};
+use shared::protocol::{AgentReport, BootId, ControllerAnnotations, ProtocolError, Step, UnreadableKeys};
 use std::fmt;
-use window::WindowState;
+use std::sync::Arc;
 
 /// A node as the policy sees it.
 #[derive(Debug, Clone)]
 pub struct NodeView {
     pub name: String,
     pub control_plane: bool,
-    /// Whether the NodeVersion's node selector selects it.
-    pub selected: bool,
+    /// The rollouts (indices into the slice given to [`plan`]) whose selector selects the node.
+    pub selected_by: Vec<usize>,
+    /// The node carries the opt-in label; if no NodeVersion selects it, that is said.
+    pub opted_in: bool,
     /// The NodeReady condition is True.
     pub ready: bool,
     /// `spec.unschedulable`.
     pub unschedulable: bool,
     /// `status.nodeInfo.bootID` as the kubelet reports it.
     pub kubelet_boot_id: Option<String>,
-    pub controller: Result<ControllerAnnotations, ProtocolError>,
+    pub controller: Result<ControllerAnnotations, UnreadableKeys>,
     pub agent: Result<AgentReport, ProtocolError>,
     /// What the executor knows of the node's drain.
     pub drain: DrainProgress,
@@ -74,14 +103,34 @@ pub enum DrainProgress {
     Uncordoned,
 }
 
-/// What the controller wants: the image and the validated policy (or why the spec is invalid).
+/// A NodeVersion as the policy sees it. [`plan`] takes them oldest first: a node several select
+/// belongs to the first.
 #[derive(Debug, Clone)]
-pub struct Desired<'a> {
-    /// `spec.image` of the NodeVersion; None when there is no NodeVersion.
-    pub target: Option<&'a str>,
-    pub policy: Result<&'a Policy, &'a [String]>,
-    /// The node the controller runs on; updated last.
-    pub own_node: Option<&'a str>,
+pub struct Rollout {
+    /// The NodeVersion's name, for messages.
+    pub name: String,
+    pub spec: SpecState,
+}
+
+/// The spec a rollout acts on.
+#[derive(Debug, Clone)]
+pub enum SpecState {
+    /// The current generation is valid.
+    Valid(Arc<ValidSpec>),
+    /// The current generation is invalid; each error names its field. Nodes in flight finish under
+    /// `last_valid` (its selector, image and timeouts) and no new node starts. Without a last
+    /// valid spec the rollout selects no node and touches none.
+    Invalid { errors: Vec<String>, last_valid: Option<Arc<ValidSpec>> },
+}
+
+impl SpecState {
+    /// The spec the rollout acts on: the current one, or the last valid one.
+    pub fn acting(&self) -> Option<&Arc<ValidSpec>> {
+        match self {
+            SpecState::Valid(spec) => Some(spec),
+            SpecState::Invalid { last_valid, .. } => last_valid.as_ref(),
+        }
+    }
 }
 
 /// One thing to do to one node.
@@ -93,20 +142,24 @@ pub struct NodeAction {
     pub message: String,
 }
 
-/// The kinds of node actions. Each one that writes is a single merge patch of the Node.
+/// The kinds of node actions. Each one that writes is a single merge patch of the Node; those that
+/// write an intent are named after its [`Step`] (see [`ActionKind::step`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ActionKind {
-    /// Write `intent=stage` for `target` with a fresh token.
+    /// Write `intent=stage` for `target` with a fresh token. Reason: [`Reason::StageRequested`].
     Stage { target: String },
-    /// Cordon (recording `cordoned-by` unless someone else had cordoned it) and write
-    /// `intent=drain`; then start draining.
-    Cordon { target: String },
-    /// Make sure a drain task runs for the node (no write).
-    EnsureDrain,
-    /// Write `intent=reboot` with the boot ID the node has now.
+    /// Cordon (recording `cordoned-by` unless someone else had cordoned it), write
+    /// `intent=drain`, then start draining. Reason: [`Reason::DrainStarted`].
+    Drain { target: String },
+    /// Make sure a drain task runs for the node in the drain step (no write). Reason:
+    /// [`Reason::Draining`].
+    KeepDraining,
+    /// Write `intent=reboot` with the boot ID the node has now. Reason:
+    /// [`Reason::RebootRequested`].
     Reboot { target: String, boot_id_before: BootId },
-    /// Write `intent=done` and uncordon if the controller cordoned it.
-    Complete { target: String },
+    /// Write `intent=done` and uncordon if the controller cordoned it. Reason:
+    /// [`Reason::Verified`].
+    Done { target: String },
     /// Write `intent=failed` with the message, uncordon if the controller cordoned it.
     Fail { target: String },
     /// Write `intent=blocked` with the message, uncordon if the controller cordoned it, stop the
@@ -114,16 +167,62 @@ pub enum ActionKind {
     Block { target: String },
     /// Remove the intent, uncordon if the controller cordoned it, stop the drain.
     Release,
-    /// Uncordon a node the controller cordoned but no longer works on.
+    /// Uncordon a node the controller cordoned but no longer works on. Reason:
+    /// [`Reason::LeftoverCordon`].
     Uncordon,
     /// Touch nothing; report the problem (a Warning Event, once per distinct message).
-    ReportProblem,
+    Report,
 }
 
 impl ActionKind {
     /// Whether the action writes the Node.
     pub fn writes(&self) -> bool {
-        !matches!(self, ActionKind::EnsureDrain | ActionKind::ReportProblem)
+        !matches!(self, ActionKind::KeepDraining | ActionKind::Report)
+    }
+
+    /// The step of the intent the action writes.
+    pub fn step(&self) -> Option<Step> {
+        match self {
+            ActionKind::Stage { .. } => Some(Step::Stage),
+            ActionKind::Drain { .. } => Some(Step::Drain),
+            ActionKind::Reboot { .. } => Some(Step::Reboot),
+            ActionKind::Done { .. } => Some(Step::Done),
+            ActionKind::Fail { .. } => Some(Step::Failed),
+            ActionKind::Block { .. } => Some(Step::Blocked),
+            ActionKind::KeepDraining | ActionKind::Release | ActionKind::Uncordon | ActionKind::Report => None,
+        }
+    }
+
+    /// Whether the action lifts the controller's cordon (if it holds one).
+    pub fn uncordons(&self) -> bool {
+        match self {
+            ActionKind::Done { .. }
+            | ActionKind::Fail { .. }
+            | ActionKind::Block { .. }
+            | ActionKind::Release
+            | ActionKind::Uncordon => true,
+            ActionKind::Stage { .. }
+            | ActionKind::Drain { .. }
+            | ActionKind::KeepDraining
+            | ActionKind::Reboot { .. }
+            | ActionKind::Report => false,
+        }
+    }
+
+    /// The action's name, as the `action` of its Events.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ActionKind::Stage { .. } => "Stage",
+            ActionKind::Drain { .. } => "Drain",
+            ActionKind::KeepDraining => "KeepDraining",
+            ActionKind::Reboot { .. } => "Reboot",
+            ActionKind::Done { .. } => "Done",
+            ActionKind::Fail { .. } => "Fail",
+            ActionKind::Block { .. } => "Block",
+            ActionKind::Release => "Release",
+            ActionKind::Uncordon => "Uncordon",
+            ActionKind::Report => "Report",
+        }
     }
 }
 
@@ -131,11 +230,11 @@ impl ActionKind {
 /// condition reason, a metric label and a log field; `Display` is PascalCase, at most 128 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Reason {
-    // A node's steps.
+    // A node's steps, named after what the controller does.
     StageRequested,
-    Staged,
+    DrainStarted,
     Draining,
-    Drained,
+    RebootRequested,
     Verified,
     // A node's failures.
     StageFailed,
@@ -152,7 +251,14 @@ pub enum Reason {
     NotSelected,
     NoNodeVersion,
     LeftoverCordon,
-    // Why no new node starts.
+    UnreadableIntent,
+    Recovered,
+    // Why an outdated node does not start: its own reason.
+    NoAgentReport,
+    NodeNotReady,
+    CordonedByOther,
+    SelectorOverlap,
+    // Why no new node of a rollout starts.
     Paused,
     OutsideMaintenanceWindow,
     FailureBudgetExhausted,
@@ -163,12 +269,14 @@ pub enum Reason {
     // Rollout summary.
     RollingOut,
     Complete,
+    NodesHeldBack,
     AllNodesUpToDate,
     NodesOutdated,
     NodesFailed,
     NoFailures,
     NodesBlocked,
     NoBlockedNodes,
+    NoOverlap,
 }
 
 impl Reason {
@@ -185,6 +293,11 @@ impl Reason {
                 | Reason::UncordonedWhileDraining
                 | Reason::MalformedAnnotations
                 | Reason::UnsupportedStep
+                | Reason::UnreadableIntent
+                | Reason::NoAgentReport
+                | Reason::NodeNotReady
+                | Reason::CordonedByOther
+                | Reason::SelectorOverlap
                 | Reason::FailureBudgetExhausted
                 | Reason::StoppedOnDrainTimeout
                 | Reason::InvalidSpec
@@ -199,12 +312,25 @@ impl fmt::Display for Reason {
     }
 }
 
+/// Why something does not move: a reason and a message for humans.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub reason: Reason,
+    pub message: String,
+}
+
+impl Hold {
+    pub fn new(reason: Reason, message: impl Into<String>) -> Self {
+        Hold { reason, message: message.into() }
+    }
+}
+
 /// A node being updated, for the status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InFlight {
     pub node: String,
-    /// `stage`, `drain`, `reboot`, or `soak` for a done node keeping its slot.
-    pub step: &'static str,
+    /// `stage`, `drain`, `reboot`, or `done` for a verified node keeping its slot while it soaks.
+    pub step: Step,
     pub since: Timestamp,
     /// What its drain waits on, if it is draining and waits.
     pub waiting_on: Option<String>,
@@ -218,7 +344,15 @@ pub struct Problem {
     pub message: String,
 }
 
-/// Counts of selected nodes; each selected node is in exactly one.
+/// An outdated node held back for a reason of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    pub node: String,
+    pub hold: Hold,
+}
+
+/// Counts of a rollout's nodes; each node it selects is in exactly one of the first five, and
+/// `held_back` counts the outdated nodes held back for a reason of their own.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
     pub total: u32,
@@ -227,204 +361,228 @@ pub struct Counts {
     pub in_progress: u32,
     pub failed: u32,
     pub blocked: u32,
+    pub held_back: u32,
 }
 
-/// The decision of one reconcile.
+/// The decision of one reconcile for one rollout.
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
     pub actions: Vec<NodeAction>,
-    /// Why no (further) node starts, if something holds the rollout back.
-    pub hold: Option<(Reason, String)>,
+    /// Why no (further) node of the rollout starts, if something holds the whole rollout back.
+    pub hold: Option<Hold>,
     pub counts: Counts,
     pub in_flight: Vec<InFlight>,
     pub failed: Vec<Problem>,
     pub blocked: Vec<Problem>,
+    /// Outdated nodes held back for a reason of their own, by name.
+    pub held: Vec<Held>,
+    /// Nodes the rollout selects that an older NodeVersion manages: (node, that NodeVersion).
+    pub overlap: Vec<(String, String)>,
+    /// An outdated node is made ready to start by this round's write (a release, an uncordon).
+    pub preparing: bool,
     /// When to plan again even if nothing changes (a deadline, the end of a soak, a window).
     pub wake_at: Option<Timestamp>,
 }
 
-/// Decides what to do next. See the module documentation for the order of the rules.
-pub fn plan(nodes: &[NodeView], desired: &Desired<'_>, now: Timestamp) -> Plan {
-    let default_policy = Policy::default();
-    // In-flight nodes finish under the default timeouts when the spec is invalid.
-    let policy = desired.policy.unwrap_or(&default_policy);
-    let mut plan = Plan::default();
-    let wake = |at: Option<Timestamp>, plan: &mut Plan| {
+impl Plan {
+    fn wake(&mut self, at: Option<Timestamp>) {
         if let Some(at) = at {
-            plan.wake_at = Some(plan.wake_at.map_or(at, |w| w.min(at)));
+            self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
         }
-    };
-
-    let assessments: Vec<Assessment> =
-        nodes.iter().map(|node| assess::assess(node, desired.target, policy, now)).collect();
-    for a in &assessments {
-        plan.actions.extend(a.action.clone());
-        wake(a.wake_at, &mut plan);
     }
 
-    // The budget counts every selected node that is in flight or unavailable after the actions.
-    let selected: Vec<(&NodeView, &Assessment)> = nodes.iter().zip(&assessments).filter(|(n, _)| n.selected).collect();
-    let unavailable =
-        |(n, a): &(&NodeView, &Assessment)| matches!(a.situation, Situation::InFlight { .. }) || a.unavailable(n);
-    // A node that is no longer selected but still finishing its reboot counts too.
-    let unavailable_count = nodes
+    /// Whether the rollout moves: nodes in flight (started now or before), or an outdated node
+    /// readied for the next round. Marking a node failed or clearing a mark moves nothing.
+    pub fn moves(&self) -> bool {
+        self.counts.in_progress > 0 || self.preparing
+    }
+}
+
+/// The decisions of one reconcile.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterPlan {
+    /// One plan per rollout, in the order given to [`plan`].
+    pub rollouts: Vec<Plan>,
+    /// Nodes no rollout selects: releases, reboots verified to their end, cordons lifted, and the
+    /// opted-in nodes no NodeVersion selects (in `held`). Only its actions, `held` and `wake_at`
+    /// are set.
+    pub unowned: Plan,
+}
+
+impl ClusterPlan {
+    /// Every plan's earliest wake-up.
+    pub fn wake_at(&self) -> Option<Timestamp> {
+        self.rollouts.iter().chain([&self.unowned]).filter_map(|p| p.wake_at).min()
+    }
+}
+
+/// Decides what to do next. See the module documentation for the order of the rules.
+///
+/// `rollouts` must be oldest first; each node's [`NodeView::selected_by`] indexes into it, and
+/// names only rollouts with a spec to act on ([`SpecState::acting`]). `own_node` is the node the
+/// controller runs on (updated last).
+pub fn plan(nodes: &[NodeView], rollouts: &[Rollout], own_node: Option<&str>, now: Timestamp) -> ClusterPlan {
+    let default_policy = Policy::default();
+    let owners = pools::owners(nodes, rollouts);
+    let assessments: Vec<Assessment> = nodes
         .iter()
-        .zip(&assessments)
-        .filter(
-            |(n, a)| {
-                if n.selected { unavailable(&(*n, *a)) } else { matches!(a.situation, Situation::InFlight { .. }) }
+        .zip(&owners)
+        .map(|(node, owner)| match owner {
+            pools::Owner::Rollout(i) => match rollouts[*i].spec.acting() {
+                Some(spec) => assess::assess(node, Owner::Rollout { target: &spec.target }, &spec.policy, now),
+                None => assess::assess(node, Owner::Unknown, &default_policy, now),
             },
-        )
-        .count() as u32;
-    let control_plane_busy = selected.iter().any(|x| x.0.control_plane && unavailable(x));
-    let control_plane_pending = selected.iter().any(|(n, a)| {
-        n.control_plane && matches!(a.situation, Situation::Outdated { .. } | Situation::InFlight { .. })
-    });
+            pools::Owner::Nobody { reason } => {
+                assess::assess(node, Owner::Nobody { reason: *reason }, &default_policy, now)
+            }
+            pools::Owner::Unknown => assess::assess(node, Owner::Unknown, &default_policy, now),
+        })
+        .collect();
 
-    for (node, a) in &selected {
-        match &a.situation {
-            Situation::UpToDate => plan.counts.up_to_date += 1,
-            Situation::Outdated { .. } => plan.counts.outdated += 1,
-            Situation::InFlight { step, since } => {
-                plan.counts.in_progress += 1;
-                let waiting_on = match &node.drain {
-                    DrainProgress::Running { waiting_on } if *step == "drain" => waiting_on.clone(),
-                    _ => None,
-                };
-                plan.in_flight.push(InFlight { node: node.name.clone(), step, since: *since, waiting_on });
-            }
-            Situation::Failed { message } => {
-                plan.counts.failed += 1;
-                plan.failed.push(Problem { node: node.name.clone(), message: message.clone() });
-            }
-            Situation::Blocked { message, .. } => {
-                plan.counts.blocked += 1;
-                plan.blocked.push(Problem { node: node.name.clone(), message: message.clone() });
-            }
+    // What every rollout's budget shares: nodes no NodeVersion selects that still finish a reboot,
+    // and whether a control-plane node anywhere is busy.
+    let mut shared = selection::Shared::default();
+    for ((node, owner), a) in nodes.iter().zip(&owners).zip(&assessments) {
+        let busy = match owner {
+            pools::Owner::Rollout(_) => a.unavailable(node),
+            pools::Owner::Nobody { .. } | pools::Owner::Unknown => a.in_flight(),
+        };
+        if busy && !matches!(owner, pools::Owner::Rollout(_)) {
+            shared.unowned_unavailable += 1;
+        }
+        shared.control_plane_busy |= busy && node.control_plane;
+    }
+
+    let mut cluster = ClusterPlan::default();
+    for (index, rollout) in rollouts.iter().enumerate() {
+        let members: Vec<(&NodeView, &Assessment)> = nodes
+            .iter()
+            .zip(&owners)
+            .zip(&assessments)
+            .filter(|((_, owner), _)| **owner == pools::Owner::Rollout(index))
+            .map(|((n, _), a)| (n, a))
+            .collect();
+        let overlap: Vec<(&NodeView, &str)> = nodes
+            .iter()
+            .zip(&owners)
+            .filter(|(n, owner)| n.selected_by.contains(&index) && **owner != pools::Owner::Rollout(index))
+            .filter_map(|(n, owner)| match owner {
+                pools::Owner::Rollout(older) => Some((n, rollouts[*older].name.as_str())),
+                _ => None,
+            })
+            .collect();
+        cluster.rollouts.push(plan_rollout(rollout, &members, &overlap, &mut shared, own_node, now));
+    }
+    for ((node, owner), a) in nodes.iter().zip(&owners).zip(&assessments) {
+        if matches!(owner, pools::Owner::Rollout(_)) {
+            continue;
+        }
+        cluster.unowned.actions.extend(a.action.clone());
+        cluster.unowned.wake(a.wake_at);
+        if node.opted_in && *owner == (pools::Owner::Nobody { reason: Reason::NotSelected }) {
+            let message =
+                "the node opts in (update.edgeless.systems/managed=true) but no NodeVersion's selector selects it";
+            cluster.unowned.held.push(Held { node: node.name.clone(), hold: Hold::new(Reason::NotSelected, message) });
         }
     }
-    plan.counts.total = selected.len() as u32;
+    cluster
+}
 
-    // Gates for new nodes.
-    let Some(target) = desired.target else {
+/// One rollout: its members' own progress, then the gates, then the selection.
+fn plan_rollout(
+    rollout: &Rollout,
+    members: &[(&NodeView, &Assessment)],
+    overlap: &[(&NodeView, &str)],
+    shared: &mut selection::Shared,
+    own_node: Option<&str>,
+    now: Timestamp,
+) -> Plan {
+    let mut plan = Plan::default();
+    for (_, a) in members {
+        plan.actions.extend(a.action.clone());
+        plan.wake(a.wake_at);
+    }
+    summarize(&mut plan, members);
+    let Some(spec) = rollout.spec.acting() else {
+        // Without a spec to act on the rollout selects no node; the gate says why.
+        plan.hold = gates::closed(rollout, None, &plan.counts, 0, now).map(|(hold, _)| hold);
         return plan;
     };
-    let policy = match desired.policy {
-        Ok(policy) => policy,
-        Err(errors) => {
-            plan.hold = Some((Reason::InvalidSpec, format!("the NodeVersion spec is invalid: {}", errors.join("; "))));
+    for (node, older) in overlap {
+        plan.counts.total += 1;
+        if assess::image(node.agent.as_ref().ok()) == Some(spec.target.as_str()) {
+            plan.counts.up_to_date += 1;
+        } else {
+            plan.counts.outdated += 1;
+            plan.counts.held_back += 1;
+            let message = format!("also selected by the older NodeVersion {older}, which manages it");
+            plan.held.push(Held { node: node.name.clone(), hold: Hold::new(Reason::SelectorOverlap, message) });
+        }
+        plan.overlap.push((node.name.clone(), (*older).to_owned()));
+    }
+    plan.held.sort_by(|a, b| a.node.cmp(&b.node));
+
+    let drain_timeouts =
+        members.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
+    match gates::closed(rollout, Some(spec), &plan.counts, drain_timeouts, now) {
+        // An invalid spec is said even when nothing is outdated; the other gates matter only when
+        // something would start.
+        Some((hold, wake)) if plan.counts.outdated > 0 || hold.reason == Reason::InvalidSpec => {
+            plan.hold = Some(hold);
+            plan.wake(wake);
             return plan;
         }
-    };
-    if plan.counts.outdated == 0 {
-        return plan;
-    }
-    if policy.paused {
-        plan.hold = Some((Reason::Paused, "spec.rollout.paused is true".into()));
-        return plan;
-    }
-    if let Some(window) = &policy.window
-        && let WindowState::Closed { opens_at } = window.state(now)
-    {
-        let when = opens_at.map_or("never".to_owned(), |t| t.to_string());
-        plan.hold = Some((
-            Reason::OutsideMaintenanceWindow,
-            format!(
-                "outside the maintenance window {:?} ({}); it opens next at {when}",
-                window.schedule, window.zone_name
-            ),
-        ));
-        wake(opens_at, &mut plan);
-        return plan;
-    }
-    if plan.counts.failed >= policy.failure_budget {
-        plan.hold = Some((
-            Reason::FailureBudgetExhausted,
-            format!(
-                "{} node(s) failed to update to {target}; the failure budget is {}",
-                plan.counts.failed, policy.failure_budget
-            ),
-        ));
-        return plan;
-    }
-    let drain_timeouts =
-        selected.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
-    if policy.on_drain_timeout == DrainTimeoutAction::Stop && drain_timeouts > 0 {
-        plan.hold = Some((
-            Reason::StoppedOnDrainTimeout,
-            format!("{drain_timeouts} node(s) could not be drained in time and onDrainTimeout is Stop"),
-        ));
-        return plan;
-    }
-    if let Some(window) = &policy.window
-        && let WindowState::Open { closes_at } = window.state(now)
-    {
-        wake(Some(closes_at), &mut plan);
+        _ if plan.counts.outdated == 0 => return plan,
+        _ => plan.wake(gates::next_change(&spec.policy, now)),
     }
 
-    // Budget and order.
-    let mut slots = budget::free_slots(policy.max_unavailable.resolve(plan.counts.total), unavailable_count);
-    let mut candidates: Vec<&NodeView> = selected
-        .iter()
-        .filter(|(_, a)| matches!(a.situation, Situation::Outdated { eligible: true }))
-        .map(|(n, _)| *n)
-        .collect();
-    candidates.sort_by_key(|n| (!n.control_plane, desired.own_node == Some(n.name.as_str()), n.name.clone()));
-    if slots == 0 && plan.counts.in_progress == 0 && !candidates.is_empty() {
-        // Nothing is being updated, yet nothing may start: nodes down or cordoned for other
-        // reasons take the whole budget. Say which, or the rollout just looks stuck.
-        let mut names: Vec<String> = selected
-            .iter()
-            .filter(|(n, a)| a.unavailable(n))
-            .map(|(n, _)| format!("{} ({})", n.name, if n.ready { "cordoned" } else { "NotReady" }))
-            .collect();
-        names.sort();
-        let more = names.len().saturating_sub(5);
-        names.truncate(5);
-        let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
-        plan.hold = Some((
-            Reason::UnavailableNodes,
-            format!(
-                "maxUnavailable ({}) is taken by nodes unavailable for other reasons: {}{tail}",
-                policy.max_unavailable.resolve(plan.counts.total),
-                names.join(", ")
-            ),
-        ));
-    }
-    let mut started_control_plane = false;
-    for node in candidates {
-        if slots == 0 {
-            break;
-        }
-        if node.control_plane {
-            if control_plane_busy || started_control_plane {
-                continue;
-            }
-            started_control_plane = true;
-        } else if control_plane_pending {
-            if plan.hold.is_none() {
-                plan.hold = Some((
-                    Reason::WaitingForControlPlane,
-                    "workers wait until every control-plane node runs the target".into(),
-                ));
-            }
-            break;
-        }
-        slots -= 1;
+    let selected = selection::select(members, spec, shared, own_node);
+    plan.hold = selected.hold;
+    for node in selected.starts {
         plan.counts.outdated -= 1;
         plan.counts.in_progress += 1;
-        plan.in_flight.push(InFlight {
-            node: node.name.clone(),
-            step: Step::Stage.as_str(),
-            since: now,
-            waiting_on: None,
-        });
+        plan.in_flight.push(InFlight { node: node.name.clone(), step: Step::Stage, since: now, waiting_on: None });
         plan.actions.push(NodeAction {
             node: node.name.clone(),
-            kind: ActionKind::Stage { target: target.to_owned() },
+            kind: ActionKind::Stage { target: spec.target.clone() },
             reason: Reason::StageRequested,
-            message: format!("staging {target}"),
+            message: format!("staging {}", spec.target),
         });
     }
     plan
+}
+
+/// Counts each member in its situation, and lists those in flight, failed, blocked and held.
+fn summarize(plan: &mut Plan, members: &[(&NodeView, &Assessment)]) {
+    for (node, a) in members {
+        let name = node.name.clone();
+        match &a.situation {
+            Situation::UpToDate => plan.counts.up_to_date += 1,
+            Situation::Outdated { held, eligible } => {
+                plan.counts.outdated += 1;
+                plan.preparing |= !eligible && held.is_none() && a.action.as_ref().is_some_and(|x| x.kind.writes());
+                if let Some(hold) = held {
+                    plan.counts.held_back += 1;
+                    plan.held.push(Held { node: name, hold: hold.clone() });
+                }
+            }
+            Situation::InFlight { step, since } => {
+                plan.counts.in_progress += 1;
+                let waiting_on = match &node.drain {
+                    DrainProgress::Running { waiting_on } if *step == Step::Drain => waiting_on.clone(),
+                    _ => None,
+                };
+                plan.in_flight.push(InFlight { node: name, step: *step, since: *since, waiting_on });
+            }
+            Situation::Failed { message } => {
+                plan.counts.failed += 1;
+                plan.failed.push(Problem { node: name, message: message.clone() });
+            }
+            Situation::Blocked { message, .. } => {
+                plan.counts.blocked += 1;
+                plan.blocked.push(Problem { node: name, message: message.clone() });
+            }
+        }
+    }
+    plan.counts.total = members.len() as u32;
 }

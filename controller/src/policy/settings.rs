@@ -1,8 +1,12 @@
-//! The rollout policy of a NodeVersion, validated once into typed settings.
+//! A NodeVersion's spec, validated once per generation into typed settings.
 //!
 //! # Guarantees
-//! - `Policy::from_spec` never panics and reports every problem of the spec at once, each naming
-//!   its field, so a user fixes them in one go.
+//! - [`ValidSpec::from_spec`] never panics and reports every problem of the spec at once, each
+//!   starting with its field's path (`spec.image`, `spec.rollout.drainTimeout`, ...), so a user
+//!   fixes them in one go.
+//! - A valid spec's image is a target the node protocol carries as it is
+//!   ([`shared::protocol::parse_target`]): the controller never writes an intent the agent cannot
+//!   read.
 
 use super::budget::MaxUnavailable;
 use super::cron::Cron;
@@ -10,8 +14,8 @@ use super::window::{Window, WindowState};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use shared::crd::{DrainOptions, DrainTimeoutAction, RolloutPolicy};
-use shared::protocol::keys;
+use shared::crd::{DrainOptions, DrainTimeoutAction, LastValidSpec, NodeVersionSpec, RolloutPolicy};
+use shared::protocol::{ProtocolError, keys, parse_target};
 use std::collections::BTreeMap;
 
 /// Defaults, chosen to be safe rather than fast.
@@ -21,6 +25,52 @@ pub const DEFAULT_REBOOT_TIMEOUT: SignedDuration = SignedDuration::from_mins(15)
 pub const DEFAULT_FAILURE_BUDGET: u32 = 1;
 /// Longest maintenance window; longer ones are better written as a schedule that matches more.
 pub const MAX_WINDOW: SignedDuration = SignedDuration::from_hours(168);
+
+/// A NodeVersion spec the controller validated: the image every node should run, the rollout
+/// policy, and the spec as it was written (for `status.lastValidSpec`).
+#[derive(Debug, Clone)]
+pub struct ValidSpec {
+    /// `metadata.generation` of the NodeVersion with this spec.
+    pub generation: i64,
+    pub target: String,
+    pub policy: Policy,
+    pub raw: serde_json::Value,
+}
+
+impl ValidSpec {
+    /// Validates the spec of generation `generation`. `now` is used only to check that a
+    /// maintenance window ever opens.
+    pub fn from_spec(spec: &NodeVersionSpec, generation: i64, now: Timestamp) -> Result<ValidSpec, Vec<String>> {
+        let mut errors = Vec::new();
+        if let Err(error) = parse_target("spec.image", &spec.image) {
+            errors.push(match error {
+                ProtocolError::Malformed { value, reason, .. } => format!("spec.image: {value:?} {reason}"),
+                other => format!("spec.image: {other}"),
+            });
+        }
+        let policy = Policy::from_spec(&spec.rollout, now).map_err(|e| errors.extend(e));
+        match policy {
+            Ok(policy) if errors.is_empty() => {
+                let raw = serde_json::to_value(spec).map_err(|e| vec![format!("spec: cannot be stored: {e}")])?;
+                Ok(ValidSpec { generation, target: spec.image.clone(), policy, raw })
+            }
+            _ => Err(errors),
+        }
+    }
+
+    /// Reads `status.lastValidSpec` back, validating it again (a controller of another version, or
+    /// a human, may have written it).
+    pub fn from_last_valid(last: &LastValidSpec, now: Timestamp) -> Result<ValidSpec, String> {
+        let spec: NodeVersionSpec =
+            serde_json::from_value(last.spec.clone()).map_err(|e| format!("status.lastValidSpec.spec: {e}"))?;
+        ValidSpec::from_spec(&spec, last.generation, now).map_err(|errors| errors.join("; "))
+    }
+
+    /// The status record of this spec.
+    pub fn record(&self) -> LastValidSpec {
+        LastValidSpec { generation: self.generation, spec: self.raw.clone() }
+    }
+}
 
 /// A validated rollout policy.
 #[derive(Debug, Clone)]
@@ -65,17 +115,18 @@ impl Policy {
         match &spec.max_unavailable {
             None => {}
             Some(IntOrString::Int(n)) if *n >= 1 => policy.max_unavailable = MaxUnavailable::Count(*n as u32),
-            Some(IntOrString::Int(n)) => errors.push(format!("rollout.maxUnavailable: {n} is less than 1")),
+            Some(IntOrString::Int(n)) => errors.push(format!("spec.rollout.maxUnavailable: {n} is less than 1")),
             Some(IntOrString::String(s)) => match s.strip_suffix('%').map(str::parse::<u32>) {
                 Some(Ok(p)) if (1..=100).contains(&p) => policy.max_unavailable = MaxUnavailable::Percent(p),
-                _ => errors
-                    .push(format!("rollout.maxUnavailable: {s:?} is neither a count nor a percentage from 1% to 100%")),
+                _ => errors.push(format!(
+                    "spec.rollout.maxUnavailable: {s:?} is neither a count nor a percentage from 1% to 100%"
+                )),
             },
         }
         let mut duration = |field: &str, value: &Option<kube::core::Duration>, default: SignedDuration| match value {
             None => default,
             Some(d) if d.is_negative() => {
-                errors.push(format!("rollout.{field}: {d} is negative"));
+                errors.push(format!("spec.rollout.{field}: {d} is negative"));
                 default
             }
             Some(d) => SignedDuration::try_from(std::time::Duration::from(*d)).unwrap_or(SignedDuration::MAX),
@@ -90,26 +141,27 @@ impl Policy {
             ("rebootTimeout", policy.reboot_timeout),
         ] {
             if value.is_zero() {
-                errors.push(format!("rollout.{field}: must be longer than 0s"));
+                errors.push(format!("spec.rollout.{field}: must be longer than 0s"));
             }
         }
         policy.on_drain_timeout = spec.on_drain_timeout.unwrap_or_default();
         match spec.failure_budget {
             None => {}
             Some(n) if n >= 1 => policy.failure_budget = n as u32,
-            Some(n) => errors.push(format!("rollout.failureBudget: {n} is less than 1")),
+            Some(n) => errors.push(format!("spec.rollout.failureBudget: {n} is less than 1")),
         }
         if let Some(w) = &spec.maintenance_window {
-            let cron = Cron::parse(&w.schedule).map_err(|e| format!("rollout.maintenanceWindow.schedule: {e}"));
+            let cron = Cron::parse(&w.schedule).map_err(|e| format!("spec.rollout.maintenanceWindow.schedule: {e}"));
             let zone_name = w.time_zone.clone().unwrap_or_else(|| "UTC".to_owned());
-            let zone = jiff::tz::TimeZone::get(&zone_name)
-                .map_err(|_| format!("rollout.maintenanceWindow.timeZone: {zone_name:?} is not an IANA time zone"));
+            let zone = jiff::tz::TimeZone::get(&zone_name).map_err(|_| {
+                format!("spec.rollout.maintenanceWindow.timeZone: {zone_name:?} is not an IANA time zone")
+            });
             let length = if w.duration.is_negative() {
-                Err(format!("rollout.maintenanceWindow.duration: {} is negative", w.duration))
+                Err(format!("spec.rollout.maintenanceWindow.duration: {} is negative", w.duration))
             } else {
                 let d = SignedDuration::try_from(std::time::Duration::from(w.duration)).unwrap_or(SignedDuration::MAX);
                 if d.is_zero() || d > MAX_WINDOW {
-                    Err(format!("rollout.maintenanceWindow.duration: {} is not between 1s and 168h", w.duration))
+                    Err(format!("spec.rollout.maintenanceWindow.duration: {} is not between 1s and 168h", w.duration))
                 } else {
                     Ok(d)
                 }
@@ -119,7 +171,7 @@ impl Policy {
                     let window = Window { cron, duration, time_zone, schedule: w.schedule.clone(), zone_name };
                     if window.state(now) == (WindowState::Closed { opens_at: None }) {
                         errors.push(format!(
-                            "rollout.maintenanceWindow.schedule: {:?} never opens in the next 5 years",
+                            "spec.rollout.maintenanceWindow.schedule: {:?} never opens in the next 5 years",
                             w.schedule
                         ));
                     }
@@ -131,7 +183,7 @@ impl Policy {
         if let Some(selector) = &spec.node_selector {
             match NodeSelector::from_label_selector(selector) {
                 Ok(s) => policy.selector = s,
-                Err(e) => errors.push(format!("rollout.nodeSelector: {e}")),
+                Err(e) => errors.push(format!("spec.rollout.nodeSelector: {e}")),
             }
         }
         if errors.is_empty() { Ok(policy) } else { Err(errors) }
@@ -263,16 +315,71 @@ mod tests {
         )
         .unwrap_err();
         for needle in [
-            "rollout.maxUnavailable",
-            "rollout.failureBudget",
-            "rollout.drainTimeout",
-            "rollout.maintenanceWindow.schedule",
-            "rollout.maintenanceWindow.timeZone",
-            "rollout.maintenanceWindow.duration",
-            "rollout.nodeSelector",
+            "spec.rollout.maxUnavailable",
+            "spec.rollout.failureBudget",
+            "spec.rollout.drainTimeout",
+            "spec.rollout.maintenanceWindow.schedule",
+            "spec.rollout.maintenanceWindow.timeZone",
+            "spec.rollout.maintenanceWindow.duration",
+            "spec.rollout.nodeSelector",
         ] {
             assert!(errors.iter().any(|e| e.starts_with(needle)), "{needle} not in {errors:?}");
         }
+    }
+
+    fn node_version_spec(json: serde_json::Value) -> NodeVersionSpec {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn the_image_is_validated_as_the_node_protocol_reads_a_target() {
+        for (image, reason) in [
+            ("v2 ", "white space"),
+            ("\tv2", "control"),
+            ("v2\n", "control"),
+            ("v\u{0}2", "control"),
+            ("\u{a0}v2", "white space"),
+            ("", "empty"),
+        ] {
+            let errors =
+                ValidSpec::from_spec(&node_version_spec(serde_json::json!({"image": image})), 1, now()).unwrap_err();
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert!(errors[0].starts_with("spec.image: ") && errors[0].contains(reason), "{image:?}: {errors:?}");
+        }
+        let spec = ValidSpec::from_spec(&node_version_spec(serde_json::json!({"image": "v 2"})), 7, now()).unwrap();
+        assert_eq!((spec.target.as_str(), spec.generation), ("v 2", 7));
+    }
+
+    #[test]
+    fn image_and_rollout_problems_are_reported_together() {
+        let errors = ValidSpec::from_spec(
+            &node_version_spec(serde_json::json!({"image": "v2 ", "rollout": {"failureBudget": 0}})),
+            1,
+            now(),
+        )
+        .unwrap_err();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[1].starts_with("spec.rollout.failureBudget"), "{errors:?}");
+    }
+
+    #[test]
+    fn a_recorded_spec_reads_back_as_it_was_validated() {
+        let spec = node_version_spec(serde_json::json!({
+            "image": "v2",
+            "rollout": {"drainTimeout": "1h", "nodeSelector": {"matchLabels": {"pool": "a"}}}
+        }));
+        let valid = ValidSpec::from_spec(&spec, 4, now()).unwrap();
+        let record = valid.record();
+        assert_eq!(record.generation, 4);
+        let back = ValidSpec::from_last_valid(&record, now()).unwrap();
+        assert_eq!((back.generation, back.target.as_str()), (4, "v2"));
+        assert_eq!(back.policy.drain_timeout, SignedDuration::from_hours(1));
+        assert_eq!(back.policy.selector, valid.policy.selector);
+        // A record that does not read as a spec, or no longer validates, is refused with a reason.
+        let garbage = LastValidSpec { generation: 2, spec: serde_json::json!({"image": 5}) };
+        assert!(ValidSpec::from_last_valid(&garbage, now()).unwrap_err().starts_with("status.lastValidSpec.spec"));
+        let stale = LastValidSpec { generation: 2, spec: serde_json::json!({"image": "v2 "}) };
+        assert!(ValidSpec::from_last_valid(&stale, now()).unwrap_err().contains("spec.image"));
     }
 
     #[test]

@@ -23,13 +23,14 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{ListParams, PatchParams, PostParams, WatchParams};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use shared::crd::NodeVersion;
 use shared::protocol::keys;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Benchmark a rollout of the simulated cluster with the real update-operator.
@@ -319,13 +320,13 @@ async fn main() -> anyhow::Result<()> {
             if let WatchEvent::Added(n) | WatchEvent::Modified(n) = event {
                 let value = serde_json::to_value(&n).unwrap_or(Value::Null);
                 let drain_started = {
-                    let mut rec = watch_rec.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let mut rec = watch_rec.lock();
                     record(&mut rec, &value, Instant::now())
                 };
                 if let Some(node) = drain_started {
                     // Evicted pods stay on the node until their termination ends, well after this.
                     let evictable = has_evictable_pods(&pods_store, &node);
-                    watch_rec.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drains.push((node, evictable));
+                    watch_rec.lock().drains.push((node, evictable));
                 }
             }
         }
@@ -349,7 +350,7 @@ async fn main() -> anyhow::Result<()> {
         for p in &mut processes {
             p.check_alive()?;
         }
-        let done = recorded.lock().map(|r| r.done.len()).unwrap_or(0);
+        let done = recorded.lock().done.len();
         if done >= nodes.len() {
             completed = true;
             break;
@@ -361,7 +362,7 @@ async fn main() -> anyhow::Result<()> {
             bail!("the rollout did not finish in 6 hours");
         }
     }
-    let rec = std::mem::take(&mut *recorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    let rec = std::mem::take(&mut *recorded.lock());
     let wall = rec.done.iter().map(|(t, _)| *t).max().map_or(0.0, |t| t.duration_since(rollout_start).as_secs_f64());
     let updated = rec.done.len();
     // The ideal: every simulated second of every node's steps, run at full concurrency. A drain

@@ -171,7 +171,7 @@ async fn run(args: Args) -> anyhow::Result<Ending> {
             (id.to_string(), Some(c))
         })
         .collect();
-    let observer = Observer::start(cluster.client(), Limits { max_disrupted: usize::MAX, check_pdbs: true });
+    let observer = Observer::start(cluster.client(), Limits::new(usize::MAX, true));
     let max_unavailable: serde_json::Value = args
         .max_unavailable
         .parse::<i64>()

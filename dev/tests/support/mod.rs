@@ -20,11 +20,13 @@ pub struct HostState {
     pub staged: Option<String>,
 }
 
-/// A host that stages instantly and reboots by flipping its Node's Ready condition and boot ID.
+/// A host that stages quickly and reboots by flipping its Node's Ready condition and boot ID.
 pub struct FakeHost {
     pub node: String,
     pub store: Store,
     pub state: Arc<Mutex<HostState>>,
+    /// How long staging takes.
+    pub stage_time: Duration,
 }
 
 pub fn boot_id(node: &str, boot: u32) -> String {
@@ -51,7 +53,7 @@ impl HostUpdater for FakeHost {
     }
 
     async fn stage(&self, target: &str) -> Result<(), HostError> {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(self.stage_time).await;
         self.state.lock().unwrap().staged = Some(target.to_owned());
         Ok(())
     }
@@ -80,8 +82,42 @@ impl FakeHost {
             node: node.to_owned(),
             store,
             state: Arc::new(Mutex::new(HostState { image: image.to_owned(), boot: 0, staged: None })),
+            stage_time: Duration::from_millis(50),
         }
     }
+
+    /// The same host, staging for `time`.
+    pub fn staging_for(self, time: Duration) -> FakeHost {
+        FakeHost { stage_time: time, ..self }
+    }
+}
+
+/// One agent per node of `names` on fake hosts running `image`, staging for `stage_time`.
+pub fn fake_agents(
+    server: &ApiServer,
+    names: &[&str],
+    image: &str,
+    stage_time: Duration,
+) -> Vec<dev::harness::Component> {
+    names
+        .iter()
+        .map(|name| {
+            let (store, name, image) = (server.store(), name.to_string(), image.to_owned());
+            dev::harness::agent_with(&operator(server), &name.clone(), move || {
+                Ok(FakeHost::new(store, &name, &image).staging_for(stage_time))
+            })
+        })
+        .collect()
+}
+
+/// The NodeVersion `name`'s status (default when it has none).
+pub fn status_of(store: &Store, name: &str) -> shared::crd::NodeVersionStatus {
+    store.api::<NodeVersion>().get(None, name).ok().and_then(|v| v.status).unwrap_or_default()
+}
+
+/// The condition `type_` of `status`: (status, reason, message).
+pub fn condition_of(status: &shared::crd::NodeVersionStatus, type_: &str) -> Option<(String, String, String)> {
+    status.conditions.iter().find(|c| c.type_ == type_).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
 /// A bare API server with the CRDs, what `deploy/operator.yaml` grants (namespace, service

@@ -31,8 +31,9 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct NodeVersionSpec {
     /// Reference of the OS image every node should run (a cloud image reference for replaced
-    /// nodes, an OS version for nodes updated in place).
-    #[schemars(length(min = 1, max = 1024))]
+    /// nodes, an OS version for nodes updated in place). At most 1024 characters, no control
+    /// characters, no white space at either end: the node annotations carry it as it is.
+    #[schemars(schema_with = "image_schema")]
     pub image: String,
     /// Human-readable version of `image`, for display.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -161,6 +162,16 @@ impl DrainOptions {
     }
 }
 
+/// `spec.image` as the node protocol reads a target (`shared::protocol::parse_target`).
+fn image_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": crate::protocol::MAX_TARGET_LEN,
+        "pattern": crate::protocol::TARGET_PATTERN
+    })
+}
+
 fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "type": "string", "pattern": DURATION_PATTERN })
 }
@@ -225,9 +236,45 @@ pub struct NodeVersionStatus {
     /// The nodes being updated now, with their step and since when.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub in_flight: Vec<InFlightNode>,
-    /// `Progressing`, `UpToDate`, `Blocked` and `Failed`, each with a reason.
+    /// Outdated nodes the controller does not start, each with the reason (at most 50; the
+    /// `Progressing` condition counts them all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_back: Vec<HeldBackNode>,
+    /// `Progressing`, `UpToDate`, `Blocked`, `Failed` and `SelectorOverlap`, each with a reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The newest spec the controller found valid and acted on. While a later spec is invalid,
+    /// nodes in flight finish under this one (its selector, timeouts and image) and no new node
+    /// starts; a restarted controller reads it from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_valid_spec: Option<LastValidSpec>,
+}
+
+/// A spec the controller validated, and the generation it had.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastValidSpec {
+    /// `metadata.generation` of the NodeVersion when the spec was this.
+    pub generation: i64,
+    /// The spec as it was (kept as written; the controller validates it again when it reads it).
+    #[schemars(schema_with = "opaque_object_schema")]
+    pub spec: serde_json::Value,
+}
+
+/// An outdated node the controller does not start, and why.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldBackNode {
+    pub name: String,
+    /// Why, in PascalCase (`NoAgentReport`, `NodeNotReady`, `CordonedByOther`,
+    /// `SelectorOverlap`, ...).
+    pub reason: String,
+    pub message: String,
+}
+
+/// An object stored as it is: its fields are not part of the schema.
+fn opaque_object_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
 }
 
 /// A node being updated.
@@ -235,7 +282,7 @@ pub struct NodeVersionStatus {
 #[serde(rename_all = "camelCase")]
 pub struct InFlightNode {
     pub name: String,
-    /// The step of the node's intent (`stage`, `drain`, `reboot`, `done` while soaking).
+    /// The step of the node's intent: `stage`, `drain`, `reboot`, or `done` while it soaks.
     pub step: String,
     /// When the node entered the step.
     pub since: Time,
@@ -263,4 +310,8 @@ pub struct NodeCounts {
     pub failed: i32,
     #[schemars(range(min = 0))]
     pub blocked: i32,
+    /// Of the `outdated` nodes, those held back for a reason of their own (see `heldBack`).
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub held_back: i32,
 }

@@ -17,7 +17,9 @@ pub mod keys;
 pub mod patch;
 mod values;
 
-pub use values::{BootId, ComponentsHash, Token, truncate_to_millis, truncate_to_seconds};
+pub use values::{
+    BootId, ComponentsHash, TARGET_PATTERN, Token, cut, parse_target, truncate_to_millis, truncate_to_seconds,
+};
 
 use jiff::Timestamp;
 use std::collections::BTreeMap;
@@ -156,7 +158,8 @@ pub struct ControllerAnnotations {
     pub cordoned_by_us: bool,
 }
 
-/// Longest target the protocol accepts (cloud image references are long, but not this long).
+/// Longest target the protocol accepts, in characters (cloud image references are long, but not
+/// this long). Characters rather than bytes because the API server counts a CRD's `maxLength` so.
 pub const MAX_TARGET_LEN: usize = 1024;
 /// Longest message written; longer messages are cut at a character boundary when rendered.
 pub const MAX_MESSAGE_LEN: usize = 1024;
@@ -195,6 +198,34 @@ impl ControllerAnnotations {
         })
     }
 
+    /// Like [`ControllerAnnotations::parse`], and when that fails, what can still be told about the
+    /// keys (see [`UnreadableKeys`]).
+    pub fn read(annotations: &BTreeMap<String, String>) -> Result<Self, UnreadableKeys> {
+        let error = match Self::parse(annotations) {
+            Ok(parsed) => return Ok(parsed),
+            Err(error) => error,
+        };
+        let intent_present = annotations.contains_key(keys::INTENT);
+        // Every other key in the form the controller writes: with a target the protocol can read
+        // in its place, the annotations parse.
+        let ours = match error {
+            ProtocolError::Malformed { key: keys::INTENT_TARGET, .. } => {
+                let mut repaired = annotations.clone();
+                repaired.insert(keys::INTENT_TARGET.to_owned(), "unreadable".to_owned());
+                Self::parse(&repaired).ok().and_then(|parsed| {
+                    let intent = parsed.intent?;
+                    Some(OursUnreadable {
+                        step: intent.step,
+                        since: intent.since,
+                        cordoned_by_us: parsed.cordoned_by_us,
+                    })
+                })
+            }
+            _ => None,
+        };
+        Err(UnreadableKeys { error, intent_present, ours })
+    }
+
     /// Every controller key with its value, `None` for keys that must be absent.
     pub fn render(&self) -> Vec<(&'static str, Option<String>)> {
         let intent = self.intent.as_ref();
@@ -208,6 +239,34 @@ impl ControllerAnnotations {
             (keys::CORDONED_BY, self.cordoned_by_us.then(|| keys::CORDONED_BY_VALUE.to_owned())),
         ]
     }
+}
+
+/// Controller keys that [`ControllerAnnotations::parse`] rejects, with what can still be told
+/// about them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableKeys {
+    pub error: ProtocolError,
+    /// The `intent` key is present: the node may be in the middle of a step.
+    pub intent_present: bool,
+    /// Set when every key but `intent-target` is in the form the controller writes: an intent of
+    /// ours whose target neither side can read (a controller that did not validate `spec.image`
+    /// wrote it). Removing it is safe: no agent acts on an intent it cannot read.
+    pub ours: Option<OursUnreadable>,
+}
+
+impl fmt::Display for UnreadableKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+/// What is known of an intent of ours with an unreadable target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OursUnreadable {
+    pub step: Step,
+    pub since: Timestamp,
+    /// `cordoned-by` is ours: the controller cordoned the node and uncordons it when it lets go.
+    pub cordoned_by_us: bool,
 }
 
 /// How far the agent got with the intent named by [`AgentReport::token`]. Written by the agent.

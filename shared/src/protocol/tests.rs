@@ -142,6 +142,57 @@ fn malformed_and_missing_values_are_typed_errors() {
 }
 
 #[test]
+fn an_intent_of_ours_with_an_unreadable_target_is_told_apart_from_garbage() {
+    let ours = annotations(&[
+        (keys::INTENT, "stage"),
+        (keys::INTENT_TARGET, "v2 "),
+        (keys::INTENT_TOKEN, "abc"),
+        (keys::INTENT_SINCE, "2026-11-21T10:00:00.250Z"),
+        (keys::CORDONED_BY, keys::CORDONED_BY_VALUE),
+    ]);
+    let unreadable = ControllerAnnotations::read(&ours).unwrap_err();
+    assert!(matches!(unreadable.error, ProtocolError::Malformed { key: keys::INTENT_TARGET, .. }));
+    assert!(unreadable.intent_present);
+    assert_eq!(
+        unreadable.ours,
+        Some(OursUnreadable {
+            step: Step::Stage,
+            since: "2026-11-21T10:00:00.250Z".parse().unwrap(),
+            cordoned_by_us: true
+        })
+    );
+    // Another defect besides the target: not in the form the controller writes.
+    let mut two_defects = ours.clone();
+    two_defects.insert(keys::INTENT_TOKEN.into(), "ABC".into());
+    let unreadable = ControllerAnnotations::read(&two_defects).unwrap_err();
+    assert_eq!((unreadable.intent_present, unreadable.ours), (true, None));
+    let garbage = ControllerAnnotations::read(&annotations(&[(keys::INTENT, "explode")])).unwrap_err();
+    assert_eq!((garbage.intent_present, garbage.ours), (true, None));
+    let foreign_cordon = ControllerAnnotations::read(&annotations(&[(keys::CORDONED_BY, "x")])).unwrap_err();
+    assert_eq!((foreign_cordon.intent_present, foreign_cordon.ours), (false, None));
+    assert_eq!(ControllerAnnotations::read(&BTreeMap::new()), Ok(ControllerAnnotations::default()));
+}
+
+#[test]
+fn targets_are_counted_in_characters_as_the_api_server_counts_max_length() {
+    assert!(parse_target("k", &"é".repeat(MAX_TARGET_LEN)).is_ok());
+    assert!(parse_target("k", &"é".repeat(MAX_TARGET_LEN + 1)).is_err());
+    for bad in ["v2 ", " v2", "v2\n", "\u{a0}v2", "v2\u{3000}", "v\u{85}2", "a\u{7f}b", ""] {
+        assert!(parse_target("k", bad).is_err(), "{bad:?}");
+    }
+    for good in ["v2", "a b", "Bottlerocket OS 1.20.3 (aws-k8s-1.29)", "é"] {
+        assert!(parse_target("k", good).is_ok(), "{good:?}");
+    }
+}
+
+#[test]
+fn cut_keeps_whole_characters() {
+    assert_eq!(cut("héllo", 2), "h");
+    assert_eq!(cut("héllo", 3), "hé");
+    assert_eq!(cut("héllo", 100), "héllo");
+}
+
+#[test]
 fn a_report_about_another_token_is_stale() {
     let t1 = Token::parse("k", "t1").unwrap();
     let t2 = Token::parse("k", "t2").unwrap();
@@ -243,6 +294,30 @@ proptest! {
         let a: BTreeMap<String, String> = pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         let _ = ControllerAnnotations::parse(&a);
         let _ = AgentReport::parse(&a);
+    }
+
+    /// The CRD pattern of `spec.image` (with its `maxLength`) and the protocol accept the same
+    /// strings, so the API server refuses every image the agent could not read. The strings mix
+    /// the characters where the two could differ: Unicode white space, controls, separators.
+    #[test]
+    fn the_target_pattern_accepts_exactly_what_the_protocol_parses(
+        chars in proptest::collection::vec(
+            proptest::prop_oneof![
+                proptest::sample::select(vec![
+                    ' ', '\t', '\n', '\r', '\u{b}', '\u{c}', '\u{85}', '\u{a0}', '\u{1680}', '\u{2000}',
+                    '\u{200a}', '\u{200b}', '\u{2028}', '\u{2029}', '\u{202f}', '\u{205f}', '\u{3000}',
+                    '\u{feff}', '\u{0}', '\u{1f}', '\u{7f}', '\u{9f}', '\u{ad}',
+                ]),
+                proptest::char::any(),
+                proptest::char::range('a', 'z'),
+            ],
+            0..6,
+        )
+    ) {
+        let value: String = chars.into_iter().collect();
+        let pattern = regex::Regex::new(TARGET_PATTERN).unwrap();
+        let crd_accepts = pattern.is_match(&value) && value.chars().count() <= MAX_TARGET_LEN;
+        prop_assert_eq!(crd_accepts, parse_target("k", &value).is_ok(), "{:?}", value);
     }
 
     #[test]

@@ -103,14 +103,23 @@ impl fmt::Display for ComponentsHash {
     }
 }
 
-/// An image reference, version or OS name: non-empty, at most [`super::MAX_TARGET_LEN`] bytes,
-/// no control characters and no surrounding white space.
-pub(super) fn parse_target(key: &'static str, value: &str) -> Result<String> {
+/// A regular expression (RE2 and Rust `regex` syntax) that matches exactly the non-empty strings
+/// [`parse_target`] accepts, up to the length limit: no control character (`\p{Cc}`) anywhere,
+/// and no white space at either end. Unicode white space is the control characters `\t\n\v\f\r`
+/// and U+0085 together with the separators `\p{Z}`, so "not white space and not a control
+/// character" is `[^\p{Z}\p{Cc}]`. The CRD's `spec.image` carries this pattern with
+/// `maxLength` [`super::MAX_TARGET_LEN`], so the API server refuses what the protocol could not carry.
+pub const TARGET_PATTERN: &str = r"^[^\p{Z}\p{Cc}]([^\p{Cc}]*[^\p{Z}\p{Cc}])?$";
+
+/// An image reference, version or OS name: non-empty, at most [`super::MAX_TARGET_LEN`]
+/// characters (as the API server counts `maxLength`), no control characters and no surrounding
+/// white space.
+pub fn parse_target(key: &'static str, value: &str) -> Result<String> {
     if value.is_empty() {
         return Err(malformed(key, value, "must not be empty"));
     }
-    if value.len() > super::MAX_TARGET_LEN {
-        return Err(malformed(key, value, "longer than 1024 bytes"));
+    if value.chars().count() > super::MAX_TARGET_LEN {
+        return Err(malformed(key, value, "longer than 1024 characters"));
     }
     if value.chars().any(char::is_control) {
         return Err(malformed(key, value, "contains control characters"));
@@ -142,14 +151,19 @@ pub fn truncate_to_seconds(ts: Timestamp) -> Timestamp {
     Timestamp::from_second(ts.as_second()).unwrap_or(ts)
 }
 
-/// Cuts a message to [`super::MAX_MESSAGE_LEN`] bytes at a character boundary.
-pub(super) fn cut_message(message: &str) -> String {
-    if message.len() <= super::MAX_MESSAGE_LEN {
-        return message.to_owned();
+/// Cuts `text` to at most `max` bytes at a character boundary (annotation messages, Event notes).
+pub fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
     }
-    let mut end = super::MAX_MESSAGE_LEN;
-    while !message.is_char_boundary(end) {
+    let mut end = max;
+    while !text.is_char_boundary(end) {
         end -= 1;
     }
-    message[..end].to_owned()
+    &text[..end]
+}
+
+/// Cuts a message to [`super::MAX_MESSAGE_LEN`] bytes at a character boundary.
+pub(super) fn cut_message(message: &str) -> String {
+    cut(message, super::MAX_MESSAGE_LEN).to_owned()
 }

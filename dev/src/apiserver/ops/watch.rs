@@ -249,7 +249,7 @@ impl WatchSession {
                 self.phase = Phase::Done;
                 None
             }
-            () = sleep_until_option(bookmark_at) => {
+            () = tokio::time::sleep_until(bookmark_at.unwrap_or_else(Instant::now)), if bookmark_at.is_some() => {
                 self.schedule_bookmark();
                 self.queue_bookmark();
                 None
@@ -272,12 +272,5 @@ impl WatchSession {
         if rv >= self.start_rv {
             self.pending_bookmark = Some(rv);
         }
-    }
-}
-
-async fn sleep_until_option(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

@@ -1,0 +1,145 @@
+//! Gates: the rules that stop a whole rollout from starting new nodes. They are checked in a fixed
+//! order ([`GATES`]); the first closed one is the rollout's hold, its reason the `Progressing`
+//! condition's reason and an Event on the NodeVersion. Nodes in flight finish either way.
+
+use super::window::WindowState;
+use super::{Counts, Hold, Policy, Reason, Rollout, SpecState, ValidSpec};
+use jiff::Timestamp;
+use shared::crd::DrainTimeoutAction;
+
+/// What the gates look at.
+struct Context<'a> {
+    rollout: &'a Rollout,
+    /// The spec the rollout acts on (None: no valid spec is known).
+    spec: Option<&'a ValidSpec>,
+    counts: &'a Counts,
+    /// Nodes blocked because their drain timed out or failed.
+    drain_timeouts: usize,
+    now: Timestamp,
+}
+
+/// A closed gate: why, and when it may open on its own.
+type Closed = (Hold, Option<Timestamp>);
+
+/// The gates, in the order they are checked (the first closed one wins):
+const GATES: [fn(&Context<'_>) -> Option<Closed>; 5] = [
+    // the current spec is invalid: nothing new until it is fixed;
+    invalid_spec,
+    // spec.rollout.paused;
+    paused,
+    // outside the maintenance window (opens again on its own);
+    outside_window,
+    // as many nodes failed for this target as the failure budget allows;
+    failure_budget,
+    // a drain timed out and onDrainTimeout is Stop.
+    stop_on_drain_timeout,
+];
+
+/// The first closed gate of `rollout`, if any.
+pub(super) fn closed(
+    rollout: &Rollout,
+    spec: Option<&ValidSpec>,
+    counts: &Counts,
+    drain_timeouts: usize,
+    now: Timestamp,
+) -> Option<Closed> {
+    let context = Context { rollout, spec, counts, drain_timeouts, now };
+    GATES.iter().find_map(|gate| gate(&context))
+}
+
+/// When an open gate may close on its own: the end of the current maintenance window.
+pub(super) fn next_change(policy: &Policy, now: Timestamp) -> Option<Timestamp> {
+    match policy.window.as_ref()?.state(now) {
+        WindowState::Open { closes_at } => Some(closes_at),
+        WindowState::Closed { .. } => None,
+    }
+}
+
+fn invalid_spec(c: &Context<'_>) -> Option<Closed> {
+    let SpecState::Invalid { errors, .. } = &c.rollout.spec else { return None };
+    let consequence = match c.spec {
+        Some(spec) => format!(
+            "no node starts; nodes in flight finish under generation {} (image {})",
+            spec.generation, spec.target
+        ),
+        None => "no earlier valid spec is known, so this NodeVersion touches no node".to_owned(),
+    };
+    let message = format!("the NodeVersion spec is invalid: {}; {consequence}", errors.join("; "));
+    Some((Hold::new(Reason::InvalidSpec, message), None))
+}
+
+fn paused(c: &Context<'_>) -> Option<Closed> {
+    c.spec?.policy.paused.then(|| (Hold::new(Reason::Paused, "spec.rollout.paused is true"), None))
+}
+
+fn outside_window(c: &Context<'_>) -> Option<Closed> {
+    let window = c.spec?.policy.window.as_ref()?;
+    let WindowState::Closed { opens_at } = window.state(c.now) else { return None };
+    let when = opens_at.map_or("never".to_owned(), |t| t.to_string());
+    let message =
+        format!("outside the maintenance window {:?} ({}); it opens next at {when}", window.schedule, window.zone_name);
+    Some((Hold::new(Reason::OutsideMaintenanceWindow, message), opens_at))
+}
+
+fn failure_budget(c: &Context<'_>) -> Option<Closed> {
+    let spec = c.spec?;
+    (c.counts.failed >= spec.policy.failure_budget).then(|| {
+        let message = format!(
+            "{} node(s) failed to update to {}; the failure budget is {}",
+            c.counts.failed, spec.target, spec.policy.failure_budget
+        );
+        (Hold::new(Reason::FailureBudgetExhausted, message), None)
+    })
+}
+
+fn stop_on_drain_timeout(c: &Context<'_>) -> Option<Closed> {
+    (c.spec?.policy.on_drain_timeout == DrainTimeoutAction::Stop && c.drain_timeouts > 0).then(|| {
+        let message = format!("{} node(s) could not be drained in time and onDrainTimeout is Stop", c.drain_timeouts);
+        (Hold::new(Reason::StoppedOnDrainTimeout, message), None)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::tests::{rollout_with, t};
+
+    fn counts(failed: u32) -> Counts {
+        Counts { total: 3, outdated: 2, failed, ..Default::default() }
+    }
+
+    #[test]
+    fn every_gate_is_open_for_a_plain_valid_spec() {
+        let rollout = rollout_with(Policy::default());
+        let spec = rollout.spec.acting().cloned();
+        assert_eq!(closed(&rollout, spec.as_deref(), &counts(0), 0, t(0)), None);
+    }
+
+    #[test]
+    fn the_first_closed_gate_in_order_wins() {
+        let rollout =
+            rollout_with(Policy { paused: true, on_drain_timeout: DrainTimeoutAction::Stop, ..Policy::default() });
+        let spec = rollout.spec.acting().cloned();
+        // Paused, the budget spent and a drain timeout with Stop: Paused comes first.
+        let (hold, _) = closed(&rollout, spec.as_deref(), &counts(1), 1, t(0)).unwrap();
+        assert_eq!(hold.reason, Reason::Paused);
+        // An invalid spec comes before everything, and says the last valid one still finishes.
+        let invalid = Rollout {
+            name: "v".into(),
+            spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: spec.clone() },
+        };
+        let (hold, _) = closed(&invalid, spec.as_deref(), &counts(1), 1, t(0)).unwrap();
+        assert_eq!(hold.reason, Reason::InvalidSpec);
+        assert!(hold.message.contains("spec.image: bad") && hold.message.contains("generation 1"), "{}", hold.message);
+        let unknown =
+            Rollout { name: "v".into(), spec: SpecState::Invalid { errors: vec!["x".into()], last_valid: None } };
+        let (hold, _) = closed(&unknown, None, &counts(0), 0, t(0)).unwrap();
+        assert!(hold.message.contains("touches no node"), "{}", hold.message);
+    }
+
+    #[test]
+    fn without_a_spec_only_the_invalid_spec_gate_can_close() {
+        let valid = rollout_with(Policy::default());
+        assert_eq!(closed(&valid, None, &counts(5), 5, t(0)), None);
+    }
+}

@@ -1,0 +1,432 @@
+//! Whole rollouts, the way Cluster API tests its rollout planner (`Test_RollingUpdateSequences`):
+//! the policy plans, the executor's own transitions ([`next_state`], [`drain_effect`]) apply the
+//! actions, and simulated agents, drains and reboots act one event at a time in a seeded random
+//! order. The invariants are checked after every plan, and a rollout can be told as a narrative
+//! that is compared with a golden file under `testdata/` (run with `UPDATE_GOLDEN=1` to rewrite
+//! them after a deliberate change, and review the diff).
+
+use super::tests::{TARGET, cp, node, t, valid_spec};
+use super::*;
+use crate::executor::{DrainEffect, drain_effect, next_state};
+use crate::status;
+use jiff::SignedDuration;
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use shared::protocol::{AgentState, Token};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+/// What a simulated host does wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// The agent cannot stage the image.
+    StageFails,
+    /// The host does not come back from its reboot until this time, then runs the target.
+    RebootLate { back_at: Timestamp },
+}
+
+/// A simulated cluster and the controller's view of it.
+struct Sim {
+    nodes: Vec<NodeView>,
+    rollouts: Vec<Rollout>,
+    rng: ChaCha8Rng,
+    start: Timestamp,
+    now: Timestamp,
+    tokens: u64,
+    boots: u64,
+    faults: HashMap<String, Fault>,
+    /// A stage fails with this chance (percent), besides the faults.
+    stage_failure_percent: u64,
+    /// The narrative, when the rollout is told.
+    story: Option<String>,
+    last_hold: Vec<Option<Hold>>,
+    last_progressing: Vec<(String, String)>,
+}
+
+impl Sim {
+    fn new(seed: u64, nodes: Vec<NodeView>, rollouts: Vec<Rollout>) -> Sim {
+        let n = rollouts.len();
+        Sim {
+            nodes,
+            rollouts,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            start: t(0),
+            now: t(0),
+            tokens: 0,
+            boots: 0,
+            faults: HashMap::new(),
+            stage_failure_percent: 0,
+            story: None,
+            last_hold: vec![None; n],
+            last_progressing: vec![Default::default(); n],
+        }
+    }
+
+    fn told(mut self) -> Sim {
+        self.story = Some(String::new());
+        self
+    }
+
+    fn tell(&mut self, line: String) {
+        let at = self.now.duration_since(self.start).as_secs();
+        if let Some(story) = &mut self.story {
+            let _ = writeln!(story, "[t+{at}s] {line}");
+        }
+    }
+
+    fn random(&mut self, below: u64) -> u64 {
+        self.rng.next_u64() % below.max(1)
+    }
+
+    /// Plans once and applies the plan as the executor does; returns the plan.
+    fn plan_and_apply(&mut self) -> ClusterPlan {
+        let cluster = plan(&self.nodes, &self.rollouts, None, self.now);
+        for (i, p) in cluster.rollouts.iter().enumerate() {
+            if self.last_hold[i] != p.hold {
+                let line = match &p.hold {
+                    Some(h) => format!("rollout {} held: {}\n    - {}", self.rollouts[i].name, h.reason, h.message),
+                    None => format!("rollout {} no longer held", self.rollouts[i].name),
+                };
+                self.tell(line);
+                self.last_hold[i] = p.hold.clone();
+            }
+        }
+        let actions: Vec<NodeAction> =
+            cluster.rollouts.iter().chain([&cluster.unowned]).flat_map(|p| p.actions.clone()).collect();
+        for action in &actions {
+            self.apply(action);
+        }
+        for n in &mut self.nodes {
+            // The reconciler stops the drains of nodes that left the drain step.
+            let draining =
+                n.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Drain));
+            if !draining {
+                n.drain = DrainProgress::NotRunning;
+            }
+        }
+        for (i, p) in cluster.rollouts.iter().enumerate() {
+            let status = status::compute(p, &self.rollouts[i], Some(1), None, self.now);
+            let progressing = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == status::PROGRESSING)
+                .map(|c| (format!("{}={}", c.status, c.reason), c.message.clone()));
+            if let Some((state, message)) = progressing
+                && self.last_progressing[i].0 != state
+            {
+                self.tell(format!("status Progressing={}: {message}", state.replacen('=', " ", 1)));
+                self.last_progressing[i] = (state, message);
+            }
+        }
+        cluster
+    }
+
+    /// Applies one action with the executor's transitions.
+    fn apply(&mut self, action: &NodeAction) {
+        if !matches!(action.kind, ActionKind::KeepDraining) {
+            self.tell(format!("{}: {} ({})\n    - {}", action.node, action.kind.name(), action.reason, action.message));
+        }
+        self.tokens += 1;
+        let token = Token::from_u64(self.tokens);
+        let now = self.now;
+        let Some(n) = self.nodes.iter_mut().find(|n| n.name == action.node) else { return };
+        let current = match &n.controller {
+            Ok(c) => c.clone(),
+            Err(u) => match (u.ours, &action.kind) {
+                (Some(ours), ActionKind::Release) => {
+                    ControllerAnnotations { intent: None, cordoned_by_us: ours.cordoned_by_us }
+                }
+                _ => return,
+            },
+        };
+        let (next, unschedulable) = next_state(&current, n.unschedulable, action, token, now);
+        n.controller = Ok(next);
+        n.unschedulable = unschedulable;
+        match drain_effect(&action.kind) {
+            DrainEffect::Start if n.drain == DrainProgress::NotRunning => {
+                n.drain = DrainProgress::Running { waiting_on: None };
+            }
+            DrainEffect::Stop => n.drain = DrainProgress::NotRunning,
+            DrainEffect::Start | DrainEffect::None => {}
+        }
+    }
+
+    /// The nodes on which the world can do something now.
+    fn pending(&mut self) -> Vec<usize> {
+        (0..self.nodes.len()).filter(|&i| self.world_event(i, false)).collect()
+    }
+
+    /// The next time a fault ends on its own.
+    fn next_fault_end(&self) -> Option<Timestamp> {
+        self.faults
+            .values()
+            .filter_map(|f| match f {
+                Fault::RebootLate { back_at } if *back_at > self.now => Some(*back_at),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// What agents, drains and reboots do on their own: one event on node `i` (`act`), or just
+    /// whether there is one.
+    fn world_event(&mut self, i: usize, act: bool) -> bool {
+        let fault = self.faults.get(&self.nodes[i].name).copied();
+        let fails = act && self.stage_failure_percent > 0 && self.random(100) < self.stage_failure_percent;
+        let now = self.now;
+        let n = &mut self.nodes[i];
+        let Ok(controller) = &n.controller else { return false };
+        let intent = controller.intent.clone();
+        let Ok(agent) = &mut n.agent else { return false };
+        let step = intent.as_ref().map(|i| i.step);
+        let event = match (step, &fault) {
+            (_, Some(Fault::RebootLate { back_at })) if !n.ready && now >= *back_at => "back",
+            (_, Some(Fault::RebootLate { .. })) if !n.ready => return false,
+            (Some(Step::Stage), _) if agent.token.as_ref() != intent.as_ref().map(|i| &i.token) => "stage",
+            (Some(Step::Drain), _) if matches!(n.drain, DrainProgress::Running { .. }) => "drained",
+            (Some(Step::Reboot), _) if n.ready && agent.token.as_ref() != intent.as_ref().map(|i| &i.token) => "down",
+            (Some(Step::Reboot), _) if !n.ready => "back",
+            _ => return false,
+        };
+        if !act {
+            return true;
+        }
+        let name = n.name.clone();
+        let line = match (event, intent) {
+            ("stage", Some(intent)) => {
+                agent.token = Some(intent.token.clone());
+                if fails || fault == Some(Fault::StageFails) {
+                    agent.state = Some(AgentState::Error);
+                    agent.message = Some("sha256 mismatch".into());
+                    format!("world: the agent of {name} could not stage {}", intent.target)
+                } else {
+                    agent.state = Some(AgentState::Done);
+                    format!("world: the agent of {name} staged {}", intent.target)
+                }
+            }
+            ("drained", _) => {
+                n.drain = DrainProgress::Drained;
+                format!("world: the drain of {name} finished")
+            }
+            ("down", _) => {
+                n.ready = false;
+                format!("world: {name} went down to reboot")
+            }
+            (_, intent) => {
+                self.boots += 1;
+                let new = format!("b{}", self.boots);
+                let target = intent.as_ref().map_or(TARGET.to_owned(), |i| i.target.clone());
+                n.ready = true;
+                n.kubelet_boot_id = Some(new.clone());
+                agent.boot_id = Some(BootId::parse("k", &new).unwrap());
+                agent.os_image = Some(target.clone());
+                if let Some(intent) = intent.filter(|i| i.step == Step::Reboot) {
+                    agent.token = Some(intent.token.clone());
+                    agent.state = Some(AgentState::Done);
+                }
+                format!("world: {name} came back on {target} (boot ID {new})")
+            }
+        };
+        self.tell(line);
+        true
+    }
+
+    /// Runs until nothing moves and nothing is pending; checks `check` after every plan. Returns
+    /// the last plan.
+    fn run(&mut self, mut check: impl FnMut(&Sim, &ClusterPlan)) -> ClusterPlan {
+        for _ in 0..20_000 {
+            let cluster = self.plan_and_apply();
+            check(self, &cluster);
+            let pending = self.pending();
+            if !pending.is_empty() {
+                for _ in 0..(1 + self.random(3)) {
+                    let pending = self.pending();
+                    if pending.is_empty() {
+                        break;
+                    }
+                    let i = pending[self.random(pending.len() as u64) as usize];
+                    self.world_event(i, true);
+                }
+                self.now = self.now.checked_add(SignedDuration::from_secs(1)).unwrap();
+                continue;
+            }
+            let moves =
+                cluster.rollouts.iter().chain([&cluster.unowned]).any(|p| p.actions.iter().any(|a| a.kind.writes()));
+            if moves {
+                self.now = self.now.checked_add(SignedDuration::from_secs(1)).unwrap();
+                continue;
+            }
+            match [cluster.wake_at(), self.next_fault_end()].into_iter().flatten().min() {
+                Some(next) => self.now = next.max(self.now.checked_add(SignedDuration::from_secs(1)).unwrap()),
+                None => {
+                    self.tell("settled".into());
+                    return cluster;
+                }
+            }
+        }
+        panic!("the rollout did not settle within 20000 rounds");
+    }
+
+    fn disrupted(&self) -> Vec<&NodeView> {
+        self.nodes
+            .iter()
+            .filter(|n| {
+                n.unschedulable
+                    || !n.ready
+                    || n.controller
+                        .as_ref()
+                        .is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step.disrupts() || i.step == Step::Stage))
+            })
+            .collect()
+    }
+}
+
+/// 3 control-plane nodes and 12 workers.
+fn cluster_of_fifteen() -> Vec<NodeView> {
+    (0..3).map(|i| cp(&format!("cp{i}"))).chain((0..12).map(|i| node(&format!("w{i:02}")))).collect()
+}
+
+fn one_rollout(policy: Policy) -> Vec<Rollout> {
+    vec![Rollout { name: "nv".into(), spec: SpecState::Valid(valid_spec(TARGET, 1, policy)) }]
+}
+
+/// Runs a seeded rollout and checks, after every plan, the budget and the control-plane rule.
+fn checked_rollout(seed: u64, max: u32, stage_failure_percent: u64) -> (Vec<NodeView>, Plan) {
+    let policy =
+        Policy { max_unavailable: budget::MaxUnavailable::Count(max), failure_budget: 100, ..Policy::default() };
+    let mut sim = Sim::new(seed, cluster_of_fifteen(), one_rollout(policy));
+    sim.stage_failure_percent = stage_failure_percent;
+    let last = sim.run(|sim, cluster| {
+        let disrupted = sim.disrupted();
+        assert!(disrupted.len() as u32 <= max, "seed {seed}: {} nodes disrupted with max {max}", disrupted.len());
+        assert!(
+            disrupted.iter().filter(|n| n.control_plane).count() <= 1,
+            "seed {seed}: two control-plane nodes disrupted"
+        );
+        let p = &cluster.rollouts[0];
+        let s = status::compute(p, &sim.rollouts[0], Some(1), None, sim.now);
+        let progressing = s.conditions.iter().find(|c| c.type_ == status::PROGRESSING).unwrap();
+        if progressing.reason == "Complete" {
+            assert_eq!(p.counts.up_to_date, p.counts.total, "seed {seed}: Complete with {:?}", p.counts);
+        }
+    });
+    (sim.nodes, last.rollouts.into_iter().next().unwrap())
+}
+
+#[test]
+fn whole_rollouts_keep_every_invariant_in_any_order() {
+    for seed in 0..40 {
+        for max in [1, 3] {
+            let (nodes, p) = checked_rollout(seed, max, 0);
+            assert_eq!(p.counts.up_to_date, 15, "seed {seed}");
+            assert!(nodes.iter().all(|n| !n.unschedulable), "seed {seed}: a node left cordoned");
+        }
+    }
+}
+
+#[test]
+fn rollouts_with_failing_agents_end_with_every_node_accounted_for_and_uncordoned() {
+    for seed in 0..40 {
+        let (nodes, p) = checked_rollout(seed, 2, 20);
+        assert_eq!(p.counts.up_to_date + p.counts.failed, 15, "seed {seed}: {:?}", p.counts);
+        assert!(nodes.iter().all(|n| !n.unschedulable), "seed {seed}: a node left cordoned");
+    }
+}
+
+// ---- narratives ----
+
+/// Compares `story` with `testdata/NAME.golden`, or writes it there with `UPDATE_GOLDEN=1`.
+fn golden(name: &str, story: &str) {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/policy/testdata").join(format!("{name}.golden"));
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, story).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1 to create it)", path.display()));
+    if want != story {
+        panic!(
+            "the {name} rollout tells another story than {} (run with UPDATE_GOLDEN=1 to accept it):\n{story}",
+            path.display()
+        );
+    }
+}
+
+/// A control-plane node and three workers, two at a time.
+fn small_cluster() -> Vec<NodeView> {
+    vec![cp("cp0"), node("w1"), node("w2"), node("w3")]
+}
+
+fn two_at_a_time() -> Policy {
+    Policy { max_unavailable: budget::MaxUnavailable::Count(2), ..Policy::default() }
+}
+
+#[test]
+fn an_in_place_rollout_tells_its_story() {
+    let mut sim = Sim::new(7, small_cluster(), one_rollout(two_at_a_time())).told();
+    sim.run(|_, _| {});
+    golden("in_place", sim.story.as_deref().unwrap_or_default());
+}
+
+#[test]
+fn a_failed_stage_spends_the_failure_budget_and_the_status_says_why() {
+    let mut sim = Sim::new(7, small_cluster(), one_rollout(two_at_a_time())).told();
+    sim.faults.insert("w1".into(), Fault::StageFails);
+    let last = sim.run(|_, _| {});
+    assert_eq!(last.rollouts[0].hold.as_ref().map(|h| h.reason), Some(Reason::FailureBudgetExhausted));
+    golden("failure", sim.story.as_deref().unwrap_or_default());
+}
+
+#[test]
+fn a_node_back_late_on_the_target_is_cleared_and_the_rollout_completes() {
+    let policy = Policy { reboot_timeout: SignedDuration::from_mins(2), failure_budget: 2, ..two_at_a_time() };
+    let mut sim = Sim::new(7, small_cluster(), one_rollout(policy)).told();
+    sim.faults.insert("w2".into(), Fault::RebootLate { back_at: t(600) });
+    let last = sim.run(|_, _| {});
+    assert_eq!(last.rollouts[0].counts.up_to_date, 4);
+    golden("recovery", sim.story.as_deref().unwrap_or_default());
+}
+
+#[test]
+fn an_invalid_spec_mid_rollout_lets_nodes_in_flight_finish_and_starts_nothing() {
+    let mut sim = Sim::new(7, small_cluster(), one_rollout(two_at_a_time())).told();
+    // Run until a worker is in flight, then break the spec.
+    for _ in 0..1000 {
+        let cluster = sim.plan_and_apply();
+        if cluster.rollouts[0].in_flight.iter().any(|f| f.node.starts_with('w')) {
+            break;
+        }
+        for i in sim.pending() {
+            sim.world_event(i, true);
+        }
+        sim.now = sim.now.checked_add(SignedDuration::from_secs(1)).unwrap();
+    }
+    let last_valid = sim.rollouts[0].spec.acting().cloned();
+    sim.rollouts[0].spec = SpecState::Invalid {
+        errors: vec![
+            "spec.rollout.maintenanceWindow.schedule: \"61 * * * *\": minute field \"61\": out of range".into(),
+        ],
+        last_valid,
+    };
+    sim.tell("the spec turns invalid".into());
+    let in_flight: Vec<String> = sim
+        .nodes
+        .iter()
+        .filter(|n| n.controller.as_ref().is_ok_and(|c| c.intent.is_some()))
+        .map(|n| n.name.clone())
+        .collect();
+    let last = sim.run(|_, _| {});
+    // Whatever had an intent finished; nothing else started.
+    for n in &sim.nodes {
+        let has_intent = n.controller.as_ref().is_ok_and(|c| c.intent.is_some());
+        assert_eq!(has_intent, in_flight.contains(&n.name), "{}", n.name);
+    }
+    assert_eq!(last.rollouts[0].hold.as_ref().map(|h| h.reason), Some(Reason::InvalidSpec));
+    assert_eq!(last.rollouts[0].counts.in_progress, 0);
+    sim.rollouts[0].spec = SpecState::Valid(valid_spec(TARGET, 3, two_at_a_time()));
+    sim.tell("the spec is fixed".into());
+    let last = sim.run(|_, _| {});
+    assert_eq!(last.rollouts[0].counts.up_to_date, 4);
+    golden("invalid_spec", sim.story.as_deref().unwrap_or_default());
+}
