@@ -3,6 +3,7 @@
 
 mod cli;
 mod logging;
+mod probes;
 
 use agent::host::bottlerocket::{BottlerocketConfig, BottlerocketHost};
 use agent::host::command::CommandHost;
@@ -11,7 +12,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use cli::{Cli, CommonArgs, HostBackend, Mode};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use shared::probes::{self, Readiness};
+use shared::health::Health;
 use std::process::ExitCode;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -58,7 +59,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     logging::init(common.log_format, &common.log_level)?;
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
-    let readiness = Readiness::default();
+    let health = Health::default();
     let listener = tokio::net::TcpListener::bind(common.metrics_addr)
         .await
         .with_context(|| format!("cannot listen on --metrics-addr {}", common.metrics_addr))?;
@@ -66,13 +67,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
     match cli.mode {
         Mode::Controller(args) => {
-            let config = config(&args.common, "controller").await?;
+            let identity = args.identity.clone().unwrap_or_else(default_identity);
+            let config = config(&args.common, &controller::user_agent(&identity)).await?;
             let mut registry = prometheus_client::registry::Registry::with_prefix("update_operator");
             let metrics = controller::Metrics::register(&mut registry);
             let cloud = cloud_options(&args, &mut registry)?;
-            tokio::spawn(probes::serve(listener, Arc::new(registry), readiness.clone(), shutdown.clone()));
+            tokio::spawn(probes::serve(listener, Arc::new(registry), health.clone(), shutdown.clone()));
             let options = controller::Options {
-                identity: args.identity.unwrap_or_else(default_identity),
+                identity,
                 lease_namespace: args.lease_namespace,
                 lease_name: args.lease_name,
                 lease_timing: Default::default(),
@@ -80,33 +82,34 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 cloud,
             };
             tracing::info!(identity = %options.identity, lease = %format!("{}/{}", options.lease_namespace, options.lease_name), "campaigning for leadership");
-            controller::run(config, options, metrics, readiness, shutdown).await?;
+            controller::run(config, options, metrics, health, shutdown).await?;
         }
         Mode::Agent(args) => {
             let node_name = args.node_name.clone().unwrap_or_default();
-            let client = kube::Client::try_from(config(&args.common, "agent").await?)
+            let user_agent = format!("update-operator/agent {}", env!("CARGO_PKG_VERSION"));
+            let client = kube::Client::try_from(config(&args.common, &user_agent).await?)
                 .context("cannot build the Kubernetes client")?;
             let mut registry = prometheus_client::registry::Registry::with_prefix("update_operator_agent");
             let metrics = agent::Metrics::register(&mut registry);
-            tokio::spawn(probes::serve(listener, Arc::new(registry), readiness.clone(), shutdown.clone()));
+            tokio::spawn(probes::serve(listener, Arc::new(registry), health.clone(), shutdown.clone()));
             tracing::info!(node = %node_name, backend = ?args.host_backend, "starting the agent");
             match args.host_backend {
                 HostBackend::Bottlerocket => {
                     let host = BottlerocketHost::new(BottlerocketConfig::new(&args.bottlerocket_api_socket));
-                    agent::run(client, node_name, Arc::new(host), metrics, readiness, shutdown).await?;
+                    agent::run(client, node_name, Arc::new(host), metrics, health, shutdown).await?;
                 }
                 HostBackend::Command => {
                     let path = args.host_command_config.as_deref().context("--host-command-config is required")?;
                     let host = CommandHost::from_file(path)
                         .await
                         .with_context(|| format!("--host-command-config {}", path.display()))?;
-                    agent::run(client, node_name, Arc::new(host), metrics, readiness, shutdown).await?;
+                    agent::run(client, node_name, Arc::new(host), metrics, health, shutdown).await?;
                 }
                 HostBackend::Simulated => {
                     let url = args.simulated_hosts_url.clone().context("--simulated-hosts-url is required")?;
                     let host = SimulatedHost::new(SimulatedConfig::new(url, node_name.clone()))
                         .context("--simulated-hosts-url")?;
-                    agent::run(client, node_name, Arc::new(host), metrics, readiness, shutdown).await?;
+                    agent::run(client, node_name, Arc::new(host), metrics, health, shutdown).await?;
                 }
             }
         }
@@ -139,9 +142,9 @@ fn cloud_options(
     Ok(Some(options))
 }
 
-/// The API server configuration; requests carry `User-Agent: update-operator/<mode>` so that audit
-/// logs (and the dev cluster's write counters) tell controller and agent apart.
-async fn config(common: &CommonArgs, mode: &str) -> anyhow::Result<kube::Config> {
+/// The API server configuration; requests carry `user_agent` (`update-operator/<mode> VERSION`, and
+/// the controller's identity) so that audit logs tell controller replicas and agents apart.
+async fn config(common: &CommonArgs, user_agent: &str) -> anyhow::Result<kube::Config> {
     let options = KubeConfigOptions { context: common.context.clone(), ..Default::default() };
     let mut config = match &common.kubeconfig {
         Some(path) => {
@@ -153,8 +156,7 @@ async fn config(common: &CommonArgs, mode: &str) -> anyhow::Result<kube::Config>
         }
         None => kube::Config::infer().await.context("no kubeconfig and not running in a cluster")?,
     };
-    let agent = format!("update-operator/{mode} {}", env!("CARGO_PKG_VERSION"));
-    config.headers.push((http::header::USER_AGENT, agent.parse().context("user agent")?));
+    config.headers.push((http::header::USER_AGENT, user_agent.parse().context("user agent")?));
     tracing::info!(server = %config.cluster_url, "connecting to the API server");
     Ok(config)
 }

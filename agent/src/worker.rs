@@ -26,14 +26,20 @@ use backon::ExponentialBackoff;
 use futures::StreamExt;
 use kube::Client;
 use kube::runtime::watcher;
-use shared::probes::Readiness;
+use shared::health::Health;
 use shared::protocol::patch::NodePatch;
 use shared::protocol::{AgentReport, ControllerAnnotations, Token};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+/// The loop's longest wait without a heartbeat: an idle agent wakes this often just to beat.
+const HEARTBEAT_TICK: Duration = Duration::from_secs(10);
+/// No heartbeat for this long (six ticks) means the loop is stuck in a call: `/healthz` fails.
+const STUCK_AFTER: Duration = Duration::from_secs(60);
 
 /// Errors that stop the agent.
 #[derive(Debug, thiserror::Error)]
@@ -49,11 +55,11 @@ pub async fn run<H: HostUpdater>(
     node_name: String,
     host: Arc<H>,
     metrics: Metrics,
-    readiness: Readiness,
+    health: Health,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let nodes = KubeNodes::new(client, &node_name);
-    run_with(nodes, node_name, host, metrics, readiness, shutdown).await
+    run_with(nodes, node_name, host, metrics, health, shutdown).await
 }
 
 /// [`run`] on any [`NodeApi`].
@@ -62,14 +68,17 @@ pub(crate) async fn run_with<N: NodeApi, H: HostUpdater>(
     node_name: String,
     host: Arc<H>,
     metrics: Metrics,
-    readiness: Readiness,
+    health: Health,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let mut events = nodes.watch();
     tracing::info!(node = %node_name, "watching own node");
     let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
     let mut agent = Agent::new(nodes, node_name, host, metrics, progress_tx);
+    let heartbeat = health.heartbeat("agent", STUCK_AFTER);
+    let mut tick = tokio::time::interval(HEARTBEAT_TICK);
     let outcome = loop {
+        heartbeat.beat();
         let wake = agent.next_wake();
         tokio::select! {
             () = shutdown.cancelled() => break Ok(()),
@@ -83,6 +92,7 @@ pub(crate) async fn run_with<N: NodeApi, H: HostUpdater>(
             },
             Some(progress) = progress_rx.recv() => agent.progress(progress),
             () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
+            _ = tick.tick() => continue,
         }
         // A step may wait on the host (reading its facts) or the API server: shutdown ends it.
         tokio::select! {
@@ -90,7 +100,7 @@ pub(crate) async fn run_with<N: NodeApi, H: HostUpdater>(
             () = agent.step() => {}
         }
         if agent.ready() {
-            readiness.set(true);
+            health.set_ready(true);
         }
     };
     agent.stop_running("the agent is stopping").await;

@@ -1,6 +1,14 @@
 //! Kubernetes Events about nodes and the NodeVersion, published in the background so that a slow
 //! or failing Event write never delays a rollout step.
+//!
+//! # Guarantees
+//! - An Event is published only within the leadership term that was current when it was queued:
+//!   queued without a term, or still queued when the term ends, it is dropped.
+//! - A repeat of an Event (same type, reason, action, regarding and related object) within
+//!   [`SERIES_TTL`] continues its series only if its message is the same; a changed message starts
+//!   a new Event, so every message reported is visible with its own count and times.
 
+use crate::leadership::{Leadership, Term};
 use crate::policy::Reason;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -31,11 +39,14 @@ const MAX_NOTE: usize = 1000;
 #[derive(Clone)]
 pub struct Events {
     queue: mpsc::Sender<Pending>,
+    leadership: Leadership,
 }
 
 /// An Event to publish.
 #[derive(Debug, Clone)]
 struct Pending {
+    /// The term it was queued in.
+    term: Term,
     regarding: ObjectReference,
     related: Option<ObjectReference>,
     warning: bool,
@@ -45,8 +56,9 @@ struct Pending {
 }
 
 impl Events {
-    /// Starts the publisher task; it ends when every handle is dropped.
-    pub fn start(client: Client, instance: Option<String>) -> Events {
+    /// Starts the publisher task, publishing within the terms of `leadership`; it ends when every
+    /// handle is dropped.
+    pub fn start(client: Client, instance: Option<String>, leadership: Leadership) -> Events {
         let (queue, mut rx) = mpsc::channel::<Pending>(QUEUE);
         let mut publisher = Publisher {
             client,
@@ -55,12 +67,18 @@ impl Events {
         };
         tokio::spawn(async move {
             while let Some(event) = rx.recv().await {
-                if let Err(error) = publisher.publish(&event).await {
-                    tracing::warn!(%error, reason = %event.reason, object = ?event.regarding.name, "could not publish an Event");
+                match event.term.clone().fence(publisher.publish(&event)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => {
+                        tracing::warn!(%error, reason = %event.reason, object = ?event.regarding.name, "could not publish an Event")
+                    }
+                    Err(fenced) => {
+                        tracing::debug!(%fenced, reason = %event.reason, object = ?event.regarding.name, "Event dropped")
+                    }
                 }
             }
         });
-        Events { queue }
+        Events { queue, leadership }
     }
 
     /// Queues an Event about `reference`. `related` names a second object the Event is about (the
@@ -88,7 +106,12 @@ impl Events {
         message: String,
         action: &str,
     ) {
+        let Some(term) = self.leadership.current() else {
+            tracing::debug!(%reason, "not leading; Event dropped");
+            return;
+        };
         let event = Pending {
+            term,
             regarding: reference,
             related,
             warning,
@@ -102,7 +125,8 @@ impl Events {
     }
 }
 
-/// What makes two Events one series: as kube's recorder, everything but the note and the time.
+/// What makes two Events candidates for one series: as kube's recorder, everything but the note
+/// and the time. A series continues only while the note stays the same.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct SeriesKey {
     warning: bool,
@@ -130,6 +154,8 @@ impl SeriesKey {
 struct Series {
     namespace: String,
     name: String,
+    /// The Event's message: a repeat with another one starts a new series.
+    note: String,
     count: i32,
     last: Instant,
 }
@@ -148,9 +174,9 @@ impl SeriesCache {
         SeriesCache { entries: HashMap::new(), capacity: capacity.max(1), ttl }
     }
 
-    /// The live series `key` continues, if any.
-    fn find(&self, key: &SeriesKey, now: Instant) -> Option<&Series> {
-        self.entries.get(key).filter(|s| now.saturating_duration_since(s.last) < self.ttl)
+    /// The live series an Event with `key` and `note` continues, if any.
+    fn find(&self, key: &SeriesKey, note: &str, now: Instant) -> Option<&Series> {
+        self.entries.get(key).filter(|s| s.note == note && now.saturating_duration_since(s.last) < self.ttl)
     }
 
     /// Remembers `series` under `key`, forgetting expired series and, when full, the oldest.
@@ -180,7 +206,7 @@ impl Publisher {
         let key = SeriesKey::of(event);
         let now = Instant::now();
         let time = Timestamp::now();
-        if let Some(series) = self.series.find(&key, now).cloned() {
+        if let Some(series) = self.series.find(&key, &event.note, now).cloned() {
             let count = series.count + 1;
             let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &series.namespace);
             let patch = json!({"series": {"count": count, "lastObservedTime": MicroTime(time)}});
@@ -219,7 +245,8 @@ impl Publisher {
         let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &namespace);
         let created = api.create(&PostParams::default(), &object).await?;
         let name = created.metadata.name.unwrap_or_default();
-        self.series.remember(key, Series { namespace, name, count: 1, last: now }, now);
+        let note = event.note.clone();
+        self.series.remember(key, Series { namespace, name, note, count: 1, last: now }, now);
         Ok(())
     }
 }
@@ -241,6 +268,7 @@ mod tests {
 
     fn key(reason: &str, node: &str) -> SeriesKey {
         SeriesKey::of(&Pending {
+            term: Leadership::new().begin(tokio::time::Instant::now() + Duration::from_secs(60)),
             regarding: node_reference(node, None),
             related: None,
             warning: false,
@@ -250,8 +278,10 @@ mod tests {
         })
     }
 
+    const NOTE: &str = "a note";
+
     fn series(name: &str, last: Instant) -> Series {
-        Series { namespace: "default".into(), name: name.into(), count: 1, last }
+        Series { namespace: "default".into(), name: name.into(), note: NOTE.into(), count: 1, last }
     }
 
     #[test]
@@ -260,12 +290,21 @@ mod tests {
         let mut cache = SeriesCache::new(8, Duration::from_secs(360));
         cache.remember(key("Draining", "n1"), series("n1.1", start), start);
         assert_eq!(
-            cache.find(&key("Draining", "n1"), start + Duration::from_secs(359)).map(|s| s.name.as_str()),
+            cache.find(&key("Draining", "n1"), NOTE, start + Duration::from_secs(359)).map(|s| s.name.as_str()),
             Some("n1.1")
         );
-        assert_eq!(cache.find(&key("Draining", "n1"), start + Duration::from_secs(360)), None);
-        assert_eq!(cache.find(&key("Draining", "n2"), start), None);
-        assert_eq!(cache.find(&key("Drained", "n1"), start), None);
+        assert_eq!(cache.find(&key("Draining", "n1"), NOTE, start + Duration::from_secs(360)), None);
+        assert_eq!(cache.find(&key("Draining", "n2"), NOTE, start), None);
+        assert_eq!(cache.find(&key("Drained", "n1"), NOTE, start), None);
+    }
+
+    #[test]
+    fn a_repeat_with_another_message_does_not_continue_the_series() {
+        let start = Instant::now();
+        let mut cache = SeriesCache::new(8, Duration::from_secs(360));
+        cache.remember(key("InvalidSpec", "v"), series("v.1", start), start);
+        assert!(cache.find(&key("InvalidSpec", "v"), NOTE, start).is_some());
+        assert_eq!(cache.find(&key("InvalidSpec", "v"), "rollout.soakTime: -1s is negative", start), None);
     }
 
     #[test]
@@ -278,12 +317,12 @@ mod tests {
             assert!(cache.entries.len() <= 3);
         }
         let now = start + Duration::from_secs(10);
-        assert!(cache.find(&key("Staged", "n9"), now).is_some());
-        assert!(cache.find(&key("Staged", "n7"), now).is_some());
-        assert!(cache.find(&key("Staged", "n6"), now).is_none());
+        assert!(cache.find(&key("Staged", "n9"), NOTE, now).is_some());
+        assert!(cache.find(&key("Staged", "n7"), NOTE, now).is_some());
+        assert!(cache.find(&key("Staged", "n6"), NOTE, now).is_none());
         // Continuing a remembered series never evicts another.
         cache.remember(key("Staged", "n8"), series("n8", now), now);
-        assert!(cache.find(&key("Staged", "n7"), now).is_some());
+        assert!(cache.find(&key("Staged", "n7"), NOTE, now).is_some());
     }
 
     #[test]
@@ -295,8 +334,8 @@ mod tests {
         cache.remember(key("Staged", "live"), series("live", later), later);
         let now = start + Duration::from_secs(70);
         cache.remember(key("Staged", "new"), series("new", now), now);
-        assert!(cache.find(&key("Staged", "live"), now).is_some());
-        assert!(cache.find(&key("Staged", "new"), now).is_some());
+        assert!(cache.find(&key("Staged", "live"), NOTE, now).is_some());
+        assert!(cache.find(&key("Staged", "new"), NOTE, now).is_some());
         assert_eq!(cache.entries.len(), 2);
     }
 }

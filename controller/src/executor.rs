@@ -2,6 +2,8 @@
 //! stopped, Events published.
 //!
 //! # Guarantees
+//! - Every Node write is fenced by the leadership term: it starts only while the term is valid and
+//!   is cancelled when the term ends.
 //! - Every Node write is a JSON merge patch of only the keys that change, conditional on the
 //!   resourceVersion the decision was taken on (a concurrent change makes it fail with 409 and the
 //!   reconciler plans again on fresh data).
@@ -13,6 +15,7 @@
 
 use crate::drain::Drains;
 use crate::events::{Events, node_reference};
+use crate::leadership::Term;
 use crate::metrics::{ActionLabels, Metrics};
 use crate::nodes::SlimNode;
 use crate::policy::{ActionKind, NodeAction};
@@ -108,8 +111,15 @@ impl Executor {
         self.reported.lock().retain(|n, _| exists(n));
     }
 
-    /// Applies the actions of `batches`, deciding on `nodes` (the objects the plan saw).
-    pub async fn apply(&self, batches: &[Batch<'_>], nodes: &HashMap<String, SlimNode>, now: Timestamp) -> Applied {
+    /// Applies the actions of `batches`, deciding on `nodes` (the objects the plan saw), within
+    /// `term`.
+    pub async fn apply(
+        &self,
+        term: &Term,
+        batches: &[Batch<'_>],
+        nodes: &HashMap<String, SlimNode>,
+        now: Timestamp,
+    ) -> Applied {
         // IMPORTANT: two phases. The plan starts new nodes in slots that other actions of the same
         // plan free (a node verified, failed, blocked or released). Writing both at once would let
         // the new node's intent land first (more nodes disrupted than the budget, for a moment), and
@@ -120,9 +130,9 @@ impl Executor {
             .flat_map(|batch| batch.actions.iter().map(move |action| (action, batch)))
             .partition(|(a, _)| matches!(a.kind, ActionKind::Stage { .. }));
         let mut applied = Applied::default();
-        self.apply_phase(&others, nodes, now, &mut applied).await;
+        self.apply_phase(term, &others, nodes, now, &mut applied).await;
         if applied.conflicts + applied.errors == 0 {
-            self.apply_phase(&starts, nodes, now, &mut applied).await;
+            self.apply_phase(term, &starts, nodes, now, &mut applied).await;
         } else if !starts.is_empty() {
             tracing::debug!(held = starts.len(), "not starting new nodes: a write that frees their slots failed");
         }
@@ -131,6 +141,7 @@ impl Executor {
 
     async fn apply_phase(
         &self,
+        term: &Term,
         actions: &[Planned<'_>],
         nodes: &HashMap<String, SlimNode>,
         now: Timestamp,
@@ -140,9 +151,9 @@ impl Executor {
         for (action, batch) in actions {
             let Some(node) = nodes.get(&action.node) else { continue };
             match &action.kind {
-                ActionKind::KeepDraining => self.drains.ensure(&action.node, batch.drain),
+                ActionKind::KeepDraining => self.drains.ensure(&action.node, batch.drain, term),
                 ActionKind::Report => self.report_problem(node, action, batch.version),
-                _ => writes.push(self.write(node, action, batch.version, now, batch.drain)),
+                _ => writes.push(self.write(term, node, action, batch.version, now, batch.drain)),
             }
         }
         for result in futures::future::join_all(writes).await {
@@ -151,6 +162,7 @@ impl Executor {
                 WriteResult::Unchanged => {}
                 WriteResult::Conflict => applied.conflicts += 1,
                 WriteResult::Failed => applied.errors += 1,
+                WriteResult::Fenced => {}
             }
         }
     }
@@ -161,7 +173,7 @@ impl Executor {
             return;
         }
         reported.insert(action.node.clone(), action.message.clone());
-        tracing::warn!(node = %action.node, reason = %action.reason, message = %action.message, "node left untouched");
+        tracing::warn!(node = %action.node, reason = %action.reason, detail = %action.message, "node left untouched");
         let node_ref = node_reference(&action.node, node.uid());
         self.events.publish(node_ref.clone(), None, action.reason, action.message.clone(), "Inspect");
         if let Some(version) = version {
@@ -172,6 +184,7 @@ impl Executor {
 
     async fn write(
         &self,
+        term: &Term,
         node: &SlimNode,
         action: &NodeAction,
         version: Option<&ObjectReference>,
@@ -208,7 +221,15 @@ impl Executor {
         }
         let labels = |result| ActionLabels { reason: action.reason.to_string(), result };
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-        match self.nodes.patch(&action.node, &params, &Patch::Merge(patch.to_json())).await {
+        let written = match term.fence(self.nodes.patch(&action.node, &params, &Patch::Merge(patch.to_json()))).await {
+            Ok(written) => written,
+            Err(fenced) => {
+                self.metrics.actions.get_or_create(&labels("fenced")).inc();
+                tracing::debug!(node = %action.node, reason = %action.reason, %fenced, "node not written");
+                return WriteResult::Fenced;
+            }
+        };
+        match written {
             Ok(mut written) => {
                 written.trim();
                 {
@@ -218,7 +239,7 @@ impl Executor {
                     entry.node = Some(written);
                 }
                 self.metrics.actions.get_or_create(&labels("ok")).inc();
-                tracing::info!(node = %action.node, reason = %action.reason, message = %action.message, "node updated");
+                tracing::info!(node = %action.node, reason = %action.reason, detail = %action.message, "node updated");
                 let verb = action.kind.name();
                 let node_ref = node_reference(&action.node, node.uid());
                 self.events.publish(node_ref.clone(), None, action.reason, action.message.clone(), verb);
@@ -228,7 +249,7 @@ impl Executor {
                 }
                 if drain_effect(&action.kind) == DrainEffect::Start {
                     // No need to wait for the next reconcile to start evicting.
-                    self.drains.ensure(&action.node, drain);
+                    self.drains.ensure(&action.node, drain, term);
                 }
                 WriteResult::Written
             }
@@ -252,6 +273,8 @@ enum WriteResult {
     Unchanged,
     Conflict,
     Failed,
+    /// Not written: the leadership term ended.
+    Fenced,
 }
 
 /// What an action does to the node's drain task.

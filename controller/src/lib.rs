@@ -7,6 +7,7 @@ pub mod events;
 pub mod executor;
 pub mod groups;
 pub mod leader;
+pub mod leadership;
 pub mod metrics;
 pub mod nodes;
 pub mod notices;
@@ -23,7 +24,7 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 use nodes::SlimNode;
 use shared::crd::NodeVersion;
-use shared::probes::Readiness;
+use shared::health::Health;
 use std::sync::Arc;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -37,6 +38,15 @@ pub enum Error {
     /// A cache never synced because its watch ended.
     #[error("the {0} watch ended before it synced")]
     WatchEnded(&'static str),
+    /// The lease timing would void the election's guarantees.
+    #[error("invalid lease timing: {0}")]
+    LeaseTiming(String),
+}
+
+/// The User-Agent of the requests of the replica `identity`: `update-operator/controller VERSION
+/// (IDENTITY)`, so that audit logs (and the dev cluster's request log) tell replicas apart.
+pub fn user_agent(identity: &str) -> String {
+    format!("update-operator/controller {} ({identity})", env!("CARGO_PKG_VERSION"))
 }
 
 /// How this controller replica identifies itself and where it campaigns.
@@ -59,15 +69,18 @@ pub async fn run(
     config: kube::Config,
     options: Options,
     metrics: Metrics,
-    readiness: Readiness,
+    health: Health,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
+    options.lease_timing.validate().map_err(Error::LeaseTiming)?;
     let client = Client::try_from(config.clone()).map_err(Error::Client)?;
     // Evictions get their own client without automatic retries: a PDB's 429 must come back at once
     // so the drain can retry on its own schedule (and on PDB changes).
-    let mut eviction_config = config;
-    eviction_config.default_retry = false;
-    let eviction_client = Client::try_from(eviction_config).map_err(Error::Client)?;
+    let eviction_client =
+        Client::try_from(one_shot(config.clone(), drain::EVICTION_REQUEST_TIMEOUT)).map_err(Error::Client)?;
+    // The lease gets its own client too: no hidden retries, and no request that outlives a round.
+    let lease_client =
+        Client::try_from(one_shot(config, options.lease_timing.round_timeout())).map_err(Error::Client)?;
 
     let trigger = Arc::new(Notify::new());
     let (nodes, nodes_writer) = reflector::store::<SlimNode>();
@@ -84,17 +97,22 @@ pub async fn run(
     let pdb_events =
         watcher(Api::<PartialObjectMeta<PodDisruptionBudget>>::all(client.clone()), watcher::Config::default())
             .default_backoff();
+    let (node_tx, node_rx) = watch::channel(0u64);
     tracing::info!("watching nodes, nodeversions.update.edgeless.systems and poddisruptionbudgets");
-    spawn_watch("nodes", node_events, trigger.clone(), shutdown.clone());
-    spawn_watch("nodeversions", version_events, trigger.clone(), shutdown.clone());
-    let pdb_trigger = Arc::new(Notify::new());
-    spawn_watch("poddisruptionbudgets", pdb_events, pdb_trigger.clone(), shutdown.clone());
-    tokio::spawn(async move {
-        loop {
-            pdb_trigger.notified().await;
-            pdb_tx.send_modify(|n| *n = n.wrapping_add(1));
+    let on_node = {
+        let trigger = trigger.clone();
+        move || {
+            trigger.notify_one();
+            bump(&node_tx);
         }
-    });
+    };
+    spawn_watch("nodes", node_events, on_node, shutdown.clone());
+    let on_version = {
+        let trigger = trigger.clone();
+        move || trigger.notify_one()
+    };
+    spawn_watch("nodeversions", version_events, on_version, shutdown.clone());
+    spawn_watch("poddisruptionbudgets", pdb_events, move || bump(&pdb_tx), shutdown.clone());
 
     tokio::select! {
         () = shutdown.cancelled() => return Ok(()),
@@ -105,13 +123,25 @@ pub async fn run(
         }
     }
     tracing::info!(nodes = nodes.state().len(), nodeversions = versions.state().len(), "caches synced");
-    readiness.set(true);
+    health.set_ready(true);
 
-    let events = events::Events::start(client.clone(), Some(options.identity.clone()));
-    let groups_context =
-        options.cloud.clone().map(|cloud| groups::Context { client: client.clone(), cloud, events: events.clone() });
-    let drains =
-        Arc::new(drain::Drains::new(eviction_client, client.clone(), trigger.clone(), pdb_rx, metrics.clone()));
+    let leadership = leadership::Leadership::new();
+    let events = events::Events::start(client.clone(), Some(options.identity.clone()), leadership.clone());
+    let drains = Arc::new(drain::Drains::new(drain::DrainContext {
+        eviction_client,
+        watch_client: client.clone(),
+        nodes: nodes.clone(),
+        node_changes: node_rx,
+        pdb_changes: pdb_rx,
+        reconcile: trigger.clone(),
+        metrics: metrics.clone(),
+    }));
+    let groups_context = options.cloud.clone().map(|cloud| groups::Context {
+        client: client.clone(),
+        cloud,
+        events: events.clone(),
+        term: None,
+    });
     let executor = executor::Executor::new(Api::all(client.clone()), events.clone(), drains.clone(), metrics.clone());
     let reconciler = reconciler::Reconciler::new(
         nodes,
@@ -125,35 +155,56 @@ pub async fn run(
         events,
     );
 
-    let (leading_tx, leading_rx) = watch::channel(false);
     let elector = leader::Elector::new(
-        client,
+        lease_client,
         &options.lease_namespace,
         &options.lease_name,
         &options.identity,
         options.lease_timing.clone(),
     );
     let leader_metrics = metrics.clone();
-    let mut leading_watch = leading_rx.clone();
+    let mut terms = leadership.subscribe();
     tokio::spawn(async move {
-        while leading_watch.changed().await.is_ok() {
-            leader_metrics.leader.set(i64::from(*leading_watch.borrow()));
+        while terms.changed().await.is_ok() {
+            let leading = terms.borrow_and_update().as_ref().is_some_and(leadership::Term::is_valid);
+            leader_metrics.leader.set(i64::from(leading));
         }
     });
-    let election = tokio::spawn(elector.run(leading_tx, shutdown.clone()));
-    let groups = groups_context.map(|context| tokio::spawn(groups::run(context, leading_rx.clone(), shutdown.clone())));
-    reconciler.run(leading_rx, shutdown).await;
+    let stop_campaign = CancellationToken::new();
+    let elector_heartbeat = health.heartbeat("elector", options.lease_timing.stuck_after());
+    let election = tokio::spawn(elector.run(leadership.clone(), elector_heartbeat, stop_campaign.clone()));
+    let reconciler_heartbeat = health.heartbeat("reconciler", reconciler::STUCK_AFTER);
+    let groups = groups_context.map(|context| tokio::spawn(groups::run(context, leadership.clone(), shutdown.clone())));
+    reconciler.run(leadership, reconciler_heartbeat, shutdown).await;
     if let Some(groups) = groups {
         let _ = groups.await;
     }
-    // Let the elector release the lease before returning.
+    // IMPORTANT: the lease is released only once the reconciler and its drains have stopped, so
+    // nothing of this replica runs when another one takes over.
+    stop_campaign.cancel();
     let _ = election.await;
     Ok(())
 }
 
-/// Drives a watch stream, waking `trigger` on every event; errors are retried by the stream's
+/// `config` for requests that must fail fast: no automatic retries, and each bounded by `timeout`
+/// (connecting, sending, and waiting for the answer).
+fn one_shot(mut config: kube::Config, timeout: std::time::Duration) -> kube::Config {
+    config.default_retry = false;
+    config.connect_timeout = Some(timeout);
+    config.write_timeout = Some(timeout);
+    config.read_timeout = Some(timeout);
+    // Count the read timeout from the request, not from when a pooled connection went idle.
+    config.reset_reader_on_write = true;
+    config
+}
+
+fn bump(changes: &watch::Sender<u64>) {
+    changes.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+/// Drives a watch stream, calling `on_event` on every event; errors are retried by the stream's
 /// backoff and logged here.
-fn spawn_watch<S, K>(what: &'static str, stream: S, trigger: Arc<Notify>, shutdown: CancellationToken)
+fn spawn_watch<S, K>(what: &'static str, stream: S, on_event: impl Fn() + Send + 'static, shutdown: CancellationToken)
 where
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
     K: Send + 'static,
@@ -166,7 +217,7 @@ where
                 event = stream.next() => event,
             };
             match event {
-                Some(Ok(_)) => trigger.notify_one(),
+                Some(Ok(_)) => on_event(),
                 Some(Err(error)) => tracing::warn!(watch = what, %error, "watch failed; retrying"),
                 None => {
                     tracing::error!(watch = what, "watch ended");

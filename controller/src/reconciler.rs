@@ -2,6 +2,8 @@
 //! comes due), and only while it leads, it plans from the reflector caches and applies the plan.
 //!
 //! # Guarantees
+//! - Acts only within a leadership [`Term`]: every write is fenced by it, and when the term ends
+//!   the reconcile in flight is cancelled and every drain stops.
 //! - Never decides on a partial view: it starts only once every cache has synced.
 //! - One plan at a time, and the next plan sees the writes of the previous one (see the
 //!   executor's overlay), so budgets are never over-spent by acting twice.
@@ -9,12 +11,14 @@
 //!   the NodeVersion's `status.lastValidSpec` before anything is done under it, so a restarted
 //!   controller that finds a later generation invalid finishes the nodes in flight under the spec
 //!   they were started with, never under defaults.
-//! - No periodic polling: it sleeps until a watch event, the plan's `wake_at`, a held-back node's
-//!   Event falling due, or a short retry after a failed write.
+//! - No periodic polling: it plans on a watch event, at the plan's `wake_at`, when a held-back
+//!   node's Event falls due, or after a short retry after a failed write; it wakes every
+//!   [`HEARTBEAT_TICK`] only to beat its heartbeat.
 
 use crate::drain::Drains;
 use crate::events::{Events, node_reference};
 use crate::executor::{Applied, Batch, Executor};
+use crate::leadership::{Leadership, Term};
 use crate::metrics::{Metrics, NodeLabels};
 use crate::nodes::SlimNode;
 use crate::notices::HoldNotices;
@@ -26,11 +30,12 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use shared::crd::{NodeVersion, NodeVersionStatus};
+use shared::health::Heartbeat;
 use shared::protocol::Step;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -39,6 +44,11 @@ use tokio_util::sync::CancellationToken;
 const CONFLICT_RETRY: Duration = Duration::from_millis(200);
 /// Pause before planning again after a write failed for another reason.
 const ERROR_RETRY: Duration = Duration::from_secs(2);
+/// The loop's longest wait without a heartbeat: an idle loop wakes this often just to beat.
+pub const HEARTBEAT_TICK: Duration = Duration::from_secs(10);
+/// No heartbeat for this long (six ticks) means the loop is stuck: waiting that should have ended,
+/// or a reconcile blocked in a call (a write the API server never answers). `/healthz` then fails.
+pub const STUCK_AFTER: Duration = Duration::from_secs(60);
 
 /// Where the reconciler reads the time.
 #[derive(Debug, Clone)]
@@ -114,29 +124,65 @@ impl Reconciler {
         }
     }
 
-    /// Runs until `shutdown`; acts only while `leading` says so.
-    pub async fn run(mut self, mut leading: watch::Receiver<bool>, shutdown: CancellationToken) {
-        let mut wake: Option<Instant> = None;
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                () = self.trigger.notified() => {}
-                () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
-                changed = leading.changed() => if changed.is_err() { break },
+    /// Runs until `shutdown`; acts only during a term of `leadership`. Beats `heartbeat` at least
+    /// every [`HEARTBEAT_TICK`] while it waits, and after every reconcile.
+    pub async fn run(mut self, leadership: Leadership, heartbeat: Heartbeat, shutdown: CancellationToken) {
+        let mut terms = leadership.subscribe();
+        let mut tick = tokio::time::interval(HEARTBEAT_TICK);
+        while !shutdown.is_cancelled() {
+            heartbeat.beat();
+            let term = terms.borrow_and_update().clone().filter(Term::is_valid);
+            match term {
+                Some(term) => {
+                    self.lead(&term, &heartbeat, &mut tick, &shutdown).await;
+                    // IMPORTANT: the drain tasks end with the term on their own; stopping them here
+                    // also forgets their progress, so the next term starts from what it observes.
+                    self.drains.stop_all();
+                    self.last_holds.clear();
+                }
+                None => tokio::select! {
+                    () = shutdown.cancelled() => {}
+                    changed = terms.changed() => if changed.is_err() { break },
+                    _ = tick.tick() => {}
+                },
             }
-            if !*leading.borrow() {
-                self.drains.stop_all();
-                self.last_holds.clear();
-                wake = None;
-                continue;
-            }
-            wake = self.reconcile().await;
         }
         self.drains.stop_all();
     }
 
-    /// Plans and applies once; returns when to plan again without a trigger.
-    pub async fn reconcile(&mut self) -> Option<Instant> {
+    /// Plans and applies on every trigger until `term` ends (which cancels the reconcile in flight)
+    /// or `shutdown`.
+    async fn lead(
+        &mut self,
+        term: &Term,
+        heartbeat: &Heartbeat,
+        tick: &mut tokio::time::Interval,
+        shutdown: &CancellationToken,
+    ) {
+        tracing::info!(term = term.number(), "leading: planning and acting");
+        'term: loop {
+            let wake = tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = term.ended() => break,
+                wake = self.reconcile(term) => wake,
+            };
+            loop {
+                heartbeat.beat();
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = term.ended() => break 'term,
+                    () = self.trigger.notified() => break,
+                    () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => break,
+                    _ = tick.tick() => {}
+                }
+            }
+        }
+        tracing::warn!(term = term.number(), "leadership ended: stopped planning, acting and draining");
+    }
+
+    /// Plans and applies once, acting only within `term`; returns when to plan again without a
+    /// trigger.
+    pub async fn reconcile(&mut self, term: &Term) -> Option<Instant> {
         let started = std::time::Instant::now();
         let now = self.clock.now();
         let mut versions = self.versions.state();
@@ -147,7 +193,7 @@ impl Reconciler {
         });
         let rollouts: Vec<Rollout> = versions.iter().map(|v| self.specs.rollout(v, now)).collect();
         self.specs.retain(|uid| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));
-        if !self.record_valid_specs(&versions, &rollouts).await {
+        if !self.record_valid_specs(term, &versions, &rollouts).await {
             return Some(Instant::now() + ERROR_RETRY);
         }
 
@@ -178,11 +224,11 @@ impl Reconciler {
             })
             .collect();
         batches.push(Batch { actions: &plan.unowned.actions, drain: Default::default(), version: None });
-        let applied = self.executor.apply(&batches, &objects, now).await;
+        let applied = self.executor.apply(term, &batches, &objects, now).await;
 
         for (((version, rollout), p), reference) in versions.iter().zip(&rollouts).zip(&plan.rollouts).zip(&references)
         {
-            self.publish_status(version, rollout, p, now).await;
+            self.publish_status(term, version, rollout, p, now).await;
             self.report_hold(version, p, reference);
         }
         self.last_holds.retain(|uid, _| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));
@@ -195,7 +241,7 @@ impl Reconciler {
     /// is done under it, so that a controller that starts after it (and finds a later generation
     /// invalid) finishes the nodes in flight under this spec instead of falling back to defaults.
     /// False when a record could not be written (the caller plans again later).
-    async fn record_valid_specs(&mut self, versions: &[Arc<NodeVersion>], rollouts: &[Rollout]) -> bool {
+    async fn record_valid_specs(&mut self, term: &Term, versions: &[Arc<NodeVersion>], rollouts: &[Rollout]) -> bool {
         let mut recorded_all = true;
         for (version, rollout) in versions.iter().zip(rollouts) {
             let SpecState::Valid(spec) = &rollout.spec else { continue };
@@ -206,7 +252,7 @@ impl Reconciler {
             }
             let mut status = version.status.clone().unwrap_or_default();
             status.last_valid_spec = Some(spec.record());
-            if self.write_status(version, &status).await {
+            if self.write_status(term, version, &status).await {
                 self.specs.set_recorded(&uid, spec.generation);
             } else {
                 recorded_all = false;
@@ -215,17 +261,17 @@ impl Reconciler {
         recorded_all
     }
 
-    async fn publish_status(&self, version: &NodeVersion, rollout: &Rollout, plan: &Plan, now: Timestamp) {
+    async fn publish_status(&self, term: &Term, version: &NodeVersion, rollout: &Rollout, plan: &Plan, now: Timestamp) {
         let previous = version.status.as_ref();
         let status = status::compute(plan, rollout, version.metadata.generation, previous, now);
         if previous != Some(&status) {
-            self.write_status(version, &status).await;
+            self.write_status(term, version, &status).await;
         }
     }
 
     /// Replaces the whole status (a JSON patch `add` of `/status`: no stale field survives, as it
-    /// could in a merge patch of nested objects). Only the leader writes it.
-    async fn write_status(&self, version: &NodeVersion, status: &NodeVersionStatus) -> bool {
+    /// could in a merge patch of nested objects), within `term`. False when it was not written.
+    async fn write_status(&self, term: &Term, version: &NodeVersion, status: &NodeVersionStatus) -> bool {
         let value = match serde_json::to_value(status) {
             Ok(value) => value,
             Err(error) => {
@@ -239,10 +285,15 @@ impl Reconciler {
                 path: json_patch::jsonptr::PointerBuf::from_tokens(["status"]),
                 value,
             })]);
-        match self.versions_api.patch_status(&name, &PatchParams::default(), &Patch::<()>::Json(patch)).await {
-            Ok(_) => true,
-            Err(error) => {
+        let (params, patch) = (PatchParams::default(), Patch::<()>::Json(patch));
+        match term.fence(self.versions_api.patch_status(&name, &params, &patch)).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(error)) => {
                 tracing::warn!(nodeversion = %name, %error, "could not write the NodeVersion status");
+                false
+            }
+            Err(fenced) => {
+                tracing::debug!(nodeversion = %name, %fenced, "NodeVersion status not written");
                 false
             }
         }
@@ -255,7 +306,7 @@ impl Reconciler {
         }
         self.last_holds.insert(uid, plan.hold.clone());
         if let Some(Hold { reason, message }) = &plan.hold {
-            tracing::info!(nodeversion = %version.name_any(), %reason, message, "rollout held back");
+            tracing::info!(nodeversion = %version.name_any(), %reason, detail = message, "rollout held back");
             self.events.publish(reference.clone(), None, *reason, message.clone(), "Hold");
         }
     }
@@ -280,7 +331,7 @@ impl Reconciler {
             let uid = objects.get(&notice.node).and_then(|n| n.uid());
             let node = node_reference(&notice.node, uid);
             let Hold { reason, message } = notice.hold;
-            tracing::info!(node = %notice.node, %reason, message, "node held back");
+            tracing::info!(node = %notice.node, %reason, detail = message, "node held back");
             match scopes.iter().position(|s| *s == notice.scope).and_then(|i| references.get(i)) {
                 Some(version) => {
                     let note = format!("{}: {message}", notice.node);
@@ -408,7 +459,7 @@ mod tests {
     //! delay of held nodes' Events come due as the test advances the clock, never by sleeping.
 
     use super::*;
-    use crate::drain::Drains;
+    use crate::drain::{DrainContext, Drains};
     use http::{Method, Request, Response, StatusCode};
     use http_body_util::BodyExt;
     use kube::client::Body;
@@ -417,6 +468,7 @@ mod tests {
     use serde_json::{Value, json};
     use std::convert::Infallible;
     use std::sync::Mutex as StdMutex;
+    use tokio::sync::watch;
 
     /// A request the fake API server received.
     #[derive(Debug, Clone)]
@@ -534,8 +586,9 @@ mod tests {
         })
     }
 
-    /// A reconciler over `nodes` and `versions` (kept in its caches as given) and the fake API.
-    fn reconciler(fake: &FakeApi, nodes: &[Value], versions: &[Value]) -> Reconciler {
+    /// A reconciler over `nodes` and `versions` (kept in its caches as given) and the fake API,
+    /// with the leadership whose terms fence it.
+    fn reconciler(fake: &FakeApi, nodes: &[Value], versions: &[Value]) -> (Reconciler, Leadership) {
         let client = fake.client();
         let (node_store, mut node_writer) = reflector::store::<SlimNode>();
         for n in nodes {
@@ -552,9 +605,17 @@ mod tests {
         }
         let trigger = Arc::new(Notify::new());
         let metrics = Metrics::default();
-        let (_pdb_tx, pdb_rx) = watch::channel(0u64);
-        let drains = Arc::new(Drains::new(client.clone(), client.clone(), trigger.clone(), pdb_rx, metrics.clone()));
-        let events = Events::start(client.clone(), Some("test".into()));
+        let leadership = Leadership::new();
+        let drains = Arc::new(Drains::new(DrainContext {
+            eviction_client: client.clone(),
+            watch_client: client.clone(),
+            nodes: node_store.clone(),
+            node_changes: watch::channel(0).1,
+            pdb_changes: watch::channel(0).1,
+            reconcile: trigger.clone(),
+            metrics: metrics.clone(),
+        }));
+        let events = Events::start(client.clone(), Some("test".into()), leadership.clone());
         let executor = Executor::new(Api::all(client.clone()), events.clone(), drains.clone(), metrics.clone());
         let mut reconciler = Reconciler::new(
             node_store,
@@ -568,7 +629,7 @@ mod tests {
             events,
         );
         reconciler.clock = Clock::tokio(wall());
-        reconciler
+        (reconciler, leadership)
     }
 
     /// The reconciler running as the leader in the background.
@@ -576,17 +637,19 @@ mod tests {
         shutdown: CancellationToken,
         trigger: Arc<Notify>,
         task: tokio::task::JoinHandle<()>,
-        _leading: watch::Sender<bool>,
+        _leadership: Leadership,
     }
 
     impl Leading {
-        fn start(reconciler: Reconciler) -> Leading {
+        /// Starts `reconciler` in a term that lasts longer than any test.
+        fn start((reconciler, leadership): (Reconciler, Leadership)) -> Leading {
             let shutdown = CancellationToken::new();
-            let (leading, leading_rx) = watch::channel(true);
+            leadership.begin(Instant::now() + Duration::from_secs(30 * 86_400));
             let trigger = reconciler.trigger.clone();
-            let task = tokio::spawn(reconciler.run(leading_rx, shutdown.clone()));
+            let heartbeat = shared::health::Health::default().heartbeat("reconciler", STUCK_AFTER);
+            let task = tokio::spawn(reconciler.run(leadership.clone(), heartbeat, shutdown.clone()));
             trigger.notify_one();
-            Leading { shutdown, trigger, task, _leading: leading }
+            Leading { shutdown, trigger, task, _leadership: leadership }
         }
 
         async fn stop(self) {

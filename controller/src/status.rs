@@ -71,6 +71,7 @@ pub fn compute(
             // Kubernetes Time keeps whole seconds; so must the computed status, or it would differ
             // from the published one on every reconcile.
             since: Time(shared::protocol::truncate_to_seconds(f.since)),
+            waiting_on: f.waiting_on.clone(),
         })
         .collect();
     in_flight.sort_by(|a, b| a.name.cmp(&b.name));
@@ -257,6 +258,7 @@ mod tests {
                 node: "w2".into(),
                 step: Step::Drain,
                 since: "2026-11-21T10:00:00.300Z".parse().unwrap(),
+                waiting_on: Some("pod ns/web-0 to be deleted".into()),
             }],
             failed: vec![Problem { node: "w3".into(), message: "StageFailed: sha256 mismatch".into() }],
             ..Default::default()
@@ -273,6 +275,7 @@ mod tests {
         assert_eq!(get(&s, BLOCKED).status, "False");
         assert_eq!(get(&s, SELECTOR_OVERLAP).reason, "NoOverlap");
         assert_eq!((s.in_flight[0].name.as_str(), s.in_flight[0].step.as_str()), ("w2", "drain"));
+        assert_eq!(s.in_flight[0].waiting_on.as_deref(), Some("pod ns/web-0 to be deleted"));
         assert_eq!(s.counts.total, 4);
         assert_eq!(s.observed_generation, Some(3));
         assert_eq!(s.target_image.as_deref(), Some("v2"));

@@ -5,17 +5,18 @@
 //!
 //! Components are the real `controller::run` and `agent::run` with the real simulated-host client;
 //! only the process boundary is replaced by a runtime boundary. Requests carry the same
-//! `User-Agent` as the binary's (`update-operator/controller ...`, `update-operator/agent ...`), so
-//! the dev cluster's request metrics attribute them the same way, and the same identities as
-//! `deploy/operator.yaml` gives them ([`crate::operator::Access`]): the controller's service
-//! account, and per agent the agent's service account with a token bound to its own Node, under
-//! the manifest's RBAC and ValidatingAdmissionPolicy.
+//! `User-Agent` as the binary's (`update-operator/controller VERSION (IDENTITY)`,
+//! `update-operator/agent VERSION`), so the dev cluster's request metrics and request log attribute
+//! them the same way, replica by replica, and the same identities as `deploy/operator.yaml` gives
+//! them ([`crate::operator::Access`]): the controller's service account, and per agent the agent's
+//! service account with a token bound to its own Node, under the manifest's RBAC and
+//! ValidatingAdmissionPolicy.
 
 use crate::operator::Access;
 use agent::host::HostUpdater;
 use agent::host::simulated::{SimulatedConfig, SimulatedHost};
 use k8s_openapi::api::coordination::v1::Lease;
-use shared::probes::Readiness;
+use shared::health::Health;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,22 +33,22 @@ pub struct Component {
     crash: Option<oneshot::Sender<()>>,
     done: Option<oneshot::Receiver<Outcome>>,
     thread: Option<std::thread::JoinHandle<()>>,
-    readiness: Readiness,
+    health: Health,
 }
 
 impl Component {
-    /// Starts `make(shutdown, readiness)` on a new single-threaded runtime in a new thread.
+    /// Starts `make(shutdown, health)` on a new single-threaded runtime in a new thread.
     pub fn spawn<F, Fut>(name: impl Into<String>, make: F) -> Component
     where
-        F: FnOnce(CancellationToken, Readiness) -> Fut + Send + 'static,
+        F: FnOnce(CancellationToken, Health) -> Fut + Send + 'static,
         Fut: Future<Output = Outcome> + 'static,
     {
         let name = name.into();
         let shutdown = CancellationToken::new();
-        let readiness = Readiness::default();
+        let health = Health::default();
         let (crash_tx, crash_rx) = oneshot::channel::<()>();
         let (done_tx, done_rx) = oneshot::channel::<Outcome>();
-        let (token, ready, thread_name) = (shutdown.clone(), readiness.clone(), name.clone());
+        let (token, ready, thread_name) = (shutdown.clone(), health.clone(), name.clone());
         let thread = std::thread::Builder::new()
             .name(thread_name.clone())
             .spawn(move || {
@@ -70,7 +71,7 @@ impl Component {
                 let _ = done_tx.send(outcome.unwrap_or_else(|| Err("crashed".into())));
             })
             .unwrap_or_else(|e| panic!("cannot start a thread for {name}: {e}"));
-        Component { name, shutdown, crash: Some(crash_tx), done: Some(done_rx), thread: Some(thread), readiness }
+        Component { name, shutdown, crash: Some(crash_tx), done: Some(done_rx), thread: Some(thread), health }
     }
 
     pub fn name(&self) -> &str {
@@ -80,7 +81,12 @@ impl Component {
     /// Whether the component reported ready (caches synced, for a controller; own node seen and
     /// host facts read, for an agent).
     pub fn is_ready(&self) -> bool {
-        self.readiness.is_ready()
+        self.health.is_ready()
+    }
+
+    /// Whether every loop of the component beats in time (what its `/healthz` answers).
+    pub fn live(&self) -> Result<(), String> {
+        self.health.live()
     }
 
     /// Kills the component as SIGKILL would a process: nothing runs after this, nothing is cleaned
@@ -140,10 +146,15 @@ impl Drop for Component {
 /// A kube config for the API server at `url` (plain HTTP, as the dev cluster serves) with the
 /// binary's User-Agent for `mode` (`controller` or `agent`), authenticating with `token`.
 pub fn kube_config(url: &str, mode: &str, token: &str) -> Result<kube::Config, String> {
+    with_user_agent(url, &format!("update-operator/{mode} {}", env!("CARGO_PKG_VERSION")), token)
+}
+
+/// A kube config for the API server at `url` with the User-Agent `agent`, authenticating with
+/// `token`.
+fn with_user_agent(url: &str, agent: &str, token: &str) -> Result<kube::Config, String> {
     let uri = url.parse().map_err(|e| format!("invalid API server URL {url:?}: {e}"))?;
     let mut config = kube::Config::new(uri);
     config.auth_info.token = Some(secrecy::SecretString::from(token.to_owned()));
-    let agent = format!("update-operator/{mode} {}", env!("CARGO_PKG_VERSION"));
     config.headers.push((http::header::USER_AGENT, agent.parse().map_err(|e| format!("user agent: {e}"))?));
     Ok(config)
 }
@@ -195,9 +206,10 @@ pub fn controller(access: &Access, options: controller::Options) -> Component {
 pub fn controller_with(access: &Access, options: controller::Options, metrics: controller::Metrics) -> Component {
     let access = access.clone();
     let name = format!("controller {}", options.identity);
-    Component::spawn(name, move |shutdown, readiness| async move {
-        let config = kube_config(access.url(), "controller", &access.controller_token()?)?;
-        controller::run(config, options, metrics, readiness, shutdown).await.map_err(|e| e.to_string())
+    Component::spawn(name, move |shutdown, health| async move {
+        let config =
+            with_user_agent(access.url(), &controller::user_agent(&options.identity), &access.controller_token()?)?;
+        controller::run(config, options, metrics, health, shutdown).await.map_err(|e| e.to_string())
     })
 }
 
@@ -214,8 +226,8 @@ where
     F: FnOnce() -> Result<H, String> + Send + 'static,
 {
     let (access, node) = (access.clone(), node.to_owned());
-    Component::spawn(format!("agent {node}"), move |shutdown, readiness| {
-        run_agent(access, node, make_host, readiness, shutdown)
+    Component::spawn(format!("agent {node}"), move |shutdown, health| {
+        run_agent(access, node, make_host, health, shutdown)
     })
 }
 
@@ -224,7 +236,7 @@ where
 pub fn agent_task(access: &Access, node: &str) -> (CancellationToken, tokio::task::JoinHandle<Outcome>) {
     let shutdown = CancellationToken::new();
     let host = simulated_host(access.url(), node);
-    let task = tokio::spawn(run_agent(access.clone(), node.to_owned(), host, Readiness::default(), shutdown.clone()));
+    let task = tokio::spawn(run_agent(access.clone(), node.to_owned(), host, Health::default(), shutdown.clone()));
     (shutdown, task)
 }
 
@@ -238,11 +250,11 @@ async fn run_agent<H: HostUpdater>(
     access: Access,
     node: String,
     make_host: impl FnOnce() -> Result<H, String>,
-    readiness: Readiness,
+    health: Health,
     shutdown: CancellationToken,
 ) -> Outcome {
     let config = kube_config(access.url(), "agent", &access.agent_token(&node)?)?;
     let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
     let host = Arc::new(make_host()?);
-    agent::run(client, node, host, agent::Metrics::default(), readiness, shutdown).await.map_err(|e| e.to_string())
+    agent::run(client, node, host, agent::Metrics::default(), health, shutdown).await.map_err(|e| e.to_string())
 }

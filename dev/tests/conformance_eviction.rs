@@ -180,6 +180,31 @@ async fn c32_two_matching_budgets_are_a_500() {
 }
 
 #[tokio::test]
+async fn c32b_an_eviction_in_a_terminating_namespace_is_forbidden_as_every_create_is() {
+    let server = server().await;
+    let client = server.client();
+    let plain = no_retry_client(&server);
+    namespace(&client, "doomed").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "doomed");
+    running_pod(&pods, "p", true).await;
+    server.faults().pause_controller("namespace");
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces.delete("doomed", &DeleteParams::default()).await.unwrap();
+    let refused = evict_raw(&plain, "doomed", "p", None).await;
+    assert_eq!(refused.status, 403);
+    let body = refused.json();
+    assert_eq!(
+        body["message"],
+        "pods \"p\" is forbidden: unable to create new content in namespace doomed because it is being terminated"
+    );
+    assert_eq!(body["details"]["causes"][0]["reason"], "NamespaceTerminating");
+    assert!(pods.get("p").await.unwrap().metadata.deletion_timestamp.is_none(), "the pod is left to the namespace");
+    // Even for a pod that does not exist: admission comes before the eviction looks at the pod.
+    assert_eq!(evict_raw(&plain, "doomed", "missing", None).await.status, 403);
+    server.faults().resume_controller("namespace");
+}
+
+#[tokio::test]
 async fn c33_pending_finished_and_terminating_pods_skip_the_budget() {
     let server = server().await;
     let client = server.client();

@@ -1,8 +1,8 @@
-//! Code both the controller and the agent use: the custom resource types and the node annotation
-//! protocol.
+//! Code both the controller and the agent use: the custom resource types, the node annotation
+//! protocol, and the health their loops report.
 
 pub mod components;
 pub mod crd;
-pub mod probes;
+pub mod health;
 pub mod protocol;
 pub mod version;

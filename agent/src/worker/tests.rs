@@ -343,7 +343,7 @@ fn start(nodes: &FakeNodes, host: &Arc<ScriptedHost>) -> Running {
         "n".into(),
         host.clone(),
         metrics.clone(),
-        Readiness::default(),
+        shared::health::Health::default(),
         shutdown.clone(),
     ));
     Running { shutdown, task, metrics }

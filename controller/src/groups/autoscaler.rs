@@ -254,10 +254,12 @@ async fn reconcile(strategy: Arc<AutoscalingStrategy>, state: Arc<State>) -> Res
         }
     };
     if let Some(patch) = &decision.patch {
-        deployments
-            .patch(&strategy.spec.deployment_name, &PatchParams::default(), &Patch::Strategic(patch))
-            .await
-            .map_err(kube_error)?;
+        super::fenced(
+            ctx,
+            deployments.patch(&strategy.spec.deployment_name, &PatchParams::default(), &Patch::Strategic(patch)),
+        )
+        .await?
+        .map_err(kube_error)?;
         tracing::info!(strategy = %name, %patch, "patched the cluster-autoscaler Deployment");
     }
     if let Some(event) = &decision.event {
@@ -272,9 +274,12 @@ async fn reconcile(strategy: Arc<AutoscalingStrategy>, state: Arc<State>) -> Res
     }
     if strategy.status.as_ref() != Some(&decision.status) {
         let api: Api<AutoscalingStrategy> = Api::all(ctx.client.clone());
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": decision.status })))
-            .await
-            .map_err(kube_error)?;
+        super::fenced(
+            ctx,
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": decision.status }))),
+        )
+        .await?
+        .map_err(kube_error)?;
     }
     Ok(Action::await_change())
 }

@@ -7,6 +7,7 @@ pub mod pending_node;
 pub mod scaling_group;
 
 use crate::events::Events;
+use crate::leadership::{Leadership, Term};
 use cloud::{CloudProvider, Retry};
 use futures::StreamExt;
 use kube::Client;
@@ -16,7 +17,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// How long a joining instance may take to become a Ready Node when its PendingNode names no deadline
@@ -105,38 +105,52 @@ pub struct Context {
     pub cloud: CloudOptions,
     /// The Event publisher.
     pub events: Events,
+    /// The leadership term the controllers run in: every write to the API or the cloud starts only while it is
+    /// valid and is cancelled when it ends ([`fenced`]). `run` sets it for each term; `None` only where no elector
+    /// runs (unit tests).
+    pub term: Option<Term>,
+}
+
+/// Runs `write` (an API or cloud call that changes something) only while the context's term is valid, and
+/// cancels it when the term ends.
+pub(crate) async fn fenced<F: std::future::Future>(ctx: &Context, write: F) -> Result<F::Output, Error> {
+    match &ctx.term {
+        Some(term) => term.fence(write).await.map_err(|_| Error::Fenced),
+        None => Ok(write.await),
+    }
 }
 
 /// Runs the three controllers (and the default pause driver of the autoscaler) while this replica leads:
 /// they start when `leading` turns true and stop when it turns false or `shutdown` is cancelled.
-pub async fn run(context: Context, mut leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+pub async fn run(context: Context, leadership: Leadership, shutdown: CancellationToken) {
+    let mut terms = leadership.subscribe();
     loop {
-        // Wait to lead.
-        loop {
-            if *leading.borrow_and_update() {
-                break;
+        // Wait for a term.
+        let term = loop {
+            if let Some(term) = terms.borrow_and_update().clone().filter(Term::is_valid) {
+                break term;
             }
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                changed = leading.changed() => if changed.is_err() { return },
+                changed = terms.changed() => if changed.is_err() { return },
             }
-        }
+        };
+        let context = Context { term: Some(term.clone()), ..context.clone() };
         tracing::info!("leading: starting the ScalingGroup, PendingNode and AutoscalingStrategy controllers");
-        let term = shutdown.child_token();
+        let term_tasks = shutdown.child_token();
         let (pause, pause_rx) = autoscaler::pause_channel();
         let tasks = [
-            tokio::spawn(scaling_group::run(context.clone(), term.clone())),
-            tokio::spawn(pending_node::run(context.clone(), term.clone())),
-            tokio::spawn(autoscaler::run(context.clone(), pause_rx, term.clone())),
-            tokio::spawn(outdated::drive(context.clone(), pause, term.clone())),
+            tokio::spawn(scaling_group::run(context.clone(), term_tasks.clone())),
+            tokio::spawn(pending_node::run(context.clone(), term_tasks.clone())),
+            tokio::spawn(autoscaler::run(context.clone(), pause_rx, term_tasks.clone())),
+            tokio::spawn(outdated::drive(context.clone(), pause, term_tasks.clone())),
         ];
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                changed = leading.changed() => if changed.is_err() || !*leading.borrow_and_update() { break },
-            }
+        let stop = term_tasks;
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            () = term.ended() => {}
         }
-        term.cancel();
+        stop.cancel();
         for task in futures::stream::iter(tasks).then(|t| t).collect::<Vec<_>>().await {
             if let Err(error) = task {
                 tracing::error!(%error, "a scaling-group controller task failed");
@@ -153,6 +167,9 @@ pub async fn run(context: Context, mut leading: watch::Receiver<bool>, shutdown:
 /// backoff by each controller's error policy.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// This replica's leadership ended before the write could start (or while it ran).
+    #[error("leadership ended; the write was not made")]
+    Fenced,
     /// A read or write of the API failed.
     #[error("{kind} {name}: {source}")]
     Kube {

@@ -363,7 +363,7 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
         Step::Joined => {}
         Step::GiveUp(_) | Step::RetryDelete => {
             let deleted = match &id {
-                Ok(id) => provider.delete_instance(&group, id).await,
+                Ok(id) => super::fenced(ctx, provider.delete_instance(&group, id)).await?,
                 Err(error) => Err(cloud::Error::invalid(format!("spec.providerID: {error}"))),
             };
             match deleted {
@@ -409,7 +409,7 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
             preconditions: Some(Preconditions { uid: pending.uid(), resource_version: None }),
             ..DeleteParams::default()
         };
-        match api.delete(&name, &params).await {
+        match super::fenced(ctx, api.delete(&name, &params)).await? {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
             Err(source) => return Err(kube_error(source)),
@@ -442,15 +442,18 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
     }
     if changed {
         let patch = json!({"metadata": {"resourceVersion": resource_version}, "status": status});
-        let written =
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch)).await.map_err(kube_error)?;
+        let written = super::fenced(ctx, api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch)))
+            .await?
+            .map_err(kube_error)?;
         resource_version = written.resource_version();
     }
     if let Some(mut patch) = spec_patch {
         // The goal switches after the instance's deletion started: a crash in between repeats the (idempotent)
         // deletion, never leaves an instance behind.
         patch["metadata"] = json!({ "resourceVersion": resource_version });
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await.map_err(kube_error)?;
+        super::fenced(ctx, api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)))
+            .await?
+            .map_err(kube_error)?;
         if state.first_time(pending.uid(), "failed-join") {
             ctx.cloud.metrics.failed_joins.get_or_create(&labels).inc();
         }

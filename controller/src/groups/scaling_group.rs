@@ -249,7 +249,7 @@ async fn reconcile(group: Arc<ScalingGroup>, state: Arc<State>) -> Result<Action
         Ok(template) => match image_to_set(desired.as_deref(), &template) {
             None if desired.as_deref().is_none_or(str::is_empty) => Outcome::NoTarget { template },
             None => Outcome::UpToDate { template },
-            Some(to) => match provider.set_group_image(&id, to).await {
+            Some(to) => match super::fenced(ctx, provider.set_group_image(&id, to)).await? {
                 Ok(ImageUpdate::Applied) => Outcome::ImageSet { from: template, to: to.to_owned() },
                 Ok(ImageUpdate::InProgress) => Outcome::ImageSetting { from: template, to: to.to_owned() },
                 Err(error) => Outcome::SetFailed { template, to: to.to_owned(), error },
@@ -270,9 +270,12 @@ async fn reconcile(group: Arc<ScalingGroup>, state: Arc<State>) -> Result<Action
     }
     if let Some(status) = next_status(group.status.as_ref(), &decision, group.meta().generation, Timestamp::now()) {
         let api: Api<ScalingGroup> = Api::all(ctx.client.clone());
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": status })))
-            .await
-            .map_err(kube_error)?;
+        super::fenced(
+            ctx,
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": status }))),
+        )
+        .await?
+        .map_err(kube_error)?;
     }
     Ok(match decision.next {
         Ok(after) => {

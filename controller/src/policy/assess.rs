@@ -345,6 +345,13 @@ fn drain(node: &NodeView, intent: &Intent, agent: Option<&AgentReport>, policy: 
         DrainProgress::Failed { message } => {
             block(node, target, Reason::DrainFailed, format!("the drain cannot finish: {message}"))
         }
+        DrainProgress::Uncordoned => block(
+            node,
+            target,
+            Reason::UncordonedWhileDraining,
+            "someone made the node schedulable while it was drained; the drain stopped and the node is left alone"
+                .into(),
+        ),
         DrainProgress::Running { .. } | DrainProgress::NotRunning => {
             let until = deadline(intent.since, policy.drain_timeout);
             if now >= until {

@@ -99,6 +99,8 @@ pub enum DrainProgress {
     Drained,
     /// The drain cannot finish (a pod that may not be evicted under the drain options).
     Failed { message: String },
+    /// Someone made the node schedulable while it was drained; the drain stopped evicting.
+    Uncordoned,
 }
 
 /// A NodeVersion as the policy sees it. [`plan`] takes them oldest first: a node several select
@@ -241,6 +243,7 @@ pub enum Reason {
     RebootTimedOut,
     DrainTimedOut,
     DrainFailed,
+    UncordonedWhileDraining,
     MalformedAnnotations,
     UnsupportedStep,
     // Clean-ups.
@@ -287,6 +290,7 @@ impl Reason {
                 | Reason::RebootTimedOut
                 | Reason::DrainTimedOut
                 | Reason::DrainFailed
+                | Reason::UncordonedWhileDraining
                 | Reason::MalformedAnnotations
                 | Reason::UnsupportedStep
                 | Reason::UnreadableIntent
@@ -328,6 +332,8 @@ pub struct InFlight {
     /// `stage`, `drain`, `reboot`, or `done` for a verified node keeping its slot while it soaks.
     pub step: Step,
     pub since: Timestamp,
+    /// What its drain waits on, if it is draining and waits.
+    pub waiting_on: Option<String>,
 }
 
 /// A node that failed or is blocked, with the reason and message from its annotations or its
@@ -535,7 +541,7 @@ fn plan_rollout(
     for node in selected.starts {
         plan.counts.outdated -= 1;
         plan.counts.in_progress += 1;
-        plan.in_flight.push(InFlight { node: node.name.clone(), step: Step::Stage, since: now });
+        plan.in_flight.push(InFlight { node: node.name.clone(), step: Step::Stage, since: now, waiting_on: None });
         plan.actions.push(NodeAction {
             node: node.name.clone(),
             kind: ActionKind::Stage { target: spec.target.clone() },
@@ -562,7 +568,11 @@ fn summarize(plan: &mut Plan, members: &[(&NodeView, &Assessment)]) {
             }
             Situation::InFlight { step, since } => {
                 plan.counts.in_progress += 1;
-                plan.in_flight.push(InFlight { node: name, step: *step, since: *since });
+                let waiting_on = match &node.drain {
+                    DrainProgress::Running { waiting_on } if *step == Step::Drain => waiting_on.clone(),
+                    _ => None,
+                };
+                plan.in_flight.push(InFlight { node: name, step: *step, since: *since, waiting_on });
             }
             Situation::Failed { message } => {
                 plan.counts.failed += 1;

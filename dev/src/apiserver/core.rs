@@ -8,6 +8,7 @@ use super::faults::{Controllers, FaultTable};
 use super::field_validation::FieldValidation;
 use super::metrics::Metrics;
 use super::object::{now_rfc3339, object_key};
+use super::request_log::RequestLog;
 use super::resource::{Builtin, Gvr, Registry, ResourceType};
 use super::state::{SnapshotCache, State};
 use parking_lot::{Mutex, RwLock};
@@ -106,6 +107,8 @@ pub struct Core {
     pub registry: RwLock<Registry>,
     /// Request counters.
     pub metrics: Metrics,
+    /// The opt-in log of answered requests.
+    pub request_log: RequestLog,
     /// Injected faults.
     pub faults: FaultTable,
     /// Pause switches of the built-in controllers.
@@ -176,6 +179,7 @@ impl Core {
             state: Mutex::new(state),
             registry: RwLock::new(registry),
             metrics: Metrics::default(),
+            request_log: RequestLog::default(),
             faults: FaultTable::default(),
             controllers: Controllers::default(),
             rv_changes,

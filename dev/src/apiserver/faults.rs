@@ -1,5 +1,5 @@
-//! Fault injection for tests: error responses, latency, closing every watch, compaction, and pausing the
-//! built-in controllers.
+//! Fault injection for tests: error responses, latency, requests that hang, closing every watch, compaction,
+//! and pausing the built-in controllers.
 //!
 //! # Guarantees
 //! - Injected errors and latency apply to HTTP requests only (the clients under test), never to in-process
@@ -7,6 +7,8 @@
 //! - An injected 429/503 with `retry_after_seconds` carries both `details.retryAfterSeconds` and a
 //!   `Retry-After` header, as upstream's throttling does.
 //! - A count-limited rule is used up by exactly that many matching requests.
+//! - A request that a hang rule matches is not handled (and not answered) while any matching hang rule exists;
+//!   once the last one is removed it is handled as usual. A client that gives up meanwhile sees no answer.
 
 use super::core::Core;
 use super::error::ApiError;
@@ -94,12 +96,20 @@ struct Rules {
     next: u64,
     errors: Vec<(FaultId, ErrorFault)>,
     latency: Vec<(FaultId, RequestMatch, Duration)>,
+    hangs: Vec<(FaultId, RequestMatch)>,
 }
 
 /// The injected rules (held by the server core).
-#[derive(Default)]
 pub struct FaultTable {
     rules: Mutex<Rules>,
+    /// Bumped whenever a rule is removed, to wake hung requests.
+    removals: watch::Sender<u64>,
+}
+
+impl Default for FaultTable {
+    fn default() -> Self {
+        FaultTable { rules: Mutex::default(), removals: watch::channel(0).0 }
+    }
 }
 
 impl FaultTable {
@@ -121,6 +131,24 @@ impl FaultTable {
     /// The latency to add to a request.
     pub fn latency_for(&self, request: &RequestKey) -> Duration {
         self.rules.lock().latency.iter().filter(|(_, m, _)| m.matches(request)).map(|(_, _, d)| *d).sum()
+    }
+
+    /// Returns once no hang rule matches `request` (at once when none does).
+    pub async fn hold_while_hung(&self, request: &RequestKey) {
+        loop {
+            // Subscribed before looking, so a removal in between is not missed.
+            let mut removals = self.removals.subscribe();
+            if !self.rules.lock().hangs.iter().any(|(_, m)| m.matches(request)) {
+                return;
+            }
+            if removals.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn removed(&self) {
+        self.removals.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn next_id(rules: &mut Rules) -> FaultId {
@@ -221,18 +249,35 @@ impl Faults {
         id
     }
 
-    /// Removes one rule.
-    pub fn remove(&self, id: FaultId) {
+    /// Holds matching HTTP requests unanswered until the rule is removed (a server or a network path that
+    /// stops answering); they are then handled as usual.
+    pub fn hang(&self, requests: RequestMatch) -> FaultId {
         let mut rules = self.core.faults.rules.lock();
-        rules.errors.retain(|(i, _)| *i != id);
-        rules.latency.retain(|(i, _, _)| *i != id);
+        let id = FaultTable::next_id(&mut rules);
+        rules.hangs.push((id, requests));
+        id
     }
 
-    /// Removes every error and latency rule.
+    /// Removes one rule.
+    pub fn remove(&self, id: FaultId) {
+        {
+            let mut rules = self.core.faults.rules.lock();
+            rules.errors.retain(|(i, _)| *i != id);
+            rules.latency.retain(|(i, _, _)| *i != id);
+            rules.hangs.retain(|(i, _)| *i != id);
+        }
+        self.core.faults.removed();
+    }
+
+    /// Removes every error, latency and hang rule.
     pub fn clear(&self) {
-        let mut rules = self.core.faults.rules.lock();
-        rules.errors.clear();
-        rules.latency.clear();
+        {
+            let mut rules = self.core.faults.rules.lock();
+            rules.errors.clear();
+            rules.latency.clear();
+            rules.hangs.clear();
+        }
+        self.core.faults.removed();
     }
 
     /// Ends every open watch (cleanly, as an apiserver restart or a load balancer would). Returns how many.
@@ -305,6 +350,31 @@ mod tests {
         assert!(only_agents.matches(&request(Verb::Patch, "nodes", "update-operator/agent 1.0")));
         assert!(!only_agents.matches(&request(Verb::Patch, "nodes", "update-operator/controller 1.0")));
         assert!(!only_agents.matches(&request(Verb::Patch, "pods", "update-operator/agent 1.0")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn hung_requests_wait_until_their_rule_is_removed() {
+        let table = Arc::new(FaultTable::default());
+        let leases = RequestMatch { resource: Some("leases".into()), ..Default::default() };
+        let id = {
+            let mut rules = table.rules.lock();
+            let id = FaultTable::next_id(&mut rules);
+            rules.hangs.push((id, leases));
+            id
+        };
+        // Other requests pass at once.
+        tokio::time::timeout(Duration::from_secs(1), table.hold_while_hung(&request(Verb::Get, "nodes", "x")))
+            .await
+            .unwrap();
+        let hung = {
+            let table = table.clone();
+            tokio::spawn(async move { table.hold_while_hung(&request(Verb::Update, "leases", "x")).await })
+        };
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(!hung.is_finished(), "a hung request was answered");
+        table.rules.lock().hangs.retain(|(i, _)| *i != id);
+        table.removed();
+        tokio::time::timeout(Duration::from_secs(1), hung).await.unwrap().unwrap();
     }
 
     #[tokio::test]

@@ -60,8 +60,11 @@
 //!
 //! # Observing and disturbing
 //! - [`ApiServer::metrics`]: request counters by verb, group, resource, subresource and User-Agent.
+//! - [`ApiServer::request_log`]: an opt-in, bounded, ordered log of the resource requests answered over HTTP,
+//!   with their User-Agent and status (who wrote what, and when, as an audit log shows).
 //! - [`ApiServer::faults`]: error responses (with or without `Retry-After`, count-limited or until removed),
-//!   latency, closing every watch, compaction (410 for resumed watches and continue tokens), controller pauses.
+//!   latency, requests that hang until the rule is removed, closing every watch, compaction (410 for resumed
+//!   watches and continue tokens), controller pauses.
 //!
 //! # Guarantees
 //! See the module docs of [`state`] (resourceVersions, history), [`ops::read`] (pagination), [`ops::watch`]
@@ -85,6 +88,7 @@ pub mod openapi;
 pub mod ops;
 pub mod patch;
 pub mod protobuf;
+pub mod request_log;
 pub mod resource;
 pub mod schema;
 pub mod selector;
@@ -98,6 +102,7 @@ pub use config::ApiServerConfig;
 pub use error::ApiError;
 pub use faults::{ControllerGate, Controllers, ErrorFault, FaultId, Faults, RequestMatch};
 pub use metrics::{Metrics, RequestCount, RequestKey, Verb};
+pub use request_log::{LoggedRequest, RequestLine, RequestLog};
 pub use resource::Gvr;
 pub use server::{ApiServer, StartError};
 pub use store::{DeleteOutcome, ObjectList, Patch, Store, TypedStore, WatchEvent};

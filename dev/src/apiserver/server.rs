@@ -7,6 +7,7 @@ use super::error::ApiError;
 use super::faults::Faults;
 use super::http::tls::Tls;
 use super::metrics::Metrics;
+use super::request_log::RequestLog;
 use super::store::Store;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -215,6 +216,11 @@ impl ApiServer {
     /// Request metrics.
     pub fn metrics(&self) -> Metrics {
         self.core.metrics.clone()
+    }
+
+    /// The log of answered requests (off until [`RequestLog::enable`]).
+    pub fn request_log(&self) -> RequestLog {
+        self.core.request_log.clone()
     }
 
     /// Serves `routes` under `/_dev/` (besides `/_dev/metrics` and `/_dev/faults`), replacing earlier ones.

@@ -62,7 +62,12 @@ mod tests {
             target_image: Some("v2".into()),
             counts,
             in_flight: if in_flight {
-                vec![InFlightNode { name: "a".into(), step: "stage".into(), since: Time(jiff::Timestamp::UNIX_EPOCH) }]
+                vec![InFlightNode {
+                    name: "a".into(),
+                    step: "stage".into(),
+                    since: Time(jiff::Timestamp::UNIX_EPOCH),
+                    waiting_on: None,
+                }]
             } else {
                 vec![]
             },

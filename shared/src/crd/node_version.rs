@@ -286,6 +286,10 @@ pub struct InFlightNode {
     pub step: String,
     /// When the node entered the step.
     pub since: Time,
+    /// What the node's drain waits on (a pod a PodDisruptionBudget protects, a pod terminating),
+    /// while it drains and waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_on: Option<String>,
 }
 
 /// Node counts of a NodeVersion status. Every managed node is in exactly one of

@@ -26,6 +26,7 @@ use crate::apiserver::ops::read::ListOptions;
 use crate::apiserver::ops::watch::{WatchOptions, WatchSession};
 use crate::apiserver::patch::PatchType;
 use crate::apiserver::protobuf;
+use crate::apiserver::request_log::{RequestLine, RequestLog};
 use crate::apiserver::resource::{Builtin, Gvr, ResourceType};
 use crate::apiserver::schema::ErrorKind;
 use crate::apiserver::selector::{FieldSelector, LabelSelector};
@@ -73,11 +74,20 @@ where
         Route::Resource(_) => negotiate::for_errors(request.accept.as_deref()),
         _ => Encoding::Json,
     };
+    let mut logged = match &route {
+        Route::Resource(path) if core.request_log.is_enabled() => {
+            log_line(path, &request).map(|line| (core.request_log.clone(), line))
+        }
+        _ => None,
+    };
     let user =
         match access::admit_request(&core, &route, &parts.method, parts.uri.path(), &request.params, &parts.headers) {
             Ok(user) => user,
-            Err(error) => return Ok(error_response(&error, errors)),
+            Err(error) => return Ok(logged_response(logged, error_response(&error, errors))),
         };
+    if let (Some((_, line)), Some(user)) = (&mut logged, &user) {
+        line.user.clone_from(&user.name);
+    }
     let response = match route {
         Route::Health => Ok(text_response(StatusCode::OK, "ok")),
         Route::Version => Ok(json_response(StatusCode::OK, &discovery::version(&core.config.git_version))),
@@ -111,7 +121,30 @@ where
         },
         Route::NotFound => Err(ApiError::path_not_found()),
     };
-    Ok(response.unwrap_or_else(|error| error_response(&error, errors)))
+    Ok(logged_response(logged, response.unwrap_or_else(|error| error_response(&error, errors))))
+}
+
+/// `response`, recorded in the request log if the request is to be logged.
+fn logged_response(logged: Option<(RequestLog, RequestLine)>, response: Response<Body>) -> Response<Body> {
+    if let Some((log, line)) = logged {
+        log.record(line, response.status().as_u16());
+    }
+    response
+}
+
+/// What the request log records of a resource request.
+fn log_line(path: &ResourcePath, request: &RequestInfo) -> Option<RequestLine> {
+    let verb = verb_of(&request.method, path.name.is_some(), path.legacy_watch || request.flag("watch"))?;
+    Some(RequestLine {
+        verb,
+        group: path.group.clone(),
+        resource: path.plural.clone(),
+        subresource: path.subresource.clone().unwrap_or_default(),
+        namespace: path.namespace.clone(),
+        name: path.name.clone(),
+        user_agent: request.user_agent.clone(),
+        user: String::new(),
+    })
 }
 
 /// The media types an `Accept` header lists, without parameters, in order.
@@ -303,6 +336,7 @@ async fn serve_resource(
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
+    core.faults.hold_while_hung(&key).await;
     if let Some(error) = core.faults.error_for(&key) {
         return Err(error);
     }
@@ -640,7 +674,7 @@ fn dev_metrics(core: &Core) -> Response<Body> {
     )
 }
 
-/// `POST /_dev/faults` with `{"action": ...}`: `closeWatches`, `compact`, `inject`, `latency`, `clear`,
+/// `POST /_dev/faults` with `{"action": ...}`: `closeWatches`, `compact`, `inject`, `latency`, `hang`, `clear`,
 /// `pauseController`, `resumeController`.
 fn dev_faults(core: &Arc<Core>, request: &RequestInfo) -> Result<Response<Body>, ApiError> {
     if request.method != Method::POST {
@@ -687,6 +721,10 @@ fn dev_faults(core: &Arc<Core>, request: &RequestInfo) -> Result<Response<Body>,
                 fault = fault.times(times.min(u64::from(u32::MAX)) as u32);
             }
             faults.inject(fault);
+            json!({})
+        }
+        Some("hang") => {
+            faults.hang(requests()?);
             json!({})
         }
         Some("latency") => {

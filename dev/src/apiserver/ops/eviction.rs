@@ -1,6 +1,8 @@
 //! `pods/eviction`: upstream's eviction algorithm (`pkg/registry/core/pod/storage/eviction.go`).
 //!
 //! # Guarantees
+//! - Like every create, an eviction in a namespace being deleted is refused (403 with cause `NamespaceTerminating`,
+//!   upstream's NamespaceLifecycle admission), before the pod is looked at.
 //! - Pending, Succeeded and Failed pods and pods already being deleted are evicted without a PDB check.
 //! - More than one matching PDB is a 500 (with upstream's message and no reason); none lets the eviction through.
 //! - A not-Ready pod is evicted without touching the budget under `unhealthyPodEvictionPolicy: AlwaysAllow`, or
@@ -97,6 +99,9 @@ impl Core {
             ctx.dry_run || eviction.delete_options.dry_run.as_ref().is_some_and(|d| d.iter().any(|v| v == "All"));
         let ctx = Ctx { dry_run, ..*ctx };
         let mut state = self.state.lock();
+        // An eviction is a create (of `pods/eviction`): admission refuses it in a namespace being
+        // deleted before the pod is even looked at.
+        self.check_namespace_open(&state, &pods, namespace, name)?;
         let pod_object =
             state.get(&pods, &object_key(Some(namespace), name)).ok_or_else(|| ApiError::not_found(&pods, name))?;
         let pod = pod_object.value();

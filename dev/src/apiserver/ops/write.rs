@@ -247,8 +247,9 @@ impl Core {
         Ok(self.commit_put(state, rt, key, &mut object))
     }
 
-    /// 404 when the namespace is missing; 403 NamespaceTerminating while it is being deleted (events excepted).
-    fn check_namespace_open(
+    /// 404 when the namespace is missing; 403 NamespaceTerminating while it is being deleted (events excepted):
+    /// upstream's NamespaceLifecycle admission of every create, subresource creates (evictions) included.
+    pub(super) fn check_namespace_open(
         &self,
         state: &State,
         rt: &ResourceType,
