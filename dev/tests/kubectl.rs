@@ -332,7 +332,7 @@ async fn every_kubectl_shows_the_operators_events_after_a_rollout() {
         let config = server.kubeconfig_path().to_owned();
         let described = kubectl_ok(binary, &config, &["describe", "nodeversion", "constellation-version"]).await;
         let events = described.stdout.split("Events:").nth(1).unwrap_or_default();
-        for reason in ["StageRequested", "Staged", "Drained", "Verified"] {
+        for reason in ["StageRequested", "DrainStarted", "RebootRequested", "Verified"] {
             assert!(
                 events.lines().any(|l| l.contains(reason) && l.contains("update-operator")),
                 "{}: no {reason} Event from update-operator under Events:\n{}",

@@ -51,10 +51,16 @@ async fn a_rollout_needs_every_rule_of_the_manifest_and_nothing_else() {
         let username = format!("system:serviceaccount:{namespace}:{name}");
         assert!(records.iter().any(|r| r.user == username), "no request of {username} was recorded");
     }
-    // Each rule in turn: without it, some request of the rollout is denied (or the rule is unneeded).
+    // Each rule in turn: without it, some request of the rollout is denied (or the rule is unneeded). The
+    // rules of the scaling-group controllers, which run only with `--cloud-provider`, are not exercised by an
+    // in-place rollout; dev/tests/scaling_groups.rs runs those controllers under the manifest's RBAC.
+    let cloud_only = |rule: &String| {
+        ["scalinggroups", "pendingnodes", "autoscalingstrategies", "\"deployments\""].iter().any(|r| rule.contains(r))
+    };
     let unneeded: Vec<String> = manifest
         .role_rules()
         .iter()
+        .filter(|rule| !cloud_only(&rule.to_string()))
         .filter(|rule| {
             let rbac = manifest.without(rule).rbac();
             !records.iter().any(|r| !rbac.authorize(&user_of(r), &r.attributes).allowed)
