@@ -182,6 +182,7 @@ pub fn controller_options(identity: &str) -> controller::Options {
             retry_period: Duration::from_millis(300),
         },
         own_node: None,
+        agent_policy: Some(controller::agent_policy::DEFAULT_POLICY.into()),
     }
 }
 
