@@ -1,7 +1,28 @@
-# Developer entry points. Every target works on a machine with a Rust toolchain.
+# Developer entry points. The build, test, image and dev-* targets work on a machine with a Rust
+# toolchain (dev-rollout and get-nodes-status also need kubectl and jq); the kind-* targets need kind
+# and a container engine.
 CARGO ?= cargo
+KUBECTL ?= kubectl
+KIND ?= kind
+JQ ?= jq
+# jq's colours (`watch -c` shows them); empty for plain JSON.
+JQ_COLOR ?= -C
+# The image `make image` writes and `make kind-load` loads (dev/kustomization.yaml runs update-operator:dev).
+IMAGE ?= ghcr.io/update-operator/update-operator:0.1.0
+IMAGE_ARCHIVE ?= target/update-operator-image.tar
+CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+# The static binary: glibc's static libraries on the gnu target.
+TARGET ?= x86_64-unknown-linux-gnu
+KIND_CLUSTER ?= update-operator-dev
+KIND_IMAGE ?= update-operator:dev
+# make dev-rollout: the update-operator binary it runs, and where it keeps pids and logs.
+UPDATE_OPERATOR ?= target/release/update-operator
+DEV_ROLLOUT_DIR ?= target/dev-rollout
+# make dev-rollout ROLLOUT_IMAGE=v2: the spec.image it sets on the NodeVersion (default: the example's).
+ROLLOUT_IMAGE ?=
 
-.PHONY: build test fmt lint manifests demo bench
+.PHONY: build test fmt lint manifests demo bench image kind-cluster kind-load deploy-dev kind-rollout \
+	get-nodes-status watch-nodes-status dev-cluster dev-rollout dev-rollout-stop
 
 ## build: the update-operator binary (release)
 build:
@@ -33,3 +54,50 @@ bench:
 	$(CARGO) build --release --locked --bin update-operator
 	$(CARGO) build --release --locked -p dev --bin bench
 	./target/release/bench --binary ./target/release/update-operator $(ARGS)
+
+## image: the container image as an OCI archive (docker load / kind load image-archive), no container engine
+image:
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release --locked --target $(TARGET) --bin update-operator
+	$(CARGO) run --quiet --release --locked -p oci-image -- --binary target/$(TARGET)/release/update-operator \
+		--ca-bundle $(CA_BUNDLE) --reference $(IMAGE) --output $(IMAGE_ARCHIVE)
+
+## kind-cluster: a local kind cluster (dev/kind-cluster.yml: a control plane and two workers, opted in)
+kind-cluster:
+	$(KIND) create cluster --name $(KIND_CLUSTER) --config dev/kind-cluster.yml
+
+## kind-load: build the image as $(KIND_IMAGE) and load it into the kind cluster
+kind-load:
+	$(MAKE) image IMAGE=$(KIND_IMAGE)
+	$(KIND) load image-archive $(IMAGE_ARCHIVE) --name $(KIND_CLUSTER)
+
+## deploy-dev: create or update the operator on the current cluster with the dev settings (dev/kustomization.yaml)
+deploy-dev:
+	$(KUBECTL) apply -k dev/
+
+## kind-rollout: reload the image and the configuration, then restart the operator's pods
+kind-rollout: kind-load deploy-dev
+	$(KUBECTL) -n update-operator rollout restart deployment/update-operator-controller daemonset/update-operator-agent
+	$(KUBECTL) -n update-operator rollout status deployment/update-operator-controller
+	$(KUBECTL) -n update-operator rollout status daemonset/update-operator-agent
+
+## get-nodes-status: each node's update.edgeless.systems annotations and labels, and whether it is cordoned
+get-nodes-status:
+	@$(KUBECTL) get nodes -o json | $(JQ) $(JQ_COLOR) -S -f dev/nodes-status.jq
+
+## watch-nodes-status: get-nodes-status every 2 s (watch -c)
+watch-nodes-status:
+	watch -c -- $(MAKE) --no-print-directory get-nodes-status
+
+## dev-cluster: the in-memory dev cluster in the foreground (6 nodes); prints its kubeconfig
+dev-cluster:
+	$(CARGO) run --release --locked -p dev --bin dev-cluster -- --nodes 6 --control-planes 1 $(ARGS)
+
+## dev-rollout: build, (re)start the controller and agents as processes on the dev cluster, apply the NodeVersion
+dev-rollout:
+	$(CARGO) build --release --locked --bin update-operator
+	UPDATE_OPERATOR=$(UPDATE_OPERATOR) DEV_ROLLOUT_DIR=$(DEV_ROLLOUT_DIR) KUBECTL=$(KUBECTL) ROLLOUT_IMAGE=$(ROLLOUT_IMAGE) \
+		dev/dev-rollout.sh
+
+## dev-rollout-stop: stop the processes dev-rollout started
+dev-rollout-stop:
+	DEV_ROLLOUT_DIR=$(DEV_ROLLOUT_DIR) dev/dev-rollout.sh stop

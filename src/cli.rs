@@ -70,6 +70,14 @@ pub struct ControllerArgs {
     /// The node this replica runs on (downward API: spec.nodeName); it is updated last.
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
     pub node_name: Option<String>,
+    /// The ValidatingAdmissionPolicy (and binding of the same name) that confines the agents. No
+    /// node is updated until both exist and the binding denies.
+    #[arg(long, default_value = controller::agent_policy::DEFAULT_POLICY, value_name = "NAME")]
+    pub agent_policy: String,
+    /// Update nodes even where the agents' admission policy is missing (Kubernetes before 1.30):
+    /// every agent can then change every Node.
+    #[arg(long)]
+    pub allow_unconfined_agents: bool,
     /// The cloud of the ScalingGroups: `simulated` (the dev cluster's). Without it the ScalingGroup,
     /// PendingNode and AutoscalingStrategy controllers do not run.
     #[arg(long, value_enum, value_name = "CLOUD", requires = "cloud_endpoint")]

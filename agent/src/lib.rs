@@ -13,5 +13,5 @@ mod own_node;
 mod retry;
 pub mod worker;
 
-pub use metrics::Metrics;
+pub use metrics::{HostOpLabels, Metrics};
 pub use worker::{Error, run};

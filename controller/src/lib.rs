@@ -1,6 +1,7 @@
 //! The update-operator controller: watches Nodes, the NodeVersion and PodDisruptionBudgets, and
 //! drives rollouts through the node annotation protocol while it holds the leader lease.
 
+pub mod agent_policy;
 pub mod drain;
 pub mod etcd;
 pub mod events;
@@ -62,6 +63,10 @@ pub struct Options {
     /// The cloud of the scaling groups; without it the ScalingGroup, PendingNode and AutoscalingStrategy
     /// controllers do not run.
     pub cloud: Option<groups::CloudOptions>,
+    /// The ValidatingAdmissionPolicy (and binding of the same name) that confines the agents: the
+    /// replica campaigns only once it is in force ([`agent_policy`]). `None`: no check (the
+    /// explicit `--allow-unconfined-agents` opt-out).
+    pub agent_policy: Option<String>,
 }
 
 /// Runs the controller until `shutdown` is cancelled.
@@ -124,6 +129,14 @@ pub async fn run(
     }
     tracing::info!(nodes = nodes.state().len(), nodeversions = versions.state().len(), "caches synced");
     health.set_ready(true);
+    match &options.agent_policy {
+        Some(policy) => {
+            if !agent_policy::wait_until_in_force(&client, policy, &versions, &shutdown).await {
+                return Ok(());
+            }
+        }
+        None => tracing::warn!("not checking the agents' admission policy (--allow-unconfined-agents)"),
+    }
 
     let leadership = leadership::Leadership::new();
     let events = events::Events::start(client.clone(), Some(options.identity.clone()), leadership.clone());

@@ -123,12 +123,17 @@ pub fn condition_of(status: &shared::crd::NodeVersionStatus, type_: &str) -> Opt
 /// A bare API server with the CRDs, what `deploy/operator.yaml` grants (namespace, service
 /// accounts, RBAC, admission policy) and Ready nodes; names starting with `cp` are control-plane nodes.
 pub async fn bare_cluster(names: &[&str]) -> ApiServer {
+    bare_cluster_with(names, &Manifest::operator().unwrap()).await
+}
+
+/// [`bare_cluster`] with `manifest` installed instead of the committed one.
+pub async fn bare_cluster_with(names: &[&str], manifest: &Manifest) -> ApiServer {
     let server = ApiServer::start(ApiServerConfig::default()).await.unwrap();
     let store = server.store();
     for crd in shared::crd::all() {
         store.api::<CustomResourceDefinition>().create(None, &crd, &PostParams::default()).unwrap();
     }
-    Access::install(&server).unwrap();
+    manifest.install(&server.store().with_identity("dev/operator-manifest")).unwrap();
     for name in names {
         let mut labels = json!({"update.edgeless.systems/managed": "true"});
         if name.starts_with("cp") {

@@ -47,8 +47,8 @@ pub struct CommandConfig {
     /// Default timeout 10 min.
     #[serde(default)]
     pub(super) unstage: Option<CommandSpec>,
-    /// Runs every command in the host's namespaces through `nsenter --target 1` (the agent then
-    /// runs privileged with `hostPID: true`).
+    /// Runs every command in the host's namespaces, those of PID 1, entered by the agent before it
+    /// executes the command (the agent then runs privileged with `hostPID: true`).
     #[serde(default)]
     pub(super) nsenter: bool,
 }

@@ -7,8 +7,9 @@
 //! - `staged` (optional) prints the staged image, or nothing;
 //! - `unstage` (optional) discards the staged target, which is passed as its last argument.
 //!
-//! With `nsenter: true` every command runs in the host's namespaces, as
-//! `nsenter --target 1 --mount --uts --ipc --net --pid -- <argv...>`.
+//! With `nsenter: true` every command runs in the host's namespaces (those of PID 1: IPC, UTS,
+//! network, PID, mount), entered by the agent itself before the command is executed, as
+//! `nsenter --target 1 --ipc --uts --net --pid --mount -- <argv...>` would ([`namespaces`]).
 //!
 //! # Guarantees
 //! - No shell is ever involved, and nothing from the cluster is spliced into a command line: the
@@ -22,14 +23,17 @@
 //!   host already runs it with nothing else staged.
 
 mod config;
+pub mod namespaces;
 mod run;
 
 pub use config::{CommandConfig, MAX_TIMEOUT_SECONDS};
 
 use super::{EX_TEMPFAIL, HostError, HostFacts, HostUpdater, check_reported_image, read_boot_id};
 use config::CommandSpec;
+use namespaces::Namespaces;
 use run::{Finished, RunError};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Time limits of the commands without a configured `timeoutSeconds`.
@@ -42,22 +46,22 @@ const DEFAULT_REBOOT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Discarding a staged image deletes files or a boot entry.
 const DEFAULT_UNSTAGE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
-/// What enters the host's namespaces; found on the agent image's `PATH`.
-const NSENTER: &str = "nsenter";
-/// The namespaces of the host's PID 1 the commands run in (with `nsenter: true`).
-const NSENTER_ARGS: [&str; 8] = ["--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--"];
-
 /// A host updated by configured commands.
 #[derive(Debug, Clone)]
 pub struct CommandHost {
     config: CommandConfig,
     boot_id_path: PathBuf,
-    nsenter_program: String,
+    /// The `/proc/PID/ns` directory whose namespaces the commands run in (with `nsenter: true`).
+    namespaces_dir: PathBuf,
 }
 
 impl CommandHost {
     pub fn new(config: CommandConfig) -> Self {
-        CommandHost { config, boot_id_path: super::default_boot_id_path(), nsenter_program: NSENTER.to_owned() }
+        CommandHost {
+            config,
+            boot_id_path: super::default_boot_id_path(),
+            namespaces_dir: PathBuf::from(namespaces::HOST_NAMESPACES),
+        }
     }
 
     /// Reads the configuration file at `path` and sets up the backend.
@@ -71,22 +75,32 @@ impl CommandHost {
         self
     }
 
-    /// Uses `program` instead of `nsenter` from `PATH` to enter the host's namespaces.
-    pub fn with_nsenter_program(mut self, program: impl Into<String>) -> Self {
-        self.nsenter_program = program.into();
+    /// With `nsenter: true`, enters the namespaces of `dir` (a `/proc/PID/ns` directory) instead of
+    /// the host's init process's.
+    pub fn with_namespaces_of(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.namespaces_dir = dir.into();
         self
     }
 
     /// The argument vector that runs `spec` (with `last_arg` appended).
     fn argv(&self, spec: &CommandSpec, last_arg: Option<&str>) -> Vec<String> {
-        let mut argv = Vec::with_capacity(NSENTER_ARGS.len() + spec.argv.len() + 2);
-        if self.config.nsenter {
-            argv.push(self.nsenter_program.clone());
-            argv.extend(NSENTER_ARGS.map(str::to_owned));
-        }
+        let mut argv = Vec::with_capacity(spec.argv.len() + 1);
         argv.extend(spec.argv.iter().cloned());
         argv.extend(last_arg.map(str::to_owned));
         argv
+    }
+
+    /// The namespaces the commands run in: `None` without `nsenter: true`.
+    fn namespaces(&self, name: &'static str, program: &str) -> Result<Option<Arc<Namespaces>>, HostError> {
+        if !self.config.nsenter {
+            return Ok(None);
+        }
+        let namespaces = Namespaces::open(&self.namespaces_dir).map_err(|error| HostError::CommandStart {
+            command: name,
+            program: program.to_owned(),
+            source: std::io::Error::new(error.source.kind(), error.to_string()),
+        })?;
+        Ok(Some(Arc::new(namespaces)))
     }
 
     /// Runs `spec` to its end.
@@ -100,7 +114,8 @@ impl CommandHost {
         let argv = self.argv(spec, last_arg);
         let timeout = spec.timeout(default_timeout);
         tracing::debug!(command = name, ?argv, "running host command");
-        run::run(&argv, timeout).await.map_err(|error| match error {
+        let namespaces = self.namespaces(name, spec.program())?;
+        run::run(&argv, namespaces, timeout).await.map_err(|error| match error {
             RunError::Start(source) | RunError::Wait(source) => {
                 HostError::CommandStart { command: name, program: argv[0].clone(), source }
             }
@@ -279,12 +294,14 @@ mod tests {
     }
 
     #[test]
-    fn with_nsenter_every_command_runs_in_the_hosts_namespaces() {
+    fn with_nsenter_the_argv_is_unchanged_and_the_namespaces_are_the_hosts() {
         let host = host(true);
-        assert_eq!(
-            host.argv(&host.config.reboot, None),
-            ["nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--", "systemctl", "reboot"]
-        );
+        assert_eq!(host.argv(&host.config.reboot, None), ["systemctl", "reboot"]);
+        assert_eq!(host.namespaces_dir, Path::new("/proc/1/ns"));
+        assert!(self::host(false).namespaces("reboot", "systemctl").unwrap().is_none());
+        let missing = self::host(true).with_namespaces_of("/proc/nonexistent/ns");
+        let error = missing.namespaces("check", "os-version").unwrap_err().to_string();
+        assert!(error.contains("/proc/nonexistent/ns/ipc"), "{error}");
     }
 
     #[test]

@@ -12,8 +12,10 @@
 //! - Commands do not leave processes behind that keep their stdout or stderr open; such a command
 //!   counts as running until its time limit.
 
+use super::namespaces::Namespaces;
 use rustix::process::{Pid, Signal, kill_process_group};
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -41,20 +43,41 @@ pub(super) enum RunError {
     Wait(std::io::Error),
 }
 
-/// Runs `argv` (program first) and waits at most `timeout` for it to end.
-pub(super) async fn run(argv: &[String], timeout: Duration) -> Result<Finished, RunError> {
+/// Runs `argv` (program first), in `namespaces` if given, and waits at most `timeout` for it to end.
+pub(super) async fn run(
+    argv: &[String],
+    namespaces: Option<Arc<Namespaces>>,
+    timeout: Duration,
+) -> Result<Finished, RunError> {
     let Some((program, args)) = argv.split_first() else {
         return Err(RunError::Start(std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty argv")));
     };
-    let mut child = tokio::process::Command::new(program)
+    let mut command = tokio::process::Command::new(program);
+    command
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(RunError::Start)?;
+        .kill_on_drop(true);
+    let entering = namespaces.is_some();
+    if let Some(namespaces) = namespaces {
+        // SAFETY: the closure runs in the forked child before exec and only makes setns system calls on
+        // descriptors opened before the fork (no allocation, no locks).
+        unsafe {
+            command.pre_exec(move || namespaces.enter());
+        }
+    }
+    let mut child = command.spawn().map_err(|error| {
+        if entering {
+            RunError::Start(std::io::Error::new(
+                error.kind(),
+                format!("entering the host's namespaces or executing the program failed: {error}"),
+            ))
+        } else {
+            RunError::Start(error)
+        }
+    })?;
     let mut group = GroupKiller(child.id().and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw));
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
@@ -176,7 +199,7 @@ mod tests {
             ["/bin/sh", "-c", "head -c 1048576 /dev/zero; head -c 1048575 /dev/zero >&2; printf E >&2"]
                 .map(str::to_owned)
                 .to_vec();
-        let finished = run(&argv, Duration::from_secs(60)).await.unwrap();
+        let finished = run(&argv, None, Duration::from_secs(60)).await.unwrap();
         assert!(finished.status.success());
         assert_eq!(finished.stdout.len(), MAX_STDOUT);
         assert_eq!(finished.stderr_tail.len(), MAX_STDERR);
@@ -185,8 +208,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_program_that_does_not_exist_cannot_start() {
-        let error = run(&["/nonexistent/program".to_owned()], Duration::from_secs(5)).await.unwrap_err();
+        let error = run(&["/nonexistent/program".to_owned()], None, Duration::from_secs(5)).await.unwrap_err();
         assert!(matches!(error, RunError::Start(ref e) if e.kind() == std::io::ErrorKind::NotFound), "{error:?}");
-        assert!(matches!(run(&[], Duration::from_secs(5)).await, Err(RunError::Start(_))));
+        assert!(matches!(run(&[], None, Duration::from_secs(5)).await, Err(RunError::Start(_))));
     }
 }
