@@ -9,7 +9,7 @@
 //! then the record is replaced. The components hash the agent reports is computed from that record, so it says
 //! what is really installed, never what was asked for.
 
-use std::io::{Read, Write};
+use std::io::{Read, Seek, Write};
 use std::path::{Component as PathPart, Path, PathBuf};
 use std::time::Duration;
 
@@ -92,9 +92,13 @@ impl Installer {
         self.root.join(path.trim_start_matches('/'))
     }
 
+    fn record_path(&self) -> PathBuf {
+        self.host_path(&self.record.to_string_lossy())
+    }
+
     /// The record of what is installed, `None` when nothing was installed by us.
     pub fn installed(&self) -> Result<Option<Record>, InstallError> {
-        let path = self.host_path(&self.record.to_string_lossy());
+        let path = self.record_path();
         let bad = |reason: String| InstallError::Record { path: path.display().to_string(), reason };
         match std::fs::read(&path) {
             Ok(bytes) => {
@@ -134,7 +138,7 @@ impl Installer {
             component_hashes,
             install_paths: components.iter().map(|c| c.install_path.clone()).collect(),
         };
-        let path = self.host_path(&self.record.to_string_lossy());
+        let path = self.record_path();
         let json = serde_json::to_vec_pretty(&record)
             .map_err(|e| InstallError::Record { path: path.display().to_string(), reason: e.to_string() })?;
         write_atomically(&path, &json, 0o644)?;
@@ -263,7 +267,7 @@ fn extract(archive: &Path, dir: &Path, install_path: &str) -> Result<(), Install
     let mut file = std::fs::File::open(archive).map_err(io(archive))?;
     let mut magic = [0u8; 2];
     let gzip = file.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
-    let file = std::fs::File::open(archive).map_err(io(archive))?;
+    file.rewind().map_err(io(archive))?;
     let reader: Box<dyn Read> = if gzip { Box::new(flate2::read::GzDecoder::new(file)) } else { Box::new(file) };
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let mut tar = tar::Archive::new(reader);

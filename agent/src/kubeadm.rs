@@ -41,20 +41,22 @@ pub fn upgrade_commands(
         .map(|c| c.install_path.clone())
         .ok_or(PlanError::NoKubeadm)?;
     let patches = components.iter().any(|c| c.install_path.starts_with(&format!("{PATCHES_DIR}/")));
-    let argv = |args: &[&str]| -> Vec<String> {
-        let mut argv = vec![kubeadm.clone()];
-        argv.extend(args.iter().map(|a| (*a).to_owned()));
-        if patches && args.first() == Some(&"upgrade") && args.get(1) != Some(&"plan") {
-            argv.extend(["--patches".to_owned(), PATCHES_DIR.to_owned()]);
-        }
-        argv
+    let patch_args: &[&str] = if patches { &["--patches", PATCHES_DIR] } else { &[] };
+    let kubeadm_argv = |args: &[&str]| -> Vec<String> {
+        std::iter::once(kubeadm.as_str())
+            .chain(args.iter().copied())
+            .chain(patch_args.iter().copied())
+            .map(str::to_owned)
+            .collect()
     };
     let version = version.to_string();
     let mut commands = match role {
-        Role::FirstControlPlane => {
-            vec![argv(&["upgrade", "plan", &version]), argv(&["upgrade", "apply", "--yes", &version])]
-        }
-        Role::ControlPlane | Role::Worker => vec![argv(&["upgrade", "node"])],
+        // `upgrade plan` only reads: it takes no patches.
+        Role::FirstControlPlane => vec![
+            vec![kubeadm.clone(), "upgrade".into(), "plan".into(), version.clone()],
+            kubeadm_argv(&["upgrade", "apply", "--yes", &version]),
+        ],
+        Role::ControlPlane | Role::Worker => vec![kubeadm_argv(&["upgrade", "node"])],
     };
     commands.push(vec!["systemctl".into(), "daemon-reload".into()]);
     commands.push(vec!["systemctl".into(), "restart".into(), "kubelet".into()]);

@@ -12,7 +12,6 @@
 //! download is verified against its hash before use; a `data:` URL's content is verified here, at once), an
 //! install path under one of the allowed roots, and a `cluster-version` equal to the NodeVersion's.
 
-use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
@@ -350,8 +349,7 @@ pub fn check_install_path(path: &str, roots: &[&str]) -> Result<(), String> {
     if roots.iter().any(under) {
         Ok(())
     } else {
-        let roots: BTreeSet<&str> = roots.iter().copied().collect();
-        Err(format!("it is not under an allowed directory ({})", roots.into_iter().collect::<Vec<_>>().join(", ")))
+        Err(format!("it is not under an allowed directory ({})", roots.join(", ")))
     }
 }
 

@@ -106,22 +106,24 @@ pub struct Context {
     /// The Event publisher.
     pub events: Events,
     /// The leadership term the controllers run in: every write to the API or the cloud starts only while it is
-    /// valid and is cancelled when it ends ([`fenced`]). `run` sets it for each term; `None` only where no elector
-    /// runs (unit tests).
+    /// valid and is cancelled when it ends ([`fenced`]). `run` sets it for each term; without one, nothing is
+    /// written.
     pub term: Option<Term>,
 }
 
 /// Runs `write` (an API or cloud call that changes something) only while the context's term is valid, and
 /// cancels it when the term ends.
 pub(crate) async fn fenced<F: std::future::Future>(ctx: &Context, write: F) -> Result<F::Output, Error> {
-    match &ctx.term {
-        Some(term) => term.fence(write).await.map_err(|_| Error::Fenced),
-        None => Ok(write.await),
-    }
+    fence_write(ctx.term.as_ref(), write).await
+}
+
+async fn fence_write<F: std::future::Future>(term: Option<&Term>, write: F) -> Result<F::Output, Error> {
+    let term = term.ok_or(Error::Fenced)?;
+    term.fence(write).await.map_err(|_| Error::Fenced)
 }
 
 /// Runs the three controllers (and the default pause driver of the autoscaler) while this replica leads:
-/// they start when `leading` turns true and stop when it turns false or `shutdown` is cancelled.
+/// they start with each leadership term and stop when it ends or `shutdown` is cancelled.
 pub async fn run(context: Context, leadership: Leadership, shutdown: CancellationToken) {
     let mut terms = leadership.subscribe();
     loop {
@@ -258,5 +260,25 @@ mod tests {
         assert_eq!(attempts.failed("b"), 1);
         attempts.succeeded("a");
         assert_eq!(attempts.failed("a"), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_start_only_within_a_valid_term() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let written = AtomicBool::new(false);
+        let write = || async { written.store(true, Ordering::SeqCst) };
+        assert!(matches!(fence_write(None, write()).await, Err(Error::Fenced)));
+        assert!(!written.load(Ordering::SeqCst), "no term: nothing is written");
+        let leadership = Leadership::new();
+        let term = leadership.begin(tokio::time::Instant::now() + Duration::from_secs(10));
+        assert!(fence_write(Some(&term), write()).await.is_ok());
+        assert!(written.swap(false, Ordering::SeqCst));
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(matches!(fence_write(Some(&term), write()).await, Err(Error::Fenced)));
+        assert!(!written.load(Ordering::SeqCst), "a lapsed term writes nothing");
+        let next = leadership.begin(tokio::time::Instant::now() + Duration::from_secs(10));
+        leadership.end();
+        assert!(matches!(fence_write(Some(&next), write()).await, Err(Error::Fenced)));
+        assert!(!written.load(Ordering::SeqCst), "an ended term writes nothing");
     }
 }
