@@ -128,7 +128,7 @@ impl Executor {
         let (starts, others): (Vec<Planned<'_>>, Vec<Planned<'_>>) = batches
             .iter()
             .flat_map(|batch| batch.actions.iter().map(move |action| (action, batch)))
-            .partition(|(a, _)| matches!(a.kind, ActionKind::Stage { .. }));
+            .partition(|(a, _)| matches!(a.kind, ActionKind::Stage { .. } | ActionKind::Replace { .. }));
         let mut applied = Applied::default();
         self.apply_phase(term, &others, nodes, now, &mut applied).await;
         if applied.conflicts + applied.errors == 0 {
@@ -291,15 +291,22 @@ pub enum DrainEffect {
 /// The drain side of `kind`.
 pub fn drain_effect(kind: &ActionKind) -> DrainEffect {
     match kind {
-        ActionKind::Drain { .. } | ActionKind::KeepDraining => DrainEffect::Start,
+        ActionKind::Drain { .. } | ActionKind::DrainDonor { .. } | ActionKind::KeepDraining => DrainEffect::Start,
         // IMPORTANT: stop evicting before the node is uncordoned, or a drain could go on evicting
         // pods from a node that is schedulable again.
-        ActionKind::Done { .. } | ActionKind::Fail { .. } | ActionKind::Block { .. } | ActionKind::Release => {
-            DrainEffect::Stop
-        }
-        ActionKind::Stage { .. } | ActionKind::Reboot { .. } | ActionKind::Uncordon | ActionKind::Report => {
-            DrainEffect::None
-        }
+        ActionKind::Done { .. }
+        | ActionKind::Fail { .. }
+        | ActionKind::Block { .. }
+        | ActionKind::Release
+        | ActionKind::Retire { .. } => DrainEffect::Stop,
+        ActionKind::Stage { .. }
+        | ActionKind::Reboot { .. }
+        | ActionKind::Uncordon
+        | ActionKind::Report
+        | ActionKind::Replace { .. }
+        | ActionKind::CreateInstance { .. }
+        | ActionKind::Inherit { .. }
+        | ActionKind::ReleaseInstance { .. } => DrainEffect::None,
     }
 }
 
@@ -330,8 +337,10 @@ pub fn next_state(
     };
     match &action.kind {
         ActionKind::Stage { target } => next.intent = Some(intent(Step::Stage, target)),
-        ActionKind::Drain { target } => {
-            next.intent = Some(intent(Step::Drain, target));
+        ActionKind::Replace { target } => next.intent = Some(intent(Step::Replace, target)),
+        ActionKind::Drain { target } | ActionKind::DrainDonor { target, .. } => {
+            let step = if matches!(action.kind, ActionKind::Drain { .. }) { Step::Drain } else { Step::Replace };
+            next.intent = Some(intent(step, target));
             // Someone else's cordon stays theirs: no record, so we will not lift it.
             if !unschedulable {
                 next.cordoned_by_us = true;
@@ -358,7 +367,13 @@ pub fn next_state(
             uncordon(&mut next);
         }
         ActionKind::Uncordon => uncordon(&mut next),
-        ActionKind::KeepDraining | ActionKind::Report => {}
+        // Not the node's controller annotations (the group plumbing applies them).
+        ActionKind::KeepDraining
+        | ActionKind::Report
+        | ActionKind::CreateInstance { .. }
+        | ActionKind::Inherit { .. }
+        | ActionKind::Retire { .. }
+        | ActionKind::ReleaseInstance { .. } => {}
     }
     (next, want_unschedulable)
 }

@@ -128,6 +128,7 @@ impl SlimNode {
             controller: ControllerAnnotations::read(annotations),
             agent: AgentReport::parse(annotations),
             drain,
+            group: None,
         }
     }
 }

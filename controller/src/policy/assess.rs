@@ -50,23 +50,27 @@ pub(super) struct Assessment {
     pub situation: Situation,
     pub action: Option<NodeAction>,
     pub wake_at: Option<Timestamp>,
+    /// A new instance joining to replace another node (a heir): extra capacity, never counted as unavailable.
+    pub surge: bool,
+    /// The node is replaced by a new instance when it starts, not updated in place.
+    pub replace: bool,
 }
 
 impl Assessment {
-    fn new(situation: Situation) -> Self {
-        Assessment { situation, action: None, wake_at: None }
+    pub(super) fn new(situation: Situation) -> Self {
+        Assessment { situation, action: None, wake_at: None, surge: false, replace: false }
     }
 
-    fn outdated_for_now() -> Self {
+    pub(super) fn outdated_for_now() -> Self {
         Assessment::new(Situation::Outdated { eligible: false, held: None })
     }
 
-    fn act(mut self, node: &NodeView, kind: ActionKind, reason: Reason, message: String) -> Self {
+    pub(super) fn act(mut self, node: &NodeView, kind: ActionKind, reason: Reason, message: String) -> Self {
         self.action = Some(NodeAction { node: node.name.clone(), kind, reason, message });
         self
     }
 
-    fn wake(mut self, at: Timestamp) -> Self {
+    pub(super) fn wake(mut self, at: Timestamp) -> Self {
         self.wake_at = Some(at);
         self
     }
@@ -81,11 +85,11 @@ impl Assessment {
     pub fn unavailable(&self, node: &NodeView) -> bool {
         let uncordoned = self.action.as_ref().is_some_and(|a| a.kind.uncordons())
             && node.controller.as_ref().is_ok_and(|c| c.cordoned_by_us);
-        self.in_flight() || !node.ready || (node.unschedulable && !uncordoned)
+        !self.surge && (self.in_flight() || !node.ready || (node.unschedulable && !uncordoned))
     }
 }
 
-fn deadline(since: Timestamp, timeout: SignedDuration) -> Timestamp {
+pub(super) fn deadline(since: Timestamp, timeout: SignedDuration) -> Timestamp {
     since.checked_add(timeout).unwrap_or(Timestamp::MAX)
 }
 
@@ -246,7 +250,7 @@ fn idle(node: &NodeView, controller: &ControllerAnnotations, agent: Option<&Agen
 
 /// Uncordons a node the controller cordoned but is not working on (left over by a crash between
 /// two writes, or by a human editing annotations).
-fn leftover_cordon(base: Assessment, node: &NodeView, controller: &ControllerAnnotations) -> Assessment {
+pub(super) fn leftover_cordon(base: Assessment, node: &NodeView, controller: &ControllerAnnotations) -> Assessment {
     if controller.cordoned_by_us && base.action.is_none() {
         let mut base = base;
         if let Situation::Outdated { eligible, .. } = &mut base.situation {
@@ -342,6 +346,28 @@ fn drain(node: &NodeView, intent: &Intent, agent: Option<&AgentReport>, policy: 
                 ),
             }
         }
+        DrainProgress::Failed { .. }
+        | DrainProgress::Uncordoned
+        | DrainProgress::Running { .. }
+        | DrainProgress::NotRunning => {
+            unfinished_drain(node, intent, policy, now, Step::Drain, &format!("before the reboot into {target}"))
+        }
+    }
+}
+
+/// A drain that has not finished: the node is blocked when the drain cannot finish, was stopped by an
+/// uncordon, or timed out (counted from the intent's time); otherwise it keeps draining in `step` until the
+/// deadline. `purpose` completes "draining ..." in messages.
+pub(super) fn unfinished_drain(
+    node: &NodeView,
+    intent: &Intent,
+    policy: &Policy,
+    now: Timestamp,
+    step: Step,
+    purpose: &str,
+) -> Assessment {
+    let target = intent.target.clone();
+    match &node.drain {
         DrainProgress::Failed { message } => {
             block(node, target, Reason::DrainFailed, format!("the drain cannot finish: {message}"))
         }
@@ -352,7 +378,7 @@ fn drain(node: &NodeView, intent: &Intent, agent: Option<&AgentReport>, policy: 
             "someone made the node schedulable while it was drained; the drain stopped and the node is left alone"
                 .into(),
         ),
-        DrainProgress::Running { .. } | DrainProgress::NotRunning => {
+        DrainProgress::Running { .. } | DrainProgress::NotRunning | DrainProgress::Drained => {
             let until = deadline(intent.since, policy.drain_timeout);
             if now >= until {
                 let waiting = match &node.drain {
@@ -362,13 +388,8 @@ fn drain(node: &NodeView, intent: &Intent, agent: Option<&AgentReport>, policy: 
                 let message = format!("the drain did not finish within {}{waiting}", human(policy.drain_timeout));
                 return block(node, target, Reason::DrainTimedOut, message);
             }
-            Assessment::new(Situation::InFlight { step: Step::Drain, since: intent.since })
-                .act(
-                    node,
-                    ActionKind::KeepDraining,
-                    Reason::Draining,
-                    format!("draining before the reboot into {target}"),
-                )
+            Assessment::new(Situation::InFlight { step, since: intent.since })
+                .act(node, ActionKind::KeepDraining, Reason::Draining, format!("draining {purpose}"))
                 .wake(until)
         }
     }
@@ -441,7 +462,7 @@ fn reboot(
     Assessment::new(Situation::InFlight { step: Step::Reboot, since: intent.since }).wake(until)
 }
 
-fn fail(node: &NodeView, target: String, reason: Reason, message: String) -> Assessment {
+pub(super) fn fail(node: &NodeView, target: String, reason: Reason, message: String) -> Assessment {
     Assessment::new(Situation::Failed { message: format!("{reason}: {message}") }).act(
         node,
         ActionKind::Fail { target },
@@ -450,7 +471,7 @@ fn fail(node: &NodeView, target: String, reason: Reason, message: String) -> Ass
     )
 }
 
-fn block(node: &NodeView, target: String, reason: Reason, message: String) -> Assessment {
+pub(super) fn block(node: &NodeView, target: String, reason: Reason, message: String) -> Assessment {
     Assessment::new(Situation::Blocked { message: format!("{reason}: {message}"), by_drain: true, holds_slot: false })
         .act(node, ActionKind::Block { target }, reason, message)
 }

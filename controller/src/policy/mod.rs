@@ -49,6 +49,7 @@ pub mod budget;
 pub mod cron;
 mod gates;
 mod pools;
+pub mod replacement;
 mod selection;
 pub mod settings;
 pub mod window;
@@ -58,6 +59,7 @@ mod simulation;
 #[cfg(test)]
 mod tests;
 
+pub use replacement::{DonorRef, Fleet, GroupMember, TaintView};
 pub use settings::{NodeSelector, Policy, ValidSpec};
 
 use assess::{Assessment, Owner, Situation};
@@ -85,6 +87,8 @@ pub struct NodeView {
     pub agent: Result<AgentReport, ProtocolError>,
     /// What the executor knows of the node's drain.
     pub drain: DrainProgress,
+    /// The node's scaling group and what the replacement needs of it, when a group covers the node.
+    pub group: Option<GroupMember>,
 }
 
 /// Progress of a drain, as the executor's drain task reports it.
@@ -172,10 +176,27 @@ pub enum ActionKind {
     Uncordon,
     /// Touch nothing; report the problem (a Warning Event, once per distinct message).
     Report,
+    /// Write `intent=replace` for `target` with a fresh token. Reason: [`Reason::ReplacementStarted`].
+    Replace { target: String },
+    /// Create one instance in the group and a joining PendingNode `pending` for it, linked to the node (the
+    /// donor), with `deadline`; no Node write. Reason: [`Reason::InstanceRequested`].
+    CreateInstance { group_id: String, pending: String, deadline: Timestamp },
+    /// On the heir (the action's node): write the `donor` annotations, the labels and the taints, in one
+    /// patch. Reason: [`Reason::HeirPaired`].
+    Inherit { donor: DonorRef, labels: std::collections::BTreeMap<String, String>, taints: Vec<TaintView> },
+    /// On the donor: write the `heir` annotation and a fresh `intent=replace` (its time starts the drain
+    /// timeout), cordon, then start draining. Reason: [`Reason::DrainStarted`].
+    DrainDonor { target: String, heir: String },
+    /// On a drained donor: delete its joining PendingNode `join_pending`, remove its etcd member if
+    /// `remove_etcd_member`, delete the Node. Reason: [`Reason::DonorRetired`].
+    Retire { remove_etcd_member: bool, join_pending: Option<String> },
+    /// On the heir, once the donor's Node is gone: create the leaving PendingNode `pending` for the donor's
+    /// instance, then remove the heir's `donor` annotations. Reason: [`Reason::InstanceReleased`].
+    ReleaseInstance { pending: String, donor: DonorRef },
 }
 
 impl ActionKind {
-    /// Whether the action writes the Node.
+    /// Whether the action writes anything (the Node, a PendingNode, the cloud).
     pub fn writes(&self) -> bool {
         !matches!(self, ActionKind::KeepDraining | ActionKind::Report)
     }
@@ -189,7 +210,15 @@ impl ActionKind {
             ActionKind::Done { .. } => Some(Step::Done),
             ActionKind::Fail { .. } => Some(Step::Failed),
             ActionKind::Block { .. } => Some(Step::Blocked),
-            ActionKind::KeepDraining | ActionKind::Release | ActionKind::Uncordon | ActionKind::Report => None,
+            ActionKind::Replace { .. } | ActionKind::DrainDonor { .. } => Some(Step::Replace),
+            ActionKind::KeepDraining
+            | ActionKind::Release
+            | ActionKind::Uncordon
+            | ActionKind::Report
+            | ActionKind::CreateInstance { .. }
+            | ActionKind::Inherit { .. }
+            | ActionKind::Retire { .. }
+            | ActionKind::ReleaseInstance { .. } => None,
         }
     }
 
@@ -205,7 +234,13 @@ impl ActionKind {
             | ActionKind::Drain { .. }
             | ActionKind::KeepDraining
             | ActionKind::Reboot { .. }
-            | ActionKind::Report => false,
+            | ActionKind::Report
+            | ActionKind::Replace { .. }
+            | ActionKind::CreateInstance { .. }
+            | ActionKind::Inherit { .. }
+            | ActionKind::DrainDonor { .. }
+            | ActionKind::Retire { .. }
+            | ActionKind::ReleaseInstance { .. } => false,
         }
     }
 
@@ -222,6 +257,12 @@ impl ActionKind {
             ActionKind::Release => "Release",
             ActionKind::Uncordon => "Uncordon",
             ActionKind::Report => "Report",
+            ActionKind::Replace { .. } => "Replace",
+            ActionKind::CreateInstance { .. } => "CreateInstance",
+            ActionKind::Inherit { .. } => "Inherit",
+            ActionKind::DrainDonor { .. } => "DrainDonor",
+            ActionKind::Retire { .. } => "Retire",
+            ActionKind::ReleaseInstance { .. } => "ReleaseInstance",
         }
     }
 }
@@ -236,6 +277,12 @@ pub enum Reason {
     Draining,
     RebootRequested,
     Verified,
+    // A replacement's steps.
+    ReplacementStarted,
+    InstanceRequested,
+    HeirPaired,
+    DonorRetired,
+    InstanceReleased,
     // A node's failures.
     StageFailed,
     StageTimedOut,
@@ -246,6 +293,7 @@ pub enum Reason {
     UncordonedWhileDraining,
     MalformedAnnotations,
     UnsupportedStep,
+    HeirNotReady,
     // Clean-ups.
     TargetChanged,
     NotSelected,
@@ -258,6 +306,8 @@ pub enum Reason {
     NodeNotReady,
     CordonedByOther,
     SelectorOverlap,
+    GroupImagePending,
+    ImageUnknown,
     // Why no new node of a rollout starts.
     Paused,
     OutsideMaintenanceWindow,
@@ -266,6 +316,7 @@ pub enum Reason {
     InvalidSpec,
     WaitingForControlPlane,
     UnavailableNodes,
+    SurgeExhausted,
     // Rollout summary.
     RollingOut,
     Complete,
@@ -293,6 +344,8 @@ impl Reason {
                 | Reason::UncordonedWhileDraining
                 | Reason::MalformedAnnotations
                 | Reason::UnsupportedStep
+                | Reason::HeirNotReady
+                | Reason::ImageUnknown
                 | Reason::UnreadableIntent
                 | Reason::NoAgentReport
                 | Reason::NodeNotReady
@@ -422,20 +475,48 @@ impl ClusterPlan {
 /// names only rollouts with a spec to act on ([`SpecState::acting`]). `own_node` is the node the
 /// controller runs on (updated last).
 pub fn plan(nodes: &[NodeView], rollouts: &[Rollout], own_node: Option<&str>, now: Timestamp) -> ClusterPlan {
+    plan_with(nodes, rollouts, &Fleet::default(), own_node, now)
+}
+
+/// [`plan`] with the cloud's scaling groups and PendingNodes: nodes of a known group are replaced (see
+/// [`replacement`]), every other node is updated in place, under one budget and the same gates.
+pub fn plan_with(
+    nodes: &[NodeView],
+    rollouts: &[Rollout],
+    fleet: &Fleet,
+    own_node: Option<&str>,
+    now: Timestamp,
+) -> ClusterPlan {
     let default_policy = Policy::default();
     let owners = pools::owners(nodes, rollouts);
+    let records = replacement::Records::find(nodes, fleet);
+    let context = |node| replacement::Context::of(node, fleet, &records, nodes);
     let assessments: Vec<Assessment> = nodes
         .iter()
         .zip(&owners)
-        .map(|(node, owner)| match owner {
-            pools::Owner::Rollout(i) => match rollouts[*i].spec.acting() {
-                Some(spec) => assess::assess(node, Owner::Rollout { target: &spec.target }, &spec.policy, now),
-                None => assess::assess(node, Owner::Unknown, &default_policy, now),
-            },
-            pools::Owner::Nobody { reason } => {
-                assess::assess(node, Owner::Nobody { reason: *reason }, &default_policy, now)
+        .map(|(node, owner)| {
+            let replacing =
+                node.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Replace));
+            match (owner, context(node)) {
+                (pools::Owner::Rollout(i), Some(context)) => match rollouts[*i].spec.acting() {
+                    Some(spec) => replacement::assess(node, &context, &spec.target, &spec.policy, now),
+                    None => assess::assess(node, Owner::Unknown, &default_policy, now),
+                },
+                // A replacement in flight finishes whoever manages the node now: its instance exists.
+                (_, Some(context)) if replacing => {
+                    let target =
+                        node.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).map(|i| i.target.as_str());
+                    replacement::assess(node, &context, target.unwrap_or_default(), &default_policy, now)
+                }
+                (pools::Owner::Rollout(i), None) => match rollouts[*i].spec.acting() {
+                    Some(spec) => assess::assess(node, Owner::Rollout { target: &spec.target }, &spec.policy, now),
+                    None => assess::assess(node, Owner::Unknown, &default_policy, now),
+                },
+                (pools::Owner::Nobody { reason }, _) => {
+                    assess::assess(node, Owner::Nobody { reason: *reason }, &default_policy, now)
+                }
+                (pools::Owner::Unknown, _) => assess::assess(node, Owner::Unknown, &default_policy, now),
             }
-            pools::Owner::Unknown => assess::assess(node, Owner::Unknown, &default_policy, now),
         })
         .collect();
 
@@ -452,6 +533,7 @@ pub fn plan(nodes: &[NodeView], rollouts: &[Rollout], own_node: Option<&str>, no
         }
         shared.control_plane_busy |= busy && node.control_plane;
     }
+    shared.control_plane_busy |= records.control_plane_active();
 
     let mut cluster = ClusterPlan::default();
     for (index, rollout) in rollouts.iter().enumerate() {
@@ -471,7 +553,7 @@ pub fn plan(nodes: &[NodeView], rollouts: &[Rollout], own_node: Option<&str>, no
                 _ => None,
             })
             .collect();
-        cluster.rollouts.push(plan_rollout(rollout, &members, &overlap, &mut shared, own_node, now));
+        cluster.rollouts.push(plan_rollout(rollout, &members, &overlap, &mut shared, &records, own_node, now));
     }
     for ((node, owner), a) in nodes.iter().zip(&owners).zip(&assessments) {
         if matches!(owner, pools::Owner::Rollout(_)) {
@@ -494,6 +576,7 @@ fn plan_rollout(
     members: &[(&NodeView, &Assessment)],
     overlap: &[(&NodeView, &str)],
     shared: &mut selection::Shared,
+    records: &replacement::Records<'_>,
     own_node: Option<&str>,
     now: Timestamp,
 ) -> Plan {
@@ -536,18 +619,35 @@ fn plan_rollout(
         _ => plan.wake(gates::next_change(&spec.policy, now)),
     }
 
-    let selected = selection::select(members, spec, shared, own_node);
+    let replaced = members.iter().filter(|(_, a)| a.replace).count() as u32;
+    let allowed = spec.policy.max_surge.resolve(replaced);
+    let mut surge = selection::Surge {
+        free: allowed.saturating_sub(records.surge_used(members)),
+        allowed,
+        control_plane_active: records.control_plane_active(),
+        worker_active: records.worker_active(),
+        moving: records.moving(),
+    };
+    let selected = selection::select(members, spec, shared, &mut surge, own_node);
     plan.hold = selected.hold;
     for node in selected.starts {
+        let replace = members.iter().any(|(n, a)| n.name == node.name && a.replace);
+        let (step, kind, reason, message) = if replace {
+            let kind = ActionKind::Replace { target: spec.target.clone() };
+            (
+                Step::Replace,
+                kind,
+                Reason::ReplacementStarted,
+                format!("replacing the node by a new one with {}", spec.target),
+            )
+        } else {
+            let kind = ActionKind::Stage { target: spec.target.clone() };
+            (Step::Stage, kind, Reason::StageRequested, format!("staging {}", spec.target))
+        };
         plan.counts.outdated -= 1;
         plan.counts.in_progress += 1;
-        plan.in_flight.push(InFlight { node: node.name.clone(), step: Step::Stage, since: now, waiting_on: None });
-        plan.actions.push(NodeAction {
-            node: node.name.clone(),
-            kind: ActionKind::Stage { target: spec.target.clone() },
-            reason: Reason::StageRequested,
-            message: format!("staging {}", spec.target),
-        });
+        plan.in_flight.push(InFlight { node: node.name.clone(), step, since: now, waiting_on: None });
+        plan.actions.push(NodeAction { node: node.name.clone(), kind, reason, message });
     }
     plan
 }

@@ -22,6 +22,21 @@ pub(super) struct Shared {
     pub unowned_unavailable: u32,
 }
 
+/// What bounds replacements while one rollout selects.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Surge {
+    /// Instances the rollout may still add (`maxSurge` minus those its replacements hold).
+    pub free: u32,
+    /// The `maxSurge` allowance, for messages.
+    pub allowed: u32,
+    /// A control-plane replacement is in progress: workers wait.
+    pub control_plane_active: bool,
+    /// A worker replacement is in progress: no control-plane node is replaced beside it.
+    pub worker_active: bool,
+    /// An instance of a replacement is joining or being deleted: a taken surge frees up on its own.
+    pub moving: bool,
+}
+
 /// The nodes to start, and why not more.
 pub(super) struct Selection<'a> {
     pub starts: Vec<&'a NodeView>,
@@ -33,18 +48,19 @@ pub(super) fn select<'a>(
     members: &[(&'a NodeView, &Assessment)],
     spec: &ValidSpec,
     shared: &mut Shared,
+    surge: &mut Surge,
     own_node: Option<&str>,
 ) -> Selection<'a> {
     let mut selection = Selection { starts: Vec::new(), hold: None };
-    let mut candidates: Vec<&'a NodeView> = members
+    let mut candidates: Vec<(&'a NodeView, bool)> = members
         .iter()
         .filter(|(_, a)| matches!(a.situation, Situation::Outdated { eligible: true, .. }))
-        .map(|(n, _)| *n)
+        .map(|(n, a)| (*n, a.replace))
         .collect();
     if candidates.is_empty() {
         return selection;
     }
-    candidates.sort_by_key(|n| (!n.control_plane, own_node == Some(n.name.as_str()), n.name.clone()));
+    candidates.sort_by_key(|(n, _)| (!n.control_plane, own_node == Some(n.name.as_str()), n.name.clone()));
 
     let allowed = spec.policy.max_unavailable.resolve(members.len() as u32);
     let unavailable: Vec<&(&NodeView, &Assessment)> = members.iter().filter(|(n, a)| a.unavailable(n)).collect();
@@ -92,8 +108,20 @@ pub(super) fn select<'a>(
         })
         .map(|(n, a)| (*n, *a))
         .collect();
-    for node in candidates {
+    let mut surge_taken = false;
+    for (node, replace) in candidates {
         if slots == 0 {
+            break;
+        }
+        if replace && (surge.free == 0 || (node.control_plane && surge.worker_active)) {
+            surge_taken |= surge.free == 0;
+            continue;
+        }
+        if !node.control_plane && surge.control_plane_active {
+            selection.hold = Some(Hold::new(
+                Reason::WaitingForControlPlane,
+                "workers wait until the replacement of a control-plane node is done (its old instance deleted)",
+            ));
             break;
         }
         if node.control_plane {
@@ -106,7 +134,21 @@ pub(super) fn select<'a>(
             break;
         }
         slots -= 1;
+        if replace {
+            surge.free -= 1;
+            surge.control_plane_active |= node.control_plane;
+            surge.worker_active |= !node.control_plane;
+        }
         selection.starts.push(node);
+    }
+    let busy = surge.moving || members.iter().any(|(_, a)| matches!(a.situation, Situation::InFlight { .. }));
+    if surge_taken && selection.starts.is_empty() && selection.hold.is_none() && !busy {
+        // Nothing moves, and only the instances of replacements that cannot finish keep it so: say it.
+        let message = format!(
+            "maxSurge ({}) is taken by replacements that hold an instance (a donor blocked or an instance being deleted)",
+            surge.allowed
+        );
+        selection.hold = Some(Hold::new(Reason::SurgeExhausted, message));
     }
     selection
 }

@@ -23,6 +23,10 @@ pub const DEFAULT_DRAIN_TIMEOUT: SignedDuration = SignedDuration::from_mins(10);
 pub const DEFAULT_STAGE_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
 pub const DEFAULT_REBOOT_TIMEOUT: SignedDuration = SignedDuration::from_mins(15);
 pub const DEFAULT_FAILURE_BUDGET: u32 = 1;
+/// How long a new instance may take to become a Ready node, as Constellation.
+pub const DEFAULT_JOIN_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
+/// How long deleting a replaced node's instance may take before it is retried and reported.
+pub const DEFAULT_LEAVE_TIMEOUT: SignedDuration = SignedDuration::from_mins(5);
 /// Longest maintenance window; longer ones are better written as a schedule that matches more.
 pub const MAX_WINDOW: SignedDuration = SignedDuration::from_hours(168);
 
@@ -76,6 +80,10 @@ impl ValidSpec {
 #[derive(Debug, Clone)]
 pub struct Policy {
     pub max_unavailable: MaxUnavailable,
+    /// Extra instances replacements may add at once (`maxSurge`, same count-or-percent form).
+    pub max_surge: MaxUnavailable,
+    pub join_timeout: SignedDuration,
+    pub leave_timeout: SignedDuration,
     pub soak_time: SignedDuration,
     pub drain_timeout: SignedDuration,
     pub on_drain_timeout: DrainTimeoutAction,
@@ -92,6 +100,9 @@ impl Default for Policy {
     fn default() -> Self {
         Policy {
             max_unavailable: MaxUnavailable::default(),
+            max_surge: MaxUnavailable::default(),
+            join_timeout: DEFAULT_JOIN_TIMEOUT,
+            leave_timeout: DEFAULT_LEAVE_TIMEOUT,
             soak_time: SignedDuration::ZERO,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             on_drain_timeout: DrainTimeoutAction::Continue,
@@ -112,17 +123,25 @@ impl Policy {
     pub fn from_spec(spec: &RolloutPolicy, now: Timestamp) -> Result<Policy, Vec<String>> {
         let mut errors = Vec::new();
         let mut policy = Policy { paused: spec.paused, drain: spec.drain, ..Policy::default() };
-        match &spec.max_unavailable {
-            None => {}
-            Some(IntOrString::Int(n)) if *n >= 1 => policy.max_unavailable = MaxUnavailable::Count(*n as u32),
-            Some(IntOrString::Int(n)) => errors.push(format!("spec.rollout.maxUnavailable: {n} is less than 1")),
+        let mut amount = |field: &str, value: &Option<IntOrString>| match value {
+            None => None,
+            Some(IntOrString::Int(n)) if *n >= 1 => Some(MaxUnavailable::Count(*n as u32)),
+            Some(IntOrString::Int(n)) => {
+                errors.push(format!("spec.rollout.{field}: {n} is less than 1"));
+                None
+            }
             Some(IntOrString::String(s)) => match s.strip_suffix('%').map(str::parse::<u32>) {
-                Some(Ok(p)) if (1..=100).contains(&p) => policy.max_unavailable = MaxUnavailable::Percent(p),
-                _ => errors.push(format!(
-                    "spec.rollout.maxUnavailable: {s:?} is neither a count nor a percentage from 1% to 100%"
-                )),
+                Some(Ok(p)) if (1..=100).contains(&p) => Some(MaxUnavailable::Percent(p)),
+                _ => {
+                    errors.push(format!(
+                        "spec.rollout.{field}: {s:?} is neither a count nor a percentage from 1% to 100%"
+                    ));
+                    None
+                }
             },
-        }
+        };
+        policy.max_unavailable = amount("maxUnavailable", &spec.max_unavailable).unwrap_or_default();
+        policy.max_surge = amount("maxSurge", &spec.max_surge).unwrap_or_default();
         let mut duration = |field: &str, value: &Option<kube::core::Duration>, default: SignedDuration| match value {
             None => default,
             Some(d) if d.is_negative() => {
@@ -135,10 +154,14 @@ impl Policy {
         policy.drain_timeout = duration("drainTimeout", &spec.drain_timeout, DEFAULT_DRAIN_TIMEOUT);
         policy.stage_timeout = duration("stageTimeout", &spec.stage_timeout, DEFAULT_STAGE_TIMEOUT);
         policy.reboot_timeout = duration("rebootTimeout", &spec.reboot_timeout, DEFAULT_REBOOT_TIMEOUT);
+        policy.join_timeout = duration("joinTimeout", &spec.join_timeout, DEFAULT_JOIN_TIMEOUT);
+        policy.leave_timeout = duration("leaveTimeout", &spec.leave_timeout, DEFAULT_LEAVE_TIMEOUT);
         for (field, value) in [
             ("drainTimeout", policy.drain_timeout),
             ("stageTimeout", policy.stage_timeout),
             ("rebootTimeout", policy.reboot_timeout),
+            ("joinTimeout", policy.join_timeout),
+            ("leaveTimeout", policy.leave_timeout),
         ] {
             if value.is_zero() {
                 errors.push(format!("spec.rollout.{field}: must be longer than 0s"));
@@ -274,6 +297,8 @@ mod tests {
         assert_eq!(p.drain_timeout, SignedDuration::from_mins(10));
         assert!(p.soak_time.is_zero() && !p.paused && p.window.is_none());
         assert_eq!(p.on_drain_timeout, DrainTimeoutAction::Continue);
+        assert_eq!(p.max_surge, MaxUnavailable::Count(1));
+        assert_eq!((p.join_timeout, p.leave_timeout), (SignedDuration::from_mins(30), SignedDuration::from_mins(5)));
     }
 
     #[test]
@@ -284,7 +309,8 @@ mod tests {
                 "stageTimeout": "5m", "rebootTimeout": "7m", "failureBudget": 3, "paused": true,
                 "maintenanceWindow": {"schedule": "0 22 * * *", "duration": "4h", "timeZone": "Europe/Berlin"},
                 "nodeSelector": {"matchLabels": {"pool": "a"}},
-                "drain": {"deleteEmptyDirData": true, "force": true}
+                "drain": {"deleteEmptyDirData": true, "force": true},
+                "maxSurge": "50%", "joinTimeout": "20m", "leaveTimeout": "2m"
             })),
             now(),
         )
@@ -296,6 +322,8 @@ mod tests {
         assert_eq!(p.stage_timeout, SignedDuration::from_mins(5));
         assert_eq!(p.reboot_timeout, SignedDuration::from_mins(7));
         assert_eq!(p.failure_budget, 3);
+        assert_eq!(p.max_surge, MaxUnavailable::Percent(50));
+        assert_eq!((p.join_timeout, p.leave_timeout), (SignedDuration::from_mins(20), SignedDuration::from_mins(2)));
         assert!(p.paused && p.drain.force && p.drain.delete_empty_dir_data);
         assert_eq!(p.window.as_ref().unwrap().zone_name, "Europe/Berlin");
         let labels: BTreeMap<String, String> = [("pool".to_string(), "a".to_string())].into();
@@ -308,6 +336,7 @@ mod tests {
         let errors = Policy::from_spec(
             &spec(serde_json::json!({
                 "maxUnavailable": "0%", "failureBudget": 0, "drainTimeout": "0s",
+                "maxSurge": 0, "joinTimeout": "0s", "leaveTimeout": "0s",
                 "maintenanceWindow": {"schedule": "0 25 * * *", "duration": "200h", "timeZone": "Mars/Olympus"},
                 "nodeSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}
             })),
@@ -322,6 +351,9 @@ mod tests {
             "spec.rollout.maintenanceWindow.timeZone",
             "spec.rollout.maintenanceWindow.duration",
             "spec.rollout.nodeSelector",
+            "spec.rollout.maxSurge",
+            "spec.rollout.joinTimeout",
+            "spec.rollout.leaveTimeout",
         ] {
             assert!(errors.iter().any(|e| e.starts_with(needle)), "{needle} not in {errors:?}");
         }

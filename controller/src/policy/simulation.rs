@@ -5,7 +5,7 @@
 //! that is compared with a golden file under `testdata/` (run with `UPDATE_GOLDEN=1` to rewrite
 //! them after a deliberate change, and review the diff).
 
-use super::tests::{TARGET, cp, node, t, valid_spec};
+use super::tests::{OLD, TARGET, cp, node, t, valid_spec};
 use super::*;
 use crate::executor::{DrainEffect, drain_effect, next_state};
 use crate::status;
@@ -23,6 +23,10 @@ enum Fault {
     StageFails,
     /// The host does not come back from its reboot until this time, then runs the target.
     RebootLate { back_at: Timestamp },
+    /// The instance created to replace this node never joins.
+    NeverJoins,
+    /// This node's drain never finishes.
+    DrainStuck,
 }
 
 /// A simulated cluster and the controller's view of it.
@@ -41,6 +45,13 @@ struct Sim {
     story: Option<String>,
     last_hold: Vec<Option<Hold>>,
     last_progressing: Vec<(String, String)>,
+    /// The scaling groups and PendingNodes (the simulated cloud and PendingNode controller act on them).
+    fleet: Fleet,
+    /// Instances the cloud holds beyond those of the start, and how many were ever created.
+    extra_instances: i64,
+    created: u64,
+    /// The deadline of each joining PendingNode.
+    join_deadlines: HashMap<String, Timestamp>,
 }
 
 impl Sim {
@@ -59,6 +70,10 @@ impl Sim {
             story: None,
             last_hold: vec![None; n],
             last_progressing: vec![Default::default(); n],
+            fleet: Fleet::default(),
+            extra_instances: 0,
+            created: 0,
+            join_deadlines: HashMap::new(),
         }
     }
 
@@ -80,7 +95,7 @@ impl Sim {
 
     /// Plans once and applies the plan as the executor does; returns the plan.
     fn plan_and_apply(&mut self) -> ClusterPlan {
-        let cluster = plan(&self.nodes, &self.rollouts, None, self.now);
+        let cluster = plan_with(&self.nodes, &self.rollouts, &self.fleet, None, self.now);
         for (i, p) in cluster.rollouts.iter().enumerate() {
             if self.last_hold[i] != p.hold {
                 let line = match &p.hold {
@@ -98,8 +113,10 @@ impl Sim {
         }
         for n in &mut self.nodes {
             // The reconciler stops the drains of nodes that left the drain step.
-            let draining =
-                n.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Drain));
+            let donor_draining = n.group.as_ref().is_some_and(|m| m.heir.is_some());
+            let draining = n.controller.as_ref().is_ok_and(|c| {
+                c.intent.as_ref().is_some_and(|i| i.step == Step::Drain || (i.step == Step::Replace && donor_draining))
+            });
             if !draining {
                 n.drain = DrainProgress::NotRunning;
             }
@@ -129,6 +146,9 @@ impl Sim {
         self.tokens += 1;
         let token = Token::from_u64(self.tokens);
         let now = self.now;
+        if self.apply_replacement(action) {
+            return;
+        }
         let Some(n) = self.nodes.iter_mut().find(|n| n.name == action.node) else { return };
         let current = match &n.controller {
             Ok(c) => c.clone(),
@@ -151,9 +171,152 @@ impl Sim {
         }
     }
 
-    /// The nodes on which the world can do something now.
+    /// The replacement's actions that are not the node's controller annotations, as the executor applies them;
+    /// whether the action is done with.
+    fn apply_replacement(&mut self, action: &NodeAction) -> bool {
+        let now = self.now;
+        let Some(i) = self.nodes.iter().position(|n| n.name == action.node) else { return true };
+        match &action.kind {
+            ActionKind::CreateInstance { group_id, pending, deadline } => {
+                self.created += 1;
+                self.extra_instances += 1;
+                self.fleet.pending.push(replacement::PendingView {
+                    name: pending.clone(),
+                    node_name: format!("{}-r{}", action.node, self.created),
+                    group_id: group_id.clone(),
+                    goal: replacement::Goal::Join,
+                    donor: Some(action.node.clone()),
+                    reached_goal: false,
+                    join_failed: None,
+                    created: Some(now),
+                });
+                self.join_deadlines.insert(pending.clone(), *deadline);
+            }
+            ActionKind::Inherit { donor, labels, taints } => {
+                let member = self.nodes[i].group.get_or_insert_with(Default::default);
+                member.donor = Some(donor.clone());
+                member.labels.extend(labels.clone());
+                for taint in taints {
+                    if !member.taints.contains(taint) {
+                        member.taints.push(taint.clone());
+                    }
+                }
+            }
+            ActionKind::DrainDonor { heir, .. } => {
+                if let Some(member) = &mut self.nodes[i].group {
+                    member.heir = Some(heir.clone());
+                }
+                return false;
+            }
+            ActionKind::Retire { join_pending, .. } => {
+                let heir = self.nodes[i].group.as_ref().and_then(|m| m.heir.clone()).unwrap_or_default();
+                let ready = self.nodes.iter().any(|n| n.name == heir && n.ready);
+                assert!(ready, "{} deleted while its heir {heir:?} is not a Ready node", action.node);
+                self.fleet.pending.retain(|p| Some(&p.name) != join_pending.as_ref());
+                self.nodes.remove(i);
+            }
+            ActionKind::ReleaseInstance { pending, donor } => {
+                if !self.fleet.pending.iter().any(|p| &p.name == pending) {
+                    self.fleet.pending.push(replacement::PendingView {
+                        name: pending.clone(),
+                        node_name: donor.name.clone(),
+                        group_id: donor.group_id.clone(),
+                        goal: replacement::Goal::Leave,
+                        donor: Some(donor.name.clone()),
+                        reached_goal: false,
+                        join_failed: None,
+                        created: Some(now),
+                    });
+                }
+                if let Some(member) = &mut self.nodes[i].group {
+                    member.donor = None;
+                }
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// The nodes (indices below the number of nodes) and PendingNodes (above) on which the world can do
+    /// something now.
     fn pending(&mut self) -> Vec<usize> {
-        (0..self.nodes.len()).filter(|&i| self.world_event(i, false)).collect()
+        (0..self.nodes.len() + self.fleet.pending.len()).filter(|&i| self.world_event(i, false)).collect()
+    }
+
+    /// What the simulated cloud and PendingNode controller do on their own: one event on PendingNode `j` (`act`),
+    /// or just whether there is one.
+    fn cloud_event(&mut self, j: usize, act: bool) -> bool {
+        let now = self.now;
+        let p = self.fleet.pending[j].clone();
+        let never = p.donor.as_ref().is_some_and(|d| self.faults.get(d) == Some(&Fault::NeverJoins));
+        let heir = self.nodes.iter().position(|n| n.name == p.node_name);
+        let event = match (p.goal, heir) {
+            (replacement::Goal::Leave, _) => "terminated",
+            (replacement::Goal::Join, _) if p.reached_goal => return false,
+            (replacement::Goal::Join, _) if never => {
+                if self.join_deadlines.get(&p.name).is_none_or(|d| now < *d) {
+                    return false;
+                }
+                "given up"
+            }
+            (replacement::Goal::Join, None) => "registered",
+            (replacement::Goal::Join, Some(h)) if !self.nodes[h].ready => "ready",
+            (replacement::Goal::Join, Some(_)) => "joined",
+        };
+        if !act {
+            return true;
+        }
+        let line = match event {
+            "terminated" => {
+                self.fleet.pending.remove(j);
+                self.extra_instances -= 1;
+                format!("world: the instance of {} is terminated; PendingNode {} deleted", p.node_name, p.name)
+            }
+            "given up" => {
+                let pending = &mut self.fleet.pending[j];
+                pending.goal = replacement::Goal::Leave;
+                pending.join_failed = Some("DeadlineExceeded: not Ready within the join timeout".into());
+                self.join_deadlines.remove(&p.name);
+                format!("world: {} did not join by its deadline; its instance is deleted", p.node_name)
+            }
+            "registered" => {
+                let group = self.fleet.groups.iter().find(|g| g.group_id == p.group_id).cloned();
+                let control_plane = group.as_ref().is_some_and(|g| g.control_plane);
+                let image = group.and_then(|g| g.image);
+                let member = GroupMember {
+                    group_id: p.group_id.clone(),
+                    provider_id: format!("sim://{}", p.node_name),
+                    image: image.clone(),
+                    ..Default::default()
+                };
+                let agent = shared::protocol::AgentReport::default();
+                let heir = NodeView {
+                    control_plane,
+                    ready: false,
+                    agent: Ok(agent),
+                    group: Some(member),
+                    ..node(&p.node_name)
+                };
+                self.nodes.push(heir);
+                format!("world: {} registered (NotReady) with {}", p.node_name, image.unwrap_or_default())
+            }
+            "ready" => {
+                if let Some(h) = heir {
+                    self.nodes[h].ready = true;
+                    if let Some(m) = &mut self.nodes[h].group {
+                        m.ready_since = Some(now);
+                    }
+                }
+                format!("world: {} is Ready", p.node_name)
+            }
+            _ => {
+                self.fleet.pending[j].reached_goal = true;
+                self.join_deadlines.remove(&p.name);
+                format!("world: PendingNode {} reached its goal", p.name)
+            }
+        };
+        self.tell(line);
+        true
     }
 
     /// The next time a fault ends on its own.
@@ -164,12 +327,16 @@ impl Sim {
                 Fault::RebootLate { back_at } if *back_at > self.now => Some(*back_at),
                 _ => None,
             })
+            .chain(self.join_deadlines.values().copied().filter(|d| *d > self.now))
             .min()
     }
 
     /// What agents, drains and reboots do on their own: one event on node `i` (`act`), or just
     /// whether there is one.
     fn world_event(&mut self, i: usize, act: bool) -> bool {
+        if i >= self.nodes.len() {
+            return self.cloud_event(i - self.nodes.len(), act);
+        }
         let fault = self.faults.get(&self.nodes[i].name).copied();
         let fails = act && self.stage_failure_percent > 0 && self.random(100) < self.stage_failure_percent;
         let now = self.now;
@@ -182,7 +349,8 @@ impl Sim {
             (_, Some(Fault::RebootLate { back_at })) if !n.ready && now >= *back_at => "back",
             (_, Some(Fault::RebootLate { .. })) if !n.ready => return false,
             (Some(Step::Stage), _) if agent.token.as_ref() != intent.as_ref().map(|i| &i.token) => "stage",
-            (Some(Step::Drain), _) if matches!(n.drain, DrainProgress::Running { .. }) => "drained",
+            (_, Some(Fault::DrainStuck)) if matches!(n.drain, DrainProgress::Running { .. }) => return false,
+            (Some(Step::Drain | Step::Replace), _) if matches!(n.drain, DrainProgress::Running { .. }) => "drained",
             (Some(Step::Reboot), _) if n.ready && agent.token.as_ref() != intent.as_ref().map(|i| &i.token) => "down",
             (Some(Step::Reboot), _) if !n.ready => "back",
             _ => return false,
@@ -429,4 +597,171 @@ fn an_invalid_spec_mid_rollout_lets_nodes_in_flight_finish_and_starts_nothing() 
     let last = sim.run(|_, _| {});
     assert_eq!(last.rollouts[0].counts.up_to_date, 4);
     golden("invalid_spec", sim.story.as_deref().unwrap_or_default());
+}
+
+// ---- replacement ----
+
+const CP_GROUP: &str = "cp";
+
+/// A node of scaling group `group`, created from the old image.
+fn group_node(name: &str, group: &str, control_plane: bool) -> NodeView {
+    let member = GroupMember {
+        group_id: group.into(),
+        provider_id: format!("sim://{name}"),
+        image: Some(OLD.into()),
+        ready_since: Some(t(-3600)),
+        labels: [("pool".to_string(), group.to_string()), ("kubernetes.io/hostname".to_string(), name.to_string())]
+            .into(),
+        taints: vec![
+            TaintView { key: "dedicated".into(), value: Some(group.into()), effect: "NoSchedule".into() },
+            TaintView { key: "node.kubernetes.io/unreachable".into(), value: None, effect: "NoExecute".into() },
+        ],
+        ..Default::default()
+    };
+    NodeView { control_plane, group: Some(member), ..node(name) }
+}
+
+/// A control-plane group of 3, two worker groups of 3, and 3 workers updated in place; every group's image is
+/// already the target.
+fn mixed_cluster() -> (Vec<NodeView>, Fleet) {
+    let mut nodes: Vec<NodeView> = (0..3).map(|i| group_node(&format!("cp{i}"), CP_GROUP, true)).collect();
+    for group in ["a", "b"] {
+        nodes.extend((0..3).map(|i| group_node(&format!("{group}{i}"), group, false)));
+    }
+    nodes.extend((0..3).map(|i| node(&format!("w{i}"))));
+    let groups = [(CP_GROUP, true), ("a", false), ("b", false)]
+        .into_iter()
+        .map(|(id, control_plane)| replacement::GroupView {
+            group_id: id.into(),
+            control_plane,
+            image: Some(TARGET.into()),
+        })
+        .collect();
+    (nodes, Fleet { groups, pending: Vec::new() })
+}
+
+fn surge_policy(surge: u32, max: u32) -> Policy {
+    Policy {
+        max_unavailable: budget::MaxUnavailable::Count(max),
+        max_surge: budget::MaxUnavailable::Count(surge),
+        failure_budget: 100,
+        ..Policy::default()
+    }
+}
+
+/// Whether a control-plane and a worker replacement are in progress: donors with `intent=replace` or a heir,
+/// heirs that still name their donor, and PendingNodes of a replacement.
+fn replacing(sim: &Sim) -> (bool, bool) {
+    let cp_group = |g: &str| sim.fleet.groups.iter().any(|x| x.group_id == g && x.control_plane);
+    let mut kinds = Vec::new();
+    for n in &sim.nodes {
+        let replace = n.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Replace));
+        if replace || n.group.as_ref().is_some_and(|m| m.heir.is_some() || m.donor.is_some()) {
+            kinds.push(n.control_plane);
+        }
+    }
+    kinds.extend(sim.fleet.pending.iter().filter(|p| p.donor.is_some()).map(|p| cp_group(&p.group_id)));
+    (kinds.iter().any(|k| *k), kinds.iter().any(|k| !*k))
+}
+
+/// Runs a seeded replacement rollout of the mixed cluster and checks, after every plan: the budget over both
+/// kinds of node (joining heirs are extra capacity, not disrupted), the control-plane rule, at most `surge`
+/// extra instances, never a control-plane and a worker replacement at once. (A donor deleted before its heir is
+/// Ready fails in [`Sim::apply_replacement`].)
+fn checked_replacement(seed: u64, surge: u32, max: u32, faults: &[(&str, Fault)]) -> (Sim, Plan) {
+    let (nodes, fleet) = mixed_cluster();
+    let mut sim = Sim::new(seed, nodes, one_rollout(surge_policy(surge, max)));
+    sim.fleet = fleet;
+    for (name, fault) in faults {
+        sim.faults.insert((*name).into(), *fault);
+    }
+    let last = sim.run(|sim, _| {
+        let joining: Vec<&str> =
+            sim.fleet.pending.iter().filter(|p| !p.reached_goal).map(|p| p.node_name.as_str()).collect();
+        let disrupted: Vec<&NodeView> =
+            sim.disrupted().into_iter().filter(|n| !joining.contains(&n.name.as_str())).collect();
+        assert!(disrupted.len() as u32 <= max, "seed {seed}: {} nodes disrupted with max {max}", disrupted.len());
+        assert!(disrupted.iter().filter(|n| n.control_plane).count() <= 1, "seed {seed}: two control-plane nodes");
+        assert!(sim.extra_instances <= i64::from(surge), "seed {seed}: {} extra instances", sim.extra_instances);
+        let (cp, worker) = replacing(sim);
+        assert!(!(cp && worker), "seed {seed}: a control-plane and a worker replacement at once");
+    });
+    (sim, last.rollouts.into_iter().next().unwrap())
+}
+
+#[test]
+fn a_mixed_cluster_replaces_group_nodes_and_updates_the_others_in_place_within_every_bound() {
+    for seed in 0..30 {
+        for (surge, max) in [(2, 2), (1, 3), (3, 1)] {
+            let (sim, p) = checked_replacement(seed, surge, max, &[]);
+            // 9 group nodes replaced by 9 heirs, 3 updated in place: 12 nodes, all on the target.
+            assert_eq!((p.counts.total, p.counts.up_to_date), (12, 12), "seed {seed}: {:?}", p.counts);
+            assert!(sim.fleet.pending.is_empty(), "seed {seed}: {:?}", sim.fleet.pending);
+            assert_eq!(sim.extra_instances, 0, "seed {seed}");
+            for n in &sim.nodes {
+                assert!(!n.unschedulable, "seed {seed}: {} left cordoned", n.name);
+                let Some(member) = &n.group else { continue };
+                assert!(member.donor.is_none(), "seed {seed}: {} still names its donor", n.name);
+                // The donor's own labels and an administrator's taints came along; Kubernetes' did not.
+                assert_eq!(member.labels.get("pool"), Some(&member.group_id), "seed {seed}: {}", n.name);
+                assert!(!member.labels.contains_key("kubernetes.io/hostname"), "seed {seed}: {}", n.name);
+                assert_eq!(member.taints.len(), 1, "seed {seed}: {}: {:?}", n.name, member.taints);
+                assert_eq!(member.taints[0].key, "dedicated");
+            }
+            assert!(sim.nodes.iter().all(|n| n.name.contains("-r") || n.group.is_none()), "seed {seed}: a donor left");
+        }
+    }
+}
+
+#[test]
+fn a_heir_that_never_joins_fails_its_donor_spends_the_budget_and_leaves_no_instance() {
+    for seed in 0..20 {
+        let (nodes, fleet) = mixed_cluster();
+        let policy = Policy { failure_budget: 1, ..surge_policy(2, 2) };
+        let mut sim = Sim::new(seed, nodes, one_rollout(policy));
+        sim.fleet = fleet;
+        // The second control-plane node's new instance never joins: the workers wait for the control plane, so
+        // the rollout stops at the failure budget with nodes still outdated.
+        sim.faults.insert("cp1".into(), Fault::NeverJoins);
+        let last = sim.run(|sim, _| assert!(sim.extra_instances <= 2, "seed {seed}"));
+        let p = &last.rollouts[0];
+        assert_eq!(p.hold.as_ref().map(|h| h.reason), Some(Reason::FailureBudgetExhausted), "seed {seed}");
+        assert_eq!(p.failed.len(), 1, "seed {seed}: {:?}", p.failed);
+        assert!(p.failed[0].message.starts_with("HeirNotReady"), "{}", p.failed[0].message);
+        let donor = sim.nodes.iter().find(|n| n.name == "cp1").expect("the donor stays");
+        assert!(!donor.unschedulable, "seed {seed}: the donor was cordoned");
+        assert!(p.counts.outdated > 0, "seed {seed}: {:?}", p.counts);
+        // Its instance was deleted; no replacement holds one when the rollout stopped.
+        assert_eq!(sim.extra_instances, 0, "seed {seed}");
+        assert!(sim.fleet.pending.is_empty(), "seed {seed}");
+    }
+}
+
+#[test]
+fn a_donor_whose_drain_times_out_is_blocked_uncordoned_and_its_heir_stays() {
+    let (nodes, fleet) = mixed_cluster();
+    let policy = Policy { drain_timeout: SignedDuration::from_mins(5), ..surge_policy(1, 2) };
+    let mut sim = Sim::new(3, nodes, one_rollout(policy)).told();
+    sim.fleet = fleet;
+    sim.faults.insert("b2".into(), Fault::DrainStuck);
+    let last = sim.run(|sim, _| assert!(sim.extra_instances <= 1));
+    let p = &last.rollouts[0];
+    assert_eq!(p.blocked.len(), 1, "{:?}", p.blocked);
+    assert!(p.blocked[0].message.starts_with("DrainTimedOut"), "{}", p.blocked[0].message);
+    let b2 = sim.nodes.iter().find(|n| n.name == "b2").expect("the donor stays");
+    assert!(!b2.unschedulable, "the blocked donor is uncordoned");
+    // Its heir keeps the one surge slot.
+    assert_eq!(sim.extra_instances, 1);
+    golden("replacement_drain_timeout", sim.story.as_deref().unwrap_or_default());
+}
+
+#[test]
+fn a_replacement_rollout_tells_its_story() {
+    let nodes =
+        vec![group_node("cp0", CP_GROUP, true), group_node("a0", "a", false), group_node("a1", "a", false), node("w0")];
+    let (_, fleet) = mixed_cluster();
+    let mut sim = Sim::new(7, nodes, one_rollout(surge_policy(2, 2))).told();
+    sim.fleet = fleet;
+    sim.run(|_, _| {});
+    golden("replacement", sim.story.as_deref().unwrap_or_default());
 }

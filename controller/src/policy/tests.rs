@@ -41,6 +41,7 @@ pub(super) fn node(name: &str) -> NodeView {
             ..Default::default()
         }),
         drain: DrainProgress::NotRunning,
+        group: None,
     }
 }
 

@@ -106,6 +106,22 @@ pub struct RolloutPolicy {
     /// Start no new node while true; nodes in flight finish.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// How many extra instances replacements may add at once (nodes of a ScalingGroup are replaced by new
+    /// instances, not updated in place): a count of at least 1 or a percentage (`"10%"`) of the nodes to be
+    /// replaced, rounded up. Default 1. The nodes a replacement drains count against `maxUnavailable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "max_unavailable_schema")]
+    pub max_surge: Option<IntOrString>,
+    /// How long a new instance may take to become a Ready node before it is deleted and its replacement
+    /// counts as failed. Default `30m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub join_timeout: Option<Duration>,
+    /// How long deleting a replaced node's instance may take before the deletion is retried and reported.
+    /// Default `5m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub leave_timeout: Option<Duration>,
 }
 
 impl RolloutPolicy {
@@ -179,7 +195,7 @@ fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 /// Where `maxUnavailable` may go: a count of at least 1 or a percentage from 1% to 100%.
 const MAX_UNAVAILABLE_PERCENT_PATTERN: &str = "^(100|[1-9][0-9]?)%$";
 
-/// `maxUnavailable` in the structural int-or-string form controller-gen writes: exactly
+/// `maxUnavailable` (and `maxSurge`) in the structural int-or-string form controller-gen writes: exactly
 /// `anyOf: [{type: integer}, {type: string}]`, with the value validations beside the `anyOf` (a real API
 /// server refuses a CRD with anything else inside the branches). The API server's validator applies each
 /// validation to the values it is about: `minimum` to integers, `pattern` to strings.
@@ -211,11 +227,13 @@ pub(super) fn set_int_or_string_branches(
             .and_then(|s| s.properties.as_mut())
             .and_then(|p| p.get_mut("rollout"))
             .and_then(|r| r.properties.as_mut())
-            .and_then(|p| p.get_mut("maxUnavailable"));
-        if let Some(field) = field
-            && let Ok(branches) = serde_json::from_value(int_or_string_branches())
-        {
-            field.any_of = Some(branches);
+            .map(|p| {
+                p.iter_mut().filter(|(name, _)| matches!(name.as_str(), "maxUnavailable" | "maxSurge")).map(|(_, f)| f)
+            });
+        for field in field.into_iter().flatten() {
+            if let Ok(branches) = serde_json::from_value(int_or_string_branches()) {
+                field.any_of = Some(branches);
+            }
         }
     }
 }

@@ -34,6 +34,19 @@ pub const CORDONED_BY: &str = "update.edgeless.systems/cordoned-by";
 /// The value of [`CORDONED_BY`].
 pub const CORDONED_BY_VALUE: &str = "update-operator";
 
+/// Controller, on a node being replaced (the donor): the name of the node that replaces it (its heir),
+/// written when the donor is cordoned for its drain.
+pub const HEIR: &str = "update.edgeless.systems/heir";
+/// Controller, on a replacing node (the heir), and on the PendingNodes of a replacement: the name of the
+/// node it replaces (its donor). On the heir it is written together with the donor's labels and taints
+/// and removed once the donor's instance is being deleted.
+pub const DONOR: &str = "update.edgeless.systems/donor";
+/// Controller, on the heir beside [`DONOR`]: the donor's `spec.providerID`, so that its instance can be
+/// deleted after its Node is gone.
+pub const DONOR_PROVIDER_ID: &str = "update.edgeless.systems/donor-provider-id";
+/// Controller, on the heir beside [`DONOR`]: the cloud ID of the donor's scaling group.
+pub const DONOR_GROUP: &str = "update.edgeless.systems/donor-group";
+
 /// Agent: how far the agent got with the intent of [`STATE_TOKEN`] (see [`super::AgentState`]).
 pub const STATE: &str = "update.edgeless.systems/state";
 /// Agent: the [`INTENT_TOKEN`] the state is about.
@@ -48,8 +61,19 @@ pub const OS_IMAGE: &str = "update.edgeless.systems/os-image";
 pub const COMPONENTS_HASH: &str = "update.edgeless.systems/components-hash";
 
 /// Every annotation key the controller writes.
-pub const CONTROLLER_KEYS: &[&str] =
-    &[INTENT, INTENT_TARGET, INTENT_TOKEN, INTENT_SINCE, BOOT_ID_BEFORE, INTENT_MESSAGE, CORDONED_BY];
+pub const CONTROLLER_KEYS: &[&str] = &[
+    INTENT,
+    INTENT_TARGET,
+    INTENT_TOKEN,
+    INTENT_SINCE,
+    BOOT_ID_BEFORE,
+    INTENT_MESSAGE,
+    CORDONED_BY,
+    HEIR,
+    DONOR,
+    DONOR_PROVIDER_ID,
+    DONOR_GROUP,
+];
 /// Every annotation key the agent writes.
 pub const AGENT_KEYS: &[&str] = &[STATE, STATE_TOKEN, STATE_MESSAGE, BOOT_ID, OS_IMAGE, COMPONENTS_HASH];
 
