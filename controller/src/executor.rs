@@ -19,6 +19,7 @@ use crate::leadership::Term;
 use crate::metrics::{ActionLabels, Metrics};
 use crate::nodes::SlimNode;
 use crate::policy::{ActionKind, NodeAction};
+use crate::replacer::Replacer;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
@@ -75,6 +76,8 @@ pub struct Executor {
     overlay: Mutex<HashMap<String, Overlay>>,
     /// The last problem reported per node, so each distinct problem is reported once.
     reported: Mutex<HashMap<String, String>>,
+    /// The cloud side of replacements; without it, replacement steps fail (and are retried).
+    replacer: Option<Arc<Replacer>>,
 }
 
 impl Executor {
@@ -87,7 +90,14 @@ impl Executor {
             tokens: Tokens::new(),
             overlay: Mutex::default(),
             reported: Mutex::default(),
+            replacer: None,
         }
+    }
+
+    /// Applies the replacement's cloud and PendingNode steps with `replacer`.
+    pub fn with_replacer(mut self, replacer: Arc<Replacer>) -> Self {
+        self.replacer = Some(replacer);
+        self
     }
 
     /// The newest version of `node` the controller knows of: its own write if the watch has not
@@ -147,13 +157,16 @@ impl Executor {
         now: Timestamp,
         applied: &mut Applied,
     ) {
-        let mut writes = Vec::new();
+        let mut writes: Vec<futures::future::BoxFuture<'_, WriteResult>> = Vec::new();
         for (action, batch) in actions {
             let Some(node) = nodes.get(&action.node) else { continue };
             match &action.kind {
                 ActionKind::KeepDraining => self.drains.ensure(&action.node, batch.drain, term),
                 ActionKind::Report => self.report_problem(node, action, batch.version),
-                _ => writes.push(self.write(term, node, action, batch.version, now, batch.drain)),
+                ActionKind::CreateInstance { .. } | ActionKind::Retire { .. } | ActionKind::ReleaseInstance { .. } => {
+                    writes.push(Box::pin(self.replacement_step(term, node, action, batch.version, now, batch.drain)))
+                }
+                _ => writes.push(Box::pin(self.write(term, node, action, batch.version, now, batch.drain))),
             }
         }
         for result in futures::future::join_all(writes).await {
@@ -179,6 +192,64 @@ impl Executor {
         if let Some(version) = version {
             let message = format!("{}: {}", action.node, action.message);
             self.events.publish(version.clone(), Some(node_ref), action.reason, message, "Inspect");
+        }
+    }
+
+    /// A replacement step that is not (only) a Node write: the cloud and PendingNode side through the replacer,
+    /// then, for a released instance, the heir's annotations.
+    async fn replacement_step(
+        &self,
+        term: &Term,
+        node: &SlimNode,
+        action: &NodeAction,
+        version: Option<&ObjectReference>,
+        now: Timestamp,
+        drain: DrainOptions,
+    ) -> WriteResult {
+        let Some(replacer) = &self.replacer else {
+            tracing::error!(node = %action.node, reason = %action.reason, "a replacement step without a cloud configured");
+            return WriteResult::Failed;
+        };
+        let done = match &action.kind {
+            ActionKind::CreateInstance { group_id, pending, deadline } => {
+                replacer.create_instance(term, &action.node, group_id, pending, *deadline).await
+            }
+            ActionKind::Retire { remove_etcd_member, join_pending } => {
+                self.drains.stop(&action.node);
+                replacer.retire(term, node, *remove_etcd_member, join_pending.as_deref()).await
+            }
+            ActionKind::ReleaseInstance { pending, donor, deadline } => {
+                match replacer.release_instance(term, pending, donor, *deadline).await {
+                    Ok(()) => return self.write(term, node, action, version, now, drain).await,
+                    Err(error) => Err(error),
+                }
+            }
+            _ => Ok(()),
+        };
+        let labels = |result| ActionLabels { reason: action.reason.to_string(), result };
+        match done {
+            Ok(()) => {
+                self.metrics.actions.get_or_create(&labels("ok")).inc();
+                tracing::info!(node = %action.node, reason = %action.reason, detail = %action.message, "replacement step done");
+                self.announce(node, action, version);
+                WriteResult::Written
+            }
+            Err(error) => {
+                self.metrics.actions.get_or_create(&labels("error")).inc();
+                tracing::warn!(node = %action.node, reason = %action.reason, %error, "replacement step failed; will retry");
+                WriteResult::Failed
+            }
+        }
+    }
+
+    /// Publishes the Events of an action done: on the node, and on the NodeVersion if there is one.
+    fn announce(&self, node: &SlimNode, action: &NodeAction, version: Option<&ObjectReference>) {
+        let verb = action.kind.name();
+        let node_ref = node_reference(&action.node, node.uid());
+        self.events.publish(node_ref.clone(), None, action.reason, action.message.clone(), verb);
+        if let Some(version) = version {
+            let message = format!("{}: {}", action.node, action.message);
+            self.events.publish(version.clone(), Some(node_ref), action.reason, message, verb);
         }
     }
 
@@ -213,9 +284,26 @@ impl Executor {
             tracing::error!(node = %action.node, reason = %action.reason, %error, "refusing to write an unreadable intent");
             return WriteResult::Failed;
         }
-        let patch = NodePatch::annotations(Some(&annotations), next.render())
-            .unschedulable(node.unschedulable(), unschedulable)
-            .if_unchanged_since(node.resource_version());
+        let patch =
+            NodePatch::annotations(Some(&annotations), next.render().into_iter().chain(replacement_keys(action)))
+                .unschedulable(node.unschedulable(), unschedulable);
+        let patch = match &action.kind {
+            ActionKind::Inherit { labels, taints, .. } => {
+                let current = serde_json::to_value(&node.spec.taints).unwrap_or_default();
+                let mut want = node.spec.taints.clone();
+                want.extend(
+                    taints
+                        .iter()
+                        .filter(|t| !node.spec.taints.iter().any(|h| crate::replacer::taint_view(h) == **t))
+                        .map(crate::replacer::taint),
+                );
+                patch
+                    .add_labels(node.metadata.labels.as_ref(), labels)
+                    .taints(&current, serde_json::to_value(want).unwrap_or_default())
+            }
+            _ => patch,
+        }
+        .if_unchanged_since(node.resource_version());
         if patch.is_empty() {
             return WriteResult::Unchanged;
         }
@@ -240,13 +328,7 @@ impl Executor {
                 }
                 self.metrics.actions.get_or_create(&labels("ok")).inc();
                 tracing::info!(node = %action.node, reason = %action.reason, detail = %action.message, "node updated");
-                let verb = action.kind.name();
-                let node_ref = node_reference(&action.node, node.uid());
-                self.events.publish(node_ref.clone(), None, action.reason, action.message.clone(), verb);
-                if let Some(version) = version {
-                    let message = format!("{}: {}", action.node, action.message);
-                    self.events.publish(version.clone(), Some(node_ref), action.reason, message, verb);
-                }
+                self.announce(node, action, version);
                 if drain_effect(&action.kind) == DrainEffect::Start {
                     // No need to wait for the next reconcile to start evicting.
                     self.drains.ensure(&action.node, drain, term);
@@ -275,6 +357,23 @@ enum WriteResult {
     Failed,
     /// Not written: the leadership term ended.
     Fenced,
+}
+
+/// The replacement's annotations an action writes beside the controller annotations: the heir on a donor being
+/// drained, the donor on its heir (and their removal once the donor's instance is released).
+fn replacement_keys(action: &NodeAction) -> Vec<(&'static str, Option<String>)> {
+    match &action.kind {
+        ActionKind::DrainDonor { heir, .. } => vec![(keys::HEIR, Some(heir.clone()))],
+        ActionKind::Inherit { donor, .. } => vec![
+            (keys::DONOR, Some(donor.name.clone())),
+            (keys::DONOR_PROVIDER_ID, Some(donor.provider_id.clone())),
+            (keys::DONOR_GROUP, Some(donor.group_id.clone())),
+        ],
+        ActionKind::ReleaseInstance { .. } => {
+            vec![(keys::DONOR, None), (keys::DONOR_PROVIDER_ID, None), (keys::DONOR_GROUP, None)]
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// What an action does to the node's drain task.

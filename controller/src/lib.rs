@@ -14,6 +14,7 @@ pub mod nodes;
 pub mod notices;
 pub mod policy;
 pub mod reconciler;
+pub mod replacer;
 pub mod status;
 
 pub use metrics::Metrics;
@@ -42,6 +43,8 @@ pub enum Error {
     /// The lease timing would void the election's guarantees.
     #[error("invalid lease timing: {0}")]
     LeaseTiming(String),
+    #[error("cannot configure the etcd client: {0}")]
+    Etcd(String),
 }
 
 /// The User-Agent of the requests of the replica `identity`: `update-operator/controller VERSION
@@ -155,8 +158,16 @@ pub async fn run(
         events: events.clone(),
         term: None,
     });
-    let executor = executor::Executor::new(Api::all(client.clone()), events.clone(), drains.clone(), metrics.clone());
-    let reconciler = reconciler::Reconciler::new(
+    let replacer = match &options.cloud {
+        Some(cloud) => Some(Arc::new(start_replacer(&client, cloud, trigger.clone(), &shutdown).await?)),
+        None => None,
+    };
+    let mut executor =
+        executor::Executor::new(Api::all(client.clone()), events.clone(), drains.clone(), metrics.clone());
+    if let Some(replacer) = &replacer {
+        executor = executor.with_replacer(replacer.clone());
+    }
+    let mut reconciler = reconciler::Reconciler::new(
         nodes,
         versions,
         Api::all(client.clone()),
@@ -167,6 +178,7 @@ pub async fn run(
         trigger,
         events,
     );
+    reconciler.replacer = replacer;
 
     let elector = leader::Elector::new(
         lease_client,
@@ -201,6 +213,41 @@ pub async fn run(
 
 /// `config` for requests that must fail fast: no automatic retries, and each bounded by `timeout`
 /// (connecting, sending, and waiting for the answer).
+/// The replacement's plumbing: watches of the ScalingGroups and PendingNodes (each change plans again), synced
+/// before it is returned, and the etcd client if one is configured.
+async fn start_replacer(
+    client: &Client,
+    cloud: &groups::CloudOptions,
+    trigger: Arc<Notify>,
+    shutdown: &CancellationToken,
+) -> Result<replacer::Replacer, Error> {
+    let (groups, groups_writer) = reflector::store::<shared::crd::ScalingGroup>();
+    let (pending, pending_writer) = reflector::store::<shared::crd::PendingNode>();
+    let group_events =
+        reflector(groups_writer, watcher(Api::all(client.clone()), watcher::Config::default())).default_backoff();
+    let pending_events =
+        reflector(pending_writer, watcher(Api::all(client.clone()), watcher::Config::default())).default_backoff();
+    let on_group = {
+        let trigger = trigger.clone();
+        move || trigger.notify_one()
+    };
+    spawn_watch("scalinggroups", group_events, on_group, shutdown.clone());
+    spawn_watch("pendingnodes", pending_events, move || trigger.notify_one(), shutdown.clone());
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        synced = async { groups.wait_until_ready().await.and(pending.wait_until_ready().await) } => {
+            if synced.is_err() {
+                return Err(Error::WatchEnded("scalinggroups or pendingnodes"));
+            }
+        }
+    }
+    let etcd = match &cloud.etcd {
+        Some(config) => Some(etcd::EtcdClient::new(config).map_err(|e| Error::Etcd(e.to_string()))?),
+        None => None,
+    };
+    Ok(replacer::Replacer::new(client.clone(), cloud.provider.clone(), groups, pending, etcd))
+}
+
 fn one_shot(mut config: kube::Config, timeout: std::time::Duration) -> kube::Config {
     config.default_retry = false;
     config.connect_timeout = Some(timeout);

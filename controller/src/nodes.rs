@@ -29,6 +29,12 @@ pub struct SlimNode {
 pub struct SlimNodeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unschedulable: Option<bool>,
+    /// The cloud instance behind the node (a replacement finds its scaling group by it).
+    #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
+    pub provider_id: Option<String>,
+    /// The taints (a replacement copies an administrator's to the new node).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -45,6 +51,9 @@ pub struct SlimCondition {
     #[serde(rename = "type")]
     pub type_: String,
     pub status: String,
+    /// When the status last changed (how long a new node has been Ready, for the soak time).
+    #[serde(rename = "lastTransitionTime", default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]

@@ -44,6 +44,8 @@ use tokio_util::sync::CancellationToken;
 const CONFLICT_RETRY: Duration = Duration::from_millis(200);
 /// Pause before planning again after a write failed for another reason.
 const ERROR_RETRY: Duration = Duration::from_secs(2);
+/// Pause before asking the cloud again for the groups of nodes it did not tell.
+const UNRESOLVED_RETRY: Duration = Duration::from_secs(10);
 /// The loop's longest wait without a heartbeat: an idle loop wakes this often just to beat.
 pub const HEARTBEAT_TICK: Duration = Duration::from_secs(10);
 /// No heartbeat for this long (six ticks) means the loop is stuck: waiting that should have ended,
@@ -88,6 +90,8 @@ pub struct Reconciler {
     pub trigger: Arc<Notify>,
     pub events: Events,
     pub clock: Clock,
+    /// The cloud side of replacements: nodes of a scaling group are replaced only with one.
+    pub replacer: Option<Arc<crate::replacer::Replacer>>,
     specs: Specs,
     /// The hold last published per NodeVersion (by UID), so each change is one Event.
     last_holds: HashMap<String, Option<Hold>>,
@@ -118,6 +122,7 @@ impl Reconciler {
             trigger,
             events,
             clock: Clock::System,
+            replacer: None,
             specs: Specs::default(),
             last_holds: HashMap::new(),
             notices: HoldNotices::default(),
@@ -201,16 +206,26 @@ impl Reconciler {
             rollouts.iter().map(|r| r.spec.acting().map(|s| &s.policy.selector)).collect();
         let mut objects: HashMap<String, SlimNode> = HashMap::new();
         let mut views: Vec<NodeView> = Vec::new();
-        for node in self.nodes.state() {
-            let node = self.executor.freshest((*node).clone());
-            views.push(node.view(selectors.iter().copied(), self.drains.progress(node.name())));
+        let fresh: Vec<SlimNode> = self.nodes.state().iter().map(|n| self.executor.freshest((**n).clone())).collect();
+        let mut unresolved = false;
+        let fleet = match &self.replacer {
+            Some(replacer) => {
+                unresolved = replacer.learn(&fresh).await;
+                replacer.fleet()
+            }
+            None => policy::Fleet::default(),
+        };
+        for node in fresh {
+            let mut view = node.view(selectors.iter().copied(), self.drains.progress(node.name()));
+            view.group = self.replacer.as_ref().and_then(|r| r.member(&node));
+            views.push(view);
             objects.insert(node.name().to_owned(), node);
         }
         self.executor.retain_nodes(|n| objects.contains_key(n));
         // Drains of nodes that left the drain step (a human removed the intent, say) stop.
         self.drains.retain(|n| views.iter().any(|v| v.name == n && in_drain_step(v)));
 
-        let plan = policy::plan(&views, &rollouts, self.own_node.as_deref(), now);
+        let plan = policy::plan_with(&views, &rollouts, &fleet, self.own_node.as_deref(), now);
         let references: Vec<ObjectReference> = versions.iter().map(|v| v.object_ref(&())).collect();
         let mut batches: Vec<Batch<'_>> = plan
             .rollouts
@@ -234,7 +249,13 @@ impl Reconciler {
         self.last_holds.retain(|uid, _| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));
         let notice_due = self.report_held_nodes(&versions, &plan, &references, &objects);
         self.record_metrics(&plan, started);
-        next_wake(plan.wake_at(), notice_due, applied, now, Instant::now())
+        let wake = next_wake(plan.wake_at(), notice_due, applied, now, Instant::now());
+        if unresolved {
+            // The cloud did not tell some node's group: ask again soon.
+            let retry = Instant::now() + UNRESOLVED_RETRY;
+            return Some(wake.map_or(retry, |w| w.min(retry)));
+        }
+        wake
     }
 
     /// IMPORTANT: records each newly valid generation in `status.lastValidSpec` before anything
@@ -426,7 +447,12 @@ impl Specs {
 }
 
 fn in_drain_step(view: &NodeView) -> bool {
-    view.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).is_some_and(|i| i.step == Step::Drain)
+    let donor_draining = view.group.as_ref().is_some_and(|m| m.heir.is_some());
+    view.controller
+        .as_ref()
+        .ok()
+        .and_then(|c| c.intent.as_ref())
+        .is_some_and(|i| i.step == Step::Drain || (i.step == Step::Replace && donor_draining))
 }
 
 /// When to plan again without a trigger: a retry after failed writes, the plan's earliest

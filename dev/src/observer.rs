@@ -6,8 +6,11 @@
 //! (what never happened, over the whole run rather than at one instant).
 //!
 //! A node counts as disrupted as the policy counts it against `maxUnavailable`: cordoned,
-//! NotReady, in the `stage`, `drain` or `reboot` step, or verified (`done`) less than the soak
-//! time ago. Nodes can turn NotReady or be cordoned without the controller, so the budget is
+//! NotReady, in the `stage`, `drain`, `reboot` or `replace` step, or verified (`done`) less than the soak
+//! time ago; a node that joins as a new instance (its joining PendingNode has not reached its goal) is extra
+//! capacity, not disrupted. With [`Limits::surge`] it also checks replacements at every event: at most
+//! `maxSurge` extra instances, never a control-plane and a worker replacement at once, and never a replaced
+//! node deleted while its heir is not Ready. Nodes can turn NotReady or be cordoned without the controller, so the budget is
 //! checked when the controller starts a node (a node enters `stage`): that is the moment the
 //! policy answers for.
 
@@ -37,13 +40,23 @@ pub struct Limits {
     /// Every intent on a node must be readable by the protocol (off for tests that write garbage
     /// on purpose).
     pub readable_intents: bool,
+    /// Replacements: at most this many instances beyond `baseline` (the instances of the scaling groups at the
+    /// start), counting the Nodes with a provider ID and the PendingNodes' instances without a Node.
+    pub surge: Option<Surge>,
+}
+
+/// The instance bound of replacements.
+#[derive(Debug, Clone, Copy)]
+pub struct Surge {
+    pub baseline: usize,
+    pub max_surge: usize,
 }
 
 impl Limits {
     /// At most `max_disrupted` nodes disrupted, no soak time, readable intents, PDBs checked if
     /// `check_pdbs`.
     pub fn new(max_disrupted: usize, check_pdbs: bool) -> Limits {
-        Limits { max_disrupted, check_pdbs, soak: Duration::ZERO, readable_intents: true }
+        Limits { max_disrupted, check_pdbs, soak: Duration::ZERO, readable_intents: true, surge: None }
     }
 }
 
@@ -59,6 +72,11 @@ pub struct NodeState {
     pub since: Option<Timestamp>,
     pub os_image: Option<String>,
     pub agent_state: Option<String>,
+    /// `spec.providerID`: the node is a cloud instance.
+    pub provider_id: Option<String>,
+    /// The `heir` annotation (a donor being drained) and the `donor` annotation (a heir).
+    pub heir: Option<String>,
+    pub donor: Option<String>,
 }
 
 impl NodeState {
@@ -68,7 +86,10 @@ impl NodeState {
         let soaking = self.step == Some(Step::Done)
             && !soak.is_zero()
             && self.since.and_then(|s| s.checked_add(soak).ok()).is_some_and(|end| now < end);
-        self.cordoned || !self.ready || soaking || matches!(self.step, Some(Step::Stage | Step::Drain | Step::Reboot))
+        self.cordoned
+            || !self.ready
+            || soaking
+            || matches!(self.step, Some(Step::Stage | Step::Drain | Step::Reboot | Step::Replace))
     }
 }
 
@@ -84,6 +105,11 @@ pub struct Observed {
     pub max_disrupted_seen: usize,
     pub max_control_plane_disrupted_seen: usize,
     pub events: u64,
+    /// The PendingNodes by name: node name, joining and not joined yet, donor.
+    pending: BTreeMap<String, (String, bool, Option<String>)>,
+    /// Whether each node ever seen is a control-plane node (donors are remembered after their Node is gone).
+    roles: BTreeMap<String, bool>,
+    pub max_surge_seen: usize,
     pods: HashMap<(String, String), Pod>,
     pdbs: HashMap<(String, String), PodDisruptionBudget>,
     /// The initial lists of pods and PDBs are complete; before that, counts are partial.
@@ -125,6 +151,7 @@ impl Observer {
 
 enum Seen {
     Node(Box<Event<Node>>),
+    Pending(Box<Event<shared::crd::PendingNode>>),
     Pod(Box<Event<Pod>>),
     Pdb(Box<Event<PodDisruptionBudget>>),
 }
@@ -137,9 +164,13 @@ async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: 
     let pods = watcher(Api::<Pod>::all(client.clone()), config.clone())
         .default_backoff()
         .map(|e| e.map(|e| Seen::Pod(Box::new(e))));
-    let pdbs = watcher(Api::<PodDisruptionBudget>::all(client), config)
+    let pdbs = watcher(Api::<PodDisruptionBudget>::all(client.clone()), config.clone())
         .default_backoff()
         .map(|e| e.map(|e| Seen::Pdb(Box::new(e))));
+    let pending = watcher(Api::<shared::crd::PendingNode>::all(client), config)
+        .default_backoff()
+        .map(|e| e.map(|e| Seen::Pending(Box::new(e))));
+    let nodes = futures::stream::select(nodes, pending);
     let mut all = std::pin::pin!(futures::stream::select(futures::stream::select(nodes, pods), pdbs));
     loop {
         let event = tokio::select! {
@@ -152,10 +183,27 @@ async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: 
         match event {
             Seen::Node(e) => {
                 let mut started = false;
-                for node in applied(*e) {
-                    started |= o.observe_node(&node, &limits);
+                for (node, deleted) in changes(*e) {
+                    if deleted {
+                        o.node_deleted(&node.name_any());
+                    } else {
+                        started |= o.observe_node(&node, &limits);
+                    }
                 }
                 o.check_nodes(&limits, started);
+            }
+            Seen::Pending(e) => {
+                for (pending, deleted) in changes(*e) {
+                    if deleted {
+                        o.pending.remove(&pending.name_any());
+                    } else {
+                        let joining = pending.spec.goal == shared::crd::PendingNodeGoal::Join
+                            && !pending.status.as_ref().is_some_and(|s| s.reached_goal);
+                        let donor = pending.annotations().get(keys::DONOR).cloned();
+                        o.pending.insert(pending.name_any(), (pending.spec.node_name.clone(), joining, donor));
+                    }
+                }
+                o.check_nodes(&limits, false);
             }
             Seen::Pod(e) => {
                 if matches!(*e, Event::InitDone) {
@@ -187,13 +235,6 @@ async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: 
                 }
             }
         }
-    }
-}
-
-fn applied<K>(event: Event<K>) -> Vec<K> {
-    match event {
-        Event::Apply(k) | Event::InitApply(k) => vec![k],
-        Event::Delete(_) | Event::Init | Event::InitDone => vec![],
     }
 }
 
@@ -235,9 +276,13 @@ impl Observed {
             target: intent.map(|i| i.target),
             os_image: annotations.get(keys::OS_IMAGE).cloned(),
             agent_state: annotations.get(keys::STATE).cloned(),
+            provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
+            heir: annotations.get(keys::HEIR).cloned(),
+            donor: annotations.get(keys::DONOR).cloned(),
         };
+        self.roles.insert(name.clone(), state.control_plane);
         let previous = self.nodes.get(&name).and_then(|n| n.step);
-        let started = state.step == Some(Step::Stage) && previous != Some(Step::Stage);
+        let started = matches!(state.step, Some(Step::Stage | Step::Replace)) && previous != state.step;
         if let Some(step) = state.step {
             let steps = self.timeline.entry(name.clone()).or_default();
             if steps.last().map(|(_, s)| *s) != Some(step) {
@@ -248,11 +293,28 @@ impl Observed {
         started
     }
 
+    /// A Node was deleted: a replaced node must have had a Ready heir.
+    fn node_deleted(&mut self, name: &str) {
+        let Some(gone) = self.nodes.remove(name) else { return };
+        if let Some(heir) = &gone.heir
+            && !self.nodes.get(heir).is_some_and(|h| h.ready)
+        {
+            self.violation(format!("{name} was deleted while its heir {heir} was not a Ready node"));
+        }
+    }
+
+    /// Nodes that join as new instances and never served yet: extra capacity, not disrupted ones.
+    fn joining(&self) -> Vec<&str> {
+        self.pending.values().filter(|(_, joining, _)| *joining).map(|(node, _, _)| node.as_str()).collect()
+    }
+
     fn check_nodes(&mut self, limits: &Limits, started: bool) {
         let now = Timestamp::now();
-        let disrupted: Vec<&String> =
-            self.nodes.iter().filter(|(_, n)| n.disrupted(limits.soak, now)).map(|(k, _)| k).collect();
-        let control_plane = self.nodes.iter().filter(|(_, n)| n.disrupted(limits.soak, now) && n.control_plane).count();
+        let joining = self.joining();
+        let counted =
+            |(name, n): &(&String, &NodeState)| !joining.contains(&name.as_str()) && n.disrupted(limits.soak, now);
+        let disrupted: Vec<&String> = self.nodes.iter().filter(counted).map(|(k, _)| k).collect();
+        let control_plane = self.nodes.iter().filter(|e| counted(e) && e.1.control_plane).count();
         let count = disrupted.len();
         if started && count > limits.max_disrupted {
             let names: Vec<String> = disrupted.iter().map(|s| s.to_string()).collect();
@@ -264,6 +326,34 @@ impl Observed {
         }
         self.max_disrupted_seen = self.max_disrupted_seen.max(count);
         self.max_control_plane_disrupted_seen = self.max_control_plane_disrupted_seen.max(control_plane);
+        self.check_replacements(limits);
+    }
+
+    /// At most `maxSurge` extra instances, and never a control-plane and a worker replacement at once.
+    fn check_replacements(&mut self, limits: &Limits) {
+        let Some(surge) = limits.surge else { return };
+        let instances = self.nodes.values().filter(|n| n.provider_id.is_some()).count()
+            + self.pending.values().filter(|(node, _, _)| !self.nodes.contains_key(node)).count();
+        let extra = instances.saturating_sub(surge.baseline);
+        self.max_surge_seen = self.max_surge_seen.max(extra);
+        if extra > surge.max_surge {
+            self.violation(format!(
+                "{extra} instances beyond the {} of the start (maxSurge {})",
+                surge.baseline, surge.max_surge
+            ));
+        }
+        let mut donors: Vec<&str> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.step == Some(Step::Replace) || n.heir.is_some())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        donors.extend(self.nodes.values().filter_map(|n| n.donor.as_deref()));
+        donors.extend(self.pending.values().filter_map(|(_, _, donor)| donor.as_deref()));
+        let roles: Vec<bool> = donors.iter().filter_map(|d| self.roles.get(*d).copied()).collect();
+        if roles.contains(&true) && roles.contains(&false) {
+            self.violation("a control-plane and a worker node replaced at once".into());
+        }
     }
 
     fn check_pdbs(&mut self) {

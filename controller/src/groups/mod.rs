@@ -37,6 +37,9 @@ pub struct CloudOptions {
     pub leave_timeout: Duration,
     /// Metrics of the controllers.
     pub metrics: GroupMetrics,
+    /// etcd, whose member a replaced control-plane node leaves; without it the member is left to the
+    /// administrator.
+    pub etcd: Option<crate::etcd::EtcdConfig>,
 }
 
 impl std::fmt::Debug for CloudOptions {
@@ -57,6 +60,7 @@ impl CloudOptions {
             join_timeout: DEFAULT_JOIN_TIMEOUT,
             leave_timeout: DEFAULT_LEAVE_TIMEOUT,
             metrics: GroupMetrics::default(),
+            etcd: None,
         }
     }
 }

@@ -75,11 +75,11 @@ pub fn pause_for(targets: &[GroupTarget], nodes: &[GroupNode], pending: usize) -
 }
 
 /// What the cloud said about a node: its group and image, or that it belongs to no group.
-type Learned = Option<(String, String)>;
+pub(crate) type Learned = Option<(String, String)>;
 
 /// Asks the cloud for the group and image of `id` (two calls, once per node: both are fixed for an instance).
 /// `None` when the cloud knows it in no group.
-async fn learn(provider: &dyn CloudProvider, id: &ProviderId) -> Result<Learned, cloud::Error> {
+pub(crate) async fn learn(provider: &dyn CloudProvider, id: &ProviderId) -> Result<Learned, cloud::Error> {
     let group = match provider.instance_group(id).await {
         Ok(group) => group,
         Err(cloud::Error::NotFound { .. }) => return Ok(None),

@@ -191,8 +191,8 @@ pub enum ActionKind {
     /// `remove_etcd_member`, delete the Node. Reason: [`Reason::DonorRetired`].
     Retire { remove_etcd_member: bool, join_pending: Option<String> },
     /// On the heir, once the donor's Node is gone: create the leaving PendingNode `pending` for the donor's
-    /// instance, then remove the heir's `donor` annotations. Reason: [`Reason::InstanceReleased`].
-    ReleaseInstance { pending: String, donor: DonorRef },
+    /// instance with `deadline`, then remove the heir's `donor` annotations. Reason: [`Reason::InstanceReleased`].
+    ReleaseInstance { pending: String, donor: DonorRef, deadline: Timestamp },
 }
 
 impl ActionKind {
@@ -497,7 +497,14 @@ pub fn plan_with(
         .map(|(node, owner)| {
             let replacing =
                 node.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Replace));
+            let idle = node.controller.as_ref().is_ok_and(|c| c.intent.is_none());
             match (owner, context(node)) {
+                (pools::Owner::Rollout(i), None) if idle && fleet.unresolved.contains(&node.name) => {
+                    match rollouts[*i].spec.acting() {
+                        Some(spec) => replacement::unresolved(node, &spec.target),
+                        None => assess::assess(node, Owner::Unknown, &default_policy, now),
+                    }
+                }
                 (pools::Owner::Rollout(i), Some(context)) => match rollouts[*i].spec.acting() {
                     Some(spec) => replacement::assess(node, &context, &spec.target, &spec.policy, now),
                     None => assess::assess(node, Owner::Unknown, &default_policy, now),

@@ -56,6 +56,9 @@ const MAX_NAME: usize = 253;
 pub struct Fleet {
     pub groups: Vec<GroupView>,
     pub pending: Vec<PendingView>,
+    /// Nodes with a cloud instance whose group and image the cloud has not told yet: none of them starts (it
+    /// might have to be replaced rather than updated in place).
+    pub unresolved: BTreeSet<String>,
 }
 
 /// A ScalingGroup.
@@ -320,7 +323,11 @@ pub(super) fn assess(
     {
         assessment = assessment.act(
             node,
-            ActionKind::ReleaseInstance { pending: leave_name(&donor.name), donor: donor.clone() },
+            ActionKind::ReleaseInstance {
+                pending: leave_name(&donor.name),
+                donor: donor.clone(),
+                deadline: assess::deadline(now, policy.leave_timeout),
+            },
             Reason::InstanceReleased,
             format!("the replaced node {} is gone; deleting its instance {}", donor.name, donor.provider_id),
         );
@@ -328,6 +335,19 @@ pub(super) fn assess(
     assessment.surge = context.records.is_heir(&node.name) && context.member.donor.is_none();
     assessment.replace = true;
     assessment
+}
+
+/// A node whose group the cloud has not told yet: up to date if its agent says so, else held until it is known
+/// whether it is replaced or updated in place.
+pub(super) fn unresolved(node: &NodeView, target: &str) -> Assessment {
+    if assess::image(node.agent.as_ref().ok()) == Some(target) {
+        return Assessment::new(Situation::UpToDate);
+    }
+    let hold = super::Hold::new(
+        Reason::ImageUnknown,
+        "the cloud did not tell the node's scaling group and image yet (it is asked again shortly)",
+    );
+    Assessment::new(Situation::Outdated { eligible: false, held: Some(hold) })
 }
 
 /// A group node without a replacement of its own: up to date, or outdated and whether it may start.
@@ -503,7 +523,7 @@ mod tests {
                 image: Some((*image).into()),
             })
             .collect();
-        Fleet { groups, pending: Vec::new() }
+        Fleet { groups, ..Fleet::default() }
     }
 
     fn policy(surge: u32, max: u32) -> Policy {
@@ -648,7 +668,11 @@ mod tests {
         let p = run(&[heir.clone()], &f, policy(1, 1), t(100));
         assert_eq!(
             p.actions[0].kind,
-            ActionKind::ReleaseInstance { pending: "leaving-a1".into(), donor: reference.clone() }
+            ActionKind::ReleaseInstance {
+                pending: "leaving-a1".into(),
+                donor: reference.clone(),
+                deadline: t(100 + 300)
+            }
         );
         assert_eq!(p.counts.up_to_date, 1);
     }
@@ -729,6 +753,15 @@ mod tests {
         let p = run(&[blocked, in_group("a2", "a")], &fleet(&[("a", false, TARGET)]), policy(1, 2), t(0));
         assert!(p.actions.is_empty());
         assert_eq!(p.hold.map(|h| h.reason), Some(Reason::SurgeExhausted));
+    }
+
+    #[test]
+    fn a_node_whose_group_is_not_known_yet_waits() {
+        let mut f = fleet(&[("a", false, TARGET)]);
+        f.unresolved.insert("x1".into());
+        let p = run(&[node("x1"), node("w1")], &f, policy(1, 2), t(0));
+        assert_eq!(kinds(&p), vec![("w1".into(), "Stage")]);
+        assert_eq!(p.held[0].hold.reason, Reason::ImageUnknown);
     }
 
     #[test]

@@ -215,7 +215,7 @@ impl Sim {
                 self.fleet.pending.retain(|p| Some(&p.name) != join_pending.as_ref());
                 self.nodes.remove(i);
             }
-            ActionKind::ReleaseInstance { pending, donor } => {
+            ActionKind::ReleaseInstance { pending, donor, .. } => {
                 if !self.fleet.pending.iter().any(|p| &p.name == pending) {
                     self.fleet.pending.push(replacement::PendingView {
                         name: pending.clone(),
@@ -637,7 +637,7 @@ fn mixed_cluster() -> (Vec<NodeView>, Fleet) {
             image: Some(TARGET.into()),
         })
         .collect();
-    (nodes, Fleet { groups, pending: Vec::new() })
+    (nodes, Fleet { groups, ..Fleet::default() })
 }
 
 fn surge_policy(surge: u32, max: u32) -> Policy {

@@ -6,13 +6,15 @@
 //! - [`NodePatch::is_empty`] is true when nothing changes: callers skip the write, so a node with
 //!   nothing to do costs no API request.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
 /// A merge patch of a Node's annotations and `spec.unschedulable`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodePatch {
     annotations: Map<String, Value>,
+    labels: Map<String, Value>,
+    taints: Option<Value>,
     unschedulable: Option<bool>,
     resource_version: Option<String>,
 }
@@ -39,7 +41,30 @@ impl NodePatch {
                 }
             }
         }
-        NodePatch { annotations, unschedulable: None, resource_version: None }
+        NodePatch { annotations, ..NodePatch::default() }
+    }
+
+    /// Also sets the labels of `desired` that `current` lacks or has with another value (no label is removed).
+    pub fn add_labels(
+        mut self,
+        current: Option<&BTreeMap<String, String>>,
+        desired: &BTreeMap<String, String>,
+    ) -> Self {
+        for (key, want) in desired {
+            if current.and_then(|c| c.get(key)) != Some(want) {
+                self.labels.insert(key.clone(), Value::String(want.clone()));
+            }
+        }
+        self
+    }
+
+    /// Also replaces `spec.taints` by `want` (a merge patch replaces a list whole) when it differs from
+    /// `current`.
+    pub fn taints(mut self, current: &Value, want: Value) -> Self {
+        if *current != want {
+            self.taints = Some(want);
+        }
+        self
     }
 
     /// Also sets `spec.unschedulable` to `want` if it is not that now (`current` absent counts as
@@ -61,7 +86,7 @@ impl NodePatch {
 
     /// Whether the patch changes nothing.
     pub fn is_empty(&self) -> bool {
-        self.annotations.is_empty() && self.unschedulable.is_none()
+        self.annotations.is_empty() && self.labels.is_empty() && self.taints.is_none() && self.unschedulable.is_none()
     }
 
     /// The annotation keys this patch sets or removes.
@@ -76,6 +101,9 @@ impl NodePatch {
         if !self.annotations.is_empty() {
             metadata.insert("annotations".into(), Value::Object(self.annotations.clone()));
         }
+        if !self.labels.is_empty() {
+            metadata.insert("labels".into(), Value::Object(self.labels.clone()));
+        }
         if let Some(rv) = &self.resource_version
             && !self.is_empty()
         {
@@ -84,8 +112,15 @@ impl NodePatch {
         if !metadata.is_empty() {
             patch.insert("metadata".into(), Value::Object(metadata));
         }
+        let mut spec = Map::new();
         if let Some(want) = self.unschedulable {
-            patch.insert("spec".into(), json!({ "unschedulable": if want { Value::Bool(true) } else { Value::Null } }));
+            spec.insert("unschedulable".into(), if want { Value::Bool(true) } else { Value::Null });
+        }
+        if let Some(taints) = &self.taints {
+            spec.insert("taints".into(), taints.clone());
+        }
+        if !spec.is_empty() {
+            patch.insert("spec".into(), Value::Object(spec));
         }
         Value::Object(patch)
     }
@@ -94,9 +129,22 @@ impl NodePatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn labels_are_added_and_taints_replaced_only_when_they_change() {
+        let labels = map(&[("pool", "a"), ("team", "x")]);
+        let patch = NodePatch::default().add_labels(Some(&map(&[("pool", "a")])), &labels);
+        assert_eq!(patch.to_json(), json!({"metadata": {"labels": {"team": "x"}}}));
+        let patch = NodePatch::default().add_labels(Some(&labels), &labels).taints(&json!([]), json!([]));
+        assert!(patch.is_empty());
+        let taint = json!([{"key": "dedicated", "effect": "NoSchedule"}]);
+        let patch = NodePatch::default().taints(&json!([]), taint.clone()).unschedulable(false, true);
+        assert_eq!(patch.to_json(), json!({"spec": {"unschedulable": true, "taints": taint}}));
     }
 
     #[test]

@@ -1,0 +1,337 @@
+//! The cloud side of node replacement: what the policy reads (scaling groups, PendingNodes, each node's group and
+//! image as the cloud tells them) and the replacement's steps that are not a Node write (create an instance,
+//! retire a donor, release its instance).
+//!
+//! # Guarantees
+//! - The group and image of an instance are asked of the cloud once (both are fixed for an instance); a node whose
+//!   answer failed is named in [`Fleet::unresolved`], so it is not updated in place by mistake.
+//! - One instance per donor: the joining PendingNode has a name derived from the donor's; an instance created but
+//!   not yet recorded is remembered, so the next attempt records it instead of creating another.
+//! - Every write (cloud or API) starts only within the caller's leadership term.
+
+use crate::etcd::{EtcdClient, Removal};
+use crate::groups::pending_node::JOIN_FAILED;
+use crate::leadership::Term;
+use crate::nodes::SlimNode;
+use crate::policy::replacement::{Goal, GroupView, PendingView};
+use crate::policy::{DonorRef, Fleet, GroupMember, TaintView};
+use cloud::{CloudProvider, Creation, CreationToken, GroupId, NewInstance, ProviderId};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
+use parking_lot::Mutex;
+use shared::crd::{NodeRole, PendingNode, PendingNodeGoal, PendingNodeSpec};
+use shared::protocol::keys;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use crate::groups::outdated::{Learned, learn};
+
+/// The replacement's cloud and PendingNode plumbing.
+pub struct Replacer {
+    provider: Arc<dyn CloudProvider>,
+    pending_api: Api<PendingNode>,
+    nodes_api: Api<Node>,
+    groups: Store<shared::crd::ScalingGroup>,
+    pending: Store<PendingNode>,
+    etcd: Option<EtcdClient>,
+    /// By provider ID.
+    learned: Mutex<HashMap<String, Learned>>,
+    /// Nodes whose group the cloud could not tell (last time asked).
+    unresolved: Mutex<BTreeSet<String>>,
+    /// Instances created but not yet recorded as a PendingNode, by PendingNode name.
+    created: Mutex<HashMap<String, NewInstance>>,
+    /// Creations the cloud has not named yet, by PendingNode name.
+    unnamed: Mutex<HashMap<String, CreationToken>>,
+}
+
+impl Replacer {
+    /// `groups` and `pending` are synced stores of the ScalingGroups and PendingNodes; `etcd` removes the members
+    /// of control-plane donors (without it, none is removed).
+    pub fn new(
+        client: Client,
+        provider: Arc<dyn CloudProvider>,
+        groups: Store<shared::crd::ScalingGroup>,
+        pending: Store<PendingNode>,
+        etcd: Option<EtcdClient>,
+    ) -> Replacer {
+        Replacer {
+            provider,
+            pending_api: Api::all(client.clone()),
+            nodes_api: Api::all(client),
+            groups,
+            pending,
+            etcd,
+            learned: Mutex::default(),
+            unresolved: Mutex::default(),
+            created: Mutex::default(),
+            unnamed: Mutex::default(),
+        }
+    }
+
+    /// Asks the cloud for the group and image of every node of this cloud not asked yet; forgets instances gone.
+    /// Returns whether some answer failed (ask again soon).
+    pub async fn learn<'a>(&self, nodes: impl IntoIterator<Item = &'a SlimNode>) -> bool {
+        let mut present = BTreeSet::new();
+        let mut unresolved = BTreeSet::new();
+        for node in nodes {
+            let Some(raw) = node.spec.provider_id.clone() else { continue };
+            present.insert(raw.clone());
+            let Ok(id) = raw.parse::<ProviderId>() else { continue };
+            if id.cloud() != self.provider.cloud() || self.learned.lock().contains_key(&raw) {
+                continue;
+            }
+            match learn(self.provider.as_ref(), &id).await {
+                Ok(what) => {
+                    self.learned.lock().insert(raw, what);
+                }
+                Err(error) => {
+                    tracing::warn!(node = node.name(), %error, "cannot learn the node's scaling group and image");
+                    unresolved.insert(node.name().to_owned());
+                }
+            }
+        }
+        self.learned.lock().retain(|id, _| present.contains(id));
+        let failed = !unresolved.is_empty();
+        *self.unresolved.lock() = unresolved;
+        failed
+    }
+
+    /// The scaling groups, PendingNodes and unresolved nodes, for the policy.
+    pub fn fleet(&self) -> Fleet {
+        let groups = self
+            .groups
+            .state()
+            .iter()
+            .map(|g| GroupView {
+                group_id: g.spec.group_id.clone(),
+                control_plane: g.spec.role == Some(NodeRole::ControlPlane),
+                image: g.status.as_ref().and_then(|s| s.image_reference.clone()),
+            })
+            .collect();
+        let pending = self.pending.state().iter().map(|p| pending_view(p)).collect();
+        Fleet { groups, pending, unresolved: self.unresolved.lock().clone() }
+    }
+
+    /// What the policy needs of `node` when the cloud has it in a group.
+    pub fn member(&self, node: &SlimNode) -> Option<GroupMember> {
+        let provider_id = node.spec.provider_id.clone()?;
+        let (group_id, image) = self.learned.lock().get(&provider_id).cloned().flatten()?;
+        let annotations = node.metadata.annotations.clone().unwrap_or_default();
+        let ready_since = node
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready" && c.status == "True")
+            .map(|c| c.last_transition_time.as_ref().map_or(Timestamp::UNIX_EPOCH, |t| t.0));
+        let donor = match (
+            annotations.get(keys::DONOR),
+            annotations.get(keys::DONOR_PROVIDER_ID),
+            annotations.get(keys::DONOR_GROUP),
+        ) {
+            (Some(name), Some(provider_id), Some(group_id)) => {
+                Some(DonorRef { name: name.clone(), provider_id: provider_id.clone(), group_id: group_id.clone() })
+            }
+            _ => None,
+        };
+        Some(GroupMember {
+            group_id,
+            provider_id,
+            image: Some(image),
+            ready_since,
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            taints: node.spec.taints.iter().map(taint_view).collect(),
+            heir: annotations.get(keys::HEIR).cloned(),
+            donor,
+        })
+    }
+
+    /// Creates one instance in `group_id` for `donor` and records it as the joining PendingNode `pending` (with
+    /// `deadline`), unless that exists; an instance created before but not recorded is recorded instead.
+    pub async fn create_instance(
+        &self,
+        term: &Term,
+        donor: &str,
+        group_id: &str,
+        pending: &str,
+        deadline: Timestamp,
+    ) -> Result<(), String> {
+        if self.pending.state().iter().any(|p| p.name_any() == pending) {
+            return Ok(());
+        }
+        let group = GroupId::from(group_id);
+        let remembered = self.created.lock().get(pending).cloned();
+        let instance = match remembered {
+            Some(instance) => instance,
+            None => {
+                let token = self.unnamed.lock().get(pending).cloned();
+                let creation = match token {
+                    Some(token) => match fence(term, self.provider.created_instance(&group, &token)).await? {
+                        Some(instance) => Creation::Created(instance),
+                        None => return Ok(()),
+                    },
+                    None => fence(term, self.provider.create_instance(&group)).await?,
+                };
+                match creation {
+                    Creation::Created(instance) => {
+                        self.unnamed.lock().remove(pending);
+                        self.created.lock().insert(pending.to_owned(), instance.clone());
+                        instance
+                    }
+                    Creation::Pending(token) => {
+                        self.unnamed.lock().insert(pending.to_owned(), token);
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        let spec = PendingNodeSpec {
+            provider_id: instance.provider_id.to_string(),
+            group_id: group_id.to_owned(),
+            node_name: instance.node_name.clone(),
+            goal: PendingNodeGoal::Join,
+            deadline: Some(Time(deadline)),
+        };
+        self.record(term, pending, donor, spec).await?;
+        self.created.lock().remove(pending);
+        Ok(())
+    }
+
+    /// Deletes `donor`'s joining PendingNode, removes its etcd member when asked (and configured), and deletes its
+    /// Node.
+    pub async fn retire(
+        &self,
+        term: &Term,
+        donor: &SlimNode,
+        remove_etcd_member: bool,
+        join_pending: Option<&str>,
+    ) -> Result<(), String> {
+        if let Some(pending) = join_pending {
+            gone_is_fine(within(term, self.pending_api.delete(pending, &DeleteParams::default())).await?)?;
+        }
+        if remove_etcd_member {
+            match &self.etcd {
+                Some(etcd) => match within(term, etcd.remove_node_member(donor.name(), &[])).await? {
+                    Ok(Removal::Removed { id, name }) => {
+                        tracing::info!(node = donor.name(), id, member = %name, "removed the etcd member")
+                    }
+                    Ok(Removal::AlreadyGone) => {}
+                    Err(error) => return Err(format!("cannot remove the etcd member of {}: {error}", donor.name())),
+                },
+                None => tracing::warn!(
+                    node = donor.name(),
+                    "no etcd client configured: the control-plane node's etcd member is left to the administrator"
+                ),
+            }
+        }
+        // Only the Node the decision was about: a Node of that name created since is not deleted.
+        let params = DeleteParams {
+            preconditions: donor.uid().map(|uid| kube::api::Preconditions { uid: Some(uid), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        gone_is_fine(within(term, self.nodes_api.delete(donor.name(), &params)).await?)
+    }
+
+    /// Records the leaving PendingNode `pending` for `donor`'s instance, then deletes the instance (the
+    /// PendingNode controller removes the record once it is terminated, and deletes it again past `deadline`).
+    pub async fn release_instance(
+        &self,
+        term: &Term,
+        pending: &str,
+        donor: &DonorRef,
+        deadline: Timestamp,
+    ) -> Result<(), String> {
+        if !self.pending.state().iter().any(|p| p.name_any() == pending) {
+            let spec = PendingNodeSpec {
+                provider_id: donor.provider_id.clone(),
+                group_id: donor.group_id.clone(),
+                node_name: donor.name.clone(),
+                goal: PendingNodeGoal::Leave,
+                deadline: Some(Time(deadline)),
+            };
+            self.record(term, pending, &donor.name, spec).await?;
+        }
+        // Recorded first: if this deletion fails (or the controller stops here), the PendingNode controller
+        // deletes the instance again past the deadline.
+        let id = donor.provider_id.parse::<ProviderId>().map_err(|e| format!("{}: {e}", donor.provider_id))?;
+        fence(term, self.provider.delete_instance(&GroupId::from(donor.group_id.as_str()), &id)).await?;
+        Ok(())
+    }
+
+    /// Creates the PendingNode `name` of `donor`'s replacement; one that exists already is fine (same name, same
+    /// replacement).
+    async fn record(&self, term: &Term, name: &str, donor: &str, spec: PendingNodeSpec) -> Result<(), String> {
+        let object = PendingNode {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                annotations: Some(BTreeMap::from([(keys::DONOR.to_owned(), donor.to_owned())])),
+                ..ObjectMeta::default()
+            },
+            spec,
+            status: None,
+        };
+        match within(term, self.pending_api.create(&PostParams::default(), &object)).await? {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+            Err(error) => Err(format!("cannot create PendingNode {name}: {error}")),
+        }
+    }
+}
+
+/// The policy's view of a PendingNode.
+pub fn pending_view(p: &PendingNode) -> PendingView {
+    let status = p.status.as_ref();
+    PendingView {
+        name: p.name_any(),
+        node_name: p.spec.node_name.clone(),
+        group_id: p.spec.group_id.clone(),
+        goal: match p.spec.goal {
+            PendingNodeGoal::Join => Goal::Join,
+            PendingNodeGoal::Leave => Goal::Leave,
+        },
+        donor: p.annotations().get(keys::DONOR).cloned(),
+        reached_goal: status.is_some_and(|s| s.reached_goal),
+        join_failed: status
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == JOIN_FAILED && c.status == "True"))
+            .map(|c| format!("{}: {}", c.reason, c.message)),
+        created: p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+    }
+}
+
+/// A Node's taint as the policy compares it.
+pub fn taint_view(t: &Taint) -> TaintView {
+    TaintView { key: t.key.clone(), value: t.value.clone(), effect: t.effect.clone() }
+}
+
+/// A taint to write.
+pub fn taint(t: &TaintView) -> Taint {
+    Taint { key: t.key.clone(), value: t.value.clone(), effect: t.effect.clone(), time_added: None }
+}
+
+/// Runs `write` within `term`: its error, or that the term ended, as a message.
+async fn fence<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
+    term: &Term,
+    write: F,
+) -> Result<T, String> {
+    match within(term, write).await? {
+        Ok(value) => Ok(value),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// Runs `write` within `term`; the error says the term ended (nothing was written, or the write was cut).
+async fn within<F: std::future::Future>(term: &Term, write: F) -> Result<F::Output, String> {
+    term.fence(write).await.map_err(|_| "leadership ended; the write was not made".to_owned())
+}
+
+/// A delete's result where "not found" means done.
+fn gone_is_fine<T>(result: Result<T, kube::Error>) -> Result<(), String> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(error) => Err(error.to_string()),
+    }
+}
