@@ -6,9 +6,10 @@ mod support;
 
 use cloud::metrics::CallCounts;
 use cloud::simulated::SimulatedProvider;
+use cloud::simulated::wire::ErrorCode;
 use cloud::{CallPolicy, Governed, GroupRole};
 use controller::groups::CloudOptions;
-use dev::cloud::{GroupFaults, GroupSpec};
+use dev::cloud::{GroupFaults, GroupSpec, InjectedFailure, InstanceFaults};
 use dev::cluster::{Cluster, ClusterConfig};
 use dev::harness::{self, Component};
 use dev::observer::{Limits, Observer, Surge};
@@ -165,7 +166,186 @@ async fn a_mixed_cluster_replaces_its_group_nodes_and_updates_the_others_in_plac
     cluster.shutdown().await;
 }
 
-#[allow(dead_code)]
-fn never_joins() -> GroupFaults {
-    GroupFaults { never_joins: true, ..Default::default() }
+/// One in-place worker and a worker group of 2, on image v1.
+async fn small_cluster() -> Cluster {
+    let config = ClusterConfig {
+        nodes: 1,
+        control_planes: 0,
+        workloads: None,
+        ready_timeout: Duration::from_secs(120),
+        scaling_groups: vec![GroupSpec::new("workers-a", GroupRole::Worker, 2)],
+        ..ClusterConfig::default()
+    };
+    Cluster::start(config).await.expect("the cluster starts")
+}
+
+fn node_version_status(cluster: &Cluster) -> Option<shared::crd::NodeVersionStatus> {
+    cluster.store().api::<NodeVersion>().get(None, "constellation-version").ok()?.status
+}
+
+fn progressing(status: &shared::crd::NodeVersionStatus) -> (String, String) {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Progressing")
+        .map(|c| (c.reason.clone(), c.message.clone()))
+        .unwrap_or_default()
+}
+
+/// Waits until `check` holds of the NodeVersion's status; on a timeout the panic tells where the rollout stands.
+async fn wait_status(
+    cluster: &Cluster,
+    what: &str,
+    check: impl Fn(&shared::crd::NodeVersionStatus) -> bool,
+) -> shared::crd::NodeVersionStatus {
+    let deadline = tokio::time::Instant::now() + ROLLOUT;
+    loop {
+        if let Some(status) = node_version_status(cluster).filter(|s| check(s)) {
+            return status;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what} did not happen:\n{}", describe(cluster));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn group_nodes(cluster: &Cluster, group: &str) -> Vec<String> {
+    let mut names: Vec<String> =
+        nodes(cluster).iter().filter(|n| group_of(n).as_deref() == Some(group)).map(|n| n.name_any()).collect();
+    names.sort();
+    names
+}
+
+fn node(cluster: &Cluster, name: &str) -> Option<Node> {
+    cluster.store().api::<Node>().get(None, name).ok()
+}
+
+fn cordoned(node: &Node) -> bool {
+    node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_instance_that_never_joins_is_deleted_counted_and_the_rollout_stops_at_the_budget() {
+    let cluster = small_cluster().await;
+    cluster.cloud().set_group_faults("workers-a", GroupFaults { never_joins: true, ..Default::default() }).unwrap();
+    let donors = group_nodes(&cluster, "workers-a");
+    let limits = Limits { surge: Some(Surge { baseline: 2, max_surge: 1 }), ..Limits::new(1, false) };
+    let observer = Observer::start(cluster.client(), limits);
+    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
+    let controller = controller(&cluster, "c1");
+    create_version(&cluster.store(), "v2", json!({"maxUnavailable": 1, "maxSurge": 1, "joinTimeout": "4s"}));
+
+    let status = wait_status(&cluster, "the rollout to stop at the failure budget", |s| {
+        s.counts.failed == 1 && progressing(s).0 == "FailureBudgetExhausted"
+    })
+    .await;
+    assert!(status.counts.outdated >= 1, "{:?}", status.counts);
+    // The instance was deleted (its PendingNode is gone once it is terminated), the donor is left as it was.
+    support::eventually(ROLLOUT, "the failed instance to be gone", || pending(&cluster).is_empty().then_some(())).await;
+    let failed: Vec<Node> = donors.iter().filter_map(|d| node(&cluster, d)).collect();
+    assert_eq!(failed.len(), 2, "no donor was deleted");
+    let marked: Vec<&Node> =
+        failed.iter().filter(|n| n.annotations().get(keys::INTENT).map(String::as_str) == Some("failed")).collect();
+    assert_eq!(marked.len(), 1);
+    let why = marked[0].annotations().get(keys::INTENT_MESSAGE).cloned().unwrap_or_default();
+    assert!(why.starts_with("HeirNotReady: the new instance"), "{why}");
+    assert!(failed.iter().all(|n| !cordoned(n)), "a donor left cordoned");
+    assert_eq!(group_nodes(&cluster, "workers-a"), donors, "no new node joined");
+
+    assert_eq!(observer.stop().await.violations, Vec::<String>::new());
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    stop_all(agents).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_donor_whose_drain_times_out_is_blocked_and_uncordoned_and_its_heir_stays() {
+    let cluster = small_cluster().await;
+    let store = cluster.store();
+    let donors = group_nodes(&cluster, "workers-a");
+    let pinned = donors[0].clone();
+    // A pod on the first donor that its PodDisruptionBudget never lets go.
+    let namespace: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "demo"}})).unwrap();
+    store.api::<k8s_openapi::api::core::v1::Namespace>().create(None, &namespace, &Default::default()).unwrap();
+    let deployment: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "pinned", "namespace": "demo"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "pinned"}},
+            "template": {
+                "metadata": {"labels": {"app": "pinned"}},
+                "spec": {"nodeSelector": {"kubernetes.io/hostname": pinned},
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}], "terminationGracePeriodSeconds": 1}
+            }
+        }
+    }))
+    .unwrap();
+    store
+        .api::<k8s_openapi::api::apps::v1::Deployment>()
+        .create(Some("demo"), &deployment, &Default::default())
+        .unwrap();
+    let pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "pinned", "namespace": "demo"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "pinned"}}}
+    }))
+    .unwrap();
+    store
+        .api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>()
+        .create(Some("demo"), &pdb, &Default::default())
+        .unwrap();
+    let limits = Limits { surge: Some(Surge { baseline: 2, max_surge: 1 }), ..Limits::new(2, false) };
+    let observer = Observer::start(cluster.client(), limits);
+    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
+    let controller = controller(&cluster, "c1");
+    create_version(&store, "v2", json!({"maxUnavailable": 2, "maxSurge": 1, "drainTimeout": "3s"}));
+
+    wait_status(&cluster, "the donor to be blocked", |s| s.counts.blocked == 1).await;
+    let donor = node(&cluster, &pinned).expect("the blocked donor stays");
+    assert!(!cordoned(&donor), "the blocked donor was left cordoned");
+    let why = donor.annotations().get(keys::INTENT_MESSAGE).cloned().unwrap_or_default();
+    assert!(why.starts_with("DrainTimedOut: the drain did not finish within 3s"), "{why}");
+    let heir = donor.annotations().get(keys::HEIR).cloned().expect("the donor names its heir");
+    let heir = node(&cluster, &heir).expect("the heir stays");
+    assert_eq!(heir.annotations().get(keys::DONOR), Some(&pinned));
+    // The heir keeps the one surge slot: the other group node is not replaced, and the status says why.
+    let status =
+        wait_status(&cluster, "the rollout to say why it waits", |s| progressing(s).0 == "SurgeExhausted").await;
+    assert!(node(&cluster, &donors[1]).is_some(), "{:?}", status.counts);
+
+    assert_eq!(observer.stop().await.violations, Vec::<String>::new());
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    stop_all(agents).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_whose_deletion_fails_is_deleted_on_a_later_try_and_the_rollout_completes() {
+    let cluster = small_cluster().await;
+    let donors = group_nodes(&cluster, "workers-a");
+    let failing =
+        InjectedFailure { code: ErrorCode::Internal, message: None, times: Some(2), retry_after_seconds: None };
+    for donor in &donors {
+        let faults = InstanceFaults { delete_failure: Some(failing.clone()), ..Default::default() };
+        cluster.cloud().set_instance_faults(donor, faults).unwrap();
+    }
+    let limits = Limits { surge: Some(Surge { baseline: 2, max_surge: 1 }), ..Limits::new(1, false) };
+    let observer = Observer::start(cluster.client(), limits);
+    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
+    let controller = controller(&cluster, "c1");
+    create_version(&cluster.store(), "v2", json!({"maxUnavailable": 1, "maxSurge": 1}));
+
+    wait_rolled_out(&cluster, "v2", 3).await;
+    let provider = SimulatedProvider::new(cluster.url()).expect("the cluster's URL is an endpoint");
+    for donor in &donors {
+        let id: cloud::ProviderId = format!("simulated://workers-a/{donor}").parse().unwrap();
+        assert_eq!(
+            cloud::CloudProvider::instance_state(&provider, &id).await.unwrap(),
+            cloud::InstanceState::Terminated
+        );
+        assert!(node(&cluster, donor).is_none(), "{donor} still has a Node");
+    }
+    assert_eq!(observer.stop().await.violations, Vec::<String>::new());
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    stop_all(agents).await;
+    cluster.shutdown().await;
 }

@@ -187,7 +187,7 @@ pub(super) struct Records<'a> {
     heirs: BTreeSet<&'a str>,
     /// PendingNodes no replacement created, joining: each holds an instance too.
     foreign_joins: u32,
-    /// PendingNodes of replacements.
+    /// PendingNodes of replacements whose instance is joining or leaving.
     pending: u32,
 }
 
@@ -216,7 +216,8 @@ impl<'a> Records<'a> {
         for pending in &fleet.pending {
             match &pending.donor {
                 Some(donor) => {
-                    records.pending += 1;
+                    // A joined instance waits for the controller, not for the cloud: it frees nothing by itself.
+                    records.pending += u32::from(!(pending.goal == Goal::Join && pending.reached_goal));
                     add(&mut records, donor, group_cp(&pending.group_id));
                     if pending.goal == Goal::Join || pending.join_failed.is_some() {
                         records.join.insert(donor.as_str(), pending);
@@ -750,7 +751,10 @@ mod tests {
         if let Some(m) = &mut blocked.group {
             m.heir = Some("a0-new".into());
         }
-        let p = run(&[blocked, in_group("a2", "a")], &fleet(&[("a", false, TARGET)]), policy(1, 2), t(0));
+        // (Its joined PendingNode stays until the donor is retired: it frees nothing by itself.)
+        let mut f = fleet(&[("a", false, TARGET)]);
+        f.pending.push(PendingView { reached_goal: true, ..join("a0", "a0-new") });
+        let p = run(&[blocked, in_group("a2", "a")], &f, policy(1, 2), t(0));
         assert!(p.actions.is_empty());
         assert_eq!(p.hold.map(|h| h.reason), Some(Reason::SurgeExhausted));
     }
