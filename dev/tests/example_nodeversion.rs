@@ -27,4 +27,9 @@ fn the_example_nodeversion_is_accepted_and_read_as_documented() {
     assert_eq!(policy.failure_budget, 1);
     assert_eq!(policy.window.as_ref().unwrap().zone_name, "Europe/Berlin");
     assert!(!policy.paused && !policy.drain.force);
+    assert_eq!(policy.max_surge, MaxUnavailable::Count(2));
+    assert_eq!(
+        (policy.join_timeout, policy.leave_timeout),
+        (jiff::SignedDuration::from_mins(30), jiff::SignedDuration::from_mins(5))
+    );
 }
