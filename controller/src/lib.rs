@@ -213,7 +213,8 @@ pub async fn run(
 
 /// `config` for requests that must fail fast: no automatic retries, and each bounded by `timeout`
 /// (connecting, sending, and waiting for the answer).
-/// The replacement's plumbing: watches of the ScalingGroups and PendingNodes (each change plans again), synced
+/// The replacement's plumbing: watches of the ScalingGroups, PendingNodes and AutoscalingStrategies (each change
+/// plans again), synced
 /// before it is returned, and the etcd client if one is configured.
 async fn start_replacer(
     client: &Client,
@@ -223,6 +224,9 @@ async fn start_replacer(
 ) -> Result<replacer::Replacer, Error> {
     let (groups, groups_writer) = reflector::store::<shared::crd::ScalingGroup>();
     let (pending, pending_writer) = reflector::store::<shared::crd::PendingNode>();
+    let (strategies, strategies_writer) = reflector::store::<shared::crd::AutoscalingStrategy>();
+    let strategy_events =
+        reflector(strategies_writer, watcher(Api::all(client.clone()), watcher::Config::default())).default_backoff();
     let group_events =
         reflector(groups_writer, watcher(Api::all(client.clone()), watcher::Config::default())).default_backoff();
     let pending_events =
@@ -232,12 +236,21 @@ async fn start_replacer(
         move || trigger.notify_one()
     };
     spawn_watch("scalinggroups", group_events, on_group, shutdown.clone());
-    spawn_watch("pendingnodes", pending_events, move || trigger.notify_one(), shutdown.clone());
+    let on_pending = {
+        let trigger = trigger.clone();
+        move || trigger.notify_one()
+    };
+    spawn_watch("pendingnodes", pending_events, on_pending, shutdown.clone());
+    spawn_watch("autoscalingstrategies", strategy_events, move || trigger.notify_one(), shutdown.clone());
     tokio::select! {
         () = shutdown.cancelled() => {}
-        synced = async { groups.wait_until_ready().await.and(pending.wait_until_ready().await) } => {
+        synced = async {
+            groups.wait_until_ready().await?;
+            pending.wait_until_ready().await?;
+            strategies.wait_until_ready().await
+        } => {
             if synced.is_err() {
-                return Err(Error::WatchEnded("scalinggroups or pendingnodes"));
+                return Err(Error::WatchEnded("scalinggroups, pendingnodes or autoscalingstrategies"));
             }
         }
     }
@@ -245,7 +258,7 @@ async fn start_replacer(
         Some(config) => Some(etcd::EtcdClient::new(config).map_err(|e| Error::Etcd(e.to_string()))?),
         None => None,
     };
-    Ok(replacer::Replacer::new(client.clone(), cloud.provider.clone(), groups, pending, etcd))
+    Ok(replacer::Replacer::new(client.clone(), cloud.provider.clone(), groups, pending, strategies, etcd))
 }
 
 fn one_shot(mut config: kube::Config, timeout: std::time::Duration) -> kube::Config {

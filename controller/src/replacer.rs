@@ -37,6 +37,7 @@ pub struct Replacer {
     nodes_api: Api<Node>,
     groups: Store<shared::crd::ScalingGroup>,
     pending: Store<PendingNode>,
+    strategies: Store<shared::crd::AutoscalingStrategy>,
     etcd: Option<EtcdClient>,
     /// By provider ID.
     learned: Mutex<HashMap<String, Learned>>,
@@ -49,13 +50,15 @@ pub struct Replacer {
 }
 
 impl Replacer {
-    /// `groups` and `pending` are synced stores of the ScalingGroups and PendingNodes; `etcd` removes the members
+    /// `groups`, `pending` and `strategies` are synced stores of the ScalingGroups, PendingNodes and
+    /// AutoscalingStrategies (no instance is created while an autoscaler is not confirmed down); `etcd` removes the members
     /// of control-plane donors (without it, none is removed).
     pub fn new(
         client: Client,
         provider: Arc<dyn CloudProvider>,
         groups: Store<shared::crd::ScalingGroup>,
         pending: Store<PendingNode>,
+        strategies: Store<shared::crd::AutoscalingStrategy>,
         etcd: Option<EtcdClient>,
     ) -> Replacer {
         Replacer {
@@ -64,6 +67,7 @@ impl Replacer {
             nodes_api: Api::all(client),
             groups,
             pending,
+            strategies,
             etcd,
             learned: Mutex::default(),
             unresolved: Mutex::default(),
@@ -113,7 +117,11 @@ impl Replacer {
             })
             .collect();
         let pending = self.pending.state().iter().map(|p| pending_view(p)).collect();
-        Fleet { groups, pending, unresolved: self.unresolved.lock().clone() }
+        let autoscaler_running =
+            self.strategies.state().iter().find(|s| !crate::groups::autoscaler::confirmed_down(s)).map(|s| {
+                format!("the cluster-autoscaler of AutoscalingStrategy {} is not confirmed down", s.name_any())
+            });
+        Fleet { groups, pending, unresolved: self.unresolved.lock().clone(), autoscaler_running }
     }
 
     /// What the policy needs of `node` when the cloud has it in a group.

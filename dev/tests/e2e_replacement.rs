@@ -128,6 +128,49 @@ async fn a_mixed_cluster_replaces_its_group_nodes_and_updates_the_others_in_plac
     });
     store.api::<Node>().patch(None, &labelled, &dev::apiserver::Patch::Merge(patch), &Default::default()).unwrap();
 
+    // A cluster-autoscaler of 3 replicas, paused while nodes are replaced and restored afterwards.
+    let deployments = store.api::<k8s_openapi::api::apps::v1::Deployment>();
+    let autoscaler: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "cluster-autoscaler", "namespace": "kube-system"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "cluster-autoscaler"}},
+            "template": {
+                "metadata": {"labels": {"app": "cluster-autoscaler"}},
+                "spec": {"tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": "cluster-autoscaler", "image": "registry.k8s.io/autoscaling/cluster-autoscaler:v1.33.0"}]}
+            }
+        }
+    }))
+    .unwrap();
+    deployments.create(Some("kube-system"), &autoscaler, &Default::default()).unwrap();
+    let strategy: shared::crd::AutoscalingStrategy = serde_json::from_value(json!({
+        "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "AutoscalingStrategy",
+        "metadata": {"name": "autoscalingstrategy"},
+        "spec": {"enabled": true, "deploymentName": "cluster-autoscaler", "deploymentNamespace": "kube-system"}
+    }))
+    .unwrap();
+    store.api::<shared::crd::AutoscalingStrategy>().create(None, &strategy, &Default::default()).unwrap();
+    let replicas = move || {
+        store
+            .api::<k8s_openapi::api::apps::v1::Deployment>()
+            .get(Some("kube-system"), "cluster-autoscaler")
+            .ok()
+            .and_then(|d| d.spec?.replicas)
+    };
+    let lowest = Arc::new(std::sync::atomic::AtomicI32::new(i32::MAX));
+    let sampler = {
+        let (lowest, replicas) = (lowest.clone(), replicas.clone());
+        tokio::spawn(async move {
+            loop {
+                if let Some(n) = replicas() {
+                    lowest.fetch_min(n, std::sync::atomic::Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let store = cluster.store();
     let limits = Limits { surge: Some(Surge { baseline: 7, max_surge: 2 }), ..Limits::new(2, false) };
     let observer = Observer::start(cluster.client(), limits);
     let agents = in_place_agents(&cluster);
@@ -158,6 +201,10 @@ async fn a_mixed_cluster_replaces_its_group_nodes_and_updates_the_others_in_plac
         assert_eq!(cluster.hosts().facts(&format!("worker-{i}")).unwrap().os_image, "v2");
     }
 
+    // The autoscaler was paused during the rollout and gets its 3 replicas back.
+    support::eventually(ROLLOUT, "the autoscaler restored", || (replicas() == Some(3)).then_some(())).await;
+    sampler.abort();
+    assert_eq!(lowest.load(std::sync::atomic::Ordering::SeqCst), 0, "the autoscaler was never paused");
     let observed = observer.stop().await;
     assert_eq!(observed.violations, Vec::<String>::new());
     assert_eq!(observed.max_surge_seen, 2, "maxSurge was used in full");

@@ -6,8 +6,9 @@
 //! restarts at any point resumes where it was:
 //! 1. `Replace`: the donor gets `intent=replace` (it holds a `maxUnavailable` slot and a `maxSurge` slot from here
 //!    on), once its group's template image is the target.
-//! 2. `CreateInstance`: one instance is created in the group and recorded as a joining PendingNode whose name is
-//!    derived from the donor's ([`join_name`]), so that a second one is never created for it.
+//! 2. `CreateInstance`: once the cluster-autoscaler is confirmed down, one instance is created in the group and
+//!    recorded as a joining PendingNode whose name is derived from the donor's ([`join_name`]), so that a second
+//!    one is never created for it.
 //! 3. The heir joins and turns Ready (the PendingNode reaches its goal) and passes the soak time.
 //! 4. `Inherit` (a write of the heir): the `donor` annotations, the donor's labels (all but `kubernetes.io` /
 //!    `k8s.io` ones) and the taints an administrator added (not `node.kubernetes.io/*`).
@@ -59,6 +60,9 @@ pub struct Fleet {
     /// Nodes with a cloud instance whose group and image the cloud has not told yet: none of them starts (it
     /// might have to be replaced rather than updated in place).
     pub unresolved: BTreeSet<String>,
+    /// Why no instance may be created now: the cluster-autoscaler of an AutoscalingStrategy is not confirmed
+    /// down yet (it would scale the groups against the replacement). `None`: instances may be created.
+    pub autoscaler_running: Option<String>,
 }
 
 /// A ScalingGroup.
@@ -265,6 +269,8 @@ impl<'a> Records<'a> {
 /// What [`assess`] needs beside the node: its group, its own facts, the replacements, every node.
 pub(super) struct Context<'a> {
     pub group: &'a GroupView,
+    /// No instance may be created yet (see [`Fleet::autoscaler_running`]).
+    pub autoscaler_running: bool,
     pub member: &'a GroupMember,
     pub records: &'a Records<'a>,
     pub nodes: &'a [NodeView],
@@ -280,7 +286,7 @@ impl<'a> Context<'a> {
     ) -> Option<Context<'a>> {
         let member = node.group.as_ref()?;
         let group = fleet.groups.iter().find(|g| g.group_id == member.group_id)?;
-        Some(Context { group, member, records, nodes })
+        Some(Context { group, member, records, nodes, autoscaler_running: fleet.autoscaler_running.is_some() })
     }
 }
 
@@ -391,8 +397,9 @@ fn donor(node: &NodeView, intent: &Intent, context: &Context<'_>, policy: &Polic
         return draining(node, heir, intent, context, policy, now);
     }
     let Some(join) = context.records.join.get(node.name.as_str()) else {
-        if context.group.image.as_deref() != Some(target.as_str()) {
-            // The group's image changes back or has not been set yet: no instance of the wrong image.
+        if context.group.image.as_deref() != Some(target.as_str()) || context.autoscaler_running {
+            // The group's image changes back or has not been set yet (no instance of the wrong image), or the
+            // cluster-autoscaler is not down yet.
             return in_flight();
         }
         let deadline = assess::deadline(now, policy.join_timeout);
@@ -614,6 +621,10 @@ mod tests {
             p.actions[0].kind,
             ActionKind::CreateInstance { group_id: "a".into(), pending: "heir-of-a1".into(), deadline: t(5 + 1800) }
         );
+        // Not while the cluster-autoscaler runs.
+        let running = Fleet { autoscaler_running: Some("not confirmed down".into()), ..f.clone() };
+        let p = run(&[donor.clone()], &running, policy(1, 1), t(5));
+        assert!(p.actions.is_empty() && p.counts.in_progress == 1, "{:?}", kinds(&p));
         // Joining: nothing to do, the donor keeps its slot.
         let mut f = f.clone();
         f.pending.push(join("a1", "a1-new"));
