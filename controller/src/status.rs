@@ -99,6 +99,10 @@ pub fn compute(
         },
         in_flight,
         held_back,
+        donors: plan.replacements.donors.clone(),
+        heirs: plan.replacements.heirs.clone(),
+        pending: plan.replacements.pending.clone(),
+        obsolete: plan.replacements.obsolete.clone(),
         conditions,
         last_valid_spec: acting.map(|spec| spec.record()),
     }

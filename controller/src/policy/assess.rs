@@ -54,11 +54,13 @@ pub(super) struct Assessment {
     pub surge: bool,
     /// The node is replaced by a new instance when it starts, not updated in place.
     pub replace: bool,
+    /// What an in-flight node waits for, when not its drain (a replacement's new instance, say).
+    pub waiting: Option<String>,
 }
 
 impl Assessment {
     pub(super) fn new(situation: Situation) -> Self {
-        Assessment { situation, action: None, wake_at: None, surge: false, replace: false }
+        Assessment { situation, action: None, wake_at: None, surge: false, replace: false, waiting: None }
     }
 
     pub(super) fn outdated_for_now() -> Self {

@@ -435,6 +435,9 @@ pub struct Plan {
     pub preparing: bool,
     /// When to plan again even if nothing changes (a deadline, the end of a soak, a window).
     pub wake_at: Option<Timestamp>,
+    /// Replacements: the rollout's donors and heirs, the PendingNodes of its replacements, and replaced nodes
+    /// whose instance is being deleted (those whose donor is gone are listed by every rollout), each sorted.
+    pub replacements: replacement::Listing,
 }
 
 impl Plan {
@@ -593,6 +596,7 @@ fn plan_rollout(
         plan.wake(a.wake_at);
     }
     summarize(&mut plan, members);
+    plan.replacements = records.listing(members);
     let Some(spec) = rollout.spec.acting() else {
         // Without a spec to act on the rollout selects no node; the gate says why.
         plan.hold = gates::closed(rollout, None, &plan.counts, 0, now).map(|(hold, _)| hold);
@@ -676,9 +680,12 @@ fn summarize(plan: &mut Plan, members: &[(&NodeView, &Assessment)]) {
             Situation::InFlight { step, since } => {
                 plan.counts.in_progress += 1;
                 let waiting_on = match &node.drain {
-                    DrainProgress::Running { waiting_on } if *step == Step::Drain => waiting_on.clone(),
+                    DrainProgress::Running { waiting_on } if matches!(*step, Step::Drain | Step::Replace) => {
+                        waiting_on.clone()
+                    }
                     _ => None,
                 };
+                let waiting_on = waiting_on.or_else(|| a.waiting.clone());
                 plan.in_flight.push(InFlight { node: name, step: *step, since: *since, waiting_on });
             }
             Situation::Failed { message } => {

@@ -178,6 +178,15 @@ pub fn inherited_taints(donor: &[TaintView]) -> Vec<TaintView> {
     donor.iter().filter(|t| !t.key.starts_with(KUBERNETES_TAINT_PREFIX)).cloned().collect()
 }
 
+/// A rollout's replacements, for its status.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    pub donors: Vec<String>,
+    pub heirs: Vec<String>,
+    pub pending: Vec<String>,
+    pub obsolete: Vec<String>,
+}
+
 /// The replacements in progress, found from the nodes and PendingNodes, by donor.
 #[derive(Debug, Default)]
 pub(super) struct Records<'a> {
@@ -193,6 +202,10 @@ pub(super) struct Records<'a> {
     foreign_joins: u32,
     /// PendingNodes of replacements whose instance is joining or leaving.
     pending: u32,
+    /// Every PendingNode of a replacement: (name, donor).
+    pending_names: Vec<(&'a str, &'a str)>,
+    /// Heirs by donor.
+    heir_of: BTreeMap<&'a str, &'a str>,
 }
 
 impl<'a> Records<'a> {
@@ -214,6 +227,7 @@ impl<'a> Records<'a> {
             }
             if let Some(donor) = member.and_then(|m| m.donor.as_ref()) {
                 records.heirs.insert(node.name.as_str());
+                records.heir_of.insert(donor.name.as_str(), node.name.as_str());
                 add(&mut records, &donor.name, node.control_plane || group_cp(&donor.group_id));
             }
         }
@@ -228,7 +242,9 @@ impl<'a> Records<'a> {
                     }
                     if pending.goal == Goal::Join {
                         records.heirs.insert(pending.node_name.as_str());
+                        records.heir_of.entry(donor.as_str()).or_insert(pending.node_name.as_str());
                     }
+                    records.pending_names.push((pending.name.as_str(), donor.as_str()));
                 }
                 None if pending.goal == Goal::Join => records.foreign_joins += 1,
                 None => {}
@@ -256,6 +272,25 @@ impl<'a> Records<'a> {
     /// not yet released: replacements that free their surge slot on their own.
     pub(super) fn moving(&self) -> bool {
         !self.donorless.is_empty() || self.pending > 0
+    }
+
+    /// The replacements of a rollout of `members`, for its status.
+    pub(super) fn listing(&self, members: &[(&NodeView, &Assessment)]) -> Listing {
+        let ours = |donor: &str| members.iter().any(|(n, _)| n.name == donor) || self.donorless.contains(donor);
+        let mut listing = Listing {
+            donors: members
+                .iter()
+                .filter(|(n, _)| self.active.contains_key(&n.name))
+                .map(|(n, _)| n.name.clone())
+                .collect(),
+            heirs: self.heir_of.iter().filter(|(d, _)| ours(d)).map(|(_, h)| (*h).to_owned()).collect(),
+            pending: self.pending_names.iter().filter(|(_, d)| ours(d)).map(|(p, _)| (*p).to_owned()).collect(),
+            obsolete: self.donorless.iter().cloned().collect(),
+        };
+        listing.heirs.sort();
+        listing.heirs.dedup();
+        listing.pending.sort();
+        listing
     }
 
     /// The instances a rollout's replacements hold: those of its members' donors and every one whose donor
@@ -400,7 +435,13 @@ fn donor(node: &NodeView, intent: &Intent, context: &Context<'_>, policy: &Polic
         if context.group.image.as_deref() != Some(target.as_str()) || context.autoscaler_running {
             // The group's image changes back or has not been set yet (no instance of the wrong image), or the
             // cluster-autoscaler is not down yet.
-            return in_flight();
+            let mut waiting = in_flight();
+            waiting.waiting = Some(if context.autoscaler_running {
+                "the cluster-autoscaler to be confirmed down".to_owned()
+            } else {
+                format!("the image of scaling group {} to be {target}", member.group_id)
+            });
+            return waiting;
         }
         let deadline = assess::deadline(now, policy.join_timeout);
         return in_flight().act(
@@ -419,7 +460,9 @@ fn donor(node: &NodeView, intent: &Intent, context: &Context<'_>, policy: &Polic
         return assess::fail(node, target, Reason::HeirNotReady, message);
     }
     if !join.reached_goal {
-        return in_flight();
+        let mut waiting = in_flight();
+        waiting.waiting = Some(format!("the new instance {} to join (PendingNode {})", join.node_name, join.name));
+        return waiting;
     }
     let Some(heir) = context.nodes.iter().find(|n| n.name == join.node_name) else {
         // Joined, then its Node went away: wait for it to register again (or for someone to remove the PendingNode).
@@ -430,7 +473,9 @@ fn donor(node: &NodeView, intent: &Intent, context: &Context<'_>, policy: &Polic
     let Some(ready_since) = ready_since.filter(|_| heir.ready) else { return in_flight() };
     let soaked = assess::deadline(ready_since, policy.soak_time);
     if now < soaked {
-        return in_flight().wake(soaked);
+        let mut waiting = in_flight().wake(soaked);
+        waiting.waiting = Some(format!("the new node {} to soak until {soaked}", heir.name));
+        return waiting;
     }
     let labels = inherited_labels(&member.labels);
     let taints = inherited_taints(&member.taints);
@@ -631,6 +676,15 @@ mod tests {
         let p = run(&[donor.clone()], &f, policy(1, 1), t(6));
         assert!(p.actions.is_empty());
         assert_eq!(p.counts.in_progress, 1);
+        // The status names the donor, its heir and its PendingNode, and what the donor waits for.
+        assert_eq!(
+            p.in_flight[0].waiting_on.as_deref(),
+            Some("the new instance a1-new to join (PendingNode heir-of-a1)")
+        );
+        assert_eq!(p.replacements.donors, ["a1"]);
+        assert_eq!(p.replacements.heirs, ["a1-new"]);
+        assert_eq!(p.replacements.pending, ["heir-of-a1"]);
+        assert!(p.replacements.obsolete.is_empty());
         // Joined and Ready, soaked: the heir gets the donor's own labels and an administrator's taints.
         f.pending[0].reached_goal = true;
         let heir = NodeView {
@@ -687,6 +741,8 @@ mod tests {
             }
         );
         assert_eq!(p.counts.up_to_date, 1);
+        assert_eq!(p.replacements.obsolete, ["a1"]);
+        assert_eq!(p.replacements.heirs, ["a1-new"]);
     }
 
     #[test]

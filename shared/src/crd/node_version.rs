@@ -258,6 +258,18 @@ pub struct NodeVersionStatus {
     /// `Progressing` condition counts them all).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held_back: Vec<HeldBackNode>,
+    /// Nodes of scaling groups being replaced (donors), by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub donors: Vec<String>,
+    /// The new nodes replacing them (heirs), joining or paired with their donor, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub heirs: Vec<String>,
+    /// The PendingNodes of replacements (instances joining or leaving), by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<String>,
+    /// Replaced nodes whose Node is gone and whose instance is being deleted, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub obsolete: Vec<String>,
     /// `Progressing`, `UpToDate`, `Blocked`, `Failed` and `SelectorOverlap`, each with a reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
