@@ -10,7 +10,8 @@
 //! time ago; a node that joins as a new instance (its joining PendingNode has not reached its goal) is extra
 //! capacity, not disrupted. With [`Limits::surge`] it also checks replacements at every event: at most
 //! `maxSurge` extra instances, never a control-plane and a worker replacement at once, and never a replaced
-//! node deleted while its heir is not Ready. Nodes can turn NotReady or be cordoned without the controller, so the budget is
+//! node deleted while its heir is not Ready; and always: never an instance of a replacement deleted (a leaving
+//! PendingNode) while its node is Ready and schedulable. Nodes can turn NotReady or be cordoned without the controller, so the budget is
 //! checked when the controller starts a node (a node enters `stage`): that is the moment the
 //! policy answers for.
 
@@ -200,6 +201,14 @@ async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: 
                         let joining = pending.spec.goal == shared::crd::PendingNodeGoal::Join
                             && !pending.status.as_ref().is_some_and(|s| s.reached_goal);
                         let donor = pending.annotations().get(keys::DONOR).cloned();
+                        let leaving = pending.spec.goal == shared::crd::PendingNodeGoal::Leave;
+                        if leaving
+                            && donor.is_some()
+                            && o.nodes.get(&pending.spec.node_name).is_some_and(|n| n.ready && !n.cordoned)
+                        {
+                            let v = format!("the instance of {} is deleted while its node serves", pending.spec.node_name);
+                            o.violation(v);
+                        }
                         o.pending.insert(pending.name_any(), (pending.spec.node_name.clone(), joining, donor));
                     }
                 }

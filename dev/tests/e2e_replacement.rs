@@ -396,3 +396,68 @@ async fn an_instance_whose_deletion_fails_is_deleted_on_a_later_try_and_the_roll
     stop_all(agents).await;
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_killed_at_random_points_of_8_replacement_rollouts_creates_no_second_instance() {
+    use rand::{RngCore, SeedableRng};
+    let cluster = small_cluster().await;
+    let store = cluster.store();
+    // The group's 2 nodes are replaced in each rollout; one surge instance at a time, so a second instance for
+    // a donor shows as an extra instance, and every instance created is counted at the cloud.
+    let limits = Limits { surge: Some(Surge { baseline: 2, max_surge: 1 }), ..Limits::new(1, false) };
+    let observer = Observer::start(cluster.client(), limits);
+    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
+    let mut controller = Some(controller(&cluster, "c-0"));
+    create_version(&store, "v1", json!({"maxUnavailable": 1, "maxSurge": 1}));
+    let mut crashes = 0;
+    for seed in 0..8u64 {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let target = format!("v{}", seed + 2);
+        let creates_before = created_instances(&cluster);
+        let replaced = group_nodes(&cluster, "workers-a");
+        // One to three crashes at random points of the rollout (it takes a few seconds here).
+        let mut crash_after: Vec<u64> = (0..1 + rng.next_u64() % 3).map(|_| rng.next_u64() % 4000).collect();
+        crash_after.sort();
+        let started = tokio::time::Instant::now();
+        store
+            .api::<NodeVersion>()
+            .patch(
+                None,
+                "constellation-version",
+                &dev::apiserver::Patch::Merge(json!({"spec": {"image": target}})),
+                &Default::default(),
+            )
+            .unwrap();
+        let deadline = started + ROLLOUT;
+        while rolled_out(&cluster, &target, 3).is_none() {
+            assert!(tokio::time::Instant::now() < deadline, "seed {seed}: {}", describe(&cluster));
+            if crash_after.first().is_some_and(|ms| started.elapsed() >= Duration::from_millis(*ms)) {
+                crash_after.remove(0);
+                if let Some(c) = controller.take() {
+                    c.crash().await;
+                }
+                crashes += 1;
+                tokio::time::sleep(Duration::from_millis(rng.next_u64() % 500)).await;
+                controller = Some(self::controller(&cluster, &format!("c-{crashes}")));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(observer.violations(), Vec::<String>::new(), "seed {seed}");
+        // Exactly one new instance per replaced node, and each replaced node is gone.
+        assert_eq!(created_instances(&cluster) - creates_before, 2, "seed {seed}: a second instance was created");
+        for name in &replaced {
+            assert!(node(&cluster, name).is_none(), "seed {seed}: {name} was not replaced");
+        }
+    }
+    assert!(crashes >= 8, "only {crashes} crashes");
+    if let Some(c) = controller {
+        c.stop(Duration::from_secs(15)).await.unwrap();
+    }
+    stop_all(agents).await;
+    cluster.shutdown().await;
+}
+
+/// How many instances the simulated cloud was asked to create.
+fn created_instances(cluster: &Cluster) -> u64 {
+    cluster.cloud().calls().get(&cloud::Operation::CreateInstance).copied().unwrap_or(0)
+}

@@ -74,6 +74,13 @@ struct Args {
     /// Write the components' logs to this file.
     #[arg(long, value_name = "PATH")]
     log_file: Option<std::path::PathBuf>,
+    /// Replacement mode: the control-plane nodes and half the workers are instances of the simulated cloud's
+    /// scaling groups (`cp`, `workers-a`), replaced by new instances; the other workers are updated in place.
+    #[arg(long)]
+    replace: bool,
+    /// The rollout's maxSurge in replacement mode: replacements holding an extra instance at once.
+    #[arg(long, default_value = "2")]
+    max_surge: String,
 }
 
 fn seconds(s: f64) -> Duration {
@@ -117,9 +124,26 @@ async fn run(args: Args) -> anyhow::Result<Ending> {
         "starting a cluster of {} nodes ({} control plane) running {} with sample Deployments and StatefulSets under PDBs...",
         args.nodes, args.control_planes, args.from
     );
+    let workers = args.nodes.saturating_sub(args.control_planes);
+    let (nodes, control_planes, scaling_groups) = if args.replace {
+        let in_group = workers / 2;
+        let groups = vec![
+            dev::cloud::GroupSpec::new("cp", cloud::GroupRole::ControlPlane, args.control_planes as u32),
+            dev::cloud::GroupSpec::new("workers-a", cloud::GroupRole::Worker, in_group as u32),
+        ];
+        println!(
+            "replacement mode: scaling groups cp ({} control plane) and workers-a ({in_group} workers), {} workers in place",
+            args.control_planes,
+            workers - in_group
+        );
+        (workers - in_group, 0, groups)
+    } else {
+        (args.nodes, args.control_planes, Vec::new())
+    };
     let cluster = Cluster::start(ClusterConfig {
-        nodes: args.nodes,
-        control_planes: args.control_planes,
+        nodes,
+        control_planes,
+        scaling_groups,
         image: args.from.clone(),
         workloads: Some(SampleWorkloads { termination_grace_seconds: 30, ..SampleWorkloads::default() }),
         timing,
@@ -157,35 +181,48 @@ async fn run(args: Args) -> anyhow::Result<Ending> {
         println!("fault: Deployment demo/stuck has a PDB that never allows an eviction (drain timeout 5s)");
     }
 
+    // Nodes of scaling groups need no agent: they are replaced, not updated in place.
     let agents: Vec<Component> = cluster
         .control_planes()
         .iter()
         .chain(cluster.workers())
+        .filter(|n| !args.replace || n.starts_with("worker-"))
         .map(|n| harness::agent(cluster.operator(), n))
         .collect();
     let metrics = controller::Metrics::default();
     let mut replicas: Vec<(String, Option<Component>)> = ["controller-a", "controller-b"]
         .iter()
         .map(|id| {
-            let c = harness::controller_with(cluster.operator(), harness::controller_options(id), metrics.clone());
-            (id.to_string(), Some(c))
+            let mut options = harness::controller_options(id);
+            if args.replace {
+                let provider = cloud::simulated::SimulatedProvider::new(cluster.url())?;
+                let calls = std::sync::Arc::new(cloud::metrics::CallCounts::default());
+                let provider = cloud::Governed::new(provider, cloud::CallPolicy::default(), calls);
+                options.cloud = Some(controller::groups::CloudOptions::new(std::sync::Arc::new(provider)));
+            }
+            let c = harness::controller_with(cluster.operator(), options, metrics.clone());
+            Ok((id.to_string(), Some(c)))
         })
-        .collect();
+        .collect::<anyhow::Result<_>>()?;
     let observer = Observer::start(cluster.client(), Limits::new(usize::MAX, true));
     let max_unavailable: serde_json::Value = args
         .max_unavailable
         .parse::<i64>()
         .map(serde_json::Value::from)
         .unwrap_or_else(|_| json!(args.max_unavailable));
+    let mut rollout = json!({
+        "maxUnavailable": max_unavailable,
+        "soakTime": format!("{}ms", (args.soak_seconds * 1000.0) as u64),
+        "drainTimeout": drain_timeout,
+        "failureBudget": 1
+    });
+    if args.replace {
+        rollout["maxSurge"] = args.max_surge.parse::<i64>().map(serde_json::Value::from).unwrap_or_else(|_| json!(args.max_surge));
+    }
     let version: NodeVersion = serde_json::from_value(json!({
         "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
         "metadata": {"name": "constellation-version"},
-        "spec": {"image": args.to, "rollout": {
-            "maxUnavailable": max_unavailable,
-            "soakTime": format!("{}ms", (args.soak_seconds * 1000.0) as u64),
-            "drainTimeout": drain_timeout,
-            "failureBudget": 1
-        }}
+        "spec": {"image": args.to, "rollout": rollout}
     }))
     .context("the NodeVersion")?;
     // Start from a settled cluster: every agent has reported its host, a controller has synced.

@@ -18,6 +18,10 @@ pub fn ending(status: &NodeVersionStatus, target: &str) -> Option<Ending> {
     if status.target_image.as_deref() != Some(target) || !status.in_flight.is_empty() || status.counts.total == 0 {
         return None;
     }
+    // Replaced nodes' instances are still being deleted (or new ones join): not over yet.
+    if !status.pending.is_empty() || !status.obsolete.is_empty() {
+        return None;
+    }
     let c = status.counts;
     if c.up_to_date == c.total {
         return Some(Ending::Complete);
