@@ -206,7 +206,8 @@ async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: 
                             && donor.is_some()
                             && o.nodes.get(&pending.spec.node_name).is_some_and(|n| n.ready && !n.cordoned)
                         {
-                            let v = format!("the instance of {} is deleted while its node serves", pending.spec.node_name);
+                            let v =
+                                format!("the instance of {} is deleted while its node serves", pending.spec.node_name);
                             o.violation(v);
                         }
                         o.pending.insert(pending.name_any(), (pending.spec.node_name.clone(), joining, donor));

@@ -217,7 +217,8 @@ async fn run(args: Args) -> anyhow::Result<Ending> {
         "failureBudget": 1
     });
     if args.replace {
-        rollout["maxSurge"] = args.max_surge.parse::<i64>().map(serde_json::Value::from).unwrap_or_else(|_| json!(args.max_surge));
+        rollout["maxSurge"] =
+            args.max_surge.parse::<i64>().map(serde_json::Value::from).unwrap_or_else(|_| json!(args.max_surge));
     }
     let version: NodeVersion = serde_json::from_value(json!({
         "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
