@@ -14,6 +14,7 @@ pub mod nodes;
 pub mod notices;
 pub mod policy;
 pub mod reconciler;
+pub mod release;
 pub mod status;
 
 pub use metrics::Metrics;
