@@ -15,6 +15,7 @@
 //!   node's Event falls due, or after a short retry after a failed write; it wakes every
 //!   [`HEARTBEAT_TICK`] only to beat its heartbeat.
 
+use crate::agent_policy;
 use crate::drain::Drains;
 use crate::events::{Events, node_reference};
 use crate::executor::{Applied, Batch, Executor};
@@ -89,6 +90,8 @@ pub struct Reconciler {
     pub trigger: Arc<Notify>,
     pub events: Events,
     pub clock: Clock,
+    /// The agents' admission policy the leader must find in force before it acts; None: not checked.
+    pub agent_policy: Option<agent_policy::Gate>,
     specs: Specs,
     /// The hold last published per NodeVersion (by UID), so each change is one Event.
     last_holds: HashMap<String, Option<Hold>>,
@@ -123,6 +126,7 @@ impl Reconciler {
             trigger,
             events,
             clock: Clock::System,
+            agent_policy: None,
             specs: Specs::default(),
             last_holds: HashMap::new(),
             releasing: HashMap::new(),
@@ -167,6 +171,9 @@ impl Reconciler {
         shutdown: &CancellationToken,
     ) {
         tracing::info!(term = term.number(), "leading: planning and acting");
+        if !self.agent_policy_in_force(term, heartbeat, shutdown).await {
+            return;
+        }
         'term: loop {
             let wake = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -185,6 +192,49 @@ impl Reconciler {
             }
         }
         tracing::warn!(term = term.number(), "leadership ended: stopped planning, acting and draining");
+    }
+
+    /// True once the agents' admission policy is in force (at once without a gate); until then,
+    /// every [`agent_policy::RECHECK`], logs why and writes the `AgentPolicyMissing` condition into
+    /// every NodeVersion within `term`. False when the term or the process ends first.
+    async fn agent_policy_in_force(&self, term: &Term, heartbeat: &Heartbeat, shutdown: &CancellationToken) -> bool {
+        let Some(gate) = &self.agent_policy else { return true };
+        while !*gate.in_force.borrow() {
+            heartbeat.beat();
+            let checked = tokio::select! {
+                () = shutdown.cancelled() => return false,
+                () = term.ended() => return false,
+                checked = agent_policy::check(&gate.client, &gate.name) => checked,
+            };
+            match checked {
+                Ok(()) => {
+                    tracing::info!(policy = gate.name, "the agents' admission policy is in force");
+                    gate.in_force.send_replace(true);
+                    break;
+                }
+                Err(missing) => {
+                    tracing::error!(
+                        policy = gate.name,
+                        reason = %missing,
+                        "no node is updated while the agents are unconfined; install the policy \
+                         or pass --allow-unconfined-agents"
+                    );
+                    for version in self.versions.state() {
+                        match term.fence(agent_policy::report(&self.versions_api, &version, &missing)).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(error)) => tracing::warn!(%error, "cannot write the NodeVersion condition"),
+                            Err(_) => return false,
+                        }
+                    }
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return false,
+                () = term.ended() => return false,
+                () = tokio::time::sleep(agent_policy::RECHECK) => {}
+            }
+        }
+        true
     }
 
     /// Plans and applies once, acting only within `term`; returns when to plan again without a
