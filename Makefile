@@ -49,11 +49,12 @@ manifests:
 demo:
 	$(CARGO) run --release --locked -p dev --bin demo -- $(ARGS)
 
-## bench: the rollout benchmark, 1000 nodes (ARGS="--nodes 5000" for other sizes); prints JSON
+## bench: the rollout benchmark, 1000 nodes (ARGS="--nodes 5000" for other sizes); prints JSON.
+## Its controller and agent processes run the binary the image ships (static, as `make image` builds it).
 bench:
-	$(CARGO) build --release --locked --bin update-operator
-	$(CARGO) build --release --locked -p dev --bin bench
-	./target/release/bench --binary ./target/release/update-operator $(ARGS)
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release --locked --target $(TARGET) --bin update-operator
+	$(CARGO) build --profile harness --locked -p dev --bin bench
+	./target/harness/bench --binary ./target/$(TARGET)/release/update-operator $(ARGS)
 
 ## image: the container image as an OCI archive (docker load / kind load image-archive), no container engine
 image:

@@ -28,6 +28,10 @@ fn main() -> ExitCode {
         eprintln!("error: the agent needs the name of its node: pass --node-name or set NODE_NAME");
         return ExitCode::from(EXIT_USAGE);
     }
+    // One TLS provider for the whole process, chosen here rather than from rustls's crate features
+    // (which cannot choose once a cloud SDK compiles in a second provider). Only fails if one is
+    // already installed, which nothing does before this line.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     // The agent runs on every node and does one thing at a time: one thread is enough, and saves
     // the stacks and allocator arenas of a thread pool.
     let mut builder = match &cli.mode {

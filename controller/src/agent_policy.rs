@@ -3,20 +3,19 @@
 //! RBAC lets every agent patch every Node; only the manifest's ValidatingAdmissionPolicy confines an
 //! agent to the agent annotations of its own Node. A cluster without the
 //! `admissionregistration.k8s.io/v1` policy API (Kubernetes before 1.30) accepts the rest of the
-//! manifest and leaves the agents unconfined, so the controller checks that the policy and a `Deny`
-//! binding of it exist before it campaigns for leadership, and until then gives no agent an intent.
+//! manifest and leaves the agents unconfined, so the leader checks that the policy and a `Deny`
+//! binding of it exist before it acts, and until then gives no agent an intent and says why in every
+//! NodeVersion's status (written within its term, like every other write).
 
 use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
-use kube::runtime::reflector::Store;
 use kube::{Api, Client};
 use shared::crd::NodeVersion;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// How often the check is repeated while the policy is not in force.
-const RECHECK: Duration = Duration::from_secs(5);
+pub const RECHECK: Duration = Duration::from_secs(5);
 
 /// The policy of `deploy/operator.yaml`; its binding has the same name.
 pub const DEFAULT_POLICY: &str = "update-operator-agent-own-node";
@@ -101,39 +100,19 @@ pub async fn report(versions: &Api<NodeVersion>, version: &NodeVersion, missing:
     versions.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ())
 }
 
-/// Waits until [`check`] passes, logging an error and writing [`condition`] into every NodeVersion
-/// each time it fails; `false` when `shutdown` came first.
-pub async fn wait_until_in_force(
-    client: &Client,
-    name: &str,
-    versions: &Store<NodeVersion>,
-    shutdown: &CancellationToken,
-) -> bool {
-    let api: Api<NodeVersion> = Api::all(client.clone());
-    loop {
-        match check(client, name).await {
-            Ok(()) => {
-                tracing::info!(policy = name, "the agents' admission policy is in force");
-                return true;
-            }
-            Err(missing) => {
-                tracing::error!(
-                    policy = name,
-                    reason = %missing,
-                    "no node is updated while the agents are unconfined; install the policy \
-                     or pass --allow-unconfined-agents"
-                );
-                for version in versions.state() {
-                    if let Err(error) = report(&api, &version, &missing).await {
-                        tracing::warn!(%error, "cannot write the NodeVersion condition");
-                    }
-                }
-            }
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return false,
-            () = tokio::time::sleep(RECHECK) => {}
-        }
+/// The check the leader makes before it acts: the policy to look for, and whether it was found in
+/// force (once found, it is not checked again, as at the start of any controller).
+#[derive(Clone)]
+pub struct Gate {
+    pub client: Client,
+    pub name: String,
+    pub in_force: tokio::sync::watch::Sender<bool>,
+}
+
+impl Gate {
+    /// A gate for the policy `name`, not yet found in force.
+    pub fn new(client: Client, name: String) -> Gate {
+        Gate { client, name, in_force: tokio::sync::watch::Sender::new(false) }
     }
 }
 

@@ -302,8 +302,8 @@ fn read_pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
 }
 
 fn tls_config(files: &TlsFiles) -> Result<rustls::ClientConfig, Error> {
-    // kube-rs selects aws-lc-rs; name the provider rather than rely on a process default.
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    // kube-rs selects ring; name the provider rather than rely on a process default.
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::Config(format!("TLS: {e}")))?;
@@ -476,7 +476,7 @@ impl EtcdClient {
 
 /// A TLS configuration for plain-`http://` endpoints only (never used for a handshake).
 fn tls_config_without_roots() -> Result<rustls::ClientConfig, Error> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::Config(format!("TLS: {e}")))?

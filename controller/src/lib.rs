@@ -14,6 +14,7 @@ pub mod nodes;
 pub mod notices;
 pub mod policy;
 pub mod reconciler;
+pub mod release;
 pub mod replacer;
 pub mod status;
 
@@ -67,7 +68,7 @@ pub struct Options {
     /// controllers do not run.
     pub cloud: Option<groups::CloudOptions>,
     /// The ValidatingAdmissionPolicy (and binding of the same name) that confines the agents: the
-    /// replica campaigns only once it is in force ([`agent_policy`]). `None`: no check (the
+    /// leader acts only once it is in force ([`agent_policy`]). `None`: no check (the
     /// explicit `--allow-unconfined-agents` opt-out).
     pub agent_policy: Option<String>,
 }
@@ -132,13 +133,9 @@ pub async fn run(
     }
     tracing::info!(nodes = nodes.state().len(), nodeversions = versions.state().len(), "caches synced");
     health.set_ready(true);
-    match &options.agent_policy {
-        Some(policy) => {
-            if !agent_policy::wait_until_in_force(&client, policy, &versions, &shutdown).await {
-                return Ok(());
-            }
-        }
-        None => tracing::warn!("not checking the agents' admission policy (--allow-unconfined-agents)"),
+    let gate = options.agent_policy.clone().map(|name| agent_policy::Gate::new(client.clone(), name));
+    if gate.is_none() {
+        tracing::warn!("not checking the agents' admission policy (--allow-unconfined-agents)");
     }
 
     let leadership = leadership::Leadership::new();
@@ -179,6 +176,7 @@ pub async fn run(
         events,
     );
     reconciler.replacer = replacer;
+    reconciler.agent_policy = gate.clone();
 
     let elector = leader::Elector::new(
         lease_client,
@@ -199,7 +197,20 @@ pub async fn run(
     let elector_heartbeat = health.heartbeat("elector", options.lease_timing.stuck_after());
     let election = tokio::spawn(elector.run(leadership.clone(), elector_heartbeat, stop_campaign.clone()));
     let reconciler_heartbeat = health.heartbeat("reconciler", reconciler::STUCK_AFTER);
-    let groups = groups_context.map(|context| tokio::spawn(groups::run(context, leadership.clone(), shutdown.clone())));
+    // The scaling-group controllers start once the leader found the agents' policy in force.
+    let groups = groups_context.map(|context| {
+        let (leadership, shutdown) = (leadership.clone(), shutdown.clone());
+        let mut in_force = gate.as_ref().map(|g| g.in_force.subscribe());
+        tokio::spawn(async move {
+            if let Some(in_force) = &mut in_force {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    found = in_force.wait_for(|found| *found) => if found.is_err() { return },
+                }
+            }
+            groups::run(context, leadership, shutdown).await
+        })
+    });
     reconciler.run(leadership, reconciler_heartbeat, shutdown).await;
     if let Some(groups) = groups {
         let _ = groups.await;

@@ -15,6 +15,7 @@
 //!   node's Event falls due, or after a short retry after a failed write; it wakes every
 //!   [`HEARTBEAT_TICK`] only to beat its heartbeat.
 
+use crate::agent_policy;
 use crate::drain::Drains;
 use crate::events::{Events, node_reference};
 use crate::executor::{Applied, Batch, Executor};
@@ -23,6 +24,7 @@ use crate::metrics::{Metrics, NodeLabels};
 use crate::nodes::SlimNode;
 use crate::notices::HoldNotices;
 use crate::policy::{self, ClusterPlan, Hold, NodeView, Plan, Rollout, SpecState, ValidSpec};
+use crate::release;
 use crate::status;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -92,9 +94,15 @@ pub struct Reconciler {
     pub clock: Clock,
     /// The cloud side of replacements: nodes of a scaling group are replaced only with one.
     pub replacer: Option<Arc<crate::replacer::Replacer>>,
+    /// The agents' admission policy the leader must find in force before it acts; None: not checked.
+    pub agent_policy: Option<agent_policy::Gate>,
     specs: Specs,
     /// The hold last published per NodeVersion (by UID), so each change is one Event.
     last_holds: HashMap<String, Option<Hold>>,
+    /// What each NodeVersion being deleted (by UID) was last said to wait for.
+    releasing: HashMap<String, String>,
+    /// NodeVersions (by UID) the finalizer was added to that the cache does not show with it yet.
+    finalizers_added: std::collections::HashSet<String>,
     notices: HoldNotices,
 }
 
@@ -123,8 +131,11 @@ impl Reconciler {
             events,
             clock: Clock::System,
             replacer: None,
+            agent_policy: None,
             specs: Specs::default(),
             last_holds: HashMap::new(),
+            releasing: HashMap::new(),
+            finalizers_added: Default::default(),
             notices: HoldNotices::default(),
         }
     }
@@ -165,6 +176,9 @@ impl Reconciler {
         shutdown: &CancellationToken,
     ) {
         tracing::info!(term = term.number(), "leading: planning and acting");
+        if !self.agent_policy_in_force(term, heartbeat, shutdown).await {
+            return;
+        }
         'term: loop {
             let wake = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -185,20 +199,69 @@ impl Reconciler {
         tracing::warn!(term = term.number(), "leadership ended: stopped planning, acting and draining");
     }
 
+    /// True once the agents' admission policy is in force (at once without a gate); until then,
+    /// every [`agent_policy::RECHECK`], logs why and writes the `AgentPolicyMissing` condition into
+    /// every NodeVersion within `term`. False when the term or the process ends first.
+    async fn agent_policy_in_force(&self, term: &Term, heartbeat: &Heartbeat, shutdown: &CancellationToken) -> bool {
+        let Some(gate) = &self.agent_policy else { return true };
+        while !*gate.in_force.borrow() {
+            heartbeat.beat();
+            let checked = tokio::select! {
+                () = shutdown.cancelled() => return false,
+                () = term.ended() => return false,
+                checked = agent_policy::check(&gate.client, &gate.name) => checked,
+            };
+            match checked {
+                Ok(()) => {
+                    tracing::info!(policy = gate.name, "the agents' admission policy is in force");
+                    gate.in_force.send_replace(true);
+                    break;
+                }
+                Err(missing) => {
+                    tracing::error!(
+                        policy = gate.name,
+                        reason = %missing,
+                        "no node is updated while the agents are unconfined; install the policy \
+                         or pass --allow-unconfined-agents"
+                    );
+                    for version in self.versions.state() {
+                        match term.fence(agent_policy::report(&self.versions_api, &version, &missing)).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(error)) => tracing::warn!(%error, "cannot write the NodeVersion condition"),
+                            Err(_) => return false,
+                        }
+                    }
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return false,
+                () = term.ended() => return false,
+                () = tokio::time::sleep(agent_policy::RECHECK) => {}
+            }
+        }
+        true
+    }
+
     /// Plans and applies once, acting only within `term`; returns when to plan again without a
     /// trigger.
     pub async fn reconcile(&mut self, term: &Term) -> Option<Instant> {
         let started = std::time::Instant::now();
         let now = self.clock.now();
-        let mut versions = self.versions.state();
+        // A NodeVersion being deleted is planned without: its nodes wind down as nodes no
+        // NodeVersion moves, and its finalizer goes once they are released (see `release`).
+        let (deleting, mut versions): (Vec<_>, Vec<_>) =
+            self.versions.state().into_iter().partition(|v| v.metadata.deletion_timestamp.is_some());
         // Oldest first: a node several NodeVersions select belongs to the oldest.
         versions.sort_by(|a, b| {
             (a.metadata.creation_timestamp.as_ref().map(|t| t.0), a.name_any())
                 .cmp(&(b.metadata.creation_timestamp.as_ref().map(|t| t.0), b.name_any()))
         });
         let rollouts: Vec<Rollout> = versions.iter().map(|v| self.specs.rollout(v, now)).collect();
-        self.specs.retain(|uid| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));
-        if !self.record_valid_specs(term, &versions, &rollouts).await {
+        self.specs.retain(|uid| versions.iter().chain(&deleting).any(|v| v.uid().as_deref() == Some(uid)));
+        self.finalizers_added.retain(|uid| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));
+        // IMPORTANT: no node is touched for a NodeVersion without the finalizer, or deleting it
+        // could leave that node cordoned or mid-step.
+        if !self.add_finalizers(term, &versions).await || !self.record_valid_specs(term, &versions, &rollouts).await {
             return Some(Instant::now() + ERROR_RETRY);
         }
 
@@ -240,6 +303,7 @@ impl Reconciler {
             .collect();
         batches.push(Batch { actions: &plan.unowned.actions, drain: Default::default(), version: None });
         let applied = self.executor.apply(term, &batches, &objects, now).await;
+        self.finish_deletions(term, &deleting, &views, &objects, now).await;
 
         for (((version, rollout), p), reference) in versions.iter().zip(&rollouts).zip(&plan.rollouts).zip(&references)
         {
@@ -256,6 +320,81 @@ impl Reconciler {
             return Some(wake.map_or(retry, |w| w.min(retry)));
         }
         wake
+    }
+
+    /// Adds the [`release::FINALIZER`] to every NodeVersion that lacks it, within `term`. False when
+    /// one could not be added (the caller plans again later).
+    async fn add_finalizers(&mut self, term: &Term, versions: &[Arc<NodeVersion>]) -> bool {
+        let mut added_all = true;
+        for version in versions {
+            let uid = version.uid().unwrap_or_default();
+            let Some(patch) = release::add(version.metadata.finalizers.as_deref()) else {
+                self.finalizers_added.remove(&uid);
+                continue;
+            };
+            // Added, and the cache has not caught up yet.
+            if self.finalizers_added.contains(&uid) {
+                continue;
+            }
+            let name = version.name_any();
+            match term.fence(self.versions_api.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))).await {
+                Ok(Ok(_)) => {
+                    tracing::debug!(nodeversion = %name, "finalizer added");
+                    self.finalizers_added.insert(uid);
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(nodeversion = %name, %error, "could not add the finalizer; touching none of its nodes");
+                    added_all = false;
+                }
+                Err(_) => added_all = false,
+            }
+        }
+        added_all
+    }
+
+    /// For each NodeVersion being deleted: removes the [`release::FINALIZER`] once no node its
+    /// (acting) selector selects is still held by the controller; until then says which nodes it
+    /// waits for, once per change.
+    async fn finish_deletions(
+        &mut self,
+        term: &Term,
+        deleting: &[Arc<NodeVersion>],
+        views: &[NodeView],
+        objects: &HashMap<String, SlimNode>,
+        now: Timestamp,
+    ) {
+        self.releasing.retain(|uid, _| deleting.iter().any(|v| v.uid().as_deref() == Some(uid)));
+        for version in deleting {
+            let finalizers = version.metadata.finalizers.as_deref();
+            if !finalizers.is_some_and(|f| f.iter().any(|f| f == release::FINALIZER)) {
+                continue;
+            }
+            let rollout = self.specs.rollout(version, now);
+            let selector = rollout.spec.acting().map(|s| &s.policy.selector);
+            let waiting: Vec<String> = views
+                .iter()
+                .filter(|v| {
+                    selector.is_some_and(|s| s.matches(objects.get(&v.name).and_then(|n| n.metadata.labels.as_ref())))
+                })
+                .filter_map(|v| release::unreleased(v).map(|why| format!("{}: {why}", v.name)))
+                .collect();
+            let name = version.name_any();
+            let uid = version.uid().unwrap_or_default();
+            if !waiting.is_empty() {
+                let message = format!("deleted; releasing its nodes first: {}", waiting.join("; "));
+                if self.releasing.get(&uid) != Some(&message) {
+                    tracing::info!(nodeversion = %name, nodes = waiting.len(), detail = message, "NodeVersion deleted; releasing nodes");
+                    self.releasing.insert(uid, message);
+                }
+                continue;
+            }
+            let Some(patch) = release::remove(finalizers) else { continue };
+            match term.fence(self.versions_api.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))).await {
+                Ok(Ok(_)) => tracing::info!(nodeversion = %name, "every node released; finalizer removed"),
+                Ok(Err(error)) => tracing::warn!(nodeversion = %name, %error, "could not remove the finalizer"),
+                Err(fenced) => tracing::debug!(nodeversion = %name, %fenced, "finalizer not removed"),
+            }
+        }
     }
 
     /// IMPORTANT: records each newly valid generation in `status.lastValidSpec` before anything
@@ -551,9 +690,22 @@ mod tests {
             let key = path.trim_end_matches("/status").to_owned();
             let mut objects = self.objects.lock().unwrap();
             let Some(object) = objects.get_mut(&key) else { return not_found() };
-            if path.ends_with("/status") {
+            let json_patch =
+                parts.headers.get(http::header::CONTENT_TYPE).is_some_and(|t| t == "application/json-patch+json");
+            if json_patch {
                 let ops: json_patch::Patch = serde_json::from_value(body).unwrap();
-                json_patch::patch(object, &ops).unwrap();
+                // The API server's JSON patch (evanphx/json-patch) reads a missing member as null in
+                // a `test`; json_patch does not, so an absent list of finalizers is made explicit.
+                if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.entry("finalizers").or_insert(Value::Null);
+                }
+                if let Err(error) = json_patch::patch(object, &ops) {
+                    let message = error.to_string();
+                    return reply(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 422, "reason": "Invalid", "message": message}),
+                    );
+                }
             } else {
                 json_patch::merge(object, &body);
             }
@@ -777,6 +929,11 @@ mod tests {
             .position(|s| s.path.ends_with("/status") && s.body[0]["value"]["lastValidSpec"]["generation"] == 2);
         assert!(record.is_some_and(|r| r < first_node), "{writes:?}");
         assert_eq!(writes[record.unwrap()].body[0]["value"]["lastValidSpec"]["spec"]["image"], "v2");
+        // The finalizer that makes a deletion release the node is there before it is touched.
+        let finalizer = writes
+            .iter()
+            .position(|s| s.path.ends_with("/nodeversions/nv") && s.body[1]["value"] == json!([release::FINALIZER]));
+        assert!(finalizer.is_some_and(|f| f < first_node), "{writes:?}");
         leading.stop().await;
     }
 

@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-/// Answers the NodeVersion status writes and Event creates of a reconcile, or leaves status writes
+/// Answers the NodeVersion writes and Event creates of a reconcile, or leaves status writes
 /// unanswered while `hang` is set.
 #[derive(Default)]
 struct FakeApi {
@@ -47,6 +47,8 @@ impl FakeApi {
                 }
                 reply(StatusCode::OK, version())
             }
+            // The finalizer the reconciler adds before it acts.
+            Method::PATCH if path.ends_with("/nodeversions/constellation-version") => reply(StatusCode::OK, version()),
             Method::POST => reply(StatusCode::CREATED, serde_json::from_slice(&body).unwrap_or_default()),
             _ => reply(StatusCode::NOT_FOUND, json!({"kind": "Status", "code": 404, "reason": "NotFound"})),
         }

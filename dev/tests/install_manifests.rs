@@ -248,7 +248,11 @@ async fn the_controller_updates_no_node_while_the_agent_policy_is_missing() {
     admin.request_text(http::Request::delete(&path).body(vec![]).unwrap()).await.unwrap();
     let store = cluster.store();
     let agents = support::start_agents(&cluster);
+    let log = cluster.server().request_log();
+    log.enable(100_000);
+    // Two replicas: only the one holding the lease writes the condition.
     let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
+    let standby = harness::controller(cluster.operator(), harness::controller_options("c2"));
     create_version(&store, "v2", json!({}));
     let condition = eventually(Duration::from_secs(60), "the AgentPolicyMissing condition", || {
         let status = store.api::<NodeVersion>().get(None, "constellation-version").ok()?.status?;
@@ -257,6 +261,14 @@ async fn the_controller_updates_no_node_while_the_agent_policy_is_missing() {
     .await;
     assert_eq!((condition.type_.as_str(), condition.status.as_str()), ("Progressing", "False"));
     assert!(condition.message.contains("Kubernetes 1.30"), "{}", condition.message);
+    let leader = harness::lease_holder(&store).expect("the condition is written by a leader");
+    let writers: std::collections::BTreeSet<String> = log
+        .entries()
+        .into_iter()
+        .filter(|e| e.request.resource == "nodeversions" && e.request.verb.is_write() && e.succeeded())
+        .map(|e| e.request.user_agent)
+        .collect();
+    assert_eq!(writers, [controller::user_agent(&leader)].into(), "a replica that does not lead wrote");
     // The agents report, but no node gets an intent while the policy is missing.
     eventually(Duration::from_secs(60), "the agents' reports", || {
         let nodes = store.api::<Node>().list(None, &Default::default()).ok()?;
@@ -287,7 +299,7 @@ async fn the_controller_updates_no_node_while_the_agent_policy_is_missing() {
     admin.request_text(create).await.unwrap();
     eventually(Duration::from_secs(120), "an intent", || (intents(&store) > 0).then_some(())).await;
     let mut components = agents;
-    components.push(controller);
+    components.extend([controller, standby]);
     support::stop_all(components).await;
     cluster.shutdown().await;
 }

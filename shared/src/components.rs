@@ -41,15 +41,15 @@ pub struct Sha256([u8; 32]);
 impl Sha256 {
     /// The digest of `bytes`.
     pub fn of(bytes: &[u8]) -> Self {
-        Self::from_digest(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes))
+        Self::from_digest(ring::digest::digest(&ring::digest::SHA256, bytes))
     }
 
     /// An incremental hasher, for downloads verified as they stream.
     pub fn hasher() -> Sha256Hasher {
-        Sha256Hasher(aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256))
+        Sha256Hasher(ring::digest::Context::new(&ring::digest::SHA256))
     }
 
-    fn from_digest(digest: aws_lc_rs::digest::Digest) -> Self {
+    fn from_digest(digest: ring::digest::Digest) -> Self {
         let mut bytes = [0; 32];
         bytes.copy_from_slice(digest.as_ref());
         Sha256(bytes)
@@ -62,7 +62,7 @@ impl Sha256 {
 }
 
 /// Computes a [`Sha256`] from chunks.
-pub struct Sha256Hasher(aws_lc_rs::digest::Context);
+pub struct Sha256Hasher(ring::digest::Context);
 
 impl Sha256Hasher {
     pub fn update(&mut self, bytes: &[u8]) {

@@ -57,7 +57,7 @@ pub struct Image {
 
 /// `sha256:<hex>` of `data`.
 pub fn digest(data: &[u8]) -> String {
-    let hash = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data);
+    let hash = ring::digest::digest(&ring::digest::SHA256, data);
     let hex: String = hash.as_ref().iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
 }
