@@ -320,6 +320,7 @@ pub fn next_state(
         token: token.clone(),
         since,
         boot_id_before: None,
+        kubeadm: None,
         message: None,
     };
     let mut uncordon = |next: &mut ControllerAnnotations| {

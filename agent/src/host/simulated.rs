@@ -14,6 +14,11 @@
 //! - `POST {base}/_dev/hosts/{node}/reboot` → 202 `{}`; the node then goes NotReady and comes back
 //!   Ready with a new boot ID, running the staged image. The agent process lives on and learns of
 //!   the new boot from `facts()`.
+//! - `POST {base}/_dev/hosts/{node}/kubernetes` with `{"version": "v1.34.1", "role": "apply" | "node",
+//!   "components": [{"url", "hash", "installPath", "extract"}]}` (inline components as `data:` URLs) → 200
+//!   `{}` once the host downloaded and verified every component, installed them, ran the simulated kubeadm
+//!   and restarted its kubelet (the server holds the request meanwhile); then its facts report the new
+//!   `componentsHash`. Failures as for `stage`.
 //!
 //! # Guarantees
 //! - `stage` asks the server only when the target is not staged yet.
@@ -21,9 +26,11 @@
 //!   running with nothing else staged); otherwise it reports what is staged instead.
 
 use super::http::{self as transport, Answer, Endpoint};
-use super::{ConfigError, HostError, HostFacts, HostUpdater, check_reported_image};
+use super::{ConfigError, HostError, HostFacts, HostUpdater, KubernetesUpgrade, check_reported_image};
+use crate::kubeadm::Role;
 use ::http::{Method, StatusCode, Uri};
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_encode, utf8_percent_encode};
+use shared::components::{Component, Source};
 use serde::Deserialize;
 use shared::protocol::{BootId, ComponentsHash};
 use std::time::Duration;
@@ -190,6 +197,42 @@ impl HostUpdater for SimulatedHost {
         tracing::info!(target, "simulated reboot under way");
         Ok(())
     }
+
+    async fn upgrade_kubernetes(&self, upgrade: &KubernetesUpgrade) -> Result<(), HostError> {
+        let operation = format!("upgrading Kubernetes to {}", upgrade.version);
+        let body = upgrade_body(upgrade).to_string().into_bytes();
+        let path = format!("{}/kubernetes", self.host_path);
+        let answer = self.request(&operation, Method::POST, &path, Some(body), self.config.stage_timeout).await?;
+        if answer.status.is_success() {
+            return Ok(());
+        }
+        if is_transient(answer.status) {
+            return Err(answer.refusal(SERVICE, &operation));
+        }
+        Err(HostError::StepFailed { step: operation, message: answer.message() })
+    }
+}
+
+/// The body of `POST .../kubernetes`.
+pub fn upgrade_body(upgrade: &KubernetesUpgrade) -> serde_json::Value {
+    let components: Vec<Component> = upgrade
+        .components
+        .iter()
+        .map(|c| Component {
+            url: match &c.source {
+                Source::Download(url) => url.clone(),
+                Source::Inline(bytes) => format!("data:,{}", percent_encode(bytes, NON_ALPHANUMERIC)),
+            },
+            hash: c.hash.to_string(),
+            install_path: c.install_path.clone(),
+            extract: c.extract,
+        })
+        .collect();
+    let role = match upgrade.role {
+        Role::FirstControlPlane => "apply",
+        Role::ControlPlane | Role::Worker => "node",
+    };
+    serde_json::json!({ "version": upgrade.version.to_string(), "role": role, "components": components })
 }
 
 /// The answers of the contract that say "try again later" (see the module docs).
@@ -218,6 +261,36 @@ mod tests {
         let Endpoint::Tcp(address) = &simulated.endpoint else { panic!() };
         assert_eq!(address, "dev:8080");
         assert_eq!(host("http://dev", "worker-0.example").unwrap().host_path, "/_dev/hosts/worker-0.example");
+    }
+
+    #[test]
+    fn inline_components_travel_as_data_urls_that_decode_to_their_content() {
+        use shared::components::{Sha256, VerifiedComponent, decode_data_url};
+        let patch = b"spec:\n  containers: [{name: x}]\n\xff".to_vec();
+        let upgrade = KubernetesUpgrade {
+            version: "v1.34.1".parse().unwrap(),
+            role: Role::FirstControlPlane,
+            components: vec![
+                VerifiedComponent {
+                    source: Source::Download("http://a/kubeadm".into()),
+                    hash: Sha256::of(b"k"),
+                    install_path: "/usr/local/bin/kubeadm".into(),
+                    extract: false,
+                },
+                VerifiedComponent {
+                    source: Source::Inline(patch.clone()),
+                    hash: Sha256::of(&patch),
+                    install_path: "/etc/kubernetes/patches/kube-apiserver0+json.yaml".into(),
+                    extract: false,
+                },
+            ],
+        };
+        let body = upgrade_body(&upgrade);
+        assert_eq!((body["version"].as_str(), body["role"].as_str()), (Some("v1.34.1"), Some("apply")));
+        let components: Vec<Component> = serde_json::from_value(body["components"].clone()).unwrap();
+        assert_eq!(components[0].url, "http://a/kubeadm");
+        assert_eq!(components[0].hash, Sha256::of(b"k").to_string());
+        assert_eq!(decode_data_url(&components[1].url).unwrap(), patch);
     }
 
     #[test]

@@ -52,7 +52,15 @@ pub(super) fn with_intent(mut n: NodeView, step: Step, target: &str, token: &str
     let boot_id_before = (step == Step::Reboot).then(|| boot("b0"));
     let cordoned = matches!(step, Step::Drain | Step::Reboot);
     n.controller = Ok(ControllerAnnotations {
-        intent: Some(Intent { step, target: target.into(), token: tok(token), since, boot_id_before, message: None }),
+        intent: Some(Intent {
+            step,
+            target: target.into(),
+            token: tok(token),
+            since,
+            boot_id_before,
+            kubeadm: None,
+            message: None,
+        }),
         cordoned_by_us: cordoned,
     });
     n.unschedulable = cordoned;
