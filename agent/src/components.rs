@@ -18,6 +18,9 @@ use http_body_util::{BodyExt, Empty};
 use serde::{Deserialize, Serialize};
 use shared::components::{Sha256, Source, VerifiedComponent, components_hash};
 
+/// Where the record of installed components is kept on a host by default.
+pub const DEFAULT_RECORD: &str = "/var/lib/update-operator/components.json";
+
 /// The largest artifact accepted (kubelet and kubeadm binaries are about 100 MB).
 pub const DEFAULT_MAX_SIZE: u64 = 512 * 1024 * 1024;
 

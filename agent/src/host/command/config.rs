@@ -27,6 +27,7 @@
 //! - A configuration that loads has a program in every command, no NUL in any argument, and every
 //!   timeout between 1 s and [`MAX_TIMEOUT_SECONDS`].
 
+use crate::components::DEFAULT_RECORD;
 use crate::host::ConfigError;
 use serde::Deserialize;
 use std::path::Path;
@@ -83,9 +84,6 @@ pub(super) struct KubernetesConfig {
 fn default_host_root() -> std::path::PathBuf {
     "/".into()
 }
-
-/// Where the record of installed components is kept on the host by default.
-pub const DEFAULT_RECORD: &str = "/var/lib/update-operator/components.json";
 
 fn default_record() -> std::path::PathBuf {
     DEFAULT_RECORD.into()
