@@ -297,9 +297,11 @@ pub fn drain_effect(kind: &ActionKind) -> DrainEffect {
         ActionKind::Done { .. } | ActionKind::Fail { .. } | ActionKind::Block { .. } | ActionKind::Release => {
             DrainEffect::Stop
         }
-        ActionKind::Stage { .. } | ActionKind::Reboot { .. } | ActionKind::Uncordon | ActionKind::Report => {
-            DrainEffect::None
-        }
+        ActionKind::Stage { .. }
+        | ActionKind::Reboot { .. }
+        | ActionKind::KubeadmUpgrade { .. }
+        | ActionKind::Uncordon
+        | ActionKind::Report => DrainEffect::None,
     }
 }
 
@@ -341,6 +343,9 @@ pub fn next_state(
         }
         ActionKind::Reboot { target, boot_id_before } => {
             next.intent = Some(Intent { boot_id_before: Some(boot_id_before.clone()), ..intent(Step::Reboot, target) })
+        }
+        ActionKind::KubeadmUpgrade { target, kubeadm } => {
+            next.intent = Some(Intent { kubeadm: Some(kubeadm.clone()), ..intent(Step::KubeadmUpgrade, target) })
         }
         ActionKind::Done { target } => {
             next.intent = Some(intent(Step::Done, target));

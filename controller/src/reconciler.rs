@@ -405,7 +405,7 @@ impl Specs {
                 SpecEntry { generation, state, recorded: previous.and_then(|e| e.recorded) }
             }
         };
-        let rollout = Rollout { name, spec: entry.state.clone() };
+        let rollout = Rollout { name, spec: entry.state.clone(), kubernetes: None };
         self.entries.insert(uid, entry);
         rollout
     }

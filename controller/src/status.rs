@@ -224,7 +224,7 @@ mod tests {
             policy: Policy::default(),
             raw: serde_json::json!({"image": "v2"}),
         };
-        Rollout { name: "nv".into(), spec: SpecState::Valid(Arc::new(spec)) }
+        Rollout { name: "nv".into(), spec: SpecState::Valid(Arc::new(spec)), kubernetes: None }
     }
 
     fn now() -> Timestamp {
@@ -356,6 +356,7 @@ mod tests {
         let invalid = Rollout {
             name: "nv".into(),
             spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None },
+            kubernetes: None,
         };
         let p = Plan { hold: Some(Hold::new(Reason::InvalidSpec, "spec.image: bad")), ..Default::default() };
         let s = compute(&p, &invalid, Some(4), None, now());

@@ -53,7 +53,7 @@ pub(super) struct Assessment {
 }
 
 impl Assessment {
-    fn new(situation: Situation) -> Self {
+    pub(super) fn new(situation: Situation) -> Self {
         Assessment { situation, action: None, wake_at: None }
     }
 
@@ -61,12 +61,12 @@ impl Assessment {
         Assessment::new(Situation::Outdated { eligible: false, held: None })
     }
 
-    fn act(mut self, node: &NodeView, kind: ActionKind, reason: Reason, message: String) -> Self {
+    pub(super) fn act(mut self, node: &NodeView, kind: ActionKind, reason: Reason, message: String) -> Self {
         self.action = Some(NodeAction { node: node.name.clone(), kind, reason, message });
         self
     }
 
-    fn wake(mut self, at: Timestamp) -> Self {
+    pub(super) fn wake(mut self, at: Timestamp) -> Self {
         self.wake_at = Some(at);
         self
     }
@@ -85,7 +85,7 @@ impl Assessment {
     }
 }
 
-fn deadline(since: Timestamp, timeout: SignedDuration) -> Timestamp {
+pub(super) fn deadline(since: Timestamp, timeout: SignedDuration) -> Timestamp {
     since.checked_add(timeout).unwrap_or(Timestamp::MAX)
 }
 
@@ -246,7 +246,7 @@ fn idle(node: &NodeView, controller: &ControllerAnnotations, agent: Option<&Agen
 
 /// Uncordons a node the controller cordoned but is not working on (left over by a crash between
 /// two writes, or by a human editing annotations).
-fn leftover_cordon(base: Assessment, node: &NodeView, controller: &ControllerAnnotations) -> Assessment {
+pub(super) fn leftover_cordon(base: Assessment, node: &NodeView, controller: &ControllerAnnotations) -> Assessment {
     if controller.cordoned_by_us && base.action.is_none() {
         let mut base = base;
         if let Situation::Outdated { eligible, .. } = &mut base.situation {
@@ -441,7 +441,7 @@ fn reboot(
     Assessment::new(Situation::InFlight { step: Step::Reboot, since: intent.since }).wake(until)
 }
 
-fn fail(node: &NodeView, target: String, reason: Reason, message: String) -> Assessment {
+pub(super) fn fail(node: &NodeView, target: String, reason: Reason, message: String) -> Assessment {
     Assessment::new(Situation::Failed { message: format!("{reason}: {message}") }).act(
         node,
         ActionKind::Fail { target },
@@ -450,12 +450,12 @@ fn fail(node: &NodeView, target: String, reason: Reason, message: String) -> Ass
     )
 }
 
-fn block(node: &NodeView, target: String, reason: Reason, message: String) -> Assessment {
+pub(super) fn block(node: &NodeView, target: String, reason: Reason, message: String) -> Assessment {
     Assessment::new(Situation::Blocked { message: format!("{reason}: {message}"), by_drain: true, holds_slot: false })
         .act(node, ActionKind::Block { target }, reason, message)
 }
 
-fn agent_message(agent: Option<&AgentReport>) -> String {
+pub(super) fn agent_message(agent: Option<&AgentReport>) -> String {
     agent.and_then(|a| a.message.clone()).unwrap_or_else(|| "the agent gave no reason".into())
 }
 

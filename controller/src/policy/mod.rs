@@ -48,6 +48,7 @@ mod assess;
 pub mod budget;
 pub mod cron;
 mod gates;
+pub mod kubernetes;
 mod pools;
 mod selection;
 pub mod settings;
@@ -62,7 +63,7 @@ pub use settings::{NodeSelector, Policy, ValidSpec};
 
 use assess::{Assessment, Owner, Situation};
 use jiff::Timestamp;
-use shared::protocol::{AgentReport, BootId, ControllerAnnotations, ProtocolError, Step, UnreadableKeys};
+use shared::protocol::{AgentReport, BootId, ControllerAnnotations, KubeadmIntent, ProtocolError, Step, UnreadableKeys};
 use std::fmt;
 use std::sync::Arc;
 
@@ -81,6 +82,8 @@ pub struct NodeView {
     pub unschedulable: bool,
     /// `status.nodeInfo.bootID` as the kubelet reports it.
     pub kubelet_boot_id: Option<String>,
+    /// `status.nodeInfo.kubeletVersion` as the kubelet reports it.
+    pub kubelet_version: Option<String>,
     pub controller: Result<ControllerAnnotations, UnreadableKeys>,
     pub agent: Result<AgentReport, ProtocolError>,
     /// What the executor knows of the node's drain.
@@ -110,6 +113,8 @@ pub struct Rollout {
     /// The NodeVersion's name, for messages.
     pub name: String,
     pub spec: SpecState,
+    /// The Kubernetes upgrade the NodeVersion asks for, validated (see [`kubernetes`]); `None` when it asks none.
+    pub kubernetes: Option<kubernetes::KubernetesSpec>,
 }
 
 /// The spec a rollout acts on.
@@ -157,6 +162,9 @@ pub enum ActionKind {
     /// Write `intent=reboot` with the boot ID the node has now. Reason:
     /// [`Reason::RebootRequested`].
     Reboot { target: String, boot_id_before: BootId },
+    /// Write `intent=kubeadm-upgrade` for Kubernetes version `target` with the components and role of
+    /// `kubeadm`; the cordon is left as it is. Reason: [`Reason::KubernetesUpgradeRequested`].
+    KubeadmUpgrade { target: String, kubeadm: KubeadmIntent },
     /// Write `intent=done` and uncordon if the controller cordoned it. Reason:
     /// [`Reason::Verified`].
     Done { target: String },
@@ -186,6 +194,7 @@ impl ActionKind {
             ActionKind::Stage { .. } => Some(Step::Stage),
             ActionKind::Drain { .. } => Some(Step::Drain),
             ActionKind::Reboot { .. } => Some(Step::Reboot),
+            ActionKind::KubeadmUpgrade { .. } => Some(Step::KubeadmUpgrade),
             ActionKind::Done { .. } => Some(Step::Done),
             ActionKind::Fail { .. } => Some(Step::Failed),
             ActionKind::Block { .. } => Some(Step::Blocked),
@@ -205,6 +214,7 @@ impl ActionKind {
             | ActionKind::Drain { .. }
             | ActionKind::KeepDraining
             | ActionKind::Reboot { .. }
+            | ActionKind::KubeadmUpgrade { .. }
             | ActionKind::Report => false,
         }
     }
@@ -216,6 +226,7 @@ impl ActionKind {
             ActionKind::Drain { .. } => "Drain",
             ActionKind::KeepDraining => "KeepDraining",
             ActionKind::Reboot { .. } => "Reboot",
+            ActionKind::KubeadmUpgrade { .. } => "KubeadmUpgrade",
             ActionKind::Done { .. } => "Done",
             ActionKind::Fail { .. } => "Fail",
             ActionKind::Block { .. } => "Block",
@@ -235,6 +246,7 @@ pub enum Reason {
     DrainStarted,
     Draining,
     RebootRequested,
+    KubernetesUpgradeRequested,
     Verified,
     // A node's failures.
     StageFailed,
@@ -243,6 +255,8 @@ pub enum Reason {
     RebootTimedOut,
     DrainTimedOut,
     DrainFailed,
+    KubernetesUpgradeFailed,
+    KubernetesUpgradeTimedOut,
     UncordonedWhileDraining,
     MalformedAnnotations,
     UnsupportedStep,
@@ -264,6 +278,8 @@ pub enum Reason {
     FailureBudgetExhausted,
     StoppedOnDrainTimeout,
     InvalidSpec,
+    KubernetesUpgradeRefused,
+    WaitingForApiServer,
     WaitingForControlPlane,
     UnavailableNodes,
     // Rollout summary.
@@ -290,6 +306,9 @@ impl Reason {
                 | Reason::RebootTimedOut
                 | Reason::DrainTimedOut
                 | Reason::DrainFailed
+                | Reason::KubernetesUpgradeFailed
+                | Reason::KubernetesUpgradeTimedOut
+                | Reason::KubernetesUpgradeRefused
                 | Reason::UncordonedWhileDraining
                 | Reason::MalformedAnnotations
                 | Reason::UnsupportedStep
@@ -497,6 +516,12 @@ fn plan_rollout(
     own_node: Option<&str>,
     now: Timestamp,
 ) -> Plan {
+    // Kubernetes first, then the image: while a Kubernetes upgrade is asked for and not done, it plans the rollout.
+    if let (Some(kubernetes), Some(spec)) = (&rollout.kubernetes, rollout.spec.acting())
+        && let Some(plan) = kubernetes::plan_rollout(rollout, kubernetes, spec, members, shared, now)
+    {
+        return plan;
+    }
     let mut plan = Plan::default();
     for (_, a) in members {
         plan.actions.extend(a.action.clone());
