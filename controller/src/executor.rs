@@ -128,7 +128,7 @@ impl Executor {
         let (starts, others): (Vec<Planned<'_>>, Vec<Planned<'_>>) = batches
             .iter()
             .flat_map(|batch| batch.actions.iter().map(move |action| (action, batch)))
-            .partition(|(a, _)| matches!(a.kind, ActionKind::Stage { .. }));
+            .partition(|(a, _)| a.starts_node());
         let mut applied = Applied::default();
         self.apply_phase(term, &others, nodes, now, &mut applied).await;
         if applied.conflicts + applied.errors == 0 {

@@ -15,6 +15,7 @@
 //!   node's Event falls due, or after a short retry after a failed write; it wakes every
 //!   [`HEARTBEAT_TICK`] only to beat its heartbeat.
 
+use crate::cluster_version::ClusterVersions;
 use crate::drain::Drains;
 use crate::events::{Events, node_reference};
 use crate::executor::{Applied, Batch, Executor};
@@ -89,6 +90,7 @@ pub struct Reconciler {
     pub events: Events,
     pub clock: Clock,
     specs: Specs,
+    cluster_versions: ClusterVersions,
     /// The hold last published per NodeVersion (by UID), so each change is one Event.
     last_holds: HashMap<String, Option<Hold>>,
     notices: HoldNotices,
@@ -108,6 +110,7 @@ impl Reconciler {
         events: Events,
     ) -> Self {
         Reconciler {
+            cluster_versions: ClusterVersions::new(versions_api.clone().into_client()),
             nodes,
             versions,
             versions_api,
@@ -191,7 +194,11 @@ impl Reconciler {
             (a.metadata.creation_timestamp.as_ref().map(|t| t.0), a.name_any())
                 .cmp(&(b.metadata.creation_timestamp.as_ref().map(|t| t.0), b.name_any()))
         });
-        let rollouts: Vec<Rollout> = versions.iter().map(|v| self.specs.rollout(v, now)).collect();
+        let mut rollouts: Vec<Rollout> = versions.iter().map(|v| self.specs.rollout(v, now)).collect();
+        let kubernetes = self.cluster_versions.check_all(&versions).await;
+        for (rollout, kubernetes) in rollouts.iter_mut().zip(kubernetes) {
+            rollout.kubernetes = kubernetes;
+        }
         self.specs.retain(|uid| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));
         if !self.record_valid_specs(term, &versions, &rollouts).await {
             return Some(Instant::now() + ERROR_RETRY);

@@ -1,15 +1,17 @@
 //! Watches a cluster through the API, as a user would, and checks the rollout's safety invariants
 //! at every event: never more than `maxUnavailable` nodes disrupted when the controller starts
 //! one, never two control-plane nodes disrupted, no node holding an intent the protocol cannot
-//! read, and no PodDisruptionBudget below its desired healthy count. It also records each node's
+//! read, no PodDisruptionBudget below its desired healthy count, and no kubelet newer than the API
+//! server (its `/version`, read after every Node event that carries a kubelet version). It also records each node's
 //! steps with their times, for the demo's display and summary, and for tests' negative checks
 //! (what never happened, over the whole run rather than at one instant).
 //!
 //! A node counts as disrupted as the policy counts it against `maxUnavailable`: cordoned,
-//! NotReady, in the `stage`, `drain` or `reboot` step, or verified (`done`) less than the soak
-//! time ago. Nodes can turn NotReady or be cordoned without the controller, so the budget is
-//! checked when the controller starts a node (a node enters `stage`): that is the moment the
-//! policy answers for.
+//! NotReady, in the `stage`, `drain`, `reboot` or `kubeadm-upgrade` step, or verified (`done`) less
+//! than the soak time ago. Nodes can turn NotReady or be cordoned without the controller, so the
+//! budget is checked when the controller starts a node (a node enters `stage`, or `drain` or
+//! `kubeadm-upgrade` without coming from the step before it): that is the moment the policy
+//! answers for.
 
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -59,6 +61,8 @@ pub struct NodeState {
     pub since: Option<Timestamp>,
     pub os_image: Option<String>,
     pub agent_state: Option<String>,
+    /// `status.nodeInfo.kubeletVersion`.
+    pub kubelet_version: Option<String>,
 }
 
 impl NodeState {
@@ -68,7 +72,10 @@ impl NodeState {
         let soaking = self.step == Some(Step::Done)
             && !soak.is_zero()
             && self.since.and_then(|s| s.checked_add(soak).ok()).is_some_and(|end| now < end);
-        self.cordoned || !self.ready || soaking || matches!(self.step, Some(Step::Stage | Step::Drain | Step::Reboot))
+        self.cordoned
+            || !self.ready
+            || soaking
+            || matches!(self.step, Some(Step::Stage | Step::Drain | Step::Reboot | Step::KubeadmUpgrade))
     }
 }
 
@@ -137,7 +144,7 @@ async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: 
     let pods = watcher(Api::<Pod>::all(client.clone()), config.clone())
         .default_backoff()
         .map(|e| e.map(|e| Seen::Pod(Box::new(e))));
-    let pdbs = watcher(Api::<PodDisruptionBudget>::all(client), config)
+    let pdbs = watcher(Api::<PodDisruptionBudget>::all(client.clone()), config)
         .default_backoff()
         .map(|e| e.map(|e| Seen::Pdb(Box::new(e))));
     let mut all = std::pin::pin!(futures::stream::select(futures::stream::select(nodes, pods), pdbs));
@@ -147,6 +154,10 @@ async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: 
             event = all.next() => event,
         };
         let Some(Ok(event)) = event else { continue };
+        // The API server's version after the event: a kubelet newer than it was newer at the event too.
+        let kubelets = matches!(&event, Seen::Node(e) if matches!(&**e, Event::Apply(n) | Event::InitApply(n)
+            if n.status.as_ref().and_then(|s| s.node_info.as_ref()).is_some()));
+        let api_server = if kubelets { client.apiserver_version().await.ok().map(|info| info.git_version) } else { None };
         let mut o = state.lock();
         o.events += 1;
         match event {
@@ -156,6 +167,9 @@ async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: 
                     started |= o.observe_node(&node, &limits);
                 }
                 o.check_nodes(&limits, started);
+                if let Some(api_server) = api_server {
+                    o.check_kubelets(&api_server);
+                }
             }
             Seen::Pod(e) => {
                 if matches!(*e, Event::InitDone) {
@@ -235,9 +249,22 @@ impl Observed {
             target: intent.map(|i| i.target),
             os_image: annotations.get(keys::OS_IMAGE).cloned(),
             agent_state: annotations.get(keys::STATE).cloned(),
+            kubelet_version: node
+                .status
+                .as_ref()
+                .and_then(|s| s.node_info.as_ref())
+                .map(|i| i.kubelet_version.clone())
+                .filter(|v| !v.is_empty()),
         };
         let previous = self.nodes.get(&name).and_then(|n| n.step);
-        let started = state.step == Some(Step::Stage) && previous != Some(Step::Stage);
+        // A start: the first step of a node's update (kubeadm-upgrade follows a drain, a drain a stage).
+        let started = state.step != previous
+            && match state.step {
+                Some(Step::Stage) => true,
+                Some(Step::Drain) => previous != Some(Step::Stage),
+                Some(Step::KubeadmUpgrade) => previous != Some(Step::Drain),
+                _ => false,
+            };
         if let Some(step) = state.step {
             let steps = self.timeline.entry(name.clone()).or_default();
             if steps.last().map(|(_, s)| *s) != Some(step) {
@@ -264,6 +291,22 @@ impl Observed {
         }
         self.max_disrupted_seen = self.max_disrupted_seen.max(count);
         self.max_control_plane_disrupted_seen = self.max_control_plane_disrupted_seen.max(control_plane);
+    }
+
+    /// No kubelet newer than the API server (the Kubernetes version-skew policy).
+    fn check_kubelets(&mut self, api_server: &str) {
+        let Ok(api_server) = api_server.parse::<shared::version::KubeVersion>() else { return };
+        let newer: Vec<String> = self
+            .nodes
+            .iter()
+            .filter_map(|(name, n)| {
+                let kubelet: shared::version::KubeVersion = n.kubelet_version.as_deref()?.parse().ok()?;
+                (!shared::version::kubelet_may_run(&kubelet, &api_server)).then(|| format!("{name} ({kubelet})"))
+            })
+            .collect();
+        for node in newer {
+            self.violation(format!("kubelet newer than the API server ({api_server}): {node}"));
+        }
     }
 
     fn check_pdbs(&mut self) {

@@ -334,7 +334,7 @@ fn select(
             first,
             ActionKind::KubeadmUpgrade { target: version.clone(), kubeadm },
             Step::KubeadmUpgrade,
-            Reason::KubernetesUpgradeRequested,
+            Reason::KubernetesUpgradeStarted,
             format!("upgrading the control plane to Kubernetes {version} with kubeadm upgrade apply"),
         );
         return;
@@ -368,7 +368,7 @@ fn select(
             node,
             ActionKind::Drain { target: version.clone() },
             Step::Drain,
-            Reason::DrainStarted,
+            Reason::KubernetesUpgradeStarted,
             format!("cordoning and draining before the Kubernetes upgrade to {version}"),
         );
         if node.control_plane {
@@ -483,6 +483,8 @@ mod tests {
         nodes.extend([node("w1"), node("w2"), node("w3")]);
         let p = run(&nodes, upgrade("v1.34.1"), policy, t(10));
         assert_eq!(kinds(&p), vec![("w1".into(), drain()), ("w2".into(), drain())]);
+        // Starts are written after the writes that free slots.
+        assert!(p.actions.iter().all(|a| a.starts_node()));
     }
 
     #[test]

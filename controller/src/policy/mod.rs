@@ -147,6 +147,14 @@ pub struct NodeAction {
     pub message: String,
 }
 
+impl NodeAction {
+    /// Whether the action starts a node (it takes a free slot): an image stage, or the first step of a
+    /// node's Kubernetes upgrade. The executor writes these only after every other write of the plan.
+    pub fn starts_node(&self) -> bool {
+        matches!(self.kind, ActionKind::Stage { .. }) || self.reason == Reason::KubernetesUpgradeStarted
+    }
+}
+
 /// The kinds of node actions. Each one that writes is a single merge patch of the Node; those that
 /// write an intent are named after its [`Step`] (see [`ActionKind::step`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -246,6 +254,7 @@ pub enum Reason {
     DrainStarted,
     Draining,
     RebootRequested,
+    KubernetesUpgradeStarted,
     KubernetesUpgradeRequested,
     Verified,
     // A node's failures.

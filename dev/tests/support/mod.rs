@@ -74,6 +74,13 @@ impl HostUpdater for FakeHost {
         });
         Ok(())
     }
+
+    async fn upgrade_kubernetes(&self, upgrade: &agent::host::KubernetesUpgrade) -> Result<(), HostError> {
+        Err(HostError::Unsupported {
+            operation: format!("upgrading Kubernetes to {}", upgrade.version),
+            reason: "this fake host only stages and reboots".into(),
+        })
+    }
 }
 
 impl FakeHost {

@@ -1,0 +1,160 @@
+//! Kubernetes upgrades end to end on the dev cluster: the real controller and agents, the simulated hosts'
+//! kubeadm, components served over local HTTP with their real hashes.
+
+mod support;
+
+use dev::artifacts::ArtifactFault;
+use dev::harness;
+use dev::observer::{Limits, Observer};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::ResourceExt;
+use kube::api::PostParams;
+use serde_json::json;
+use shared::crd::NodeVersion;
+use shared::protocol::{Step, keys};
+use std::time::Duration;
+use support::{condition_of, eventually, full_cluster_with, start_agents, status_of, stop_all};
+
+const FROM: &str = "v1.33.5";
+const TO: &str = "v1.34.1";
+
+async fn cluster(nodes: usize, control_planes: usize, workloads: bool) -> dev::cluster::Cluster {
+    full_cluster_with(|config| {
+        config.nodes = nodes;
+        config.control_planes = control_planes;
+        config.kubelet_version = FROM.into();
+        config.apiserver.git_version = FROM.into();
+        if !workloads {
+            config.workloads = None;
+        }
+    })
+    .await
+}
+
+/// Publishes the components of `version` and creates their ConfigMap; returns its name.
+fn publish(cluster: &dev::cluster::Cluster, version: &str) -> String {
+    let config_map = cluster.artifacts().publish_release(version);
+    let store = cluster.store();
+    store.api::<ConfigMap>().create(Some("kube-system"), &config_map, &PostParams::default()).unwrap();
+    config_map.name_any()
+}
+
+fn nodeversion(store: &dev::apiserver::Store, version: &str, components: &str, rollout: serde_json::Value) {
+    let object: NodeVersion = serde_json::from_value(json!({
+        "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
+        "metadata": {"name": "constellation-version"},
+        "spec": {"image": "v1", "kubernetesClusterVersion": version, "kubernetesComponentsReference": components,
+                 "rollout": rollout},
+    }))
+    .unwrap();
+    store.api::<NodeVersion>().create(None, &object, &PostParams::default()).unwrap();
+}
+
+fn nodes(store: &dev::apiserver::Store) -> Vec<Node> {
+    store.api::<Node>().list(None, &Default::default()).unwrap().items
+}
+
+fn kubelet(node: &Node) -> Option<String> {
+    node.status.as_ref()?.node_info.as_ref().map(|i| i.kubelet_version.clone())
+}
+
+fn annotation(node: &Node, key: &str) -> Option<String> {
+    node.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_control_plane_nodes_and_six_workers_move_to_the_next_minor_version() {
+    let cluster = cluster(9, 3, true).await;
+    let store = cluster.store();
+    let components = publish(&cluster, TO);
+    let hash = components.replace("k8s-components-sha256-", "sha256:");
+    let observer = Observer::start(cluster.client(), Limits::new(2, true));
+    let mut components_running = start_agents(&cluster);
+    components_running.push(harness::controller(cluster.operator(), harness::controller_options("c1")));
+    nodeversion(&store, TO, &components, json!({"maxUnavailable": 2}));
+
+    eventually(Duration::from_secs(240), "every node to run Kubernetes v1.34.1 and be verified", || {
+        let nodes = nodes(&store);
+        nodes
+            .iter()
+            .all(|n| {
+                kubelet(n).as_deref() == Some(TO)
+                    && annotation(n, keys::COMPONENTS_HASH).as_deref() == Some(hash.as_str())
+                    && annotation(n, keys::INTENT).as_deref() == Some("done")
+                    && !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)
+            })
+            .then_some(())
+    })
+    .await;
+    assert_eq!(cluster.server().version(), TO);
+    let observed = observer.stop().await;
+    assert!(observed.violations.is_empty(), "{:?}", observed.violations);
+    assert!(observed.max_control_plane_disrupted_seen <= 1, "{}", observed.max_control_plane_disrupted_seen);
+    assert!(observed.max_disrupted_seen >= 2, "the workers went two at a time: {}", observed.max_disrupted_seen);
+    // The first control-plane node applied before any other node started.
+    let first_step = |node: &str, step: Step| {
+        observed.timeline.get(node).and_then(|steps| steps.iter().find(|(_, s)| *s == step)).map(|(t, _)| *t)
+    };
+    let applied = first_step("control-plane-0", Step::KubeadmUpgrade).unwrap();
+    for node in ["control-plane-1", "control-plane-2", "worker-0", "worker-5"] {
+        let drained = first_step(node, Step::Drain).unwrap_or_else(|| panic!("{node} was never drained"));
+        assert!(drained > applied, "{node} drained before the control plane was applied");
+    }
+    assert_eq!(first_step("control-plane-0", Step::Drain), None, "the first control-plane node is not drained");
+    stop_all(components_running).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_version_touches_no_node_and_a_corrupt_artifact_installs_nothing_and_fails_the_node() {
+    let cluster = cluster(3, 1, false).await;
+    let store = cluster.store();
+    let observer = Observer::start(cluster.client(), Limits::new(1, false));
+    let mut running = start_agents(&cluster);
+    running.push(harness::controller(cluster.operator(), harness::controller_options("c1")));
+
+    // Two minor versions past the API server: refused, with a condition and an Event, no node touched.
+    let skipping = publish(&cluster, "v1.35.0");
+    nodeversion(&store, "v1.35.0", &skipping, json!({}));
+    let (_, reason, message) = eventually(Duration::from_secs(60), "the refusal in the status", || {
+        condition_of(&status_of(&store, "constellation-version"), "Progressing")
+            .filter(|(_, reason, _)| reason == "KubernetesUpgradeRefused")
+    })
+    .await;
+    assert_eq!(reason, "KubernetesUpgradeRefused");
+    assert!(message.contains("more than one minor version past"), "{message}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(nodes(&store).iter().all(|n| annotation(n, keys::INTENT).is_none()), "a node was touched");
+
+    // The next minor version, but its kubeadm is corrupt on the server: the first control-plane node fails
+    // with the reason, nothing is installed, nothing is cordoned.
+    let components = publish(&cluster, TO);
+    cluster.artifacts().set_fault(&format!("{TO}/kubeadm"), Some(ArtifactFault::Corrupt));
+    let mut version = store.api::<NodeVersion>().get(None, "constellation-version").unwrap();
+    version.spec.kubernetes_cluster_version = Some(TO.into());
+    version.spec.kubernetes_components_reference = Some(components);
+    store.api::<NodeVersion>().update(None, &version, &PostParams::default()).unwrap();
+    let message = eventually(Duration::from_secs(60), "control-plane-0 to fail", || {
+        let node = store.api::<Node>().get(None, "control-plane-0").ok()?;
+        (annotation(&node, keys::INTENT).as_deref() == Some("failed")).then(|| annotation(&node, keys::INTENT_MESSAGE))?
+    })
+    .await;
+    assert!(message.contains("KubernetesUpgradeFailed") && message.contains("nothing was installed"), "{message}");
+    let host = cluster.hosts().state("control-plane-0").unwrap();
+    assert_eq!((host.facts.components_hash, host.kubelet_version), (None, None));
+    assert_eq!(cluster.server().version(), FROM);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let observed = observer.stop().await;
+    assert!(observed.violations.is_empty(), "{:?}", observed.violations);
+    for (node, state) in &observed.nodes {
+        assert!(!state.cordoned, "{node} is cordoned");
+    }
+    for (node, steps) in &observed.timeline {
+        assert!(steps.iter().all(|(_, s)| *s != Step::Drain), "{node} was drained: {steps:?}");
+        if node != "control-plane-0" {
+            assert!(steps.is_empty(), "{node} was touched: {steps:?}");
+        }
+    }
+    stop_all(running).await;
+    cluster.shutdown().await;
+}
