@@ -434,6 +434,30 @@ mod tests {
     }
 
     #[test]
+    fn a_kubelet_newer_than_the_api_server_is_a_violation_and_a_kubeadm_drain_is_a_start() {
+        let limits = Limits::new(1, false);
+        let mut o = Observed::default();
+        let mut upgraded = node("a", true, false, Some(("done", "v1.34.1")));
+        upgraded.status.as_mut().unwrap().node_info =
+            Some(serde_json::from_value(json!({"kubeletVersion": "v1.34.1", "architecture": "", "bootID": "",
+                "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "", "machineID": "",
+                "operatingSystem": "", "osImage": "", "systemUUID": ""})).unwrap());
+        see(&mut o, &limits, upgraded);
+        o.check_kubelets("v1.34.1");
+        assert!(o.violations.is_empty());
+        o.check_kubelets("v1.33.5");
+        assert_eq!(o.violations, vec!["kubelet newer than the API server (v1.33.5): a (v1.34.1)".to_string()]);
+        let mut o = Observed::default();
+        let mut applying = node("b", true, false, Some(("kubeadm-upgrade", "v1.34.1")));
+        let annotations = applying.metadata.annotations.get_or_insert_with(Default::default);
+        annotations.insert(keys::INTENT_COMPONENTS.into(), "k8s-components-sha256-ab".into());
+        annotations.insert(keys::INTENT_KUBEADM.into(), "apply".into());
+        see(&mut o, &limits, applying);
+        see(&mut o, &limits, node("c", true, false, Some(("drain", "v1.34.1"))));
+        assert_eq!(o.violations, vec!["2 nodes disrupted at once (max 1): b, c".to_string()]);
+    }
+
+    #[test]
     fn an_unreadable_intent_is_a_violation_unless_expected() {
         let mut o = Observed::default();
         see(&mut o, &Limits::new(5, false), node("a", true, false, Some(("stage", "v2 "))));
