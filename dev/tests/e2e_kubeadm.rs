@@ -73,7 +73,9 @@ async fn three_control_plane_nodes_and_six_workers_move_to_the_next_minor_versio
     components_running.push(harness::controller(cluster.operator(), harness::controller_options("c1")));
     nodeversion(&store, TO, &components, json!({"maxUnavailable": 2}));
 
+    let mut active_seen = false;
     eventually(Duration::from_secs(240), "every node to run Kubernetes v1.34.1 and be verified", || {
+        active_seen |= status_of(&store, "constellation-version").active_cluster_version_upgrade;
         let nodes = nodes(&store);
         nodes
             .iter()
@@ -87,6 +89,27 @@ async fn three_control_plane_nodes_and_six_workers_move_to_the_next_minor_versio
     })
     .await;
     assert_eq!(cluster.server().version(), TO);
+    assert!(active_seen, "status.activeClusterVersionUpgrade was never true");
+    let status = eventually(Duration::from_secs(30), "the status to say the upgrade is over", || {
+        let status = status_of(&store, "constellation-version");
+        (!status.active_cluster_version_upgrade && status.kubelets.len() == 9).then_some(status)
+    })
+    .await;
+    for kubelet in &status.kubelets {
+        assert_eq!(kubelet.kubelet_version.as_deref(), Some(TO), "{kubelet:?}");
+        assert_eq!(kubelet.components_hash.as_deref(), Some(hash.as_str()), "{kubelet:?}");
+    }
+    // kubectl get nodeversion shows the cluster version beside the image.
+    let request = http::Request::get("/apis/update.edgeless.systems/v1alpha1/nodeversions")
+        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+        .body(Vec::new())
+        .unwrap();
+    let table: serde_json::Value = cluster.client().request(request).await.unwrap();
+    let columns: Vec<&str> =
+        table["columnDefinitions"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+    let at = |name: &str| columns.iter().position(|c| *c == name).unwrap_or_else(|| panic!("no column {name}"));
+    let row = &table["rows"][0]["cells"];
+    assert_eq!((row[at("Image")].as_str(), row[at("Cluster-Version")].as_str()), (Some("v1"), Some(TO)));
     let observed = observer.stop().await;
     assert!(observed.violations.is_empty(), "{:?}", observed.violations);
     assert!(observed.max_control_plane_disrupted_seen <= 1, "{}", observed.max_control_plane_disrupted_seen);

@@ -48,6 +48,29 @@ pub struct KubernetesTarget {
     pub api_server: KubeVersion,
 }
 
+/// A rollout's Kubernetes upgrade, for the status.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// The upgrade is under way: some node does not run the version yet (a refused upgrade is not under way).
+    pub active: bool,
+    /// Each node's (name, kubelet version, components hash), by name.
+    pub nodes: Vec<(String, Option<String>, Option<String>)>,
+}
+
+impl Progress {
+    pub(super) fn of(active: bool, members: &[(&NodeView, &Assessment)]) -> Progress {
+        let mut nodes: Vec<_> = members
+            .iter()
+            .map(|(n, _)| {
+                let hash = n.agent.as_ref().ok().and_then(|a| a.components_hash.as_ref()).map(|h| h.to_string());
+                (n.name.clone(), n.kubelet_version.clone(), hash)
+            })
+            .collect();
+        nodes.sort();
+        Progress { active, nodes }
+    }
+}
+
 /// The plan of `rollout` while its Kubernetes upgrade is under way; `None` once every node runs the target (the
 /// image flow plans then).
 pub(super) fn plan_rollout(

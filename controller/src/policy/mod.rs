@@ -410,6 +410,9 @@ pub struct Plan {
     pub preparing: bool,
     /// When to plan again even if nothing changes (a deadline, the end of a soak, a window).
     pub wake_at: Option<Timestamp>,
+    /// Set when the NodeVersion asks for a Kubernetes version: whether its upgrade is under way, and the nodes'
+    /// kubelet versions and components hashes.
+    pub kubernetes: Option<kubernetes::Progress>,
 }
 
 impl Plan {
@@ -516,7 +519,8 @@ pub fn plan(nodes: &[NodeView], rollouts: &[Rollout], own_node: Option<&str>, no
     cluster
 }
 
-/// One rollout: its members' own progress, then the gates, then the selection.
+/// One rollout: Kubernetes first, then the image (while a Kubernetes upgrade is asked for and not done, it plans
+/// the rollout), with the nodes' Kubernetes versions for the status.
 fn plan_rollout(
     rollout: &Rollout,
     members: &[(&NodeView, &Assessment)],
@@ -525,12 +529,27 @@ fn plan_rollout(
     own_node: Option<&str>,
     now: Timestamp,
 ) -> Plan {
-    // Kubernetes first, then the image: while a Kubernetes upgrade is asked for and not done, it plans the rollout.
-    if let (Some(kubernetes), Some(spec)) = (&rollout.kubernetes, rollout.spec.acting())
-        && let Some(plan) = kubernetes::plan_rollout(rollout, kubernetes, spec, members, shared, now)
-    {
-        return plan;
+    let upgrade = rollout.kubernetes.as_ref().zip(rollout.spec.acting());
+    let kubernetes_plan = upgrade.and_then(|(k, spec)| kubernetes::plan_rollout(rollout, k, spec, members, shared, now));
+    let refused = matches!(rollout.kubernetes, Some(kubernetes::KubernetesSpec::Refused(_)));
+    let active = kubernetes_plan.is_some() && !refused;
+    let mut plan =
+        kubernetes_plan.unwrap_or_else(|| plan_image_rollout(rollout, members, overlap, shared, own_node, now));
+    if rollout.kubernetes.is_some() {
+        plan.kubernetes = Some(kubernetes::Progress::of(active, members));
     }
+    plan
+}
+
+/// The image flow of one rollout: its members' own progress, then the gates, then the selection.
+fn plan_image_rollout(
+    rollout: &Rollout,
+    members: &[(&NodeView, &Assessment)],
+    overlap: &[(&NodeView, &str)],
+    shared: &mut selection::Shared,
+    own_node: Option<&str>,
+    now: Timestamp,
+) -> Plan {
     let mut plan = Plan::default();
     for (_, a) in members {
         plan.actions.extend(a.action.clone());
