@@ -280,12 +280,18 @@ fn act(decision: &mut Decision, o: &Observation<'_>, intent: &Intent, cordon: Co
                 (Step::KubeadmUpgrade, Some(kubeadm)) => {
                     // No shortcut from the components hash: it says what is installed, not whether kubeadm
                     // ran and the kubelet restarted; upgrading a node to what it runs changes nothing.
-                    Work::KubeadmUpgrade { token: token.clone(), target: intent.target.clone(), kubeadm: kubeadm.clone() }
+                    Work::KubeadmUpgrade {
+                        token: token.clone(),
+                        target: intent.target.clone(),
+                        kubeadm: kubeadm.clone(),
+                    }
                 }
                 (Step::KubeadmUpgrade, None) => {
                     return settle(AgentState::Error, Some("the intent names no components ConfigMap".to_owned()));
                 }
-                _ if facts.staged_image.as_deref() == Some(intent.target.as_str()) || facts.os_image == intent.target => {
+                _ if facts.staged_image.as_deref() == Some(intent.target.as_str())
+                    || facts.os_image == intent.target =>
+                {
                     // Already staged (or running it): nothing to download.
                     return settle(AgentState::Done, None);
                 }

@@ -113,9 +113,7 @@ mod tests {
         for role in [Role::ControlPlane, Role::Worker] {
             assert_eq!(
                 upgrade_commands(role, &version, &components).unwrap(),
-                strings(&[
-                    &["/run/state/bin/kubeadm", "upgrade", "node", "--patches", "/etc/kubernetes/patches"],
-                ])
+                strings(&[&["/run/state/bin/kubeadm", "upgrade", "node", "--patches", "/etc/kubernetes/patches"],])
             );
         }
         let first = upgrade_commands(Role::FirstControlPlane, &version, &components).unwrap();

@@ -14,11 +14,11 @@
 use crate::decide::Work;
 use crate::host::{HostError, HostUpdater, KubernetesUpgrade};
 use crate::kubeadm::Role;
-use crate::releases::Releases;
-use shared::protocol::{KubeadmIntent, KubeadmRole};
 use crate::metrics::{HostOpLabels, Metrics};
+use crate::releases::Releases;
 use crate::retry;
 use backon::Retryable;
+use shared::protocol::{KubeadmIntent, KubeadmRole};
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
@@ -103,12 +103,10 @@ async fn upgrade_kubernetes<H: HostUpdater>(
     target: &str,
     kubeadm: &KubeadmIntent,
 ) -> Result<(), HostError> {
-    let version = target
-        .parse()
-        .map_err(|error: shared::version::VersionError| HostError::InvalidTarget {
-            target: target.to_owned(),
-            reason: error.to_string(),
-        })?;
+    let version = target.parse().map_err(|error: shared::version::VersionError| HostError::InvalidTarget {
+        target: target.to_owned(),
+        reason: error.to_string(),
+    })?;
     let release = releases.release(&kubeadm.components, &version).await?;
     // Every node but the first control-plane node runs the same `kubeadm upgrade node`.
     let role = match kubeadm.role {

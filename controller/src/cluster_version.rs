@@ -69,7 +69,9 @@ impl ClusterVersions {
         };
         let api_server = match running {
             Ok(running) => running,
-            Err(error) => return refused(format!("the API server's version is unknown, so no node is touched: {error}")),
+            Err(error) => {
+                return refused(format!("the API server's version is unknown, so no node is touched: {error}"));
+            }
         };
         if let Err(refusal) = check_upgrade(&api_server, &version) {
             return refused(format!("spec.kubernetesClusterVersion: {refusal}"));

@@ -10,15 +10,15 @@ use crate::apiserver::core::DevRoutes;
 use crate::hosts::http::{message, parse};
 use base64::Engine;
 use bytes::Bytes;
-use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use shared::components::{Sha256, components_hash, config_map_name};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use http::Method;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use shared::components::{Sha256, components_hash, config_map_name};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -118,8 +118,7 @@ impl Artifacts {
             "installPath": "/etc/kubernetes/patches/kube-apiserver0+strategic.yaml",
             "extract": false,
         }));
-        let hashes: Vec<String> =
-            components.iter().filter_map(|c| c["hash"].as_str().map(str::to_owned)).collect();
+        let hashes: Vec<String> = components.iter().filter_map(|c| c["hash"].as_str().map(str::to_owned)).collect();
         let name = config_map_name(&components_hash(hashes.iter().map(String::as_str)));
         ConfigMap {
             metadata: ObjectMeta {
@@ -238,7 +237,11 @@ mod tests {
         assert_eq!(get(&artifacts.url("nope")).await.unwrap().0, 404);
         let routes = artifacts.routes();
         let put = |fault: &str| {
-            routes.handle(Method::PUT, vec!["artifacts".into(), "kubeadm".into()], Bytes::from(format!(r#"{{"fault": "{fault}"}}"#)))
+            routes.handle(
+                Method::PUT,
+                vec!["artifacts".into(), "kubeadm".into()],
+                Bytes::from(format!(r#"{{"fault": "{fault}"}}"#)),
+            )
         };
         assert_eq!(put("corrupt").await.0, 200);
         let (status, body) = get(&url).await.unwrap();

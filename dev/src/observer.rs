@@ -157,7 +157,8 @@ async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: 
         // The API server's version after the event: a kubelet newer than it was newer at the event too.
         let kubelets = matches!(&event, Seen::Node(e) if matches!(&**e, Event::Apply(n) | Event::InitApply(n)
             if n.status.as_ref().and_then(|s| s.node_info.as_ref()).is_some()));
-        let api_server = if kubelets { client.apiserver_version().await.ok().map(|info| info.git_version) } else { None };
+        let api_server =
+            if kubelets { client.apiserver_version().await.ok().map(|info| info.git_version) } else { None };
         let mut o = state.lock();
         o.events += 1;
         match event {
@@ -438,10 +439,12 @@ mod tests {
         let limits = Limits::new(1, false);
         let mut o = Observed::default();
         let mut upgraded = node("a", true, false, Some(("done", "v1.34.1")));
-        upgraded.status.as_mut().unwrap().node_info =
-            Some(serde_json::from_value(json!({"kubeletVersion": "v1.34.1", "architecture": "", "bootID": "",
+        upgraded.status.as_mut().unwrap().node_info = Some(
+            serde_json::from_value(json!({"kubeletVersion": "v1.34.1", "architecture": "", "bootID": "",
                 "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "", "machineID": "",
-                "operatingSystem": "", "osImage": "", "systemUUID": ""})).unwrap());
+                "operatingSystem": "", "osImage": "", "systemUUID": ""}))
+            .unwrap(),
+        );
         see(&mut o, &limits, upgraded);
         o.check_kubelets("v1.34.1");
         assert!(o.violations.is_empty());

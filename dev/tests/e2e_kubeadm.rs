@@ -159,7 +159,8 @@ async fn a_refused_version_touches_no_node_and_a_corrupt_artifact_installs_nothi
     store.api::<NodeVersion>().update(None, &version, &PostParams::default()).unwrap();
     let message = eventually(Duration::from_secs(60), "control-plane-0 to fail", || {
         let node = store.api::<Node>().get(None, "control-plane-0").ok()?;
-        (annotation(&node, keys::INTENT).as_deref() == Some("failed")).then(|| annotation(&node, keys::INTENT_MESSAGE))?
+        (annotation(&node, keys::INTENT).as_deref() == Some("failed"))
+            .then(|| annotation(&node, keys::INTENT_MESSAGE))?
     })
     .await;
     assert!(message.contains("KubernetesUpgradeFailed") && message.contains("nothing was installed"), "{message}");

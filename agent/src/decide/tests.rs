@@ -387,19 +387,29 @@ fn kubeadm_work(token: &str) -> Work {
 fn a_kubeadm_upgrade_runs_once_without_a_cordon_and_reports_its_outcome() {
     let i = intent(Step::KubeadmUpgrade, "k1");
     // The first control-plane node upgrades uncordoned: the agent needs no cordon for this step.
-    let uncordoned = Case { cordon: Cordon::default(), ..Case::new(Some(i.clone()), reported(AgentState::Done, "old"), facts("v1", "b0", None)) };
+    let uncordoned = Case {
+        cordon: Cordon::default(),
+        ..Case::new(Some(i.clone()), reported(AgentState::Done, "old"), facts("v1", "b0", None))
+    };
     let d = uncordoned.decide();
     assert_eq!(d.start, Some(kubeadm_work("k1")));
     assert_eq!((d.report.state, d.report.token.clone()), (Some(AgentState::Busy), Some(tok("k1"))));
-    let running = Case { running: Some(working(kubeadm_work("k1"))), ..Case::new(Some(i.clone()), d.report.clone(), facts("v1", "b0", None)) };
+    let running = Case {
+        running: Some(working(kubeadm_work("k1"))),
+        ..Case::new(Some(i.clone()), d.report.clone(), facts("v1", "b0", None))
+    };
     let d2 = running.decide();
     assert_eq!((d2.start, d2.stop_running, d2.report.clone()), (None, false, d.report.clone()));
     // A restart in the middle runs it again (kubeadm's upgrade to the version a node runs changes nothing).
     let restarted = Case::new(Some(i.clone()), d.report.clone(), facts("v1", "b0", None)).decide();
     assert_eq!(restarted.start, Some(kubeadm_work("k1")));
     let failed = Outcome { token: tok("k1"), result: Err("kubeadm exited with status 1".into()) };
-    let d3 = Case { outcome: Some(failed), ..Case::new(Some(i.clone()), d.report.clone(), facts("v1", "b0", None)) }.decide();
-    assert_eq!((d3.report.state, d3.report.message.as_deref()), (Some(AgentState::Error), Some("kubeadm exited with status 1")));
+    let d3 = Case { outcome: Some(failed), ..Case::new(Some(i.clone()), d.report.clone(), facts("v1", "b0", None)) }
+        .decide();
+    assert_eq!(
+        (d3.report.state, d3.report.message.as_deref()),
+        (Some(AgentState::Error), Some("kubeadm exited with status 1"))
+    );
     assert_eq!(d3.start, None);
     let ok = Outcome { token: tok("k1"), result: Ok(()) };
     let d4 = Case { outcome: Some(ok), ..Case::new(Some(i), d.report, facts("v1", "b0", None)) }.decide();
@@ -410,7 +420,10 @@ fn a_kubeadm_upgrade_runs_once_without_a_cordon_and_reports_its_outcome() {
 fn a_kubeadm_upgrade_the_controller_gave_up_is_stopped() {
     let running = working(kubeadm_work("k1"));
     for intent in [None, Some(intent(Step::Failed, "k2")), Some(intent(Step::KubeadmUpgrade, "k2"))] {
-        let case = Case { running: Some(running.clone()), ..Case::new(intent, reported(AgentState::Busy, "k1"), facts("v1", "b0", None)) };
+        let case = Case {
+            running: Some(running.clone()),
+            ..Case::new(intent, reported(AgentState::Busy, "k1"), facts("v1", "b0", None))
+        };
         assert!(case.decide().stop_running);
     }
 }

@@ -30,8 +30,8 @@ use super::{ConfigError, HostError, HostFacts, HostUpdater, KubernetesUpgrade, c
 use crate::kubeadm::Role;
 use ::http::{Method, StatusCode, Uri};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_encode, utf8_percent_encode};
-use shared::components::{Component, Source};
 use serde::Deserialize;
+use shared::components::{Component, Source};
 use shared::protocol::{BootId, ComponentsHash};
 use std::time::Duration;
 

@@ -346,7 +346,10 @@ impl crate::releases::Releases for OneRelease {
     ) -> futures::future::BoxFuture<'a, Result<shared::components::Release, HostError>> {
         Box::pin(async move {
             if self.0.metadata.name.as_deref() != Some(name) {
-                return Err(HostError::StepFailed { step: format!("reading {name}"), message: "no such ConfigMap".into() });
+                return Err(HostError::StepFailed {
+                    step: format!("reading {name}"),
+                    message: "no such ConfigMap".into(),
+                });
             }
             crate::releases::validate(name, &self.0, version)
         })
@@ -357,7 +360,8 @@ impl crate::releases::Releases for OneRelease {
 fn release_config_map() -> k8s_openapi::api::core::v1::ConfigMap {
     use shared::components::{Sha256, components_hash, config_map_name};
     let hash = Sha256::of(b"kubeadm").to_string();
-    let components = json!([{"url": "http://artifacts/kubeadm", "hash": hash, "installPath": "/usr/local/bin/kubeadm"}]);
+    let components =
+        json!([{"url": "http://artifacts/kubeadm", "hash": hash, "installPath": "/usr/local/bin/kubeadm"}]);
     serde_json::from_value(json!({
         "metadata": {"name": config_map_name(&components_hash([hash.as_str()])), "namespace": "kube-system"},
         "immutable": true,
@@ -793,7 +797,10 @@ async fn a_kubeadm_upgrade_reads_its_components_and_upgrades_the_host_by_role() 
     kubeadm("k3", &name, "node", "v2.1.0");
     until("the version mismatch", || nodes.state().0.as_deref() == Some("error")).await;
     let message = nodes.state().2.unwrap();
-    assert!(message.contains("data.cluster-version is v2.0.0, but spec.kubernetesClusterVersion is v2.1.0"), "{message}");
+    assert!(
+        message.contains("data.cluster-version is v2.0.0, but spec.kubernetesClusterVersion is v2.1.0"),
+        "{message}"
+    );
     kubeadm("k4", "k8s-components-sha256-00", "node", "v2.0.0");
     until("the missing ConfigMap", || nodes.state() == (some("error"), some("k4"), nodes.state().2)).await;
     assert_eq!(host.count("kubernetes"), 2);

@@ -285,6 +285,9 @@ mod tests {
         assert!(pause.wanted);
         assert_eq!(pause.reason, "Kubernetes upgrade under way: b (Kubernetes v1.34.1)");
         let both = with_kubernetes_upgrades(pause_for(&[], &[], 1), [&version("b", true)]);
-        assert_eq!(both.reason, "1 PendingNode(s) joining or leaving; Kubernetes upgrade under way: b (Kubernetes v1.34.1)");
+        assert_eq!(
+            both.reason,
+            "1 PendingNode(s) joining or leaving; Kubernetes upgrade under way: b (Kubernetes v1.34.1)"
+        );
     }
 }

@@ -129,7 +129,13 @@ fn runs(node: &NodeView, target: &KubernetesTarget) -> bool {
 
 /// One node's Kubernetes progress. `image` is its assessment by the image flow, which decides for nodes in the
 /// middle of an image step and for annotations that cannot be read.
-fn assess(node: &NodeView, image: &Assessment, target: &KubernetesTarget, spec: &ValidSpec, now: Timestamp) -> Assessment {
+fn assess(
+    node: &NodeView,
+    image: &Assessment,
+    target: &KubernetesTarget,
+    spec: &ValidSpec,
+    now: Timestamp,
+) -> Assessment {
     let Ok(controller) = &node.controller else { return image.clone() };
     let version = target.version.to_string();
     let agent = node.agent.as_ref().ok();
@@ -280,8 +286,7 @@ fn kubeadm(
     let api_server_done = !applies || target.api_server >= target.version;
     if finished == Some(AgentState::Done) && runs(node, target) && node.ready && api_server_done {
         let soak = spec.policy.soak_time.is_positive();
-        let situation =
-            if soak { Situation::InFlight { step: Step::Done, since: now } } else { Situation::UpToDate };
+        let situation = if soak { Situation::InFlight { step: Step::Done, since: now } } else { Situation::UpToDate };
         let done = Assessment::new(situation).act(
             node,
             ActionKind::Done { target: version.clone() },
@@ -290,7 +295,8 @@ fn kubeadm(
         );
         return if soak { done.wake(assess::deadline(now, spec.policy.soak_time)) } else { done };
     }
-    let timeout = spec.policy.stage_timeout.checked_add(spec.policy.reboot_timeout).unwrap_or(spec.policy.stage_timeout);
+    let timeout =
+        spec.policy.stage_timeout.checked_add(spec.policy.reboot_timeout).unwrap_or(spec.policy.stage_timeout);
     let until = assess::deadline(intent.since, timeout);
     if now >= until {
         let message = format!(
@@ -462,7 +468,8 @@ mod tests {
     #[test]
     fn a_refused_upgrade_touches_no_node_and_says_why() {
         let nodes = [cp("cp-0"), node("w1")];
-        let p = run(&nodes, KubernetesSpec::Refused("v1.36.0 is two minors past v1.34.0".into()), Policy::default(), t(0));
+        let p =
+            run(&nodes, KubernetesSpec::Refused("v1.36.0 is two minors past v1.34.0".into()), Policy::default(), t(0));
         assert!(p.actions.is_empty(), "{:?}", p.actions);
         let hold = p.hold.unwrap();
         assert_eq!(hold.reason, Reason::KubernetesUpgradeRefused);
@@ -481,7 +488,8 @@ mod tests {
         let p = run(&nodes, upgrade("v1.33.5"), policy.clone(), t(10));
         assert!(p.actions.is_empty(), "{:?}", p.actions);
         // The agent is done and the kubelet runs the target, but /version does not say so yet: not verified.
-        nodes[1] = upgraded(with_report(kubeadm_intent(cp("cp-0"), KubeadmRole::Apply, "k1", t(0)), AgentState::Done, "k1"));
+        nodes[1] =
+            upgraded(with_report(kubeadm_intent(cp("cp-0"), KubeadmRole::Apply, "k1", t(0)), AgentState::Done, "k1"));
         let p = run(&nodes, upgrade("v1.33.5"), policy.clone(), t(20));
         assert!(p.actions.is_empty(), "{:?}", p.actions);
         // Once it does, the node is done.

@@ -63,7 +63,9 @@ pub use settings::{NodeSelector, Policy, ValidSpec};
 
 use assess::{Assessment, Owner, Situation};
 use jiff::Timestamp;
-use shared::protocol::{AgentReport, BootId, ControllerAnnotations, KubeadmIntent, ProtocolError, Step, UnreadableKeys};
+use shared::protocol::{
+    AgentReport, BootId, ControllerAnnotations, KubeadmIntent, ProtocolError, Step, UnreadableKeys,
+};
 use std::fmt;
 use std::sync::Arc;
 
@@ -530,7 +532,8 @@ fn plan_rollout(
     now: Timestamp,
 ) -> Plan {
     let upgrade = rollout.kubernetes.as_ref().zip(rollout.spec.acting());
-    let kubernetes_plan = upgrade.and_then(|(k, spec)| kubernetes::plan_rollout(rollout, k, spec, members, shared, now));
+    let kubernetes_plan =
+        upgrade.and_then(|(k, spec)| kubernetes::plan_rollout(rollout, k, spec, members, shared, now));
     let refused = matches!(rollout.kubernetes, Some(kubernetes::KubernetesSpec::Refused(_)));
     let active = kubernetes_plan.is_some() && !refused;
     let mut plan =

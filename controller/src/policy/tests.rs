@@ -100,7 +100,11 @@ pub(super) fn rollout_named(name: &str) -> Rollout {
 }
 
 pub(super) fn unknown_rollout(name: &str) -> Rollout {
-    Rollout { name: name.into(), spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None }, kubernetes: None }
+    Rollout {
+        name: name.into(),
+        spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None },
+        kubernetes: None,
+    }
 }
 
 /// The plan of the only rollout, `policy` for `TARGET`.

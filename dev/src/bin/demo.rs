@@ -139,9 +139,7 @@ async fn run(args: Args) -> anyhow::Result<Ending> {
         config.kubelet_version = args.kubernetes_from.clone();
         config.apiserver.git_version = args.kubernetes_from.clone();
     }
-    let cluster = Cluster::start(config)
-    .await
-    .context("the dev cluster did not start")?;
+    let cluster = Cluster::start(config).await.context("the dev cluster did not start")?;
     println!("cluster ready; kubeconfig: {}", cluster.kubeconfig_path().display());
     let store = cluster.store();
     let mut drain_timeout = "10m".to_owned();

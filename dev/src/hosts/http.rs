@@ -105,9 +105,10 @@ impl HostRoutes {
                 Ok(()) => (200, json!({})),
                 Err(e) => error(&e),
             },
-            (["hosts"] | ["hosts", _] | ["hosts", _, "stage" | "reboot" | "power-on" | "faults" | "kubernetes"], method) => {
-                message(405, format!("{method} is not allowed here"))
-            }
+            (
+                ["hosts"] | ["hosts", _] | ["hosts", _, "stage" | "reboot" | "power-on" | "faults" | "kubernetes"],
+                method,
+            ) => message(405, format!("{method} is not allowed here")),
             _ => message(404, "no such path under /_dev"),
         }
     }

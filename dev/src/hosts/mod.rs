@@ -594,12 +594,8 @@ impl Hosts {
             "node" => false,
             other => return Err(HostError::BadUpgrade(format!("role {other:?} is neither apply nor node"))),
         };
-        let components = request
-            .components
-            .iter()
-            .map(verified)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(HostError::BadUpgrade)?;
+        let components =
+            request.components.iter().map(verified).collect::<Result<Vec<_>, _>>().map_err(HostError::BadUpgrade)?;
         let ((kubeadm_time, restart_time), boots) = self.running(node, |host| {
             let reboot = host.faults.reboot_seconds.unwrap_or(self.inner.reboot);
             (host.faults.stage_seconds.unwrap_or(self.inner.stage), reboot / 10)
@@ -609,8 +605,8 @@ impl Hosts {
             transient: matches!(error, agent::components::InstallError::Download { .. }),
             message: error.to_string(),
         };
-        let installer = agent::components::Installer::new(&root, agent::components::DEFAULT_RECORD)
-            .map_err(install_error)?;
+        let installer =
+            agent::components::Installer::new(&root, agent::components::DEFAULT_RECORD).map_err(install_error)?;
         let mut prepared = installer.prepare(&components).await.map_err(install_error)?;
         prepared.install_where(|c| !agent::kubeadm::replaced_after_kubeadm(c)).map_err(install_error)?;
         if let Some(output) = self.running(node, |host| host.faults.kubeadm_failure.clone())?.0 {
@@ -679,7 +675,9 @@ fn verified(component: &shared::components::Component) -> Result<shared::compone
         .map_err(|e| format!("component {}: {e}", component.install_path))?;
     let hash = component.hash.parse().map_err(|e| format!("component {}: hash: {e}", component.install_path))?;
     let source = if component.url.get(..5).is_some_and(|s| s.eq_ignore_ascii_case("data:")) {
-        Source::Inline(decode_data_url(&component.url).map_err(|e| format!("component {}: {e}", component.install_path))?)
+        Source::Inline(
+            decode_data_url(&component.url).map_err(|e| format!("component {}: {e}", component.install_path))?,
+        )
     } else {
         Source::Download(component.url.clone())
     };

@@ -234,12 +234,11 @@ impl ControllerAnnotations {
         let kubeadm = match step {
             Step::KubeadmUpgrade => {
                 let with = "intent=kubeadm-upgrade";
-                let components = get(keys::INTENT_COMPONENTS).ok_or(ProtocolError::Missing {
-                    key: keys::INTENT_COMPONENTS,
-                    with,
-                })?;
+                let components = get(keys::INTENT_COMPONENTS)
+                    .ok_or(ProtocolError::Missing { key: keys::INTENT_COMPONENTS, with })?;
                 let components = values::parse_config_map_name(keys::INTENT_COMPONENTS, components)?;
-                let role = get(keys::INTENT_KUBEADM).ok_or(ProtocolError::Missing { key: keys::INTENT_KUBEADM, with })?;
+                let role =
+                    get(keys::INTENT_KUBEADM).ok_or(ProtocolError::Missing { key: keys::INTENT_KUBEADM, with })?;
                 Some(KubeadmIntent { components, role: role.parse()? })
             }
             _ => None,

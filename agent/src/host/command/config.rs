@@ -198,7 +198,8 @@ mod tests {
         assert_eq!(config.reboot.argv, ["systemctl", "reboot"]);
         assert_eq!(config.apply.timeout(Duration::from_secs(7)), Duration::from_secs(7));
         assert!(config.kubernetes.is_none());
-        let with = parse(&format!(r#"{}, "kubernetes": {{}}}}"#, &MINIMAL[..MINIMAL.len() - 1])).unwrap().kubernetes.unwrap();
+        let with =
+            parse(&format!(r#"{}, "kubernetes": {{}}}}"#, &MINIMAL[..MINIMAL.len() - 1])).unwrap().kubernetes.unwrap();
         assert_eq!((with.host_root.to_str(), with.record.to_str()), (Some("/"), Some(DEFAULT_RECORD)));
     }
 

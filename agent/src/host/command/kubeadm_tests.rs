@@ -150,7 +150,10 @@ async fn the_first_control_plane_node_plans_and_applies_with_its_patches_then_re
     assert!(saw.contains("kube-apiserver0+json.yaml") && !saw.contains("v1.34.1"), "{saw}");
     assert_eq!(fixture.installed(PATCH_PATH).as_deref(), Some(PATCH));
     // Then the kubelet was replaced and restarted.
-    assert_eq!(fixture.read("restart.calls"), "daemon-reload\0\nkubelet v1.34.1\nrestart\0kubelet\0\nkubelet v1.34.1\n");
+    assert_eq!(
+        fixture.read("restart.calls"),
+        "daemon-reload\0\nkubelet v1.34.1\nrestart\0kubelet\0\nkubelet v1.34.1\n"
+    );
     assert_eq!(fixture.installed("/usr/local/bin/kubectl").as_deref(), Some(&b"kubectl v1.34.1"[..]));
     // The reported hash is the record's, which is the release's.
     let facts_hash = host.components_hash().unwrap().unwrap();
@@ -164,7 +167,10 @@ async fn other_nodes_run_upgrade_node() {
     let release = release(&serve(files.clone()).await, &files);
     fixture.host().upgrade_kubernetes(&upgrade(Role::Worker, &release)).await.unwrap();
     let kubeadm = fixture.root.path().join("usr/local/bin/kubeadm").display().to_string();
-    assert_eq!(fixture.kubeadm_calls(), [strings(&[&kubeadm, "upgrade", "node", "--patches", "/etc/kubernetes/patches"])]);
+    assert_eq!(
+        fixture.kubeadm_calls(),
+        [strings(&[&kubeadm, "upgrade", "node", "--patches", "/etc/kubernetes/patches"])]
+    );
 }
 
 #[tokio::test]

@@ -35,9 +35,9 @@ use super::{EX_TEMPFAIL, HostError, HostFacts, HostUpdater, KubernetesUpgrade, c
 use crate::components::{Installer, installed_at};
 use crate::kubeadm;
 use config::{CommandSpec, KubernetesConfig};
-use shared::protocol::ComponentsHash;
 use namespaces::Namespaces;
 use run::{Finished, RunError};
+use shared::protocol::ComponentsHash;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -164,9 +164,10 @@ impl CommandHost {
         let Some(kubernetes) = &self.config.kubernetes else { return Ok(None) };
         let path = kubernetes.host_root.join(kubernetes.record.strip_prefix("/").unwrap_or(&kubernetes.record));
         let Some(record) = installed_at(&path)? else { return Ok(None) };
-        ComponentsHash::parse("the record's hash", &record.hash)
-            .map(Some)
-            .map_err(|error| crate::components::InstallError::Record { path: path.display().to_string(), reason: error.to_string() }.into())
+        ComponentsHash::parse("the record's hash", &record.hash).map(Some).map_err(|error| {
+            crate::components::InstallError::Record { path: path.display().to_string(), reason: error.to_string() }
+                .into()
+        })
     }
 
     /// Runs one step of the upgrade to success: a failure is reported with the end of its output (kubeadm
@@ -269,9 +270,13 @@ impl HostUpdater for CommandHost {
 
     async fn upgrade_kubernetes(&self, upgrade: &KubernetesUpgrade) -> Result<(), HostError> {
         let kubernetes = self.kubernetes(&upgrade.version)?;
-        let commands = kubeadm::upgrade_commands(upgrade.role, &upgrade.version, &upgrade.components).map_err(
-            |error| HostError::StepFailed { step: format!("upgrading Kubernetes to {}", upgrade.version), message: error.to_string() },
-        )?;
+        let commands =
+            kubeadm::upgrade_commands(upgrade.role, &upgrade.version, &upgrade.components).map_err(|error| {
+                HostError::StepFailed {
+                    step: format!("upgrading Kubernetes to {}", upgrade.version),
+                    message: error.to_string(),
+                }
+            })?;
         let installer = Installer::new(&kubernetes.host_root, &kubernetes.record)?;
         // Everything is downloaded and verified before anything is installed.
         let mut prepared = installer.prepare(&upgrade.components).await?;

@@ -37,7 +37,11 @@ fn ready_condition(up: bool, now: &str, transition: bool) -> Value {
     let (status, reason, message) = if up {
         ("True", "KubeletReady", "kubelet is posting ready status")
     } else {
-        ("False", "KubeletNotReady", "container runtime is down: the host is rebooting or down, or the kubelet restarts")
+        (
+            "False",
+            "KubeletNotReady",
+            "container runtime is down: the host is rebooting or down, or the kubelet restarts",
+        )
     };
     let mut condition = json!({"type": "Ready", "status": status, "reason": reason, "message": message,
                                "lastHeartbeatTime": now});
