@@ -132,6 +132,23 @@ impl SimulatedHost {
     }
 }
 
+impl SimulatedHost {
+    /// POSTs `body` to `{host}/{action}`, which the server holds for the simulated duration (up to the stage
+    /// timeout): a transient refusal may pass, any other failure is the step's.
+    async fn long_step(&self, operation: String, action: &str, body: serde_json::Value) -> Result<(), HostError> {
+        let path = format!("{}/{action}", self.host_path);
+        let body = Some(body.to_string().into_bytes());
+        let answer = self.request(&operation, Method::POST, &path, body, self.config.stage_timeout).await?;
+        if answer.status.is_success() {
+            return Ok(());
+        }
+        if is_transient(answer.status) {
+            return Err(answer.refusal(SERVICE, &operation));
+        }
+        Err(HostError::StepFailed { step: operation, message: answer.message() })
+    }
+}
+
 impl HostUpdater for SimulatedHost {
     async fn facts(&self) -> Result<HostFacts, HostError> {
         let operation = "reading the host's facts";
@@ -166,17 +183,7 @@ impl HostUpdater for SimulatedHost {
         if self.facts().await?.staged_image.as_deref() == Some(target) {
             return Ok(());
         }
-        let operation = format!("staging {target}");
-        let body = serde_json::json!({ "image": target }).to_string().into_bytes();
-        let path = format!("{}/stage", self.host_path);
-        let answer = self.request(&operation, Method::POST, &path, Some(body), self.config.stage_timeout).await?;
-        if answer.status.is_success() {
-            return Ok(());
-        }
-        if is_transient(answer.status) {
-            return Err(answer.refusal(SERVICE, &operation));
-        }
-        Err(HostError::StepFailed { step: operation, message: answer.message() })
+        self.long_step(format!("staging {target}"), "stage", serde_json::json!({ "image": target })).await
     }
 
     async fn activate_and_reboot(&self, target: &str) -> Result<(), HostError> {
@@ -199,17 +206,8 @@ impl HostUpdater for SimulatedHost {
     }
 
     async fn upgrade_kubernetes(&self, upgrade: &KubernetesUpgrade) -> Result<(), HostError> {
-        let operation = format!("upgrading Kubernetes to {}", upgrade.version);
-        let body = upgrade_body(upgrade).to_string().into_bytes();
-        let path = format!("{}/kubernetes", self.host_path);
-        let answer = self.request(&operation, Method::POST, &path, Some(body), self.config.stage_timeout).await?;
-        if answer.status.is_success() {
-            return Ok(());
-        }
-        if is_transient(answer.status) {
-            return Err(answer.refusal(SERVICE, &operation));
-        }
-        Err(HostError::StepFailed { step: operation, message: answer.message() })
+        self.long_step(format!("upgrading Kubernetes to {}", upgrade.version), "kubernetes", upgrade_body(upgrade))
+            .await
     }
 }
 

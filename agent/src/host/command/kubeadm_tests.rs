@@ -228,3 +228,21 @@ async fn without_a_kubernetes_section_the_step_is_refused() {
     let error = host.upgrade_kubernetes(&upgrade(Role::Worker, &release)).await.unwrap_err();
     assert!(error.to_string().contains("has no kubernetes section"), "{error}");
 }
+
+#[tokio::test]
+async fn an_unreachable_artifact_server_is_a_transient_error_and_installs_nothing() {
+    let fixture = Fixture::new();
+    let files = artifacts(fixture.kubeadm(0, "ok"));
+    let release = release(&serve(files.clone()).await, &files);
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let mut upgrade = upgrade(Role::Worker, &release);
+    for component in &mut upgrade.components {
+        if let shared::components::Source::Download(url) = &mut component.source {
+            *url = format!("http://{closed}{}", &url[url.rfind('/').unwrap()..]);
+        }
+    }
+    let error = fixture.host().upgrade_kubernetes(&upgrade).await.unwrap_err();
+    assert!(error.is_retryable(), "{error}");
+    assert!(fixture.kubeadm_calls().is_empty());
+    assert_eq!(fixture.installed(PATCH_PATH), None);
+}
