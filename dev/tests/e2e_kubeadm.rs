@@ -68,6 +68,8 @@ async fn three_control_plane_nodes_and_six_workers_move_to_the_next_minor_versio
     let store = cluster.store();
     let components = publish(&cluster, TO);
     let hash = components.replace("k8s-components-sha256-", "sha256:");
+    let log = cluster.server().access_log();
+    log.start();
     let observer = Observer::start(cluster.client(), Limits::new(2, true));
     let mut components_running = start_agents(&cluster);
     components_running.push(harness::controller(cluster.operator(), harness::controller_options("c1")));
@@ -125,6 +127,20 @@ async fn three_control_plane_nodes_and_six_workers_move_to_the_next_minor_versio
     }
     assert_eq!(first_step("control-plane-0", Step::Drain), None, "the first control-plane node is not drained");
     stop_all(components_running).await;
+    // The manifest's RBAC allowed every request, and its rule for components ConfigMaps is what lets the
+    // controller and the agents read them.
+    let records = log.records();
+    assert!(records.iter().all(|r| r.allowed), "{:#?}", records.iter().filter(|r| !r.allowed).collect::<Vec<_>>());
+    let manifest = dev::operator::Manifest::operator().unwrap();
+    let rule = manifest.role_rules().into_iter().find(|r| r.to_string().contains("\"configmaps\"")).unwrap();
+    let without = manifest.without(&rule).rbac();
+    let denied: Vec<&str> = records
+        .iter()
+        .filter(|r| !without.authorize(&support::user_of(r), &r.attributes).allowed)
+        .map(|r| r.user.as_str())
+        .collect();
+    assert!(denied.iter().any(|u| u.ends_with(":update-operator-controller")), "{denied:?}");
+    assert!(denied.iter().any(|u| u.ends_with(":update-operator-agent")), "{denied:?}");
     cluster.shutdown().await;
 }
 

@@ -219,3 +219,11 @@ pub async fn stop_all(components: Vec<dev::harness::Component>) {
         c.stop(Duration::from_secs(15)).await.unwrap_or_else(|e| panic!("{name}: {e}"));
     }
 }
+
+/// The user an access record was made by (every operator identity is a service account).
+pub fn user_of(record: &dev::apiserver::AccessRecord) -> dev::apiserver::UserInfo {
+    match dev::apiserver::auth::user::split_service_account_username(&record.user) {
+        Some((namespace, name)) => dev::apiserver::UserInfo::service_account(namespace, name, ""),
+        None => dev::apiserver::UserInfo::user(&record.user, &[]),
+    }
+}
