@@ -7,6 +7,7 @@
 //! - A ConfigMap that validated is remembered by name and version (it is immutable); one that is missing or
 //!   cannot be read is looked up again on every reconcile.
 //! - `/version` is read at most once per reconcile, and only while some NodeVersion asks for a version.
+//! - Nothing here is watched: the reconciler validates a refused upgrade again 30 s later.
 
 use crate::policy::kubernetes::{KubernetesSpec, KubernetesTarget};
 use k8s_openapi::api::core::v1::ConfigMap;

@@ -45,6 +45,8 @@ use tokio_util::sync::CancellationToken;
 const CONFLICT_RETRY: Duration = Duration::from_millis(200);
 /// Pause before planning again after a write failed for another reason.
 const ERROR_RETRY: Duration = Duration::from_secs(2);
+/// How soon a refused Kubernetes upgrade is validated again.
+const KUBERNETES_RECHECK: Duration = Duration::from_secs(30);
 /// The loop's longest wait without a heartbeat: an idle loop wakes this often just to beat.
 pub const HEARTBEAT_TICK: Duration = Duration::from_secs(10);
 /// No heartbeat for this long (six ticks) means the loop is stuck: waiting that should have ended,
@@ -196,6 +198,12 @@ impl Reconciler {
         });
         let mut rollouts: Vec<Rollout> = versions.iter().map(|v| self.specs.rollout(v, now)).collect();
         let kubernetes = self.cluster_versions.check_all(&versions).await;
+        // Nothing watches ConfigMaps or /version: a refusal is checked again after a while (the ConfigMap may be
+        // created after the NodeVersion that names it).
+        let recheck = kubernetes
+            .iter()
+            .any(|k| matches!(k, Some(policy::kubernetes::KubernetesSpec::Refused(_))))
+            .then(|| Instant::now() + KUBERNETES_RECHECK);
         for (rollout, kubernetes) in rollouts.iter_mut().zip(kubernetes) {
             rollout.kubernetes = kubernetes;
         }
@@ -241,7 +249,8 @@ impl Reconciler {
         self.last_holds.retain(|uid, _| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));
         let notice_due = self.report_held_nodes(&versions, &plan, &references, &objects);
         self.record_metrics(&plan, started);
-        next_wake(plan.wake_at(), notice_due, applied, now, Instant::now())
+        let next = next_wake(plan.wake_at(), notice_due, applied, now, Instant::now());
+        [next, recheck].into_iter().flatten().min()
     }
 
     /// IMPORTANT: records each newly valid generation in `status.lastValidSpec` before anything

@@ -165,15 +165,23 @@ async fn a_refused_version_touches_no_node_and_a_corrupt_artifact_installs_nothi
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(nodes(&store).iter().all(|n| annotation(n, keys::INTENT).is_none()), "a node was touched");
 
-    // The next minor version, but its kubeadm is corrupt on the server: the first control-plane node fails
-    // with the reason, nothing is installed, nothing is cordoned.
-    let components = publish(&cluster, TO);
-    cluster.artifacts().set_fault(&format!("{TO}/kubeadm"), Some(ArtifactFault::Corrupt));
+    // The next minor version, named before its ConfigMap exists: refused until the ConfigMap is there (nothing
+    // watches ConfigMaps; the refusal is checked again 30 s later).
+    let config_map = cluster.artifacts().publish_release(TO);
     let mut version = store.api::<NodeVersion>().get(None, "constellation-version").unwrap();
     version.spec.kubernetes_cluster_version = Some(TO.into());
-    version.spec.kubernetes_components_reference = Some(components);
+    version.spec.kubernetes_components_reference = Some(config_map.name_any());
     store.api::<NodeVersion>().update(None, &version, &PostParams::default()).unwrap();
-    let message = eventually(Duration::from_secs(60), "control-plane-0 to fail", || {
+    eventually(Duration::from_secs(60), "the refusal of a missing ConfigMap", || {
+        condition_of(&status_of(&store, "constellation-version"), "Progressing")
+            .filter(|(_, reason, message)| reason == "KubernetesUpgradeRefused" && message.contains("does not exist"))
+    })
+    .await;
+    // Its kubeadm is corrupt on the server: the first control-plane node fails with the reason, nothing is
+    // installed, nothing is cordoned.
+    cluster.artifacts().set_fault(&format!("{TO}/kubeadm"), Some(ArtifactFault::Corrupt));
+    store.api::<ConfigMap>().create(Some("kube-system"), &config_map, &PostParams::default()).unwrap();
+    let message = eventually(Duration::from_secs(120), "control-plane-0 to fail", || {
         let node = store.api::<Node>().get(None, "control-plane-0").ok()?;
         (annotation(&node, keys::INTENT).as_deref() == Some("failed"))
             .then(|| annotation(&node, keys::INTENT_MESSAGE))?
