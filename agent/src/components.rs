@@ -18,6 +18,9 @@ use http_body_util::{BodyExt, Empty};
 use serde::{Deserialize, Serialize};
 use shared::components::{Sha256, Source, VerifiedComponent, components_hash};
 
+/// Where the record of installed components is kept on a host by default.
+pub const DEFAULT_RECORD: &str = "/var/lib/update-operator/components.json";
+
 /// The largest artifact accepted (kubelet and kubeadm binaries are about 100 MB).
 pub const DEFAULT_MAX_SIZE: u64 = 512 * 1024 * 1024;
 
@@ -92,59 +95,40 @@ impl Installer {
         self.root.join(path.trim_start_matches('/'))
     }
 
-    fn record_path(&self) -> PathBuf {
+    /// Where the record is, seen from this process (under the root).
+    pub fn record_path(&self) -> PathBuf {
         self.host_path(&self.record.to_string_lossy())
     }
 
     /// The record of what is installed, `None` when nothing was installed by us.
     pub fn installed(&self) -> Result<Option<Record>, InstallError> {
-        let path = self.record_path();
-        let bad = |reason: String| InstallError::Record { path: path.display().to_string(), reason };
-        match std::fs::read(&path) {
-            Ok(bytes) => {
-                let record: Record = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
-                let hash = components_hash(record.component_hashes.iter().map(String::as_str)).to_string();
-                if hash != record.hash {
-                    return Err(bad(format!("its hash {} does not match its components ({hash})", record.hash)));
-                }
-                Ok(Some(record))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(InstallError::Io { path: path.display().to_string(), source: e }),
-        }
+        installed_at(&self.record_path())
     }
 
     /// Fetches and verifies every component, then installs them all and records them. On any error before the
     /// installation, nothing on the host changed.
     pub async fn install(&self, components: &[VerifiedComponent]) -> Result<Record, InstallError> {
-        let mut staged: Vec<Staged> = Vec::with_capacity(components.len());
+        self.prepare(components).await?.finish()
+    }
+
+    /// Phase one: fetches and verifies every component into temporary files next to their destinations. On
+    /// any error every temporary file is removed and nothing on the host changed. Dropping the result without
+    /// [`Prepared::finish`] removes what was not installed yet.
+    pub async fn prepare<'a>(&'a self, components: &[VerifiedComponent]) -> Result<Prepared<'a>, InstallError> {
+        let mut staged: Vec<(VerifiedComponent, Staged)> = Vec::with_capacity(components.len());
         for component in components {
             match self.stage(component).await {
-                Ok(s) => staged.push(s),
+                Ok(s) => staged.push((component.clone(), s)),
                 Err(error) => {
-                    for s in staged {
+                    for (_, s) in staged {
                         s.discard();
                     }
                     return Err(error);
                 }
             }
         }
-        for s in staged {
-            s.commit()?;
-        }
-        let component_hashes: Vec<String> = components.iter().map(|c| c.hash.to_string()).collect();
-        let record = Record {
-            hash: components_hash(component_hashes.iter().map(String::as_str)).to_string(),
-            component_hashes,
-            install_paths: components.iter().map(|c| c.install_path.clone()).collect(),
-        };
-        let path = self.record_path();
-        let json = serde_json::to_vec_pretty(&record)
-            .map_err(|e| InstallError::Record { path: path.display().to_string(), reason: e.to_string() })?;
-        write_atomically(&path, &json, 0o644)?;
-        Ok(record)
+        Ok(Prepared { installer: self, components: components.to_vec(), staged })
     }
-
     async fn stage(&self, component: &VerifiedComponent) -> Result<Staged, InstallError> {
         let target = self.host_path(&component.install_path);
         let parent = if component.extract { target.clone() } else { parent_of(&target)? };
@@ -212,6 +196,73 @@ impl Installer {
             Ok(result) => result,
             Err(_) => Err(failed(format!("no complete answer within {:?}", self.timeout))),
         }
+    }
+}
+
+/// Components fetched and verified, waiting to be installed (see [`Installer::prepare`]).
+pub struct Prepared<'a> {
+    installer: &'a Installer,
+    components: Vec<VerifiedComponent>,
+    /// Those not installed yet.
+    staged: Vec<(VerifiedComponent, Staged)>,
+}
+
+impl Prepared<'_> {
+    /// Installs the prepared components for which `which` is true (each by an atomic rename); the others
+    /// wait for a later call or [`Prepared::finish`].
+    pub fn install_where(&mut self, which: impl Fn(&VerifiedComponent) -> bool) -> Result<(), InstallError> {
+        let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.staged).into_iter().partition(|(c, _)| which(c));
+        self.staged = later;
+        let mut now = now.into_iter();
+        for (_, staged) in now.by_ref() {
+            if let Err(error) = staged.commit() {
+                now.for_each(|(_, rest)| rest.discard());
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    /// Installs what is left and then records every prepared component as installed.
+    pub fn finish(mut self) -> Result<Record, InstallError> {
+        self.install_where(|_| true)?;
+        let component_hashes: Vec<String> = self.components.iter().map(|c| c.hash.to_string()).collect();
+        let record = Record {
+            hash: components_hash(component_hashes.iter().map(String::as_str)).to_string(),
+            component_hashes,
+            install_paths: self.components.iter().map(|c| c.install_path.clone()).collect(),
+        };
+        let path = self.installer.record_path();
+        let json = serde_json::to_vec_pretty(&record)
+            .map_err(|e| InstallError::Record { path: path.display().to_string(), reason: e.to_string() })?;
+        write_atomically(&path, &json, 0o644)?;
+        Ok(record)
+    }
+}
+
+impl Drop for Prepared<'_> {
+    fn drop(&mut self) {
+        for (_, staged) in std::mem::take(&mut self.staged) {
+            staged.discard();
+        }
+    }
+}
+
+/// The record of what is installed at `path` (the host path of the record under the host root), `None` when
+/// nothing was installed by us. A record whose hash does not match its components is an error.
+pub fn installed_at(path: &Path) -> Result<Option<Record>, InstallError> {
+    let bad = |reason: String| InstallError::Record { path: path.display().to_string(), reason };
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let record: Record = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+            let hash = components_hash(record.component_hashes.iter().map(String::as_str)).to_string();
+            if hash != record.hash {
+                return Err(bad(format!("its hash {} does not match its components ({hash})", record.hash)));
+            }
+            Ok(Some(record))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(InstallError::Io { path: path.display().to_string(), source: e }),
     }
 }
 
@@ -351,4 +402,4 @@ fn sync_dir(path: &Path) -> Result<(), InstallError> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -24,7 +24,7 @@
 //! - The report differs from the current one only where something changed, so a node with nothing
 //!   to do costs no write.
 
-use shared::protocol::{AgentReport, AgentState, BootId, ComponentsHash, Intent, Step, Token};
+use shared::protocol::{AgentReport, AgentState, BootId, ComponentsHash, Intent, KubeadmIntent, Step, Token};
 
 /// What the host says about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +74,8 @@ pub enum Work {
     Stage { token: Token, target: String },
     /// Activate the staged target and reboot into it.
     Reboot { token: Token, target: String },
+    /// Upgrade the host's Kubernetes components to version `target` with kubeadm.
+    KubeadmUpgrade { token: Token, target: String, kubeadm: KubeadmIntent },
     /// Undo what staging changed for `target` (see [`crate::host::HostUpdater::release`]).
     Release { target: String },
 }
@@ -82,7 +84,7 @@ impl Work {
     /// The intent the work serves; `None` for a release, which serves none.
     pub fn token(&self) -> Option<&Token> {
         match self {
-            Work::Stage { token, .. } | Work::Reboot { token, .. } => Some(token),
+            Work::Stage { token, .. } | Work::Reboot { token, .. } | Work::KubeadmUpgrade { token, .. } => Some(token),
             Work::Release { .. } => None,
         }
     }
@@ -92,6 +94,7 @@ impl Work {
         match self {
             Work::Stage { .. } => "stage",
             Work::Reboot { .. } => "reboot",
+            Work::KubeadmUpgrade { .. } => "kubeadm-upgrade",
             Work::Release { .. } => "release",
         }
     }
@@ -217,6 +220,7 @@ fn still_wanted(running: &Running, intent: Option<&Intent>, cordon: Cordon, host
     let serves = |step: Step, token: &Token| intent.is_some_and(|i| i.step == step && i.token == *token);
     match (&running.work, &running.phase) {
         (Work::Stage { token, .. }, _) => serves(Step::Stage, token),
+        (Work::KubeadmUpgrade { token, .. }, _) => serves(Step::KubeadmUpgrade, token),
         (Work::Reboot { token, .. }, Phase::Working { .. }) => serves(Step::Reboot, token) && cordoned(cordon).is_ok(),
         (Work::Reboot { token, .. }, Phase::RebootRequested) => {
             let before = intent.and_then(|i| i.boot_id_before.as_ref());
@@ -253,7 +257,7 @@ fn act(decision: &mut Decision, o: &Observation<'_>, intent: &Intent, cordon: Co
     let running_here = running.filter(|r| r.work.token() == Some(token));
     let outcome = o.outcome.filter(|outcome| outcome.token == *token);
     match intent.step {
-        Step::Stage => {
+        Step::Stage | Step::KubeadmUpgrade => {
             if let Some(outcome) = outcome {
                 match &outcome.result {
                     Ok(()) => settle(AgentState::Done, None),
@@ -272,12 +276,29 @@ fn act(decision: &mut Decision, o: &Observation<'_>, intent: &Intent, cordon: Co
                 }
                 HostView::Unreadable { permanent: false, .. } => return settle(AgentState::Busy, None),
             };
-            if facts.staged_image.as_deref() == Some(intent.target.as_str()) || facts.os_image == intent.target {
-                // Already staged (or running it): nothing to download.
-                return settle(AgentState::Done, None);
-            }
+            let work = match (intent.step, &intent.kubeadm) {
+                (Step::KubeadmUpgrade, Some(kubeadm)) => {
+                    // No shortcut from the components hash: it says what is installed, not whether kubeadm
+                    // ran and the kubelet restarted; upgrading a node to what it runs changes nothing.
+                    Work::KubeadmUpgrade {
+                        token: token.clone(),
+                        target: intent.target.clone(),
+                        kubeadm: kubeadm.clone(),
+                    }
+                }
+                (Step::KubeadmUpgrade, None) => {
+                    return settle(AgentState::Error, Some("the intent names no components ConfigMap".to_owned()));
+                }
+                _ if facts.staged_image.as_deref() == Some(intent.target.as_str())
+                    || facts.os_image == intent.target =>
+                {
+                    // Already staged (or running it): nothing to download.
+                    return settle(AgentState::Done, None);
+                }
+                _ => Work::Stage { token: token.clone(), target: intent.target.clone() },
+            };
             settle(AgentState::Busy, None);
-            decision.start = Some(Work::Stage { token: token.clone(), target: intent.target.clone() });
+            decision.start = Some(work);
         }
         Step::Reboot => {
             if let HostView::Known(facts) = o.host
@@ -315,9 +336,6 @@ fn act(decision: &mut Decision, o: &Observation<'_>, intent: &Intent, cordon: Co
                     HostView::Unreadable { permanent: false, .. } => settle(AgentState::Busy, None),
                 },
             }
-        }
-        Step::KubeadmUpgrade => {
-            settle(AgentState::Error, Some("this agent version does not carry out kubeadm upgrades".to_owned()));
         }
         Step::Drain | Step::Replace | Step::Done | Step::Failed | Step::Blocked => {}
     }

@@ -1,7 +1,7 @@
 //! The commands of a kubeadm Kubernetes upgrade on one host, by the host's role, as kubeadm documents the
 //! order (<https://kubernetes.io/docs/tasks/administer-cluster/kubeadm/kubeadm-upgrade/>): the first
 //! control-plane node plans and applies the new version, every other node runs `kubeadm upgrade node`, and
-//! each then restarts its kubelet, whose new binary the components installer has put in place.
+//! each then restarts its kubelet once its new binary is in place.
 //!
 //! Commands are argv vectors, never a shell line: the version is one argument, checked to be a version (so
 //! nothing from the cluster can pass for an option), and the paths come from the verified components.
@@ -29,7 +29,18 @@ pub enum PlanError {
     NoKubeadm,
 }
 
-/// The argv vectors to run, in order; each must succeed before the next runs.
+/// The commands that restart the kubelet once its new binary is in place (systemd hosts).
+pub const RESTART_KUBELET: &[&[&str]] = &[&["systemctl", "daemon-reload"], &["systemctl", "restart", "kubelet"]];
+
+/// Whether `component` is the kubelet or kubectl binary: those are replaced only after kubeadm upgraded the
+/// node, right before the kubelet restarts (kubeadm's documented order), so that a kubelet that restarts for
+/// any other reason meanwhile never runs a version newer than its control plane.
+pub fn replaced_after_kubeadm(component: &VerifiedComponent) -> bool {
+    !component.extract && matches!(component.install_path.rsplit('/').next(), Some("kubelet" | "kubectl"))
+}
+
+/// The kubeadm argv vectors to run, in order; each must succeed before the next runs. The kubelet restart
+/// ([`RESTART_KUBELET`]) follows them once the kubelet binary is replaced.
 pub fn upgrade_commands(
     role: Role,
     version: &KubeVersion,
@@ -50,7 +61,7 @@ pub fn upgrade_commands(
             .collect()
     };
     let version = version.to_string();
-    let mut commands = match role {
+    let commands = match role {
         // `upgrade plan` only reads: it takes no patches.
         Role::FirstControlPlane => vec![
             vec![kubeadm.clone(), "upgrade".into(), "plan".into(), version.clone()],
@@ -58,8 +69,6 @@ pub fn upgrade_commands(
         ],
         Role::ControlPlane | Role::Worker => vec![kubeadm_argv(&["upgrade", "node"])],
     };
-    commands.push(vec!["systemctl".into(), "daemon-reload".into()]);
-    commands.push(vec!["systemctl".into(), "restart".into(), "kubelet".into()]);
     Ok(commands)
 }
 
@@ -90,8 +99,6 @@ mod tests {
             strings(&[
                 &["/usr/local/bin/kubeadm", "upgrade", "plan", "v1.34.1"],
                 &["/usr/local/bin/kubeadm", "upgrade", "apply", "--yes", "v1.34.1"],
-                &["systemctl", "daemon-reload"],
-                &["systemctl", "restart", "kubelet"],
             ])
         );
     }
@@ -106,11 +113,7 @@ mod tests {
         for role in [Role::ControlPlane, Role::Worker] {
             assert_eq!(
                 upgrade_commands(role, &version, &components).unwrap(),
-                strings(&[
-                    &["/run/state/bin/kubeadm", "upgrade", "node", "--patches", "/etc/kubernetes/patches"],
-                    &["systemctl", "daemon-reload"],
-                    &["systemctl", "restart", "kubelet"],
-                ])
+                strings(&[&["/run/state/bin/kubeadm", "upgrade", "node", "--patches", "/etc/kubernetes/patches"],])
             );
         }
         let first = upgrade_commands(Role::FirstControlPlane, &version, &components).unwrap();
@@ -127,6 +130,21 @@ mod tests {
                 "/etc/kubernetes/patches"
             ]])[0]
         );
+    }
+
+    #[test]
+    fn only_the_kubelet_and_kubectl_binaries_wait_for_kubeadm() {
+        let late: Vec<bool> = [
+            component("/usr/local/bin/kubelet", false),
+            component("/usr/local/bin/kubectl", false),
+            component("/usr/local/bin/kubeadm", false),
+            component("/opt/cni/bin", true),
+            component("/etc/kubernetes/patches/kubelet", true),
+        ]
+        .iter()
+        .map(replaced_after_kubeadm)
+        .collect();
+        assert_eq!(late, [true, true, false, false, false]);
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod metrics;
 mod nodes;
 mod operation;
 mod own_node;
+pub mod releases;
 mod retry;
 pub mod worker;
 

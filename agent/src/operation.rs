@@ -12,10 +12,13 @@
 //!   it (what the host's own updater runs in the background aside, see [`HostUpdater`]).
 
 use crate::decide::Work;
-use crate::host::{HostError, HostUpdater};
+use crate::host::{HostError, HostUpdater, KubernetesUpgrade};
+use crate::kubeadm::Role;
 use crate::metrics::{HostOpLabels, Metrics};
+use crate::releases::Releases;
 use crate::retry;
 use backon::Retryable;
+use shared::protocol::{KubeadmIntent, KubeadmRole};
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
@@ -37,9 +40,10 @@ pub struct Operation {
 }
 
 impl Operation {
-    /// Starts `work` on `host`; progress goes to `progress`.
+    /// Starts `work` on `host` (reading components from `releases`); progress goes to `progress`.
     pub fn start<H: HostUpdater>(
         host: Arc<H>,
+        releases: Arc<dyn Releases>,
         work: Work,
         serial: u64,
         progress: UnboundedSender<Progress>,
@@ -47,7 +51,7 @@ impl Operation {
     ) -> Self {
         let operation = work.operation();
         let policy = match work {
-            Work::Stage { .. } | Work::Reboot { .. } => retry::HOST_WORK,
+            Work::Stage { .. } | Work::Reboot { .. } | Work::KubeadmUpgrade { .. } => retry::HOST_WORK,
             Work::Release { .. } => retry::RELEASE,
         };
         let task = tokio::spawn(async move {
@@ -55,6 +59,9 @@ impl Operation {
                 match &work {
                     Work::Stage { target, .. } => host.stage(target).await,
                     Work::Reboot { target, .. } => host.activate_and_reboot(target).await,
+                    Work::KubeadmUpgrade { target, kubeadm, .. } => {
+                        upgrade_kubernetes(&*host, &*releases, target, kubeadm).await
+                    }
                     Work::Release { target } => host.release(target).await,
                 }
             };
@@ -87,4 +94,24 @@ impl Operation {
         // A cancelled task ends with a "cancelled" join error; a finished one has nothing to say.
         let _ = self.task.await;
     }
+}
+
+/// Reads and validates the components of `kubeadm`, then upgrades the host to version `target`.
+async fn upgrade_kubernetes<H: HostUpdater>(
+    host: &H,
+    releases: &dyn Releases,
+    target: &str,
+    kubeadm: &KubeadmIntent,
+) -> Result<(), HostError> {
+    let version = target.parse().map_err(|error: shared::version::VersionError| HostError::InvalidTarget {
+        target: target.to_owned(),
+        reason: error.to_string(),
+    })?;
+    let release = releases.release(&kubeadm.components, &version).await?;
+    // Every node but the first control-plane node runs the same `kubeadm upgrade node`.
+    let role = match kubeadm.role {
+        KubeadmRole::Apply => Role::FirstControlPlane,
+        KubeadmRole::Node => Role::Worker,
+    };
+    host.upgrade_kubernetes(&KubernetesUpgrade { version, role, components: release.components }).await
 }

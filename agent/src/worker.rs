@@ -21,6 +21,7 @@ use crate::metrics::{HostOpLabels, Metrics};
 use crate::nodes::{KubeNodes, NodeApi, WriteError};
 use crate::operation::{Operation, Progress};
 use crate::own_node::OwnNode;
+use crate::releases::{KubeReleases, Releases};
 use crate::retry;
 use backon::ExponentialBackoff;
 use futures::StreamExt;
@@ -58,13 +59,15 @@ pub async fn run<H: HostUpdater>(
     health: Health,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
+    let releases = Arc::new(KubeReleases::new(client.clone()));
     let nodes = KubeNodes::new(client, &node_name);
-    run_with(nodes, node_name, host, metrics, health, shutdown).await
+    run_with(nodes, releases, node_name, host, metrics, health, shutdown).await
 }
 
 /// [`run`] on any [`NodeApi`].
 pub(crate) async fn run_with<N: NodeApi, H: HostUpdater>(
     nodes: N,
+    releases: Arc<dyn Releases>,
     node_name: String,
     host: Arc<H>,
     metrics: Metrics,
@@ -74,7 +77,7 @@ pub(crate) async fn run_with<N: NodeApi, H: HostUpdater>(
     let mut events = nodes.watch();
     tracing::info!(node = %node_name, "watching own node");
     let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
-    let mut agent = Agent::new(nodes, node_name, host, metrics, progress_tx);
+    let mut agent = Agent::new(nodes, releases, node_name, host, metrics, progress_tx);
     let heartbeat = health.heartbeat("agent", STUCK_AFTER);
     let mut tick = tokio::time::interval(HEARTBEAT_TICK);
     let outcome = loop {
@@ -116,6 +119,7 @@ struct Underway {
 
 struct Agent<N, H> {
     nodes: N,
+    releases: Arc<dyn Releases>,
     node_name: String,
     host: Arc<H>,
     metrics: Metrics,
@@ -134,9 +138,17 @@ struct Agent<N, H> {
 }
 
 impl<N: NodeApi, H: HostUpdater> Agent<N, H> {
-    fn new(nodes: N, node_name: String, host: Arc<H>, metrics: Metrics, progress: UnboundedSender<Progress>) -> Self {
+    fn new(
+        nodes: N,
+        releases: Arc<dyn Releases>,
+        node_name: String,
+        host: Arc<H>,
+        metrics: Metrics,
+        progress: UnboundedSender<Progress>,
+    ) -> Self {
         Agent {
             nodes,
+            releases,
             node_name,
             host,
             metrics,
@@ -191,7 +203,7 @@ impl<N: NodeApi, H: HostUpdater> Agent<N, H> {
                 // The host boots the target now: nothing to undo any more.
                 self.prepared = None;
             }
-            (Work::Stage { token, .. } | Work::Reboot { token, .. }, result) => {
+            (Work::Stage { token, .. } | Work::Reboot { token, .. } | Work::KubeadmUpgrade { token, .. }, result) => {
                 self.underway = None;
                 if let Err(error) = &result {
                     tracing::warn!(%error, "host work failed");
@@ -357,8 +369,14 @@ impl<N: NodeApi, H: HostUpdater> Agent<N, H> {
             self.prepared = Some(target.clone());
         }
         self.serial += 1;
-        let operation =
-            Operation::start(self.host.clone(), work.clone(), self.serial, self.progress.clone(), self.metrics.clone());
+        let operation = Operation::start(
+            self.host.clone(),
+            self.releases.clone(),
+            work.clone(),
+            self.serial,
+            self.progress.clone(),
+            self.metrics.clone(),
+        );
         let running = Running { work, phase: Phase::Working { transient: None } };
         self.underway = Some(Underway { running, operation: Some(operation) });
     }

@@ -38,6 +38,9 @@ impl HostUpdater for IdleHost {
     async fn activate_and_reboot(&self, _: &str) -> Result<(), HostError> {
         Ok(())
     }
+    async fn upgrade_kubernetes(&self, _: &agent::host::KubernetesUpgrade) -> Result<(), HostError> {
+        Ok(())
+    }
 }
 
 /// Lists the node, keeps every watch open without events, and answers report writes unless

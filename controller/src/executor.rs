@@ -138,7 +138,7 @@ impl Executor {
         let (starts, others): (Vec<Planned<'_>>, Vec<Planned<'_>>) = batches
             .iter()
             .flat_map(|batch| batch.actions.iter().map(move |action| (action, batch)))
-            .partition(|(a, _)| matches!(a.kind, ActionKind::Stage { .. } | ActionKind::Replace { .. }));
+            .partition(|(a, _)| a.starts_node());
         let mut applied = Applied::default();
         self.apply_phase(term, &others, nodes, now, &mut applied).await;
         if applied.conflicts + applied.errors == 0 {
@@ -400,6 +400,7 @@ pub fn drain_effect(kind: &ActionKind) -> DrainEffect {
         | ActionKind::Retire { .. } => DrainEffect::Stop,
         ActionKind::Stage { .. }
         | ActionKind::Reboot { .. }
+        | ActionKind::KubeadmUpgrade { .. }
         | ActionKind::Uncordon
         | ActionKind::Report
         | ActionKind::Replace { .. }
@@ -426,6 +427,7 @@ pub fn next_state(
         token: token.clone(),
         since,
         boot_id_before: None,
+        kubeadm: None,
         message: None,
     };
     let mut uncordon = |next: &mut ControllerAnnotations| {
@@ -448,6 +450,9 @@ pub fn next_state(
         }
         ActionKind::Reboot { target, boot_id_before } => {
             next.intent = Some(Intent { boot_id_before: Some(boot_id_before.clone()), ..intent(Step::Reboot, target) })
+        }
+        ActionKind::KubeadmUpgrade { target, kubeadm } => {
+            next.intent = Some(Intent { kubeadm: Some(kubeadm.clone()), ..intent(Step::KubeadmUpgrade, target) })
         }
         ActionKind::Done { target } => {
             next.intent = Some(intent(Step::Done, target));

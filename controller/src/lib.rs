@@ -2,6 +2,7 @@
 //! drives rollouts through the node annotation protocol while it holds the leader lease.
 
 pub mod agent_policy;
+pub mod cluster_version;
 pub mod drain;
 pub mod etcd;
 pub mod events;

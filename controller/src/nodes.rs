@@ -60,6 +60,8 @@ pub struct SlimCondition {
 pub struct SlimNodeInfo {
     #[serde(rename = "bootID", default)]
     pub boot_id: String,
+    #[serde(rename = "kubeletVersion", default)]
+    pub kubelet_version: String,
 }
 
 impl kube::Resource for SlimNode {
@@ -134,6 +136,12 @@ impl SlimNode {
             ready: self.ready(),
             unschedulable: self.unschedulable(),
             kubelet_boot_id: self.status.node_info.as_ref().map(|i| i.boot_id.clone()).filter(|b| !b.is_empty()),
+            kubelet_version: self
+                .status
+                .node_info
+                .as_ref()
+                .map(|i| i.kubelet_version.clone())
+                .filter(|v| !v.is_empty()),
             controller: ControllerAnnotations::read(annotations),
             agent: AgentReport::parse(annotations),
             drain,

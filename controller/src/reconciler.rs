@@ -16,6 +16,7 @@
 //!   [`HEARTBEAT_TICK`] only to beat its heartbeat.
 
 use crate::agent_policy;
+use crate::cluster_version::ClusterVersions;
 use crate::drain::Drains;
 use crate::events::{Events, node_reference};
 use crate::executor::{Applied, Batch, Executor};
@@ -48,6 +49,8 @@ const CONFLICT_RETRY: Duration = Duration::from_millis(200);
 const ERROR_RETRY: Duration = Duration::from_secs(2);
 /// Pause before asking the cloud again for the groups of nodes it did not tell.
 const UNRESOLVED_RETRY: Duration = Duration::from_secs(10);
+/// How soon a refused Kubernetes upgrade is validated again.
+const KUBERNETES_RECHECK: Duration = Duration::from_secs(30);
 /// The loop's longest wait without a heartbeat: an idle loop wakes this often just to beat.
 pub const HEARTBEAT_TICK: Duration = Duration::from_secs(10);
 /// No heartbeat for this long (six ticks) means the loop is stuck: waiting that should have ended,
@@ -97,6 +100,7 @@ pub struct Reconciler {
     /// The agents' admission policy the leader must find in force before it acts; None: not checked.
     pub agent_policy: Option<agent_policy::Gate>,
     specs: Specs,
+    cluster_versions: ClusterVersions,
     /// The hold last published per NodeVersion (by UID), so each change is one Event.
     last_holds: HashMap<String, Option<Hold>>,
     /// What each NodeVersion being deleted (by UID) was last said to wait for.
@@ -120,6 +124,7 @@ impl Reconciler {
         events: Events,
     ) -> Self {
         Reconciler {
+            cluster_versions: ClusterVersions::new(versions_api.clone().into_client()),
             nodes,
             versions,
             versions_api,
@@ -256,7 +261,17 @@ impl Reconciler {
             (a.metadata.creation_timestamp.as_ref().map(|t| t.0), a.name_any())
                 .cmp(&(b.metadata.creation_timestamp.as_ref().map(|t| t.0), b.name_any()))
         });
-        let rollouts: Vec<Rollout> = versions.iter().map(|v| self.specs.rollout(v, now)).collect();
+        let mut rollouts: Vec<Rollout> = versions.iter().map(|v| self.specs.rollout(v, now)).collect();
+        let kubernetes = self.cluster_versions.check_all(&versions).await;
+        // Nothing watches ConfigMaps or /version: a refusal is checked again after a while (the ConfigMap may be
+        // created after the NodeVersion that names it).
+        let recheck = kubernetes
+            .iter()
+            .any(|k| matches!(k, Some(policy::kubernetes::KubernetesSpec::Refused(_))))
+            .then(|| Instant::now() + KUBERNETES_RECHECK);
+        for (rollout, kubernetes) in rollouts.iter_mut().zip(kubernetes) {
+            rollout.kubernetes = kubernetes;
+        }
         self.specs.retain(|uid| versions.iter().chain(&deleting).any(|v| v.uid().as_deref() == Some(uid)));
         self.finalizers_added.retain(|uid| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));
         // IMPORTANT: no node is touched for a NodeVersion without the finalizer, or deleting it
@@ -314,6 +329,7 @@ impl Reconciler {
         let notice_due = self.report_held_nodes(&versions, &plan, &references, &objects);
         self.record_metrics(&plan, started);
         let wake = next_wake(plan.wake_at(), notice_due, applied, now, Instant::now());
+        let wake = [wake, recheck].into_iter().flatten().min();
         if unresolved {
             // The cloud did not tell some node's group: ask again soon.
             let retry = Instant::now() + UNRESOLVED_RETRY;
@@ -565,7 +581,7 @@ impl Specs {
                 SpecEntry { generation, state, recorded: previous.and_then(|e| e.recorded) }
             }
         };
-        let rollout = Rollout { name, spec: entry.state.clone() };
+        let rollout = Rollout { name, spec: entry.state.clone(), kubernetes: None };
         self.entries.insert(uid, entry);
         rollout
     }

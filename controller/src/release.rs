@@ -83,6 +83,8 @@ mod tests {
             ready: true,
             unschedulable: false,
             kubelet_boot_id: None,
+            kubelet_version: None,
+            group: None,
             controller,
             agent: Err(ProtocolError::Missing { key: "x", with: "y" }),
             drain,
@@ -98,6 +100,7 @@ mod tests {
             since: jiff::Timestamp::UNIX_EPOCH,
             boot_id_before: None,
             message: None,
+            kubeadm: None,
         });
         assert!(intent.is_some(), "test token must parse");
         ControllerAnnotations { intent, cordoned_by_us }

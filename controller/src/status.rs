@@ -10,13 +10,15 @@
 use crate::policy::{Hold, Plan, Problem, Reason, Rollout};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use shared::crd::{HeldBackNode, InFlightNode, NodeCounts, NodeVersionStatus};
+use shared::crd::{HeldBackNode, InFlightNode, NodeCounts, NodeKubelet, NodeVersionStatus};
 use std::collections::BTreeSet;
 
 /// How many nodes a condition message names before it says "and N more".
 const MAX_NAMED: usize = 5;
 /// How many held-back nodes `status.heldBack` lists (the condition and the counts tell the rest).
 pub const MAX_HELD_LISTED: usize = 50;
+/// How many nodes `status.kubelets` lists.
+pub const MAX_KUBELETS_LISTED: usize = 500;
 
 pub const PROGRESSING: &str = "Progressing";
 pub const UP_TO_DATE: &str = "UpToDate";
@@ -34,7 +36,12 @@ pub fn compute(
 ) -> NodeVersionStatus {
     let c = plan.counts;
     let acting = rollout.spec.acting();
-    let target = acting.map(|s| s.target.as_str());
+    let kubernetes_target = rollout.spec.acting().and(rollout_version(rollout));
+    let kubernetes_active = plan.kubernetes.as_ref().is_some_and(|k| k.active);
+    let target = match (&kubernetes_target, kubernetes_active) {
+        (Some(version), true) => Some(version.as_str()),
+        _ => acting.map(|s| s.target.as_str()),
+    };
     let up_to_date = match target {
         None => (false, Reason::InvalidSpec, "no valid spec is known".to_owned()),
         Some(target) if c.up_to_date == c.total => {
@@ -104,7 +111,27 @@ pub fn compute(
         pending: plan.replacements.pending.clone(),
         obsolete: plan.replacements.obsolete.clone(),
         conditions,
+        active_cluster_version_upgrade: kubernetes_active,
+        kubelets: plan
+            .kubernetes
+            .iter()
+            .flat_map(|k| k.nodes.iter())
+            .take(MAX_KUBELETS_LISTED)
+            .map(|(name, kubelet_version, components_hash)| NodeKubelet {
+                name: name.clone(),
+                kubelet_version: kubelet_version.clone(),
+                components_hash: components_hash.clone(),
+            })
+            .collect(),
         last_valid_spec: acting.map(|spec| spec.record()),
+    }
+}
+
+/// The Kubernetes version `rollout` upgrades to (`Kubernetes v1.34.1`), for messages while it does.
+fn rollout_version(rollout: &Rollout) -> Option<String> {
+    match rollout.kubernetes.as_ref()? {
+        crate::policy::kubernetes::KubernetesSpec::Upgrade(target) => Some(format!("Kubernetes {}", target.version)),
+        crate::policy::kubernetes::KubernetesSpec::Refused(_) => None,
     }
 }
 
@@ -228,7 +255,7 @@ mod tests {
             policy: Policy::default(),
             raw: serde_json::json!({"image": "v2"}),
         };
-        Rollout { name: "nv".into(), spec: SpecState::Valid(Arc::new(spec)) }
+        Rollout { name: "nv".into(), spec: SpecState::Valid(Arc::new(spec)), kubernetes: None }
     }
 
     fn now() -> Timestamp {
@@ -360,6 +387,7 @@ mod tests {
         let invalid = Rollout {
             name: "nv".into(),
             spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None },
+            kubernetes: None,
         };
         let p = Plan { hold: Some(Hold::new(Reason::InvalidSpec, "spec.image: bad")), ..Default::default() };
         let s = compute(&p, &invalid, Some(4), None, now());

@@ -1,6 +1,7 @@
 //! An in-memory Kubernetes cluster for the tests, the demo and the benchmarks.
 
 pub mod apiserver;
+pub mod artifacts;
 pub mod cli;
 pub mod cloud;
 pub mod cluster;

@@ -1,19 +1,21 @@
 //! Watches a cluster through the API, as a user would, and checks the rollout's safety invariants
 //! at every event: never more than `maxUnavailable` nodes disrupted when the controller starts
 //! one, never two control-plane nodes disrupted, no node holding an intent the protocol cannot
-//! read, and no PodDisruptionBudget below its desired healthy count. It also records each node's
+//! read, no PodDisruptionBudget below its desired healthy count, and no kubelet newer than the API
+//! server (its `/version`, read after every Node event that carries a kubelet version). It also records each node's
 //! steps with their times, for the demo's display and summary, and for tests' negative checks
 //! (what never happened, over the whole run rather than at one instant).
 //!
 //! A node counts as disrupted as the policy counts it against `maxUnavailable`: cordoned,
-//! NotReady, in the `stage`, `drain`, `reboot` or `replace` step, or verified (`done`) less than the soak
-//! time ago; a node that joins as a new instance (its joining PendingNode has not reached its goal) is extra
-//! capacity, not disrupted. With [`Limits::surge`] it also checks replacements at every event: at most
-//! `maxSurge` extra instances, never a control-plane and a worker replacement at once, and never a replaced
-//! node deleted while its heir is not Ready; and always: never an instance of a replacement deleted (a leaving
-//! PendingNode) while its node is Ready and schedulable. Nodes can turn NotReady or be cordoned without the controller, so the budget is
-//! checked when the controller starts a node (a node enters `stage`): that is the moment the
-//! policy answers for.
+//! NotReady, in the `stage`, `drain`, `reboot`, `kubeadm-upgrade` or `replace` step, or verified (`done`)
+//! less than the soak time ago; a node that joins as a new instance (its joining PendingNode has not reached
+//! its goal) is extra capacity, not disrupted. With [`Limits::surge`] it also checks replacements at every
+//! event: at most `maxSurge` extra instances, never a control-plane and a worker replacement at once, and never
+//! a replaced node deleted while its heir is not Ready; and always: never an instance of a replacement deleted
+//! (a leaving PendingNode) while its node is Ready and schedulable. Nodes can turn NotReady or be cordoned
+//! without the controller, so the budget is checked when the controller starts a node (a node enters `stage`
+//! or `replace`, or `drain` or `kubeadm-upgrade` without coming from the step before it): that is the moment
+//! the policy answers for.
 
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -78,6 +80,8 @@ pub struct NodeState {
     /// The `heir` annotation (a donor being drained) and the `donor` annotation (a heir).
     pub heir: Option<String>,
     pub donor: Option<String>,
+    /// `status.nodeInfo.kubeletVersion`.
+    pub kubelet_version: Option<String>,
 }
 
 impl NodeState {
@@ -90,7 +94,10 @@ impl NodeState {
         self.cordoned
             || !self.ready
             || soaking
-            || matches!(self.step, Some(Step::Stage | Step::Drain | Step::Reboot | Step::Replace))
+            || matches!(
+                self.step,
+                Some(Step::Stage | Step::Drain | Step::Reboot | Step::KubeadmUpgrade | Step::Replace)
+            )
     }
 }
 
@@ -168,7 +175,7 @@ async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: 
     let pdbs = watcher(Api::<PodDisruptionBudget>::all(client.clone()), config.clone())
         .default_backoff()
         .map(|e| e.map(|e| Seen::Pdb(Box::new(e))));
-    let pending = watcher(Api::<shared::crd::PendingNode>::all(client), config)
+    let pending = watcher(Api::<shared::crd::PendingNode>::all(client.clone()), config)
         .default_backoff()
         .map(|e| e.map(|e| Seen::Pending(Box::new(e))));
     let nodes = futures::stream::select(nodes, pending);
@@ -179,6 +186,11 @@ async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: 
             event = all.next() => event,
         };
         let Some(Ok(event)) = event else { continue };
+        // The API server's version after the event: a kubelet newer than it was newer at the event too.
+        let kubelets = matches!(&event, Seen::Node(e) if matches!(&**e, Event::Apply(n) | Event::InitApply(n)
+            if n.status.as_ref().and_then(|s| s.node_info.as_ref()).is_some()));
+        let api_server =
+            if kubelets { client.apiserver_version().await.ok().map(|info| info.git_version) } else { None };
         let mut o = state.lock();
         o.events += 1;
         match event {
@@ -192,6 +204,9 @@ async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: 
                     }
                 }
                 o.check_nodes(&limits, started);
+                if let Some(api_server) = api_server {
+                    o.check_kubelets(&api_server);
+                }
             }
             Seen::Pending(e) => {
                 for (pending, deleted) in changes(*e) {
@@ -289,10 +304,23 @@ impl Observed {
             provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
             heir: annotations.get(keys::HEIR).cloned(),
             donor: annotations.get(keys::DONOR).cloned(),
+            kubelet_version: node
+                .status
+                .as_ref()
+                .and_then(|s| s.node_info.as_ref())
+                .map(|i| i.kubelet_version.clone())
+                .filter(|v| !v.is_empty()),
         };
         self.roles.insert(name.clone(), state.control_plane);
         let previous = self.nodes.get(&name).and_then(|n| n.step);
-        let started = matches!(state.step, Some(Step::Stage | Step::Replace)) && previous != state.step;
+        // A start: the first step of a node's update (kubeadm-upgrade follows a drain, a drain a stage).
+        let started = state.step != previous
+            && match state.step {
+                Some(Step::Stage | Step::Replace) => true,
+                Some(Step::Drain) => previous != Some(Step::Stage),
+                Some(Step::KubeadmUpgrade) => previous != Some(Step::Drain),
+                _ => false,
+            };
         if let Some(step) = state.step {
             let steps = self.timeline.entry(name.clone()).or_default();
             if steps.last().map(|(_, s)| *s) != Some(step) {
@@ -363,6 +391,22 @@ impl Observed {
         let roles: Vec<bool> = donors.iter().filter_map(|d| self.roles.get(*d).copied()).collect();
         if roles.contains(&true) && roles.contains(&false) {
             self.violation("a control-plane and a worker node replaced at once".into());
+        }
+    }
+
+    /// No kubelet newer than the API server (the Kubernetes version-skew policy).
+    fn check_kubelets(&mut self, api_server: &str) {
+        let Ok(api_server) = api_server.parse::<shared::version::KubeVersion>() else { return };
+        let newer: Vec<String> = self
+            .nodes
+            .iter()
+            .filter_map(|(name, n)| {
+                let kubelet: shared::version::KubeVersion = n.kubelet_version.as_deref()?.parse().ok()?;
+                (!shared::version::kubelet_may_run(&kubelet, &api_server)).then(|| format!("{name} ({kubelet})"))
+            })
+            .collect();
+        for node in newer {
+            self.violation(format!("kubelet newer than the API server ({api_server}): {node}"));
         }
     }
 
@@ -488,6 +532,32 @@ mod tests {
         see(&mut o, &limits, node("c", true, false, Some(("stage", "v2"))));
         assert_eq!(o.violations, vec!["3 nodes disrupted at once (max 2): a, b, c".to_string()]);
         assert_eq!(o.max_disrupted_seen, 3);
+    }
+
+    #[test]
+    fn a_kubelet_newer_than_the_api_server_is_a_violation_and_a_kubeadm_drain_is_a_start() {
+        let limits = Limits::new(1, false);
+        let mut o = Observed::default();
+        let mut upgraded = node("a", true, false, Some(("done", "v1.34.1")));
+        upgraded.status.as_mut().unwrap().node_info = Some(
+            serde_json::from_value(json!({"kubeletVersion": "v1.34.1", "architecture": "", "bootID": "",
+                "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "", "machineID": "",
+                "operatingSystem": "", "osImage": "", "systemUUID": ""}))
+            .unwrap(),
+        );
+        see(&mut o, &limits, upgraded);
+        o.check_kubelets("v1.34.1");
+        assert!(o.violations.is_empty());
+        o.check_kubelets("v1.33.5");
+        assert_eq!(o.violations, vec!["kubelet newer than the API server (v1.33.5): a (v1.34.1)".to_string()]);
+        let mut o = Observed::default();
+        let mut applying = node("b", true, false, Some(("kubeadm-upgrade", "v1.34.1")));
+        let annotations = applying.metadata.annotations.get_or_insert_with(Default::default);
+        annotations.insert(keys::INTENT_COMPONENTS.into(), "k8s-components-sha256-ab".into());
+        annotations.insert(keys::INTENT_KUBEADM.into(), "apply".into());
+        see(&mut o, &limits, applying);
+        see(&mut o, &limits, node("c", true, false, Some(("drain", "v1.34.1"))));
+        assert_eq!(o.violations, vec!["2 nodes disrupted at once (max 1): b, c".to_string()]);
     }
 
     #[test]

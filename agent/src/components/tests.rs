@@ -8,7 +8,7 @@ use super::*;
 
 /// A plain HTTP/1.1 server on loopback answering GET paths from `files` (404 otherwise), one request per
 /// connection. Returns its base URL.
-async fn serve(files: HashMap<String, Vec<u8>>) -> String {
+pub(crate) async fn serve(files: HashMap<String, Vec<u8>>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let files = Arc::new(files);

@@ -1,4 +1,5 @@
 use super::*;
+use shared::protocol::KubeadmRole;
 
 fn tok(s: &str) -> Token {
     Token::parse("k", s).unwrap()
@@ -24,6 +25,8 @@ fn intent(step: Step, token: &str) -> Intent {
         token: tok(token),
         since: "2026-11-21T10:00:00Z".parse().unwrap(),
         boot_id_before: (step == Step::Reboot).then(|| boot("b0")),
+        kubeadm: (step == Step::KubeadmUpgrade)
+            .then(|| KubeadmIntent { components: COMPONENTS.into(), role: KubeadmRole::Node }),
         message: None,
     }
 }
@@ -373,12 +376,65 @@ fn steps_the_agent_does_not_act_on_change_nothing() {
     }
 }
 
+const COMPONENTS: &str = "k8s-components-sha256-ab12";
+
+fn kubeadm_work(token: &str) -> Work {
+    let kubeadm = KubeadmIntent { components: COMPONENTS.into(), role: KubeadmRole::Node };
+    Work::KubeadmUpgrade { token: tok(token), target: "v2".into(), kubeadm }
+}
+
 #[test]
-fn kubeadm_upgrades_are_refused_clearly() {
-    let d =
-        Case::new(Some(intent(Step::KubeadmUpgrade, "k1")), AgentReport::default(), facts("v1", "b0", None)).decide();
+fn a_kubeadm_upgrade_runs_once_without_a_cordon_and_reports_its_outcome() {
+    let i = intent(Step::KubeadmUpgrade, "k1");
+    // The first control-plane node upgrades uncordoned: the agent needs no cordon for this step.
+    let uncordoned = Case {
+        cordon: Cordon::default(),
+        ..Case::new(Some(i.clone()), reported(AgentState::Done, "old"), facts("v1", "b0", None))
+    };
+    let d = uncordoned.decide();
+    assert_eq!(d.start, Some(kubeadm_work("k1")));
+    assert_eq!((d.report.state, d.report.token.clone()), (Some(AgentState::Busy), Some(tok("k1"))));
+    let running = Case {
+        running: Some(working(kubeadm_work("k1"))),
+        ..Case::new(Some(i.clone()), d.report.clone(), facts("v1", "b0", None))
+    };
+    let d2 = running.decide();
+    assert_eq!((d2.start, d2.stop_running, d2.report.clone()), (None, false, d.report.clone()));
+    // A restart in the middle runs it again (kubeadm's upgrade to the version a node runs changes nothing).
+    let restarted = Case::new(Some(i.clone()), d.report.clone(), facts("v1", "b0", None)).decide();
+    assert_eq!(restarted.start, Some(kubeadm_work("k1")));
+    let failed = Outcome { token: tok("k1"), result: Err("kubeadm exited with status 1".into()) };
+    let d3 = Case { outcome: Some(failed), ..Case::new(Some(i.clone()), d.report.clone(), facts("v1", "b0", None)) }
+        .decide();
+    assert_eq!(
+        (d3.report.state, d3.report.message.as_deref()),
+        (Some(AgentState::Error), Some("kubeadm exited with status 1"))
+    );
+    assert_eq!(d3.start, None);
+    let ok = Outcome { token: tok("k1"), result: Ok(()) };
+    let d4 = Case { outcome: Some(ok), ..Case::new(Some(i), d.report, facts("v1", "b0", None)) }.decide();
+    assert_eq!((d4.report.state, d4.start), (Some(AgentState::Done), None));
+}
+
+#[test]
+fn a_kubeadm_upgrade_the_controller_gave_up_is_stopped() {
+    let running = working(kubeadm_work("k1"));
+    for intent in [None, Some(intent(Step::Failed, "k2")), Some(intent(Step::KubeadmUpgrade, "k2"))] {
+        let case = Case {
+            running: Some(running.clone()),
+            ..Case::new(intent, reported(AgentState::Busy, "k1"), facts("v1", "b0", None))
+        };
+        assert!(case.decide().stop_running);
+    }
+}
+
+#[test]
+fn a_kubeadm_intent_without_components_is_an_error() {
+    let mut i = intent(Step::KubeadmUpgrade, "k1");
+    i.kubeadm = None;
+    let d = Case::new(Some(i), AgentReport::default(), facts("v1", "b0", None)).decide();
     assert_eq!(d.report.state, Some(AgentState::Error));
-    assert!(d.report.message.unwrap().contains("kubeadm"));
+    assert_eq!(d.start, None);
 }
 
 #[test]

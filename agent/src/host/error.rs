@@ -1,5 +1,6 @@
 //! Errors of the host seam: [`HostError`] at run time, [`ConfigError`] when a backend is set up.
 
+use crate::components::InstallError;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -58,6 +59,12 @@ pub enum HostError {
     /// A configured host command printed something unusable.
     #[error("the {command} command {program:?} printed {reason}")]
     BadOutput { command: &'static str, program: String, reason: String },
+    /// The backend cannot carry out the operation on this kind of host.
+    #[error("{operation} is not supported on this host: {reason}")]
+    Unsupported { operation: String, reason: String },
+    /// The Kubernetes components could not be installed (see [`InstallError`]).
+    #[error("installing the Kubernetes components: {0}")]
+    Install(#[from] InstallError),
     /// The host's boot ID could not be read.
     #[error("cannot read the boot ID from {}: {reason}", path.display())]
     BootId { path: PathBuf, reason: String },
@@ -71,7 +78,7 @@ impl HostError {
     /// Whether trying the same operation again later may succeed without anyone changing anything:
     /// transport failures, timeouts, a held update lock, an update state that another client is
     /// still changing, a server-side error or overload (HTTP 5xx or 429), a command that exited
-    /// with [`EX_TEMPFAIL`], and a command that could not start for want of a resource (a process
+    /// with [`EX_TEMPFAIL`], a component download that failed, and a command that could not start for want of a resource (a process
     /// slot, memory, a file descriptor) or because its program was being written. Everything else
     /// needs a different target, another configuration or a human.
     pub fn is_retryable(&self) -> bool {
@@ -82,6 +89,8 @@ impl HostError {
             | HostError::UnexpectedState { .. } => true,
             HostError::Refused { status, .. } => *status >= 500 || *status == 429,
             HostError::CommandFailed { temporary, .. } => *temporary,
+            // An unreachable or failing artifact server may come back; a hash mismatch never passes.
+            HostError::Install(error) => matches!(error, InstallError::Download { .. }),
             HostError::CommandStart { source, .. } => matches!(
                 rustix::io::Errno::from_io_error(source),
                 Some(
@@ -99,6 +108,7 @@ impl HostError {
             | HostError::NotStaged { .. }
             | HostError::UnknownHost { .. }
             | HostError::BadOutput { .. }
+            | HostError::Unsupported { .. }
             | HostError::BootId { .. } => false,
         }
     }

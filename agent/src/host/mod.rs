@@ -1,5 +1,5 @@
-//! The I/O seam between the agent and its host: what the host runs, and staging, activating and
-//! rebooting into a new OS image.
+//! The I/O seam between the agent and its host: what the host runs, staging, activating and
+//! rebooting into a new OS image, and upgrading its Kubernetes components with kubeadm.
 //!
 //! The agent's decision logic is generic over [`HostUpdater`]; the binary picks one backend:
 //! - [`bottlerocket::BottlerocketHost`]: the Bottlerocket update API on `/run/api.sock`;
@@ -25,7 +25,10 @@ mod text;
 
 pub use error::{ConfigError, EX_TEMPFAIL, HostError};
 
+use crate::kubeadm::Role;
+use shared::components::VerifiedComponent;
 use shared::protocol::{BootId, ComponentsHash};
+use shared::version::KubeVersion;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use tokio::io::AsyncReadExt;
@@ -44,6 +47,17 @@ pub struct HostFacts {
     pub staged_image: Option<String>,
     /// The hash over the host's Kubernetes components; `None` where the backend cannot tell.
     pub components_hash: Option<ComponentsHash>,
+}
+
+/// An upgrade of the host's Kubernetes components (intent `kubeadm-upgrade`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubernetesUpgrade {
+    /// The version kubeadm upgrades to.
+    pub version: KubeVersion,
+    /// Which kubeadm command the host runs.
+    pub role: Role,
+    /// What to install, validated by the components ConfigMap's rules (every one with its SHA-256).
+    pub components: Vec<VerifiedComponent>,
 }
 
 /// Reads and changes what the host boots. See the module docs for the guarantees every
@@ -91,6 +105,19 @@ pub trait HostUpdater: Send + Sync + 'static {
         let _ = target;
         std::future::ready(Ok(()))
     }
+
+    /// Upgrades the host's Kubernetes components: every component downloaded and verified against its
+    /// SHA-256 before anything is installed (a failure there leaves the host unchanged), everything but the
+    /// kubelet and kubectl installed, kubeadm run for the role ([`crate::kubeadm::upgrade_commands`]), then
+    /// the kubelet and kubectl replaced, the installed components recorded (the record is what
+    /// [`HostFacts::components_hash`] reports from then on) and the kubelet restarted. Safe to call again:
+    /// kubeadm's upgrade of a node to the version it runs changes nothing.
+    /// - command: the installer writes under the configured host root; the commands run as argv vectors
+    ///   (in the host's namespaces with `nsenter: true`); a failing command's exit status and the end of its
+    ///   output make the error.
+    /// - simulated: the dev cluster's host installs the components and simulates kubeadm and the restart.
+    /// - Bottlerocket: refused (the Kubernetes version comes with the OS image variant).
+    fn upgrade_kubernetes(&self, upgrade: &KubernetesUpgrade) -> impl Future<Output = Result<(), HostError>> + Send;
 }
 
 /// Longest boot ID file read; the kernel's is 37 bytes.

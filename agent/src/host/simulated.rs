@@ -14,6 +14,11 @@
 //! - `POST {base}/_dev/hosts/{node}/reboot` → 202 `{}`; the node then goes NotReady and comes back
 //!   Ready with a new boot ID, running the staged image. The agent process lives on and learns of
 //!   the new boot from `facts()`.
+//! - `POST {base}/_dev/hosts/{node}/kubernetes` with `{"version": "v1.34.1", "role": "apply" | "node",
+//!   "components": [{"url", "hash", "installPath", "extract"}]}` (inline components as `data:` URLs) → 200
+//!   `{}` once the host downloaded and verified every component, installed them, ran the simulated kubeadm
+//!   and restarted its kubelet (the server holds the request meanwhile); then its facts report the new
+//!   `componentsHash`. Failures as for `stage`.
 //!
 //! # Guarantees
 //! - `stage` asks the server only when the target is not staged yet.
@@ -21,10 +26,12 @@
 //!   running with nothing else staged); otherwise it reports what is staged instead.
 
 use super::http::{self as transport, Answer, Endpoint};
-use super::{ConfigError, HostError, HostFacts, HostUpdater, check_reported_image};
+use super::{ConfigError, HostError, HostFacts, HostUpdater, KubernetesUpgrade, check_reported_image};
+use crate::kubeadm::Role;
 use ::http::{Method, StatusCode, Uri};
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_encode, utf8_percent_encode};
 use serde::Deserialize;
+use shared::components::{Component, Source};
 use shared::protocol::{BootId, ComponentsHash};
 use std::time::Duration;
 
@@ -125,6 +132,23 @@ impl SimulatedHost {
     }
 }
 
+impl SimulatedHost {
+    /// POSTs `body` to `{host}/{action}`, which the server holds for the simulated duration (up to the stage
+    /// timeout): a transient refusal may pass, any other failure is the step's.
+    async fn long_step(&self, operation: String, action: &str, body: serde_json::Value) -> Result<(), HostError> {
+        let path = format!("{}/{action}", self.host_path);
+        let body = Some(body.to_string().into_bytes());
+        let answer = self.request(&operation, Method::POST, &path, body, self.config.stage_timeout).await?;
+        if answer.status.is_success() {
+            return Ok(());
+        }
+        if is_transient(answer.status) {
+            return Err(answer.refusal(SERVICE, &operation));
+        }
+        Err(HostError::StepFailed { step: operation, message: answer.message() })
+    }
+}
+
 impl HostUpdater for SimulatedHost {
     async fn facts(&self) -> Result<HostFacts, HostError> {
         let operation = "reading the host's facts";
@@ -159,17 +183,7 @@ impl HostUpdater for SimulatedHost {
         if self.facts().await?.staged_image.as_deref() == Some(target) {
             return Ok(());
         }
-        let operation = format!("staging {target}");
-        let body = serde_json::json!({ "image": target }).to_string().into_bytes();
-        let path = format!("{}/stage", self.host_path);
-        let answer = self.request(&operation, Method::POST, &path, Some(body), self.config.stage_timeout).await?;
-        if answer.status.is_success() {
-            return Ok(());
-        }
-        if is_transient(answer.status) {
-            return Err(answer.refusal(SERVICE, &operation));
-        }
-        Err(HostError::StepFailed { step: operation, message: answer.message() })
+        self.long_step(format!("staging {target}"), "stage", serde_json::json!({ "image": target })).await
     }
 
     async fn activate_and_reboot(&self, target: &str) -> Result<(), HostError> {
@@ -190,6 +204,33 @@ impl HostUpdater for SimulatedHost {
         tracing::info!(target, "simulated reboot under way");
         Ok(())
     }
+
+    async fn upgrade_kubernetes(&self, upgrade: &KubernetesUpgrade) -> Result<(), HostError> {
+        self.long_step(format!("upgrading Kubernetes to {}", upgrade.version), "kubernetes", upgrade_body(upgrade))
+            .await
+    }
+}
+
+/// The body of `POST .../kubernetes`.
+pub fn upgrade_body(upgrade: &KubernetesUpgrade) -> serde_json::Value {
+    let components: Vec<Component> = upgrade
+        .components
+        .iter()
+        .map(|c| Component {
+            url: match &c.source {
+                Source::Download(url) => url.clone(),
+                Source::Inline(bytes) => format!("data:,{}", percent_encode(bytes, NON_ALPHANUMERIC)),
+            },
+            hash: c.hash.to_string(),
+            install_path: c.install_path.clone(),
+            extract: c.extract,
+        })
+        .collect();
+    let role = match upgrade.role {
+        Role::FirstControlPlane => "apply",
+        Role::ControlPlane | Role::Worker => "node",
+    };
+    serde_json::json!({ "version": upgrade.version.to_string(), "role": role, "components": components })
 }
 
 /// The answers of the contract that say "try again later" (see the module docs).
@@ -218,6 +259,36 @@ mod tests {
         let Endpoint::Tcp(address) = &simulated.endpoint else { panic!() };
         assert_eq!(address, "dev:8080");
         assert_eq!(host("http://dev", "worker-0.example").unwrap().host_path, "/_dev/hosts/worker-0.example");
+    }
+
+    #[test]
+    fn inline_components_travel_as_data_urls_that_decode_to_their_content() {
+        use shared::components::{Sha256, VerifiedComponent, decode_data_url};
+        let patch = b"spec:\n  containers: [{name: x}]\n\xff".to_vec();
+        let upgrade = KubernetesUpgrade {
+            version: "v1.34.1".parse().unwrap(),
+            role: Role::FirstControlPlane,
+            components: vec![
+                VerifiedComponent {
+                    source: Source::Download("http://a/kubeadm".into()),
+                    hash: Sha256::of(b"k"),
+                    install_path: "/usr/local/bin/kubeadm".into(),
+                    extract: false,
+                },
+                VerifiedComponent {
+                    source: Source::Inline(patch.clone()),
+                    hash: Sha256::of(&patch),
+                    install_path: "/etc/kubernetes/patches/kube-apiserver0+json.yaml".into(),
+                    extract: false,
+                },
+            ],
+        };
+        let body = upgrade_body(&upgrade);
+        assert_eq!((body["version"].as_str(), body["role"].as_str()), (Some("v1.34.1"), Some("apply")));
+        let components: Vec<Component> = serde_json::from_value(body["components"].clone()).unwrap();
+        assert_eq!(components[0].url, "http://a/kubeadm");
+        assert_eq!(components[0].hash, Sha256::of(b"k").to_string());
+        assert_eq!(decode_data_url(&components[1].url).unwrap(), patch);
     }
 
     #[test]

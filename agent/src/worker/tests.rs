@@ -326,6 +326,48 @@ impl HostUpdater for ScriptedHost {
         self.script().calls.push(format!("release {target}"));
         Ok(())
     }
+
+    async fn upgrade_kubernetes(&self, upgrade: &crate::host::KubernetesUpgrade) -> Result<(), HostError> {
+        let paths: Vec<&str> = upgrade.components.iter().map(|c| c.install_path.as_str()).collect();
+        self.script().calls.push(format!("kubernetes {} {:?} {}", upgrade.version, upgrade.role, paths.join(",")));
+        Ok(())
+    }
+}
+
+/// Components ConfigMaps: one release, `k8s-components-...` of [`release_config_map`], for any version it
+/// names.
+struct OneRelease(k8s_openapi::api::core::v1::ConfigMap);
+
+impl crate::releases::Releases for OneRelease {
+    fn release<'a>(
+        &'a self,
+        name: &'a str,
+        version: &'a shared::version::KubeVersion,
+    ) -> futures::future::BoxFuture<'a, Result<shared::components::Release, HostError>> {
+        Box::pin(async move {
+            if self.0.metadata.name.as_deref() != Some(name) {
+                return Err(HostError::StepFailed {
+                    step: format!("reading {name}"),
+                    message: "no such ConfigMap".into(),
+                });
+            }
+            crate::releases::validate(name, &self.0, version)
+        })
+    }
+}
+
+/// A valid components ConfigMap for v2.0.0 with a kubeadm from `http://artifacts/kubeadm`.
+fn release_config_map() -> k8s_openapi::api::core::v1::ConfigMap {
+    use shared::components::{Sha256, components_hash, config_map_name};
+    let hash = Sha256::of(b"kubeadm").to_string();
+    let components =
+        json!([{"url": "http://artifacts/kubeadm", "hash": hash, "installPath": "/usr/local/bin/kubeadm"}]);
+    serde_json::from_value(json!({
+        "metadata": {"name": config_map_name(&components_hash([hash.as_str()])), "namespace": "kube-system"},
+        "immutable": true,
+        "data": {"components": components.to_string(), "cluster-version": "v2.0.0"},
+    }))
+    .unwrap()
 }
 
 /// The agent running on `nodes` and `host` as a task.
@@ -340,6 +382,7 @@ fn start(nodes: &FakeNodes, host: &Arc<ScriptedHost>) -> Running {
     let metrics = Metrics::default();
     let task = tokio::spawn(run_with(
         nodes.clone(),
+        Arc::new(OneRelease(release_config_map())),
         "n".into(),
         host.clone(),
         metrics.clone(),
@@ -720,4 +763,46 @@ async fn shutdown_ends_the_agent_even_while_the_host_does_not_answer() {
     idle_for(Duration::from_secs(60)).await;
     agent.shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(1), agent.task).await.unwrap().unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kubeadm_upgrade_reads_its_components_and_upgrades_the_host_by_role() {
+    let (nodes, host) = (FakeNodes::new(), ScriptedHost::running("v1"));
+    let agent = start(&nodes, &host);
+    until("the first report", || nodes.annotation(keys::OS_IMAGE).is_some()).await;
+    let name = release_config_map().metadata.name.unwrap();
+    // The controller writes the whole intent in one patch.
+    let kubeadm = |token: &str, components: &str, role: &str, target: &str| {
+        nodes.update(|node| {
+            let annotations = node.metadata.annotations.get_or_insert_with(Default::default);
+            for (key, value) in [
+                (keys::INTENT, "kubeadm-upgrade"),
+                (keys::INTENT_TOKEN, token),
+                (keys::INTENT_SINCE, "2026-11-21T10:00:00.000Z"),
+                (keys::INTENT_TARGET, target),
+                (keys::INTENT_COMPONENTS, components),
+                (keys::INTENT_KUBEADM, role),
+            ] {
+                annotations.insert(key.to_owned(), value.to_owned());
+            }
+        });
+    };
+    kubeadm("k1", &name, "apply", "v2.0.0");
+    until("the upgrade to end", || nodes.state() == (some("done"), some("k1"), None)).await;
+    assert_eq!(host.count("kubernetes v2.0.0 FirstControlPlane /usr/local/bin/kubeadm"), 1);
+    kubeadm("k2", &name, "node", "v2.0.0");
+    until("the second upgrade to end", || nodes.state() == (some("done"), some("k2"), None)).await;
+    assert_eq!(host.count("kubernetes v2.0.0 Worker /usr/local/bin/kubeadm"), 1);
+    // A ConfigMap of another version, or none at all, fails the step without touching the host.
+    kubeadm("k3", &name, "node", "v2.1.0");
+    until("the version mismatch", || nodes.state().0.as_deref() == Some("error")).await;
+    let message = nodes.state().2.unwrap();
+    assert!(
+        message.contains("data.cluster-version is v2.0.0, but spec.kubernetesClusterVersion is v2.1.0"),
+        "{message}"
+    );
+    kubeadm("k4", "k8s-components-sha256-00", "node", "v2.0.0");
+    until("the missing ConfigMap", || nodes.state() == (some("error"), some("k4"), nodes.state().2)).await;
+    assert_eq!(host.count("kubernetes"), 2);
+    agent.stop().await;
 }

@@ -1,5 +1,6 @@
 //! The default pause request of the cluster-autoscaler: paused while a node of a ScalingGroup runs another image
-//! than the group's NodeVersion names, or while any PendingNode exists.
+//! than the group's NodeVersion names, while any PendingNode exists, or while a NodeVersion's Kubernetes upgrade
+//! is under way (its status says `activeClusterVersionUpgrade`).
 //!
 //! The replacement flow in the rollout policy (issue 12 item 6) will send [`Pause`] itself; until then this
 //! driver derives it from the cluster and the cloud.
@@ -72,6 +73,27 @@ pub fn pause_for(targets: &[GroupTarget], nodes: &[GroupNode], pending: usize) -
         reasons.push(format!("{pending} PendingNode(s) joining or leaving"));
     }
     Pause { wanted: !reasons.is_empty(), reason: reasons.join("; ") }
+}
+
+/// `pause`, and paused too while a NodeVersion's Kubernetes upgrade is under way (a node the autoscaler adds
+/// meanwhile would join with the old components). Pure.
+pub fn with_kubernetes_upgrades<'a>(mut pause: Pause, versions: impl IntoIterator<Item = &'a NodeVersion>) -> Pause {
+    let mut upgrading: Vec<String> = versions
+        .into_iter()
+        .filter(|v| v.status.as_ref().is_some_and(|s| s.active_cluster_version_upgrade))
+        .map(|v| {
+            let version = v.spec.kubernetes_cluster_version.as_deref().unwrap_or("?");
+            format!("{} (Kubernetes {version})", v.name_any())
+        })
+        .collect();
+    if upgrading.is_empty() {
+        return pause;
+    }
+    upgrading.sort();
+    let reason = format!("Kubernetes upgrade under way: {}", upgrading.join(", "));
+    pause.reason = if pause.wanted { format!("{}; {reason}", pause.reason) } else { reason };
+    pause.wanted = true;
+    pause
 }
 
 /// What the cloud said about a node: its group and image, or that it belongs to no group.
@@ -159,7 +181,10 @@ pub async fn drive(context: Context, pause: PauseSender, shutdown: CancellationT
             }
         }
         learned.retain(|id, _| present.contains(id));
-        let wanted = pause_for(&targets, &found, pending.state().len());
+        let wanted = with_kubernetes_upgrades(
+            pause_for(&targets, &found, pending.state().len()),
+            versions.state().iter().map(|v| &**v),
+        );
         // With a node's group or image unknown, only a pause is certain (an unknown node cannot lift it).
         if !unknown || wanted.wanted {
             pause.send_if_modified(|current| {
@@ -242,5 +267,27 @@ mod tests {
         let nodes: Vec<GroupNode> = (0..8).map(|i| node(&format!("a-{i}"), "a", "v1")).collect();
         let pause = pause_for(&targets, &nodes, 0);
         assert!(pause.reason.contains("8 node(s)") && pause.reason.contains("and 3 more"), "{}", pause.reason);
+    }
+
+    #[test]
+    fn a_kubernetes_upgrade_under_way_pauses_the_autoscaler() {
+        let version = |name: &str, active: bool| -> NodeVersion {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name},
+                "spec": {"image": "v1", "kubernetesClusterVersion": "v1.34.1"},
+                "status": {"activeClusterVersionUpgrade": active},
+            }))
+            .unwrap()
+        };
+        let idle = pause_for(&[], &[], 0);
+        assert!(!with_kubernetes_upgrades(idle.clone(), [&version("a", false)]).wanted);
+        let pause = with_kubernetes_upgrades(idle, [&version("b", true), &version("a", false)]);
+        assert!(pause.wanted);
+        assert_eq!(pause.reason, "Kubernetes upgrade under way: b (Kubernetes v1.34.1)");
+        let both = with_kubernetes_upgrades(pause_for(&[], &[], 1), [&version("b", true)]);
+        assert_eq!(
+            both.reason,
+            "1 PendingNode(s) joining or leaving; Kubernetes upgrade under way: b (Kubernetes v1.34.1)"
+        );
     }
 }

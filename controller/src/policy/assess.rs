@@ -478,7 +478,7 @@ pub(super) fn block(node: &NodeView, target: String, reason: Reason, message: St
         .act(node, ActionKind::Block { target }, reason, message)
 }
 
-fn agent_message(agent: Option<&AgentReport>) -> String {
+pub(super) fn agent_message(agent: Option<&AgentReport>) -> String {
     agent.and_then(|a| a.message.clone()).unwrap_or_else(|| "the agent gave no reason".into())
 }
 

@@ -127,12 +127,16 @@ mod tests {
         let invalid = Rollout {
             name: "v".into(),
             spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: spec.clone() },
+            kubernetes: None,
         };
         let (hold, _) = closed(&invalid, spec.as_deref(), &counts(1), 1, t(0)).unwrap();
         assert_eq!(hold.reason, Reason::InvalidSpec);
         assert!(hold.message.contains("spec.image: bad") && hold.message.contains("generation 1"), "{}", hold.message);
-        let unknown =
-            Rollout { name: "v".into(), spec: SpecState::Invalid { errors: vec!["x".into()], last_valid: None } };
+        let unknown = Rollout {
+            name: "v".into(),
+            spec: SpecState::Invalid { errors: vec!["x".into()], last_valid: None },
+            kubernetes: None,
+        };
         let (hold, _) = closed(&unknown, None, &counts(0), 0, t(0)).unwrap();
         assert!(hold.message.contains("touches no node"), "{}", hold.message);
     }

@@ -48,6 +48,7 @@ mod assess;
 pub mod budget;
 pub mod cron;
 mod gates;
+pub mod kubernetes;
 mod pools;
 pub mod replacement;
 mod selection;
@@ -64,7 +65,9 @@ pub use settings::{NodeSelector, Policy, ValidSpec};
 
 use assess::{Assessment, Owner, Situation};
 use jiff::Timestamp;
-use shared::protocol::{AgentReport, BootId, ControllerAnnotations, ProtocolError, Step, UnreadableKeys};
+use shared::protocol::{
+    AgentReport, BootId, ControllerAnnotations, KubeadmIntent, ProtocolError, Step, UnreadableKeys,
+};
 use std::fmt;
 use std::sync::Arc;
 
@@ -83,6 +86,8 @@ pub struct NodeView {
     pub unschedulable: bool,
     /// `status.nodeInfo.bootID` as the kubelet reports it.
     pub kubelet_boot_id: Option<String>,
+    /// `status.nodeInfo.kubeletVersion` as the kubelet reports it.
+    pub kubelet_version: Option<String>,
     pub controller: Result<ControllerAnnotations, UnreadableKeys>,
     pub agent: Result<AgentReport, ProtocolError>,
     /// What the executor knows of the node's drain.
@@ -114,6 +119,8 @@ pub struct Rollout {
     /// The NodeVersion's name, for messages.
     pub name: String,
     pub spec: SpecState,
+    /// The Kubernetes upgrade the NodeVersion asks for, validated (see [`kubernetes`]); `None` when it asks none.
+    pub kubernetes: Option<kubernetes::KubernetesSpec>,
 }
 
 /// The spec a rollout acts on.
@@ -146,6 +153,16 @@ pub struct NodeAction {
     pub message: String,
 }
 
+impl NodeAction {
+    /// Whether the action starts a node (it takes a free slot): an image stage, a replacement, or the
+    /// first step of a node's Kubernetes upgrade. The executor writes these only after every other
+    /// write of the plan.
+    pub fn starts_node(&self) -> bool {
+        matches!(self.kind, ActionKind::Stage { .. } | ActionKind::Replace { .. })
+            || self.reason == Reason::KubernetesUpgradeStarted
+    }
+}
+
 /// The kinds of node actions. Each one that writes is a single merge patch of the Node; those that
 /// write an intent are named after its [`Step`] (see [`ActionKind::step`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,6 +178,9 @@ pub enum ActionKind {
     /// Write `intent=reboot` with the boot ID the node has now. Reason:
     /// [`Reason::RebootRequested`].
     Reboot { target: String, boot_id_before: BootId },
+    /// Write `intent=kubeadm-upgrade` for Kubernetes version `target` with the components and role of
+    /// `kubeadm`; the cordon is left as it is. Reason: [`Reason::KubernetesUpgradeRequested`].
+    KubeadmUpgrade { target: String, kubeadm: KubeadmIntent },
     /// Write `intent=done` and uncordon if the controller cordoned it. Reason:
     /// [`Reason::Verified`].
     Done { target: String },
@@ -207,6 +227,7 @@ impl ActionKind {
             ActionKind::Stage { .. } => Some(Step::Stage),
             ActionKind::Drain { .. } => Some(Step::Drain),
             ActionKind::Reboot { .. } => Some(Step::Reboot),
+            ActionKind::KubeadmUpgrade { .. } => Some(Step::KubeadmUpgrade),
             ActionKind::Done { .. } => Some(Step::Done),
             ActionKind::Fail { .. } => Some(Step::Failed),
             ActionKind::Block { .. } => Some(Step::Blocked),
@@ -235,6 +256,7 @@ impl ActionKind {
             | ActionKind::KeepDraining
             | ActionKind::Reboot { .. }
             | ActionKind::Report
+            | ActionKind::KubeadmUpgrade { .. }
             | ActionKind::Replace { .. }
             | ActionKind::CreateInstance { .. }
             | ActionKind::Inherit { .. }
@@ -251,6 +273,7 @@ impl ActionKind {
             ActionKind::Drain { .. } => "Drain",
             ActionKind::KeepDraining => "KeepDraining",
             ActionKind::Reboot { .. } => "Reboot",
+            ActionKind::KubeadmUpgrade { .. } => "KubeadmUpgrade",
             ActionKind::Done { .. } => "Done",
             ActionKind::Fail { .. } => "Fail",
             ActionKind::Block { .. } => "Block",
@@ -276,6 +299,8 @@ pub enum Reason {
     DrainStarted,
     Draining,
     RebootRequested,
+    KubernetesUpgradeStarted,
+    KubernetesUpgradeRequested,
     Verified,
     // A replacement's steps.
     ReplacementStarted,
@@ -290,6 +315,8 @@ pub enum Reason {
     RebootTimedOut,
     DrainTimedOut,
     DrainFailed,
+    KubernetesUpgradeFailed,
+    KubernetesUpgradeTimedOut,
     UncordonedWhileDraining,
     MalformedAnnotations,
     UnsupportedStep,
@@ -314,6 +341,8 @@ pub enum Reason {
     FailureBudgetExhausted,
     StoppedOnDrainTimeout,
     InvalidSpec,
+    KubernetesUpgradeRefused,
+    WaitingForApiServer,
     WaitingForControlPlane,
     UnavailableNodes,
     SurgeExhausted,
@@ -341,6 +370,9 @@ impl Reason {
                 | Reason::RebootTimedOut
                 | Reason::DrainTimedOut
                 | Reason::DrainFailed
+                | Reason::KubernetesUpgradeFailed
+                | Reason::KubernetesUpgradeTimedOut
+                | Reason::KubernetesUpgradeRefused
                 | Reason::UncordonedWhileDraining
                 | Reason::MalformedAnnotations
                 | Reason::UnsupportedStep
@@ -438,6 +470,9 @@ pub struct Plan {
     /// Replacements: the rollout's donors and heirs, the PendingNodes of its replacements, and replaced nodes
     /// whose instance is being deleted (those whose donor is gone are listed by every rollout), each sorted.
     pub replacements: replacement::Listing,
+    /// Set when the NodeVersion asks for a Kubernetes version: whether its upgrade is under way, and the nodes'
+    /// kubelet versions and components hashes.
+    pub kubernetes: Option<kubernetes::Progress>,
 }
 
 impl Plan {
@@ -580,8 +615,33 @@ pub fn plan_with(
     cluster
 }
 
-/// One rollout: its members' own progress, then the gates, then the selection.
+/// One rollout: Kubernetes first, then the image (while a Kubernetes upgrade is asked for and not done, it plans
+/// the rollout), with the nodes' Kubernetes versions for the status.
 fn plan_rollout(
+    rollout: &Rollout,
+    members: &[(&NodeView, &Assessment)],
+    overlap: &[(&NodeView, &str)],
+    shared: &mut selection::Shared,
+    records: &replacement::Records<'_>,
+    own_node: Option<&str>,
+    now: Timestamp,
+) -> Plan {
+    let upgrade = rollout.kubernetes.as_ref().zip(rollout.spec.acting());
+    let kubernetes_plan =
+        upgrade.and_then(|(k, spec)| kubernetes::plan_rollout(rollout, k, spec, members, shared, now));
+    let refused = matches!(rollout.kubernetes, Some(kubernetes::KubernetesSpec::Refused(_)));
+    let active = kubernetes_plan.is_some() && !refused;
+    let mut plan = kubernetes_plan
+        .unwrap_or_else(|| plan_image_rollout(rollout, members, overlap, shared, records, own_node, now));
+    plan.replacements = records.listing(members);
+    if rollout.kubernetes.is_some() {
+        plan.kubernetes = Some(kubernetes::Progress::of(active, members));
+    }
+    plan
+}
+
+/// The image flow of one rollout: its members' own progress, then the gates, then the selection.
+fn plan_image_rollout(
     rollout: &Rollout,
     members: &[(&NodeView, &Assessment)],
     overlap: &[(&NodeView, &str)],

@@ -33,6 +33,7 @@ pub(super) fn node(name: &str) -> NodeView {
         ready: true,
         unschedulable: false,
         kubelet_boot_id: Some("b0".into()),
+        kubelet_version: Some("v1.33.0".into()),
         controller: Ok(ControllerAnnotations::default()),
         agent: Ok(AgentReport {
             state: Some(AgentState::Idle),
@@ -53,7 +54,15 @@ pub(super) fn with_intent(mut n: NodeView, step: Step, target: &str, token: &str
     let boot_id_before = (step == Step::Reboot).then(|| boot("b0"));
     let cordoned = matches!(step, Step::Drain | Step::Reboot);
     n.controller = Ok(ControllerAnnotations {
-        intent: Some(Intent { step, target: target.into(), token: tok(token), since, boot_id_before, message: None }),
+        intent: Some(Intent {
+            step,
+            target: target.into(),
+            token: tok(token),
+            since,
+            boot_id_before,
+            kubeadm: None,
+            message: None,
+        }),
         cordoned_by_us: cordoned,
     });
     n.unschedulable = cordoned;
@@ -84,15 +93,19 @@ pub(super) fn valid_spec(target: &str, generation: i64, policy: Policy) -> Arc<V
 }
 
 pub(super) fn rollout_with(policy: Policy) -> Rollout {
-    Rollout { name: "nv".into(), spec: SpecState::Valid(valid_spec(TARGET, 1, policy)) }
+    Rollout { name: "nv".into(), spec: SpecState::Valid(valid_spec(TARGET, 1, policy)), kubernetes: None }
 }
 
 pub(super) fn rollout_named(name: &str) -> Rollout {
-    Rollout { name: name.into(), spec: SpecState::Valid(valid_spec(TARGET, 1, policy())) }
+    Rollout { name: name.into(), spec: SpecState::Valid(valid_spec(TARGET, 1, policy())), kubernetes: None }
 }
 
 pub(super) fn unknown_rollout(name: &str) -> Rollout {
-    Rollout { name: name.into(), spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None } }
+    Rollout {
+        name: name.into(),
+        spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None },
+        kubernetes: None,
+    }
 }
 
 /// The plan of the only rollout, `policy` for `TARGET`.
@@ -281,6 +294,7 @@ fn invalid_after(last_valid: Policy) -> Rollout {
             errors: vec!["spec.rollout.maintenanceWindow.schedule: bad".into()],
             last_valid: Some(valid_spec(TARGET, 4, last_valid)),
         },
+        kubernetes: None,
     }
 }
 

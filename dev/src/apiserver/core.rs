@@ -121,6 +121,9 @@ pub struct Core {
     pub auth: Auth,
     /// ValidatingAdmissionPolicies.
     pub admission: Admission,
+    /// The `gitVersion` `/version` reports: the configured one until a simulated `kubeadm upgrade apply`
+    /// changes it ([`super::ApiServer::set_version`]).
+    pub version: RwLock<String>,
 }
 
 /// Routes under `/_dev/` that code outside the API server mounts on its HTTP listener
@@ -175,6 +178,7 @@ impl Core {
             }
         }
         Arc::new(Core {
+            version: RwLock::new(config.git_version.clone()),
             config,
             state: Mutex::new(state),
             registry: RwLock::new(registry),

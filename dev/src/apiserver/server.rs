@@ -223,6 +223,23 @@ impl ApiServer {
         self.core.request_log.clone()
     }
 
+    /// The `gitVersion` `/version` reports now.
+    pub fn version(&self) -> String {
+        self.core.version.read().clone()
+    }
+
+    /// Makes `/version` (and the OpenAPI documents' info) report `git_version` from now on, as an API server
+    /// does after `kubeadm upgrade apply` replaced it.
+    pub fn set_version(&self, git_version: &str) {
+        *self.core.version.write() = git_version.to_owned();
+    }
+
+    /// A function that does [`ApiServer::set_version`] (for the simulated hosts' kubeadm).
+    pub fn version_setter(&self) -> impl Fn(&str) + Send + Sync + 'static {
+        let core = self.core.clone();
+        move |git_version: &str| *core.version.write() = git_version.to_owned()
+    }
+
     /// Serves `routes` under `/_dev/` (besides `/_dev/metrics` and `/_dev/faults`), replacing earlier ones.
     pub fn mount_dev_routes(&self, routes: Arc<dyn super::core::DevRoutes>) {
         *self.core.dev_routes.write() = Some(routes);

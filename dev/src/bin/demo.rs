@@ -1,5 +1,7 @@
 //! The update-operator demo: a simulated cluster rolled to a new OS image by the real controller
 //! (two leader-elected replicas) and one real agent per node, shown live, ending with a summary.
+//! With `--kubernetes v1.34.1` the nodes are first upgraded to that Kubernetes version with the
+//! simulated hosts' kubeadm (components served by the dev cluster's artifact server), then the image.
 //!
 //! Exits 0 when every node runs the new image, 1 (with the reason) when the rollout stops short,
 //! and 2 on bad arguments.
@@ -16,6 +18,7 @@ use dev::observer::{Limits, Observer};
 use dev::timing::Timing;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::PostParams;
 use serde_json::json;
@@ -68,6 +71,13 @@ struct Args {
     from: String,
     #[arg(long, default_value = "v2")]
     to: String,
+    /// Upgrade Kubernetes to this version first (kubeadm on every node: the control plane first), then the
+    /// image.
+    #[arg(long, value_name = "VERSION")]
+    kubernetes: Option<String>,
+    /// The Kubernetes version the cluster runs at first (with --kubernetes).
+    #[arg(long, value_name = "VERSION", default_value = "v1.33.0")]
+    kubernetes_from: String,
     /// Give up after this long.
     #[arg(long, default_value_t = 300, value_name = "SECONDS")]
     timeout: u64,
@@ -140,7 +150,7 @@ async fn run(args: Args) -> anyhow::Result<Ending> {
     } else {
         (args.nodes, args.control_planes, Vec::new())
     };
-    let cluster = Cluster::start(ClusterConfig {
+    let mut config = ClusterConfig {
         nodes,
         control_planes,
         scaling_groups,
@@ -148,9 +158,12 @@ async fn run(args: Args) -> anyhow::Result<Ending> {
         workloads: Some(SampleWorkloads { termination_grace_seconds: 30, ..SampleWorkloads::default() }),
         timing,
         ..ClusterConfig::default()
-    })
-    .await
-    .context("the dev cluster did not start")?;
+    };
+    if args.kubernetes.is_some() {
+        config.kubelet_version = args.kubernetes_from.clone();
+        config.apiserver.git_version = args.kubernetes_from.clone();
+    }
+    let cluster = Cluster::start(config).await.context("the dev cluster did not start")?;
     println!("cluster ready; kubeconfig: {}", cluster.kubeconfig_path().display());
     let store = cluster.store();
     let mut drain_timeout = "10m".to_owned();
@@ -210,20 +223,34 @@ async fn run(args: Args) -> anyhow::Result<Ending> {
         .parse::<i64>()
         .map(serde_json::Value::from)
         .unwrap_or_else(|_| json!(args.max_unavailable));
-    let mut rollout = json!({
+    let mut spec = json!({"image": args.to, "rollout": {
         "maxUnavailable": max_unavailable,
         "soakTime": format!("{}ms", (args.soak_seconds * 1000.0) as u64),
         "drainTimeout": drain_timeout,
         "failureBudget": 1
-    });
+    }});
     if args.replace {
-        rollout["maxSurge"] =
+        spec["rollout"]["maxSurge"] =
             args.max_surge.parse::<i64>().map(serde_json::Value::from).unwrap_or_else(|_| json!(args.max_surge));
+    }
+    if let Some(kubernetes) = &args.kubernetes {
+        let config_map = cluster.artifacts().publish_release(kubernetes);
+        store
+            .api::<ConfigMap>()
+            .create(Some("kube-system"), &config_map, &PostParams::default())
+            .map_err(|e| anyhow::anyhow!("the components ConfigMap was rejected: {e}"))?;
+        spec["kubernetesClusterVersion"] = json!(kubernetes);
+        spec["kubernetesComponentsReference"] = json!(config_map.metadata.name);
+        println!(
+            "Kubernetes {} -> {kubernetes} first: components ConfigMap kube-system/{}",
+            args.kubernetes_from,
+            config_map.metadata.name.as_deref().unwrap_or_default()
+        );
     }
     let version: NodeVersion = serde_json::from_value(json!({
         "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
         "metadata": {"name": "constellation-version"},
-        "spec": {"image": args.to, "rollout": rollout}
+        "spec": spec,
     }))
     .context("the NodeVersion")?;
     // Start from a settled cluster: every agent has reported its host, a controller has synced.
@@ -330,7 +357,10 @@ async fn run(args: Args) -> anyhow::Result<Ending> {
         return Ok(Ending::Stopped(format!("{} safety violation(s)", observed.violations.len())));
     }
     if result == Ending::Complete {
-        println!("\nrollout complete: every node runs {}", args.to);
+        match &args.kubernetes {
+            Some(kubernetes) => println!("\nrollout complete: every node runs Kubernetes {kubernetes} and {}", args.to),
+            None => println!("\nrollout complete: every node runs {}", args.to),
+        }
     }
     Ok(result)
 }

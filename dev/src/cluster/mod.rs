@@ -124,6 +124,9 @@ pub enum ClusterError {
     /// A scaling group or instance could not be added.
     #[error("adding to the simulated cloud failed: {0}")]
     Cloud(#[from] crate::cloud::ControlError),
+    /// The artifact server did not start.
+    #[error("the artifact server did not start: {0}")]
+    Artifacts(std::io::Error),
     /// More control planes than nodes.
     #[error("{control_planes} control planes do not fit in {nodes} nodes")]
     Shape {
@@ -150,6 +153,7 @@ pub struct Cluster {
     server: ApiServer,
     hosts: Hosts,
     cloud: SimulatedCloud,
+    artifacts: crate::artifacts::Artifacts,
     controllers: RunningControllers,
     control_planes: Vec<String>,
     workers: Vec<String>,
@@ -188,8 +192,14 @@ impl Cluster {
         }
         let server = ApiServer::start(config.apiserver.clone()).await?;
         let hosts = Hosts::new(&config.image, &config.timing);
+        hosts.on_control_plane_upgrade(server.version_setter());
         let cloud = SimulatedCloud::new(&server.store(), &hosts, &config.timing, &crate::apiserver::object::new_uid());
-        server.mount_dev_routes(Arc::new(DevRouter { hosts: hosts.routes(), cloud: cloud.routes() }));
+        let artifacts = crate::artifacts::Artifacts::start().await.map_err(ClusterError::Artifacts)?;
+        server.mount_dev_routes(Arc::new(DevRouter {
+            hosts: hosts.routes(),
+            cloud: cloud.routes(),
+            artifacts: artifacts.routes(),
+        }));
         let store = server.store().with_identity("dev/cluster");
         for crd in shared::crd::all() {
             let name = crd.metadata.name.clone().unwrap_or_default();
@@ -228,7 +238,7 @@ impl Cluster {
             )?;
         }
         let mut cluster =
-            Cluster { server, hosts, cloud, controllers, control_planes, workers, workloads: None, access };
+            Cluster { server, hosts, cloud, artifacts, controllers, control_planes, workers, workloads: None, access };
         let started = Instant::now();
         // Nodes first: workloads created before every node is Ready would crowd onto the first Ready ones.
         cluster.wait_ready(config.ready_timeout).await?;
@@ -346,6 +356,11 @@ impl Cluster {
         self.server.faults()
     }
 
+    /// The file server of Kubernetes components for simulated upgrades.
+    pub fn artifacts(&self) -> &crate::artifacts::Artifacts {
+        &self.artifacts
+    }
+
     /// The simulated hosts: state, faults, reboots.
     pub fn hosts(&self) -> &Hosts {
         &self.hosts
@@ -394,7 +409,8 @@ impl Cluster {
 
     /// Stops the controllers, the hosts and the API server, and waits for them.
     pub async fn shutdown(self) {
-        let Cluster { server, hosts, cloud, controllers, .. } = self;
+        let Cluster { server, hosts, cloud, artifacts, controllers, .. } = self;
+        artifacts.shutdown();
         cloud.shutdown();
         hosts.shutdown();
         controllers.shutdown().await;
@@ -420,10 +436,12 @@ fn scaling_group(group: &GroupSpec) -> ScalingGroup {
     )
 }
 
-/// The `/_dev/` routes of a cluster: `/_dev/cloud/...` to the simulated cloud, the rest to the hosts.
+/// The `/_dev/` routes of a cluster: `/_dev/cloud/...` to the simulated cloud, `/_dev/artifacts/...` to the
+/// artifact server, the rest to the hosts.
 struct DevRouter {
     hosts: Arc<crate::hosts::HostRoutes>,
     cloud: Arc<crate::cloud::CloudRoutes>,
+    artifacts: Arc<crate::artifacts::ArtifactRoutes>,
 }
 
 impl DevRoutes for DevRouter {
@@ -435,6 +453,7 @@ impl DevRoutes for DevRouter {
     ) -> futures::future::BoxFuture<'static, (u16, serde_json::Value)> {
         match segments.first().map(String::as_str) {
             Some("cloud") => self.cloud.handle(method, segments, body),
+            Some("artifacts") => self.artifacts.handle(method, segments, body),
             _ => self.hosts.handle(method, segments, body),
         }
     }

@@ -464,6 +464,8 @@ pub struct NodeInfo {
     pub boot_id: Option<Str>,
     /// `status.nodeInfo.osImage`.
     pub os_image: Option<Str>,
+    /// `status.nodeInfo.kubeletVersion`.
+    pub kubelet_version: Option<Str>,
 }
 
 impl NodeInfo {
@@ -503,6 +505,7 @@ impl Cached for NodeInfo {
             ready: condition(status.and_then(|s| s.get("conditions")), "Ready").map(|(true_, _)| true_),
             boot_id: info("bootID"),
             os_image: info("osImage"),
+            kubelet_version: info("kubeletVersion"),
             meta,
         })
     }

@@ -15,7 +15,11 @@ pub enum Ending {
 /// stopped (nothing in flight, and either a hold that needs a human or only failed and blocked
 /// nodes left).
 pub fn ending(status: &NodeVersionStatus, target: &str) -> Option<Ending> {
-    if status.target_image.as_deref() != Some(target) || !status.in_flight.is_empty() || status.counts.total == 0 {
+    if status.target_image.as_deref() != Some(target)
+        || !status.in_flight.is_empty()
+        || status.counts.total == 0
+        || status.active_cluster_version_upgrade
+    {
         return None;
     }
     // Replaced nodes' instances are still being deleted (or new ones join): not over yet.
@@ -34,7 +38,12 @@ pub fn ending(status: &NodeVersionStatus, target: &str) -> Option<Ending> {
     let held = condition("Progressing").filter(|c| {
         matches!(
             c.reason.as_str(),
-            "FailureBudgetExhausted" | "StoppedOnDrainTimeout" | "UnavailableNodes" | "InvalidSpec" | "Paused"
+            "FailureBudgetExhausted"
+                | "StoppedOnDrainTimeout"
+                | "UnavailableNodes"
+                | "InvalidSpec"
+                | "Paused"
+                | "KubernetesUpgradeRefused"
         )
     });
     match (held, c.outdated) {

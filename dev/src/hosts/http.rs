@@ -3,16 +3,18 @@
 //!
 //! | Request | Answer |
 //! |---|---|
-//! | `GET /_dev/hosts` | `{"hosts": [{"name", "osImage", "bootID", "stagedImage", "componentsHash", "power", "boots", "faults"}]}` |
+//! | `GET /_dev/hosts` | `{"hosts": [{"name", "osImage", "bootID", "stagedImage", "componentsHash", "power", "boots", "faults", "kubeletVersion", "kubeletRestarting"}]}` |
 //! | `GET /_dev/hosts/{node}` | `{"osImage", "bootID", "stagedImage", "componentsHash"}` |
 //! | `POST /_dev/hosts/{node}/stage` `{"image"}` | `200 {}` after the stage duration |
 //! | `POST /_dev/hosts/{node}/reboot` | `202 {}` |
 //! | `POST /_dev/hosts/{node}/power-on` | `202 {}`: a host that never came back boots now |
-//! | `PUT /_dev/hosts/{node}/faults` [`super::HostFaults`] (stage, reboot and Job pod faults) | `200 {}` |
+//! | `POST /_dev/hosts/{node}/kubernetes` [`super::KubernetesRequest`] | `200 {}` after the simulated kubeadm upgrade and kubelet restart |
+//! | `PUT /_dev/hosts/{node}/faults` [`super::HostFaults`] (stage, reboot, kubeadm and Job pod faults) | `200 {}` |
 //! | `DELETE /_dev/hosts/{node}/faults` | `200 {}` |
 //!
 //! Errors are `{"message": "..."}` with 400 (bad body), 404 (unknown host or path), 405 (method), 503 (host
-//! down) or an injected stage failure's status.
+//! down), an injected stage failure's status, 502 (a component download failed), 422 (a component is not what
+//! its hash says) or 500 (kubeadm failed).
 
 use super::{HostError, HostFaults, Hosts};
 use crate::apiserver::core::DevRoutes;
@@ -71,6 +73,16 @@ impl HostRoutes {
                     Err(e) => error(&e),
                 }
             }
+            (["hosts", node, "kubernetes"], Method::POST) => {
+                let request: super::KubernetesRequest = match parse(&body) {
+                    Ok(request) => request,
+                    Err(answer) => return answer,
+                };
+                match hosts.upgrade_kubernetes(node, &request).await {
+                    Ok(()) => (200, json!({})),
+                    Err(e) => error(&e),
+                }
+            }
             (["hosts", node, "reboot"], Method::POST) => match hosts.reboot(node) {
                 Ok(()) => (202, json!({})),
                 Err(e) => error(&e),
@@ -93,9 +105,10 @@ impl HostRoutes {
                 Ok(()) => (200, json!({})),
                 Err(e) => error(&e),
             },
-            (["hosts"] | ["hosts", _] | ["hosts", _, "stage" | "reboot" | "power-on" | "faults"], method) => {
-                message(405, format!("{method} is not allowed here"))
-            }
+            (
+                ["hosts"] | ["hosts", _] | ["hosts", _, "stage" | "reboot" | "power-on" | "faults" | "kubernetes"],
+                method,
+            ) => message(405, format!("{method} is not allowed here")),
             _ => message(404, "no such path under /_dev"),
         }
     }

@@ -13,6 +13,14 @@
 //!   until [`Hosts::power_on`]; a [`Hosts::retire`]d host is gone for good: [`Hosts::ensure`] does not add it
 //!   again (a kubelet that still sees its node in a stale cache must not bring a deleted instance back).
 //! - Listeners learn of every change of a host's power state, boot or image.
+//! - [`Hosts::upgrade_kubernetes`] is kubeadm on a simulated host (`POST /_dev/hosts/{node}/kubernetes`): it
+//!   downloads and verifies the components with the agent's own installer (into a directory per host; nothing
+//!   is installed unless everything verified), installs all but the kubelet and kubectl, runs the simulated
+//!   `kubeadm upgrade plan` + `apply` (role `apply`: the API server's `/version` reports the new version after
+//!   it) or `kubeadm upgrade node` for the stage duration, installs the kubelet and kubectl, records the
+//!   components (the host's `componentsHash` from then on) and restarts the kubelet: the node is NotReady for a
+//!   tenth of the reboot duration, then reports the new `kubeletVersion`. The `kubeadmFailure` fault makes
+//!   kubeadm fail with its output; a download that fails answers 502 (the agent retries), a hash mismatch 422.
 
 pub(crate) mod http;
 
@@ -90,6 +98,21 @@ pub struct HostFaults {
     /// How long this host's run-to-completion pods run, instead of the cluster's.
     #[serde(default, with = "seconds", skip_serializing_if = "Option::is_none")]
     pub job_pod_seconds: Option<Duration>,
+    /// kubeadm fails on this host with this output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeadm_failure: Option<String>,
+}
+
+/// A Kubernetes upgrade as the agent's simulated backend asks for it (`POST .../kubernetes`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubernetesRequest {
+    /// The version (`v1.34.1`).
+    pub version: String,
+    /// `apply` (the first control-plane node) or `node`.
+    pub role: String,
+    /// The components, as the ConfigMap lists them (inline ones as `data:` URLs).
+    pub components: Vec<shared::components::Component>,
 }
 
 /// Serde of optional seconds (`2.5`) as durations.
@@ -140,6 +163,17 @@ pub struct HostState {
     pub boots: u64,
     /// Its faults and durations.
     pub faults: HostFaults,
+    /// The kubelet version a simulated kubeadm upgrade installed; `None`: the cluster's.
+    pub kubelet_version: Option<String>,
+    /// The kubelet is restarting (the node is NotReady meanwhile).
+    pub kubelet_restarting: bool,
+}
+
+impl HostState {
+    /// Whether its kubelet reports the node Ready: the host runs and the kubelet is not restarting.
+    pub fn kubelet_ready(&self) -> bool {
+        self.power == Power::Up && !self.kubelet_restarting
+    }
 }
 
 /// Why a host operation failed; `status()` is the HTTP answer.
@@ -173,6 +207,23 @@ pub enum HostError {
     /// A pod failure fault that is not one (exit code 0) or selects nothing parseable.
     #[error("invalid jobPodFailure: {0}")]
     BadPodFailure(String),
+    /// A Kubernetes upgrade request that is not one.
+    #[error("invalid Kubernetes upgrade: {0}")]
+    BadUpgrade(String),
+    /// The components could not be installed; `transient` when a download failed.
+    #[error("{message}")]
+    Install {
+        /// The installer's error.
+        message: String,
+        /// Trying again may help.
+        transient: bool,
+    },
+    /// The simulated kubeadm failed.
+    #[error("kubeadm upgrade failed: {output}")]
+    KubeadmFailed {
+        /// Its output.
+        output: String,
+    },
 }
 
 impl HostError {
@@ -180,7 +231,13 @@ impl HostError {
     pub fn status(&self) -> u16 {
         match self {
             HostError::UnknownHost(_) => 404,
-            HostError::InvalidImage { .. } | HostError::BadFaultStatus(_) | HostError::BadPodFailure(_) => 400,
+            HostError::InvalidImage { .. }
+            | HostError::BadFaultStatus(_)
+            | HostError::BadPodFailure(_)
+            | HostError::BadUpgrade(_) => 400,
+            HostError::Install { transient: true, .. } => 502,
+            HostError::Install { transient: false, .. } => 422,
+            HostError::KubeadmFailed { .. } => 500,
             HostError::StageFailed { status, .. } => *status,
             HostError::NotRunning(_) => 503,
         }
@@ -205,6 +262,14 @@ struct Host {
     power: Power,
     boots: u64,
     faults: HostFaults,
+    kubelet_version: Option<String>,
+    kubelet_restarting: bool,
+}
+
+impl Host {
+    fn new(facts: HostFacts, power: Power, boots: u64) -> Host {
+        Host { facts, power, boots, faults: HostFaults::default(), kubelet_version: None, kubelet_restarting: false }
+    }
 }
 
 type Listener = Arc<dyn Fn(&str) + Send + Sync>;
@@ -214,10 +279,20 @@ struct Inner {
     /// Hosts removed for good (their instances were deleted).
     retired: Mutex<std::collections::BTreeSet<String>>,
     listeners: RwLock<Vec<Listener>>,
+    /// Told the version a simulated `kubeadm upgrade apply` upgraded the control plane to.
+    on_apply: RwLock<Option<Listener>>,
+    /// Where each host's components are installed (a directory per host), removed with the hosts.
+    install_root: std::path::PathBuf,
     default_image: String,
     stage: Duration,
     reboot: Duration,
     shutdown: CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.install_root);
+    }
 }
 
 /// The simulated hosts of one cluster (a cloneable handle).
@@ -234,6 +309,8 @@ impl Hosts {
                 hosts: Mutex::new(BTreeMap::new()),
                 retired: Mutex::new(std::collections::BTreeSet::new()),
                 listeners: RwLock::new(Vec::new()),
+                on_apply: RwLock::new(None),
+                install_root: std::env::temp_dir().join(format!("dev-hosts-{}", new_uid())),
                 default_image: default_image.to_owned(),
                 stage: timing.stage,
                 reboot: timing.reboot,
@@ -259,16 +336,14 @@ impl Hosts {
         check_image(image)?;
         let facts = {
             let mut hosts = self.inner.hosts.lock();
-            let host = hosts.entry(node.to_owned()).or_insert_with(|| Host {
-                facts: HostFacts {
+            let host = hosts.entry(node.to_owned()).or_insert_with(|| {
+                let facts = HostFacts {
                     os_image: image.to_owned(),
                     boot_id: new_uid(),
                     staged_image: None,
                     components_hash: None,
-                },
-                power: Power::Up,
-                boots: 1,
-                faults: HostFaults::default(),
+                };
+                Host::new(facts, Power::Up, 1)
             });
             host.facts.clone()
         };
@@ -287,10 +362,7 @@ impl Hosts {
             self.inner.retired.lock().remove(node);
             let facts =
                 HostFacts { os_image: image.to_owned(), boot_id: new_uid(), staged_image: None, components_hash: None };
-            hosts.insert(
-                node.to_owned(),
-                Host { facts, power: Power::Rebooting, boots: 0, faults: HostFaults::default() },
-            );
+            hosts.insert(node.to_owned(), Host::new(facts, Power::Rebooting, 0));
         }
         self.notify(node);
         self.boot_after(node, boot, 0);
@@ -337,6 +409,8 @@ impl Hosts {
                 power: Power::Down,
                 boots: 0,
                 faults: HostFaults::default(),
+                kubelet_version: None,
+                kubelet_restarting: false,
             };
         }
         let _ = self.add(node, &self.inner.default_image.clone());
@@ -361,6 +435,8 @@ impl Hosts {
             power: h.power,
             boots: h.boots,
             faults: h.faults.clone(),
+            kubelet_version: h.kubelet_version.clone(),
+            kubelet_restarting: h.kubelet_restarting,
         })
     }
 
@@ -503,6 +579,84 @@ impl Hosts {
         self.notify(node);
     }
 
+    /// Calls `upgraded` with the version whenever a simulated `kubeadm upgrade apply` upgraded the control plane
+    /// (the cluster makes its API server report it).
+    pub fn on_control_plane_upgrade(&self, upgraded: impl Fn(&str) + Send + Sync + 'static) {
+        *self.inner.on_apply.write() = Some(Arc::new(upgraded));
+    }
+
+    /// Runs a simulated kubeadm upgrade on `node`'s host (see the module docs).
+    pub async fn upgrade_kubernetes(&self, node: &str, request: &KubernetesRequest) -> Result<(), HostError> {
+        let version: shared::version::KubeVersion =
+            request.version.parse().map_err(|e: shared::version::VersionError| HostError::BadUpgrade(e.to_string()))?;
+        let apply = match request.role.as_str() {
+            "apply" => true,
+            "node" => false,
+            other => return Err(HostError::BadUpgrade(format!("role {other:?} is neither apply nor node"))),
+        };
+        let components =
+            request.components.iter().map(verified).collect::<Result<Vec<_>, _>>().map_err(HostError::BadUpgrade)?;
+        let ((kubeadm_time, restart_time), boots) = self.running(node, |host| {
+            let reboot = host.faults.reboot_seconds.unwrap_or(self.inner.reboot);
+            (host.faults.stage_seconds.unwrap_or(self.inner.stage), reboot / 10)
+        })?;
+        let root = self.inner.install_root.join(node);
+        let install_error = |error: agent::components::InstallError| HostError::Install {
+            transient: matches!(error, agent::components::InstallError::Download { .. }),
+            message: error.to_string(),
+        };
+        let installer =
+            agent::components::Installer::new(&root, agent::components::DEFAULT_RECORD).map_err(install_error)?;
+        let mut prepared = installer.prepare(&components).await.map_err(install_error)?;
+        prepared.install_where(|c| !agent::kubeadm::replaced_after_kubeadm(c)).map_err(install_error)?;
+        if let Some(output) = self.running(node, |host| host.faults.kubeadm_failure.clone())?.0 {
+            return Err(HostError::KubeadmFailed { output });
+        }
+        self.sleep(node, kubeadm_time, boots).await?;
+        if apply && let Some(upgraded) = self.inner.on_apply.read().clone() {
+            upgraded(&version.to_string());
+        }
+        let record = prepared.finish().map_err(install_error)?;
+        {
+            let mut hosts = self.inner.hosts.lock();
+            let host = hosts.get_mut(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;
+            host.facts.components_hash = Some(record.hash);
+            host.kubelet_restarting = true;
+        }
+        self.notify(node);
+        self.sleep(node, restart_time, boots).await?;
+        {
+            let mut hosts = self.inner.hosts.lock();
+            let host = hosts.get_mut(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;
+            host.kubelet_restarting = false;
+            host.kubelet_version = Some(version.to_string());
+        }
+        self.notify(node);
+        Ok(())
+    }
+
+    /// `read` of `node`'s host if it runs, with its boot count.
+    fn running<T>(&self, node: &str, read: impl FnOnce(&Host) -> T) -> Result<(T, u64), HostError> {
+        let hosts = self.inner.hosts.lock();
+        let host = hosts.get(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;
+        if host.power != Power::Up {
+            return Err(HostError::NotRunning(node.to_owned()));
+        }
+        Ok((read(host), host.boots))
+    }
+
+    /// Waits `duration`; an error if the host went down or rebooted meanwhile, or the hosts shut down.
+    async fn sleep(&self, node: &str, duration: Duration, boots: u64) -> Result<(), HostError> {
+        tokio::select! {
+            () = tokio::time::sleep(duration) => {}
+            () = self.inner.shutdown.cancelled() => return Err(HostError::NotRunning(node.to_owned())),
+        }
+        match self.running(node, |_| ()) {
+            Ok(((), now)) if now == boots => Ok(()),
+            _ => Err(HostError::NotRunning(node.to_owned())),
+        }
+    }
+
     /// The HTTP routes (`/_dev/hosts/...`) to mount on the API server.
     pub fn routes(&self) -> Arc<HostRoutes> {
         Arc::new(HostRoutes::new(self.clone()))
@@ -512,6 +666,27 @@ impl Hosts {
     pub fn shutdown(&self) {
         self.inner.shutdown.cancel();
     }
+}
+
+/// A component of a request as the installer takes it: the hash parsed, a `data:` URL decoded.
+fn verified(component: &shared::components::Component) -> Result<shared::components::VerifiedComponent, String> {
+    use shared::components::{DEFAULT_INSTALL_ROOTS, Source, check_install_path, decode_data_url};
+    check_install_path(&component.install_path, DEFAULT_INSTALL_ROOTS)
+        .map_err(|e| format!("component {}: {e}", component.install_path))?;
+    let hash = component.hash.parse().map_err(|e| format!("component {}: hash: {e}", component.install_path))?;
+    let source = if component.url.get(..5).is_some_and(|s| s.eq_ignore_ascii_case("data:")) {
+        Source::Inline(
+            decode_data_url(&component.url).map_err(|e| format!("component {}: {e}", component.install_path))?,
+        )
+    } else {
+        Source::Download(component.url.clone())
+    };
+    Ok(shared::components::VerifiedComponent {
+        source,
+        hash,
+        install_path: component.install_path.clone(),
+        extract: component.extract,
+    })
 }
 
 #[cfg(test)]
@@ -601,6 +776,66 @@ mod tests {
         assert_eq!(hosts.state("n2"), None);
         assert_eq!(hosts.ensure("n2").power, Power::Down);
         assert_eq!(hosts.state("n2"), None, "ensure must not add a retired host back");
+    }
+
+    /// The request the agent's simulated backend sends for `config_map`.
+    fn request(config_map: &k8s_openapi::api::core::v1::ConfigMap, role: &str) -> KubernetesRequest {
+        let data = config_map.data.as_ref().unwrap();
+        KubernetesRequest {
+            version: data["cluster-version"].clone(),
+            role: role.into(),
+            components: serde_json::from_str(&data["components"]).unwrap(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_simulated_kubeadm_upgrade_installs_verified_components_and_upgrades_the_control_plane() {
+        let timing = Timing { stage: Duration::from_millis(20), reboot: Duration::from_millis(200), ..Timing::fast() };
+        let hosts = Hosts::new("v1", &timing);
+        for node in ["cp", "w1", "w2", "w3"] {
+            hosts.add(node, "v1").unwrap();
+        }
+        let applied = Arc::new(Mutex::new(Vec::<String>::new()));
+        let seen = applied.clone();
+        hosts.on_control_plane_upgrade(move |version| seen.lock().push(version.to_owned()));
+        let artifacts = crate::artifacts::Artifacts::start().await.unwrap();
+        let config_map = artifacts.publish_release("v1.34.1");
+        let hash = config_map.metadata.name.as_deref().unwrap().replace("k8s-components-sha256-", "sha256:");
+
+        hosts.upgrade_kubernetes("cp", &request(&config_map, "apply")).await.unwrap();
+        assert_eq!(*applied.lock(), ["v1.34.1"]);
+        let cp = hosts.state("cp").unwrap();
+        assert_eq!((cp.kubelet_version.as_deref(), cp.kubelet_restarting), (Some("v1.34.1"), false));
+        assert_eq!(cp.facts.components_hash.as_deref(), Some(hash.as_str()));
+        hosts.upgrade_kubernetes("w1", &request(&config_map, "node")).await.unwrap();
+        assert_eq!(applied.lock().len(), 1, "upgrade node leaves the control plane alone");
+
+        // A corrupt kubelet: nothing installed, kubeadm never ran.
+        artifacts.set_fault("v1.34.1/kubelet", Some(crate::artifacts::ArtifactFault::Corrupt));
+        let error = hosts.upgrade_kubernetes("w2", &request(&config_map, "node")).await.unwrap_err();
+        assert_eq!(error.status(), 422, "{error}");
+        assert!(error.to_string().contains("nothing was installed"), "{error}");
+        let w2 = hosts.state("w2").unwrap();
+        assert_eq!((w2.facts.components_hash, w2.kubelet_version), (None, None));
+        assert!(!hosts.inner.install_root.join("w2/usr/local/bin/kubeadm").exists());
+        // Unreachable: a transient failure.
+        artifacts.set_fault("v1.34.1/kubelet", Some(crate::artifacts::ArtifactFault::Unreachable));
+        assert_eq!(hosts.upgrade_kubernetes("w2", &request(&config_map, "node")).await.unwrap_err().status(), 502);
+        // kubeadm fails with its output; the kubelet is not replaced.
+        artifacts.set_fault("v1.34.1/kubelet", None);
+        let output = "[upgrade/node] FATAL: couldn't create a Kubernetes client".to_owned();
+        hosts.set_faults("w3", HostFaults { kubeadm_failure: Some(output.clone()), ..Default::default() }).unwrap();
+        let error = hosts.upgrade_kubernetes("w3", &request(&config_map, "node")).await.unwrap_err();
+        assert_eq!((error.status(), error.to_string()), (500, format!("kubeadm upgrade failed: {output}")));
+        assert!(!hosts.inner.install_root.join("w3/usr/local/bin/kubelet").exists());
+        assert_eq!(hosts.state("w3").unwrap().kubelet_version, None);
+        // A request outside the rules is refused.
+        let mut bad = request(&config_map, "first");
+        assert_eq!(hosts.upgrade_kubernetes("w3", &bad).await.unwrap_err().status(), 400);
+        bad.role = "node".into();
+        bad.components[0].install_path = "/usr/local/bin/../../etc/passwd".into();
+        assert_eq!(hosts.upgrade_kubernetes("w3", &bad).await.unwrap_err().status(), 400);
+        artifacts.shutdown();
     }
 
     #[test]

@@ -74,6 +74,13 @@ impl HostUpdater for FakeHost {
         });
         Ok(())
     }
+
+    async fn upgrade_kubernetes(&self, upgrade: &agent::host::KubernetesUpgrade) -> Result<(), HostError> {
+        Err(HostError::Unsupported {
+            operation: format!("upgrading Kubernetes to {}", upgrade.version),
+            reason: "this fake host only stages and reboots".into(),
+        })
+    }
 }
 
 impl FakeHost {
@@ -210,5 +217,13 @@ pub async fn stop_all(components: Vec<dev::harness::Component>) {
     for c in components {
         let name = c.name().to_owned();
         c.stop(Duration::from_secs(15)).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+/// The user an access record was made by (every operator identity is a service account).
+pub fn user_of(record: &dev::apiserver::AccessRecord) -> dev::apiserver::UserInfo {
+    match dev::apiserver::auth::user::split_service_account_username(&record.user) {
+        Some((namespace, name)) => dev::apiserver::UserInfo::service_account(namespace, name, ""),
+        None => dev::apiserver::UserInfo::user(&record.user, &[]),
     }
 }

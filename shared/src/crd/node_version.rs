@@ -18,6 +18,12 @@ use serde::{Deserialize, Serialize};
     status = "NodeVersionStatus",
     doc = "The desired OS image and Kubernetes version of the cluster's nodes.",
     printcolumn(name = "Image", type_ = "string", json_path = ".spec.image", description = "desired OS image"),
+    printcolumn(
+        name = "Cluster-Version",
+        type_ = "string",
+        json_path = ".spec.kubernetesClusterVersion",
+        description = "desired Kubernetes version"
+    ),
     printcolumn(name = "Up-To-Date", type_ = "integer", json_path = ".status.counts.upToDate"),
     printcolumn(name = "Outdated", type_ = "integer", json_path = ".status.counts.outdated"),
     printcolumn(
@@ -273,11 +279,32 @@ pub struct NodeVersionStatus {
     /// `Progressing`, `UpToDate`, `Blocked`, `Failed` and `SelectorOverlap`, each with a reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// True while the nodes are upgraded to `spec.kubernetesClusterVersion` (not every node runs it yet), as
+    /// Constellation's status has it; the image is updated only after.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub active_cluster_version_upgrade: bool,
+    /// With `spec.kubernetesClusterVersion`: each node's kubelet version and components hash, by name (at most
+    /// 500).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kubelets: Vec<NodeKubelet>,
     /// The newest spec the controller found valid and acted on. While a later spec is invalid,
     /// nodes in flight finish under this one (its selector, timeouts and image) and no new node
     /// starts; a restarted controller reads it from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_valid_spec: Option<LastValidSpec>,
+}
+
+/// The Kubernetes version a node runs.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeKubelet {
+    pub name: String,
+    /// `status.nodeInfo.kubeletVersion`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet_version: Option<String>,
+    /// The components hash its agent reports (what is installed on the host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub components_hash: Option<String>,
 }
 
 /// A spec the controller validated, and the generation it had.

@@ -26,6 +26,12 @@ pub const INTENT_SINCE: &str = "update.edgeless.systems/intent-since";
 /// Controller: the node's boot ID when the controller asked for the reboot; the reboot counts
 /// only once the node reports a different one.
 pub const BOOT_ID_BEFORE: &str = "update.edgeless.systems/boot-id-before";
+/// Controller: with `intent=kubeadm-upgrade`, the name of the components ConfigMap (in `kube-system`) the
+/// agent installs from (`k8s-components-sha256-<hex>`, named after its content).
+pub const INTENT_COMPONENTS: &str = "update.edgeless.systems/intent-components";
+/// Controller: with `intent=kubeadm-upgrade`, which kubeadm command the node runs: `apply` (the first
+/// control-plane node: `kubeadm upgrade plan` + `apply`) or `node` (every other node: `kubeadm upgrade node`).
+pub const INTENT_KUBEADM: &str = "update.edgeless.systems/intent-kubeadm";
 /// Controller: why the node is `failed` or `blocked`, for humans.
 pub const INTENT_MESSAGE: &str = "update.edgeless.systems/intent-message";
 /// Controller: present (value [`CORDONED_BY_VALUE`]) when the controller cordoned the node. The
@@ -67,6 +73,8 @@ pub const CONTROLLER_KEYS: &[&str] = &[
     INTENT_TOKEN,
     INTENT_SINCE,
     BOOT_ID_BEFORE,
+    INTENT_COMPONENTS,
+    INTENT_KUBEADM,
     INTENT_MESSAGE,
     CORDONED_BY,
     HEIR,

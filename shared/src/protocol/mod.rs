@@ -146,8 +146,48 @@ pub struct Intent {
     pub since: Timestamp,
     /// The node's boot ID when the controller asked for the reboot ([`Step::Reboot`] only).
     pub boot_id_before: Option<BootId>,
+    /// What the node installs and runs ([`Step::KubeadmUpgrade`] only).
+    pub kubeadm: Option<KubeadmIntent>,
     /// Why the node is failed or blocked.
     pub message: Option<String>,
+}
+
+/// The kubeadm part of an intent [`Step::KubeadmUpgrade`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeadmIntent {
+    /// The components ConfigMap (in `kube-system`) to install from; its name says its content's hash.
+    pub components: String,
+    pub role: KubeadmRole,
+}
+
+/// Which kubeadm command a node runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KubeadmRole {
+    /// The first control-plane node: `kubeadm upgrade plan` and `kubeadm upgrade apply`.
+    Apply,
+    /// Every other node: `kubeadm upgrade node`.
+    Node,
+}
+
+impl KubeadmRole {
+    const EXPECTED: &'static str = "apply, node";
+
+    /// The annotation value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KubeadmRole::Apply => "apply",
+            KubeadmRole::Node => "node",
+        }
+    }
+}
+
+impl FromStr for KubeadmRole {
+    type Err = ProtocolError;
+    fn from_str(s: &str) -> Result<Self> {
+        [KubeadmRole::Apply, KubeadmRole::Node].into_iter().find(|r| r.as_str() == s).ok_or_else(|| {
+            ProtocolError::UnknownValue { key: keys::INTENT_KUBEADM, value: s.to_owned(), expected: Self::EXPECTED }
+        })
+    }
 }
 
 /// The controller's annotations on a node: its intent, and whether it cordoned the node.
@@ -191,9 +231,21 @@ impl ControllerAnnotations {
         if step == Step::Reboot && boot_id_before.is_none() {
             return Err(ProtocolError::Missing { key: keys::BOOT_ID_BEFORE, with: "intent=reboot" });
         }
+        let kubeadm = match step {
+            Step::KubeadmUpgrade => {
+                let with = "intent=kubeadm-upgrade";
+                let components = get(keys::INTENT_COMPONENTS)
+                    .ok_or(ProtocolError::Missing { key: keys::INTENT_COMPONENTS, with })?;
+                let components = values::parse_config_map_name(keys::INTENT_COMPONENTS, components)?;
+                let role =
+                    get(keys::INTENT_KUBEADM).ok_or(ProtocolError::Missing { key: keys::INTENT_KUBEADM, with })?;
+                Some(KubeadmIntent { components, role: role.parse()? })
+            }
+            _ => None,
+        };
         let message = get(keys::INTENT_MESSAGE).map(str::to_owned);
         Ok(ControllerAnnotations {
-            intent: Some(Intent { step, target, token, since, boot_id_before, message }),
+            intent: Some(Intent { step, target, token, since, boot_id_before, kubeadm, message }),
             cordoned_by_us,
         })
     }
@@ -235,6 +287,8 @@ impl ControllerAnnotations {
             (keys::INTENT_TOKEN, intent.map(|i| i.token.to_string())),
             (keys::INTENT_SINCE, intent.map(|i| values::render_timestamp(i.since))),
             (keys::BOOT_ID_BEFORE, intent.and_then(|i| i.boot_id_before.as_ref()).map(ToString::to_string)),
+            (keys::INTENT_COMPONENTS, intent.and_then(|i| i.kubeadm.as_ref()).map(|k| k.components.clone())),
+            (keys::INTENT_KUBEADM, intent.and_then(|i| i.kubeadm.as_ref()).map(|k| k.role.as_str().to_owned())),
             (keys::INTENT_MESSAGE, intent.and_then(|i| i.message.as_deref()).map(values::cut_message)),
             (keys::CORDONED_BY, self.cordoned_by_us.then(|| keys::CORDONED_BY_VALUE.to_owned())),
         ]

@@ -34,6 +34,7 @@ fn a_reboot_intent_round_trips() {
             token: Token::from_u64(123_456_789),
             since: since(),
             boot_id_before: Some(BootId::parse("k", "0f6a1c1e-7d28-4bd8-9a1b-5e0f8c7d6e5a").unwrap()),
+            kubeadm: None,
             message: None,
         }),
         cordoned_by_us: true,
@@ -244,13 +245,17 @@ fn arb_intent() -> impl Strategy<Value = Intent> {
         0i64..4_000_000_000_000,
         proptest::option::of("[a-f0-9-]{1,64}"),
         proptest::option::of("\\PC{0,200}"),
+        ("[a-z0-9]([a-z0-9.-]{0,60}[a-z0-9])?", any::<bool>()),
     )
-        .prop_map(|(step, target, token, secs, boot, message)| {
+        .prop_map(|(step, target, token, secs, boot, message, (components, apply))| {
             let boot_id_before = match (step, boot) {
                 (Step::Reboot, None) => Some(BootId::parse("k", "b").unwrap()),
                 (_, b) => b.map(|b| BootId::parse("k", &b).unwrap()),
             };
-            Intent { step, target, token, since: Timestamp::from_millisecond(secs).unwrap(), boot_id_before, message }
+            let role = if apply { KubeadmRole::Apply } else { KubeadmRole::Node };
+            let kubeadm = (step == Step::KubeadmUpgrade).then_some(KubeadmIntent { components, role });
+            let since = Timestamp::from_millisecond(secs).unwrap();
+            Intent { step, target, token, since, boot_id_before, kubeadm, message }
         })
 }
 
@@ -326,5 +331,58 @@ proptest! {
         let mut current = BTreeMap::new();
         apply(&mut current, ours.render());
         prop_assert!(patch::NodePatch::annotations(Some(&current), ours.render()).is_empty());
+    }
+}
+
+#[test]
+fn a_kubeadm_intent_names_its_components_and_role_and_round_trips() {
+    let ours = ControllerAnnotations {
+        intent: Some(Intent {
+            step: Step::KubeadmUpgrade,
+            target: "v1.34.1".into(),
+            token: Token::from_u64(7),
+            since: since(),
+            boot_id_before: None,
+            kubeadm: Some(KubeadmIntent { components: "k8s-components-sha256-ab12".into(), role: KubeadmRole::Apply }),
+            message: None,
+        }),
+        cordoned_by_us: false,
+    };
+    let mut current = BTreeMap::new();
+    apply(&mut current, ours.render());
+    assert_eq!(current[keys::INTENT_COMPONENTS], "k8s-components-sha256-ab12");
+    assert_eq!(current[keys::INTENT_KUBEADM], "apply");
+    assert_eq!(ControllerAnnotations::parse(&current).unwrap(), ours);
+    // Removing the intent removes the kubeadm keys too.
+    apply(&mut current, ControllerAnnotations::default().render());
+    assert!(current.is_empty(), "{current:?}");
+}
+
+#[test]
+fn a_kubeadm_intent_without_its_components_or_role_is_an_error_naming_the_key() {
+    let base = [
+        (keys::INTENT, "kubeadm-upgrade"),
+        (keys::INTENT_TARGET, "v1.34.1"),
+        (keys::INTENT_TOKEN, "t1"),
+        (keys::INTENT_SINCE, "2026-11-21T10:00:00.000Z"),
+    ];
+    let without = |extra: &[(&'static str, &'static str)]| {
+        let mut pairs = base.to_vec();
+        pairs.extend_from_slice(extra);
+        ControllerAnnotations::parse(&annotations(&pairs)).unwrap_err()
+    };
+    assert_eq!(
+        without(&[(keys::INTENT_KUBEADM, "node")]),
+        ProtocolError::Missing { key: keys::INTENT_COMPONENTS, with: "intent=kubeadm-upgrade" }
+    );
+    assert_eq!(
+        without(&[(keys::INTENT_COMPONENTS, "k8s-components-sha256-ab")]),
+        ProtocolError::Missing { key: keys::INTENT_KUBEADM, with: "intent=kubeadm-upgrade" }
+    );
+    let bad_role = without(&[(keys::INTENT_COMPONENTS, "cm"), (keys::INTENT_KUBEADM, "first")]);
+    assert!(matches!(bad_role, ProtocolError::UnknownValue { key: keys::INTENT_KUBEADM, .. }), "{bad_role}");
+    for name in ["", "Upper", "-lead", "a/b", "trail-"] {
+        let error = without(&[(keys::INTENT_COMPONENTS, name), (keys::INTENT_KUBEADM, "node")]);
+        assert!(matches!(error, ProtocolError::Malformed { key: keys::INTENT_COMPONENTS, .. }), "{name:?}: {error}");
     }
 }

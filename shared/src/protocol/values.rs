@@ -103,6 +103,22 @@ impl fmt::Display for ComponentsHash {
     }
 }
 
+/// A ConfigMap name as the API server accepts it (a DNS subdomain: at most 253 characters of `a-z`, `0-9`, `-`
+/// and `.`, starting and ending with a letter or digit).
+pub(super) fn parse_config_map_name(key: &'static str, value: &str) -> Result<String> {
+    let edge = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let bytes = value.as_bytes();
+    if value.is_empty()
+        || value.len() > 253
+        || !bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-' || *b == b'.')
+        || !edge(bytes.first())
+        || !edge(bytes.last())
+    {
+        return Err(malformed(key, value, "a ConfigMap name has 1 to 253 characters of a-z, 0-9, - and ."));
+    }
+    Ok(value.to_owned())
+}
+
 /// A regular expression (RE2 and Rust `regex` syntax) that matches exactly the non-empty strings
 /// [`parse_target`] accepts, up to the length limit: no control character (`\p{Cc}`) anywhere,
 /// and no white space at either end. Unicode white space is the control characters `\t\n\v\f\r`

@@ -23,7 +23,7 @@
 
 mod api;
 
-use super::{HostError, HostFacts, HostUpdater, check_reported_image, read_boot_id};
+use super::{HostError, HostFacts, HostUpdater, KubernetesUpgrade, check_reported_image, read_boot_id};
 use api::{Api, CommandOutcome, CommandStatus, UpdateCommand, UpdateState, UpdateStatus, UpdatesSettings};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -252,6 +252,16 @@ impl HostUpdater for BottlerocketHost {
         Err(unsettled(format!("activating {target}")))
     }
 
+    async fn upgrade_kubernetes(&self, upgrade: &KubernetesUpgrade) -> Result<(), HostError> {
+        // Nothing is downloaded, installed or run: Bottlerocket's root filesystem is read-only and verified.
+        Err(HostError::Unsupported {
+            operation: format!("upgrading Kubernetes to {} with kubeadm", upgrade.version),
+            reason: "on Bottlerocket the Kubernetes version comes with the OS image variant (aws-k8s-1.34, ...); \
+                     update the image to a variant of the target version instead"
+                .to_owned(),
+        })
+    }
+
     async fn release(&self, target: &str) -> Result<(), HostError> {
         if check_target(target).is_err() {
             // Never pinned nor staged: nothing to undo.
@@ -470,6 +480,23 @@ fn next_activate_step(
 mod tests {
     use super::api::{PartitionImage, UpdateImage};
     use super::*;
+
+    #[tokio::test]
+    async fn a_kubeadm_upgrade_is_refused_with_the_reason_and_without_touching_the_api() {
+        // The socket does not exist: any call to the API would fail with "cannot reach".
+        let host = BottlerocketHost::new(BottlerocketConfig::new("/nonexistent/api.sock"));
+        let upgrade = KubernetesUpgrade {
+            version: "v1.34.1".parse().unwrap(),
+            role: crate::kubeadm::Role::Worker,
+            components: Vec::new(),
+        };
+        let error = host.upgrade_kubernetes(&upgrade).await.unwrap_err();
+        assert!(matches!(error, HostError::Unsupported { .. }), "{error}");
+        assert!(!error.is_retryable());
+        let message = error.to_string();
+        assert!(message.contains("upgrading Kubernetes to v1.34.1 with kubeadm is not supported"), "{message}");
+        assert!(message.contains("comes with the OS image variant"), "{message}");
+    }
 
     fn status(state: UpdateState, chosen: Option<&str>, staged: Option<&str>) -> UpdateStatus {
         UpdateStatus {

@@ -7,9 +7,19 @@
 //!   "reboot": {"argv": ["systemctl", "reboot"]},
 //!   "staged": {"argv": ["/usr/local/bin/os-update", "staged"]},
 //!   "unstage": {"argv": ["/usr/local/bin/os-update", "discard"]},
-//!   "nsenter": true
+//!   "nsenter": true,
+//!   "kubernetes": {"hostRoot": "/host", "record": "/var/lib/update-operator/components.json",
+//!                  "kubeadmTimeoutSeconds": 1800,
+//!                  "restartKubelet": [{"argv": ["systemctl", "daemon-reload"]}, {"argv": ["systemctl", "restart", "kubelet"]}]}
 //! }
 //! ```
+//!
+//! `kubernetes` (optional) enables the `kubeadm-upgrade` step: components are installed under `hostRoot` (where
+//! the agent sees the host's root filesystem: `/` for an agent running on the host, the mount of the host's
+//! root in a container, which then needs `nsenter: true` so kubeadm runs on the host), the record of what is
+//! installed is kept at the host path `record`, kubeadm commands may take `kubeadmTimeoutSeconds` (default
+//! 30 min) each, and `restartKubelet` (default: `systemctl daemon-reload`, `systemctl restart kubelet`)
+//! restarts the kubelet. Without nsenter, the kubeadm program is run from under `hostRoot`.
 //!
 //! # Guarantees
 //! - Unknown fields are errors (a misspelt `"stagd"` is reported, not ignored), and every error
@@ -17,6 +27,7 @@
 //! - A configuration that loads has a program in every command, no NUL in any argument, and every
 //!   timeout between 1 s and [`MAX_TIMEOUT_SECONDS`].
 
+use crate::components::DEFAULT_RECORD;
 use crate::host::ConfigError;
 use serde::Deserialize;
 use std::path::Path;
@@ -51,6 +62,53 @@ pub struct CommandConfig {
     /// executes the command (the agent then runs privileged with `hostPID: true`).
     #[serde(default)]
     pub(super) nsenter: bool,
+    /// How Kubernetes components are upgraded; without it the `kubeadm-upgrade` step is refused.
+    #[serde(default)]
+    pub(super) kubernetes: Option<KubernetesConfig>,
+}
+
+/// The `kubernetes` section (module docs).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct KubernetesConfig {
+    #[serde(default = "default_host_root")]
+    pub host_root: std::path::PathBuf,
+    #[serde(default = "default_record")]
+    pub record: std::path::PathBuf,
+    #[serde(default)]
+    pub kubeadm_timeout_seconds: Option<u64>,
+    #[serde(default)]
+    pub restart_kubelet: Option<Vec<CommandSpec>>,
+}
+
+fn default_host_root() -> std::path::PathBuf {
+    "/".into()
+}
+
+fn default_record() -> std::path::PathBuf {
+    DEFAULT_RECORD.into()
+}
+
+impl KubernetesConfig {
+    fn validate(&self) -> Result<(), String> {
+        if !self.host_root.is_absolute() {
+            return Err(format!("kubernetes.hostRoot {:?} is not an absolute path", self.host_root));
+        }
+        if !self.record.is_absolute() {
+            return Err(format!("kubernetes.record {:?} is not an absolute path", self.record));
+        }
+        if let Some(seconds) = self.kubeadm_timeout_seconds
+            && !(1..=MAX_TIMEOUT_SECONDS).contains(&seconds)
+        {
+            return Err(format!(
+                "kubernetes.kubeadmTimeoutSeconds is {seconds}; it must be between 1 and {MAX_TIMEOUT_SECONDS}"
+            ));
+        }
+        for (index, spec) in self.restart_kubelet.iter().flatten().enumerate() {
+            spec.validate(&format!("kubernetes.restartKubelet[{index}]"))?;
+        }
+        Ok(())
+    }
 }
 
 /// One command: its argument vector (never run through a shell) and its time limit.
@@ -106,6 +164,9 @@ impl CommandConfig {
         if let Some(unstage) = &config.unstage {
             unstage.validate("unstage").map_err(invalid)?;
         }
+        if let Some(kubernetes) = &config.kubernetes {
+            kubernetes.validate().map_err(invalid)?;
+        }
         Ok(config)
     }
 
@@ -136,6 +197,10 @@ mod tests {
         assert!(config.unstage.is_none());
         assert_eq!(config.reboot.argv, ["systemctl", "reboot"]);
         assert_eq!(config.apply.timeout(Duration::from_secs(7)), Duration::from_secs(7));
+        assert!(config.kubernetes.is_none());
+        let with =
+            parse(&format!(r#"{}, "kubernetes": {{}}}}"#, &MINIMAL[..MINIMAL.len() - 1])).unwrap().kubernetes.unwrap();
+        assert_eq!((with.host_root.to_str(), with.record.to_str()), (Some("/"), Some(DEFAULT_RECORD)));
     }
 
     #[test]
@@ -165,7 +230,7 @@ mod tests {
             (r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}}"#, "missing field `reboot`"),
             (
                 r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "stagd": {"argv": ["s"]}}"#,
-                "unknown field `stagd`, expected one of `check`, `apply`, `reboot`, `staged`, `unstage`, `nsenter`",
+                "unknown field `stagd`, expected one of `check`, `apply`, `reboot`, `staged`, `unstage`, `nsenter`, `kubernetes`",
             ),
             (
                 r#"{"check": {"argv": ["c"], "timeout": 5}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}}"#,
@@ -182,6 +247,18 @@ mod tests {
             (
                 r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "#,
                 "EOF while parsing",
+            ),
+            (
+                r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "kubernetes": {"hostRoot": "host"}}"#,
+                "kubernetes.hostRoot \"host\" is not an absolute path",
+            ),
+            (
+                r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "kubernetes": {"restartKubelet": [{"argv": []}]}}"#,
+                "kubernetes.restartKubelet[0].argv is empty",
+            ),
+            (
+                r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "kubernetes": {"kubeadmTimeoutSeconds": 0}}"#,
+                "kubernetes.kubeadmTimeoutSeconds is 0",
             ),
         ];
         for (json, expected) in cases {

@@ -7,6 +7,9 @@
 //! - `staged` (optional) prints the staged image, or nothing;
 //! - `unstage` (optional) discards the staged target, which is passed as its last argument.
 //!
+//! With a `kubernetes` section, the `kubeadm-upgrade` step installs the components under its `hostRoot` and
+//! runs kubeadm and the kubelet restart (see [`HostUpdater::upgrade_kubernetes`] and [`CommandConfig`]).
+//!
 //! With `nsenter: true` every command runs in the host's namespaces (those of PID 1: IPC, UTS,
 //! network, PID, mount), entered by the agent itself before the command is executed, as
 //! `nsenter --target 1 --ipc --uts --net --pid --mount -- <argv...>` would ([`namespaces`]).
@@ -28,10 +31,13 @@ mod run;
 
 pub use config::{CommandConfig, MAX_TIMEOUT_SECONDS};
 
-use super::{EX_TEMPFAIL, HostError, HostFacts, HostUpdater, check_reported_image, read_boot_id};
-use config::CommandSpec;
+use super::{EX_TEMPFAIL, HostError, HostFacts, HostUpdater, KubernetesUpgrade, check_reported_image, read_boot_id};
+use crate::components::{Installer, installed_at};
+use crate::kubeadm;
+use config::{CommandSpec, KubernetesConfig};
 use namespaces::Namespaces;
 use run::{Finished, RunError};
+use shared::protocol::ComponentsHash;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +51,10 @@ const DEFAULT_APPLY_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 const DEFAULT_REBOOT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Discarding a staged image deletes files or a boot entry.
 const DEFAULT_UNSTAGE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// `kubeadm upgrade apply` pulls images and waits for every static Pod to restart.
+const DEFAULT_KUBEADM_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// Restarting the kubelet is a systemd job.
+const DEFAULT_RESTART_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A host updated by configured commands.
 #[derive(Debug, Clone)]
@@ -140,6 +150,51 @@ impl CommandHost {
         Err(failed(name, spec, &finished))
     }
 
+    /// The `kubernetes` section, or why the step is refused without one.
+    fn kubernetes(&self, version: &shared::version::KubeVersion) -> Result<&KubernetesConfig, HostError> {
+        self.config.kubernetes.as_ref().ok_or_else(|| HostError::Unsupported {
+            operation: format!("upgrading Kubernetes to {version}"),
+            reason: "the host command configuration has no kubernetes section".to_owned(),
+        })
+    }
+
+    /// The components hash from the record of installed components; `None` without a `kubernetes` section
+    /// or a record.
+    fn components_hash(&self) -> Result<Option<ComponentsHash>, HostError> {
+        let Some(kubernetes) = &self.config.kubernetes else { return Ok(None) };
+        let path = kubernetes.host_root.join(kubernetes.record.strip_prefix("/").unwrap_or(&kubernetes.record));
+        let Some(record) = installed_at(&path)? else { return Ok(None) };
+        ComponentsHash::parse("the record's hash", &record.hash).map(Some).map_err(|error| {
+            crate::components::InstallError::Record { path: path.display().to_string(), reason: error.to_string() }
+                .into()
+        })
+    }
+
+    /// Runs one step of the upgrade to success: a failure is reported with the end of its output (kubeadm
+    /// prints its progress on stdout and the failing phase on stderr).
+    async fn run_upgrade_command(
+        &self,
+        name: &'static str,
+        argv: Vec<String>,
+        timeout: Duration,
+    ) -> Result<(), HostError> {
+        let spec = CommandSpec { argv, timeout_seconds: Some(timeout.as_secs().max(1)) };
+        let finished = self.run(name, &spec, None, timeout).await?;
+        if finished.status.success() {
+            return Ok(());
+        }
+        let mut output = finished.stdout.clone();
+        output.push(b'\n');
+        output.extend_from_slice(&finished.stderr_tail);
+        Err(HostError::CommandFailed {
+            command: name,
+            program: spec.program().to_owned(),
+            status: run::describe(finished.status),
+            stderr_tail: run::stderr_summary(&output),
+            temporary: finished.status.code() == Some(EX_TEMPFAIL),
+        })
+    }
+
     /// The first line of a command's output, trimmed; `None` when it printed nothing.
     async fn first_line(
         &self,
@@ -209,8 +264,44 @@ impl HostUpdater for CommandHost {
             os_image: self.os_image().await?,
             boot_id: read_boot_id(&self.boot_id_path).await?,
             staged_image: self.staged_image().await?,
-            components_hash: None,
+            components_hash: self.components_hash()?,
         })
+    }
+
+    async fn upgrade_kubernetes(&self, upgrade: &KubernetesUpgrade) -> Result<(), HostError> {
+        let kubernetes = self.kubernetes(&upgrade.version)?;
+        let commands =
+            kubeadm::upgrade_commands(upgrade.role, &upgrade.version, &upgrade.components).map_err(|error| {
+                HostError::StepFailed {
+                    step: format!("upgrading Kubernetes to {}", upgrade.version),
+                    message: error.to_string(),
+                }
+            })?;
+        let installer = Installer::new(&kubernetes.host_root, &kubernetes.record)?;
+        // Everything is downloaded and verified before anything is installed.
+        let mut prepared = installer.prepare(&upgrade.components).await?;
+        prepared.install_where(|component| !kubeadm::replaced_after_kubeadm(component))?;
+        let kubeadm_timeout = kubernetes.kubeadm_timeout_seconds.map_or(DEFAULT_KUBEADM_TIMEOUT, Duration::from_secs);
+        for mut argv in commands {
+            if !self.config.nsenter {
+                // The program is a host path; without the host's mount namespace it is found under the root.
+                argv[0] = kubernetes.host_root.join(argv[0].trim_start_matches('/')).to_string_lossy().into_owned();
+            }
+            self.run_upgrade_command("kubeadm", argv, kubeadm_timeout).await?;
+        }
+        prepared.finish()?;
+        let default_restart = || {
+            kubeadm::RESTART_KUBELET
+                .iter()
+                .map(|argv| CommandSpec { argv: argv.iter().map(|a| (*a).to_owned()).collect(), timeout_seconds: None })
+                .collect::<Vec<_>>()
+        };
+        for spec in kubernetes.restart_kubelet.clone().unwrap_or_else(default_restart) {
+            let timeout = spec.timeout(DEFAULT_RESTART_TIMEOUT);
+            self.run_upgrade_command("kubelet restart", spec.argv, timeout).await?;
+        }
+        tracing::info!(version = %upgrade.version, "Kubernetes components upgraded");
+        Ok(())
     }
 
     async fn stage(&self, target: &str) -> Result<(), HostError> {
@@ -274,6 +365,9 @@ fn killed_by_shutdown(status: std::process::ExitStatus) -> bool {
     use std::os::unix::process::ExitStatusExt;
     matches!(status.signal(), Some(signal) if signal == rustix::process::Signal::TERM.as_raw() || signal == rustix::process::Signal::KILL.as_raw())
 }
+
+#[cfg(test)]
+mod kubeadm_tests;
 
 #[cfg(test)]
 mod tests {

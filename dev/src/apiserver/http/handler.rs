@@ -90,7 +90,7 @@ where
     }
     let response = match route {
         Route::Health => Ok(text_response(StatusCode::OK, "ok")),
-        Route::Version => Ok(json_response(StatusCode::OK, &discovery::version(&core.config.git_version))),
+        Route::Version => Ok(json_response(StatusCode::OK, &discovery::version(&core.version.read().clone()))),
         Route::CoreVersions => Ok(json_response(StatusCode::OK, &discovery::core_versions(&address))),
         Route::Groups => Ok(json_response(StatusCode::OK, &discovery::groups(&core.registry.read()))),
         Route::Group(group) => discovery::group(&core.registry.read(), &group)
@@ -101,7 +101,7 @@ where
             .ok_or_else(ApiError::path_not_found),
         Route::OpenApiV2 => openapi_v2(&core, &request),
         Route::OpenApiV3Index if request.method == Method::GET => {
-            Ok(json_response(StatusCode::OK, &openapi::v3_index(&core.registry.read(), &core.config.git_version)))
+            Ok(json_response(StatusCode::OK, &openapi::v3_index(&core.registry.read(), &core.version.read().clone())))
         }
         Route::OpenApiV3(path) if request.method == Method::GET => openapi_v3(&core, &path, &request),
         Route::OpenApiV3Index | Route::OpenApiV3(_) => Err(ApiError::method_not_allowed(request.method.as_str())),
@@ -173,7 +173,7 @@ fn openapi_v2(core: &Core, request: &RequestInfo) -> Result<Response<Body>, ApiE
     for media in accepted(request.accept.as_deref()) {
         match media.as_str() {
             openapi::V2_PROTOBUF | openapi::V2_PROTOBUF_DEPRECATED => {
-                let document = openapi::v2_document(&core.registry.read(), &core.config.git_version);
+                let document = openapi::v2_document(&core.registry.read(), &core.version.read().clone());
                 let mut response = bytes_response(StatusCode::OK, Bytes::from(openapi::protobuf::encode(&document)));
                 response
                     .headers_mut()
@@ -181,7 +181,7 @@ fn openapi_v2(core: &Core, request: &RequestInfo) -> Result<Response<Body>, ApiE
                 return Ok(response);
             }
             "application/json" | "application/*" | "*/*" => {
-                let document = openapi::v2_document(&core.registry.read(), &core.config.git_version);
+                let document = openapi::v2_document(&core.registry.read(), &core.version.read().clone());
                 return Ok(json_response(StatusCode::OK, &document));
             }
             _ => {}
@@ -199,7 +199,7 @@ fn openapi_v3(core: &Core, path: &str, request: &RequestInfo) -> Result<Response
     {
         return Err(openapi_not_acceptable(request));
     }
-    let document = openapi::v3_group_version(&core.registry.read(), path, &core.config.git_version)
+    let document = openapi::v3_group_version(&core.registry.read(), path, &core.version.read().clone())
         .ok_or_else(ApiError::path_not_found)?;
     let mut response = json_response(StatusCode::OK, &document);
     if let Ok(etag) = http::HeaderValue::from_str(&format!("\"{}\"", openapi::hash(&document))) {

@@ -337,9 +337,16 @@ fn is_qualified_name_part(s: &str) -> bool {
         && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
-/// RFC 1123 subdomain: lowercase alphanumerics, `-` and `.`, alphanumeric at both ends of each label.
+/// RFC 1123 subdomain as `IsDNS1123Subdomain` checks it: at most 253 characters matching
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*`. Unlike a label, a part between dots may be
+/// longer than 63 characters (Constellation's `k8s-components-sha256-<64 hex>` ConfigMaps are 86).
 pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+    let part = |p: &str| {
+        let bytes = p.as_bytes();
+        let edge = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        bytes.first().is_some_and(edge) && bytes.last().is_some_and(edge) && bytes.iter().all(|b| edge(b) || *b == b'-')
+    };
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(part)
 }
 
 /// RFC 1123 label: at most 63 lowercase alphanumerics or `-`, alphanumeric at both ends.
@@ -422,6 +429,10 @@ mod tests {
     #[test]
     fn dns_names_are_checked() {
         assert!(is_dns_subdomain("a.b-c.d"));
+        // Parts may be longer than a label (upstream checks the whole name against one regex).
+        assert!(is_dns_subdomain(&format!("k8s-components-sha256-{}", "a".repeat(64))));
+        assert!(!is_dns_label(&format!("k8s-components-sha256-{}", "a".repeat(64))));
+        assert!(!is_dns_subdomain(&"a".repeat(254)));
         assert!(!is_dns_subdomain("A"));
         assert!(!is_dns_subdomain("a..b"));
         assert!(is_dns_label("kube-system"));

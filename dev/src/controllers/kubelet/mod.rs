@@ -130,11 +130,12 @@ pub(crate) fn start(
 
 /// True when the node's status shows what its host is: readiness, and (while up) boot and image.
 fn reports(node: &NodeInfo, host: &HostState) -> bool {
-    let up = host.power == Power::Up;
+    let up = host.kubelet_ready();
     node.ready == Some(up)
         && (!up
             || (node.boot_id.as_deref() == Some(host.facts.boot_id.as_str())
-                && node.os_image.as_deref() == Some(host.facts.os_image.as_str())))
+                && node.os_image.as_deref() == Some(host.facts.os_image.as_str())
+                && host.kubelet_version.as_deref().is_none_or(|v| node.kubelet_version.as_deref() == Some(v))))
 }
 
 /// How long a pod being deleted takes to go once its kubelet starts killing it: its grace period, at most `cap`.
@@ -327,7 +328,7 @@ impl Kubelet {
             return Ok(Outcome::Done);
         };
         let host = self.hosts.ensure(name);
-        let up = host.power == Power::Up;
+        let up = host.kubelet_ready();
         let now = Instant::now();
         let heartbeat_due = self
             .timing

@@ -16,7 +16,7 @@ pub struct NodeIdentity<'a> {
     pub name: &'a str,
     /// The node's InternalIP.
     pub internal_ip: &'a str,
-    /// `kubeletVersion` (and `kubeProxyVersion`).
+    /// `kubeletVersion` (and `kubeProxyVersion`) unless the host's simulated kubeadm installed another.
     pub kubelet_version: &'a str,
 }
 
@@ -37,7 +37,11 @@ fn ready_condition(up: bool, now: &str, transition: bool) -> Value {
     let (status, reason, message) = if up {
         ("True", "KubeletReady", "kubelet is posting ready status")
     } else {
-        ("False", "KubeletNotReady", "container runtime is down: the host is rebooting or down")
+        (
+            "False",
+            "KubeletNotReady",
+            "container runtime is down: the host is rebooting or down, or the kubelet restarts",
+        )
     };
     let mut condition = json!({"type": "Ready", "status": status, "reason": reason, "message": message,
                                "lastHeartbeatTime": now});
@@ -50,7 +54,7 @@ fn ready_condition(up: bool, now: &str, transition: bool) -> Value {
 /// The full status: conditions, addresses, capacity and `nodeInfo` from the host. `first` adds the transition
 /// times of the pressure conditions; `transition` the Ready condition's.
 pub fn full_status(node: &NodeIdentity<'_>, host: &HostState, now: &str, first: bool, transition: bool) -> Value {
-    let up = host.power == crate::hosts::Power::Up;
+    let up = host.kubelet_ready();
     let pressure = |type_: &str, reason: &str, message: &str| {
         let mut condition = json!({"type": type_, "status": "False", "reason": reason, "message": message,
                                    "lastHeartbeatTime": now});
@@ -81,8 +85,8 @@ pub fn full_status(node: &NodeIdentity<'_>, host: &HostState, now: &str, first: 
             "kernelVersion": "6.6.0-dev",
             "osImage": host.facts.os_image,
             "containerRuntimeVersion": "containerd://1.7.27",
-            "kubeletVersion": node.kubelet_version,
-            "kubeProxyVersion": node.kubelet_version,
+            "kubeletVersion": host.kubelet_version.as_deref().unwrap_or(node.kubelet_version),
+            "kubeProxyVersion": host.kubelet_version.as_deref().unwrap_or(node.kubelet_version),
             "operatingSystem": "linux",
             "architecture": "amd64",
         },
@@ -131,6 +135,8 @@ mod tests {
             power: Power::Rebooting,
             boots: 2,
             faults: HostFaults::default(),
+            kubelet_version: None,
+            kubelet_restarting: false,
         };
         let identity = NodeIdentity { name: "n1", internal_ip: "172.16.0.1", kubelet_version: "v1.33.0" };
         let status = full_status(&identity, &host, "2026-01-01T00:00:00Z", true, true);
@@ -140,5 +146,28 @@ mod tests {
         assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("KubeletNotReady")));
         assert_eq!(ready["lastTransitionTime"], "2026-01-01T00:00:00Z");
         assert!(heartbeat(true, "t")["status"]["conditions"][0].get("lastTransitionTime").is_none());
+    }
+
+    #[test]
+    fn a_restarting_kubelet_is_not_ready_and_then_reports_the_version_kubeadm_installed() {
+        let mut host = HostState {
+            name: "n1".into(),
+            facts: HostFacts { os_image: "v2".into(), boot_id: "b2".into(), staged_image: None, components_hash: None },
+            power: Power::Up,
+            boots: 2,
+            faults: HostFaults::default(),
+            kubelet_version: None,
+            kubelet_restarting: false,
+        };
+        let identity = NodeIdentity { name: "n1", internal_ip: "172.16.0.1", kubelet_version: "v1.33.0" };
+        let status = |host: &HostState| full_status(&identity, host, "2026-01-01T00:00:00Z", false, true);
+        assert_eq!(status(&host)["status"]["nodeInfo"]["kubeletVersion"], "v1.33.0");
+        assert_eq!(status(&host)["status"]["conditions"][3]["status"], "True");
+        host.kubelet_restarting = true;
+        assert_eq!(status(&host)["status"]["conditions"][3]["status"], "False");
+        host.kubelet_restarting = false;
+        host.kubelet_version = Some("v1.34.1".into());
+        assert_eq!(status(&host)["status"]["nodeInfo"]["kubeletVersion"], "v1.34.1");
+        assert_eq!(status(&host)["status"]["conditions"][3]["status"], "True");
     }
 }

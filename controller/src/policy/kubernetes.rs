@@ -1,0 +1,551 @@
+//! The Kubernetes upgrade of a rollout: kubeadm on every node it manages, control plane first, before its image.
+//!
+//! While a NodeVersion asks for a Kubernetes version (`kubernetesClusterVersion` with
+//! `kubernetesComponentsReference`, validated by the reconciler into a [`KubernetesSpec`]) and not every node of
+//! the rollout runs it, this module plans the rollout instead of the image flow: **Kubernetes first, then the
+//! image** (the image flow takes over in the round after the last node is verified).
+//!
+//! # Order
+//! 1. A refused upgrade ([`KubernetesSpec::Refused`]: a bad ConfigMap, a version the skew policy forbids) is a
+//!    hold (`KubernetesUpgradeRefused`, a condition and an Event); no node is started.
+//! 2. While the API server reports an older version than the target, only the **first control-plane node** (by
+//!    name) is upgraded: `intent=kubeadm-upgrade` with role `apply`, uncordoned (kubeadm's documented order), and
+//!    it is verified only once `/version` reports the target. Nothing else starts meanwhile.
+//! 3. Then the other control-plane nodes, one at a time, and then the workers under `maxUnavailable`: each is
+//!    cordoned and drained (`intent=drain` with the version as target), then `intent=kubeadm-upgrade` with role
+//!    `node` (kubeadm upgrades the node, the kubelet is replaced and restarted), then verified and uncordoned.
+//!
+//! A node is verified (`intent=done`) once its kubelet reports the target version, its agent reports the
+//! components hash of the ConfigMap, and it is Ready. The kubeadm step may take `stageTimeout + rebootTimeout`;
+//! the failure budget, the maintenance window, `paused` and the drain timeout apply as for images.
+
+use super::assess::{self, Assessment, Situation};
+use super::{
+    ActionKind, DrainProgress, Hold, InFlight, NodeView, Plan, Reason, Rollout, ValidSpec, budget, gates, selection,
+};
+use jiff::Timestamp;
+use shared::protocol::{AgentReport, AgentState, ControllerAnnotations, Intent, KubeadmIntent, KubeadmRole, Step};
+use shared::version::KubeVersion;
+
+/// A NodeVersion's Kubernetes upgrade, as the reconciler validated it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubernetesSpec {
+    /// Refused before any node is touched; the message names the field or rule at fault.
+    Refused(String),
+    /// Valid: upgrade the nodes.
+    Upgrade(KubernetesTarget),
+}
+
+/// A valid Kubernetes upgrade.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubernetesTarget {
+    pub version: KubeVersion,
+    /// The components ConfigMap's name.
+    pub components: String,
+    /// The components hash (`sha256:<hex>`) a node reports once it runs exactly these components.
+    pub hash: String,
+    /// What the API server's `/version` reports now.
+    pub api_server: KubeVersion,
+}
+
+/// A rollout's Kubernetes upgrade, for the status.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// The upgrade is under way: some node does not run the version yet (a refused upgrade is not under way).
+    pub active: bool,
+    /// Each node's (name, kubelet version, components hash), by name.
+    pub nodes: Vec<(String, Option<String>, Option<String>)>,
+}
+
+impl Progress {
+    pub(super) fn of(active: bool, members: &[(&NodeView, &Assessment)]) -> Progress {
+        let mut nodes: Vec<_> = members
+            .iter()
+            .map(|(n, _)| {
+                let hash = n.agent.as_ref().ok().and_then(|a| a.components_hash.as_ref()).map(|h| h.to_string());
+                (n.name.clone(), n.kubelet_version.clone(), hash)
+            })
+            .collect();
+        nodes.sort();
+        Progress { active, nodes }
+    }
+}
+
+/// The plan of `rollout` while its Kubernetes upgrade is under way; `None` once every node runs the target (the
+/// image flow plans then).
+pub(super) fn plan_rollout(
+    rollout: &Rollout,
+    kubernetes: &KubernetesSpec,
+    spec: &ValidSpec,
+    members: &[(&NodeView, &Assessment)],
+    shared: &mut selection::Shared,
+    now: Timestamp,
+) -> Option<Plan> {
+    let target = match kubernetes {
+        KubernetesSpec::Refused(message) => {
+            // Nodes in the middle of an image step finish; nothing new starts.
+            let mut plan = Plan::default();
+            for (_, a) in members.iter().filter(|(_, a)| a.in_flight()) {
+                plan.actions.extend(a.action.clone());
+                plan.wake(a.wake_at);
+            }
+            super::summarize(&mut plan, members);
+            plan.hold = Some(Hold::new(Reason::KubernetesUpgradeRefused, message.clone()));
+            return Some(plan);
+        }
+        KubernetesSpec::Upgrade(target) => target,
+    };
+    let assessments: Vec<Assessment> =
+        members.iter().map(|(node, image)| assess(node, image, target, spec, now)).collect();
+    let members_k: Vec<(&NodeView, &Assessment)> = members.iter().map(|(n, _)| *n).zip(assessments.iter()).collect();
+    if assessments.iter().all(|a| a.situation == Situation::UpToDate && a.action.is_none()) {
+        return None;
+    }
+    let mut plan = Plan::default();
+    for a in &assessments {
+        plan.actions.extend(a.action.clone());
+        plan.wake(a.wake_at);
+    }
+    super::summarize(&mut plan, &members_k);
+    let drain_timeouts =
+        members_k.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
+    if let Some((hold, wake)) = gates::closed(rollout, Some(spec), &plan.counts, drain_timeouts, now)
+        && plan.counts.outdated > 0
+    {
+        plan.hold = Some(hold);
+        plan.wake(wake);
+        return Some(plan);
+    }
+    select(&mut plan, &members_k, target, spec, shared, now);
+    Some(plan)
+}
+
+/// Whether `node` runs the target: its kubelet's version and its agent's components hash.
+fn runs(node: &NodeView, target: &KubernetesTarget) -> bool {
+    let agent = node.agent.as_ref().ok();
+    node.kubelet_version.as_deref() == Some(target.version.to_string().as_str())
+        && agent.and_then(|a| a.components_hash.as_ref()).map(|h| h.as_str()) == Some(target.hash.as_str())
+}
+
+/// One node's Kubernetes progress. `image` is its assessment by the image flow, which decides for nodes in the
+/// middle of an image step and for annotations that cannot be read.
+fn assess(
+    node: &NodeView,
+    image: &Assessment,
+    target: &KubernetesTarget,
+    spec: &ValidSpec,
+    now: Timestamp,
+) -> Assessment {
+    let Ok(controller) = &node.controller else { return image.clone() };
+    let version = target.version.to_string();
+    let agent = node.agent.as_ref().ok();
+    if let Some(intent) = controller.intent.as_ref().filter(|i| i.target == version)
+        && let Some(assessment) = ours(node, controller, intent, agent, target, spec, now)
+    {
+        return assessment;
+    }
+    if controller.intent.as_ref().is_some_and(|i| i.step == Step::KubeadmUpgrade) {
+        // A kubeadm upgrade to another version: given up.
+        return Assessment::new(Situation::Outdated { eligible: false, held: None }).act(
+            node,
+            ActionKind::Release,
+            Reason::TargetChanged,
+            format!("the Kubernetes target changed to {version}; releasing the node"),
+        );
+    }
+    if image.in_flight() {
+        // An image step under way finishes first; it keeps its slot.
+        return image.clone();
+    }
+    if runs(node, target) {
+        return assess::leftover_cordon(Assessment::new(Situation::UpToDate), node, controller);
+    }
+    if let Some(action) = &image.action
+        && action.kind.writes()
+    {
+        // The image flow's clean-up (a release, an uncordon) readies the node for the next round.
+        return Assessment { situation: Situation::Outdated { eligible: false, held: None }, ..image.clone() };
+    }
+    idle(node, controller, agent)
+}
+
+/// A node with an intent whose target is the version; `None` for an intent that says nothing about Kubernetes.
+fn ours(
+    node: &NodeView,
+    controller: &ControllerAnnotations,
+    intent: &Intent,
+    agent: Option<&AgentReport>,
+    target: &KubernetesTarget,
+    spec: &ValidSpec,
+    now: Timestamp,
+) -> Option<Assessment> {
+    let version = &intent.target;
+    Some(match intent.step {
+        Step::KubeadmUpgrade => kubeadm(node, intent, agent, target, spec, now),
+        Step::Drain => drain(node, intent, target, spec, now),
+        Step::Done if runs(node, target) => {
+            let soak_end = assess::deadline(intent.since, spec.policy.soak_time);
+            let base = if now < soak_end {
+                Assessment::new(Situation::InFlight { step: Step::Done, since: intent.since }).wake(soak_end)
+            } else {
+                Assessment::new(Situation::UpToDate)
+            };
+            assess::leftover_cordon(base, node, controller)
+        }
+        Step::Failed | Step::Blocked if runs(node, target) && node.ready => Assessment::new(Situation::UpToDate).act(
+            node,
+            ActionKind::Release,
+            Reason::Recovered,
+            format!("runs Kubernetes {version} and is Ready; clearing intent={}", intent.step),
+        ),
+        step @ (Step::Failed | Step::Blocked) => {
+            let message = intent.message.clone().unwrap_or_else(|| format!("marked {step} without a message"));
+            let situation = if step == Step::Failed {
+                Situation::Failed { message }
+            } else {
+                Situation::Blocked { message, by_drain: true, holds_slot: false }
+            };
+            assess::leftover_cordon(Assessment::new(situation), node, controller)
+        }
+        _ => return None,
+    })
+}
+
+/// An outdated node without a Kubernetes step: eligible, or held back for a reason of its own.
+fn idle(node: &NodeView, controller: &ControllerAnnotations, agent: Option<&AgentReport>) -> Assessment {
+    let held = if agent.is_none_or(|a| a.boot_id.is_none()) {
+        Some(Hold::new(Reason::NoAgentReport, "its agent never reported on the node: is the agent running on it?"))
+    } else if !node.ready {
+        Some(Hold::new(Reason::NodeNotReady, "the node is NotReady"))
+    } else if node.unschedulable && !controller.cordoned_by_us {
+        Some(Hold::new(Reason::CordonedByOther, "someone else cordoned the node; it starts once it is uncordoned"))
+    } else {
+        None
+    };
+    Assessment::new(Situation::Outdated { eligible: held.is_none(), held })
+}
+
+/// A node draining before its kubeadm upgrade.
+fn drain(node: &NodeView, intent: &Intent, target: &KubernetesTarget, spec: &ValidSpec, now: Timestamp) -> Assessment {
+    let version = intent.target.clone();
+    match &node.drain {
+        DrainProgress::Drained => Assessment::new(Situation::InFlight { step: Step::KubeadmUpgrade, since: now }).act(
+            node,
+            ActionKind::KubeadmUpgrade {
+                target: version.clone(),
+                kubeadm: KubeadmIntent { components: target.components.clone(), role: KubeadmRole::Node },
+            },
+            Reason::KubernetesUpgradeRequested,
+            format!("drained; upgrading Kubernetes to {version} with kubeadm upgrade node"),
+        ),
+        DrainProgress::Failed { message } => {
+            assess::block(node, version, Reason::DrainFailed, format!("the drain cannot finish: {message}"))
+        }
+        DrainProgress::Uncordoned => assess::block(
+            node,
+            version,
+            Reason::UncordonedWhileDraining,
+            "someone made the node schedulable while it was drained; the drain stopped and the node is left alone"
+                .into(),
+        ),
+        DrainProgress::Running { .. } | DrainProgress::NotRunning => {
+            let until = assess::deadline(intent.since, spec.policy.drain_timeout);
+            if now >= until {
+                let message = format!("the drain did not finish within {}", assess::human(spec.policy.drain_timeout));
+                return assess::block(node, version, Reason::DrainTimedOut, message);
+            }
+            Assessment::new(Situation::InFlight { step: Step::Drain, since: intent.since })
+                .act(
+                    node,
+                    ActionKind::KeepDraining,
+                    Reason::Draining,
+                    format!("draining before the Kubernetes upgrade to {version}"),
+                )
+                .wake(until)
+        }
+    }
+}
+
+/// A node in the kubeadm step: verified once it runs the target and is Ready (and, after `kubeadm upgrade apply`,
+/// once the API server reports the target); failed on the agent's error or at the deadline.
+fn kubeadm(
+    node: &NodeView,
+    intent: &Intent,
+    agent: Option<&AgentReport>,
+    target: &KubernetesTarget,
+    spec: &ValidSpec,
+    now: Timestamp,
+) -> Assessment {
+    let version = intent.target.clone();
+    let applies = intent.kubeadm.as_ref().is_some_and(|k| k.role == KubeadmRole::Apply);
+    let finished = agent.and_then(|a| a.finished(&intent.token));
+    if finished == Some(AgentState::Error) {
+        let message = format!("the agent could not upgrade Kubernetes to {version}: {}", assess::agent_message(agent));
+        return assess::fail(node, version, Reason::KubernetesUpgradeFailed, message);
+    }
+    let api_server_done = !applies || target.api_server >= target.version;
+    if finished == Some(AgentState::Done) && runs(node, target) && node.ready && api_server_done {
+        let soak = spec.policy.soak_time.is_positive();
+        let situation = if soak { Situation::InFlight { step: Step::Done, since: now } } else { Situation::UpToDate };
+        let done = Assessment::new(situation).act(
+            node,
+            ActionKind::Done { target: version.clone() },
+            Reason::Verified,
+            format!("runs Kubernetes {version} (kubelet and components {}); uncordoning", target.hash),
+        );
+        return if soak { done.wake(assess::deadline(now, spec.policy.soak_time)) } else { done };
+    }
+    let timeout =
+        spec.policy.stage_timeout.checked_add(spec.policy.reboot_timeout).unwrap_or(spec.policy.stage_timeout);
+    let until = assess::deadline(intent.since, timeout);
+    if now >= until {
+        let message = format!(
+            "not upgraded to Kubernetes {version} within {} (agent finished: {}, kubelet reports {}, components hash \
+             {}, Ready: {}, API server reports {})",
+            assess::human(timeout),
+            finished.map_or("no", |s| s.as_str()),
+            node.kubelet_version.as_deref().unwrap_or("nothing"),
+            agent.and_then(|a| a.components_hash.as_ref()).map_or("none", |h| h.as_str()),
+            node.ready,
+            target.api_server,
+        );
+        return assess::fail(node, version, Reason::KubernetesUpgradeTimedOut, message);
+    }
+    Assessment::new(Situation::InFlight { step: Step::KubeadmUpgrade, since: intent.since }).wake(until)
+}
+
+/// Starts nodes in the order of the module docs.
+fn select(
+    plan: &mut Plan,
+    members: &[(&NodeView, &Assessment)],
+    target: &KubernetesTarget,
+    spec: &ValidSpec,
+    shared: &mut selection::Shared,
+    now: Timestamp,
+) {
+    let version = target.version.to_string();
+    let eligible = |n: &&(&NodeView, &Assessment)| matches!(n.1.situation, Situation::Outdated { eligible: true, .. });
+    let mut candidates: Vec<&NodeView> = members.iter().filter(eligible).map(|(n, _)| *n).collect();
+    candidates.sort_by_key(|n| (!n.control_plane, n.name.clone()));
+    let busy = members.iter().any(|(_, a)| a.in_flight());
+    let control_plane_busy = members.iter().any(|(n, a)| n.control_plane && a.unavailable(n));
+    let start = |plan: &mut Plan, node: &NodeView, kind: ActionKind, step: Step, reason: Reason, message: String| {
+        plan.counts.outdated -= 1;
+        plan.counts.in_progress += 1;
+        plan.in_flight.push(InFlight { node: node.name.clone(), step, since: now, waiting_on: None });
+        plan.actions.push(super::NodeAction { node: node.name.clone(), kind, reason, message });
+    };
+    if target.api_server < target.version {
+        if busy {
+            if !members.iter().any(|(n, a)| n.control_plane && a.in_flight()) {
+                plan.hold = Some(Hold::new(
+                    Reason::WaitingForApiServer,
+                    format!("the API server reports {}; the control plane is upgraded first", target.api_server),
+                ));
+            }
+            return;
+        }
+        let Some(first) = candidates.iter().find(|n| n.control_plane) else {
+            plan.hold = Some(Hold::new(
+                Reason::WaitingForApiServer,
+                format!(
+                    "the API server reports {}: no control-plane node of this NodeVersion can run kubeadm upgrade \
+                     apply now",
+                    target.api_server
+                ),
+            ));
+            return;
+        };
+        shared.control_plane_busy = true;
+        let kubeadm = KubeadmIntent { components: target.components.clone(), role: KubeadmRole::Apply };
+        start(
+            plan,
+            first,
+            ActionKind::KubeadmUpgrade { target: version.clone(), kubeadm },
+            Step::KubeadmUpgrade,
+            Reason::KubernetesUpgradeStarted,
+            format!("upgrading the control plane to Kubernetes {version} with kubeadm upgrade apply"),
+        );
+        return;
+    }
+    let control_plane_outdated =
+        members.iter().any(|(n, a)| n.control_plane && !matches!(a.situation, Situation::UpToDate));
+    let allowed = spec.policy.max_unavailable.resolve(members.len() as u32);
+    let unavailable = members.iter().filter(|(n, a)| a.unavailable(n)).count() as u32 + shared.unowned_unavailable;
+    let mut slots = budget::free_slots(allowed, unavailable);
+    for node in candidates {
+        if slots == 0 {
+            break;
+        }
+        if node.control_plane {
+            if control_plane_busy || shared.control_plane_busy {
+                break;
+            }
+            shared.control_plane_busy = true;
+        } else if control_plane_outdated {
+            if !busy {
+                plan.hold = Some(Hold::new(
+                    Reason::WaitingForControlPlane,
+                    format!("workers wait until every control-plane node runs Kubernetes {version}"),
+                ));
+            }
+            break;
+        }
+        slots -= 1;
+        start(
+            plan,
+            node,
+            ActionKind::Drain { target: version.clone() },
+            Step::Drain,
+            Reason::KubernetesUpgradeStarted,
+            format!("cordoning and draining before the Kubernetes upgrade to {version}"),
+        );
+        if node.control_plane {
+            break;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{TARGET, cp, node, rollout_with, t, with_intent, with_report};
+    use super::super::{Policy, budget, plan};
+    use super::*;
+    use shared::protocol::ComponentsHash;
+
+    const HASH: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    const COMPONENTS: &str = "k8s-components-sha256-1111111111111111111111111111111111111111111111111111111111111111";
+
+    fn upgrade(api_server: &str) -> KubernetesSpec {
+        KubernetesSpec::Upgrade(KubernetesTarget {
+            version: "v1.34.1".parse().unwrap(),
+            components: COMPONENTS.into(),
+            hash: HASH.into(),
+            api_server: api_server.parse().unwrap(),
+        })
+    }
+
+    fn run(nodes: &[NodeView], kubernetes: KubernetesSpec, policy: Policy, now: Timestamp) -> Plan {
+        let rollout = Rollout { kubernetes: Some(kubernetes), ..rollout_with(policy) };
+        plan(nodes, &[rollout], None, now).rollouts.remove(0)
+    }
+
+    fn kinds(plan: &Plan) -> Vec<(String, ActionKind)> {
+        plan.actions.iter().map(|a| (a.node.clone(), a.kind.clone())).collect()
+    }
+
+    /// Runs v1.34.1 with the components of the ConfigMap on the image `TARGET`... or not.
+    fn upgraded(mut n: NodeView) -> NodeView {
+        n.kubelet_version = Some("v1.34.1".into());
+        if let Ok(a) = &mut n.agent {
+            a.components_hash = Some(ComponentsHash::parse("k", HASH).unwrap());
+            a.os_image = Some(TARGET.into());
+        }
+        n
+    }
+
+    fn kubeadm_intent(n: NodeView, role: KubeadmRole, token: &str, since: Timestamp) -> NodeView {
+        let mut n = with_intent(n, Step::KubeadmUpgrade, "v1.34.1", token, since);
+        if let Ok(c) = &mut n.controller
+            && let Some(i) = &mut c.intent
+        {
+            i.kubeadm = Some(KubeadmIntent { components: COMPONENTS.into(), role });
+        }
+        n
+    }
+
+    fn kubeadm(role: KubeadmRole) -> ActionKind {
+        ActionKind::KubeadmUpgrade {
+            target: "v1.34.1".into(),
+            kubeadm: KubeadmIntent { components: COMPONENTS.into(), role },
+        }
+    }
+
+    fn drain() -> ActionKind {
+        ActionKind::Drain { target: "v1.34.1".into() }
+    }
+
+    #[test]
+    fn a_refused_upgrade_touches_no_node_and_says_why() {
+        let nodes = [cp("cp-0"), node("w1")];
+        let p =
+            run(&nodes, KubernetesSpec::Refused("v1.36.0 is two minors past v1.34.0".into()), Policy::default(), t(0));
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+        let hold = p.hold.unwrap();
+        assert_eq!(hold.reason, Reason::KubernetesUpgradeRefused);
+        assert!(hold.message.contains("two minors"));
+    }
+
+    #[test]
+    fn the_first_control_plane_node_applies_alone_and_uncordoned() {
+        let nodes = [cp("cp-1"), cp("cp-0"), node("w1"), node("w2")];
+        let policy = Policy { max_unavailable: budget::MaxUnavailable::Count(3), ..Policy::default() };
+        let p = run(&nodes, upgrade("v1.33.5"), policy.clone(), t(0));
+        assert_eq!(kinds(&p), vec![("cp-0".into(), kubeadm(KubeadmRole::Apply))]);
+        // While it runs, nothing else starts.
+        let mut nodes = nodes.to_vec();
+        nodes[1] = kubeadm_intent(cp("cp-0"), KubeadmRole::Apply, "k1", t(0));
+        let p = run(&nodes, upgrade("v1.33.5"), policy.clone(), t(10));
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+        // The agent is done and the kubelet runs the target, but /version does not say so yet: not verified.
+        nodes[1] =
+            upgraded(with_report(kubeadm_intent(cp("cp-0"), KubeadmRole::Apply, "k1", t(0)), AgentState::Done, "k1"));
+        let p = run(&nodes, upgrade("v1.33.5"), policy.clone(), t(20));
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+        // Once it does, the node is done.
+        let p = run(&nodes, upgrade("v1.34.1"), policy, t(30));
+        assert_eq!(kinds(&p), vec![("cp-0".into(), ActionKind::Done { target: "v1.34.1".into() })]);
+    }
+
+    #[test]
+    fn then_the_other_control_plane_nodes_one_at_a_time_drained_then_the_workers_under_max_unavailable() {
+        let policy = Policy { max_unavailable: budget::MaxUnavailable::Count(2), ..Policy::default() };
+        let nodes = [upgraded(cp("cp-0")), cp("cp-1"), cp("cp-2"), node("w1"), node("w2"), node("w3")];
+        let p = run(&nodes, upgrade("v1.34.1"), policy.clone(), t(0));
+        assert_eq!(kinds(&p), vec![("cp-1".into(), drain())]);
+        // Drained: kubeadm upgrade node, still cordoned.
+        let draining = with_intent(cp("cp-1"), Step::Drain, "v1.34.1", "d1", t(0));
+        let drained = NodeView { drain: DrainProgress::Drained, ..draining };
+        let p = run(&[nodes[0].clone(), drained, cp("cp-2"), node("w1")], upgrade("v1.34.1"), policy.clone(), t(5));
+        assert_eq!(kinds(&p), vec![("cp-1".into(), kubeadm(KubeadmRole::Node))]);
+        // Every control-plane node upgraded: two workers at once.
+        let done = [upgraded(cp("cp-0")), upgraded(cp("cp-1")), upgraded(cp("cp-2"))];
+        let mut nodes: Vec<NodeView> = done.to_vec();
+        nodes.extend([node("w1"), node("w2"), node("w3")]);
+        let p = run(&nodes, upgrade("v1.34.1"), policy, t(10));
+        assert_eq!(kinds(&p), vec![("w1".into(), drain()), ("w2".into(), drain())]);
+        // Starts are written after the writes that free slots.
+        assert!(p.actions.iter().all(|a| a.starts_node()));
+    }
+
+    #[test]
+    fn an_agent_error_fails_the_node_and_a_silent_agent_times_out() {
+        let nodes = [kubeadm_intent(cp("cp-0"), KubeadmRole::Apply, "k1", t(0))];
+        let mut failed = nodes.clone();
+        failed[0] = with_report(failed[0].clone(), AgentState::Error, "k1");
+        if let Ok(a) = &mut failed[0].agent {
+            a.message = Some("installing the Kubernetes components: ... nothing was installed".into());
+        }
+        let p = run(&failed, upgrade("v1.33.5"), Policy::default(), t(10));
+        assert_eq!(p.actions[0].reason, Reason::KubernetesUpgradeFailed);
+        assert!(p.actions[0].message.contains("nothing was installed"), "{}", p.actions[0].message);
+        assert!(matches!(p.actions[0].kind, ActionKind::Fail { .. }));
+        let policy = Policy::default();
+        let late = t(0).checked_add(policy.stage_timeout + policy.reboot_timeout).unwrap();
+        let p = run(&nodes, upgrade("v1.33.5"), policy, late);
+        assert_eq!(p.actions[0].reason, Reason::KubernetesUpgradeTimedOut);
+    }
+
+    #[test]
+    fn once_every_node_runs_the_version_the_image_flow_plans() {
+        let nodes = [upgraded(cp("cp-0")), upgraded(node("w1"))];
+        let mut nodes = nodes.to_vec();
+        for n in &mut nodes {
+            if let Ok(a) = &mut n.agent {
+                a.os_image = Some("v1".into());
+            }
+        }
+        let p = run(&nodes, upgrade("v1.34.1"), Policy::default(), t(0));
+        assert_eq!(kinds(&p), vec![("cp-0".into(), ActionKind::Stage { target: TARGET.into() })]);
+    }
+}
