@@ -6,6 +6,7 @@ use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode, body::Incoming, service::service_fn};
 use hyper_util::rt::TokioIo;
 use prometheus_client::registry::Registry;
+use shared::accept::AcceptBackoff;
 use shared::health::Health;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -13,16 +14,25 @@ use tokio_util::sync::CancellationToken;
 
 /// Serves the probe endpoints on `listener` until `shutdown` is cancelled.
 pub async fn serve(listener: TcpListener, registry: Arc<Registry>, health: Health, shutdown: CancellationToken) {
+    let mut backoff = AcceptBackoff::default();
     loop {
         let accepted = tokio::select! {
             () = shutdown.cancelled() => return,
             accepted = listener.accept() => accepted,
         };
         let stream = match accepted {
-            Ok((stream, _)) => stream,
+            Ok((stream, _)) => {
+                backoff.accepted();
+                stream
+            }
             Err(error) => {
-                tracing::warn!(%error, "probe endpoint: accept failed");
-                continue;
+                // Out of descriptors, say: without a pause the loop would spin a core until one is freed.
+                let pause = backoff.failed();
+                tracing::warn!(%error, retry_in = ?pause, "probe endpoint: accept failed");
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(pause) => continue,
+                }
             }
         };
         let registry = registry.clone();

@@ -61,11 +61,20 @@ impl Artifacts {
         };
         let server = artifacts.clone();
         tokio::spawn(async move {
+            let mut backoff = shared::accept::AcceptBackoff::default();
             loop {
                 let socket = tokio::select! {
                     accepted = listener.accept() => match accepted {
-                        Ok((socket, _)) => socket,
-                        Err(_) => continue,
+                        Ok((socket, _)) => {
+                            backoff.accepted();
+                            socket
+                        }
+                        Err(_) => {
+                            tokio::select! {
+                                () = tokio::time::sleep(backoff.failed()) => continue,
+                                () = server.shutdown.cancelled() => return,
+                            }
+                        }
                     },
                     () = server.shutdown.cancelled() => return,
                 };

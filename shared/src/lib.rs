@@ -1,6 +1,7 @@
 //! Code both the controller and the agent use: the custom resource types, the node annotation
 //! protocol, and the health their loops report.
 
+pub mod accept;
 pub mod components;
 pub mod crd;
 pub mod health;

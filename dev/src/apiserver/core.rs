@@ -124,6 +124,8 @@ pub struct Core {
     /// The `gitVersion` `/version` reports: the configured one until a simulated `kubeadm upgrade apply`
     /// changes it ([`super::ApiServer::set_version`]).
     pub version: RwLock<String>,
+    /// `accept` calls of the HTTP listener that failed (out of descriptors, say).
+    pub accept_failures: std::sync::atomic::AtomicU64,
 }
 
 /// Routes under `/_dev/` that code outside the API server mounts on its HTTP listener
@@ -179,6 +181,7 @@ impl Core {
         }
         Arc::new(Core {
             version: RwLock::new(config.git_version.clone()),
+            accept_failures: Default::default(),
             config,
             state: Mutex::new(state),
             registry: RwLock::new(registry),

@@ -250,6 +250,16 @@ impl ApiServer {
         self.core.state.lock().watcher_count()
     }
 
+    /// Watches closed so far because their consumer fell a whole buffer behind.
+    pub fn slow_watchers_closed(&self) -> u64 {
+        self.core.state.lock().counters.slow_watchers_closed
+    }
+
+    /// `accept` calls of the listener that failed so far (out of descriptors, say).
+    pub fn accept_failures(&self) -> u64 {
+        self.core.accept_failures.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Stops the server: ends every connection and watch, removes a temporary kubeconfig.
     pub async fn shutdown(mut self) {
         self.shutdown.cancel();

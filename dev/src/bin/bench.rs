@@ -98,6 +98,104 @@ struct Recorded {
     timeline: HashMap<String, Vec<(Instant, String)>>,
     seen_tokens: HashMap<String, String>,
     seen_reports: HashMap<String, String>,
+    /// How often the bench's own watch of Nodes ended (closed as a slow consumer, or expired) and was resumed.
+    watch_restarts: u64,
+}
+
+/// Records every change of a Node from now on into `recorded`. A watch that ends (the dev server closes a
+/// consumer that falls a whole buffer behind, as kube-apiserver does) is resumed from the last resourceVersion
+/// seen, or after a fresh list when that one has expired: a measurement that silently stopped recording would
+/// look like a stalled rollout.
+async fn record_nodes(store: dev::apiserver::Store, recorded: Arc<Mutex<Recorded>>) {
+    let mut rv = store.resource_version().to_string();
+    loop {
+        let watch = store.api::<Node>().watch(None, &WatchParams::default().timeout(290 * 100), &rv);
+        let mut events = match watch {
+            Ok(events) => events,
+            Err(e) => {
+                eprintln!("bench: cannot watch nodes ({e}), listing them");
+                rv = relist(&store, &recorded);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        while let Some(event) = events.next().await {
+            let node = match event {
+                WatchEvent::Added(n) | WatchEvent::Modified(n) => n,
+                WatchEvent::Bookmark { resource_version, .. } => {
+                    rv = resource_version;
+                    continue;
+                }
+                WatchEvent::Deleted(_) => continue,
+                WatchEvent::Error(e) => {
+                    eprintln!("bench: the watch of nodes ended ({e}), listing them");
+                    rv = relist(&store, &recorded);
+                    break;
+                }
+            };
+            if let Some(v) = &node.metadata.resource_version {
+                rv.clone_from(v);
+            }
+            observe(&store, &recorded, &node);
+        }
+        recorded.lock().watch_restarts += 1;
+    }
+}
+
+/// Records `node` as seen now; for a node that just entered its drain, whether it had pods to evict.
+fn observe(store: &dev::apiserver::Store, recorded: &Mutex<Recorded>, node: &Node) {
+    let value = serde_json::to_value(node).unwrap_or(Value::Null);
+    let drain_started = record(&mut recorded.lock(), &value, Instant::now());
+    if let Some(node) = drain_started {
+        // Evicted pods stay on the node until their termination ends, well after this.
+        let evictable = has_evictable_pods(store, &node);
+        recorded.lock().drains.push((node, evictable));
+    }
+}
+
+/// Records every Node as it is now; returns the list's resourceVersion to watch from.
+fn relist(store: &dev::apiserver::Store, recorded: &Mutex<Recorded>) -> String {
+    match store.api::<Node>().list(None, &ListParams::default()) {
+        Ok(list) => {
+            for node in &list.items {
+                observe(store, recorded, node);
+            }
+            list.resource_version
+        }
+        Err(_) => store.resource_version().to_string(),
+    }
+}
+
+/// What the nodes that did not finish show: counts by (intent, state) and a few names of each, and the
+/// NodeVersion's conditions and held-back reasons.
+fn unfinished_nodes(store: &dev::apiserver::Store) -> Value {
+    let mut by_step: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
+    if let Ok(list) = store.api::<Node>().list(None, &ListParams::default()) {
+        for node in &list.items {
+            let annotations = node.metadata.annotations.clone().unwrap_or_default();
+            let get = |k: &str| annotations.get(k).cloned().unwrap_or_default();
+            if get(keys::INTENT) == "done" {
+                continue;
+            }
+            let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+            let key = format!("intent={} state={} cordoned={cordoned}", get(keys::INTENT), get(keys::STATE));
+            let entry = by_step.entry(key).or_default();
+            entry.0 += 1;
+            if entry.1.len() < 5 {
+                entry.1.push(node.metadata.name.clone().unwrap_or_default());
+            }
+        }
+    }
+    let status = store
+        .api::<NodeVersion>()
+        .get(None, "constellation-version")
+        .ok()
+        .and_then(|v| serde_json::to_value(v.status).ok())
+        .unwrap_or(Value::Null);
+    json!({
+        "nodes_by_step": by_step.into_iter().map(|(k, (n, names))| (k, json!({"count": n, "examples": names}))).collect::<BTreeMap<_, _>>(),
+        "nodeversion_status": status,
+    })
 }
 
 /// Records what `node` shows; returns the node's name when it just entered its drain step.
@@ -186,6 +284,7 @@ async fn main() -> anyhow::Result<()> {
             binary.display()
         );
     }
+    raise_descriptor_limit();
     let workdir = tempdir()?;
     eprintln!("bench: {} nodes, maxUnavailable {}, logs in {}", args.nodes, args.max_unavailable, workdir.display());
 
@@ -308,30 +407,7 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("bench: agents and controller ready after {:.1}s", started.elapsed().as_secs_f64());
 
     let recorded = Arc::new(Mutex::new(Recorded::default()));
-    let rv = store.resource_version().to_string();
-    let mut node_events = store
-        .api::<Node>()
-        .watch(None, &WatchParams::default().timeout(290 * 100), &rv)
-        .map_err(|e| anyhow::anyhow!("cannot watch nodes: {e}"))?;
-    let watch_rec = recorded.clone();
-    let pods_store = store.clone();
-    let watcher = tokio::spawn(async move {
-        while let Some(event) = node_events.next().await {
-            if let WatchEvent::Added(n) | WatchEvent::Modified(n) = event {
-                let value = serde_json::to_value(&n).unwrap_or(Value::Null);
-                let drain_started = {
-                    let mut rec = watch_rec.lock();
-                    record(&mut rec, &value, Instant::now())
-                };
-                if let Some(node) = drain_started {
-                    // Evicted pods stay on the node until their termination ends, well after this.
-                    let evictable = has_evictable_pods(&pods_store, &node);
-                    watch_rec.lock().drains.push((node, evictable));
-                }
-            }
-        }
-    });
-
+    let watcher = tokio::spawn(record_nodes(store.clone(), recorded.clone()));
     let metrics = cluster.server().metrics();
     let writes_before = harness::node_writes(&metrics);
     let evictions_before = metrics.count(|k| k.subresource == "eviction");
@@ -410,6 +486,7 @@ async fn main() -> anyhow::Result<()> {
         diff(requests_by_verb(&metrics, "agent"), &verbs_before.1),
     );
     eprintln!("bench: rollout of {updated} nodes in {wall:.1}s (ideal {ideal:.1}s)");
+    let unfinished = if completed { Value::Null } else { unfinished_nodes(&store) };
 
     // Steady state: kubelet heartbeats at the simulated rate, compressed in time. Only after a
     // completed rollout: a cut-short one would still be writing.
@@ -448,6 +525,11 @@ async fn main() -> anyhow::Result<()> {
         },
         "evictions": {"requests": evictions, "per_node": round2(writes_per_update(evictions))},
         "api_requests_by_verb": {"controller": verbs.0, "agent": verbs.1},
+        "unfinished": unfinished,
+        "watches": {
+            "bench_watch_restarts": rec.watch_restarts,
+            "slow_watchers_closed": cluster.server().slow_watchers_closed(),
+        },
         "steady_state": steady_state.unwrap_or_else(|| json!({"skipped": "the rollout did not complete (--max-rollout-seconds)"})),
         "rss_mib": {
             "controller_peak": controller_rss.map(round2),
@@ -531,6 +613,21 @@ async fn steady_state(
 fn steady_writes(metrics: &dev::apiserver::Metrics) -> BTreeMap<String, u64> {
     metrics
         .sum_by(|key| key.verb.is_write() && key.user_agent.starts_with("update-operator/"), |key| key.resource.clone())
+}
+
+/// The API server, the simulated hosts and the in-process agents share this process: each agent holds a watch and
+/// a pooled connection, both ends of which are descriptors here (about four per node). Raises the soft limit to
+/// the hard one, and the hard one too where allowed (as root, up to `fs.nr_open`), so that 10,000 nodes fit.
+fn raise_descriptor_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let current = getrlimit(Resource::Nofile);
+    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open").ok().and_then(|s| s.trim().parse::<u64>().ok());
+    if let Some(ceiling) = ceiling.map(|c| c.min(1 << 20)).filter(|c| Some(*c) > current.current)
+        && setrlimit(Resource::Nofile, Rlimit { current: Some(ceiling), maximum: Some(ceiling) }).is_ok()
+    {
+        return;
+    }
+    let _ = setrlimit(Resource::Nofile, Rlimit { current: current.maximum, maximum: current.maximum });
 }
 
 fn round2(x: f64) -> f64 {

@@ -668,6 +668,7 @@ fn dev_metrics(core: &Core) -> Response<Body> {
             "watchers": watchers,
             "watchEvents": counters.watch_events,
             "slowWatchersClosed": counters.slow_watchers_closed,
+            "acceptFailures": core.accept_failures.load(std::sync::atomic::Ordering::Relaxed),
             "listSnapshots": snapshots,
             "requests": core.metrics.snapshot(),
         }),

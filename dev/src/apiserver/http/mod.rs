@@ -20,16 +20,26 @@ use tokio_util::sync::CancellationToken;
 pub async fn serve(listener: TcpListener, core: Arc<Core>, tls: tls::Tls, shutdown: CancellationToken) {
     let address: Arc<str> = listener.local_addr().map(|a| a.to_string()).unwrap_or_default().into();
     let connections = tokio_util::task::TaskTracker::new();
+    let mut backoff = shared::accept::AcceptBackoff::default();
     loop {
         let accepted = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => accepted,
         };
         let (stream, _) = match accepted {
-            Ok(accepted) => accepted,
+            Ok(accepted) => {
+                backoff.accepted();
+                accepted
+            }
             Err(error) => {
-                tracing::warn!(%error, "accepting a connection failed");
-                continue;
+                // Out of descriptors, say: pause, or the loop spins and starves the connections that would free one.
+                let pause = backoff.failed();
+                core.accept_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(%error, retry_in = ?pause, "accepting a connection failed");
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(pause) => continue,
+                }
             }
         };
         let _ = stream.set_nodelay(true);
