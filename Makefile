@@ -49,7 +49,8 @@ manifests:
 demo:
 	$(CARGO) run --release --locked -p dev --bin demo -- $(ARGS)
 
-## bench: the rollout benchmark, 1000 nodes (ARGS="--nodes 5000" for other sizes); prints JSON.
+## bench: the rollout benchmark, 1000 nodes (ARGS="--nodes 5000" for other sizes; ARGS="--nodes 0 --group-nodes 1000"
+## for a replacement rollout through the simulated cloud); prints JSON.
 ## Its controller and agent processes run the binary the image ships (static, as `make image` builds it).
 bench:
 	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release --locked --target $(TARGET) --bin update-operator

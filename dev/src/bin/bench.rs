@@ -10,11 +10,19 @@
 //! - peak RSS of the controller and of agents, which run as real `update-operator` processes (the
 //!   controller, and a sample of the agents; the other agents run in this process).
 //!
+//! With `--group-nodes N`, N more nodes sit in scaling groups of the dev cluster's simulated cloud and are
+//! replaced by new instances (`--nodes 0` for a replacement-only rollout); the JSON then also has a
+//! `replacement` object: nodes replaced, the surge actually used, cloud calls by operation and per replaced node,
+//! Node writes per replaced node, and the ideal (each replacement holds a surge slot for the instance's
+//! provisioning, join and Ready, the donor's drain and the instance's termination).
+//!
 //! Not a test: figures, not pass/fail (each target's verdict is in the JSON).
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use cloud::GroupRole;
 use dev::apiserver::{Patch, WatchEvent};
+use dev::cloud::GroupSpec;
 use dev::cluster::{Cluster, ClusterConfig, PdbStyle, SampleWorkloads};
 use dev::harness;
 use dev::measure::{quantile, status_mib};
@@ -25,9 +33,9 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{ListParams, PatchParams, PostParams, WatchParams};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use shared::crd::NodeVersion;
+use shared::crd::{NodeVersion, PendingNode};
 use shared::protocol::keys;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -76,6 +84,28 @@ struct Args {
     /// Stop the rollout after this long and report what was measured (0: run to the end).
     #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
     max_rollout_seconds: f64,
+    /// Nodes in cloud scaling groups (the dev cluster's simulated cloud), besides `--nodes`: these are replaced by
+    /// new instances rather than updated in place (the controller runs with `--cloud-provider simulated`).
+    #[arg(long, default_value_t = 0)]
+    group_nodes: usize,
+    /// Nodes per scaling group (groups `pool-0`, `pool-1`, ...).
+    #[arg(long, default_value_t = 100)]
+    group_size: usize,
+    /// The rollout's maxSurge: extra instances at once.
+    #[arg(long, default_value_t = 10)]
+    max_surge: usize,
+    /// Simulated time a new cloud instance is Creating.
+    #[arg(long, default_value_t = 0.2, value_name = "SECONDS")]
+    instance_seconds: f64,
+    /// Simulated time from a running instance to its Node registered (NotReady).
+    #[arg(long, default_value_t = 0.2, value_name = "SECONDS")]
+    join_seconds: f64,
+    /// Simulated time from a registered Node to Ready.
+    #[arg(long, default_value_t = 0.3, value_name = "SECONDS")]
+    ready_seconds: f64,
+    /// Simulated time a deleted instance is Terminating.
+    #[arg(long, default_value_t = 0.3, value_name = "SECONDS")]
+    terminate_seconds: f64,
 }
 
 fn seconds(s: f64) -> Duration {
@@ -98,6 +128,12 @@ struct Recorded {
     timeline: HashMap<String, Vec<(Instant, String)>>,
     seen_tokens: HashMap<String, String>,
     seen_reports: HashMap<String, String>,
+    /// (time, node) of every new replace intent.
+    replaces: Vec<(Instant, String)>,
+    /// (time, node) of every Node deleted.
+    deleted: Vec<(Instant, String)>,
+    /// (time, node) of every Node added.
+    added: Vec<(Instant, String)>,
     /// How often the bench's own watch of Nodes ended (closed as a slow consumer, or expired) and was resumed.
     watch_restarts: u64,
 }
@@ -121,12 +157,19 @@ async fn record_nodes(store: dev::apiserver::Store, recorded: Arc<Mutex<Recorded
         };
         while let Some(event) = events.next().await {
             let node = match event {
-                WatchEvent::Added(n) | WatchEvent::Modified(n) => n,
+                WatchEvent::Added(n) => {
+                    recorded.lock().added.push((Instant::now(), n.metadata.name.clone().unwrap_or_default()));
+                    n
+                }
+                WatchEvent::Modified(n) => n,
                 WatchEvent::Bookmark { resource_version, .. } => {
                     rv = resource_version;
                     continue;
                 }
-                WatchEvent::Deleted(_) => continue,
+                WatchEvent::Deleted(n) => {
+                    recorded.lock().deleted.push((Instant::now(), n.metadata.name.unwrap_or_default()));
+                    continue;
+                }
                 WatchEvent::Error(e) => {
                     eprintln!("bench: the watch of nodes ended ({e}), listing them");
                     rv = relist(&store, &recorded);
@@ -168,10 +211,13 @@ fn relist(store: &dev::apiserver::Store, recorded: &Mutex<Recorded>) -> String {
 
 /// What the nodes that did not finish show: counts by (intent, state) and a few names of each, and the
 /// NodeVersion's conditions and held-back reasons.
-fn unfinished_nodes(store: &dev::apiserver::Store) -> Value {
+fn unfinished_nodes(store: &dev::apiserver::Store, original: &HashSet<String>) -> Value {
     let mut by_step: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
     if let Ok(list) = store.api::<Node>().list(None, &ListParams::default()) {
         for node in &list.items {
+            if !node.metadata.name.as_ref().is_some_and(|n| original.contains(n)) {
+                continue;
+            }
             let annotations = node.metadata.annotations.clone().unwrap_or_default();
             let get = |k: &str| annotations.get(k).cloned().unwrap_or_default();
             if get(keys::INTENT) == "done" {
@@ -211,6 +257,7 @@ fn record(rec: &mut Recorded, node: &Value, at: Instant) -> Option<String> {
         match intent.as_str() {
             "stage" => rec.stages.push((at, name.clone())),
             "drain" => drain_started = Some(name.clone()),
+            "replace" => rec.replaces.push((at, name.clone())),
             "done" => rec.done.push((at, name.clone())),
             _ => {}
         }
@@ -296,8 +343,18 @@ async fn main() -> anyhow::Result<()> {
         // The steady-state phase drives the heartbeats itself, at a known rate.
         node_heartbeat: None,
         lease_renew: None,
+        instance_provision: seconds(args.instance_seconds),
+        node_join: seconds(args.join_seconds),
+        node_ready: seconds(args.ready_seconds),
+        instance_terminate: seconds(args.terminate_seconds),
         ..Timing::fast()
     };
+    let groups: Vec<GroupSpec> = (0..args.group_nodes.div_ceil(args.group_size.max(1)))
+        .map(|i| {
+            let size = args.group_size.max(1).min(args.group_nodes - i * args.group_size.max(1)) as u32;
+            GroupSpec { name: format!("pool-{i}"), role: GroupRole::Worker, size, max: size + args.max_surge as u32 }
+        })
+        .collect();
     let started = Instant::now();
     let cluster = Cluster::start(ClusterConfig {
         nodes: args.nodes,
@@ -314,6 +371,7 @@ async fn main() -> anyhow::Result<()> {
         }),
         timing,
         ready_timeout: Duration::from_secs(1800),
+        scaling_groups: groups.clone(),
         ..ClusterConfig::default()
     })
     .await
@@ -321,7 +379,9 @@ async fn main() -> anyhow::Result<()> {
     let cluster_start_seconds = started.elapsed().as_secs_f64();
     eprintln!("bench: cluster up in {cluster_start_seconds:.1}s");
     let store = cluster.store();
-    let nodes: Vec<String> = cluster.workers().to_vec();
+    // Nodes of scaling groups are replaced (they run no agent); the others are updated in place.
+    let group_members: HashSet<String> = groups.iter().flat_map(|g| cluster.cloud().instances_of(&g.name)).collect();
+    let nodes: Vec<String> = cluster.workers().iter().filter(|n| !group_members.contains(*n)).cloned().collect();
     // Each process runs as deploy/operator.yaml makes it: its own service account's kubeconfig.
     let manifest = cluster.operator().manifest();
     let kubeconfig_of = |identity: dev::apiserver::Identity| -> anyhow::Result<String> {
@@ -330,27 +390,28 @@ async fn main() -> anyhow::Result<()> {
     };
     let kubeconfig = kubeconfig_of(manifest.controller_identity()?)?;
 
-    let mut processes = vec![Process::start(
-        &binary,
-        &[
-            "-controller",
-            "--kubeconfig",
-            &kubeconfig,
-            "--identity",
-            "bench-controller",
-            "--lease-namespace",
-            harness::LEASE_NAMESPACE,
-            "--lease-name",
-            harness::LEASE_NAME,
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--log-level",
-            "warn",
-        ]
-        .map(String::from),
-        workdir.join("controller.log"),
-        "the controller",
-    )?];
+    let mut controller_args: Vec<String> = [
+        "-controller",
+        "--kubeconfig",
+        &kubeconfig,
+        "--identity",
+        "bench-controller",
+        "--lease-namespace",
+        harness::LEASE_NAMESPACE,
+        "--lease-name",
+        harness::LEASE_NAME,
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--log-level",
+        "warn",
+    ]
+    .map(String::from)
+    .to_vec();
+    if !groups.is_empty() {
+        controller_args.extend(["--cloud-provider", "simulated", "--cloud-endpoint", cluster.url()].map(String::from));
+    }
+    let mut processes =
+        vec![Process::start(&binary, &controller_args, workdir.join("controller.log"), "the controller")?];
     let sample = args.process_agents.min(nodes.len());
     for node in &nodes[..sample] {
         let kubeconfig = kubeconfig_of(manifest.agent_identity(node)?)?;
@@ -412,10 +473,13 @@ async fn main() -> anyhow::Result<()> {
     let writes_before = harness::node_writes(&metrics);
     let evictions_before = metrics.count(|k| k.subresource == "eviction");
     let verbs_before = (requests_by_verb(&metrics, "controller"), requests_by_verb(&metrics, "agent"));
+    let cloud_before = cluster.cloud().calls();
     let version: NodeVersion = serde_json::from_value(json!({
         "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
         "metadata": {"name": "constellation-version"},
-        "spec": {"image": "v2", "rollout": {"maxUnavailable": args.max_unavailable, "failureBudget": args.nodes.max(1)}}
+        "spec": {"image": "v2", "rollout": {
+            "maxUnavailable": args.max_unavailable, "maxSurge": args.max_surge,
+            "failureBudget": (args.nodes + args.group_nodes).max(1)}}
     }))?;
     let rollout_start = Instant::now();
     store.api::<NodeVersion>().create(None, &version, &PostParams::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -426,8 +490,13 @@ async fn main() -> anyhow::Result<()> {
         for p in &mut processes {
             p.check_alive()?;
         }
-        let done = recorded.lock().done.len();
-        if done >= nodes.len() {
+        let finished = {
+            let rec = recorded.lock();
+            let gone = rec.deleted.iter().filter(|(_, n)| group_members.contains(n)).count();
+            rec.done.len() >= nodes.len() && gone >= group_members.len()
+        } && (groups.is_empty()
+            || store.api::<PendingNode>().list(None, &ListParams::default()).is_ok_and(|l| l.items.is_empty()));
+        if finished {
             completed = true;
             break;
         }
@@ -439,7 +508,15 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     let rec = std::mem::take(&mut *recorded.lock());
-    let wall = rec.done.iter().map(|(t, _)| *t).max().map_or(0.0, |t| t.duration_since(rollout_start).as_secs_f64());
+    // Donors of the groups are finished when their Node is deleted (after the heir took their place).
+    let donors_gone: Vec<&(Instant, String)> = rec.deleted.iter().filter(|(_, n)| group_members.contains(n)).collect();
+    let wall = rec
+        .done
+        .iter()
+        .chain(donors_gone.iter().copied())
+        .map(|(t, _)| *t)
+        .max()
+        .map_or(0.0, |t| t.duration_since(rollout_start).as_secs_f64());
     let updated = rec.done.len();
     // The ideal: every simulated second of every node's steps, run at full concurrency. A drain
     // with nothing to evict takes none.
@@ -448,7 +525,35 @@ async fn main() -> anyhow::Result<()> {
         rec.drains.iter().filter(|(n, evictable)| *evictable && done_nodes.contains(n.as_str())).count();
     let simulated_total = updated as f64 * (args.stage_seconds + args.reboot_seconds)
         + drains_with_pods as f64 * args.pod_termination_seconds;
-    let ideal = simulated_total / args.max_unavailable as f64;
+    let in_place_ideal = simulated_total / args.max_unavailable as f64;
+    // A replacement holds a surge slot from the new instance's creation until its donor's instance is gone:
+    // provisioning, join, Ready, the donor's drain and the instance's termination.
+    let donor_names: HashSet<&str> = donors_gone.iter().map(|(_, n)| n.as_str()).collect();
+    let donor_drains =
+        rec.drains.iter().filter(|(n, evictable)| *evictable && donor_names.contains(n.as_str())).count();
+    let replaced = donors_gone.len();
+    let replacement_total = replaced as f64
+        * (args.instance_seconds + args.join_seconds + args.ready_seconds + args.terminate_seconds)
+        + donor_drains as f64 * args.pod_termination_seconds;
+    let replacement_ideal = replacement_total / args.max_surge.min(args.max_unavailable).max(1) as f64;
+    let ideal = in_place_ideal + replacement_ideal;
+    // Extra instances at once: group nodes present beyond the groups' size at start.
+    let mut events: Vec<(Instant, i64)> = rec
+        .added
+        .iter()
+        .filter(|(_, n)| !nodes.contains(n))
+        .map(|(t, _)| (*t, 1))
+        .chain(rec.deleted.iter().filter(|(_, n)| !nodes.contains(n)).map(|(t, _)| (*t, -1)))
+        .collect();
+    events.sort_by_key(|(t, _)| *t);
+    let surge_used = events
+        .iter()
+        .scan(0i64, |extra, (_, change)| {
+            *extra += change;
+            Some(*extra)
+        })
+        .max()
+        .unwrap_or(0);
 
     // Hand-off: each stage intent after the first wave takes the slot of the oldest verified node
     // not yet handed off.
@@ -486,11 +591,40 @@ async fn main() -> anyhow::Result<()> {
         diff(requests_by_verb(&metrics, "agent"), &verbs_before.1),
     );
     eprintln!("bench: rollout of {updated} nodes in {wall:.1}s (ideal {ideal:.1}s)");
-    let unfinished = if completed { Value::Null } else { unfinished_nodes(&store) };
+    let cloud_calls: BTreeMap<String, u64> = cluster
+        .cloud()
+        .calls()
+        .into_iter()
+        .map(|(op, n)| (op.as_str().to_owned(), n - cloud_before.get(&op).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    let per_replaced = |n: u64| if replaced == 0 { f64::NAN } else { round2(n as f64 / replaced as f64) };
+    let replacement = if groups.is_empty() {
+        Value::Null
+    } else {
+        json!({
+            "group_nodes": group_members.len(),
+            "groups": groups.len(),
+            "replaced": replaced,
+            "max_surge": args.max_surge,
+            "surge_used_max": surge_used,
+            "ideal_seconds": round2(replacement_ideal),
+            "step_seconds": {"instance": args.instance_seconds, "join": args.join_seconds, "ready": args.ready_seconds, "terminate": args.terminate_seconds},
+            "cloud_calls": cloud_calls,
+            "cloud_calls_per_replaced_node": per_replaced(cloud_calls.values().sum()),
+            // Only a rollout without in-place nodes tells the writes of a replacement apart.
+            "node_writes_per_replaced_node": if nodes.is_empty() { json!(per_replaced(controller_writes + agent_writes)) } else { Value::Null },
+        })
+    };
+    let unfinished = if completed {
+        Value::Null
+    } else {
+        unfinished_nodes(&store, &nodes.iter().chain(&group_members).cloned().collect())
+    };
 
     // Steady state: kubelet heartbeats at the simulated rate, compressed in time. Only after a
     // completed rollout: a cut-short one would still be writing.
-    let steady_state = if completed { Some(steady_state(&args, &store, &metrics, &nodes).await) } else { None };
+    let steady_state = if completed { Some(steady_state(&args, &store, &metrics).await) } else { None };
     let zero_steady_writes = steady_state.as_ref().map(|s| s["writes_by_controller_and_agents"] == json!(0));
 
     let controller_rss = status_mib(processes[0].child.id(), "VmHWM");
@@ -526,6 +660,7 @@ async fn main() -> anyhow::Result<()> {
         "evictions": {"requests": evictions, "per_node": round2(writes_per_update(evictions))},
         "api_requests_by_verb": {"controller": verbs.0, "agent": verbs.1},
         "unfinished": unfinished,
+        "replacement": replacement,
         "watches": {
             "bench_watch_restarts": rec.watch_restarts,
             "slow_watchers_closed": cluster.server().slow_watchers_closed(),
@@ -561,12 +696,12 @@ async fn main() -> anyhow::Result<()> {
 
 /// Ten simulated minutes (by default) of kubelet heartbeats on every node with nothing to update,
 /// and the writes of the controller and the agents meanwhile.
-async fn steady_state(
-    args: &Args,
-    store: &dev::apiserver::Store,
-    metrics: &dev::apiserver::Metrics,
-    nodes: &[String],
-) -> Value {
+async fn steady_state(args: &Args, store: &dev::apiserver::Store, metrics: &dev::apiserver::Metrics) -> Value {
+    let nodes: Vec<String> = store
+        .api::<Node>()
+        .list(None, &ListParams::default())
+        .map(|l| l.items.into_iter().filter_map(|n| n.metadata.name).collect())
+        .unwrap_or_default();
     let before = steady_writes(metrics);
     let rounds = ((args.steady_minutes * 60.0) / args.heartbeat_seconds).round().max(1.0) as usize;
     let real = seconds(args.steady_minutes * 60.0 / args.time_scale);
@@ -575,7 +710,7 @@ async fn steady_state(
     let mut heartbeats = 0u64;
     for round in 0..rounds {
         let now = Timestamp::now().to_string();
-        for node in nodes {
+        for node in &nodes {
             let patch = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now}]}});
             if kubelet.api::<Node>().patch_status(None, node, &Patch::Strategic(patch), &PatchParams::default()).is_ok()
             {
