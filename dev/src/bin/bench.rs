@@ -390,6 +390,8 @@ async fn main() -> anyhow::Result<()> {
     };
     let kubeconfig = kubeconfig_of(manifest.controller_identity()?)?;
 
+    // A free port for the controller's /metrics, read at the end.
+    let controller_metrics = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.to_string();
     let mut controller_args: Vec<String> = [
         "-controller",
         "--kubeconfig",
@@ -401,7 +403,7 @@ async fn main() -> anyhow::Result<()> {
         "--lease-name",
         harness::LEASE_NAME,
         "--metrics-addr",
-        "127.0.0.1:0",
+        &controller_metrics,
         "--log-level",
         "warn",
     ]
@@ -628,6 +630,7 @@ async fn main() -> anyhow::Result<()> {
     let zero_steady_writes = steady_state.as_ref().map(|s| s["writes_by_controller_and_agents"] == json!(0));
 
     let controller_rss = status_mib(processes[0].child.id(), "VmHWM");
+    let reconciles = reconcile_figures(&controller_metrics).await;
     let agent_rss: Vec<f64> = processes[1..].iter().filter_map(|p| status_mib(p.child.id(), "VmHWM")).collect();
     let agent_max = agent_rss.iter().copied().fold(0.0, f64::max);
     let agent_mean = if agent_rss.is_empty() { 0.0 } else { agent_rss.iter().sum::<f64>() / agent_rss.len() as f64 };
@@ -666,6 +669,7 @@ async fn main() -> anyhow::Result<()> {
             "slow_watchers_closed": cluster.server().slow_watchers_closed(),
         },
         "steady_state": steady_state.unwrap_or_else(|| json!({"skipped": "the rollout did not complete (--max-rollout-seconds)"})),
+        "controller_reconciles": reconciles,
         "rss_mib": {
             "controller_peak": controller_rss.map(round2),
             "agent_peak_max": round2(agent_max),
@@ -742,6 +746,30 @@ async fn steady_state(args: &Args, store: &dev::apiserver::Store, metrics: &dev:
         "leader_lease_renewals": lease_renewals,
         "real_seconds_per_lease_renewal": if lease_renewals > 0 { round2(elapsed / lease_renewals as f64) } else { f64::NAN },
     })
+}
+
+/// The controller's reconciles so far, from its `/metrics` at `address`: how many, and their mean duration
+/// (planning and the writes it makes).
+async fn reconcile_figures(address: &str) -> Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let scrape = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await?;
+        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await?;
+        let mut body = String::new();
+        stream.read_to_string(&mut body).await?;
+        Ok::<_, std::io::Error>(body)
+    };
+    let Ok(Ok(text)) = tokio::time::timeout(Duration::from_secs(10), scrape).await else {
+        return json!({"error": "the controller's /metrics did not answer"});
+    };
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.trim().parse::<f64>().ok()))
+            .unwrap_or(f64::NAN)
+    };
+    let (sum, count) =
+        (value("update_operator_reconcile_seconds_sum "), value("update_operator_reconcile_seconds_count "));
+    json!({"count": count, "mean_ms": round2(sum / count * 1000.0)})
 }
 
 /// Writes by the controller and the agents so far, by resource.
