@@ -145,7 +145,7 @@ pub async fn run(
         eviction_client,
         watch_client: client.clone(),
         nodes: nodes.clone(),
-        node_changes: node_rx,
+        node_changes: node_rx.clone(),
         pdb_changes: pdb_rx,
         reconcile: trigger.clone(),
         metrics: metrics.clone(),
@@ -155,6 +155,8 @@ pub async fn run(
         cloud,
         events: events.clone(),
         term: None,
+        nodes: nodes.clone(),
+        node_changes: node_rx,
     });
     let replacer = match &options.cloud {
         Some(cloud) => Some(Arc::new(start_replacer(&client, cloud, trigger.clone(), &shutdown).await?)),

@@ -8,9 +8,11 @@ pub mod scaling_group;
 
 use crate::events::Events;
 use crate::leadership::{Leadership, Term};
+use crate::nodes::SlimNode;
 use cloud::{CloudProvider, Retry};
 use futures::StreamExt;
 use kube::Client;
+use kube::runtime::reflector::Store;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -113,6 +115,10 @@ pub struct Context {
     /// valid and is cancelled when it ends ([`fenced`]). `run` sets it for each term; without one, nothing is
     /// written.
     pub term: Option<Term>,
+    /// The controller's cache of Nodes (slim: what the controller reads of them), synced.
+    pub nodes: Store<SlimNode>,
+    /// Bumped on every event of the Node watch that fills `nodes`.
+    pub node_changes: tokio::sync::watch::Receiver<u64>,
 }
 
 /// Runs `write` (an API or cloud call that changes something) only while the context's term is valid, and

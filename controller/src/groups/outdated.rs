@@ -8,7 +8,6 @@
 use super::Context;
 use super::autoscaler::{Pause, PauseSender};
 use cloud::{CloudProvider, ProviderId};
-use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
@@ -118,7 +117,21 @@ pub async fn drive(context: Context, pause: PauseSender, shutdown: CancellationT
     let versions = watch_store::<NodeVersion>(Api::all(client.clone()), changed.clone(), shutdown.clone());
     let groups = watch_store::<ScalingGroup>(Api::all(client.clone()), changed.clone(), shutdown.clone());
     let pending = watch_store::<PendingNode>(Api::all(client.clone()), changed.clone(), shutdown.clone());
-    let nodes = watch_store::<Node>(Api::all(client), changed.clone(), shutdown.clone());
+    // The controller's own cache of Nodes: a second watch of whole Nodes would hold every Node's images and
+    // status again (most of a large cluster's memory).
+    let nodes = context.nodes.clone();
+    let mut node_changes = context.node_changes.clone();
+    let on_nodes = changed.clone();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                changed = node_changes.changed() => if changed.is_err() { return },
+            }
+            on_nodes.notify_one();
+        }
+    });
     let provider = context.cloud.provider.clone();
     let mut learned: BTreeMap<String, Learned> = BTreeMap::new();
     // Decide from complete lists only: a partial list could lift a pause a replacement needs.
@@ -156,7 +169,7 @@ pub async fn drive(context: Context, pause: PauseSender, shutdown: CancellationT
         let mut found = Vec::new();
         let mut present = Vec::new();
         for node in nodes.state() {
-            let Some(raw) = node.spec.as_ref().and_then(|s| s.provider_id.clone()) else { continue };
+            let Some(raw) = node.spec.provider_id.clone() else { continue };
             let Some(name) = node.metadata.name.clone() else { continue };
             present.push(raw.clone());
             let Ok(id) = raw.parse::<ProviderId>() else { continue };

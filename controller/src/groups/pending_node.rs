@@ -4,6 +4,7 @@
 use super::condition::{self, Wanted};
 use super::scaling_group::EventSpec;
 use super::{Attempts, Context, Error, GroupLabels, retry_delay};
+use crate::nodes::SlimNode;
 use cloud::{Deletion, GroupId, InstanceState, ProviderId, Retry};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
@@ -295,8 +296,9 @@ pub async fn run(context: Context, shutdown: CancellationToken) {
     let store = controller.store();
     let state = Arc::new(State { context, attempts: Attempts::default(), counted: Default::default() });
     let results = controller
-        .watches(Api::<Node>::all(client), watcher::Config::default(), move |node: Node| {
-            let provider_id = node.spec.and_then(|s| s.provider_id);
+        // Slim Nodes: only the provider ID is read (a whole Node carries its images and status).
+        .watches(Api::<SlimNode>::all(client), watcher::Config::default(), move |node: SlimNode| {
+            let provider_id = node.spec.provider_id;
             store
                 .state()
                 .iter()
