@@ -28,9 +28,9 @@ ROLLOUT_IMAGE ?=
 build:
 	$(CARGO) build --release --locked --bin update-operator
 
-## test: every test of the workspace (what CI runs)
+## test: every test of the workspace, every cloud provider included (what CI runs)
 test:
-	$(CARGO) test --workspace --locked
+	$(CARGO) test --workspace --all-features --locked
 
 ## fmt: format the code
 fmt:
@@ -39,7 +39,7 @@ fmt:
 ## lint: formatting check and clippy with warnings as errors
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --all-features --locked -- -D warnings
 
 ## manifests: regenerate deploy/crds/ and deploy/update-operator.yaml from the Rust types
 manifests:
