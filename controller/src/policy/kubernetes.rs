@@ -137,7 +137,9 @@ pub(super) fn plan_rollout(
     {
         plan.hold = Some(Hold::new(
             Reason::WaitingForAutoscaler,
-            format!("{why}; no node starts its Kubernetes upgrade before (a node it adds would join on the old version)"),
+            format!(
+                "{why}; no node starts its Kubernetes upgrade before (a node it adds would join on the old version)"
+            ),
         ));
         return Some(plan);
     }
@@ -377,8 +379,9 @@ fn select(
 ) {
     let version = target.version.to_string();
     // Heirs start in `start_heirs`.
-    let eligible =
-        |n: &&(&NodeView, &Assessment)| matches!(n.1.situation, Situation::Outdated { eligible: true, .. }) && !n.1.surge;
+    let eligible = |n: &&(&NodeView, &Assessment)| {
+        matches!(n.1.situation, Situation::Outdated { eligible: true, .. }) && !n.1.surge
+    };
     let mut candidates: Vec<&NodeView> = members.iter().filter(eligible).map(|(n, _)| *n).collect();
     candidates.sort_by_key(|n| (!n.control_plane, n.name.clone()));
     let busy = members.iter().any(|(_, a)| a.in_flight());
@@ -576,7 +579,10 @@ mod tests {
     fn no_node_starts_before_the_autoscaler_is_confirmed_down() {
         let nodes = [cp("cp-0"), node("w1")];
         let rollout = Rollout { kubernetes: Some(upgrade("v1.33.5")), ..rollout_with(Policy::default()) };
-        let running = Fleet { autoscaler_running: Some("the cluster-autoscaler is not confirmed down".into()), ..Fleet::default() };
+        let running = Fleet {
+            autoscaler_running: Some("the cluster-autoscaler is not confirmed down".into()),
+            ..Fleet::default()
+        };
         let p = plan_with(&nodes, std::slice::from_ref(&rollout), &running, None, t(0)).rollouts.remove(0);
         assert!(p.actions.is_empty(), "{:?}", p.actions);
         let hold = p.hold.unwrap();

@@ -603,7 +603,16 @@ pub fn plan_with(
             })
             .collect();
         let autoscaler = fleet.autoscaler_running.as_deref();
-        cluster.rollouts.push(plan_rollout(rollout, &members, &overlap, &mut shared, &records, autoscaler, own_node, now));
+        cluster.rollouts.push(plan_rollout(
+            rollout,
+            &members,
+            &overlap,
+            &mut shared,
+            &records,
+            autoscaler,
+            own_node,
+            now,
+        ));
     }
     for ((node, owner), a) in nodes.iter().zip(&owners).zip(&assessments) {
         if matches!(owner, pools::Owner::Rollout(_)) {

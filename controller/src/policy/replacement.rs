@@ -819,7 +819,10 @@ mod tests {
         assert_eq!(kinds(&p), vec![("a1-new".into(), "Drain")]);
         assert_eq!(p.actions[0].kind, ActionKind::Drain { target: VERSION.into() });
         let donor_waits = p.in_flight.iter().find(|f| f.node == "a1").and_then(|f| f.waiting_on.clone());
-        assert_eq!(donor_waits.as_deref(), Some("the new node a1-new to be upgraded from Kubernetes v1.33.0 to v1.34.1"));
+        assert_eq!(
+            donor_waits.as_deref(),
+            Some("the new node a1-new to be upgraded from Kubernetes v1.33.0 to v1.34.1")
+        );
         // Drained: kubeadm upgrade node, still not paired.
         let draining = with_intent(heir.clone(), Step::Drain, VERSION, "h1", t(20));
         let drained = NodeView { drain: DrainProgress::Drained, ..draining };
