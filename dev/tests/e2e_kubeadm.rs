@@ -309,6 +309,117 @@ fn autoscaler_replicas(store: &dev::apiserver::Store) -> (Option<i32>, i32) {
     (spec, deployment.and_then(|d| d.status?.replicas).unwrap_or(0))
 }
 
+/// The real controller with the simulated cloud (ScalingGroups, PendingNodes, AutoscalingStrategies).
+fn cloud_controller(cluster: &dev::cluster::Cluster) -> harness::Component {
+    use cloud::{CallPolicy, Governed};
+    let provider = cloud::simulated::SimulatedProvider::new(cluster.url()).expect("the cluster's URL is an endpoint");
+    let provider =
+        Governed::new(provider, CallPolicy::default(), std::sync::Arc::new(cloud::metrics::CallCounts::default()));
+    let mut options = harness::controller_options("c1");
+    options.cloud = Some(controller::groups::CloudOptions::new(std::sync::Arc::new(provider)));
+    harness::controller(cluster.operator(), options)
+}
+
+/// Samples the cluster every 20 ms: whenever a node holds a `kubeadm-upgrade` intent, the autoscaler has no pod
+/// (read after the nodes: it stays down for the whole upgrade, so a correct controller never fails this, whatever
+/// the timing); and a heir never carries its donor's annotation (paired) while it runs another version than `TO`.
+struct Sampler {
+    task: tokio::task::JoinHandle<()>,
+    /// Samples with a node upgrading, and the violations seen.
+    seen: std::sync::Arc<parking_lot::Mutex<(u32, Vec<String>)>>,
+}
+
+impl Sampler {
+    fn start(store: &dev::apiserver::Store) -> Sampler {
+        let seen = std::sync::Arc::new(parking_lot::Mutex::new((0_u32, Vec::<String>::new())));
+        let (store, found) = (store.clone(), seen.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let all = nodes(&store);
+                let upgrading: Vec<String> = all
+                    .iter()
+                    .filter(|n| annotation(n, keys::INTENT).as_deref() == Some("kubeadm-upgrade"))
+                    .map(|n| n.name_any())
+                    .collect();
+                let mut violations: Vec<String> = all
+                    .iter()
+                    .filter(|n| annotation(n, keys::DONOR).is_some() && kubelet(n).as_deref() != Some(TO))
+                    .map(|n| {
+                        format!("{} paired with {:?} on {:?}", n.name_any(), annotation(n, keys::DONOR), kubelet(n))
+                    })
+                    .collect();
+                let pods = autoscaler_replicas(&store).1;
+                if !upgrading.is_empty() && pods != 0 {
+                    violations.push(format!("{upgrading:?} upgrade Kubernetes while {pods} autoscaler pods run"));
+                }
+                {
+                    let mut found = found.lock();
+                    found.0 += u32::from(!upgrading.is_empty());
+                    for v in violations {
+                        if !found.1.contains(&v) {
+                            found.1.push(v);
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        Sampler { task, seen }
+    }
+
+    /// Stops sampling; fails on a violation or when no upgrade was ever sampled.
+    fn check(self) {
+        self.task.abort();
+        let (samples, violations) = self.seen.lock().clone();
+        assert!(samples > 0, "no kubeadm-upgrade intent was ever sampled");
+        assert_eq!(violations, Vec::<String>::new());
+    }
+}
+
+/// Issue 14 item 2: a Kubernetes upgrade alone (the image stays) pauses the cluster-autoscaler, and no node
+/// starts before it is confirmed down (no autoscaler pod left); it is restored afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubernetes_upgrade_alone_waits_for_the_autoscaler_to_be_down_and_restores_it() {
+    use cloud::GroupRole;
+    use dev::cloud::GroupSpec;
+    let mut config = dev::cluster::ClusterConfig {
+        nodes: 2,
+        control_planes: 1,
+        workloads: None,
+        kubelet_version: FROM.into(),
+        ready_timeout: Duration::from_secs(120),
+        scaling_groups: vec![GroupSpec::new("workers-a", GroupRole::Worker, 1)],
+        ..dev::cluster::ClusterConfig::default()
+    };
+    config.apiserver.git_version = FROM.into();
+    let cluster = dev::cluster::Cluster::start(config).await.expect("the cluster starts");
+    let store = cluster.store();
+    let components = publish(&cluster, TO);
+    autoscaler(&store);
+    let sampler = Sampler::start(&store);
+    let observer = Observer::start(cluster.client(), Limits::new(1, false));
+    let agents = AgentsOnEveryNode::start(&cluster);
+    let controller = cloud_controller(&cluster);
+    // The image every node runs already: only the version changes.
+    nodeversion(&store, TO, &components, json!({"maxUnavailable": 1}));
+    eventually(Duration::from_secs(240), "every node on v1.34.1", || {
+        nodes(&store)
+            .iter()
+            .all(|n| kubelet(n).as_deref() == Some(TO) && annotation(n, keys::INTENT).as_deref() == Some("done"))
+            .then_some(())
+    })
+    .await;
+    sampler.check();
+    eventually(Duration::from_secs(120), "the autoscaler restored", || {
+        (autoscaler_replicas(&store).0 == Some(3)).then_some(())
+    })
+    .await;
+    assert_eq!(observer.stop().await.violations, Vec::<String>::new());
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    agents.stop().await;
+    cluster.shutdown().await;
+}
+
 /// Issue 14 item 6: image and Kubernetes version change together on a mixed cluster. An in-place control-plane
 /// node, a control-plane scaling group of 2, two in-place workers and a worker group of 2 go from v1 and
 /// Kubernetes v1.33.5 to v2 and v1.34.1: the version first for every node (the first control-plane node applies,
@@ -319,7 +430,7 @@ fn autoscaler_replicas(store: &dev::apiserver::Store) -> (Option<i32>, i32) {
 /// `kubeadm-upgrade` intent, and restored afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_and_version_together_on_a_mixed_cluster_heirs_upgraded_before_they_take_their_place() {
-    use cloud::{CallPolicy, Governed, GroupRole};
+    use cloud::GroupRole;
     use dev::cloud::GroupSpec;
     use dev::observer::Surge;
     let config = dev::cluster::ClusterConfig {
@@ -346,54 +457,11 @@ async fn image_and_version_together_on_a_mixed_cluster_heirs_upgraded_before_the
     // Whenever a node holds a kubeadm-upgrade intent, the autoscaler has no pod (read after the nodes: it stays
     // down for the whole upgrade, so a correct controller never fails this, whatever the timing); and a heir
     // never carries its donor's annotations (paired) while it runs another Kubernetes version.
-    let upgrades_seen = std::sync::Arc::new(parking_lot::Mutex::new((0_u32, Vec::<String>::new())));
-    let sampler = {
-        let (store, seen) = (store.clone(), upgrades_seen.clone());
-        tokio::spawn(async move {
-            loop {
-                let upgrading: Vec<String> = nodes(&store)
-                    .iter()
-                    .filter(|n| annotation(n, keys::INTENT).as_deref() == Some("kubeadm-upgrade"))
-                    .map(|n| n.name_any())
-                    .collect();
-                // A heir is paired (gets the `donor` annotation) only once it runs the version.
-                let paired_old: Vec<String> = nodes(&store)
-                    .iter()
-                    .filter(|n| annotation(n, keys::DONOR).is_some() && kubelet(n).as_deref() != Some(TO))
-                    .map(|n| {
-                        format!("{} paired with {:?} on {:?}", n.name_any(), annotation(n, keys::DONOR), kubelet(n))
-                    })
-                    .collect();
-                {
-                    let mut found = seen.lock();
-                    for v in paired_old {
-                        if !found.1.contains(&v) {
-                            found.1.push(v);
-                        }
-                    }
-                }
-                if !upgrading.is_empty() {
-                    let (_, pods) = autoscaler_replicas(&store);
-                    let mut seen = seen.lock();
-                    seen.0 += 1;
-                    let v = format!("{upgrading:?} upgrade Kubernetes while {pods} autoscaler pods run");
-                    if pods != 0 && !seen.1.contains(&v) {
-                        seen.1.push(v);
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
+    let sampler = Sampler::start(&store);
     let limits = Limits { surge: Some(Surge { baseline: 4, max_surge: 1 }), ..Limits::new(2, false) };
     let observer = Observer::start(cluster.client(), limits);
     let agents = AgentsOnEveryNode::start(&cluster);
-    let provider = cloud::simulated::SimulatedProvider::new(cluster.url()).expect("the cluster's URL is an endpoint");
-    let provider =
-        Governed::new(provider, CallPolicy::default(), std::sync::Arc::new(cloud::metrics::CallCounts::default()));
-    let mut options = harness::controller_options("c1");
-    options.cloud = Some(controller::groups::CloudOptions::new(std::sync::Arc::new(provider)));
-    let controller = harness::controller(cluster.operator(), options);
+    let controller = cloud_controller(&cluster);
     let object: NodeVersion = serde_json::from_value(json!({
         "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
         "metadata": {"name": "constellation-version"},
@@ -424,10 +492,7 @@ async fn image_and_version_together_on_a_mixed_cluster_heirs_upgraded_before_the
         assert!(tokio::time::Instant::now() < deadline, "the rollout did not finish:\n{}", describe(&store));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    sampler.abort();
-    let (samples, violations) = upgrades_seen.lock().clone();
-    assert!(samples > 0, "no kubeadm-upgrade intent was ever sampled");
-    assert_eq!(violations, Vec::<String>::new());
+    sampler.check();
     let after = nodes(&store);
     let replaced: Vec<&String> =
         before.iter().filter(|n| n.starts_with("cp-") || n.starts_with("workers-a-")).collect();
