@@ -9,7 +9,9 @@
 //! A node counts as disrupted as the policy counts it against `maxUnavailable`: cordoned,
 //! NotReady, in the `stage`, `drain`, `reboot`, `kubeadm-upgrade` or `replace` step, or verified (`done`)
 //! less than the soak time ago; a node that joins as a new instance (its joining PendingNode has not reached
-//! its goal) is extra capacity, not disrupted. With [`Limits::surge`] it also checks replacements at every
+//! its goal) is extra capacity, not disrupted, and so is a heir that joined but is not paired with its donor yet
+//! (no `donor` annotation: its donor still serves and holds the replacement's slot; the policy upgrades such a heir's
+//! Kubernetes then). With [`Limits::surge`] it also checks replacements at every
 //! event: at most `maxSurge` extra instances, never a control-plane and a worker replacement at once, and never
 //! a replaced node deleted while its heir is not Ready; and always: never an instance of a replacement deleted
 //! (a leaving PendingNode) while its node is Ready and schedulable. Nodes can turn NotReady or be cordoned
@@ -113,8 +115,8 @@ pub struct Observed {
     pub max_disrupted_seen: usize,
     pub max_control_plane_disrupted_seen: usize,
     pub events: u64,
-    /// The PendingNodes by name: node name, joining and not joined yet, donor.
-    pending: BTreeMap<String, (String, bool, Option<String>)>,
+    /// The PendingNodes by name: node name, joining and not joined yet, donor, joining for a donor (a heir's).
+    pending: BTreeMap<String, (String, bool, Option<String>, bool)>,
     /// Whether each node ever seen is a control-plane node (donors are remembered after their Node is gone).
     roles: BTreeMap<String, bool>,
     pub max_surge_seen: usize,
@@ -225,7 +227,8 @@ async fn run(client: Client, limits: Limits, state: Arc<Mutex<Observed>>, stop: 
                                 format!("the instance of {} is deleted while its node serves", pending.spec.node_name);
                             o.violation(v);
                         }
-                        o.pending.insert(pending.name_any(), (pending.spec.node_name.clone(), joining, donor));
+                        let heir = pending.spec.goal == shared::crd::PendingNodeGoal::Join && donor.is_some();
+                        o.pending.insert(pending.name_any(), (pending.spec.node_name.clone(), joining, donor, heir));
                     }
                 }
                 o.check_nodes(&limits, false);
@@ -341,9 +344,15 @@ impl Observed {
         }
     }
 
-    /// Nodes that join as new instances and never served yet: extra capacity, not disrupted ones.
+    /// Nodes that join as new instances and never served yet, and heirs not paired with their donor yet: extra
+    /// capacity, not disrupted ones.
     fn joining(&self) -> Vec<&str> {
-        self.pending.values().filter(|(_, joining, _)| *joining).map(|(node, _, _)| node.as_str()).collect()
+        let unpaired = |node: &str| self.nodes.get(node).is_some_and(|n| n.donor.is_none());
+        self.pending
+            .values()
+            .filter(|(node, joining, _, heir)| *joining || (*heir && unpaired(node)))
+            .map(|(node, _, _, _)| node.as_str())
+            .collect()
     }
 
     fn check_nodes(&mut self, limits: &Limits, started: bool) {
@@ -371,7 +380,7 @@ impl Observed {
     fn check_replacements(&mut self, limits: &Limits) {
         let Some(surge) = limits.surge else { return };
         let instances = self.nodes.values().filter(|n| n.provider_id.is_some()).count()
-            + self.pending.values().filter(|(node, _, _)| !self.nodes.contains_key(node)).count();
+            + self.pending.values().filter(|(node, _, _, _)| !self.nodes.contains_key(node)).count();
         let extra = instances.saturating_sub(surge.baseline);
         self.max_surge_seen = self.max_surge_seen.max(extra);
         if extra > surge.max_surge {
@@ -387,7 +396,7 @@ impl Observed {
             .map(|(name, _)| name.as_str())
             .collect();
         donors.extend(self.nodes.values().filter_map(|n| n.donor.as_deref()));
-        donors.extend(self.pending.values().filter_map(|(_, _, donor)| donor.as_deref()));
+        donors.extend(self.pending.values().filter_map(|(_, _, donor, _)| donor.as_deref()));
         let roles: Vec<bool> = donors.iter().filter_map(|d| self.roles.get(*d).copied()).collect();
         if roles.contains(&true) && roles.contains(&false) {
             self.violation("a control-plane and a worker node replaced at once".into());

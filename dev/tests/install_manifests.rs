@@ -197,6 +197,34 @@ async fn the_agent_policy_confines_the_agent_in_any_namespace() {
     the_policy_confines_the_agent(&manifest).await;
 }
 
+/// The components ConfigMaps' Role stays in kube-system whatever namespace the install is rendered into, and is
+/// bound to that install's service accounts: they read ConfigMaps there and nowhere else.
+#[test]
+fn the_components_role_stays_in_kube_system_in_any_namespace() {
+    use dev::apiserver::{Attributes, UserInfo};
+    for (dir, namespace) in [("deploy", "update-operator"), ("dev/tests/fixtures/kustomize/elsewhere", "elsewhere")] {
+        let manifest = kustomize(dir);
+        let role = manifest
+            .documents()
+            .iter()
+            .find(|d| d["kind"] == "Role" && d["metadata"]["name"] == "update-operator-kubernetes-components")
+            .unwrap_or_else(|| panic!("{dir}: no Role for the components ConfigMaps"));
+        assert_eq!(role["metadata"]["namespace"], "kube-system", "{dir}");
+        let rbac = manifest.rbac();
+        for account in ["update-operator-controller", "update-operator-agent"] {
+            let user = UserInfo::service_account(namespace, account, "");
+            let get =
+                |ns: &str| Attributes::resource("get", "", "v1", "configmaps", "", ns, "k8s-components-sha256-aa");
+            assert!(rbac.authorize(&user, &get("kube-system")).allowed, "{dir}: {account} cannot read kube-system");
+            for other in [namespace, "default"] {
+                assert!(!rbac.authorize(&user, &get(other)).allowed, "{dir}: {account} reads ConfigMaps of {other}");
+            }
+            let list = Attributes::resource("list", "", "v1", "configmaps", "", "kube-system", "");
+            assert!(!rbac.authorize(&user, &list).allowed, "{dir}: {account} lists ConfigMaps");
+        }
+    }
+}
+
 fn first<'a>(manifest: &'a Manifest, kind: &str) -> &'a Value {
     manifest.documents().iter().find(|d| d["kind"] == kind).unwrap_or_else(|| panic!("no {kind}"))
 }

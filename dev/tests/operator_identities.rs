@@ -157,3 +157,36 @@ async fn an_agent_token_stops_working_when_its_node_is_deleted() {
     assert_eq!(server.user_of_token(&token).unwrap_err().code, 401);
     server.shutdown().await;
 }
+
+/// Components ConfigMaps (issue 14): the controller and the agent may `get` ConfigMaps of kube-system, where
+/// they live, and nothing else of ConfigMaps: no other namespace, no list or watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_identities_read_configmaps_of_kube_system_by_name_only() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    let server = bare_cluster(&["w-0"]).await;
+    let store = server.store();
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap();
+    store.api::<Namespace>().create(None, &namespace, &Default::default()).unwrap();
+    for namespace in ["kube-system", "update-operator", "team", "default"] {
+        let config_map: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": "k8s-components-sha256-aa"}, "data": {"x": "y"}}))
+                .unwrap();
+        store.api::<ConfigMap>().create(Some(namespace), &config_map, &Default::default()).unwrap();
+    }
+    let manifest = operator(&server).manifest().clone();
+    for identity in [manifest.controller_identity().unwrap(), manifest.agent_identity("w-0").unwrap()] {
+        let client = server.client_as(&identity).unwrap();
+        let kube_system: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
+        kube_system.get("k8s-components-sha256-aa").await.unwrap_or_else(|e| panic!("{identity:?}: {e}"));
+        let (code, _) = status_message(kube_system.list(&Default::default()).await.unwrap_err());
+        assert_eq!(code, 403, "{identity:?} lists kube-system's ConfigMaps");
+        for namespace in ["update-operator", "team", "default"] {
+            let other: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+            let (code, message) = status_message(other.get("k8s-components-sha256-aa").await.unwrap_err());
+            assert_eq!(code, 403, "{identity:?} reads a ConfigMap of {namespace}: {message}");
+        }
+        let (code, _) = status_message(Api::<ConfigMap>::all(client).list(&Default::default()).await.unwrap_err());
+        assert_eq!(code, 403, "{identity:?} lists every ConfigMap");
+    }
+    server.shutdown().await;
+}

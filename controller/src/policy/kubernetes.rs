@@ -18,6 +18,18 @@
 //! A node is verified (`intent=done`) once its kubelet reports the target version, its agent reports the
 //! components hash of the ConfigMap, and it is Ready. The kubeadm step may take `stageTimeout + rebootTimeout`;
 //! the failure budget, the maintenance window, `paused` and the drain timeout apply as for images.
+//!
+//! # The cluster-autoscaler
+//! No node starts its Kubernetes upgrade while a cluster-autoscaler is not confirmed down
+//! ([`super::Fleet::autoscaler_running`], `WaitingForAutoscaler`): a node it adds meanwhile would join with the
+//! old components. The status says the upgrade is active from the first plan on, which is what pauses it.
+//!
+//! # Heirs
+//! A node that joined to replace another (a heir, not yet paired with its donor) and does not run the target is
+//! upgraded like any other node but outside the budget, once the API server reports the target (`kubeadm upgrade
+//! node` needs an upgraded control plane): its donor holds the `maxUnavailable` and `maxSurge` slots of the
+//! replacement, the heir is extra capacity, and its donor waits for it ([`super::replacement`]). Neither the
+//! gates nor the control-plane order hold it back: it is part of a replacement in flight.
 
 use super::assess::{self, Assessment, Situation};
 use super::{
@@ -79,6 +91,7 @@ pub(super) fn plan_rollout(
     spec: &ValidSpec,
     members: &[(&NodeView, &Assessment)],
     shared: &mut selection::Shared,
+    autoscaler_running: Option<&str>,
     now: Timestamp,
 ) -> Option<Plan> {
     let target = match kubernetes {
@@ -95,8 +108,10 @@ pub(super) fn plan_rollout(
         }
         KubernetesSpec::Upgrade(target) => target,
     };
-    let assessments: Vec<Assessment> =
-        members.iter().map(|(node, image)| assess(node, image, target, spec, now)).collect();
+    let assessments: Vec<Assessment> = members
+        .iter()
+        .map(|(node, image)| Assessment { surge: image.surge, ..assess(node, image, target, spec, now) })
+        .collect();
     let members_k: Vec<(&NodeView, &Assessment)> = members.iter().map(|(n, _)| *n).zip(assessments.iter()).collect();
     if assessments.iter().all(|a| a.situation == Situation::UpToDate && a.action.is_none()) {
         return None;
@@ -107,6 +122,7 @@ pub(super) fn plan_rollout(
         plan.wake(a.wake_at);
     }
     super::summarize(&mut plan, &members_k);
+    start_heirs(&mut plan, &members_k, target, now);
     let drain_timeouts =
         members_k.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
     if let Some((hold, wake)) = gates::closed(rollout, Some(spec), &plan.counts, drain_timeouts, now)
@@ -116,12 +132,50 @@ pub(super) fn plan_rollout(
         plan.wake(wake);
         return Some(plan);
     }
+    if let Some(why) = autoscaler_running
+        && members_k.iter().any(|(_, a)| matches!(a.situation, Situation::Outdated { eligible: true, .. }) && !a.surge)
+    {
+        plan.hold = Some(Hold::new(
+            Reason::WaitingForAutoscaler,
+            format!(
+                "{why}; no node starts its Kubernetes upgrade before (a node it adds would join on the old version)"
+            ),
+        ));
+        return Some(plan);
+    }
     select(&mut plan, &members_k, target, spec, shared, now);
     Some(plan)
 }
 
+/// Starts the Kubernetes upgrade of every eligible heir (see the module docs), once the API server reports the
+/// target.
+fn start_heirs(plan: &mut Plan, members: &[(&NodeView, &Assessment)], target: &KubernetesTarget, now: Timestamp) {
+    if target.api_server < target.version {
+        return;
+    }
+    let version = target.version.to_string();
+    for (node, a) in members {
+        if !(a.surge && matches!(a.situation, Situation::Outdated { eligible: true, .. })) {
+            continue;
+        }
+        plan.counts.outdated -= 1;
+        plan.counts.in_progress += 1;
+        plan.in_flight.push(InFlight { node: node.name.clone(), step: Step::Drain, since: now, waiting_on: None });
+        plan.actions.push(super::NodeAction {
+            node: node.name.clone(),
+            kind: ActionKind::Drain { target: version.clone() },
+            reason: Reason::KubernetesUpgradeStarted,
+            message: format!(
+                "a new node replacing another joined with Kubernetes {}: cordoning and draining it for the upgrade \
+                 to {version} before it takes its place",
+                node.kubelet_version.as_deref().unwrap_or("(unknown)")
+            ),
+        });
+    }
+}
+
 /// Whether `node` runs the target: its kubelet's version and its agent's components hash.
-fn runs(node: &NodeView, target: &KubernetesTarget) -> bool {
+pub(super) fn runs(node: &NodeView, target: &KubernetesTarget) -> bool {
     let agent = node.agent.as_ref().ok();
     node.kubelet_version.as_deref() == Some(target.version.to_string().as_str())
         && agent.and_then(|a| a.components_hash.as_ref()).map(|h| h.as_str()) == Some(target.hash.as_str())
@@ -324,7 +378,10 @@ fn select(
     now: Timestamp,
 ) {
     let version = target.version.to_string();
-    let eligible = |n: &&(&NodeView, &Assessment)| matches!(n.1.situation, Situation::Outdated { eligible: true, .. });
+    // Heirs start in `start_heirs`.
+    let eligible = |n: &&(&NodeView, &Assessment)| {
+        matches!(n.1.situation, Situation::Outdated { eligible: true, .. }) && !n.1.surge
+    };
     let mut candidates: Vec<&NodeView> = members.iter().filter(eligible).map(|(n, _)| *n).collect();
     candidates.sort_by_key(|n| (!n.control_plane, n.name.clone()));
     let busy = members.iter().any(|(_, a)| a.in_flight());
@@ -409,7 +466,7 @@ fn select(
 #[cfg(test)]
 mod tests {
     use super::super::tests::{TARGET, cp, node, rollout_with, t, with_intent, with_report};
-    use super::super::{Policy, budget, plan};
+    use super::super::{Fleet, Policy, budget, plan, plan_with};
     use super::*;
     use shared::protocol::ComponentsHash;
 
@@ -516,6 +573,33 @@ mod tests {
         assert_eq!(kinds(&p), vec![("w1".into(), drain()), ("w2".into(), drain())]);
         // Starts are written after the writes that free slots.
         assert!(p.actions.iter().all(|a| a.starts_node()));
+    }
+
+    #[test]
+    fn no_node_starts_before_the_autoscaler_is_confirmed_down() {
+        let nodes = [cp("cp-0"), node("w1")];
+        let rollout = Rollout { kubernetes: Some(upgrade("v1.33.5")), ..rollout_with(Policy::default()) };
+        let running = Fleet {
+            autoscaler_running: Some("the cluster-autoscaler is not confirmed down".into()),
+            ..Fleet::default()
+        };
+        let p = plan_with(&nodes, std::slice::from_ref(&rollout), &running, None, t(0)).rollouts.remove(0);
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+        let hold = p.hold.unwrap();
+        assert_eq!(hold.reason, Reason::WaitingForAutoscaler);
+        assert!(hold.message.contains("not confirmed down"), "{}", hold.message);
+        // The status says the upgrade is under way already: that is what pauses the autoscaler.
+        assert!(p.kubernetes.is_some_and(|k| k.active));
+        // Confirmed down: the first control-plane node starts.
+        let p = plan_with(&nodes, &[rollout], &Fleet::default(), None, t(1)).rollouts.remove(0);
+        assert_eq!(kinds(&p), vec![("cp-0".into(), kubeadm(KubeadmRole::Apply))]);
+        // Later nodes wait for it too.
+        let nodes = [upgraded(cp("cp-0")), node("w1")];
+        let rollout = Rollout { kubernetes: Some(upgrade("v1.34.1")), ..rollout_with(Policy::default()) };
+        let p = plan_with(&nodes, std::slice::from_ref(&rollout), &running, None, t(2)).rollouts.remove(0);
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+        let p = plan_with(&nodes, &[rollout], &Fleet::default(), None, t(3)).rollouts.remove(0);
+        assert_eq!(kinds(&p), vec![("w1".into(), drain())]);
     }
 
     #[test]

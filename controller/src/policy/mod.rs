@@ -344,6 +344,7 @@ pub enum Reason {
     KubernetesUpgradeRefused,
     WaitingForApiServer,
     WaitingForControlPlane,
+    WaitingForAutoscaler,
     UnavailableNodes,
     SurgeExhausted,
     // Rollout summary.
@@ -544,7 +545,10 @@ pub fn plan_with(
                     }
                 }
                 (pools::Owner::Rollout(i), Some(context)) => match rollouts[*i].spec.acting() {
-                    Some(spec) => replacement::assess(node, &context, &spec.target, &spec.policy, now),
+                    Some(spec) => {
+                        let context = context.with_kubernetes(rollouts[*i].kubernetes.as_ref());
+                        replacement::assess(node, &context, &spec.target, &spec.policy, now)
+                    }
                     None => assess::assess(node, Owner::Unknown, &default_policy, now),
                 },
                 // A replacement in flight finishes whoever manages the node now: its instance exists.
@@ -598,7 +602,17 @@ pub fn plan_with(
                 _ => None,
             })
             .collect();
-        cluster.rollouts.push(plan_rollout(rollout, &members, &overlap, &mut shared, &records, own_node, now));
+        let autoscaler = fleet.autoscaler_running.as_deref();
+        cluster.rollouts.push(plan_rollout(
+            rollout,
+            &members,
+            &overlap,
+            &mut shared,
+            &records,
+            autoscaler,
+            own_node,
+            now,
+        ));
     }
     for ((node, owner), a) in nodes.iter().zip(&owners).zip(&assessments) {
         if matches!(owner, pools::Owner::Rollout(_)) {
@@ -616,19 +630,22 @@ pub fn plan_with(
 }
 
 /// One rollout: Kubernetes first, then the image (while a Kubernetes upgrade is asked for and not done, it plans
-/// the rollout), with the nodes' Kubernetes versions for the status.
+/// the rollout), with the nodes' Kubernetes versions for the status. `autoscaler` says why no Kubernetes upgrade
+/// may start yet (see [`Fleet::autoscaler_running`]).
+#[allow(clippy::too_many_arguments)]
 fn plan_rollout(
     rollout: &Rollout,
     members: &[(&NodeView, &Assessment)],
     overlap: &[(&NodeView, &str)],
     shared: &mut selection::Shared,
     records: &replacement::Records<'_>,
+    autoscaler: Option<&str>,
     own_node: Option<&str>,
     now: Timestamp,
 ) -> Plan {
     let upgrade = rollout.kubernetes.as_ref().zip(rollout.spec.acting());
     let kubernetes_plan =
-        upgrade.and_then(|(k, spec)| kubernetes::plan_rollout(rollout, k, spec, members, shared, now));
+        upgrade.and_then(|(k, spec)| kubernetes::plan_rollout(rollout, k, spec, members, shared, autoscaler, now));
     let refused = matches!(rollout.kubernetes, Some(kubernetes::KubernetesSpec::Refused(_)));
     let active = kubernetes_plan.is_some() && !refused;
     let mut plan = kubernetes_plan

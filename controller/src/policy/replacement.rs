@@ -9,7 +9,10 @@
 //! 2. `CreateInstance`: once the cluster-autoscaler is confirmed down, one instance is created in the group and
 //!    recorded as a joining PendingNode whose name is derived from the donor's ([`join_name`]), so that a second
 //!    one is never created for it.
-//! 3. The heir joins and turns Ready (the PendingNode reaches its goal) and passes the soak time.
+//! 3. The heir joins and turns Ready (the PendingNode reaches its goal) and passes the soak time. While the
+//!    rollout upgrades Kubernetes and the API server reports the target already, a heir that joined with other
+//!    Kubernetes components is upgraded first (by [`super::kubernetes`], outside the budget: the donor holds the
+//!    slots) and soaks again once verified.
 //! 4. `Inherit` (a write of the heir): the `donor` annotations, the donor's labels (all but `kubernetes.io` /
 //!    `k8s.io` ones) and the taints an administrator added (not `node.kubernetes.io/*`).
 //! 5. `DrainDonor` (a write of the donor): the `heir` annotation, a fresh `intent=replace` whose time starts the
@@ -35,6 +38,7 @@
 //! - A replacement in flight finishes for the target it started with, even if the target changes.
 
 use super::assess::{self, Assessment, Situation};
+use super::kubernetes::{KubernetesSpec, KubernetesTarget};
 use super::{ActionKind, DrainProgress, NodeView, Policy, Reason};
 use jiff::Timestamp;
 use shared::protocol::{ControllerAnnotations, Intent, Step};
@@ -309,6 +313,8 @@ pub(super) struct Context<'a> {
     pub member: &'a GroupMember,
     pub records: &'a Records<'a>,
     pub nodes: &'a [NodeView],
+    /// The Kubernetes upgrade of the node's rollout, when it asks for one.
+    pub kubernetes: Option<&'a KubernetesTarget>,
 }
 
 impl<'a> Context<'a> {
@@ -321,7 +327,23 @@ impl<'a> Context<'a> {
     ) -> Option<Context<'a>> {
         let member = node.group.as_ref()?;
         let group = fleet.groups.iter().find(|g| g.group_id == member.group_id)?;
-        Some(Context { group, member, records, nodes, autoscaler_running: fleet.autoscaler_running.is_some() })
+        Some(Context {
+            group,
+            member,
+            records,
+            nodes,
+            autoscaler_running: fleet.autoscaler_running.is_some(),
+            kubernetes: None,
+        })
+    }
+
+    /// This context for a rollout with the Kubernetes upgrade `kubernetes` (a refused one asks nothing of heirs).
+    pub(super) fn with_kubernetes(self, kubernetes: Option<&'a KubernetesSpec>) -> Context<'a> {
+        let kubernetes = match kubernetes {
+            Some(KubernetesSpec::Upgrade(target)) => Some(target),
+            Some(KubernetesSpec::Refused(_)) | None => None,
+        };
+        Context { kubernetes, ..self }
     }
 }
 
@@ -471,6 +493,21 @@ fn donor(node: &NodeView, intent: &Intent, context: &Context<'_>, policy: &Polic
     let heir_member = heir.group.as_ref();
     let ready_since = heir_member.and_then(|m| m.ready_since);
     let Some(ready_since) = ready_since.filter(|_| heir.ready) else { return in_flight() };
+    let upgrading = self::intent(heir).is_some_and(|i| matches!(i.step, Step::Drain | Step::KubeadmUpgrade));
+    if let Some(kubernetes) = context.kubernetes
+        && kubernetes.api_server >= kubernetes.version
+        && (upgrading || !super::kubernetes::runs(heir, kubernetes))
+    {
+        // Its Kubernetes upgrade is started (outside the budget) by the Kubernetes flow.
+        let mut waiting = in_flight();
+        waiting.waiting = Some(format!(
+            "the new node {} to be upgraded from Kubernetes {} to {}",
+            heir.name,
+            heir.kubelet_version.as_deref().unwrap_or("(unknown)"),
+            kubernetes.version
+        ));
+        return waiting;
+    }
     let soaked = assess::deadline(ready_since, policy.soak_time);
     if now < soaked {
         let mut waiting = in_flight().wake(soaked);
@@ -743,6 +780,75 @@ mod tests {
         assert_eq!(p.counts.up_to_date, 1);
         assert_eq!(p.replacements.obsolete, ["a1"]);
         assert_eq!(p.replacements.heirs, ["a1-new"]);
+    }
+
+    #[test]
+    fn a_heir_on_an_older_kubernetes_is_upgraded_outside_the_budget_before_it_takes_its_donors_place() {
+        use crate::policy::kubernetes::{KubernetesSpec, KubernetesTarget};
+        use crate::policy::{Rollout, plan_with};
+        use shared::protocol::{AgentState, ComponentsHash, KubeadmIntent, KubeadmRole};
+        const VERSION: &str = "v1.34.1";
+        const HASH: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+        let upgraded = |mut n: NodeView| {
+            n.kubelet_version = Some(VERSION.into());
+            if let Ok(a) = &mut n.agent {
+                a.components_hash = Some(ComponentsHash::parse("k", HASH).unwrap());
+            }
+            n
+        };
+        let run = |nodes: &[NodeView], f: &Fleet, api_server: &str, now: Timestamp| {
+            let kubernetes = KubernetesSpec::Upgrade(KubernetesTarget {
+                version: VERSION.parse().unwrap(),
+                components: "k8s-components-sha256-11".into(),
+                hash: HASH.into(),
+                api_server: api_server.parse().unwrap(),
+            });
+            let rollout = Rollout { kubernetes: Some(kubernetes), ..rollout_with(policy(1, 1)) };
+            plan_with(nodes, &[rollout], f, None, now).rollouts.remove(0)
+        };
+        let mut f = fleet(&[("a", false, TARGET)]);
+        f.pending.push(PendingView { reached_goal: true, ..join("a1", "a1-new") });
+        // The donor runs the version (upgraded in place first); its heir joined with the group's old one.
+        let donor = upgraded(replacing(in_group("a1", "a")));
+        let heir = NodeView {
+            group: Some(GroupMember { image: Some(TARGET.into()), ready_since: Some(t(10)), ..member("a") }),
+            ..node("a1-new")
+        };
+        let p = run(&[donor.clone(), heir.clone()], &f, VERSION, t(20));
+        // The donor holds the only slot; the heir is drained for its upgrade all the same, and not paired.
+        assert_eq!(kinds(&p), vec![("a1-new".into(), "Drain")]);
+        assert_eq!(p.actions[0].kind, ActionKind::Drain { target: VERSION.into() });
+        let donor_waits = p.in_flight.iter().find(|f| f.node == "a1").and_then(|f| f.waiting_on.clone());
+        assert_eq!(
+            donor_waits.as_deref(),
+            Some("the new node a1-new to be upgraded from Kubernetes v1.33.0 to v1.34.1")
+        );
+        // Drained: kubeadm upgrade node, still not paired.
+        let draining = with_intent(heir.clone(), Step::Drain, VERSION, "h1", t(20));
+        let drained = NodeView { drain: DrainProgress::Drained, ..draining };
+        let p = run(&[donor.clone(), drained], &f, VERSION, t(25));
+        let kubeadm = KubeadmIntent { components: "k8s-components-sha256-11".into(), role: KubeadmRole::Node };
+        assert_eq!(kinds(&p), vec![("a1-new".into(), "KubeadmUpgrade")]);
+        assert!(matches!(&p.actions[0].kind, ActionKind::KubeadmUpgrade { kubeadm: k, .. } if *k == kubeadm));
+        // Upgraded and verified: it takes its donor's place.
+        let mut verified = upgraded(with_intent(heir.clone(), Step::KubeadmUpgrade, VERSION, "h2", t(25)));
+        if let Ok(c) = &mut verified.controller
+            && let Some(i) = &mut c.intent
+        {
+            i.kubeadm = Some(kubeadm);
+        }
+        let verified = crate::policy::tests::with_report(verified, AgentState::Done, "h2");
+        let p = run(&[donor.clone(), verified], &f, VERSION, t(30));
+        assert_eq!(kinds(&p), vec![("a1-new".into(), "Done")]);
+        let done = upgraded(with_intent(heir.clone(), Step::Done, VERSION, "h3", t(30)));
+        let done = NodeView { unschedulable: false, ..done };
+        let p = run(&[donor.clone(), done], &f, VERSION, t(40));
+        assert_eq!(kinds(&p), vec![("a1-new".into(), "Inherit")]);
+        // While the API server is older than the version (the control plane is not upgraded yet), the heir
+        // cannot run `kubeadm upgrade node`: it takes its place as it is and is upgraded later with the others.
+        let donor_old = replacing(in_group("a1", "a"));
+        let p = run(&[donor_old, heir], &f, "v1.33.5", t(20));
+        assert_eq!(kinds(&p), vec![("a1-new".into(), "Inherit")]);
     }
 
     #[test]
