@@ -55,7 +55,11 @@ async fn setup(nodes: usize, per_group: usize) -> (Cluster, GcpEmulator) {
         IMAGE_V1,
         &[("constellation-uid", UID), ("constellation-role", "control-plane")],
     );
-    emulator.add_template("workers-template", IMAGE_V1, &[("constellation-uid", UID), ("constellation-role", "worker")]);
+    emulator.add_template(
+        "workers-template",
+        IMAGE_V1,
+        &[("constellation-uid", UID), ("constellation-role", "worker")],
+    );
     emulator.add_template("other-template", IMAGE_V1, &[("constellation-uid", "another-cluster")]);
     emulator.add_mig(ZONE, "cp", "cp-template");
     emulator.add_mig(ZONE, "workers", "workers-template");
@@ -152,7 +156,10 @@ async fn the_provider_passes_the_conformance_suite_and_the_readme_lists_exactly_
         assert!(tokio::time::Instant::now() < deadline, "unused templates are left: {ours:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(emulator.template_names().contains(&"workers-template".to_owned()), "a template it did not make was deleted");
+    assert!(
+        emulator.template_names().contains(&"workers-template".to_owned()),
+        "a template it did not make was deleted"
+    );
     let in_use = emulator.mig_template(ZONE, "workers").unwrap();
     assert!(in_use.starts_with("workers-template-uo-"), "{in_use}");
     assert_eq!(provider.group_image(&workers).await.unwrap(), IMAGE_V1);
@@ -172,16 +179,16 @@ async fn the_provider_passes_the_conformance_suite_and_the_readme_lists_exactly_
 async fn the_clusters_migs_are_listed_with_their_roles_and_autoscaler_names() {
     let (cluster, emulator) = setup(0, 0).await;
     let provider = provider(&emulator, emulator.adc_json()).await;
-    let groups = provider.list_groups(&ClusterTag { key: "constellation-uid".into(), value: UID.into() }).await.unwrap();
+    let groups =
+        provider.list_groups(&ClusterTag { key: "constellation-uid".into(), value: UID.into() }).await.unwrap();
     let listed: Vec<(String, GroupRole, String)> =
         groups.iter().map(|g| (g.id.to_string(), g.role, g.autoscaler_group_name.clone())).collect();
-    let url = |name: &str| format!("https://www.googleapis.com/compute/v1/projects/{PROJECT}/zones/{ZONE}/instanceGroups/{name}");
+    let url = |name: &str| {
+        format!("https://www.googleapis.com/compute/v1/projects/{PROJECT}/zones/{ZONE}/instanceGroups/{name}")
+    };
     assert_eq!(
         listed,
-        vec![
-            (mig("cp").0, GroupRole::ControlPlane, url("cp")),
-            (mig("workers").0, GroupRole::Worker, url("workers")),
-        ]
+        vec![(mig("cp").0, GroupRole::ControlPlane, url("cp")), (mig("workers").0, GroupRole::Worker, url("workers")),]
     );
     emulator.shutdown();
     cluster.shutdown().await;

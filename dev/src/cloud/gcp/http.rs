@@ -29,7 +29,8 @@ pub(super) fn serve(emulator: GcpEmulator, listener: tokio::net::TcpListener) {
                     let emulator = emulator.clone();
                     async move { Ok::<_, std::convert::Infallible>(answer(emulator, request).await) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(socket), service).await;
+                let _ =
+                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(socket), service).await;
             });
         }
     });
@@ -99,7 +100,11 @@ async fn answer(emulator: GcpEmulator, request: Request<Incoming>) -> Response<F
             .and_then(|v| v["refresh_token"].as_str().map(str::to_owned))
             .or_else(|| form_urlencoded::parse(&body).find(|(k, _)| k == "refresh_token").map(|(_, v)| v.into_owned()));
         let Some(refresh) = refresh else {
-            return respond(400, &json!({"error": "invalid_request", "error_description": "Missing refresh_token"}), None);
+            return respond(
+                400,
+                &json!({"error": "invalid_request", "error_description": "Missing refresh_token"}),
+                None,
+            );
         };
         return match emulator.issue_token(Some(&refresh)) {
             Ok(token) => respond(200, &token, None),

@@ -117,7 +117,11 @@ enum Effect {
     /// A template is removed.
     DeleteTemplate(String),
     /// A MIG's template is set.
-    SetTemplate { zone: String, mig: String, template: String },
+    SetTemplate {
+        zone: String,
+        mig: String,
+        template: String,
+    },
 }
 
 struct Op {
@@ -504,7 +508,20 @@ impl GcpEmulator {
                     state.templates.insert(template, resource);
                 }
                 Effect::DeleteTemplate(template) => {
-                    state.templates.remove(&template);
+                    // A MIG that took the template up while the deletion ran keeps it: the operation fails.
+                    if let Some(user) = self.template_user(state, &template) {
+                        let message = format!(
+                            "The instance_template resource 'projects/{}/global/instanceTemplates/{template}' is already being used by '{user}'",
+                            self.inner.project
+                        );
+                        if let Some(op) = state.operations.get_mut(&name) {
+                            op.json["httpErrorStatusCode"] = json!(400);
+                            op.json["httpErrorMessage"] = json!("BAD REQUEST");
+                            op.json["error"] = json!({"errors": [{"code": "RESOURCE_IN_USE_BY_ANOTHER_RESOURCE", "message": message}]});
+                        }
+                    } else {
+                        state.templates.remove(&template);
+                    }
                 }
                 Effect::SetTemplate { zone, mig, template } => {
                     if let Some(m) = state.migs.get_mut(&(zone, mig)) {
@@ -513,6 +530,17 @@ impl GcpEmulator {
                 }
             }
         }
+    }
+
+    /// The MIG that uses a template or is being set to it, if any.
+    fn template_user(&self, state: &State, template: &str) -> Option<String> {
+        let pending = state.operations.values().filter(|op| !op.done).find_map(|op| match &op.effect {
+            Effect::SetTemplate { zone, mig, template: t } if t == template => Some((zone.clone(), mig.clone())),
+            _ => None,
+        });
+        let using = state.migs.values().find(|m| m.template == template).map(|m| (m.zone.clone(), m.name.clone()));
+        let (zone, mig) = using.or(pending)?;
+        Some(format!("projects/{}/zones/{zone}/instanceGroupManagers/{mig}", self.inner.project))
     }
 
     /// A new operation; `zone` `None` for a global one. Returns its JSON as first answered.
@@ -593,10 +621,7 @@ impl GcpEmulator {
 
     fn mig<'s>(&self, state: &'s State, zone: &str, name: &str) -> Result<&'s Mig, ApiError> {
         state.migs.get(&(zone.to_owned(), name.to_owned())).ok_or_else(|| {
-            ApiError::not_found(&format!(
-                "projects/{}/zones/{zone}/instanceGroupManagers/{name}",
-                self.inner.project
-            ))
+            ApiError::not_found(&format!("projects/{}/zones/{zone}/instanceGroupManagers/{name}", self.inner.project))
         })
     }
 
@@ -634,28 +659,55 @@ impl GcpEmulator {
             self.advance(&mut state);
             let mig = self.mig(&state, zone, name)?.clone();
             if names.is_empty() {
-                return Err(ApiError::invalid("Invalid value for field 'resource.instances': ''. At least one instance must be given."));
+                return Err(ApiError::invalid(
+                    "Invalid value for field 'resource.instances': ''. At least one instance must be given.",
+                ));
             }
             if let Some(bad) = names.iter().find(|n| !is_name(n)) {
-                return Err(ApiError::invalid(format!("Invalid value for field 'resource.instances[].name': '{bad}'. Must be a match of regex '[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?'")));
+                return Err(ApiError::invalid(format!(
+                    "Invalid value for field 'resource.instances[].name': '{bad}'. Must be a match of regex '[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?'"
+                )));
             }
             if let Some(taken) = names.iter().find(|n| state.instances.contains_key(&(zone.to_owned(), (*n).clone()))) {
-                return Err(ApiError::new(409, "alreadyExists", format!("The resource 'projects/{}/zones/{zone}/instances/{taken}' already exists", self.inner.project)));
+                return Err(ApiError::new(
+                    409,
+                    "alreadyExists",
+                    format!(
+                        "The resource 'projects/{}/zones/{zone}/instances/{taken}' already exists",
+                        self.inner.project
+                    ),
+                ));
             }
             let target = format!("projects/{}/zones/{zone}/instanceGroupManagers/{name}", self.inner.project);
             if state.faults.quota.remove(name) {
                 let message = "Quota 'CPUS' exceeded.  Limit: 24.0 in region europe-west3.";
-                let op = self.operation(&mut state, Some(zone), "compute.instanceGroupManagers.createInstances", &target, Effect::None, Some(("QUOTA_EXCEEDED", message, 403)));
+                let op = self.operation(
+                    &mut state,
+                    Some(zone),
+                    "compute.instanceGroupManagers.createInstances",
+                    &target,
+                    Effect::None,
+                    Some(("QUOTA_EXCEEDED", message, 403)),
+                );
                 return Ok(op);
             }
             for instance_name in &names {
-                let instance = self.new_instance(&mut state, &mig, "PROVISIONING").map_err(|e| ApiError::new(500, "backendError", e))?;
+                let instance = self
+                    .new_instance(&mut state, &mig, "PROVISIONING")
+                    .map_err(|e| ApiError::new(500, "backendError", e))?;
                 state.instances.insert((zone.to_owned(), instance_name.clone()), instance);
             }
             if let Some(m) = state.migs.get_mut(&(zone.to_owned(), name.to_owned())) {
                 m.target_size += names.len() as i64;
             }
-            self.operation(&mut state, Some(zone), "compute.instanceGroupManagers.createInstances", &target, Effect::None, None)
+            self.operation(
+                &mut state,
+                Some(zone),
+                "compute.instanceGroupManagers.createInstances",
+                &target,
+                Effect::None,
+                None,
+            )
         };
         let provision = self.timing().provision;
         for instance_name in names {
@@ -681,7 +733,11 @@ impl GcpEmulator {
                 let segments: Vec<&str> = path.split('/').collect();
                 let instance = match segments.as_slice() {
                     ["projects", _, "zones", z, "instances", n] | ["zones", z, "instances", n] if *z == zone => *n,
-                    _ => return Err(ApiError::invalid(format!("Invalid value for field 'resource.instances[]': '{url}'"))),
+                    _ => {
+                        return Err(ApiError::invalid(format!(
+                            "Invalid value for field 'resource.instances[]': '{url}'"
+                        )));
+                    }
                 };
                 match state.instances.get_mut(&(zone.to_owned(), instance.to_owned())) {
                     Some(i) if i.mig == name => {
@@ -704,7 +760,14 @@ impl GcpEmulator {
                 m.target_size -= deleting.len() as i64;
             }
             let target = format!("projects/{}/zones/{zone}/instanceGroupManagers/{name}", self.inner.project);
-            self.operation(&mut state, Some(zone), "compute.instanceGroupManagers.deleteInstances", &target, Effect::None, None)
+            self.operation(
+                &mut state,
+                Some(zone),
+                "compute.instanceGroupManagers.deleteInstances",
+                &target,
+                Effect::None,
+                None,
+            )
         };
         let terminate = self.timing().terminate;
         for instance in deleting {
@@ -748,14 +811,26 @@ impl GcpEmulator {
         let url = body["instanceTemplate"].as_str().unwrap_or_default();
         let template = match strip_url(url).split('/').collect::<Vec<_>>().as_slice() {
             ["projects", p, "global", "instanceTemplates", t] if *p == self.inner.project => (*t).to_owned(),
-            _ => return Err(ApiError::invalid(format!("Invalid value for field 'resource.instanceTemplate': '{url}'"))),
+            _ => {
+                return Err(ApiError::invalid(format!("Invalid value for field 'resource.instanceTemplate': '{url}'")));
+            }
         };
         if !state.templates.contains_key(&template) {
-            return Err(ApiError::not_found(&format!("projects/{}/global/instanceTemplates/{template}", self.inner.project)));
+            return Err(ApiError::not_found(&format!(
+                "projects/{}/global/instanceTemplates/{template}",
+                self.inner.project
+            )));
         }
         let target = format!("projects/{}/zones/{zone}/instanceGroupManagers/{name}", self.inner.project);
         let effect = Effect::SetTemplate { zone: zone.to_owned(), mig: name.to_owned(), template };
-        Ok(self.operation(&mut state, Some(zone), "compute.instanceGroupManagers.setInstanceTemplate", &target, effect, None))
+        Ok(self.operation(
+            &mut state,
+            Some(zone),
+            "compute.instanceGroupManagers.setInstanceTemplate",
+            &target,
+            effect,
+            None,
+        ))
     }
 
     pub(crate) fn get_instance(&self, zone: &str, name: &str) -> ApiResult {
@@ -822,10 +897,15 @@ impl GcpEmulator {
             None => None,
             Some(filter) => {
                 let Some(expression) = filter.strip_prefix("name eq ") else {
-                    return Err(ApiError::invalid(format!("Invalid value for field 'filter': '{filter}'. The emulator supports 'name eq REGEX' only.")));
+                    return Err(ApiError::invalid(format!(
+                        "Invalid value for field 'filter': '{filter}'. The emulator supports 'name eq REGEX' only."
+                    )));
                 };
                 let expression = expression.trim().trim_matches('"').trim_matches('\'');
-                Some(regex::Regex::new(&format!("^(?:{expression})$")).map_err(|e| ApiError::invalid(format!("Invalid value for field 'filter': {e}")))?)
+                Some(
+                    regex::Regex::new(&format!("^(?:{expression})$"))
+                        .map_err(|e| ApiError::invalid(format!("Invalid value for field 'filter': {e}")))?,
+                )
             }
         };
         let mut state = self.inner.state.lock();
@@ -847,14 +927,18 @@ impl GcpEmulator {
     pub(crate) fn insert_template(&self, body: &Value) -> ApiResult {
         let name = body["name"].as_str().unwrap_or_default().to_owned();
         if !is_name(&name) {
-            return Err(ApiError::invalid(format!("Invalid value for field 'resource.name': '{name}'. Must be a match of regex '(?:[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?)'")));
+            return Err(ApiError::invalid(format!(
+                "Invalid value for field 'resource.name': '{name}'. Must be a match of regex '(?:[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?)'"
+            )));
         }
         let boot_image = body["properties"]["disks"]
             .as_array()
             .and_then(|disks| disks.iter().find(|d| d["boot"] == json!(true)))
             .and_then(|d| d["initializeParams"]["sourceImage"].as_str());
         if boot_image.is_none_or(|i| i.is_empty()) {
-            return Err(ApiError::invalid("Invalid value for field 'resource.properties.disks[0].initializeParams.sourceImage': ''. A boot disk with a source image is required."));
+            return Err(ApiError::invalid(
+                "Invalid value for field 'resource.properties.disks[0].initializeParams.sourceImage': ''. A boot disk with a source image is required.",
+            ));
         }
         let mut state = self.inner.state.lock();
         self.advance(&mut state);
@@ -874,11 +958,12 @@ impl GcpEmulator {
         if !state.templates.contains_key(name) {
             return Err(ApiError::not_found(&path));
         }
-        if let Some(mig) = state.migs.values().find(|m| m.template == name) {
-            return Err(ApiError::new(400, "resourceInUseByAnotherResource", format!(
-                "The instance_template resource '{path}' is already being used by 'projects/{}/zones/{}/instanceGroupManagers/{}'",
-                self.inner.project, mig.zone, mig.name
-            )));
+        if let Some(user) = self.template_user(&state, name) {
+            return Err(ApiError::new(
+                400,
+                "resourceInUseByAnotherResource",
+                format!("The instance_template resource '{path}' is already being used by '{user}'"),
+            ));
         }
         Ok(self.operation(&mut state, None, "delete", &path, Effect::DeleteTemplate(name.to_owned()), None))
     }
@@ -898,7 +983,9 @@ impl GcpEmulator {
                 Some(zone) => op.json["zone"].as_str().is_some_and(|z| z.ends_with(&format!("/zones/{zone}"))),
                 None => op.json.get("zone").is_none(),
             })
-            .ok_or_else(|| ApiError::not_found(&format!("projects/{}/{scope}/operations/{name}", self.inner.project)))?;
+            .ok_or_else(|| {
+                ApiError::not_found(&format!("projects/{}/{scope}/operations/{name}", self.inner.project))
+            })?;
         Ok(op.json.clone())
     }
 
@@ -922,7 +1009,9 @@ impl GcpEmulator {
         let mut state = self.inner.state.lock();
         let token = format!("ya29.emulator-{}", Self::next_id(&mut state));
         state.tokens.insert(token.clone());
-        Ok(json!({"access_token": token, "expires_in": 3599, "token_type": "Bearer", "scope": "https://www.googleapis.com/auth/cloud-platform"}))
+        Ok(
+            json!({"access_token": token, "expires_in": 3599, "token_type": "Bearer", "scope": "https://www.googleapis.com/auth/cloud-platform"}),
+        )
     }
 
     fn token_known(&self, token: &str) -> bool {
@@ -935,7 +1024,11 @@ impl GcpEmulator {
         *state.calls.entry(method.to_owned()).or_insert(0) += 1;
         state.permissions.extend(permissions.iter().map(|p| (*p).to_owned()));
         if let Some(denied) = permissions.iter().find(|p| state.faults.forbidden.contains(**p)) {
-            return Err(ApiError::new(403, "forbidden", format!("Required '{denied}' permission for 'projects/{}'", self.inner.project)));
+            return Err(ApiError::new(
+                403,
+                "forbidden",
+                format!("Required '{denied}' permission for 'projects/{}'", self.inner.project),
+            ));
         }
         let Some(index) = state.faults.next.iter().position(|(_, times)| *times > 0) else { return Ok(()) };
         let (fault, times) = &mut state.faults.next[index];
