@@ -365,3 +365,50 @@ fn gce_nodes(cluster: &Cluster) -> Vec<String> {
     names.sort();
     names
 }
+
+/// Slow operations: the image change answers `InProgress` while its operations run, looking at each once per call
+/// (`get`, never `wait`), and is `Applied` once they are done. The credentials here come from the metadata
+/// server's token endpoint (GKE workload identity's path).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_image_change_is_in_progress_until_its_operations_are_done_without_waiting_inside_a_call() {
+    let (cluster, emulator) = setup(0, 0).await;
+    emulator.set_timing(GcpTiming { operation: Duration::from_secs(5), ..GcpTiming::default() });
+    let credentials = cloud::gcp::credentials::mds::Builder::default()
+        .with_endpoint(emulator.url())
+        .build()
+        .expect("metadata-server credentials");
+    let config = GcpConfig {
+        project: PROJECT.to_owned(),
+        endpoint: Some(emulator.url().to_owned()),
+        credentials: Some(credentials),
+    };
+    let provider = GcpProvider::new(config).await.unwrap();
+    let workers = mig("workers");
+    let started = tokio::time::Instant::now();
+    let first = provider.set_group_image(&workers, IMAGE_V2).await.unwrap();
+    assert_eq!(first, cloud::ImageUpdate::InProgress);
+    assert!(started.elapsed() < Duration::from_secs(5), "the call waited for its operation");
+    let mut calls = 1;
+    loop {
+        let call = tokio::time::Instant::now();
+        let update = provider.set_group_image(&workers, IMAGE_V2).await.unwrap();
+        assert!(call.elapsed() < Duration::from_secs(5), "a call waited for an operation");
+        calls += 1;
+        if update == cloud::ImageUpdate::Applied {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "not applied after {calls} calls");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // Two operations of 5 s each (insert, then setInstanceTemplate) lie behind it.
+    assert!(started.elapsed() >= Duration::from_secs(10), "applied before its operations were done");
+    assert_eq!(provider.group_image(&workers).await.unwrap(), IMAGE_V2);
+    let recorded = emulator.calls();
+    assert!(recorded.get("globalOperations.get").copied().unwrap_or(0) >= 1, "{recorded:?}");
+    assert!(recorded.get("zoneOperations.get").copied().unwrap_or(0) >= 1, "{recorded:?}");
+    assert!(!recorded.keys().any(|m| m.ends_with(".wait")), "{recorded:?}");
+    assert_eq!(recorded.get("instanceTemplates.insert"), Some(&1), "{recorded:?}");
+    assert_eq!(recorded.get("instanceGroupManagers.setInstanceTemplate"), Some(&1), "{recorded:?}");
+    emulator.shutdown();
+    cluster.shutdown().await;
+}
