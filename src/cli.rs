@@ -78,13 +78,20 @@ pub struct ControllerArgs {
     /// every agent can then change every Node.
     #[arg(long)]
     pub allow_unconfined_agents: bool,
-    /// The cloud of the ScalingGroups: `simulated` (the dev cluster's). Without it the ScalingGroup,
+    /// The cloud of the ScalingGroups: `simulated` (the dev cluster's), `gcp`. Without it the ScalingGroup,
     /// PendingNode and AutoscalingStrategy controllers do not run.
-    #[arg(long, value_enum, value_name = "CLOUD", requires = "cloud_endpoint")]
+    #[arg(long, value_enum, value_name = "CLOUD")]
     pub cloud_provider: Option<CloudProviderKind>,
-    /// The cloud API's address: for `simulated`, the dev cluster's URL (http://HOST:PORT).
-    #[arg(long, value_name = "URL", requires = "cloud_provider")]
+    /// The cloud API's address: for `simulated`, the dev cluster's URL (http://HOST:PORT); for the real clouds
+    /// another endpoint than the cloud's own, for emulators in tests only.
+    #[arg(long, value_name = "URL", requires = "cloud_provider", required_if_eq("cloud_provider", "simulated"))]
     pub cloud_endpoint: Option<String>,
+    // GCP
+    /// GCP: the project whose managed instance groups the cluster's ScalingGroups are (`--cloud-provider
+    /// gcp`); credentials are Application Default Credentials (workload identity, the metadata server).
+    #[cfg(feature = "gcp")]
+    #[arg(long, env = "GCP_PROJECT", value_name = "PROJECT", required_if_eq("cloud_provider", "gcp"))]
+    pub gcp_project: Option<String>,
     /// How long a new instance may take to become a Ready Node when its PendingNode names no deadline
     /// (e.g. `30m`, `1h`).
     #[arg(long, default_value = "30m", value_name = "DURATION", value_parser = parse_duration)]
@@ -100,6 +107,8 @@ pub struct ControllerArgs {
 pub enum CloudProviderKind {
     /// The dev cluster's simulated cloud (`/_dev/cloud`).
     Simulated,
+    /// Google Compute Engine managed instance groups (a binary built with the `gcp` feature).
+    Gcp,
 }
 
 /// A non-negative duration such as `30m`, `90s`, `1h30m` (jiff's friendly format).
@@ -250,6 +259,17 @@ mod tests {
         assert_eq!(controller.leave_timeout, std::time::Duration::from_secs(300));
         assert!(parse(&["update-operator", "controller", "--leave-timeout", "-5m"]).is_err());
         assert!(parse(&["update-operator", "controller", "--leave-timeout", "soon"]).is_err());
+    }
+
+    #[cfg(feature = "gcp")]
+    #[test]
+    fn gcp_needs_its_project_and_no_endpoint() {
+        assert!(parse(&["update-operator", "controller", "--cloud-provider", "gcp"]).is_err());
+        let cli = parse(&["update-operator", "controller", "--cloud-provider", "gcp", "--gcp-project", "my-project"])
+            .unwrap();
+        let Mode::Controller(controller) = cli.mode else { panic!("controller mode expected") };
+        assert_eq!(controller.cloud_provider, Some(CloudProviderKind::Gcp));
+        assert_eq!((controller.gcp_project.as_deref(), controller.cloud_endpoint), (Some("my-project"), None));
     }
 
     #[test]

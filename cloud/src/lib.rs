@@ -8,6 +8,8 @@
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod error;
+#[cfg(feature = "gcp")]
+pub mod gcp;
 mod governed;
 pub mod metrics;
 mod provider;

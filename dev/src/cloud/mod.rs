@@ -16,6 +16,7 @@
 //!   order; a failure with `times` fires that often, one without fires until cleared).
 //! - No lock is held across an API server write or an await.
 
+pub mod gcp;
 mod http;
 
 pub use self::http::CloudRoutes;

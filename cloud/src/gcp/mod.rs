@@ -1,0 +1,680 @@
+//! Google Compute Engine zonal managed instance groups (MIGs) as a [`CloudProvider`], through Google's official
+//! `google-cloud-compute-v1` client and Application Default Credentials.
+//!
+//! # Contracts (beyond the trait's)
+//! - Groups are MIG paths `projects/PROJECT/zones/ZONE/instanceGroupManagers/NAME`; instances `gce://PROJECT/ZONE/NAME`.
+//! - The client never retries ([`NeverRetry`]) and no call waits for an operation: a call that starts one returns,
+//!   and the next call looks at the operation once (`zoneOperations.get` / `globalOperations.get`). Retries and rate
+//!   limits are [`crate::Governed`]'s.
+//! - `set_group_image` is a small state machine, one write per call: copy the current template with the new boot
+//!   image (`instanceTemplates.insert`, named deterministically, see [`names::template_for_image`]), then
+//!   `setInstanceTemplate`; `InProgress` until the MIG names a template with the image. Once the image is in
+//!   effect, each call deletes at most one template the operator made for this MIG that is neither the MIG's nor
+//!   used by one of its instances (Constellation never deletes them).
+//! - The groups of a cluster are the MIGs whose instance template carries the label `constellation-uid=<uid>`
+//!   (`constellation-role` `control-plane` or `controlplane` gives the role, else worker), as Constellation labels
+//!   them.
+
+mod errors;
+pub mod names;
+
+use crate::error::{Error, Result};
+use crate::provider::{
+    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupRole, ImageUpdate,
+    InstanceState, NewInstance,
+};
+use crate::provider_id::{Cloud, GceInstance, ProviderId};
+use async_trait::async_trait;
+use google_cloud_compute_v1::client::{
+    Disks, GlobalOperations, InstanceGroupManagers, InstanceTemplates, Instances, ZoneOperations,
+};
+use google_cloud_compute_v1::model::{
+    self, InstanceGroupManagersCreateInstancesRequest, InstanceGroupManagersDeleteInstancesRequest,
+    InstanceGroupManagersSetInstanceTemplateRequest, InstanceTemplate, Operation, PerInstanceConfig, managed_instance,
+};
+use google_cloud_gax::retry_policy::NeverRetry;
+use names::{MigPath, gce, last_segment, normalize_image};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use google_cloud_auth::credentials;
+
+/// The label of a template that names the cluster (Constellation's).
+pub const ROLE_LABEL: &str = "constellation-role";
+
+/// A zonal MIG holds at most this many instances (Compute Engine's limit); MIGs have no bounds of their own.
+const MIG_MAX_SIZE: u32 = 1000;
+
+/// How the provider reaches Compute Engine.
+#[derive(Debug, Clone, Default)]
+pub struct GcpConfig {
+    /// The project whose MIGs `list_groups` lists.
+    pub project: String,
+    /// Another Compute endpoint than `https://compute.googleapis.com` (for emulators in tests only).
+    pub endpoint: Option<String>,
+    /// Credentials; Application Default Credentials (`GOOGLE_APPLICATION_CREDENTIALS`, gcloud's file, the
+    /// metadata server: GKE workload identity, a VM's service account) without them.
+    pub credentials: Option<credentials::Credentials>,
+}
+
+/// An operation a call started and a later call looks at.
+#[derive(Debug, Clone)]
+enum Started {
+    /// `globalOperations` (templates), with the template it inserts.
+    Global { operation: String, project: String },
+    /// `zoneOperations` (MIG changes).
+    Zone { operation: String, project: String, zone: String },
+}
+
+/// The GCP provider (see the module docs).
+pub struct GcpProvider {
+    project: String,
+    migs: InstanceGroupManagers,
+    instances: Instances,
+    disks: Disks,
+    templates: InstanceTemplates,
+    zone_operations: ZoneOperations,
+    global_operations: GlobalOperations,
+    /// The operation of each group's image change in progress (in memory: after a restart the state machine
+    /// reads where it stands from the MIG and its templates).
+    image_changes: Mutex<HashMap<GroupId, Started>>,
+    /// Makes instance names unique within this process.
+    counter: AtomicU64,
+}
+
+macro_rules! client {
+    ($client:ty, $config:expr) => {{
+        let mut builder = <$client>::builder().with_retry_policy(NeverRetry);
+        if let Some(endpoint) = &$config.endpoint {
+            builder = builder.with_endpoint(endpoint.clone());
+        }
+        if let Some(credentials) = &$config.credentials {
+            builder = builder.with_credentials(credentials.clone());
+        }
+        builder.build().await.map_err(|e| Error::Permanent {
+            message: format!("building the {} client: {e}", stringify!($client)),
+            source: Some(Box::new(e)),
+        })?
+    }};
+}
+
+impl GcpProvider {
+    /// A provider for `config.project`; credentials are looked up once here (ADC without explicit ones).
+    pub async fn new(config: GcpConfig) -> Result<GcpProvider> {
+        if config.project.is_empty() {
+            return Err(Error::invalid("the GCP project is empty (--gcp-project)"));
+        }
+        Ok(GcpProvider {
+            migs: client!(InstanceGroupManagers, config),
+            instances: client!(Instances, config),
+            disks: client!(Disks, config),
+            templates: client!(InstanceTemplates, config),
+            zone_operations: client!(ZoneOperations, config),
+            global_operations: client!(GlobalOperations, config),
+            project: config.project,
+            image_changes: Mutex::new(HashMap::new()),
+            counter: AtomicU64::new(0),
+        })
+    }
+
+    async fn get_instance(&self, id: &GceInstance) -> Result<model::Instance> {
+        self.instances
+            .get()
+            .set_project(&id.project)
+            .set_zone(&id.zone)
+            .set_instance(&id.name)
+            .send()
+            .await
+            .map_err(|e| errors::from_gax(&format!("instances.get {}", id.name), e))
+    }
+
+    /// The instance, or `None` when Compute does not know it.
+    async fn find_instance(&self, id: &GceInstance) -> Result<Option<model::Instance>> {
+        match self.get_instance(id).await {
+            Ok(instance) => Ok(Some(instance)),
+            Err(Error::NotFound { .. }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn get_mig(&self, mig: &MigPath) -> Result<model::InstanceGroupManager> {
+        self.migs
+            .get()
+            .set_project(&mig.project)
+            .set_zone(&mig.zone)
+            .set_instance_group_manager(&mig.name)
+            .send()
+            .await
+            .map_err(|e| errors::from_gax(&format!("instanceGroupManagers.get {}", mig.name), e))
+    }
+
+    async fn get_template(&self, project: &str, name: &str) -> Result<InstanceTemplate> {
+        self.templates
+            .get()
+            .set_project(project)
+            .set_instance_template(name)
+            .send()
+            .await
+            .map_err(|e| errors::from_gax(&format!("instanceTemplates.get {name}"), e))
+    }
+
+    /// The MIG's current template (project and name; global templates only).
+    fn template_of(mig_path: &MigPath, mig: &model::InstanceGroupManager) -> Result<(String, String)> {
+        let url = mig.instance_template.as_deref().unwrap_or_default();
+        let path = names::strip_url(url);
+        match path.split('/').collect::<Vec<_>>().as_slice() {
+            ["projects", project, "global", "instanceTemplates", name] => {
+                Ok(((*project).to_owned(), (*name).to_owned()))
+            }
+            _ => Err(Error::permanent(format!(
+                "{}: the instance template {url:?} is not a global instance template (regional templates are not supported)",
+                mig_path.name
+            ))),
+        }
+    }
+
+    /// The managed instances of a MIG (every page).
+    async fn managed_instances(&self, mig: &MigPath) -> Result<Vec<model::ManagedInstance>> {
+        let mut all = Vec::new();
+        let mut page = None::<String>;
+        loop {
+            let mut request = self
+                .migs
+                .list_managed_instances()
+                .set_project(&mig.project)
+                .set_zone(&mig.zone)
+                .set_instance_group_manager(&mig.name);
+            if let Some(token) = page.take() {
+                request = request.set_page_token(token);
+            }
+            let answer = request.send().await.map_err(|e| {
+                errors::from_gax(&format!("instanceGroupManagers.listManagedInstances {}", mig.name), e)
+            })?;
+            all.extend(answer.managed_instances);
+            match answer.next_page_token {
+                Some(token) if !token.is_empty() => page = Some(token),
+                _ => return Ok(all),
+            }
+        }
+    }
+
+    /// Looks once at the operation of an image change in progress: `Some(InProgress)` while it runs, the error it
+    /// ended with, or `None` once it is done (or there was none).
+    async fn image_change_status(&self, group: &GroupId) -> Result<Option<ImageUpdate>> {
+        let started = self.image_changes.lock().unwrap_or_else(|e| e.into_inner()).get(group).cloned();
+        let Some(started) = started else { return Ok(None) };
+        let operation = match &started {
+            Started::Global { operation, project } => self
+                .global_operations
+                .get()
+                .set_project(project)
+                .set_operation(operation)
+                .send()
+                .await
+                .map_err(|e| errors::from_gax(&format!("globalOperations.get {operation}"), e)),
+            Started::Zone { operation, project, zone } => self
+                .zone_operations
+                .get()
+                .set_project(project)
+                .set_zone(zone)
+                .set_operation(operation)
+                .send()
+                .await
+                .map_err(|e| errors::from_gax(&format!("zoneOperations.get {operation}"), e)),
+        };
+        let operation = match operation {
+            Ok(operation) => operation,
+            // An operation Compute no longer knows: look at the resources themselves.
+            Err(Error::NotFound { .. }) => {
+                self.forget_image_change(group);
+                return Ok(None);
+            }
+            Err(error) => return Err(error),
+        };
+        if !is_done(&operation) {
+            return Ok(Some(ImageUpdate::InProgress));
+        }
+        self.forget_image_change(group);
+        match errors::from_operation(&format!("changing the template of {group}"), &operation) {
+            Some(_) if errors::already_exists(&operation) => Ok(None),
+            Some(error) => Err(error),
+            None => Ok(None),
+        }
+    }
+
+    fn forget_image_change(&self, group: &GroupId) {
+        self.image_changes.lock().unwrap_or_else(|e| e.into_inner()).remove(group);
+    }
+
+    fn remember_image_change(&self, group: &GroupId, started: Started) {
+        self.image_changes.lock().unwrap_or_else(|e| e.into_inner()).insert(group.clone(), started);
+    }
+
+    /// Deletes at most one template the operator made for this MIG that neither the MIG nor any of its instances
+    /// uses.
+    async fn delete_one_unused_template(&self, mig: &MigPath, project: &str, current: &str) -> Result<()> {
+        let base = names::template_base(current);
+        let pattern = format!("{base}{}[0-9a-f]{{8}}", names::TEMPLATE_MARK);
+        let mut candidates = Vec::new();
+        let mut page = None::<String>;
+        loop {
+            let mut request = self.templates.list().set_project(project).set_filter(format!("name eq {pattern}"));
+            if let Some(token) = page.take() {
+                request = request.set_page_token(token);
+            }
+            let answer = request.send().await.map_err(|e| errors::from_gax("instanceTemplates.list", e))?;
+            candidates.extend(
+                answer
+                    .items
+                    .into_iter()
+                    .filter_map(|t| t.name)
+                    .filter(|name| name != current && names::is_marked(name) && names::template_base(name) == base),
+            );
+            match answer.next_page_token {
+                Some(token) if !token.is_empty() => page = Some(token),
+                _ => break,
+            }
+        }
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        let used: Vec<String> = self
+            .managed_instances(mig)
+            .await?
+            .into_iter()
+            .filter_map(|m| m.version.and_then(|v| v.instance_template))
+            .map(|url| last_segment(&url).to_owned())
+            .collect();
+        let Some(unused) = candidates.into_iter().find(|name| !used.contains(name)) else { return Ok(()) };
+        match self.templates.delete().set_project(project).set_instance_template(&unused).send().await {
+            Ok(_) => {
+                tracing::info!(group = %mig.group_id(), template = unused, "deleted an unused instance template");
+                Ok(())
+            }
+            // Another call deleted it, or an instance still uses it (400 resourceInUseByAnotherResource).
+            Err(error) => match errors::from_gax(&format!("instanceTemplates.delete {unused}"), error) {
+                Error::NotFound { .. } | Error::Invalid { .. } => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+
+    /// A new instance name in the MIG: `NAME-` and 5 base-36 characters (unique per process and time).
+    fn new_instance_name(&self, mig: &MigPath) -> String {
+        let count = self.counter.fetch_add(1, Ordering::Relaxed);
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let mut seed = (nanos as u64) ^ count.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (std::process::id() as u64) << 32;
+        let mut suffix = String::with_capacity(5);
+        for _ in 0..5 {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let digit = ((seed >> 33) % 36) as u8;
+            suffix.push(char::from(if digit < 10 { b'0' + digit } else { b'a' + digit - 10 }));
+        }
+        let keep = mig.name.len().min(63 - 6);
+        format!("{}-{suffix}", mig.name[..keep].trim_end_matches('-'))
+    }
+
+    /// The state of an instance that is `STOPPING` or `DEPROVISIONING`: `Terminating` when its MIG is deleting it.
+    async fn stopping_or_terminating(&self, id: &GceInstance, instance: &model::Instance) -> Result<InstanceState> {
+        let Some(mig) = created_by(instance).and_then(|c| names::mig_of_created_by(id, &c)) else {
+            return Ok(InstanceState::Stopping);
+        };
+        let deleting = self.managed_instances(&mig).await?.into_iter().any(|m| {
+            m.name.as_deref() == Some(id.name.as_str())
+                && matches!(m.current_action, Some(managed_instance::CurrentAction::Deleting))
+        });
+        Ok(if deleting { InstanceState::Terminating } else { InstanceState::Stopping })
+    }
+}
+
+/// Whether the operation is `DONE`.
+fn is_done(operation: &Operation) -> bool {
+    operation.status.as_ref().and_then(|s| s.name()) == Some("DONE")
+}
+
+/// The `created-by` metadata of a MIG's instance.
+fn created_by(instance: &model::Instance) -> Option<String> {
+    instance
+        .metadata
+        .as_ref()?
+        .items
+        .iter()
+        .find(|item| item.key.as_deref() == Some("created-by"))
+        .and_then(|item| item.value.clone())
+}
+
+/// The boot disk's source image of a template.
+fn template_image(template: &InstanceTemplate) -> Result<String> {
+    let name = template.name.as_deref().unwrap_or("?");
+    let image = template
+        .properties
+        .as_ref()
+        .and_then(|p| p.disks.iter().find(|d| d.boot == Some(true)))
+        .and_then(|d| d.initialize_params.as_ref())
+        .and_then(|p| p.source_image.as_deref())
+        .ok_or_else(|| Error::permanent(format!("instance template {name} has no boot disk with a source image")))?;
+    normalize_image(image)
+        .map_err(|_| Error::permanent(format!("instance template {name}: the boot image {image:?} is not an image")))
+}
+
+/// A copy of `template` named `name` whose boot disk is created from `image`.
+fn template_with_image(
+    template: &InstanceTemplate,
+    name: &str,
+    image: &str,
+    mig: &MigPath,
+) -> Result<InstanceTemplate> {
+    let mut properties = template.properties.clone().unwrap_or_default();
+    let boot = properties
+        .disks
+        .iter_mut()
+        .find(|d| d.boot == Some(true))
+        .and_then(|d| d.initialize_params.as_mut())
+        .ok_or_else(|| Error::permanent(format!("instance template {:?} has no boot disk", template.name)))?;
+    boot.source_image = Some(image.to_owned());
+    Ok(InstanceTemplate::new()
+        .set_name(name)
+        .set_description(format!(
+            "Made by update-operator for {} from {}: boot image {image}",
+            mig.group_id(),
+            template.name.as_deref().unwrap_or("?")
+        ))
+        .set_properties(properties))
+}
+
+/// The trait's state of a Compute instance status.
+fn state_of(status: Option<&str>) -> InstanceState {
+    match status {
+        Some("PROVISIONING" | "STAGING" | "PENDING" | "REPAIRING") => InstanceState::Creating,
+        Some("RUNNING") => InstanceState::Ready,
+        Some("STOPPING" | "SUSPENDING" | "PENDING_STOP" | "DEPROVISIONING") => InstanceState::Stopping,
+        Some("STOPPED" | "SUSPENDED" | "TERMINATED") => InstanceState::Stopped,
+        _ => InstanceState::Failed,
+    }
+}
+
+#[async_trait]
+impl CloudProvider for GcpProvider {
+    fn cloud(&self) -> Cloud {
+        Cloud::Gce
+    }
+
+    async fn instance_image(&self, instance: &ProviderId) -> Result<String> {
+        let id = gce(instance)?;
+        let found = self.get_instance(id).await?;
+        let disk = found
+            .disks
+            .iter()
+            .find(|d| d.boot == Some(true))
+            .and_then(|d| d.source.clone())
+            .ok_or_else(|| Error::permanent(format!("{instance} has no boot disk")))?;
+        let disk_name = last_segment(&disk).to_owned();
+        let disk = self
+            .disks
+            .get()
+            .set_project(&id.project)
+            .set_zone(&id.zone)
+            .set_disk(&disk_name)
+            .send()
+            .await
+            .map_err(|e| errors::from_gax(&format!("disks.get {disk_name}"), e))?;
+        let image = disk
+            .source_image
+            .ok_or_else(|| Error::permanent(format!("the boot disk {disk_name} of {instance} has no source image")))?;
+        normalize_image(&image).map_err(|_| Error::permanent(format!("{instance} boots {image:?}, not an image")))
+    }
+
+    async fn instance_group(&self, instance: &ProviderId) -> Result<GroupId> {
+        let id = gce(instance)?;
+        let found = self.get_instance(id).await?;
+        created_by(&found)
+            .and_then(|c| names::mig_of_created_by(id, &c))
+            .map(|mig| mig.group_id())
+            .ok_or_else(|| Error::not_found(format!("{instance} is not in a managed instance group (no created-by)")))
+    }
+
+    async fn create_instance(&self, group: &GroupId) -> Result<Creation> {
+        let mig = MigPath::parse(group)?;
+        let name = self.new_instance_name(&mig);
+        let body = InstanceGroupManagersCreateInstancesRequest::new()
+            .set_instances([PerInstanceConfig::new().set_name(&name)]);
+        let operation = self
+            .migs
+            .create_instances()
+            .set_project(&mig.project)
+            .set_zone(&mig.zone)
+            .set_instance_group_manager(&mig.name)
+            .set_body(body)
+            .send()
+            .await
+            .map_err(|e| errors::from_gax(&format!("instanceGroupManagers.createInstances {}", mig.name), e))?;
+        if let Some(error) = errors::from_operation(&format!("creating {name} in {group}"), &operation) {
+            return Err(error);
+        }
+        let provider_id = ProviderId::Gce(GceInstance { project: mig.project, zone: mig.zone, name: name.clone() });
+        Ok(Creation::Created(NewInstance { provider_id, node_name: name }))
+    }
+
+    async fn created_instance(&self, group: &GroupId, token: &CreationToken) -> Result<Option<NewInstance>> {
+        Err(Error::invalid(format!(
+            "{group}: GCP names instances when it creates them and issues no creation tokens ({:?})",
+            token.0
+        )))
+    }
+
+    async fn delete_instance(&self, group: &GroupId, instance: &ProviderId) -> Result<Deletion> {
+        let mig = MigPath::parse(group)?;
+        let id = gce(instance)?;
+        if !mig.holds_zone_of(id) {
+            return Err(Error::invalid(format!("{instance} is not in the project and zone of {group}")));
+        }
+        let Some(found) = self.find_instance(id).await? else { return Ok(Deletion::AlreadyGone) };
+        let owner = created_by(&found).and_then(|c| names::mig_of_created_by(id, &c));
+        if owner.as_ref().map(|m| &m.name) != Some(&mig.name) {
+            return Err(Error::invalid(format!("{instance} is not an instance of {group}")));
+        }
+        let body = InstanceGroupManagersDeleteInstancesRequest::new()
+            .set_instances([format!("zones/{}/instances/{}", id.zone, id.name)])
+            .set_skip_instances_on_validation_error(true);
+        let operation = self
+            .migs
+            .delete_instances()
+            .set_project(&mig.project)
+            .set_zone(&mig.zone)
+            .set_instance_group_manager(&mig.name)
+            .set_body(body)
+            .send()
+            .await;
+        match operation {
+            Ok(operation) => match errors::from_operation(&format!("deleting {instance}"), &operation) {
+                Some(Error::NotFound { .. }) => Ok(Deletion::AlreadyGone),
+                Some(error) => Err(error),
+                None => Ok(Deletion::Started),
+            },
+            Err(error) => match errors::from_gax(&format!("instanceGroupManagers.deleteInstances {}", mig.name), error)
+            {
+                Error::NotFound { .. } => Ok(Deletion::AlreadyGone),
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn instance_state(&self, instance: &ProviderId) -> Result<InstanceState> {
+        let id = gce(instance)?;
+        let Some(found) = self.find_instance(id).await? else { return Ok(InstanceState::Terminated) };
+        match state_of(found.status.as_ref().and_then(|s| s.name())) {
+            InstanceState::Stopping => self.stopping_or_terminating(id, &found).await,
+            state => Ok(state),
+        }
+    }
+
+    async fn group_image(&self, group: &GroupId) -> Result<String> {
+        let mig_path = MigPath::parse(group)?;
+        let mig = self.get_mig(&mig_path).await?;
+        let (project, template) = Self::template_of(&mig_path, &mig)?;
+        template_image(&self.get_template(&project, &template).await?)
+    }
+
+    async fn set_group_image(&self, group: &GroupId, image: &str) -> Result<ImageUpdate> {
+        let wanted = normalize_image(image)?;
+        let mig_path = MigPath::parse(group)?;
+        if let Some(update) = self.image_change_status(group).await? {
+            return Ok(update);
+        }
+        let mig = self.get_mig(&mig_path).await?;
+        let (project, current_name) = Self::template_of(&mig_path, &mig)?;
+        let current = self.get_template(&project, &current_name).await?;
+        if template_image(&current)? == wanted {
+            self.delete_one_unused_template(&mig_path, &project, &current_name).await?;
+            return Ok(ImageUpdate::Applied);
+        }
+        let target = names::template_for_image(&current_name, &wanted);
+        match self.get_template(&project, &target).await {
+            Ok(existing) => {
+                if template_image(&existing)? != wanted {
+                    return Err(Error::permanent(format!(
+                        "instance template {target} exists with another image than {wanted}"
+                    )));
+                }
+                let url = format!("projects/{project}/global/instanceTemplates/{target}");
+                let operation = self
+                    .migs
+                    .set_instance_template()
+                    .set_project(&mig_path.project)
+                    .set_zone(&mig_path.zone)
+                    .set_instance_group_manager(&mig_path.name)
+                    .set_body(InstanceGroupManagersSetInstanceTemplateRequest::new().set_instance_template(url))
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        errors::from_gax(&format!("instanceGroupManagers.setInstanceTemplate {}", mig_path.name), e)
+                    })?;
+                if let Some(error) = errors::from_operation(&format!("setting the template of {group}"), &operation) {
+                    return Err(error);
+                }
+                if let Some(name) = operation.name.clone().filter(|_| !is_done(&operation)) {
+                    let started = Started::Zone { operation: name, project: mig_path.project, zone: mig_path.zone };
+                    self.remember_image_change(group, started);
+                }
+                Ok(ImageUpdate::InProgress)
+            }
+            Err(Error::NotFound { .. }) => {
+                let copy = template_with_image(&current, &target, &wanted, &mig_path)?;
+                let inserted = self.templates.insert().set_project(&project).set_body(copy).send().await;
+                let operation = match inserted {
+                    Ok(operation) => operation,
+                    Err(error) => match errors::from_gax(&format!("instanceTemplates.insert {target}"), error) {
+                        // Inserted by an earlier call whose operation is not done yet.
+                        Error::Invalid { message } if message.contains("already exists") => {
+                            return Ok(ImageUpdate::InProgress);
+                        }
+                        other => return Err(other),
+                    },
+                };
+                match errors::from_operation(&format!("inserting template {target}"), &operation) {
+                    Some(_) if errors::already_exists(&operation) => {}
+                    Some(error) => return Err(error),
+                    None => {}
+                }
+                if let Some(name) = operation.name.clone().filter(|_| !is_done(&operation)) {
+                    self.remember_image_change(group, Started::Global { operation: name, project });
+                }
+                Ok(ImageUpdate::InProgress)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn list_groups(&self, cluster: &ClusterTag) -> Result<Vec<GroupInfo>> {
+        // The templates of the cluster: name -> role.
+        let mut roles: HashMap<String, GroupRole> = HashMap::new();
+        let mut page = None::<String>;
+        loop {
+            let mut request = self.templates.list().set_project(&self.project);
+            if let Some(token) = page.take() {
+                request = request.set_page_token(token);
+            }
+            let answer = request.send().await.map_err(|e| errors::from_gax("instanceTemplates.list", e))?;
+            for template in answer.items {
+                let Some(properties) = &template.properties else { continue };
+                if properties.labels.get(&cluster.key) != Some(&cluster.value) {
+                    continue;
+                }
+                let role = match properties.labels.get(ROLE_LABEL).map(String::as_str) {
+                    Some("control-plane" | "controlplane") => GroupRole::ControlPlane,
+                    _ => GroupRole::Worker,
+                };
+                if let Some(name) = template.name {
+                    roles.insert(name, role);
+                }
+            }
+            match answer.next_page_token {
+                Some(token) if !token.is_empty() => page = Some(token),
+                _ => break,
+            }
+        }
+        let mut groups: BTreeMap<String, GroupInfo> = BTreeMap::new();
+        let mut page = None::<String>;
+        loop {
+            let mut request = self.migs.aggregated_list().set_project(&self.project);
+            if let Some(token) = page.take() {
+                request = request.set_page_token(token);
+            }
+            let answer =
+                request.send().await.map_err(|e| errors::from_gax("instanceGroupManagers.aggregatedList", e))?;
+            for scoped in answer.items.into_values() {
+                for mig in scoped.instance_group_managers {
+                    let (Some(name), Some(zone)) = (mig.name.as_deref(), mig.zone.as_deref()) else { continue };
+                    let path = MigPath {
+                        project: self.project.clone(),
+                        zone: last_segment(zone).to_owned(),
+                        name: name.to_owned(),
+                    };
+                    let template = mig.instance_template.as_deref().map(last_segment).unwrap_or_default();
+                    let Some(role) = roles.get(template) else { continue };
+                    let id = path.group_id();
+                    groups.insert(
+                        id.0.clone(),
+                        GroupInfo {
+                            autoscaler_group_name: path.autoscaler_name(),
+                            id,
+                            name: name.to_owned(),
+                            role: *role,
+                            min: 0,
+                            max: MIG_MAX_SIZE,
+                        },
+                    );
+                }
+            }
+            match answer.next_page_token {
+                Some(token) if !token.is_empty() => page = Some(token),
+                _ => break,
+            }
+        }
+        Ok(groups.into_values().collect())
+    }
+
+    fn autoscaler_group_name(&self, group: &GroupId) -> Result<String> {
+        Ok(MigPath::parse(group)?.autoscaler_name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compute_statuses_map_to_instance_states() {
+        assert_eq!(state_of(Some("PROVISIONING")), InstanceState::Creating);
+        assert_eq!(state_of(Some("STAGING")), InstanceState::Creating);
+        assert_eq!(state_of(Some("RUNNING")), InstanceState::Ready);
+        assert_eq!(state_of(Some("STOPPING")), InstanceState::Stopping);
+        // Compute's TERMINATED is a stopped instance, not a deleted one.
+        assert_eq!(state_of(Some("TERMINATED")), InstanceState::Stopped);
+        assert_eq!(state_of(Some("SUSPENDED")), InstanceState::Stopped);
+        assert_eq!(state_of(Some("SOMETHING_NEW")), InstanceState::Failed);
+        assert_eq!(state_of(None), InstanceState::Failed);
+    }
+}
