@@ -326,9 +326,10 @@ pub async fn create_group(config: &SdkConfig, name: &str, uid: &str, role: &str,
 }
 
 /// Makes moto's instances of Auto Scaling groups nodes of a dev cluster, as kubelets and the AWS cloud node
-/// lifecycle controller do on AWS: an instance in a group that has no Node gets a running host with its AMI and a
-/// Node named after its private DNS name with `spec.providerID: aws:///ZONE/ID`; a Node whose instance has left
-/// the groups (terminated) is deleted with its host. Polls moto directly (not through the proxy: these calls are
+/// lifecycle controller do on AWS: an instance in a group gets a running host with its AMI and, once (as the
+/// simulated cloud's kubelets: a Node deleted by the controller is not registered again), a Node named after its
+/// private DNS name with `spec.providerID: aws:///ZONE/ID`; a Node whose instance has left the groups
+/// (terminated) is deleted with its host. Polls moto directly (not through the proxy: these calls are
 /// not the provider's).
 pub struct Bridge {
     task: tokio::task::JoinHandle<()>,
@@ -341,11 +342,12 @@ impl Bridge {
         let ec2 = aws_sdk_ec2::Client::new(config);
         let groups: Vec<(String, bool)> = groups.iter().map(|(g, cp)| ((*g).to_owned(), *cp)).collect();
         let (store, hosts) = (cluster.store(), cluster.hosts().clone());
-        sync(&autoscaling, &ec2, &store, &hosts, &groups).await;
+        let mut joined = BTreeSet::new();
+        sync(&autoscaling, &ec2, &store, &hosts, &groups, &mut joined).await;
         let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                sync(&autoscaling, &ec2, &store, &hosts, &groups).await;
+                sync(&autoscaling, &ec2, &store, &hosts, &groups, &mut joined).await;
             }
         });
         Bridge { task }
@@ -365,6 +367,7 @@ async fn sync(
     store: &dev::apiserver::Store,
     hosts: &dev::hosts::Hosts,
     groups: &[(String, bool)],
+    joined: &mut BTreeSet<String>,
 ) {
     use k8s_openapi::api::core::v1::Node;
     let names: Vec<&str> = groups.iter().map(|(g, _)| g.as_str()).collect();
@@ -387,7 +390,7 @@ async fn sync(
     let registered: BTreeSet<String> =
         nodes.items.iter().filter_map(|n| n.spec.as_ref()?.provider_id.clone()).collect();
     for (provider_id, (id, control_plane)) in &members {
-        if registered.contains(provider_id) {
+        if registered.contains(provider_id) || joined.contains(provider_id) {
             continue;
         }
         let Ok(described) = ec2.describe_instances().instance_ids(id).send().await else { continue };
@@ -398,7 +401,9 @@ async fn sync(
         }
         let mut node = dev::cluster::node_manifest(name, *control_plane);
         node.spec.get_or_insert_default().provider_id = Some(provider_id.clone());
-        let _ = store.api::<Node>().create(None, &node, &Default::default());
+        if store.api::<Node>().create(None, &node, &Default::default()).is_ok() {
+            joined.insert(provider_id.clone());
+        }
     }
     for node in &nodes.items {
         let Some(provider_id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) else { continue };
