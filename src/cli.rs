@@ -78,13 +78,20 @@ pub struct ControllerArgs {
     /// every agent can then change every Node.
     #[arg(long)]
     pub allow_unconfined_agents: bool,
-    /// The cloud of the ScalingGroups: `simulated` (the dev cluster's). Without it the ScalingGroup,
-    /// PendingNode and AutoscalingStrategy controllers do not run.
-    #[arg(long, value_enum, value_name = "CLOUD", requires = "cloud_endpoint")]
+    /// The cloud of the ScalingGroups: `simulated` (the dev cluster's) or `aws`. Without it the
+    /// ScalingGroup, PendingNode and AutoscalingStrategy controllers do not run.
+    #[arg(long, value_enum, value_name = "CLOUD")]
     pub cloud_provider: Option<CloudProviderKind>,
     /// The cloud API's address: for `simulated`, the dev cluster's URL (http://HOST:PORT).
-    #[arg(long, value_name = "URL", requires = "cloud_provider")]
+    #[arg(long, value_name = "URL", requires = "cloud_provider", required_if_eq("cloud_provider", "simulated"))]
     pub cloud_endpoint: Option<String>,
+    // AWS (feature `aws`).
+    /// The AWS region of the Auto Scaling groups (`--cloud-provider aws`). Credentials come from the
+    /// default chain (IRSA, EKS Pod Identity, instance profile); `AWS_ENDPOINT_URL` overrides the
+    /// endpoint, for tests against moto only.
+    #[cfg(feature = "aws")]
+    #[arg(long, env = "AWS_REGION", value_name = "REGION", required_if_eq("cloud_provider", "aws"))]
+    pub aws_region: Option<String>,
     /// How long a new instance may take to become a Ready Node when its PendingNode names no deadline
     /// (e.g. `30m`, `1h`).
     #[arg(long, default_value = "30m", value_name = "DURATION", value_parser = parse_duration)]
@@ -100,6 +107,8 @@ pub struct ControllerArgs {
 pub enum CloudProviderKind {
     /// The dev cluster's simulated cloud (`/_dev/cloud`).
     Simulated,
+    /// AWS EC2 Auto Scaling groups (needs the `aws` feature).
+    Aws,
 }
 
 /// A non-negative duration such as `30m`, `90s`, `1h30m` (jiff's friendly format).
@@ -250,6 +259,22 @@ mod tests {
         assert_eq!(controller.leave_timeout, std::time::Duration::from_secs(300));
         assert!(parse(&["update-operator", "controller", "--leave-timeout", "-5m"]).is_err());
         assert!(parse(&["update-operator", "controller", "--leave-timeout", "soon"]).is_err());
+    }
+
+    #[cfg(feature = "aws")]
+    #[test]
+    fn aws_needs_its_region() {
+        // The flag falls back to AWS_REGION: the missing case is only checked where it is unset.
+        let region = std::env::var_os("AWS_REGION");
+        if region.is_none() {
+            assert!(parse(&["update-operator", "controller", "--cloud-provider", "aws"]).is_err());
+        }
+        let cli =
+            parse(&["update-operator", "controller", "--cloud-provider", "aws", "--aws-region", "eu-central-1"]).unwrap();
+        let Mode::Controller(controller) = cli.mode else { panic!("controller mode expected") };
+        assert_eq!(controller.cloud_provider, Some(CloudProviderKind::Aws));
+        assert_eq!(controller.aws_region.as_deref(), Some("eu-central-1"));
+        assert_eq!(controller.cloud_endpoint, None);
     }
 
     #[test]

@@ -75,7 +75,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let config = config(&args.common, &controller::user_agent(&identity)).await?;
             let mut registry = prometheus_client::registry::Registry::with_prefix("update_operator");
             let metrics = controller::Metrics::register(&mut registry);
-            let cloud = cloud_options(&args, &mut registry)?;
+            let cloud = cloud_options(&args, &mut registry).await?;
             tokio::spawn(probes::serve(listener, Arc::new(registry), health.clone(), shutdown.clone()));
             let options = controller::Options {
                 identity,
@@ -125,17 +125,26 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// The scaling-group controllers' cloud, rate-limited and retried, its calls counted in `registry`; `None`
 /// without `--cloud-provider`.
-fn cloud_options(
+async fn cloud_options(
     args: &cli::ControllerArgs,
     registry: &mut prometheus_client::registry::Registry,
 ) -> anyhow::Result<Option<controller::groups::CloudOptions>> {
-    let (Some(kind), Some(endpoint)) = (args.cloud_provider, args.cloud_endpoint.as_deref()) else {
+    let Some(kind) = args.cloud_provider else {
         return Ok(None);
     };
-    let provider = match kind {
+    let endpoint = args.cloud_endpoint.as_deref().unwrap_or_default();
+    let provider: Arc<dyn cloud::CloudProvider> = match kind {
         cli::CloudProviderKind::Simulated => {
-            cloud::simulated::SimulatedProvider::new(endpoint).context("--cloud-endpoint")?
+            Arc::new(cloud::simulated::SimulatedProvider::new(endpoint).context("--cloud-endpoint")?)
         }
+        #[cfg(feature = "aws")]
+        cli::CloudProviderKind::Aws => {
+            anyhow::ensure!(endpoint.is_empty(), "--cloud-endpoint is not for aws (tests set AWS_ENDPOINT_URL)");
+            let region = args.aws_region.as_deref().unwrap_or_default();
+            Arc::new(cloud::aws::AwsProvider::from_env(region).await.context("--aws-region")?)
+        }
+        #[cfg(not(feature = "aws"))]
+        cli::CloudProviderKind::Aws => anyhow::bail!("--cloud-provider aws: built without the `aws` feature"),
     };
     let calls = Arc::new(cloud::metrics::PrometheusCalls::register(registry));
     let provider = cloud::Governed::new(provider, cloud::CallPolicy::default(), calls);
