@@ -269,8 +269,8 @@ mod tests {
         if region.is_none() {
             assert!(parse(&["update-operator", "controller", "--cloud-provider", "aws"]).is_err());
         }
-        let cli =
-            parse(&["update-operator", "controller", "--cloud-provider", "aws", "--aws-region", "eu-central-1"]).unwrap();
+        let cli = parse(&["update-operator", "controller", "--cloud-provider", "aws", "--aws-region", "eu-central-1"])
+            .unwrap();
         let Mode::Controller(controller) = cli.mode else { panic!("controller mode expected") };
         assert_eq!(controller.cloud_provider, Some(CloudProviderKind::Aws));
         assert_eq!(controller.aws_region.as_deref(), Some("eu-central-1"));

@@ -192,7 +192,10 @@ async fn mixed_instances_policy_groups_with_one_template_are_handled_and_others_
         }
         let policy = MixedInstancesPolicy::builder()
             .launch_template(
-                LaunchTemplate::builder().launch_template_specification(spec.clone()).overrides(override_.build()).build(),
+                LaunchTemplate::builder()
+                    .launch_template_specification(spec.clone())
+                    .overrides(override_.build())
+                    .build(),
             )
             .build();
         autoscaling

@@ -63,7 +63,10 @@ where
             message: format!("{call}: {}", DisplayErrorContext(&error)),
             source: Some(Box::new(error)),
         },
-        _ => Error::Permanent { message: format!("{call}: {}", DisplayErrorContext(&error)), source: Some(Box::new(error)) },
+        _ => Error::Permanent {
+            message: format!("{call}: {}", DisplayErrorContext(&error)),
+            source: Some(Box::new(error)),
+        },
     }
 }
 

@@ -68,7 +68,8 @@ impl AwsProvider {
     /// (environment, web identity token (IRSA), EKS Pod Identity / container credentials, instance profile); the
     /// endpoint is AWS's unless `AWS_ENDPOINT_URL` is set (for tests against moto only).
     pub fn config_loader(region: &str) -> ConfigLoader {
-        let http = aws_smithy_http_client::Builder::new().tls_provider(TlsProvider::Rustls(CryptoMode::Ring)).build_https();
+        let http =
+            aws_smithy_http_client::Builder::new().tls_provider(TlsProvider::Rustls(CryptoMode::Ring)).build_https();
         let timeouts = TimeoutConfig::builder()
             .connect_timeout(Duration::from_secs(10))
             .operation_attempt_timeout(REQUEST_TIMEOUT)
@@ -201,8 +202,7 @@ fn template_of(id: &GroupId, group: &AutoScalingGroup) -> Result<Template> {
         let template = policy.launch_template().ok_or_else(|| {
             Error::invalid(format!("group {id} has a mixed-instances policy without a launch template"))
         })?;
-        if template.overrides().iter().any(|o| o.launch_template_specification().is_some() || o.image_id().is_some())
-        {
+        if template.overrides().iter().any(|o| o.launch_template_specification().is_some() || o.image_id().is_some()) {
             return Err(Error::invalid(format!(
                 "group {id} has a mixed-instances policy whose overrides name their own launch template or image; \
                  node replacement needs one launch template to decide the image"
@@ -500,7 +500,11 @@ impl CloudProvider for AwsProvider {
         let mut infos: Vec<GroupInfo> = groups
             .iter()
             // Never another cluster's, whatever the filter did.
-            .filter(|g| g.tags().iter().any(|t| t.key() == Some(cluster.key.as_str()) && t.value() == Some(cluster.value.as_str())))
+            .filter(|g| {
+                g.tags()
+                    .iter()
+                    .any(|t| t.key() == Some(cluster.key.as_str()) && t.value() == Some(cluster.value.as_str()))
+            })
             .filter_map(|g| {
                 let name = g.auto_scaling_group_name()?;
                 Some(GroupInfo {
@@ -529,7 +533,10 @@ mod tests {
     use aws_sdk_autoscaling::types::{LaunchTemplate, LaunchTemplateOverrides, MixedInstancesPolicy, TagDescription};
 
     fn spec(version: Option<&str>) -> LaunchTemplateSpecification {
-        LaunchTemplateSpecification::builder().launch_template_id("lt-0123").set_version(version.map(Into::into)).build()
+        LaunchTemplateSpecification::builder()
+            .launch_template_id("lt-0123")
+            .set_version(version.map(Into::into))
+            .build()
     }
 
     #[test]
@@ -543,8 +550,10 @@ mod tests {
         assert_eq!(template_of(&id, &group).unwrap().version, TemplateVersionRef::Number(7));
 
         let mixed = |overrides: Vec<LaunchTemplateOverrides>| {
-            let template =
-                LaunchTemplate::builder().launch_template_specification(spec(None)).set_overrides(Some(overrides)).build();
+            let template = LaunchTemplate::builder()
+                .launch_template_specification(spec(None))
+                .set_overrides(Some(overrides))
+                .build();
             AutoScalingGroup::builder()
                 .mixed_instances_policy(MixedInstancesPolicy::builder().launch_template(template).build())
                 .build()
@@ -552,7 +561,10 @@ mod tests {
         let types_only = mixed(vec![LaunchTemplateOverrides::builder().instance_type("m5.large").build()]);
         assert_eq!(template_of(&id, &types_only).unwrap().id.as_deref(), Some("lt-0123"));
         let own_template = mixed(vec![
-            LaunchTemplateOverrides::builder().instance_type("m6g.large").launch_template_specification(spec(None)).build(),
+            LaunchTemplateOverrides::builder()
+                .instance_type("m6g.large")
+                .launch_template_specification(spec(None))
+                .build(),
         ]);
         let error = template_of(&id, &own_template).unwrap_err();
         assert!(matches!(error, Error::Invalid { .. }) && error.to_string().contains("mixed-instances"), "{error}");
@@ -584,7 +596,10 @@ mod tests {
         assert_eq!(role_of(&AutoScalingGroup::builder().build()), GroupRole::Worker);
         assert_eq!(object_name("Constellation_Worker.x"), "constellation-worker-x");
         assert_eq!(object_name("__"), "group");
-        assert_eq!(provider_id("us-east-1a", "i-0123456789abcdef0").unwrap().to_string(), "aws:///us-east-1a/i-0123456789abcdef0");
+        assert_eq!(
+            provider_id("us-east-1a", "i-0123456789abcdef0").unwrap().to_string(),
+            "aws:///us-east-1a/i-0123456789abcdef0"
+        );
         assert!(provider_id("", "i-1").is_err());
     }
 

@@ -185,7 +185,13 @@ impl FaultProxy {
 impl Faults for FaultProxy {
     async fn throttle_next_call(&self, retry_after: Duration) {
         // The code is chosen by service when the request comes (Auto Scaling: Throttling, EC2: RequestLimitExceeded).
-        self.inject(Injected { action: None, group: None, status: 0, code: String::new(), retry_after: Some(retry_after) });
+        self.inject(Injected {
+            action: None,
+            group: None,
+            status: 0,
+            code: String::new(),
+            retry_after: Some(retry_after),
+        });
     }
 
     async fn quota_on_next_create(&self, group: &GroupId) {
@@ -206,11 +212,7 @@ impl Faults for FaultProxy {
 /// The service of a signed request, from its credential scope (`Credential=AKID/DATE/REGION/SERVICE/aws4_request`).
 fn service_of(request: &http::request::Parts) -> String {
     let auth = request.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    auth.split("Credential=")
-        .nth(1)
-        .and_then(|c| c.split('/').nth(3))
-        .unwrap_or("unknown")
-        .to_owned()
+    auth.split("Credential=").nth(1).and_then(|c| c.split('/').nth(3)).unwrap_or("unknown").to_owned()
 }
 
 async fn handle(
@@ -298,7 +300,9 @@ pub async fn create_group(config: &SdkConfig, name: &str, uid: &str, role: &str,
     let template = ec2
         .create_launch_template()
         .launch_template_name(format!("{name}-template"))
-        .launch_template_data(RequestLaunchTemplateData::builder().image_id(IMAGE).instance_type("t3.micro".into()).build())
+        .launch_template_data(
+            RequestLaunchTemplateData::builder().image_id(IMAGE).instance_type("t3.micro".into()).build(),
+        )
         .send()
         .await
         .expect("moto creates the launch template");
@@ -371,9 +375,12 @@ async fn sync(
 ) {
     use k8s_openapi::api::core::v1::Node;
     let names: Vec<&str> = groups.iter().map(|(g, _)| g.as_str()).collect();
-    let Ok(answer) = autoscaling.describe_auto_scaling_groups().set_auto_scaling_group_names(Some(
-        names.iter().map(|n| (*n).to_owned()).collect(),
-    )).send().await else {
+    let Ok(answer) = autoscaling
+        .describe_auto_scaling_groups()
+        .set_auto_scaling_group_names(Some(names.iter().map(|n| (*n).to_owned()).collect()))
+        .send()
+        .await
+    else {
         return;
     };
     // provider ID -> control plane, of every instance in the groups.
