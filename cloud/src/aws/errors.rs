@@ -103,7 +103,7 @@ pub(crate) fn classify(
 /// A `Retry-After` of delay-seconds (AWS does not send HTTP dates there).
 fn parse_retry_after(value: &str) -> Option<Duration> {
     let seconds: f64 = value.trim().parse().ok()?;
-    (seconds.is_finite() && seconds >= 0.0 && seconds <= 86_400.0).then(|| Duration::from_secs_f64(seconds))
+    (seconds.is_finite() && (0.0..=86_400.0).contains(&seconds)).then(|| Duration::from_secs_f64(seconds))
 }
 
 #[cfg(test)]
