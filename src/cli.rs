@@ -78,14 +78,21 @@ pub struct ControllerArgs {
     /// every agent can then change every Node.
     #[arg(long)]
     pub allow_unconfined_agents: bool,
-    /// The cloud of the ScalingGroups: `simulated` (the dev cluster's), `gcp`. Without it the ScalingGroup,
-    /// PendingNode and AutoscalingStrategy controllers do not run.
+    /// The cloud of the ScalingGroups: `simulated` (the dev cluster's), `aws` or `gcp`. Without it the
+    /// ScalingGroup, PendingNode and AutoscalingStrategy controllers do not run.
     #[arg(long, value_enum, value_name = "CLOUD")]
     pub cloud_provider: Option<CloudProviderKind>,
-    /// The cloud API's address: for `simulated`, the dev cluster's URL (http://HOST:PORT); for the real clouds
-    /// another endpoint than the cloud's own, for emulators in tests only.
+    /// The cloud API's address: for `simulated`, the dev cluster's URL (http://HOST:PORT); for GCP another
+    /// endpoint than the cloud's own, for emulators in tests only (AWS: `AWS_ENDPOINT_URL`).
     #[arg(long, value_name = "URL", requires = "cloud_provider", required_if_eq("cloud_provider", "simulated"))]
     pub cloud_endpoint: Option<String>,
+    // AWS (feature `aws`).
+    /// The AWS region of the Auto Scaling groups (`--cloud-provider aws`). Credentials come from the
+    /// default chain (IRSA, EKS Pod Identity, instance profile); `AWS_ENDPOINT_URL` overrides the
+    /// endpoint, for tests against moto only.
+    #[cfg(feature = "aws")]
+    #[arg(long, env = "AWS_REGION", value_name = "REGION", required_if_eq("cloud_provider", "aws"))]
+    pub aws_region: Option<String>,
     // GCP
     /// GCP: the project whose managed instance groups the cluster's ScalingGroups are (`--cloud-provider
     /// gcp`); credentials are Application Default Credentials (workload identity, the metadata server).
@@ -107,6 +114,8 @@ pub struct ControllerArgs {
 pub enum CloudProviderKind {
     /// The dev cluster's simulated cloud (`/_dev/cloud`).
     Simulated,
+    /// AWS EC2 Auto Scaling groups (needs the `aws` feature).
+    Aws,
     /// Google Compute Engine managed instance groups (a binary built with the `gcp` feature).
     Gcp,
 }
@@ -259,6 +268,22 @@ mod tests {
         assert_eq!(controller.leave_timeout, std::time::Duration::from_secs(300));
         assert!(parse(&["update-operator", "controller", "--leave-timeout", "-5m"]).is_err());
         assert!(parse(&["update-operator", "controller", "--leave-timeout", "soon"]).is_err());
+    }
+
+    #[cfg(feature = "aws")]
+    #[test]
+    fn aws_needs_its_region() {
+        // The flag falls back to AWS_REGION: the missing case is only checked where it is unset.
+        let region = std::env::var_os("AWS_REGION");
+        if region.is_none() {
+            assert!(parse(&["update-operator", "controller", "--cloud-provider", "aws"]).is_err());
+        }
+        let cli = parse(&["update-operator", "controller", "--cloud-provider", "aws", "--aws-region", "eu-central-1"])
+            .unwrap();
+        let Mode::Controller(controller) = cli.mode else { panic!("controller mode expected") };
+        assert_eq!(controller.cloud_provider, Some(CloudProviderKind::Aws));
+        assert_eq!(controller.aws_region.as_deref(), Some("eu-central-1"));
+        assert_eq!(controller.cloud_endpoint, None);
     }
 
     #[cfg(feature = "gcp")]

@@ -139,6 +139,14 @@ async fn cloud_options(
             Arc::new(cloud::simulated::SimulatedProvider::new(endpoint).context("--cloud-endpoint")?)
         }
         cli::CloudProviderKind::Gcp => gcp_provider(args).await?,
+        #[cfg(feature = "aws")]
+        cli::CloudProviderKind::Aws => {
+            anyhow::ensure!(endpoint.is_none(), "--cloud-endpoint is not for aws (tests set AWS_ENDPOINT_URL)");
+            let region = args.aws_region.as_deref().unwrap_or_default();
+            Arc::new(cloud::aws::AwsProvider::from_env(region).await.context("--aws-region")?)
+        }
+        #[cfg(not(feature = "aws"))]
+        cli::CloudProviderKind::Aws => anyhow::bail!("--cloud-provider aws: built without the `aws` feature"),
     };
     let calls = Arc::new(cloud::metrics::PrometheusCalls::register(registry));
     let provider = cloud::Governed::new(provider, cloud::CallPolicy::default(), calls);

@@ -5,6 +5,8 @@
 //! No cloud SDK is linked here; the AWS, Azure and GCP clients implement [`CloudProvider`] behind their own
 //! features.
 
+#[cfg(feature = "aws")]
+pub mod aws;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod error;

@@ -168,8 +168,9 @@ fn created<T>(what: impl Into<String>, result: Result<T, ApiError>) -> Result<T,
     }
 }
 
-/// A node named `name`, labelled and tainted for its role.
-pub(crate) fn node_manifest(name: &str, control_plane: bool) -> Node {
+/// A node named `name`, labelled and tainted for its role (as kubelets register them; also for bridges of real
+/// clouds' instances in tests).
+pub fn node_manifest(name: &str, control_plane: bool) -> Node {
     let mut node = json!({"metadata": {"name": name, "labels": {
             "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
             MANAGED_LABEL: "true"}},
