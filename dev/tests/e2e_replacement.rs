@@ -130,19 +130,7 @@ async fn a_mixed_cluster_replaces_its_group_nodes_and_updates_the_others_in_plac
 
     // A cluster-autoscaler of 3 replicas, paused while nodes are replaced and restored afterwards.
     let deployments = store.api::<k8s_openapi::api::apps::v1::Deployment>();
-    let autoscaler: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "cluster-autoscaler", "namespace": "kube-system"},
-        "spec": {
-            "replicas": 3,
-            "selector": {"matchLabels": {"app": "cluster-autoscaler"}},
-            "template": {
-                "metadata": {"labels": {"app": "cluster-autoscaler"}},
-                "spec": {"tolerations": [{"operator": "Exists"}],
-                    "containers": [{"name": "cluster-autoscaler", "image": "registry.k8s.io/autoscaling/cluster-autoscaler:v1.33.0"}]}
-            }
-        }
-    }))
-    .unwrap();
+    let autoscaler = support::cluster_autoscaler(3, &[]);
     deployments.create(Some("kube-system"), &autoscaler, &Default::default()).unwrap();
     let strategy: shared::crd::AutoscalingStrategy = serde_json::from_value(json!({
         "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "AutoscalingStrategy",
