@@ -226,7 +226,7 @@ impl Executor {
                 replacer.create_instance(term, node, nodes, group_id, pending, *deadline, now).await
             }
             ActionKind::AbandonReplacement { join_pending, deadline } => {
-                match replacer.abandon(term, join_pending.as_deref(), *deadline).await {
+                match replacer.abandon(term, &action.node, join_pending.as_deref(), *deadline).await {
                     Ok(()) => return self.write(term, node, action, version, now, drain).await,
                     Err(error) => Err(error),
                 }

@@ -43,8 +43,8 @@ pub struct Replacer {
     learned: Mutex<HashMap<String, Learned>>,
     /// Nodes whose group the cloud could not tell (last time asked).
     unresolved: Mutex<BTreeSet<String>>,
-    /// Instances created but not yet recorded as a PendingNode, by PendingNode name.
-    created: Mutex<HashMap<String, NewInstance>>,
+    /// Instances created but not yet recorded as a PendingNode, with their group, by PendingNode name.
+    created: Mutex<HashMap<String, (String, NewInstance)>>,
     /// Creations the cloud has not named yet, by PendingNode name.
     unnamed: Mutex<HashMap<String, CreationToken>>,
     /// Nodes adopted for an unrecorded instance request (never adopted twice).
@@ -184,7 +184,7 @@ impl Replacer {
             return Ok(());
         }
         let group = GroupId::from(group_id);
-        let remembered = self.created.lock().get(pending).cloned();
+        let remembered = self.created.lock().get(pending).map(|(_, instance)| instance.clone());
         let instance = match remembered {
             Some(instance) => instance,
             None => {
@@ -233,7 +233,7 @@ impl Replacer {
                 match creation {
                     Creation::Created(instance) => {
                         self.unnamed.lock().remove(pending);
-                        self.created.lock().insert(pending.to_owned(), instance.clone());
+                        self.created.lock().insert(pending.to_owned(), (group_id.to_owned(), instance.clone()));
                         instance
                     }
                     Creation::Pending(token) => {
@@ -335,15 +335,36 @@ impl Replacer {
     }
 
     /// Switches `donor`'s joining PendingNode `join_pending` to `Leave` (with `deadline`) and deletes its instance;
-    /// an instance created but not recorded yet is recorded as leaving first. The donor is released by the caller.
-    pub async fn abandon(&self, term: &Term, join_pending: Option<&str>, deadline: Timestamp) -> Result<(), String> {
-        let Some(name) = join_pending else { return Ok(()) };
+    /// an instance this controller created but could not record yet is recorded as leaving first. The donor is
+    /// released by the caller.
+    pub async fn abandon(
+        &self,
+        term: &Term,
+        donor: &str,
+        join_pending: Option<&str>,
+        deadline: Timestamp,
+    ) -> Result<(), String> {
+        let name = join_pending.map_or_else(|| join_name(donor), str::to_owned);
         let recorded = self.pending.state().iter().find(|p| p.name_any() == name).map(|p| p.spec.clone());
-        let Some(spec) = recorded else { return Ok(()) };
+        let spec = match recorded {
+            Some(spec) => spec,
+            None => {
+                let Some((group_id, instance)) = self.created.lock().get(&name).cloned() else { return Ok(()) };
+                let spec = PendingNodeSpec {
+                    provider_id: instance.provider_id.to_string(),
+                    group_id,
+                    node_name: instance.node_name.clone(),
+                    goal: PendingNodeGoal::Leave,
+                    deadline: Some(Time(deadline)),
+                };
+                self.record(term, &name, donor, spec.clone()).await?;
+                spec
+            }
+        };
         if spec.goal == PendingNodeGoal::Join {
             let patch = serde_json::json!({"spec": {"goal": "Leave", "deadline": Time(deadline)}});
             let params = kube::api::PatchParams::default();
-            match within(term, self.pending_api.patch(name, &params, &kube::api::Patch::Merge(patch))).await? {
+            match within(term, self.pending_api.patch(&name, &params, &kube::api::Patch::Merge(patch))).await? {
                 Ok(_) => {}
                 Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
                 Err(error) => return Err(format!("cannot switch PendingNode {name} to Leave: {error}")),
@@ -352,7 +373,7 @@ impl Replacer {
         // Recorded as leaving first: if this deletion fails, the PendingNode controller retries it.
         let id = spec.provider_id.parse::<ProviderId>().map_err(|e| format!("{}: {e}", spec.provider_id))?;
         fence(term, self.provider.delete_instance(&GroupId::from(spec.group_id.as_str()), &id)).await?;
-        self.created.lock().remove(name);
+        self.created.lock().remove(&name);
         Ok(())
     }
 

@@ -2,6 +2,8 @@
 //! by new instances, the other nodes updated in place by their agents, under one budget; the observer checks the
 //! invariants at every event.
 
+#[path = "../../controller/tests/etcd_support/mod.rs"]
+mod etcd_support;
 mod support;
 
 use cloud::metrics::CallCounts;
@@ -40,6 +42,18 @@ async fn mixed_cluster() -> Cluster {
         ..ClusterConfig::default()
     };
     Cluster::start(config).await.expect("the cluster starts")
+}
+
+/// The controller with the simulated cloud, as production wraps it, removing the members of replaced
+/// control-plane nodes from `etcd`.
+fn controller_with_etcd(cluster: &Cluster, name: &str, etcd: controller::etcd::EtcdConfig) -> Component {
+    let provider = SimulatedProvider::new(cluster.url()).expect("the cluster's URL is an endpoint");
+    let provider = Governed::new(provider, CallPolicy::default(), Arc::new(CallCounts::default()));
+    let mut options = harness::controller_options(name);
+    let mut cloud = CloudOptions::new(Arc::new(provider));
+    cloud.etcd = Some(etcd);
+    options.cloud = Some(cloud);
+    harness::controller(cluster.operator(), options)
 }
 
 /// The controller with the simulated cloud, as production wraps it.
@@ -485,6 +499,8 @@ async fn a_node_version_deleted_while_the_new_instance_joins_deletes_it_and_rele
     })
     .await;
     assert_eq!(cluster.cloud().instances_of("workers-a").len(), 3);
+    wait_status(&cluster, "the replacement in the status", |s| s.counts.donors == 1 && s.counts.pending == 1).await;
+    kubectl_shows_the_replacement(&cluster).await;
 
     store.api::<NodeVersion>().delete(None, "constellation-version", &Default::default()).unwrap();
     // The finalizer goes once the donor is released; the joining instance is deleted, its record removed.
@@ -689,4 +705,120 @@ async fn a_cloud_that_throttles_during_a_replacement_is_waited_for_and_the_rollo
     controller.stop(Duration::from_secs(15)).await.unwrap();
     stop_all(agents).await;
     cluster.shutdown().await;
+}
+
+/// `kubectl get nodeversion,scalinggroup,pendingnode` (and `-o wide`) with one donor whose instance joins: each
+/// table's cells by its header.
+async fn kubectl_shows_the_replacement(cluster: &Cluster) {
+    let run = |args: &'static [&'static str]| {
+        let config = cluster.kubeconfig_path().to_owned();
+        async move {
+            let output = tokio::process::Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&config)
+                .args(args)
+                .kill_on_drop(true)
+                .output()
+                .await
+                .expect("kubectl runs (CI installs it)");
+            let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+            assert!(output.status.success(), "kubectl {args:?}: {stdout}{}", String::from_utf8_lossy(&output.stderr));
+            stdout
+        }
+    };
+    // Every table: its rows as header -> cell (every cell here is one word).
+    let tables = |text: &str| -> Vec<Vec<std::collections::BTreeMap<String, String>>> {
+        text.split("\n\n")
+            .filter(|t| !t.trim().is_empty())
+            .map(|table| {
+                let mut lines = table.lines().filter(|l| !l.trim().is_empty());
+                let header: Vec<String> =
+                    lines.next().unwrap_or_default().split_whitespace().map(str::to_owned).collect();
+                lines.map(|l| header.iter().cloned().zip(l.split_whitespace().map(str::to_owned)).collect()).collect()
+            })
+            .collect()
+    };
+    let out = run(&["get", "nodeversion,scalinggroup,pendingnode"]).await;
+    let tables = tables(&out);
+    assert_eq!(tables.len(), 3, "{out}");
+    let version = &tables[0][0];
+    assert_eq!(
+        version.get("NAME").map(String::as_str),
+        Some("nodeversion.update.edgeless.systems/constellation-version"),
+        "{out}"
+    );
+    assert_eq!(version.get("IMAGE").map(String::as_str), Some("v2"), "{out}");
+    assert_eq!(version.get("REPLACING").map(String::as_str), Some("1"), "{out}");
+    assert_eq!(version.get("PENDING").map(String::as_str), Some("1"), "{out}");
+    assert!(!version.contains_key("HEIRS"), "HEIRS is a wide column: {out}");
+    let group =
+        tables[1].iter().find(|r| r.get("GROUP").map(String::as_str) == Some("workers-a")).expect("the group's row");
+    assert_eq!(group.get("ROLE").map(String::as_str), Some("Worker"), "{out}");
+    assert_eq!(group.get("IMAGE").map(String::as_str), Some("v2"), "{out}");
+    assert!(group.contains_key("OUTDATED"), "{out}");
+    let joining = &tables[2][0];
+    assert!(joining.get("NAME").is_some_and(|n| n.contains("/heir-of-")), "{out}");
+    assert_eq!(joining.get("GOAL").map(String::as_str), Some("Join"), "{out}");
+    assert_ne!(joining.get("REACHED").map(String::as_str), Some("true"), "{out}");
+    let wide = run(&["get", "nodeversion", "-o", "wide"]).await;
+    let header: Vec<&str> = wide.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "IMAGE",
+            "CLUSTER-VERSION",
+            "UP-TO-DATE",
+            "OUTDATED",
+            "REPLACING",
+            "HEIRS",
+            "PENDING",
+            "OBSOLETE",
+            "STATUS",
+            "AGE"
+        ],
+        "{wide}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_control_plane_node_leaves_a_real_etcd_and_the_other_members_stay_healthy() {
+    let test = "a_replaced_control_plane_node_leaves_a_real_etcd_and_the_other_members_stay_healthy";
+    if !etcd_support::etcd_available(test) {
+        return;
+    }
+    let config = ClusterConfig {
+        nodes: 1,
+        control_planes: 0,
+        workloads: None,
+        ready_timeout: Duration::from_secs(120),
+        scaling_groups: vec![GroupSpec::new("cp", GroupRole::ControlPlane, 1)],
+        ..ClusterConfig::default()
+    };
+    let cluster = Cluster::start(config).await.expect("the cluster starts");
+    let donor = group_nodes(&cluster, "cp").pop().expect("a control-plane node");
+    // A 3-member etcd over TLS, its first member named after the control-plane node, as kubeadm names them.
+    let names = vec![donor.clone(), "etcd-b".to_owned(), "etcd-c".to_owned()];
+    let etcd = etcd_support::EtcdCluster::start_named(&names, true).await;
+    let client = etcd.client();
+    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
+    let controller = controller_with_etcd(&cluster, "c1", etcd.config());
+    create_version(&cluster.store(), "v2", json!({"maxUnavailable": 1, "maxSurge": 1}));
+
+    wait_rolled_out(&cluster, "v2", 2).await;
+    assert!(node(&cluster, &donor).is_none(), "{donor} was not replaced");
+    let mut members: Vec<String> = client.members().await.expect("etcd answers").into_iter().map(|m| m.name).collect();
+    members.sort();
+    assert_eq!(members, ["etcd-b", "etcd-c"], "the replaced node's member is gone, the others stay");
+    let deadline = tokio::time::Instant::now() + etcd_support::PATIENCE;
+    for member in client.members().await.expect("etcd answers") {
+        while !client.is_healthy(&member).await {
+            assert!(tokio::time::Instant::now() < deadline, "{} is not healthy after the removal", member.name);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    stop_all(agents).await;
+    cluster.shutdown().await;
+    drop(etcd);
 }
