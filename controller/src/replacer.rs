@@ -270,6 +270,9 @@ impl Replacer {
         join_timeout: jiff::SignedDuration,
         now: Timestamp,
     ) -> Result<(), String> {
+        // creationTimestamp has whole seconds: a node created in the second of the request may be its.
+        let second = jiff::TimestampRound::new().smallest(jiff::Unit::Second).mode(jiff::RoundMode::Trunc);
+        let since = requested.round(second).unwrap_or(requested);
         let recorded: BTreeSet<String> =
             self.pending.state().iter().flat_map(|p| [p.spec.node_name.clone(), p.spec.provider_id.clone()]).collect();
         let mut candidates: Vec<&SlimNode> = nodes
@@ -278,7 +281,7 @@ impl Replacer {
                 let annotations = n.annotations();
                 n.name() != donor.name()
                     && self.group_of(n).as_deref() == Some(group_id)
-                    && n.metadata.creation_timestamp.as_ref().is_some_and(|t| t.0 >= requested)
+                    && n.metadata.creation_timestamp.as_ref().is_some_and(|t| t.0 >= since)
                     && !recorded.contains(n.name())
                     && !n.spec.provider_id.as_ref().is_some_and(|id| recorded.contains(id))
                     && !annotations.contains_key(keys::DONOR)
