@@ -170,6 +170,7 @@ impl Replacer {
     /// passes without one, nothing is created for the donor, nor for another donor of the group (so that the node
     /// adopted is the one requested). Past that deadline the instance is taken as never created or never joined
     /// and a new one is requested (with a warning: an instance that exists but never joined is not known to us).
+    #[allow(clippy::too_many_arguments)]
     pub async fn create_instance(
         &self,
         term: &Term,
