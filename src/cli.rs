@@ -107,6 +107,37 @@ pub struct ControllerArgs {
     /// (e.g. `5m`).
     #[arg(long, default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
     pub leave_timeout: std::time::Duration,
+    /// etcd client URLs (comma-separated, e.g. `https://10.0.0.1:2379`): a replaced control-plane node's etcd
+    /// member is removed through them. Without it no member is removed (left to the administrator).
+    #[arg(long, value_name = "URL,...", value_delimiter = ',', requires = "cloud_provider")]
+    pub etcd_endpoints: Vec<String>,
+    /// The etcd CA, for `https://` endpoints (kubeadm's path by default).
+    #[arg(long, default_value = "/etc/kubernetes/pki/etcd/ca.crt", value_name = "PATH")]
+    pub etcd_ca: PathBuf,
+    /// The etcd client certificate (kubeadm's API server client certificate by default).
+    #[arg(long, default_value = "/etc/kubernetes/pki/apiserver-etcd-client.crt", value_name = "PATH")]
+    pub etcd_cert: PathBuf,
+    /// The etcd client certificate's key.
+    #[arg(long, default_value = "/etc/kubernetes/pki/apiserver-etcd-client.key", value_name = "PATH")]
+    pub etcd_key: PathBuf,
+    /// The deadline of each etcd request.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub etcd_timeout: std::time::Duration,
+}
+
+impl ControllerArgs {
+    /// The etcd client configuration, when `--etcd-endpoints` is given; TLS files only for `https://` endpoints.
+    pub fn etcd(&self) -> Option<controller::etcd::EtcdConfig> {
+        if self.etcd_endpoints.is_empty() {
+            return None;
+        }
+        let tls = self.etcd_endpoints.iter().any(|e| e.starts_with("https://")).then(|| controller::etcd::TlsFiles {
+            ca: self.etcd_ca.clone(),
+            cert: Some(self.etcd_cert.clone()),
+            key: Some(self.etcd_key.clone()),
+        });
+        Some(controller::etcd::EtcdConfig { endpoints: self.etcd_endpoints.clone(), tls, timeout: self.etcd_timeout })
+    }
 }
 
 /// The clouds whose scaling groups the controller can manage.
@@ -245,6 +276,26 @@ mod tests {
                 (kind, mode) => panic!("{kind} runs {mode:?}"),
             }
         }
+    }
+
+    #[test]
+    fn etcd_is_off_unless_its_endpoints_are_given_and_takes_kubeadms_files_by_default() {
+        let cloud =
+            ["update-operator", "controller", "--cloud-provider", "simulated", "--cloud-endpoint", "http://h:1"];
+        let Ok(Mode::Controller(plain)) = parse(&cloud).map(|c| c.mode) else { panic!("parses") };
+        assert_eq!(plain.etcd(), None);
+        let with = [&cloud[..], &["--etcd-endpoints", "https://10.0.0.1:2379,https://10.0.0.2:2379"]].concat();
+        let Ok(Mode::Controller(args)) = parse(&with).map(|c| c.mode) else { panic!("parses") };
+        let etcd = args.etcd().expect("configured");
+        assert_eq!(etcd.endpoints, ["https://10.0.0.1:2379", "https://10.0.0.2:2379"]);
+        assert_eq!(etcd.tls, Some(controller::etcd::TlsFiles::kubeadm()));
+        assert_eq!(etcd.timeout, std::time::Duration::from_secs(10));
+        let plain_http =
+            [&cloud[..], &["--etcd-endpoints", "http://127.0.0.1:2379", "--etcd-ca", "/x/ca.crt"]].concat();
+        let Ok(Mode::Controller(args)) = parse(&plain_http).map(|c| c.mode) else { panic!("parses") };
+        assert_eq!(args.etcd().and_then(|e| e.tls), None);
+        // Member removal belongs to the replacement: without a cloud there is none.
+        assert!(parse(&["update-operator", "controller", "--etcd-endpoints", "https://10.0.0.1:2379"]).is_err());
     }
 
     #[test]

@@ -153,6 +153,7 @@ async fn cloud_options(
     let mut options = controller::groups::CloudOptions::new(Arc::new(provider));
     options.join_timeout = args.join_timeout;
     options.leave_timeout = args.leave_timeout;
+    options.etcd = args.etcd();
     options.metrics = controller::groups::GroupMetrics::register(registry);
     tracing::info!(cloud = ?kind, endpoint, "managing scaling groups");
     Ok(Some(options))

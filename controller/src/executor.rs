@@ -163,9 +163,18 @@ impl Executor {
             match &action.kind {
                 ActionKind::KeepDraining => self.drains.ensure(&action.node, batch.drain, term),
                 ActionKind::Report => self.report_problem(node, action, batch.version),
-                ActionKind::CreateInstance { .. } | ActionKind::Retire { .. } | ActionKind::ReleaseInstance { .. } => {
-                    writes.push(Box::pin(self.replacement_step(term, node, action, batch.version, now, batch.drain)))
-                }
+                ActionKind::CreateInstance { .. }
+                | ActionKind::Retire { .. }
+                | ActionKind::ReleaseInstance { .. }
+                | ActionKind::AbandonReplacement { .. } => writes.push(Box::pin(self.replacement_step(
+                    term,
+                    node,
+                    nodes,
+                    action,
+                    batch.version,
+                    now,
+                    batch.drain,
+                ))),
                 _ => writes.push(Box::pin(self.write(term, node, action, batch.version, now, batch.drain))),
             }
         }
@@ -197,10 +206,12 @@ impl Executor {
 
     /// A replacement step that is not (only) a Node write: the cloud and PendingNode side through the replacer,
     /// then, for a released instance, the heir's annotations.
+    #[allow(clippy::too_many_arguments)]
     async fn replacement_step(
         &self,
         term: &Term,
         node: &SlimNode,
+        nodes: &HashMap<String, SlimNode>,
         action: &NodeAction,
         version: Option<&ObjectReference>,
         now: Timestamp,
@@ -212,7 +223,13 @@ impl Executor {
         };
         let done = match &action.kind {
             ActionKind::CreateInstance { group_id, pending, deadline } => {
-                replacer.create_instance(term, &action.node, group_id, pending, *deadline).await
+                replacer.create_instance(term, node, nodes, group_id, pending, *deadline, now).await
+            }
+            ActionKind::AbandonReplacement { join_pending, deadline } => {
+                match replacer.abandon(term, &action.node, join_pending.as_deref(), *deadline).await {
+                    Ok(()) => return self.write(term, node, action, version, now, drain).await,
+                    Err(error) => Err(error),
+                }
             }
             ActionKind::Retire { remove_etcd_member, join_pending } => {
                 self.drains.stop(&action.node);
@@ -397,6 +414,7 @@ pub fn drain_effect(kind: &ActionKind) -> DrainEffect {
         | ActionKind::Fail { .. }
         | ActionKind::Block { .. }
         | ActionKind::Release
+        | ActionKind::AbandonReplacement { .. }
         | ActionKind::Retire { .. } => DrainEffect::Stop,
         ActionKind::Stage { .. }
         | ActionKind::Reboot { .. }
@@ -466,7 +484,7 @@ pub fn next_state(
             });
             uncordon(&mut next);
         }
-        ActionKind::Release => {
+        ActionKind::Release | ActionKind::AbandonReplacement { .. } => {
             next.intent = None;
             uncordon(&mut next);
         }

@@ -13,7 +13,7 @@ use crate::etcd::{EtcdClient, Removal};
 use crate::groups::pending_node::JOIN_FAILED;
 use crate::leadership::Term;
 use crate::nodes::SlimNode;
-use crate::policy::replacement::{Goal, GroupView, PendingView};
+use crate::policy::replacement::{Goal, GroupView, PendingView, join_name};
 use crate::policy::{DonorRef, Fleet, GroupMember, TaintView};
 use cloud::{CloudProvider, Creation, CreationToken, GroupId, NewInstance, ProviderId};
 use jiff::Timestamp;
@@ -43,10 +43,12 @@ pub struct Replacer {
     learned: Mutex<HashMap<String, Learned>>,
     /// Nodes whose group the cloud could not tell (last time asked).
     unresolved: Mutex<BTreeSet<String>>,
-    /// Instances created but not yet recorded as a PendingNode, by PendingNode name.
-    created: Mutex<HashMap<String, NewInstance>>,
+    /// Instances created but not yet recorded as a PendingNode, with their group, by PendingNode name.
+    created: Mutex<HashMap<String, (String, NewInstance)>>,
     /// Creations the cloud has not named yet, by PendingNode name.
     unnamed: Mutex<HashMap<String, CreationToken>>,
+    /// Nodes adopted for an unrecorded instance request (never adopted twice).
+    claimed: Mutex<BTreeSet<String>>,
 }
 
 impl Replacer {
@@ -73,6 +75,7 @@ impl Replacer {
             unresolved: Mutex::default(),
             created: Mutex::default(),
             unnamed: Mutex::default(),
+            claimed: Mutex::default(),
         }
     }
 
@@ -159,19 +162,30 @@ impl Replacer {
 
     /// Creates one instance in `group_id` for `donor` and records it as the joining PendingNode `pending` (with
     /// `deadline`), unless that exists; an instance created before but not recorded is recorded instead.
+    ///
+    /// Crash safety: [`keys::INSTANCE_REQUESTED`] is written on the donor before the cloud is asked. A donor that
+    /// carries it (newer than its intent) without a PendingNode had its request made by a controller that stopped
+    /// (or lost the answer) before recording it: the group's node that registered since, which no PendingNode
+    /// names and no replacement claims, is adopted instead of creating another instance; until the join deadline
+    /// passes without one, nothing is created for the donor, nor for another donor of the group (so that the node
+    /// adopted is the one requested). Past that deadline the instance is taken as never created or never joined
+    /// and a new one is requested (with a warning: an instance that exists but never joined is not known to us).
+    #[allow(clippy::too_many_arguments)]
     pub async fn create_instance(
         &self,
         term: &Term,
-        donor: &str,
+        donor: &SlimNode,
+        nodes: &HashMap<String, SlimNode>,
         group_id: &str,
         pending: &str,
         deadline: Timestamp,
+        now: Timestamp,
     ) -> Result<(), String> {
         if self.pending.state().iter().any(|p| p.name_any() == pending) {
             return Ok(());
         }
         let group = GroupId::from(group_id);
-        let remembered = self.created.lock().get(pending).cloned();
+        let remembered = self.created.lock().get(pending).map(|(_, instance)| instance.clone());
         let instance = match remembered {
             Some(instance) => instance,
             None => {
@@ -181,12 +195,46 @@ impl Replacer {
                         Some(instance) => Creation::Created(instance),
                         None => return Ok(()),
                     },
-                    None => fence(term, self.provider.create_instance(&group)).await?,
+                    None => {
+                        let join_timeout = deadline.duration_since(now);
+                        if let Some(requested) = requested(donor) {
+                            return self
+                                .adopt(term, donor, nodes, group_id, pending, deadline, requested, join_timeout, now)
+                                .await;
+                        }
+                        if let Some(other) = nodes.values().find(|n| {
+                            let join = join_name(n.name());
+                            n.name() != donor.name()
+                                && requested(n).is_some()
+                                && self.group_of(n).as_deref() == Some(group_id)
+                                && !self.created.lock().contains_key(&join)
+                                && !self.unnamed.lock().contains_key(&join)
+                                && !self.pending.state().iter().any(|p| p.name_any() == join)
+                        }) {
+                            tracing::debug!(
+                                node = donor.name(),
+                                other = other.name(),
+                                "an unrecorded instance request of the group is resolved first"
+                            );
+                            return Ok(());
+                        }
+                        self.mark_requested(term, donor, Some(now)).await?;
+                        match within(term, self.provider.create_instance(&group)).await? {
+                            Ok(creation) => creation,
+                            Err(error) => {
+                                if nothing_created(&error) {
+                                    // Nothing to adopt: the next attempt may ask again at once.
+                                    self.mark_requested(term, donor, None).await?;
+                                }
+                                return Err(error.to_string());
+                            }
+                        }
+                    }
                 };
                 match creation {
                     Creation::Created(instance) => {
                         self.unnamed.lock().remove(pending);
-                        self.created.lock().insert(pending.to_owned(), instance.clone());
+                        self.created.lock().insert(pending.to_owned(), (group_id.to_owned(), instance.clone()));
                         instance
                     }
                     Creation::Pending(token) => {
@@ -203,8 +251,133 @@ impl Replacer {
             goal: PendingNodeGoal::Join,
             deadline: Some(Time(deadline)),
         };
-        self.record(term, pending, donor, spec).await?;
+        self.record(term, pending, donor.name(), spec).await?;
         self.created.lock().remove(pending);
+        Ok(())
+    }
+
+    /// The unrecorded request of `donor`'s instance at `requested`: records the group's node that registered
+    /// since as its joining PendingNode, waits for one until the join timeout, then requests again.
+    #[allow(clippy::too_many_arguments)]
+    async fn adopt(
+        &self,
+        term: &Term,
+        donor: &SlimNode,
+        nodes: &HashMap<String, SlimNode>,
+        group_id: &str,
+        pending: &str,
+        deadline: Timestamp,
+        requested: Timestamp,
+        join_timeout: jiff::SignedDuration,
+        now: Timestamp,
+    ) -> Result<(), String> {
+        // creationTimestamp has whole seconds: a node created in the second of the request may be its.
+        let second = jiff::TimestampRound::new().smallest(jiff::Unit::Second).mode(jiff::RoundMode::Trunc);
+        let since = requested.round(second).unwrap_or(requested);
+        let recorded: BTreeSet<String> =
+            self.pending.state().iter().flat_map(|p| [p.spec.node_name.clone(), p.spec.provider_id.clone()]).collect();
+        let mut candidates: Vec<&SlimNode> = nodes
+            .values()
+            .filter(|n| {
+                let annotations = n.annotations();
+                n.name() != donor.name()
+                    && self.group_of(n).as_deref() == Some(group_id)
+                    && n.metadata.creation_timestamp.as_ref().is_some_and(|t| t.0 >= since)
+                    && !recorded.contains(n.name())
+                    && !n.spec.provider_id.as_ref().is_some_and(|id| recorded.contains(id))
+                    && !annotations.contains_key(keys::DONOR)
+                    && !annotations.contains_key(keys::INTENT)
+                    && !self.claimed.lock().contains(n.name())
+            })
+            .collect();
+        candidates.sort_by_key(|n| (n.metadata.creation_timestamp.as_ref().map(|t| t.0), n.name().to_owned()));
+        let Some(heir) = candidates.first() else {
+            if now < requested.checked_add(join_timeout).unwrap_or(Timestamp::MAX) {
+                tracing::info!(node = donor.name(), %requested, "an instance was requested but not recorded; waiting for its node to register");
+                return Ok(());
+            }
+            tracing::warn!(
+                node = donor.name(),
+                group = group_id,
+                %requested,
+                "the instance requested for the node was not recorded and no node of the group registered within the join timeout; requesting a new one (check the group for an instance that never joined)"
+            );
+            return self.mark_requested(term, donor, None).await;
+        };
+        let Some(provider_id) = heir.spec.provider_id.clone() else { return Ok(()) };
+        self.claimed.lock().insert(heir.name().to_owned());
+        tracing::info!(
+            node = donor.name(),
+            heir = heir.name(),
+            "adopting the node that registered after the unrecorded request"
+        );
+        let spec = PendingNodeSpec {
+            provider_id,
+            group_id: group_id.to_owned(),
+            node_name: heir.name().to_owned(),
+            goal: PendingNodeGoal::Join,
+            deadline: Some(Time(deadline)),
+        };
+        self.record(term, pending, donor.name(), spec).await
+    }
+
+    /// The cloud's group of `node`, when learned.
+    fn group_of(&self, node: &SlimNode) -> Option<String> {
+        let id = node.spec.provider_id.as_ref()?;
+        self.learned.lock().get(id).cloned().flatten().map(|(group, _)| group)
+    }
+
+    /// Writes (`Some`) or removes (`None`) [`keys::INSTANCE_REQUESTED`] on `donor`.
+    async fn mark_requested(&self, term: &Term, donor: &SlimNode, at: Option<Timestamp>) -> Result<(), String> {
+        let value = at.map(|t| shared::protocol::truncate_to_millis(t).to_string());
+        let patch = serde_json::json!({"metadata": {"annotations": {keys::INSTANCE_REQUESTED: value}}});
+        let params = kube::api::PatchParams::default();
+        match within(term, self.nodes_api.patch(donor.name(), &params, &kube::api::Patch::Merge(patch))).await? {
+            Ok(_) => Ok(()),
+            Err(error) => Err(format!("cannot mark the instance request on {}: {error}", donor.name())),
+        }
+    }
+
+    /// Switches `donor`'s joining PendingNode `join_pending` to `Leave` (with `deadline`) and deletes its instance;
+    /// an instance this controller created but could not record yet is recorded as leaving first. The donor is
+    /// released by the caller.
+    pub async fn abandon(
+        &self,
+        term: &Term,
+        donor: &str,
+        join_pending: Option<&str>,
+        deadline: Timestamp,
+    ) -> Result<(), String> {
+        let name = join_pending.map_or_else(|| join_name(donor), str::to_owned);
+        let recorded = self.pending.state().iter().find(|p| p.name_any() == name).map(|p| p.spec.clone());
+        let spec = match recorded {
+            Some(spec) => spec,
+            None => {
+                let Some((group_id, instance)) = self.created.lock().get(&name).cloned() else { return Ok(()) };
+                let spec = PendingNodeSpec {
+                    provider_id: instance.provider_id.to_string(),
+                    group_id,
+                    node_name: instance.node_name.clone(),
+                    goal: PendingNodeGoal::Leave,
+                    deadline: Some(Time(deadline)),
+                };
+                self.record(term, &name, donor, spec.clone()).await?;
+                spec
+            }
+        };
+        if spec.goal == PendingNodeGoal::Join {
+            let patch = serde_json::json!({"spec": {"goal": "Leave", "deadline": Time(deadline)}});
+            let params = kube::api::PatchParams::default();
+            match within(term, self.pending_api.patch(&name, &params, &kube::api::Patch::Merge(patch))).await? {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+                Err(error) => return Err(format!("cannot switch PendingNode {name} to Leave: {error}")),
+            }
+        }
+        // Recorded as leaving first: if this deletion fails, the PendingNode controller retries it.
+        let id = spec.provider_id.parse::<ProviderId>().map_err(|e| format!("{}: {e}", spec.provider_id))?;
+        fence(term, self.provider.delete_instance(&GroupId::from(spec.group_id.as_str()), &id)).await?;
+        self.created.lock().remove(&name);
         Ok(())
     }
 
@@ -287,6 +460,21 @@ impl Replacer {
             Err(error) => Err(format!("cannot create PendingNode {name}: {error}")),
         }
     }
+}
+
+/// When `node`'s instance request ([`keys::INSTANCE_REQUESTED`]) was made, if it is one of its current
+/// replacement (newer than its `intent=replace`, before its heir was chosen).
+fn requested(node: &SlimNode) -> Option<Timestamp> {
+    let annotations = node.metadata.annotations.as_ref()?;
+    let at: Timestamp = annotations.get(keys::INSTANCE_REQUESTED)?.parse().ok()?;
+    let intent = shared::protocol::ControllerAnnotations::read(annotations).ok()?.intent?;
+    (intent.step == shared::protocol::Step::Replace && at >= intent.since && !annotations.contains_key(keys::HEIR))
+        .then_some(at)
+}
+
+/// Whether a failed creation certainly created nothing (the cloud refused it), so that it may be asked again.
+fn nothing_created(error: &cloud::Error) -> bool {
+    !matches!(error, cloud::Error::Transient { .. } | cloud::Error::Permanent { .. })
 }
 
 /// The policy's view of a PendingNode.

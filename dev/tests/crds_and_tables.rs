@@ -58,7 +58,22 @@ async fn the_operator_crds_are_established_and_their_objects_validated() {
     .json();
     let columns: Vec<&str> =
         table["columnDefinitions"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
-    assert_eq!(columns, vec!["Name", "Image", "Cluster-Version", "Up-To-Date", "Outdated", "Status", "Age"]);
+    assert_eq!(
+        columns,
+        vec![
+            "Name",
+            "Image",
+            "Cluster-Version",
+            "Up-To-Date",
+            "Outdated",
+            "Replacing",
+            "Heirs",
+            "Pending",
+            "Obsolete",
+            "Status",
+            "Age"
+        ]
+    );
     assert_eq!(table["rows"][0]["cells"][1], "img-1");
 }
 

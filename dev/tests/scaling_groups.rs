@@ -3,6 +3,7 @@
 //! deletions retried, throttling ridden out, the cluster-autoscaler paused and restored.
 
 mod cluster_support;
+mod support;
 
 use cloud::metrics::CallCounts;
 use cloud::simulated::SimulatedProvider;
@@ -279,22 +280,7 @@ async fn a_leaving_instance_whose_deletion_fails_is_deleted_again_after_its_dead
 async fn the_autoscaler_is_paused_while_group_nodes_are_outdated_and_restored_to_its_replica_count() {
     let cluster = cloud_cluster(&[("workers-a", GroupRole::Worker, 1), ("cp", GroupRole::ControlPlane, 1)]).await;
     let deployments: Api<Deployment> = Api::namespaced(cluster.client(), "kube-system");
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "cluster-autoscaler", "namespace": "kube-system"},
-        "spec": {
-            "replicas": 3,
-            "selector": {"matchLabels": {"app": "cluster-autoscaler"}},
-            "template": {
-                "metadata": {"labels": {"app": "cluster-autoscaler"}},
-                "spec": {
-                    "tolerations": [{"operator": "Exists"}],
-                    "containers": [{"name": "cluster-autoscaler", "image": "registry.k8s.io/autoscaling/cluster-autoscaler:v1.33.0",
-                        "args": ["--cloud-provider=aws", "--nodes=9:9:stale"]}]
-                }
-            }
-        }
-    }))
-    .unwrap();
+    let deployment = support::cluster_autoscaler(3, &["--cloud-provider=aws", "--nodes=9:9:stale"]);
     deployments.create(&PostParams::default(), &deployment).await.unwrap();
     let strategies: Api<AutoscalingStrategy> = Api::all(cluster.client());
     let strategy: AutoscalingStrategy = serde_json::from_value(json!({

@@ -213,6 +213,10 @@ pub enum ActionKind {
     /// On the heir, once the donor's Node is gone: create the leaving PendingNode `pending` for the donor's
     /// instance with `deadline`, then remove the heir's `donor` annotations. Reason: [`Reason::InstanceReleased`].
     ReleaseInstance { pending: String, donor: DonorRef, deadline: Timestamp },
+    /// On a donor no NodeVersion moves any more whose heir is not a Ready node yet: switch its joining
+    /// PendingNode `join_pending` to `Leave` (with `deadline`) and delete that instance, then release the donor
+    /// as [`ActionKind::Release`] does. Reason: the wind-down's ([`Reason::NoNodeVersion`], [`Reason::NotSelected`]).
+    AbandonReplacement { join_pending: Option<String>, deadline: Timestamp },
 }
 
 impl ActionKind {
@@ -239,7 +243,8 @@ impl ActionKind {
             | ActionKind::CreateInstance { .. }
             | ActionKind::Inherit { .. }
             | ActionKind::Retire { .. }
-            | ActionKind::ReleaseInstance { .. } => None,
+            | ActionKind::ReleaseInstance { .. }
+            | ActionKind::AbandonReplacement { .. } => None,
         }
     }
 
@@ -250,6 +255,7 @@ impl ActionKind {
             | ActionKind::Fail { .. }
             | ActionKind::Block { .. }
             | ActionKind::Release
+            | ActionKind::AbandonReplacement { .. }
             | ActionKind::Uncordon => true,
             ActionKind::Stage { .. }
             | ActionKind::Drain { .. }
@@ -286,6 +292,7 @@ impl ActionKind {
             ActionKind::DrainDonor { .. } => "DrainDonor",
             ActionKind::Retire { .. } => "Retire",
             ActionKind::ReleaseInstance { .. } => "ReleaseInstance",
+            ActionKind::AbandonReplacement { .. } => "AbandonReplacement",
         }
     }
 }
@@ -551,6 +558,13 @@ pub fn plan_with(
                     }
                     None => assess::assess(node, Owner::Unknown, &default_policy, now),
                 },
+                // No NodeVersion moves the node any more: a swap whose heir is Ready finishes, any other
+                // replacement is abandoned (its new instance deleted), a gone donor's instance released.
+                (pools::Owner::Nobody { reason }, Some(context)) => {
+                    replacement::wind_down(node, &context, *reason, &default_policy, now).unwrap_or_else(|| {
+                        assess::assess(node, Owner::Nobody { reason: *reason }, &default_policy, now)
+                    })
+                }
                 // A replacement in flight finishes whoever manages the node now: its instance exists.
                 (_, Some(context)) if replacing => {
                     let target =

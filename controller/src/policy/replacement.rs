@@ -370,7 +370,7 @@ pub(super) fn assess(
         // Unreadable keys: the in-place rules decide (leave it, or remove an unreadable intent of ours).
         Err(_) => return assess::assess(node, assess::Owner::Rollout { target }, policy, now),
     };
-    let mut assessment = match controller.intent.as_ref() {
+    let assessment = match controller.intent.as_ref() {
         Some(intent) if intent.step == Step::Replace => donor(node, intent, context, policy, now),
         // An in-place step in flight finishes in place, a mark of this target stays.
         Some(intent)
@@ -381,24 +381,84 @@ pub(super) fn assess(
         }
         _ => idle(node, controller, context, target),
     };
-    if let Some(donor) = &context.member.donor
-        && assessment.action.is_none()
-        && !context.nodes.iter().any(|n| n.name == donor.name)
-    {
-        assessment = assessment.act(
-            node,
-            ActionKind::ReleaseInstance {
-                pending: leave_name(&donor.name),
-                donor: donor.clone(),
-                deadline: assess::deadline(now, policy.leave_timeout),
-            },
-            Reason::InstanceReleased,
-            format!("the replaced node {} is gone; deleting its instance {}", donor.name, donor.provider_id),
-        );
-    }
+    let mut assessment = release_donor_instance(assessment, node, context, policy, now);
     assessment.surge = context.records.is_heir(&node.name) && context.member.donor.is_none();
     assessment.replace = true;
     assessment
+}
+
+/// On a heir whose donor's Node is gone and which has nothing else to do: the donor's instance is released.
+fn release_donor_instance(
+    assessment: Assessment,
+    node: &NodeView,
+    context: &Context<'_>,
+    policy: &Policy,
+    now: Timestamp,
+) -> Assessment {
+    match &context.member.donor {
+        Some(donor) if assessment.action.is_none() && !context.nodes.iter().any(|n| n.name == donor.name) => assessment
+            .act(
+                node,
+                ActionKind::ReleaseInstance {
+                    pending: leave_name(&donor.name),
+                    donor: donor.clone(),
+                    deadline: assess::deadline(now, policy.leave_timeout),
+                },
+                Reason::InstanceReleased,
+                format!("the replaced node {} is gone; deleting its instance {}", donor.name, donor.provider_id),
+            ),
+        _ => assessment,
+    }
+}
+
+/// A node of a scaling group that no NodeVersion moves any more (`reason`: it was deleted, or its selector
+/// changed), when a replacement concerns it; `None` when none does (the in-place wind-down applies).
+///
+/// - A donor whose swap is under way (its heir is a Ready node, or its drain started) finishes it: the heir
+///   takes over, the donor is drained (or blocked and uncordoned at the drain timeout) and deleted.
+/// - Any other donor's replacement is abandoned: its joining instance is deleted (its PendingNode switches to
+///   `Leave`) and the donor released, never left cordoned.
+/// - A heir whose donor's Node is gone gets the donor's instance released.
+pub(super) fn wind_down(
+    node: &NodeView,
+    context: &Context<'_>,
+    reason: Reason,
+    policy: &Policy,
+    now: Timestamp,
+) -> Option<Assessment> {
+    let controller = node.controller.as_ref().ok()?;
+    match controller.intent.as_ref() {
+        Some(intent) if intent.step == Step::Replace => {
+            let join = context.records.join.get(node.name.as_str()).filter(|j| j.goal == Goal::Join);
+            // A Ready heir may run pods already: it is never deleted, the swap finishes.
+            let heir_ready = join.is_some_and(|j| context.nodes.iter().any(|n| n.name == j.node_name && n.ready));
+            if context.member.heir.is_some() || heir_ready {
+                return Some(assess(node, context, &intent.target, policy, now));
+            }
+            let why = if reason == Reason::NotSelected {
+                "no NodeVersion's selector selects it any more"
+            } else {
+                "there is no NodeVersion"
+            };
+            let message = match join {
+                Some(j) => format!(
+                    "releasing the node: {why}; deleting the new instance {} (PendingNode {}) that was to replace it",
+                    j.node_name, j.name
+                ),
+                None => format!("releasing the node: {why}; no new instance was recorded for it"),
+            };
+            let kind = ActionKind::AbandonReplacement {
+                join_pending: join.map(|j| j.name.clone()),
+                deadline: assess::deadline(now, policy.leave_timeout),
+            };
+            Some(Assessment::outdated_for_now().act(node, kind, reason, message))
+        }
+        _ if context.member.donor.is_some() => {
+            let base = assess::assess(node, assess::Owner::Nobody { reason }, policy, now);
+            Some(release_donor_instance(base, node, context, policy, now))
+        }
+        _ => None,
+    }
 }
 
 /// A node whose group the cloud has not told yet: up to date if its agent says so, else held until it is known
@@ -930,6 +990,52 @@ mod tests {
         let p = run(&[blocked, in_group("a2", "a")], &f, policy(1, 2), t(0));
         assert!(p.actions.is_empty());
         assert_eq!(p.hold.map(|h| h.reason), Some(Reason::SurgeExhausted));
+    }
+
+    #[test]
+    fn without_a_node_version_a_swap_under_way_finishes_and_any_other_replacement_is_abandoned() {
+        let f = fleet(&[("a", false, TARGET)]);
+        let unowned = |nodes: &[NodeView], f: &Fleet| plan_with(nodes, &[], f, None, t(50)).unowned;
+        // No instance recorded yet: the donor is released, nothing is created.
+        let p = unowned(&[replacing(in_group("a1", "a"))], &f);
+        assert_eq!(
+            p.actions.iter().map(|a| (a.node.as_str(), &a.kind)).collect::<Vec<_>>(),
+            [("a1", &ActionKind::AbandonReplacement { join_pending: None, deadline: t(50 + 300) })]
+        );
+        assert_eq!(p.actions[0].reason, Reason::NoNodeVersion);
+        // Joining: its instance is deleted and the donor released.
+        let mut joining = f.clone();
+        joining.pending.push(join("a1", "a1-new"));
+        let heir = NodeView { ready: false, ..in_group("a1-new", "a") };
+        let p = unowned(&[replacing(in_group("a1", "a")), heir.clone()], &joining);
+        assert_eq!(
+            p.actions[0].kind,
+            ActionKind::AbandonReplacement { join_pending: Some("heir-of-a1".into()), deadline: t(50 + 300) }
+        );
+        assert!(ActionKind::AbandonReplacement { join_pending: None, deadline: t(0) }.uncordons());
+        // The heir is a Ready node: the swap goes on (it is paired with the donor).
+        joining.pending[0].reached_goal = true;
+        let ready = NodeView { ready: true, ..heir };
+        let p = unowned(&[replacing(in_group("a1", "a")), ready.clone()], &joining);
+        assert_eq!(kinds(&p), vec![("a1-new".into(), "Inherit")]);
+        // A donor being drained goes on to its retirement.
+        let mut draining = with_intent(in_group("a1", "a"), Step::Replace, TARGET, "t2", t(40));
+        draining.unschedulable = true;
+        draining.drain = DrainProgress::Drained;
+        if let Some(m) = &mut draining.group {
+            m.heir = Some("a1-new".into());
+        }
+        let p = unowned(&[draining, ready.clone()], &joining);
+        assert_eq!(kinds(&p), vec![("a1".into(), "Retire")]);
+        // The donor is gone: the heir releases its instance.
+        let mut heir = ready;
+        if let Some(m) = &mut heir.group {
+            m.donor = Some(DonorRef { name: "a1".into(), provider_id: "sim://a1".into(), group_id: "a".into() });
+        }
+        let p = unowned(&[heir.clone()], &f);
+        assert_eq!(kinds(&p), vec![("a1-new".into(), "ReleaseInstance")]);
+        // Nothing of a replacement: the in-place wind-down (no action for an idle node).
+        assert!(unowned(&[in_group("a2", "a")], &f).actions.is_empty());
     }
 
     #[test]

@@ -215,6 +215,12 @@ impl Sim {
                 self.fleet.pending.retain(|p| Some(&p.name) != join_pending.as_ref());
                 self.nodes.remove(i);
             }
+            ActionKind::AbandonReplacement { join_pending, .. } => {
+                if let Some(p) = self.fleet.pending.iter_mut().find(|p| Some(&p.name) == join_pending.as_ref()) {
+                    p.goal = replacement::Goal::Leave;
+                }
+                return false;
+            }
             ActionKind::ReleaseInstance { pending, donor, .. } => {
                 if !self.fleet.pending.iter().any(|p| &p.name == pending) {
                     self.fleet.pending.push(replacement::PendingView {

@@ -227,3 +227,26 @@ pub fn user_of(record: &dev::apiserver::AccessRecord) -> dev::apiserver::UserInf
         None => dev::apiserver::UserInfo::user(&record.user, &[]),
     }
 }
+
+/// The cluster-autoscaler Deployment `kube-system/cluster-autoscaler` with `replicas` and the container's
+/// `args`, as an AutoscalingStrategy names it (tolerating every taint, so that it runs on any node).
+pub fn cluster_autoscaler(replicas: i32, args: &[&str]) -> k8s_openapi::api::apps::v1::Deployment {
+    let mut container = json!({
+        "name": "cluster-autoscaler", "image": "registry.k8s.io/autoscaling/cluster-autoscaler:v1.33.0"
+    });
+    if !args.is_empty() {
+        container["args"] = json!(args);
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": "cluster-autoscaler", "namespace": "kube-system"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "cluster-autoscaler"}},
+            "template": {
+                "metadata": {"labels": {"app": "cluster-autoscaler"}},
+                "spec": {"tolerations": [{"operator": "Exists"}], "containers": [container]}
+            }
+        }
+    }))
+    .expect("the cluster-autoscaler Deployment is well-formed")
+}

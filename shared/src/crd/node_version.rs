@@ -27,6 +27,32 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Up-To-Date", type_ = "integer", json_path = ".status.counts.upToDate"),
     printcolumn(name = "Outdated", type_ = "integer", json_path = ".status.counts.outdated"),
     printcolumn(
+        name = "Replacing",
+        type_ = "integer",
+        json_path = ".status.counts.donors",
+        description = "nodes being replaced by new instances (donors)"
+    ),
+    printcolumn(
+        name = "Heirs",
+        type_ = "integer",
+        json_path = ".status.counts.heirs",
+        description = "new nodes replacing them",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Pending",
+        type_ = "integer",
+        json_path = ".status.counts.pending",
+        description = "PendingNodes of replacements: instances joining or leaving"
+    ),
+    printcolumn(
+        name = "Obsolete",
+        type_ = "integer",
+        json_path = ".status.counts.obsolete",
+        description = "replaced nodes whose instance is being deleted",
+        priority = 1
+    ),
+    printcolumn(
         name = "Status",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"UpToDate\")].reason",
@@ -350,7 +376,7 @@ pub struct InFlightNode {
 }
 
 /// Node counts of a NodeVersion status. Every managed node is in exactly one of
-/// `upToDate`, `outdated`, `inProgress`, `failed` and `blocked`.
+/// `upToDate`, `outdated`, `inProgress`, `failed` and `blocked`; and the lengths of the replacement lists.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeCounts {
@@ -371,4 +397,20 @@ pub struct NodeCounts {
     #[serde(default)]
     #[schemars(range(min = 0))]
     pub held_back: i32,
+    /// The length of `donors`: nodes being replaced.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub donors: i32,
+    /// The length of `heirs`: new nodes replacing them.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub heirs: i32,
+    /// The length of `pending`: PendingNodes of replacements.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub pending: i32,
+    /// The length of `obsolete`: replaced nodes whose instance is being deleted.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub obsolete: i32,
 }

@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Goal", type_ = "string", json_path = ".spec.goal"),
     printcolumn(name = "State", type_ = "string", json_path = ".status.cspState"),
     printcolumn(name = "Reached", type_ = "boolean", json_path = ".status.reachedGoal"),
-    printcolumn(name = "Deadline", type_ = "date", json_path = ".spec.deadline")
+    printcolumn(name = "Deadline", type_ = "date", json_path = ".spec.deadline"),
+    printcolumn(name = "Group", type_ = "string", json_path = ".spec.groupId", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PendingNodeSpec {

@@ -17,6 +17,14 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Group", type_ = "string", json_path = ".spec.groupId"),
     printcolumn(name = "Role", type_ = "string", json_path = ".spec.role"),
     printcolumn(name = "Image", type_ = "string", json_path = ".status.imageReference"),
+    printcolumn(
+        name = "Outdated",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Outdated\")].reason",
+        description = "reason of the Outdated condition: whether new instances get the NodeVersion's image"
+    ),
+    printcolumn(name = "Min", type_ = "integer", json_path = ".spec.min", priority = 1),
+    printcolumn(name = "Max", type_ = "integer", json_path = ".spec.max", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]

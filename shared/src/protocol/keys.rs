@@ -53,6 +53,11 @@ pub const DONOR_PROVIDER_ID: &str = "update.edgeless.systems/donor-provider-id";
 /// Controller, on the heir beside [`DONOR`]: the cloud ID of the donor's scaling group.
 pub const DONOR_GROUP: &str = "update.edgeless.systems/donor-group";
 
+/// Controller, on a donor: when (RFC 3339) it last asked the cloud for the donor's new instance, written before
+/// the request. A controller that finds it newer than the intent but no joining PendingNode crashed (or failed)
+/// between the request and the record: it adopts the group's node that joined since instead of creating another.
+pub const INSTANCE_REQUESTED: &str = "update.edgeless.systems/instance-requested";
+
 /// Agent: how far the agent got with the intent of [`STATE_TOKEN`] (see [`super::AgentState`]).
 pub const STATE: &str = "update.edgeless.systems/state";
 /// Agent: the [`INTENT_TOKEN`] the state is about.
@@ -81,6 +86,7 @@ pub const CONTROLLER_KEYS: &[&str] = &[
     DONOR,
     DONOR_PROVIDER_ID,
     DONOR_GROUP,
+    INSTANCE_REQUESTED,
 ];
 /// Every annotation key the agent writes.
 pub const AGENT_KEYS: &[&str] = &[STATE, STATE_TOKEN, STATE_MESSAGE, BOOT_ID, OS_IMAGE, COMPONENTS_HASH];
