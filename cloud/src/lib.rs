@@ -7,6 +7,8 @@
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+#[cfg(feature = "azure")]
+pub mod azure;
 mod error;
 mod governed;
 pub mod metrics;
