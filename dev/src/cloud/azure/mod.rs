@@ -33,7 +33,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use self::http::AzureEmulatorError;
+pub use self::http::{AzureEmulatorError, Endpoint};
 
 /// The `api-version` the emulator serves (the provider's pinned one).
 pub const API_VERSION: &str = cloud::azure::model::API_VERSION;
