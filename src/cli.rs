@@ -78,13 +78,33 @@ pub struct ControllerArgs {
     /// every agent can then change every Node.
     #[arg(long)]
     pub allow_unconfined_agents: bool,
-    /// The cloud of the ScalingGroups: `simulated` (the dev cluster's). Without it the ScalingGroup,
-    /// PendingNode and AutoscalingStrategy controllers do not run.
-    #[arg(long, value_enum, value_name = "CLOUD", requires = "cloud_endpoint")]
+    /// The cloud of the ScalingGroups: `simulated` (the dev cluster's), `azure` (a build with the `azure`
+    /// feature). Without it the ScalingGroup, PendingNode and AutoscalingStrategy controllers do not run.
+    #[arg(long, value_enum, value_name = "CLOUD")]
     pub cloud_provider: Option<CloudProviderKind>,
-    /// The cloud API's address: for `simulated`, the dev cluster's URL (http://HOST:PORT).
-    #[arg(long, value_name = "URL", requires = "cloud_provider")]
+    /// The cloud API's address: for `simulated`, the dev cluster's URL (http://HOST:PORT), required; for
+    /// `azure`, the ARM endpoint (default https://management.azure.com/; overridden only for tests and
+    /// emulators).
+    #[arg(long, value_name = "URL", requires = "cloud_provider", required_if_eq("cloud_provider", "simulated"))]
     pub cloud_endpoint: Option<String>,
+    // Azure (feature `azure`).
+    /// Azure: the subscription of the cluster's scale sets.
+    #[cfg(feature = "azure")]
+    #[arg(long, env = "AZURE_SUBSCRIPTION_ID", value_name = "ID", required_if_eq("cloud_provider", "azure"))]
+    pub azure_subscription_id: Option<String>,
+    /// Azure: the resource group of the cluster's scale sets.
+    #[cfg(feature = "azure")]
+    #[arg(long, value_name = "NAME", required_if_eq("cloud_provider", "azure"))]
+    pub azure_resource_group: Option<String>,
+    /// Azure: the Entra ID authority host (default https://login.microsoftonline.com; overridden only for tests
+    /// and emulators).
+    #[cfg(feature = "azure")]
+    #[arg(long, value_name = "URL", requires = "azure_subscription_id")]
+    pub azure_authority_host: Option<String>,
+    /// Azure: a PEM file of CA certificates trusted besides the system's (only for tests and emulators).
+    #[cfg(feature = "azure")]
+    #[arg(long, value_name = "FILE", requires = "azure_subscription_id")]
+    pub azure_ca_file: Option<PathBuf>,
     /// How long a new instance may take to become a Ready Node when its PendingNode names no deadline
     /// (e.g. `30m`, `1h`).
     #[arg(long, default_value = "30m", value_name = "DURATION", value_parser = parse_duration)]
@@ -100,6 +120,8 @@ pub struct ControllerArgs {
 pub enum CloudProviderKind {
     /// The dev cluster's simulated cloud (`/_dev/cloud`).
     Simulated,
+    /// Azure Virtual Machine Scale Sets (needs a build with the `azure` feature).
+    Azure,
 }
 
 /// A non-negative duration such as `30m`, `90s`, `1h30m` (jiff's friendly format).

@@ -129,12 +129,20 @@ fn cloud_options(
     args: &cli::ControllerArgs,
     registry: &mut prometheus_client::registry::Registry,
 ) -> anyhow::Result<Option<controller::groups::CloudOptions>> {
-    let (Some(kind), Some(endpoint)) = (args.cloud_provider, args.cloud_endpoint.as_deref()) else {
+    let Some(kind) = args.cloud_provider else {
         return Ok(None);
     };
-    let provider = match kind {
-        cli::CloudProviderKind::Simulated => {
-            cloud::simulated::SimulatedProvider::new(endpoint).context("--cloud-endpoint")?
+    let endpoint = args.cloud_endpoint.as_deref();
+    let provider: Arc<dyn cloud::CloudProvider> = match kind {
+        cli::CloudProviderKind::Simulated => Arc::new(
+            cloud::simulated::SimulatedProvider::new(endpoint.context("--cloud-endpoint is required")?)
+                .context("--cloud-endpoint")?,
+        ),
+        #[cfg(feature = "azure")]
+        cli::CloudProviderKind::Azure => Arc::new(azure_provider(args)?),
+        #[cfg(not(feature = "azure"))]
+        cli::CloudProviderKind::Azure => {
+            anyhow::bail!("--cloud-provider azure: this binary was built without the `azure` feature")
         }
     };
     let calls = Arc::new(cloud::metrics::PrometheusCalls::register(registry));
@@ -145,6 +153,21 @@ fn cloud_options(
     options.metrics = controller::groups::GroupMetrics::register(registry);
     tracing::info!(cloud = ?kind, endpoint, "managing scaling groups");
     Ok(Some(options))
+}
+
+/// The Azure provider of `--azure-*` and `--cloud-endpoint`, credentials from the environment.
+#[cfg(feature = "azure")]
+fn azure_provider(args: &cli::ControllerArgs) -> anyhow::Result<cloud::azure::AzureProvider> {
+    let (Some(subscription), Some(group)) = (&args.azure_subscription_id, &args.azure_resource_group) else {
+        anyhow::bail!("--cloud-provider azure needs --azure-subscription-id and --azure-resource-group");
+    };
+    let mut config = cloud::azure::AzureConfig::new(subscription, group);
+    config.arm_endpoint = args.cloud_endpoint.clone();
+    config.authority_host = args.azure_authority_host.clone();
+    if let Some(path) = &args.azure_ca_file {
+        config.extra_ca_pem = Some(std::fs::read(path).with_context(|| format!("--azure-ca-file {}", path.display()))?);
+    }
+    cloud::azure::AzureProvider::new(config).context("--cloud-provider azure")
 }
 
 /// The API server configuration; requests carry `user_agent` (`update-operator/<mode> VERSION`, and
@@ -195,4 +218,58 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
         let _ = tokio::signal::ctrl_c().await;
     }
     shutdown.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn controller_args(args: &[&str]) -> cli::ControllerArgs {
+        let mut argv = vec!["update-operator", "controller"];
+        argv.extend_from_slice(args);
+        match cli::Cli::try_parse_from(argv).map(|c| c.mode) {
+            Ok(cli::Mode::Controller(args)) => args,
+            other => panic!("controller arguments expected: {other:?}"),
+        }
+    }
+
+    #[cfg(not(feature = "azure"))]
+    #[test]
+    fn a_build_without_the_azure_feature_refuses_azure_with_a_clear_message() {
+        let args = controller_args(&["--cloud-provider", "azure"]);
+        let error = cloud_options(&args, &mut Default::default()).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("built without the `azure` feature"), "{error}");
+    }
+
+    #[cfg(feature = "azure")]
+    #[test]
+    fn azure_needs_its_subscription_and_resource_group_and_builds_its_provider() {
+        let argv = ["update-operator", "controller", "--cloud-provider", "azure", "--azure-resource-group", "rg"];
+        if std::env::var_os("AZURE_SUBSCRIPTION_ID").is_none() {
+            assert!(cli::Cli::try_parse_from(argv).is_err(), "the subscription is required");
+        }
+        let args = controller_args(&[
+            "--cloud-provider",
+            "azure",
+            "--azure-subscription-id",
+            "0d202bbb-4fa7-4af8-8125-58c269a05435",
+            "--azure-resource-group",
+            "rg",
+            "--azure-ca-file",
+            "/nonexistent/ca.pem",
+        ]);
+        let error = cloud_options(&args, &mut Default::default()).err().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(error.contains("--azure-ca-file"), "{error}");
+        let args = controller_args(&[
+            "--cloud-provider",
+            "azure",
+            "--azure-subscription-id",
+            "0d202bbb-4fa7-4af8-8125-58c269a05435",
+            "--azure-resource-group",
+            "rg",
+        ]);
+        // Managed identity needs no environment to be configured; no request is made yet.
+        let options = cloud_options(&args, &mut Default::default()).expect("the Azure provider is configured");
+        assert!(options.is_some());
+    }
 }
