@@ -5,10 +5,10 @@
 //! No cloud SDK is linked here; the AWS, Azure and GCP clients implement [`CloudProvider`] behind their own
 //! features.
 
-#[cfg(feature = "conformance")]
-pub mod conformance;
 #[cfg(feature = "azure")]
 pub mod azure;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod error;
 mod governed;
 pub mod metrics;

@@ -9,8 +9,8 @@ use cloud::azure::{AzureConfig, AzureProvider, Credential};
 use cloud::conformance::{self, Faults, Fixture};
 use cloud::metrics::CallCounts;
 use cloud::{
-    AwsInstance, CallPolicy, CloudProvider, ClusterTag, Deletion, Error, Governed, GroupId, GroupRole,
-    ImageUpdate, InstanceState, ProviderId,
+    AwsInstance, CallPolicy, CloudProvider, ClusterTag, Deletion, Error, Governed, GroupId, GroupRole, ImageUpdate,
+    InstanceState, ProviderId,
 };
 use controller::groups::CloudOptions;
 use dev::cloud::azure::{AzureEmulator, AzureFaults, ScaleSetSpec, actions};
@@ -199,7 +199,10 @@ async fn arm_errors_throttling_quota_server_errors_and_permissions_are_typed() {
 
     // Server errors are transient; Governed retries them for an idempotent call.
     azure.emulator.set_faults(AzureFaults { server_errors: Some(2), ..AzureFaults::default() });
-    assert!(matches!(provider.instance_state(&AzureEmulator::provider_id("errs", 0)).await, Err(Error::Transient { .. })));
+    assert!(matches!(
+        provider.instance_state(&AzureEmulator::provider_id("errs", 0)).await,
+        Err(Error::Transient { .. })
+    ));
     let counts = Arc::new(CallCounts::default());
     let governed = Governed::new(azure.provider(), CallPolicy::default(), counts.clone());
     assert_eq!(governed.instance_state(&AzureEmulator::provider_id("errs", 0)).await.unwrap(), InstanceState::Ready);
@@ -231,7 +234,10 @@ async fn arm_errors_throttling_quota_server_errors_and_permissions_are_typed() {
         provider.delete_instance(&errs, &AzureEmulator::provider_id("other", 0)).await,
         Err(Error::Invalid { .. })
     ));
-    assert_eq!(provider.delete_instance(&errs, &AzureEmulator::provider_id("errs", 77)).await.unwrap(), Deletion::AlreadyGone);
+    assert_eq!(
+        provider.delete_instance(&errs, &AzureEmulator::provider_id("errs", 77)).await.unwrap(),
+        Deletion::AlreadyGone
+    );
 
     // A federated token the tenant does not know: no ARM call is made.
     std::fs::write(azure.token_file.path(), "not-the-token").unwrap();
@@ -249,7 +255,8 @@ async fn the_seed_scaling_group_with_a_scale_set_id_is_accepted_and_resolved() {
     let provider = azure.provider();
     for seed in ["000-scalinggroup-azure.yaml", "001-scalinggroup-azure.yaml"] {
         let path = format!("{}/tests/fixtures/seed/{seed}", env!("CARGO_MANIFEST_DIR"));
-        let text = std::fs::read_to_string(&path).unwrap()
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
             .replace("<subscription-id>", dev::cloud::azure::SUBSCRIPTION_ID)
             .replace("<resource-group>", dev::cloud::azure::RESOURCE_GROUP)
             .replace("<scale-set-name>", "workers");
@@ -308,9 +315,10 @@ async fn a_replacement_rollout_replaces_scale_set_vms_through_the_azure_provider
         let version = store.api::<NodeVersion>().get(None, "constellation-version").ok();
         let status = version.and_then(|v| v.status);
         let pending = store.api::<PendingNode>().list(None, &Default::default()).unwrap().items;
-        let done = status.as_ref().is_some_and(|s| {
-            s.target_image.as_deref() == Some(V2) && s.counts.total == 4 && s.counts.up_to_date == 4
-        }) && pending.is_empty();
+        let done = status
+            .as_ref()
+            .is_some_and(|s| s.target_image.as_deref() == Some(V2) && s.counts.total == 4 && s.counts.up_to_date == 4)
+            && pending.is_empty();
         if done {
             break;
         }

@@ -199,7 +199,8 @@ impl AzureProvider {
             return Err(Error::invalid("the Azure subscription ID and resource group are required"));
         }
         let endpoint = config.arm_endpoint.as_deref().unwrap_or(ARM_ENDPOINT);
-        let mut endpoint = Url::parse(endpoint).map_err(|e| Error::invalid(format!("ARM endpoint {endpoint:?}: {e}")))?;
+        let mut endpoint =
+            Url::parse(endpoint).map_err(|e| Error::invalid(format!("ARM endpoint {endpoint:?}: {e}")))?;
         if endpoint.scheme() != "https" || endpoint.host().is_none() || endpoint.query().is_some() {
             return Err(Error::invalid(format!("ARM endpoint {endpoint} is not an https:// URL")));
         }
@@ -243,8 +244,7 @@ fn http_client(extra_ca: Option<&[u8]>) -> Result<Arc<dyn HttpClient>> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
     if let Some(pem) = extra_ca {
-        let certs =
-            reqwest::Certificate::from_pem_bundle(pem).map_err(|e| Error::invalid(format!("extra CA: {e}")))?;
+        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| Error::invalid(format!("extra CA: {e}")))?;
         if certs.is_empty() {
             return Err(Error::invalid("extra CA: no PEM certificate in it"));
         }
@@ -308,8 +308,7 @@ fn model_image(scale_set: &ScaleSet) -> Option<ImageReference> {
 
 /// The typed error of a failed operation.
 fn operation_error(status: &OperationStatus) -> Error {
-    let (code, message) =
-        status.error.as_ref().map(|e| (e.code.clone(), e.message.clone())).unwrap_or_default();
+    let (code, message) = status.error.as_ref().map(|e| (e.code.clone(), e.message.clone())).unwrap_or_default();
     let text = format!("operation {}: {code}: {message}", status.status);
     let lower = code.to_ascii_lowercase();
     if lower.contains("quota")

@@ -351,7 +351,8 @@ mod tests {
 
     #[test]
     fn malformed_images_are_invalid() {
-        for image in ["", " ", "ami-0123", "a:b:c", "a:b::d", "/subscriptions/s", "/CommunityGalleries/x", "a b:c:d:e"] {
+        for image in ["", " ", "ami-0123", "a:b:c", "a:b::d", "/subscriptions/s", "/CommunityGalleries/x", "a b:c:d:e"]
+        {
             assert!(matches!(ImageReference::parse(image), Err(Error::Invalid { .. })), "{image:?}");
         }
     }

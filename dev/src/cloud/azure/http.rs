@@ -110,12 +110,10 @@ impl AzureEmulator {
             Err(_) => return respond(Answer::error(413, "RequestTooLarge", "the body is too large")),
         };
         let path = parts.uri.path().to_owned();
-        let query: Vec<(String, String)> = parts
-            .uri
-            .query()
-            .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
-            .unwrap_or_default();
-        let header = |name: header::HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let query: Vec<(String, String)> =
+            parts.uri.query().map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default();
+        let header =
+            |name: header::HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         if parts.method == Method::POST && segments.len() == 4 && segments[1..] == ["oauth2", "v2.0", "token"] {
             return respond(self.token(segments[0], &body));
@@ -168,7 +166,11 @@ impl AzureEmulator {
         body: &[u8],
     ) -> Answer {
         let Some(token) = authorization.as_deref().and_then(|a| a.strip_prefix("Bearer ")) else {
-            return Answer::error(401, "AuthenticationFailed", "Authentication failed. The 'Authorization' header is missing.");
+            return Answer::error(
+                401,
+                "AuthenticationFailed",
+                "Authentication failed. The 'Authorization' header is missing.",
+            );
         };
         let mut state = self.inner.state.lock();
         if !state.tokens.contains(token) {
@@ -187,7 +189,9 @@ impl AzureEmulator {
                 return Answer::error(
                     400,
                     "NoRegisteredProviderFound",
-                    format!("No registered resource provider found for API version '{other}' (the emulator serves {API_VERSION})."),
+                    format!(
+                        "No registered resource provider found for API version '{other}' (the emulator serves {API_VERSION})."
+                    ),
                 );
             }
         }
@@ -219,7 +223,11 @@ impl AzureEmulator {
         }
         if let Some(times) = state.faults.server_errors {
             state.faults.server_errors = (times > 1).then_some(times - 1);
-            return Answer::error(500, "InternalServerError", "An internal execution error occurred. Please retry later.");
+            return Answer::error(
+                500,
+                "InternalServerError",
+                "An internal execution error occurred. Please retry later.",
+            );
         }
         if route.subscription().is_some_and(|s| !s.eq_ignore_ascii_case(SUBSCRIPTION_ID)) {
             return Answer::error(404, "SubscriptionNotFound", "The subscription could not be found.");
@@ -280,13 +288,16 @@ impl AzureEmulator {
             }
             Route::Vm { name, id, view, .. } => {
                 let key = name.to_ascii_lowercase();
-                let found = id.parse::<u64>().ok().and_then(|n| {
-                    Some((state.scale_sets.get(&key)?, n, state.vms.get(&(key.clone(), n))?))
-                });
+                let found = id
+                    .parse::<u64>()
+                    .ok()
+                    .and_then(|n| Some((state.scale_sets.get(&key)?, n, state.vms.get(&(key.clone(), n))?)));
                 match (found, view) {
                     (Some((_, _, vm)), true) => Answer::json(200, AzureEmulator::instance_view_json(vm)),
                     (Some((scale_set, n, vm)), false) => Answer::json(200, AzureEmulator::vm_json(scale_set, n, vm)),
-                    (None, _) => not_found(&format!("Microsoft.Compute/virtualMachineScaleSets/{name}/virtualMachines/{id}")),
+                    (None, _) => {
+                        not_found(&format!("Microsoft.Compute/virtualMachineScaleSets/{name}/virtualMachines/{id}"))
+                    }
                 }
             }
             Route::Operation { id, .. } => match state.operations.get(id) {
@@ -325,8 +336,9 @@ impl AzureEmulator {
         let Some(scale_set) = state.scale_sets.get(key).cloned() else {
             return Err(not_found(&format!("Microsoft.Compute/virtualMachineScaleSets/{key}")));
         };
-        let patch: Value = serde_json::from_slice(body)
-            .map_err(|e| Answer::error(400, "InvalidRequestContent", format!("The request content was invalid: {e}")))?;
+        let patch: Value = serde_json::from_slice(body).map_err(|e| {
+            Answer::error(400, "InvalidRequestContent", format!("The request content was invalid: {e}"))
+        })?;
         if let Some(etag) = if_match
             && etag != "*"
             && etag != format!("\"{}\"", scale_set.etag)
@@ -370,9 +382,10 @@ impl AzureEmulator {
                     (_, None) => {}
                 }
             }
-            let reference = serde_json::from_value::<cloud::azure::model::ImageReference>(image.clone())
-                .ok()
-                .filter(|r| r.image().and_then(|i| cloud::azure::model::ImageReference::parse(&i).ok()) == Some(r.clone()));
+            let reference =
+                serde_json::from_value::<cloud::azure::model::ImageReference>(image.clone()).ok().filter(|r| {
+                    r.image().and_then(|i| cloud::azure::model::ImageReference::parse(&i).ok()) == Some(r.clone())
+                });
             if reference.is_none() {
                 return Err(Answer::error(
                     400,
@@ -400,7 +413,9 @@ impl AzureEmulator {
         }
         let image_changed = image != scale_set.image;
         let shrink: Vec<u64> = match capacity {
-            Some(c) if (c as usize) < active.len() => active.iter().rev().take(active.len() - c as usize).copied().collect(),
+            Some(c) if (c as usize) < active.len() => {
+                active.iter().rev().take(active.len() - c as usize).copied().collect()
+            }
             _ => Vec::new(),
         };
         if grow == 0 && shrink.is_empty() && !image_changed {
@@ -450,7 +465,10 @@ impl AzureEmulator {
         };
         let mut value = value;
         value["properties"]["provisioningState"] = json!("Updating");
-        if grow == 0 && shrink.is_empty() && state.operations.get(&operation).is_some_and(|o| o.done_at <= Instant::now()) {
+        if grow == 0
+            && shrink.is_empty()
+            && state.operations.get(&operation).is_some_and(|o| o.done_at <= Instant::now())
+        {
             value["properties"]["provisioningState"] = json!("Succeeded");
         }
         Ok((value, Some(operation)))
@@ -481,8 +499,9 @@ impl AzureEmulator {
         if !state.scale_sets.contains_key(key) {
             return Err(not_found(&format!("Microsoft.Compute/virtualMachineScaleSets/{key}")));
         }
-        let body: Value = serde_json::from_slice(body)
-            .map_err(|e| Answer::error(400, "InvalidRequestContent", format!("The request content was invalid: {e}")))?;
+        let body: Value = serde_json::from_slice(body).map_err(|e| {
+            Answer::error(400, "InvalidRequestContent", format!("The request content was invalid: {e}"))
+        })?;
         let ids: Option<Vec<String>> = body
             .get("instanceIds")
             .and_then(Value::as_array)
@@ -499,7 +518,9 @@ impl AzureEmulator {
                     return Err(Answer::error(
                         400,
                         "InvalidParameter",
-                        format!("The provided instanceId {id} is not an active Virtual Machine Scale Set VM instanceId."),
+                        format!(
+                            "The provided instanceId {id} is not an active Virtual Machine Scale Set VM instanceId."
+                        ),
                     ));
                 }
             }
@@ -547,8 +568,15 @@ enum Route<'a> {
 impl<'a> Route<'a> {
     fn parse(method: &Method, s: &[&'a str]) -> Option<Route<'a>> {
         let is = |i: usize, word: &str| s.get(i).is_some_and(|w| w.eq_ignore_ascii_case(word));
-        let compute = is(0, "subscriptions") && is(2, "resourceGroups") && is(4, "providers") && is(5, "Microsoft.Compute");
-        if is(0, "subscriptions") && is(2, "providers") && is(3, "Microsoft.Compute") && is(4, "locations") && is(6, "operations") && s.len() == 8 {
+        let compute =
+            is(0, "subscriptions") && is(2, "resourceGroups") && is(4, "providers") && is(5, "Microsoft.Compute");
+        if is(0, "subscriptions")
+            && is(2, "providers")
+            && is(3, "Microsoft.Compute")
+            && is(4, "locations")
+            && is(6, "operations")
+            && s.len() == 8
+        {
             return (*method == Method::GET).then_some(Route::Operation { sub: s[1], id: s[7] });
         }
         if !compute || !is(6, "virtualMachineScaleSets") {
@@ -561,7 +589,9 @@ impl<'a> Route<'a> {
             (&Method::PATCH, 8) => Some(Route::Update { sub, rg, name: s[7] }),
             (&Method::POST, 9) if is(8, "delete") => Some(Route::DeleteVms { sub, rg, name: s[7] }),
             (&Method::GET, 9) if is(8, "virtualMachines") => Some(Route::Vms { sub, rg, name: s[7] }),
-            (&Method::GET, 10) if is(8, "virtualMachines") => Some(Route::Vm { sub, rg, name: s[7], id: s[9], view: false }),
+            (&Method::GET, 10) if is(8, "virtualMachines") => {
+                Some(Route::Vm { sub, rg, name: s[7], id: s[9], view: false })
+            }
             (&Method::GET, 11) if is(8, "virtualMachines") && is(10, "instanceView") => {
                 Some(Route::Vm { sub, rg, name: s[7], id: s[9], view: true })
             }

@@ -42,7 +42,8 @@ pub const TENANT_ID: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 /// The client ID of the emulated workload identity.
 pub const CLIENT_ID: &str = "9e3a2b1c-5d4e-4f60-8a7b-0c1d2e3f4a5b";
 /// The service-account token the workload identity presents (the content of `AZURE_FEDERATED_TOKEN_FILE`).
-pub const FEDERATED_TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6dXBkYXRlLW9wZXJhdG9yIn0.sig";
+pub const FEDERATED_TOKEN: &str =
+    "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6dXBkYXRlLW9wZXJhdG9yIn0.sig";
 /// The emulated subscription.
 pub const SUBSCRIPTION_ID: &str = "0d202bbb-4fa7-4af8-8125-58c269a05435";
 /// The emulated resource group.
@@ -61,7 +62,8 @@ pub mod actions {
     /// GET of a scale set's VMs, and of one VM.
     pub const VM_READ: &str = "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read";
     /// GET of a VM's instance view.
-    pub const VM_INSTANCE_VIEW_READ: &str = "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/instanceView/read";
+    pub const VM_INSTANCE_VIEW_READ: &str =
+        "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/instanceView/read";
     /// GET of an operation status resource.
     pub const OPERATION_READ: &str = "Microsoft.Compute/locations/operations/read";
 }
@@ -353,7 +355,8 @@ impl AzureEmulator {
         state.next_operation += 1;
         let id = format!("{:08x}-0000-4000-8000-{:012x}", state.next_operation, state.next_operation);
         let slow = state.faults.slow_operations.unwrap_or_default();
-        let operation = Operation { done_at: Instant::now() + duration.max(slow), started: jiff::Timestamp::now(), error };
+        let operation =
+            Operation { done_at: Instant::now() + duration.max(slow), started: jiff::Timestamp::now(), error };
         state.operations.insert(id.clone(), operation);
         id
     }
@@ -409,7 +412,8 @@ impl AzureEmulator {
 
     /// The scale set's ARM representation.
     fn scale_set_json(state: &State, key: &str, scale_set: &ScaleSet) -> Value {
-        let capacity = state.vms.iter().filter(|((s, _), vm)| s == key && vm.provisioning != Provisioning::Deleting).count();
+        let capacity =
+            state.vms.iter().filter(|((s, _), vm)| s == key && vm.provisioning != Provisioning::Deleting).count();
         let updating = scale_set
             .updating
             .as_ref()
@@ -459,7 +463,8 @@ impl AzureEmulator {
 
     fn instance_view_json(vm: &Vm) -> Value {
         let provisioning = format!("ProvisioningState/{}", vm.provisioning.as_str().to_ascii_lowercase());
-        let mut statuses = vec![json!({"code": provisioning, "level": "Info", "displayStatus": vm.provisioning.as_str()})];
+        let mut statuses =
+            vec![json!({"code": provisioning, "level": "Info", "displayStatus": vm.provisioning.as_str()})];
         let power = match (vm.provisioning, vm.running) {
             (Provisioning::Creating, _) => None,
             (_, true) => Some(("PowerState/running", "VM running")),
