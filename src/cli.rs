@@ -78,12 +78,13 @@ pub struct ControllerArgs {
     /// every agent can then change every Node.
     #[arg(long)]
     pub allow_unconfined_agents: bool,
-    /// The cloud of the ScalingGroups: `simulated` (the dev cluster's), `aws` or `gcp`. Without it the
-    /// ScalingGroup, PendingNode and AutoscalingStrategy controllers do not run.
+    /// The cloud of the ScalingGroups: `simulated` (the dev cluster's), `aws`, `azure` or `gcp` (each in a build
+    /// with its feature). Without it the ScalingGroup, PendingNode and AutoscalingStrategy controllers do not run.
     #[arg(long, value_enum, value_name = "CLOUD")]
     pub cloud_provider: Option<CloudProviderKind>,
-    /// The cloud API's address: for `simulated`, the dev cluster's URL (http://HOST:PORT); for GCP another
-    /// endpoint than the cloud's own, for emulators in tests only (AWS: `AWS_ENDPOINT_URL`).
+    /// The cloud API's address: for `simulated`, the dev cluster's URL (http://HOST:PORT), required; for `azure`
+    /// (ARM, default https://management.azure.com/) and `gcp` another endpoint than the cloud's own, only for tests
+    /// and emulators (AWS: `AWS_ENDPOINT_URL`).
     #[arg(long, value_name = "URL", requires = "cloud_provider", required_if_eq("cloud_provider", "simulated"))]
     pub cloud_endpoint: Option<String>,
     // AWS (feature `aws`).
@@ -93,6 +94,24 @@ pub struct ControllerArgs {
     #[cfg(feature = "aws")]
     #[arg(long, env = "AWS_REGION", value_name = "REGION", required_if_eq("cloud_provider", "aws"))]
     pub aws_region: Option<String>,
+    // Azure (feature `azure`).
+    /// Azure: the subscription of the cluster's scale sets.
+    #[cfg(feature = "azure")]
+    #[arg(long, env = "AZURE_SUBSCRIPTION_ID", value_name = "ID", required_if_eq("cloud_provider", "azure"))]
+    pub azure_subscription_id: Option<String>,
+    /// Azure: the resource group of the cluster's scale sets.
+    #[cfg(feature = "azure")]
+    #[arg(long, value_name = "NAME", required_if_eq("cloud_provider", "azure"))]
+    pub azure_resource_group: Option<String>,
+    /// Azure: the Entra ID authority host (default https://login.microsoftonline.com; overridden only for tests
+    /// and emulators).
+    #[cfg(feature = "azure")]
+    #[arg(long, value_name = "URL", requires = "azure_subscription_id")]
+    pub azure_authority_host: Option<String>,
+    /// Azure: a PEM file of CA certificates trusted besides the system's (only for tests and emulators).
+    #[cfg(feature = "azure")]
+    #[arg(long, value_name = "FILE", requires = "azure_subscription_id")]
+    pub azure_ca_file: Option<PathBuf>,
     // GCP
     /// GCP: the project whose managed instance groups the cluster's ScalingGroups are (`--cloud-provider
     /// gcp`); credentials are Application Default Credentials (workload identity, the metadata server).
@@ -147,6 +166,8 @@ pub enum CloudProviderKind {
     Simulated,
     /// AWS EC2 Auto Scaling groups (needs the `aws` feature).
     Aws,
+    /// Azure Virtual Machine Scale Sets (needs a build with the `azure` feature).
+    Azure,
     /// Google Compute Engine managed instance groups (a binary built with the `gcp` feature).
     Gcp,
 }

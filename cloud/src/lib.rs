@@ -7,6 +7,8 @@
 
 #[cfg(feature = "aws")]
 pub mod aws;
+#[cfg(feature = "azure")]
+pub mod azure;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod error;

@@ -16,6 +16,8 @@
 //!   order; a failure with `times` fires that often, one without fires until cleared).
 //! - No lock is held across an API server write or an await.
 
+#[cfg(feature = "azure")]
+pub mod azure;
 pub mod gcp;
 mod http;
 
