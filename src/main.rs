@@ -13,6 +13,7 @@ use clap::Parser;
 use cli::{Cli, CommonArgs, HostBackend, Mode};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use shared::health::Health;
+use std::num::NonZeroU32;
 use std::process::ExitCode;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -155,7 +156,12 @@ async fn cloud_options(
         cli::CloudProviderKind::Aws => anyhow::bail!("--cloud-provider aws: built without the `aws` feature"),
     };
     let calls = Arc::new(cloud::metrics::PrometheusCalls::register(registry));
-    let provider = cloud::Governed::new(provider, cloud::CallPolicy::default(), calls);
+    let mut policy = cloud::CallPolicy::default();
+    if let (Some(rate), Some(burst)) = (NonZeroU32::new(args.cloud_rate_limit), NonZeroU32::new(args.cloud_burst)) {
+        policy.rate_per_second = rate;
+        policy.burst = burst;
+    }
+    let provider = cloud::Governed::new(provider, policy, calls);
     let mut options = controller::groups::CloudOptions::new(Arc::new(provider));
     options.join_timeout = args.join_timeout;
     options.leave_timeout = args.leave_timeout;

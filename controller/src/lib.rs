@@ -150,17 +150,36 @@ pub async fn run(
         reconcile: trigger.clone(),
         metrics: metrics.clone(),
     }));
-    let groups_context = options.cloud.clone().map(|cloud| groups::Context {
+    // What the cloud says about the instances, asked once and shared by the replacer and the pause driver; each
+    // answer plans again.
+    let instances = options.cloud.as_ref().map(|cloud| {
+        let instances = groups::instances::Instances::start(cloud.provider.clone(), shutdown.clone());
+        let (mut answered, trigger, stop) = (instances.subscribe(), trigger.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    changed = answered.changed() => if changed.is_err() { return },
+                }
+                trigger.notify_one();
+            }
+        });
+        instances
+    });
+    let groups_context = options.cloud.clone().zip(instances.clone()).map(|(cloud, instances)| groups::Context {
         client: client.clone(),
         cloud,
         events: events.clone(),
         term: None,
         nodes: nodes.clone(),
         node_changes: node_rx,
+        instances,
     });
-    let replacer = match &options.cloud {
-        Some(cloud) => Some(Arc::new(start_replacer(&client, cloud, trigger.clone(), &shutdown).await?)),
-        None => None,
+    let replacer = match (&options.cloud, &groups_context) {
+        (Some(cloud), Some(context)) => {
+            Some(Arc::new(start_replacer(&client, cloud, context.instances.clone(), trigger.clone(), &shutdown).await?))
+        }
+        _ => None,
     };
     let mut executor =
         executor::Executor::new(Api::all(client.clone()), events.clone(), drains.clone(), metrics.clone());
@@ -233,6 +252,7 @@ pub async fn run(
 async fn start_replacer(
     client: &Client,
     cloud: &groups::CloudOptions,
+    instances: groups::instances::Instances,
     trigger: Arc<Notify>,
     shutdown: &CancellationToken,
 ) -> Result<replacer::Replacer, Error> {
@@ -272,7 +292,7 @@ async fn start_replacer(
         Some(config) => Some(etcd::EtcdClient::new(config).map_err(|e| Error::Etcd(e.to_string()))?),
         None => None,
     };
-    Ok(replacer::Replacer::new(client.clone(), cloud.provider.clone(), groups, pending, strategies, etcd))
+    Ok(replacer::Replacer::new(client.clone(), cloud.provider.clone(), groups, pending, strategies, etcd, instances))
 }
 
 fn one_shot(mut config: kube::Config, timeout: std::time::Duration) -> kube::Config {

@@ -288,7 +288,7 @@ impl Reconciler {
         let mut unresolved = false;
         let fleet = match &self.replacer {
             Some(replacer) => {
-                unresolved = replacer.learn(&fresh).await;
+                unresolved = replacer.learn(&fresh);
                 replacer.fleet()
             }
             None => policy::Fleet::default(),

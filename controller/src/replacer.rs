@@ -28,7 +28,7 @@ use shared::protocol::keys;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::groups::outdated::{Learned, learn};
+use crate::groups::instances::{Instance, Instances};
 
 /// The replacement's cloud and PendingNode plumbing.
 pub struct Replacer {
@@ -39,9 +39,9 @@ pub struct Replacer {
     pending: Store<PendingNode>,
     strategies: Store<shared::crd::AutoscalingStrategy>,
     etcd: Option<EtcdClient>,
-    /// By provider ID.
-    learned: Mutex<HashMap<String, Learned>>,
-    /// Nodes whose group the cloud could not tell (last time asked).
+    /// What the cloud said about each instance.
+    instances: Instances,
+    /// Nodes whose group the cloud has not told (yet, or the last time asked).
     unresolved: Mutex<BTreeSet<String>>,
     /// Instances created but not yet recorded as a PendingNode, with their group, by PendingNode name.
     created: Mutex<HashMap<String, (String, NewInstance)>>,
@@ -62,6 +62,7 @@ impl Replacer {
         pending: Store<PendingNode>,
         strategies: Store<shared::crd::AutoscalingStrategy>,
         etcd: Option<EtcdClient>,
+        instances: Instances,
     ) -> Replacer {
         Replacer {
             provider,
@@ -71,7 +72,7 @@ impl Replacer {
             pending,
             strategies,
             etcd,
-            learned: Mutex::default(),
+            instances,
             unresolved: Mutex::default(),
             created: Mutex::default(),
             unnamed: Mutex::default(),
@@ -79,32 +80,17 @@ impl Replacer {
         }
     }
 
-    /// Asks the cloud for the group and image of every node of this cloud not asked yet; forgets instances gone.
-    /// Returns whether some answer failed (ask again soon).
-    pub async fn learn<'a>(&self, nodes: impl IntoIterator<Item = &'a SlimNode>) -> bool {
-        let mut present = BTreeSet::new();
-        let mut unresolved = BTreeSet::new();
-        for node in nodes {
-            let Some(raw) = node.spec.provider_id.clone() else { continue };
-            present.insert(raw.clone());
-            let Ok(id) = raw.parse::<ProviderId>() else { continue };
-            if id.cloud() != self.provider.cloud() || self.learned.lock().contains_key(&raw) {
-                continue;
-            }
-            match learn(self.provider.as_ref(), &id).await {
-                Ok(what) => {
-                    self.learned.lock().insert(raw, what);
-                }
-                Err(error) => {
-                    tracing::warn!(node = node.name(), %error, "cannot learn the node's scaling group and image");
-                    unresolved.insert(node.name().to_owned());
-                }
-            }
-        }
-        self.learned.lock().retain(|id, _| present.contains(id));
-        let failed = !unresolved.is_empty();
-        *self.unresolved.lock() = unresolved;
-        failed
+    /// Has the cloud asked (in the background, see [`Instances`]) for the group and image of every node of this
+    /// cloud not known yet; forgets instances gone. The nodes not known yet are [`Fleet::unresolved`] until an
+    /// answer comes (each answer wakes the reconcile). Returns whether some answer failed (plan again later).
+    pub fn learn<'a>(&self, nodes: impl IntoIterator<Item = &'a SlimNode>) -> bool {
+        let unknown = self.instances.refresh(
+            nodes
+                .into_iter()
+                .filter_map(|n| Some(Instance { node: n.name(), provider_id: n.spec.provider_id.as_deref()? })),
+        );
+        *self.unresolved.lock() = unknown.nodes;
+        unknown.failed
     }
 
     /// The scaling groups, PendingNodes and unresolved nodes, for the policy.
@@ -130,7 +116,7 @@ impl Replacer {
     /// What the policy needs of `node` when the cloud has it in a group.
     pub fn member(&self, node: &SlimNode) -> Option<GroupMember> {
         let provider_id = node.spec.provider_id.clone()?;
-        let (group_id, image) = self.learned.lock().get(&provider_id).cloned().flatten()?;
+        let (group_id, image) = self.instances.get(&provider_id).flatten()?;
         let annotations = node.metadata.annotations.clone().unwrap_or_default();
         let ready_since = node
             .status
@@ -324,7 +310,7 @@ impl Replacer {
     /// The cloud's group of `node`, when learned.
     fn group_of(&self, node: &SlimNode) -> Option<String> {
         let id = node.spec.provider_id.as_ref()?;
-        self.learned.lock().get(id).cloned().flatten().map(|(group, _)| group)
+        self.instances.get(id).flatten().map(|(group, _)| group)
     }
 
     /// Writes (`Some`) or removes (`None`) [`keys::INSTANCE_REQUESTED`] on `donor`.

@@ -20,6 +20,7 @@ use kube::ResourceExt;
 use serde_json::json;
 use shared::crd::{NodeVersion, PendingNode};
 use shared::protocol::keys;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use support::{create_version, stop_all};
@@ -215,6 +216,14 @@ async fn a_mixed_cluster_replaces_its_group_nodes_and_updates_the_others_in_plac
     let observed = observer.stop().await;
     assert_eq!(observed.violations, Vec::<String>::new());
     assert_eq!(observed.max_surge_seen, 2, "maxSurge was used in full");
+    // The cloud was asked about each instance once (the replacer and the autoscaler's pause driver share the
+    // answers), and never for the group its provider ID names.
+    let instances: BTreeSet<String> =
+        before.iter().chain(&after).filter_map(|n| n.spec.as_ref()?.provider_id.clone()).collect();
+    let calls = cluster.cloud().calls();
+    assert_eq!(calls.get(&cloud::Operation::InstanceGroup), None, "{calls:?}");
+    let images = calls.get(&cloud::Operation::InstanceImage).copied().unwrap_or(0);
+    assert!(images >= 14 && images as usize <= instances.len(), "{images} image calls for {instances:?}");
     controller.stop(Duration::from_secs(15)).await.unwrap();
     stop_all(agents).await;
     cluster.shutdown().await;

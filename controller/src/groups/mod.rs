@@ -2,6 +2,7 @@
 
 pub mod autoscaler;
 pub mod condition;
+pub mod instances;
 pub mod outdated;
 pub mod pending_node;
 pub mod scaling_group;
@@ -119,6 +120,8 @@ pub struct Context {
     pub nodes: Store<SlimNode>,
     /// Bumped on every event of the Node watch that fills `nodes`.
     pub node_changes: tokio::sync::watch::Receiver<u64>,
+    /// What the cloud said about the instances (shared with the rollout's replacer).
+    pub instances: instances::Instances,
 }
 
 /// Runs `write` (an API or cloud call that changes something) only while the context's term is valid, and

@@ -7,12 +7,12 @@
 
 use super::Context;
 use super::autoscaler::{Pause, PauseSender};
-use cloud::{CloudProvider, ProviderId};
+use super::instances::Instance;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use shared::crd::{NodeVersion, PendingNode, ScalingGroup};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -95,21 +95,6 @@ pub fn with_kubernetes_upgrades<'a>(mut pause: Pause, versions: impl IntoIterato
     pause
 }
 
-/// What the cloud said about a node: its group and image, or that it belongs to no group.
-pub(crate) type Learned = Option<(String, String)>;
-
-/// Asks the cloud for the group and image of `id` (two calls, once per node: both are fixed for an instance).
-/// `None` when the cloud knows it in no group.
-pub(crate) async fn learn(provider: &dyn CloudProvider, id: &ProviderId) -> Result<Learned, cloud::Error> {
-    let group = match provider.instance_group(id).await {
-        Ok(group) => group,
-        Err(cloud::Error::NotFound { .. }) => return Ok(None),
-        Err(error) => return Err(error),
-    };
-    let image = provider.instance_image(id).await?;
-    Ok(Some((group.0, image)))
-}
-
 /// Drives `pause` from the cluster until `shutdown` is cancelled.
 pub async fn drive(context: Context, pause: PauseSender, shutdown: CancellationToken) {
     let client = context.client.clone();
@@ -132,8 +117,20 @@ pub async fn drive(context: Context, pause: PauseSender, shutdown: CancellationT
             on_nodes.notify_one();
         }
     });
-    let provider = context.cloud.provider.clone();
-    let mut learned: BTreeMap<String, Learned> = BTreeMap::new();
+    // The cloud's answers about the instances, shared with the rollout's replacer; each answer looks again.
+    let instances = context.instances.clone();
+    let mut answered = instances.subscribe();
+    let on_answer = changed.clone();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                changed = answered.changed() => if changed.is_err() { return },
+            }
+            on_answer.notify_one();
+        }
+    });
     // Decide from complete lists only: a partial list could lift a pause a replacement needs.
     tokio::select! {
         () = shutdown.cancelled() => return,
@@ -165,41 +162,24 @@ pub async fn drive(context: Context, pause: PauseSender, shutdown: CancellationT
                     .filter(|i| !i.is_empty()),
             })
             .collect();
-        let mut unknown = false;
+        let state = nodes.state();
+        let unknown = instances.refresh(state.iter().filter_map(|n| {
+            Some(Instance { node: n.metadata.name.as_deref()?, provider_id: n.spec.provider_id.as_deref()? })
+        }));
         let mut found = Vec::new();
-        let mut present = Vec::new();
-        for node in nodes.state() {
-            let Some(raw) = node.spec.provider_id.clone() else { continue };
-            let Some(name) = node.metadata.name.clone() else { continue };
-            present.push(raw.clone());
-            let Ok(id) = raw.parse::<ProviderId>() else { continue };
-            if id.cloud() != provider.cloud() {
-                continue;
-            }
-            if !learned.contains_key(&raw) {
-                match learn(provider.as_ref(), &id).await {
-                    Ok(what) => {
-                        learned.insert(raw.clone(), what);
-                    }
-                    Err(error) => {
-                        tracing::warn!(node = %name, %error, "cannot learn the node's group and image; the autoscaler stays paused if it is");
-                        unknown = true;
-                        continue;
-                    }
-                }
-            }
-            if let Some(Some((group_id, image))) = learned.get(&raw) {
+        for node in &state {
+            let (Some(raw), Some(name)) = (&node.spec.provider_id, &node.metadata.name) else { continue };
+            if let Some(Some((group_id, image))) = instances.get(raw) {
                 let reported = node.annotations().get(shared::protocol::keys::OS_IMAGE).cloned();
-                found.push(GroupNode { name, group_id: group_id.clone(), image: image.clone(), reported });
+                found.push(GroupNode { name: name.clone(), group_id, image, reported });
             }
         }
-        learned.retain(|id, _| present.contains(id));
         let wanted = with_kubernetes_upgrades(
             pause_for(&targets, &found, pending.state().len()),
             versions.state().iter().map(|v| &**v),
         );
         // With a node's group or image unknown, only a pause is certain (an unknown node cannot lift it).
-        if !unknown || wanted.wanted {
+        if unknown.is_empty() || wanted.wanted {
             pause.send_if_modified(|current| {
                 let modified = current.as_ref() != Some(&wanted);
                 if modified {
@@ -209,7 +189,8 @@ pub async fn drive(context: Context, pause: PauseSender, shutdown: CancellationT
                 modified
             });
         }
-        if unknown {
+        if unknown.failed {
+            // Answers wake this loop; a failed one is asked again after a while.
             let changed = changed.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(RETRY).await;

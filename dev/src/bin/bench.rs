@@ -106,6 +106,34 @@ struct Args {
     /// Simulated time a deleted instance is Terminating.
     #[arg(long, default_value_t = 0.3, value_name = "SECONDS")]
     terminate_seconds: f64,
+    /// Multiplies every simulated step duration above (stage, pod termination and startup, reboot, instance,
+    /// join, Ready, terminate), so that whole rollouts of large clusters fit in minutes; the ideal is computed from
+    /// the scaled durations.
+    #[arg(long, default_value_t = 1.0, value_name = "FACTOR")]
+    step_scale: f64,
+    /// The controller's `--cloud-rate-limit` (cloud API requests per second) for the scaling groups.
+    #[arg(long, default_value_t = 10)]
+    cloud_rate_limit: u32,
+}
+
+impl Args {
+    /// The step durations multiplied by `--step-scale`.
+    fn scaled(mut self) -> Args {
+        let f = self.step_scale.max(0.0);
+        for d in [
+            &mut self.stage_seconds,
+            &mut self.pod_termination_seconds,
+            &mut self.reboot_seconds,
+            &mut self.pod_startup_seconds,
+            &mut self.instance_seconds,
+            &mut self.join_seconds,
+            &mut self.ready_seconds,
+            &mut self.terminate_seconds,
+        ] {
+            *d *= f;
+        }
+        self
+    }
 }
 
 fn seconds(s: f64) -> Duration {
@@ -320,7 +348,7 @@ impl Drop for Process {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args = Args::parse().scaled();
     let binary = match &args.binary {
         Some(b) => b.clone(),
         None => std::env::current_exe()?.with_file_name("update-operator"),
@@ -411,6 +439,8 @@ async fn main() -> anyhow::Result<()> {
     .to_vec();
     if !groups.is_empty() {
         controller_args.extend(["--cloud-provider", "simulated", "--cloud-endpoint", cluster.url()].map(String::from));
+        controller_args.extend(["--cloud-rate-limit".to_owned(), args.cloud_rate_limit.to_string()]);
+        controller_args.extend(["--cloud-burst".to_owned(), (2 * args.cloud_rate_limit).to_string()]);
     }
     let mut processes =
         vec![Process::start(&binary, &controller_args, workdir.join("controller.log"), "the controller")?];
@@ -643,6 +673,7 @@ async fn main() -> anyhow::Result<()> {
         "completed": completed,
         "nodes_updated": updated,
         "measured_step_seconds_mean": phase_means,
+        "step_scale": args.step_scale,
         "step_seconds": {"stage": args.stage_seconds, "drain_pod_termination": args.pod_termination_seconds, "reboot": args.reboot_seconds},
         "cluster_start_seconds": round2(cluster_start_seconds),
         "wall_seconds": round2(wall),
