@@ -12,4 +12,5 @@ pub mod hosts;
 pub mod measure;
 pub mod observer;
 pub mod operator;
+pub mod standing;
 pub mod timing;

@@ -336,3 +336,76 @@ async fn a_replacement_rollout_replaces_scale_set_vms_through_the_azure_provider
     stop_all(vec![controller, agent]).await;
     azure.shutdown().await;
 }
+
+/// A seed file of the Constellation README with its `<placeholders>` filled in for the emulated subscription,
+/// as a user fills them in for theirs; nothing else is changed.
+fn seed<T: serde::de::DeserializeOwned>(file: &str) -> T {
+    let path = format!("{}/tests/fixtures/seed/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("<subscription-id>", dev::cloud::azure::SUBSCRIPTION_ID)
+        .replace("<resource-group>", dev::cloud::azure::RESOURCE_GROUP)
+        .replace("<scale-set-name>", "workers")
+        .replace("<image-definition-name>", "constellation")
+        .replace("<image-version>", "2.0.0")
+        // The seed PendingNode names a VM that never joins: one the scale set does not have.
+        .replace("<instance-id>", "17")
+        .replace("<kubernetes-node-name>", "workers-never-joined");
+    assert!(!text.contains('<'), "a placeholder of {file} is left: {text}");
+    yaml_serde::from_str(&text).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_yaml_with_its_placeholders_filled_in_drives_a_replacement() {
+    let azure = Azure::start(1, &[("workers", GroupRole::Worker, 2)]).await;
+    let store = azure.cluster.store();
+    let deployments = store.api::<k8s_openapi::api::apps::v1::Deployment>();
+    deployments.create(Some("kube-system"), &support::cluster_autoscaler(2, &[]), &Default::default()).unwrap();
+    let strategy: shared::crd::AutoscalingStrategy = seed("000-autoscalingstrategy.yaml");
+    store.api::<shared::crd::AutoscalingStrategy>().create(None, &strategy, &Default::default()).unwrap();
+    let group: ScalingGroup = seed("000-scalinggroup-azure.yaml");
+    store.api::<ScalingGroup>().create(None, &group, &Default::default()).unwrap();
+    let pending: PendingNode = seed("000-pendingnode-azure.yaml");
+    store.api::<PendingNode>().create(None, &pending, &Default::default()).unwrap();
+    let before: Vec<String> = nodes(&azure.cluster).iter().filter(|n| is_azure(n)).map(|n| n.name_any()).collect();
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    let provider = Governed::new(azure.provider(), CallPolicy::default(), Arc::new(CallCounts::default()));
+    let mut options = harness::controller_options("c1");
+    options.cloud = Some(CloudOptions::new(Arc::new(provider)));
+    let controller = harness::controller(azure.cluster.operator(), options);
+    let agent = harness::agent(azure.cluster.operator(), "worker-0");
+    let version: NodeVersion = seed("000-nodeversion-azure.yaml");
+    let target = version.spec.image.clone();
+    store.api::<NodeVersion>().create(None, &version, &Default::default()).unwrap();
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        let status = store.api::<NodeVersion>().get(None, "constellation-version").ok().and_then(|v| v.status);
+        let pending = store.api::<PendingNode>().list(None, &Default::default()).unwrap().items;
+        let done = status.as_ref().is_some_and(|s| {
+            s.target_image.as_deref() == Some(target.as_str()) && s.counts.total == 3 && s.counts.up_to_date == 3
+        }) && pending.is_empty();
+        if done {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the rollout did not finish: {status:?} {pending:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let after: Vec<Node> = nodes(&azure.cluster).into_iter().filter(is_azure).collect();
+    assert_eq!(after.len(), 2, "one new VM per replaced one");
+    for node in &after {
+        assert!(!before.contains(&node.name_any()), "{} was not replaced", node.name_any());
+    }
+    assert_eq!(azure.emulator.model_image("workers").as_deref(), Some(target.as_str()));
+    let group = store.api::<ScalingGroup>().get(None, "scalinggroup-worker").unwrap();
+    assert_eq!(group.status.and_then(|s| s.image_reference).as_deref(), Some(target.as_str()));
+    // The autoscaler was paused for the rollout and has its replicas back.
+    support::eventually(PATIENCE, "the autoscaler restored", || {
+        let replicas = deployments.get(Some("kube-system"), "cluster-autoscaler").ok()?.spec?.replicas;
+        (replicas == Some(2)).then_some(())
+    })
+    .await;
+    stop_all(vec![controller, agent]).await;
+    azure.shutdown().await;
+}

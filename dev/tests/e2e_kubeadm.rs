@@ -248,31 +248,8 @@ impl AgentsOnEveryNode {
 }
 
 /// Where a rollout stands, for a test that fails.
-fn describe(store: &dev::apiserver::Store) -> String {
-    let status = store.api::<NodeVersion>().get(None, "constellation-version").ok().and_then(|v| v.status);
-    let nodes: Vec<String> = nodes(store)
-        .iter()
-        .map(|n| {
-            let ours: Vec<String> = n
-                .annotations()
-                .iter()
-                .filter(|(k, _)| k.starts_with(keys::PREFIX) && !k.contains("boot") && !k.contains("token"))
-                .map(|(k, v)| format!("{}={v}", &k[keys::PREFIX.len()..]))
-                .collect();
-            format!("{} kubelet {:?} {}", n.name_any(), kubelet(n), ours.join(" "))
-        })
-        .collect();
-    let pending: Vec<String> = store
-        .api::<shared::crd::PendingNode>()
-        .list(None, &Default::default())
-        .map(|l| l.items.iter().map(|p| format!("{} {:?} {:?}", p.name_any(), p.spec, p.status)).collect())
-        .unwrap_or_default();
-    format!(
-        "status {:?}\nnodes:\n  {}\npending:\n  {}",
-        status.map(|s| s.conditions),
-        nodes.join("\n  "),
-        pending.join("\n  ")
-    )
+fn describe(store: &dev::apiserver::Store) -> dev::standing::Standing {
+    dev::standing::Standing::read(store, "constellation-version")
 }
 
 /// A cluster-autoscaler Deployment of 3 replicas in kube-system and its AutoscalingStrategy.

@@ -90,24 +90,8 @@ fn pending(cluster: &Cluster) -> Vec<PendingNode> {
 }
 
 /// Where the rollout stands, for a test that fails.
-fn describe(cluster: &Cluster) -> String {
-    let version = cluster.store().api::<NodeVersion>().get(None, "constellation-version").ok();
-    let status = version.and_then(|v| v.status).map(|s| serde_json::to_string(&s).unwrap_or_default());
-    let nodes: Vec<String> = nodes(cluster)
-        .iter()
-        .map(|n| {
-            let ours: Vec<String> = n
-                .annotations()
-                .iter()
-                .filter(|(k, _)| k.starts_with(keys::PREFIX) && !k.contains("state") && !k.contains("boot"))
-                .map(|(k, v)| format!("{}={v}", &k[keys::PREFIX.len()..]))
-                .collect();
-            format!("{} {:?} {}", n.name_any(), group_of(n), ours.join(" "))
-        })
-        .collect();
-    let pending: Vec<String> =
-        pending(cluster).iter().map(|p| format!("{} {:?} {:?}", p.name_any(), p.spec, p.status)).collect();
-    format!("status {status:?}\nnodes:\n  {}\npending:\n  {}", nodes.join("\n  "), pending.join("\n  "))
+fn describe(cluster: &Cluster) -> dev::standing::Standing {
+    dev::standing::Standing::read(&cluster.store(), "constellation-version")
 }
 
 /// The NodeVersion's status once every node runs `image` and no replacement is left.
@@ -413,65 +397,94 @@ async fn an_instance_whose_deletion_fails_is_deleted_on_a_later_try_and_the_roll
     cluster.shutdown().await;
 }
 
+/// The small cluster's group replaced again and again while the controller is killed: the observer, the
+/// agent and the current controller replica, and how often it was killed.
+struct Crashing {
+    cluster: Cluster,
+    observer: Observer,
+    agents: Vec<Component>,
+    controller: Option<Component>,
+    crashes: usize,
+}
+
+impl Crashing {
+    async fn start() -> Crashing {
+        let cluster = small_cluster().await;
+        // The group's 2 nodes are replaced in each rollout; one surge instance at a time, so a second instance
+        // for a donor shows as an extra instance, and every instance created is counted at the cloud.
+        let limits = Limits { surge: Some(Surge { baseline: 2, max_surge: 1 }), ..Limits::new(1, false) };
+        let observer = Observer::start(cluster.client(), limits);
+        let agents = vec![harness::agent(cluster.operator(), "worker-0")];
+        let controller = Some(controller(&cluster, "c-0"));
+        // A crash between an instance request's record and the request waits out the join timeout before asking
+        // again: short here, instances join within a second.
+        create_version(&cluster.store(), "v1", json!({"maxUnavailable": 1, "maxSurge": 1, "joinTimeout": "20s"}));
+        Crashing { cluster, observer, agents, controller, crashes: 0 }
+    }
+
+    /// Rolls to `target`; whenever `crash_now` (given the time since the rollout started) answers a delay, the
+    /// controller is killed after it and a new replica starts after a random pause below `restart_ms`. Checks
+    /// that the observer held, one instance was created per replaced node and every replaced node is gone.
+    async fn roll(
+        &mut self,
+        target: &str,
+        what: &str,
+        restart_ms: u64,
+        rng: &mut impl rand::RngCore,
+        mut crash_now: impl FnMut(&Cluster, Duration) -> Option<Duration>,
+    ) {
+        let cluster = &self.cluster;
+        let creates_before = created_instances(cluster);
+        let replaced = group_nodes(cluster, "workers-a");
+        let started = tokio::time::Instant::now();
+        let patch = dev::apiserver::Patch::Merge(json!({"spec": {"image": target}}));
+        cluster.store().api::<NodeVersion>().patch(None, "constellation-version", &patch, &Default::default()).unwrap();
+        while rolled_out(cluster, target, 3).is_none() {
+            assert!(started.elapsed() < ROLLOUT, "{what}: {}", describe(cluster));
+            if let Some(delay) = crash_now(cluster, started.elapsed()) {
+                tokio::time::sleep(delay).await;
+                if let Some(c) = self.controller.take() {
+                    c.crash().await;
+                }
+                self.crashes += 1;
+                tokio::time::sleep(Duration::from_millis(rng.next_u64() % restart_ms)).await;
+                self.controller = Some(controller(cluster, &format!("c-{}", self.crashes)));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(self.observer.violations(), Vec::<String>::new(), "{what}");
+        assert_eq!(created_instances(cluster) - creates_before, 2, "{what}: a second instance was created");
+        for name in &replaced {
+            assert!(node(cluster, name).is_none(), "{what}: {name} was not replaced");
+        }
+    }
+
+    async fn stop(self) {
+        if let Some(c) = self.controller {
+            c.stop(Duration::from_secs(15)).await.unwrap();
+        }
+        stop_all(self.agents).await;
+        self.cluster.shutdown().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_killed_at_random_points_of_8_replacement_rollouts_creates_no_second_instance() {
     use rand::{RngCore, SeedableRng};
-    let cluster = small_cluster().await;
-    let store = cluster.store();
-    // The group's 2 nodes are replaced in each rollout; one surge instance at a time, so a second instance for
-    // a donor shows as an extra instance, and every instance created is counted at the cloud.
-    let limits = Limits { surge: Some(Surge { baseline: 2, max_surge: 1 }), ..Limits::new(1, false) };
-    let observer = Observer::start(cluster.client(), limits);
-    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
-    let mut controller = Some(controller(&cluster, "c-0"));
-    // A crash between an instance request's record and the request waits out the join timeout: short here.
-    create_version(&store, "v1", json!({"maxUnavailable": 1, "maxSurge": 1, "joinTimeout": "20s"}));
-    let mut crashes = 0;
+    let mut run = Crashing::start().await;
     for seed in 0..8u64 {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-        let target = format!("v{}", seed + 2);
-        let creates_before = created_instances(&cluster);
-        let replaced = group_nodes(&cluster, "workers-a");
         // One to three crashes at random points of the rollout (it takes a few seconds here).
         let mut crash_after: Vec<u64> = (0..1 + rng.next_u64() % 3).map(|_| rng.next_u64() % 4000).collect();
         crash_after.sort();
-        let started = tokio::time::Instant::now();
-        store
-            .api::<NodeVersion>()
-            .patch(
-                None,
-                "constellation-version",
-                &dev::apiserver::Patch::Merge(json!({"spec": {"image": target}})),
-                &Default::default(),
-            )
-            .unwrap();
-        let deadline = started + ROLLOUT;
-        while rolled_out(&cluster, &target, 3).is_none() {
-            assert!(tokio::time::Instant::now() < deadline, "seed {seed}: {}", describe(&cluster));
-            if crash_after.first().is_some_and(|ms| started.elapsed() >= Duration::from_millis(*ms)) {
-                crash_after.remove(0);
-                if let Some(c) = controller.take() {
-                    c.crash().await;
-                }
-                crashes += 1;
-                tokio::time::sleep(Duration::from_millis(rng.next_u64() % 500)).await;
-                controller = Some(self::controller(&cluster, &format!("c-{crashes}")));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert_eq!(observer.violations(), Vec::<String>::new(), "seed {seed}");
-        // Exactly one new instance per replaced node, and each replaced node is gone.
-        assert_eq!(created_instances(&cluster) - creates_before, 2, "seed {seed}: a second instance was created");
-        for name in &replaced {
-            assert!(node(&cluster, name).is_none(), "seed {seed}: {name} was not replaced");
-        }
+        let crash_now = |_: &Cluster, elapsed: Duration| {
+            let due = crash_after.first().is_some_and(|ms| elapsed >= Duration::from_millis(*ms));
+            due.then(|| crash_after.remove(0)).map(|_| Duration::ZERO)
+        };
+        run.roll(&format!("v{}", seed + 2), &format!("seed {seed}"), 500, &mut rng.clone(), crash_now).await;
     }
-    assert!(crashes >= 8, "only {crashes} crashes");
-    if let Some(c) = controller {
-        c.stop(Duration::from_secs(15)).await.unwrap();
-    }
-    stop_all(agents).await;
-    cluster.shutdown().await;
+    assert!(run.crashes >= 8, "only {} crashes", run.crashes);
+    run.stop().await;
 }
 
 /// How many instances the simulated cloud was asked to create.
@@ -634,61 +647,25 @@ fn reached(cluster: &Cluster, step: usize, replaced: &[String]) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_killed_at_every_step_of_a_replacement_creates_no_second_instance_and_deletes_no_serving_one() {
     use rand::{RngCore, SeedableRng};
-    let cluster = small_cluster().await;
-    let store = cluster.store();
-    let limits = Limits { surge: Some(Surge { baseline: 2, max_surge: 1 }), ..Limits::new(1, false) };
-    let observer = Observer::start(cluster.client(), limits);
-    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
-    let mut controller = Some(controller(&cluster, "c-0"));
-    // A crash between the instance request's record and the request waits out the join timeout before asking
-    // again: short here, instances join within a second.
-    create_version(&store, "v1", json!({"maxUnavailable": 1, "maxSurge": 1, "joinTimeout": "20s"}));
-    let mut crashes = 0;
+    let mut run = Crashing::start().await;
     for (step, what) in STEPS.iter().enumerate() {
         // Seeded: a failing step replays the same delay after the step is seen.
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(step as u64);
-        let target = format!("v{}", step + 2);
-        let creates_before = created_instances(&cluster);
-        let replaced = group_nodes(&cluster, "workers-a");
-        store
-            .api::<NodeVersion>()
-            .patch(
-                None,
-                "constellation-version",
-                &dev::apiserver::Patch::Merge(json!({"spec": {"image": target}})),
-                &Default::default(),
-            )
-            .unwrap();
-        let deadline = tokio::time::Instant::now() + ROLLOUT;
+        let replaced = group_nodes(&run.cluster, "workers-a");
         let mut crashed = false;
-        while rolled_out(&cluster, &target, 3).is_none() {
-            assert!(tokio::time::Instant::now() < deadline, "crash at {what}: {}", describe(&cluster));
-            if !crashed && reached(&cluster, step, &replaced) {
-                crashed = true;
-                tokio::time::sleep(Duration::from_millis(rng.next_u64() % 50)).await;
-                if let Some(c) = controller.take() {
-                    c.crash().await;
-                }
-                crashes += 1;
-                tokio::time::sleep(Duration::from_millis(rng.next_u64() % 300)).await;
-                controller = Some(self::controller(&cluster, &format!("c-{crashes}")));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(observer.violations(), Vec::<String>::new(), "crash at {what}");
-        assert_eq!(created_instances(&cluster) - creates_before, 2, "crash at {what}: a second instance");
-        for name in &replaced {
-            assert!(node(&cluster, name).is_none(), "crash at {what}: {name} was not replaced");
-        }
-        assert!(instances_match_nodes(&cluster, "workers-a"), "crash at {what}: {}", describe(&cluster));
-        assert_eq!(held_nodes(&cluster), Vec::<String>::new(), "crash at {what}");
+        let mut delays = rng.clone();
+        let crash_now = |cluster: &Cluster, _: Duration| {
+            let now = !crashed && reached(cluster, step, &replaced);
+            crashed |= now;
+            now.then(|| Duration::from_millis(delays.next_u64() % 50))
+        };
+        let what = format!("crash at {what}");
+        run.roll(&format!("v{}", step + 2), &what, 300, &mut rng, crash_now).await;
+        assert!(instances_match_nodes(&run.cluster, "workers-a"), "{what}: {}", describe(&run.cluster));
+        assert_eq!(held_nodes(&run.cluster), Vec::<String>::new(), "{what}");
     }
-    assert!(crashes >= STEPS.len() - 1, "only {crashes} crashes");
-    if let Some(c) = controller {
-        c.stop(Duration::from_secs(15)).await.unwrap();
-    }
-    stop_all(agents).await;
-    cluster.shutdown().await;
+    assert!(run.crashes >= STEPS.len() - 1, "only {} crashes", run.crashes);
+    run.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -237,41 +237,6 @@ fn relist(store: &dev::apiserver::Store, recorded: &Mutex<Recorded>) -> String {
     }
 }
 
-/// What the nodes that did not finish show: counts by (intent, state) and a few names of each, and the
-/// NodeVersion's conditions and held-back reasons.
-fn unfinished_nodes(store: &dev::apiserver::Store, original: &HashSet<String>) -> Value {
-    let mut by_step: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
-    if let Ok(list) = store.api::<Node>().list(None, &ListParams::default()) {
-        for node in &list.items {
-            if !node.metadata.name.as_ref().is_some_and(|n| original.contains(n)) {
-                continue;
-            }
-            let annotations = node.metadata.annotations.clone().unwrap_or_default();
-            let get = |k: &str| annotations.get(k).cloned().unwrap_or_default();
-            if get(keys::INTENT) == "done" {
-                continue;
-            }
-            let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
-            let key = format!("intent={} state={} cordoned={cordoned}", get(keys::INTENT), get(keys::STATE));
-            let entry = by_step.entry(key).or_default();
-            entry.0 += 1;
-            if entry.1.len() < 5 {
-                entry.1.push(node.metadata.name.clone().unwrap_or_default());
-            }
-        }
-    }
-    let status = store
-        .api::<NodeVersion>()
-        .get(None, "constellation-version")
-        .ok()
-        .and_then(|v| serde_json::to_value(v.status).ok())
-        .unwrap_or(Value::Null);
-    json!({
-        "nodes_by_step": by_step.into_iter().map(|(k, (n, names))| (k, json!({"count": n, "examples": names}))).collect::<BTreeMap<_, _>>(),
-        "nodeversion_status": status,
-    })
-}
-
 /// Records what `node` shows; returns the node's name when it just entered its drain step.
 fn record(rec: &mut Recorded, node: &Value, at: Instant) -> Option<String> {
     let name = node["metadata"]["name"].as_str().unwrap_or_default().to_owned();
@@ -651,7 +616,8 @@ async fn main() -> anyhow::Result<()> {
     let unfinished = if completed {
         Value::Null
     } else {
-        unfinished_nodes(&store, &nodes.iter().chain(&group_members).cloned().collect())
+        dev::standing::Standing::read(&store, "constellation-version")
+            .unfinished(&nodes.iter().chain(&group_members).cloned().collect())
     };
 
     // Steady state: kubelet heartbeats at the simulated rate, compressed in time. Only after a
