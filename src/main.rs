@@ -313,27 +313,19 @@ mod tests {
         if std::env::var_os("AZURE_SUBSCRIPTION_ID").is_none() {
             assert!(cli::Cli::try_parse_from(argv).is_err(), "the subscription is required");
         }
-        let args = controller_args(&[
+        let azure = [
             "--cloud-provider",
             "azure",
             "--azure-subscription-id",
             "0d202bbb-4fa7-4af8-8125-58c269a05435",
             "--azure-resource-group",
             "rg",
-            "--azure-ca-file",
-            "/nonexistent/ca.pem",
-        ]);
+        ];
+        let args = controller_args(&[&azure[..], &["--azure-ca-file", "/nonexistent/ca.pem"]].concat());
         let error =
             cloud_options(&args, &mut Default::default()).await.err().map(|e| format!("{e:#}")).unwrap_or_default();
         assert!(error.contains("--azure-ca-file"), "{error}");
-        let args = controller_args(&[
-            "--cloud-provider",
-            "azure",
-            "--azure-subscription-id",
-            "0d202bbb-4fa7-4af8-8125-58c269a05435",
-            "--azure-resource-group",
-            "rg",
-        ]);
+        let args = controller_args(&azure);
         // Managed identity needs no environment to be configured; no request is made yet.
         let options = cloud_options(&args, &mut Default::default()).await.expect("the Azure provider is configured");
         assert!(options.is_some());

@@ -19,7 +19,7 @@ use crate::leadership::Term;
 use crate::metrics::{ActionLabels, Metrics};
 use crate::nodes::SlimNode;
 use crate::policy::{ActionKind, NodeAction};
-use crate::replacer::Replacer;
+use crate::replacer::{InstanceRequest, Replacer};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
@@ -223,7 +223,8 @@ impl Executor {
         };
         let done = match &action.kind {
             ActionKind::CreateInstance { group_id, pending, deadline } => {
-                replacer.create_instance(term, node, nodes, group_id, pending, *deadline, now).await
+                let request = InstanceRequest { donor: node, group_id, pending, deadline: *deadline };
+                replacer.create_instance(term, request, nodes, now).await
             }
             ActionKind::AbandonReplacement { join_pending, deadline } => {
                 match replacer.abandon(term, &action.node, join_pending.as_deref(), *deadline).await {

@@ -30,6 +30,19 @@ use std::sync::Arc;
 
 use crate::groups::instances::{Instance, Instances};
 
+/// One instance requested for a donor, as [`Replacer::create_instance`] records it.
+#[derive(Debug, Clone, Copy)]
+pub struct InstanceRequest<'a> {
+    /// The node the instance replaces.
+    pub donor: &'a SlimNode,
+    /// The donor's scaling group, where the instance is created.
+    pub group_id: &'a str,
+    /// The name of the joining PendingNode that records it.
+    pub pending: &'a str,
+    /// The join deadline.
+    pub deadline: Timestamp,
+}
+
 /// The replacement's cloud and PendingNode plumbing.
 pub struct Replacer {
     provider: Arc<dyn CloudProvider>,
@@ -156,17 +169,14 @@ impl Replacer {
     /// passes without one, nothing is created for the donor, nor for another donor of the group (so that the node
     /// adopted is the one requested). Past that deadline the instance is taken as never created or never joined
     /// and a new one is requested (with a warning: an instance that exists but never joined is not known to us).
-    #[allow(clippy::too_many_arguments)]
     pub async fn create_instance(
         &self,
         term: &Term,
-        donor: &SlimNode,
+        request: InstanceRequest<'_>,
         nodes: &HashMap<String, SlimNode>,
-        group_id: &str,
-        pending: &str,
-        deadline: Timestamp,
         now: Timestamp,
     ) -> Result<(), String> {
+        let InstanceRequest { donor, group_id, pending, deadline } = request;
         if self.pending.state().iter().any(|p| p.name_any() == pending) {
             return Ok(());
         }
@@ -182,11 +192,8 @@ impl Replacer {
                         None => return Ok(()),
                     },
                     None => {
-                        let join_timeout = deadline.duration_since(now);
                         if let Some(requested) = requested(donor) {
-                            return self
-                                .adopt(term, donor, nodes, group_id, pending, deadline, requested, join_timeout, now)
-                                .await;
+                            return self.adopt(term, request, nodes, requested, now).await;
                         }
                         if let Some(other) = nodes.values().find(|n| {
                             let join = join_name(n.name());
@@ -244,19 +251,16 @@ impl Replacer {
 
     /// The unrecorded request of `donor`'s instance at `requested`: records the group's node that registered
     /// since as its joining PendingNode, waits for one until the join timeout, then requests again.
-    #[allow(clippy::too_many_arguments)]
     async fn adopt(
         &self,
         term: &Term,
-        donor: &SlimNode,
+        request: InstanceRequest<'_>,
         nodes: &HashMap<String, SlimNode>,
-        group_id: &str,
-        pending: &str,
-        deadline: Timestamp,
         requested: Timestamp,
-        join_timeout: jiff::SignedDuration,
         now: Timestamp,
     ) -> Result<(), String> {
+        let InstanceRequest { donor, group_id, pending, deadline } = request;
+        let join_timeout = deadline.duration_since(now);
         // creationTimestamp has whole seconds: a node created in the second of the request may be its.
         let second = jiff::TimestampRound::new().smallest(jiff::Unit::Second).mode(jiff::RoundMode::Trunc);
         let since = requested.round(second).unwrap_or(requested);
