@@ -469,6 +469,11 @@ async fn main() -> anyhow::Result<()> {
     let metrics = cluster.server().metrics();
     let writes_before = harness::node_writes(&metrics);
     let evictions_before = metrics.count(|k| k.subresource == "eviction");
+    // Events of the operator (core/v1 and events.k8s.io/v1 share one store): new ones and series updates.
+    let event_writes = |verb: dev::apiserver::Verb| {
+        metrics.count(|k| k.resource == "events" && k.verb == verb && k.user_agent.starts_with("update-operator/"))
+    };
+    let events_before = (event_writes(dev::apiserver::Verb::Create), event_writes(dev::apiserver::Verb::Patch));
     let verbs_before = (requests_by_verb(&metrics, "controller"), requests_by_verb(&metrics, "agent"));
     let cloud_before = cluster.cloud().calls();
     let version: NodeVersion = serde_json::from_value(json!({
@@ -580,6 +585,10 @@ async fn main() -> anyhow::Result<()> {
     let writes_after = harness::node_writes(&metrics);
     let (controller_writes, agent_writes) = (writes_after.0 - writes_before.0, writes_after.1 - writes_before.1);
     let evictions = metrics.count(|k| k.subresource == "eviction") - evictions_before;
+    let events_written = (
+        event_writes(dev::apiserver::Verb::Create) - events_before.0,
+        event_writes(dev::apiserver::Verb::Patch) - events_before.1,
+    );
     let diff = |after: BTreeMap<String, u64>, before: &BTreeMap<String, u64>| -> BTreeMap<String, u64> {
         after.into_iter().map(|(verb, n)| (verb.clone(), n - before.get(&verb).copied().unwrap_or(0))).collect()
     };
@@ -658,6 +667,10 @@ async fn main() -> anyhow::Result<()> {
             "total": round2(writes_per_update(controller_writes + agent_writes)),
         },
         "evictions": {"requests": evictions, "per_node": round2(writes_per_update(evictions))},
+        "events_per_update": {
+            "created": round2(writes_per_update(events_written.0)),
+            "series_updates": round2(writes_per_update(events_written.1)),
+        },
         "api_requests_by_verb": {"controller": verbs.0, "agent": verbs.1},
         "unfinished": unfinished,
         "replacement": replacement,
