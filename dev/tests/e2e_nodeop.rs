@@ -230,7 +230,6 @@ async fn the_seed_examples_apply_unchanged_and_the_canary_upgrade_runs_control_p
 
     // The NodeOpUpgrade canary: one node at a time, control plane first, each rebooted.
     apply(&client, fixture("nodeopupgrade-canary.yaml")).await;
-    let upgrades: Api<NodeOpUpgrade> = Api::namespaced(client.clone(), "default");
     let upgrade = eventually(PATIENCE, "the upgrade completes", || {
         let upgrade = cluster.store().api::<NodeOpUpgrade>().get(Some("default"), "kairos-upgrade").ok()?;
         (upgrade.status.as_ref()?.phase == NodeOpPhase::Completed).then_some(upgrade)
@@ -260,7 +259,6 @@ async fn the_seed_examples_apply_unchanged_and_the_canary_upgrade_runs_control_p
         assert!(first_reboot(worker) > last_control_plane, "{worker} rebooted before a control-plane node");
     }
     assert_released(&cluster);
-    drop(upgrades);
 
     // The NodeOp examples: the first selects the control-plane nodes (k3s labels), the second every Kairos node.
     apply(&client, fixture("nodeop-example.yaml")).await;
@@ -359,6 +357,27 @@ async fn deleting_a_nodeop_mid_run_starts_no_new_job_and_uncordons_its_node() {
     }
     eventually(PATIENCE, "the Job is garbage-collected", || jobs(&cluster).is_empty().then_some(())).await;
     assert_released(&cluster);
+
+    // A NodeOpUpgrade's NodeOp goes with it.
+    let upgrade = json!({"apiVersion": "operator.kairos.io/v1alpha1", "kind": "NodeOpUpgrade",
+                         "metadata": {"name": "short-lived", "namespace": "default"},
+                         "spec": {"image": "quay.io/kairos/x:v9", "concurrency": 1}});
+    apply(&client, upgrade).await;
+    let nodeops = cluster.store().api::<NodeOp>();
+    eventually(PATIENCE, "the upgrade's NodeOp", || nodeops.get(Some("default"), "short-lived").ok()).await;
+    let upgrades: Api<NodeOpUpgrade> = Api::namespaced(client.clone(), "default");
+    upgrades.delete("short-lived", &DeleteParams::background()).await.unwrap();
+    eventually(PATIENCE, "the NodeOp is gone", || nodeops.get(Some("default"), "short-lived").is_err().then_some(()))
+        .await;
+    eventually(PATIENCE, "every node released", || {
+        let released = node_names(&cluster.store()).iter().all(|name| {
+            let node = cluster.store().api::<Node>().get(None, name).unwrap();
+            !node.spec.and_then(|s| s.unschedulable).unwrap_or(false)
+                && !node.metadata.annotations.unwrap_or_default().contains_key(keys::NODE_OPERATION)
+        });
+        released.then_some(())
+    })
+    .await;
 
     // concurrency 0 means every node at once, as Kairos has it: said with a Warning Event.
     apply(&client, nodeop("all-at-once", json!({"command": ["true"], "nodeSelector": {"matchLabels": {"none": "x"}}})))

@@ -717,7 +717,7 @@ mod tests {
         let spec = spec(serde_json::json!({"cordon": true, "drainOptions": {"enabled": true, "timeoutSeconds": 60}}));
         let draining =
             NodeFacts { drain: DrainProgress::Running { waiting_on: Some("pod demo/a".into()) }, ..started("w1") };
-        let d = run(&spec, &recorded(&[("w1", NodeOpPhase::Running)]), &[draining.clone()], 0);
+        let d = run(&spec, &recorded(&[("w1", NodeOpPhase::Running)]), std::slice::from_ref(&draining), 0);
         assert_eq!(actions(&d), vec![("w1".into(), Action::Drain)]);
         let since = of(&d, "w1").status.drain_started_at.clone().unwrap();
         assert_eq!(d.wake_at, Some(t(60)));
@@ -725,7 +725,10 @@ mod tests {
             "w1".to_owned(),
             NodeOpNodeStatus { phase: NodeOpPhase::Running, drain_started_at: Some(since), ..Default::default() },
         )]);
-        assert_eq!(actions(&run(&spec, &record, &[draining.clone()], 59)), vec![("w1".into(), Action::Drain)]);
+        assert_eq!(
+            actions(&run(&spec, &record, std::slice::from_ref(&draining), 59)),
+            vec![("w1".into(), Action::Drain)]
+        );
         let d = run(&spec, &record, &[draining], 60);
         assert_eq!(actions(&d), vec![("w1".into(), Action::Release)]);
         assert_eq!(of(&d, "w1").notice.as_ref().map(|n| n.reason), Some("DrainTimedOut"));
@@ -739,7 +742,7 @@ mod tests {
     fn the_reboot_goes_through_the_agent_and_is_verified() {
         let spec = spec(serde_json::json!({"cordon": true, "rebootOnSuccess": true}));
         let succeeded = NodeFacts { job: Some(JobState::Succeeded), ..started("w1") };
-        let d = run(&spec, &BTreeMap::new(), &[succeeded.clone()], 0);
+        let d = run(&spec, &BTreeMap::new(), std::slice::from_ref(&succeeded), 0);
         assert_eq!(
             actions(&d),
             vec![("w1".into(), Action::Reboot { target: "v1".into(), boot_id_before: boot("b0") })]
@@ -758,7 +761,7 @@ mod tests {
             controller: Some(ControllerAnnotations { intent: Some(intent), cordoned_by_us: true }),
             ..succeeded.clone()
         };
-        let d = run(&spec, &BTreeMap::new(), &[rebooting.clone()], 10);
+        let d = run(&spec, &BTreeMap::new(), std::slice::from_ref(&rebooting), 10);
         assert!(actions(&d).is_empty());
         assert_eq!(of(&d, "w1").status.reboot_status, RebootStatus::Pending);
         let done_report = AgentReport {
@@ -770,7 +773,7 @@ mod tests {
         };
         // The agent says done, but the kubelet still reports the old boot: not yet.
         let reported = NodeFacts { agent: Some(done_report), ..rebooting.clone() };
-        assert!(actions(&run(&spec, &BTreeMap::new(), &[reported.clone()], 10)).is_empty());
+        assert!(actions(&run(&spec, &BTreeMap::new(), std::slice::from_ref(&reported), 10)).is_empty());
         let booted = NodeFacts { kubelet_boot_id: Some("b1".into()), ..reported };
         let d = run(&spec, &BTreeMap::new(), &[booted], 10);
         assert_eq!(actions(&d), vec![("w1".into(), Action::Release)]);

@@ -208,8 +208,17 @@ impl Controller {
     async fn round(&self, term: &Term) -> Option<Timestamp> {
         let now = Timestamp::now();
         let ops: Vec<NodeOp> = self.ops.state().iter().map(|op| self.freshest_op(op)).collect();
-        for upgrade in self.upgrades.state() {
-            self.upgrade(term, &upgrade, &ops).await;
+        let upgrades = self.upgrades.state();
+        for upgrade in &upgrades {
+            self.upgrade(term, upgrade, &ops).await;
+        }
+        let upgrades_live: HashSet<String> = upgrades.iter().filter_map(|u| u.uid()).collect();
+        let of_gone_upgrade = |op: &&NodeOp| {
+            let owners = op.owner_references();
+            owners.iter().any(|r| r.kind == "NodeOpUpgrade") && !owners.iter().any(|r| upgrades_live.contains(&r.uid))
+        };
+        for op in ops.iter().filter(of_gone_upgrade) {
+            self.delete_orphan(term, op).await;
         }
         let nodes: Vec<SlimNode> = self.context.nodes.state().iter().map(|n| self.freshest_node(n)).collect();
         let marks: HashSet<String> = ops.iter().map(mark_of).collect();
@@ -219,7 +228,7 @@ impl Controller {
         }
         let live: HashSet<String> = ops.iter().filter_map(|op| op.uid()).collect();
         for stale in self.jobs.state().iter().filter(|j| !j.owner_references().iter().any(|r| live.contains(&r.uid))) {
-            self.delete_job(term, stale).await;
+            self.delete_orphan(term, &**stale).await;
         }
         let mut wake_at: Option<Timestamp> = None;
         let mut ordered: Vec<&NodeOp> = ops.iter().collect();
@@ -468,20 +477,26 @@ impl Controller {
         }
     }
 
-    /// Deletes a Job whose NodeOp is gone (the garbage collector does too; whichever comes first), with its pods.
-    async fn delete_job(&self, term: &Term, job: &Job) {
-        let Some(namespace) = job.namespace() else { return };
-        let api: Api<Job> = Api::namespaced(self.context.client.clone(), &namespace);
+    /// Deletes `object` (a Job of a NodeOp that is gone, or the NodeOp of a NodeOpUpgrade that is gone), and its
+    /// dependents: the garbage collector does it too, whichever comes first.
+    async fn delete_orphan<K>(&self, term: &Term, object: &K)
+    where
+        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let Some(namespace) = object.namespace() else { return };
+        let api: Api<K> = Api::namespaced(self.context.client.clone(), &namespace);
         let params = kube::api::DeleteParams {
-            preconditions: Some(kube::api::Preconditions { uid: job.uid(), resource_version: None }),
+            preconditions: Some(kube::api::Preconditions { uid: object.uid(), resource_version: None }),
             ..kube::api::DeleteParams::background()
         };
-        match term.fence(api.delete(&job.name_any(), &params)).await {
-            Ok(Ok(_)) => tracing::info!(job = %job.name_any(), "deleted the Job of a NodeOp that is gone"),
+        let (kind, name) = (K::kind(&()), object.name_any());
+        match term.fence(api.delete(&name, &params)).await {
+            Ok(Ok(_)) => tracing::info!(%kind, %name, "deleted: its owner is gone"),
             Ok(Err(kube::Error::Api(status))) if status.code == 404 || status.code == 409 => {}
-            Ok(Err(error)) => {
-                tracing::warn!(job = %job.name_any(), %error, "cannot delete the Job of a NodeOp that is gone")
-            }
+            Ok(Err(error)) => tracing::warn!(%kind, %name, %error, "cannot delete what an owner that is gone left"),
             Err(_) => {}
         }
     }
