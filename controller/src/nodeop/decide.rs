@@ -454,13 +454,29 @@ fn reboot(started: &Started<'_>, now: Timestamp, decision: &mut Decision) -> Nod
         .boot_id_before
         .as_ref()
         .is_some_and(|before| node.kubelet_boot_id.as_deref().is_some_and(|now| now != before.as_str()));
+    // The agent reports the boot it runs: a boot ID other than the one before means the host rebooted, even when
+    // it says `error` because the host came back on another image than it ran (the operation installed one,
+    // as a Kairos upgrade does; the agent verifies the image a rollout asks for, a NodeOp asks for none).
+    let agent_rebooted = node
+        .agent
+        .as_ref()
+        .and_then(|a| a.boot_id.as_ref())
+        .zip(intent.boot_id_before.as_ref())
+        .is_some_and(|(now, before)| now != before);
     match report {
-        Some((AgentState::Error, message)) => {
-            let message = format!("the reboot failed: {}", message.unwrap_or_default());
-            started.fail(message, "RebootFailed", RebootStatus::Cancelled)
-        }
         Some((AgentState::Done, _)) if node.ready && new_boot => {
             started.succeed("the Job completed and the node rebooted (new boot ID, Ready)", RebootStatus::Completed)
+        }
+        Some((AgentState::Error, _)) if agent_rebooted && node.ready && new_boot => {
+            let image = node.agent.as_ref().and_then(|a| a.os_image.as_deref()).unwrap_or("an unknown image");
+            let message = format!(
+                "the Job completed and the node rebooted (new boot ID, Ready) into {image}, another image than before"
+            );
+            started.succeed(&message, RebootStatus::Completed)
+        }
+        Some((AgentState::Error, message)) if !agent_rebooted => {
+            let message = format!("the reboot failed: {}", message.unwrap_or_default());
+            started.fail(message, "RebootFailed", RebootStatus::Cancelled)
         }
         _ if now >= deadline => started.fail(
             format!(
@@ -779,6 +795,23 @@ mod tests {
         assert_eq!(actions(&d), vec![("w1".into(), Action::Release)]);
         assert_eq!(of(&d, "w1").status.reboot_status, RebootStatus::Completed);
         assert_eq!(of(&d, "w1").status.phase, NodeOpPhase::Completed);
+        // Back on another image (the operation installed it): the agent says error, the reboot happened.
+        let other_image = AgentReport {
+            state: Some(AgentState::Error),
+            token: Some(Token::parse("k", "tok").unwrap()),
+            message: Some("the host booted v2 instead of v1 after the reboot".into()),
+            os_image: Some("v2".into()),
+            boot_id: Some(boot("b1")),
+            ..Default::default()
+        };
+        let upgraded = NodeFacts { agent: Some(other_image.clone()), kubelet_boot_id: Some("b1".into()), ..rebooting.clone() };
+        let d = run(&spec, &BTreeMap::new(), &[upgraded], 10);
+        assert_eq!(of(&d, "w1").status.phase, NodeOpPhase::Completed, "{:?}", of(&d, "w1").status);
+        assert!(of(&d, "w1").status.message.contains("into v2"));
+        // An error without a new boot is a failed reboot.
+        let refused = AgentReport { boot_id: Some(boot("b0")), os_image: Some("v1".into()), ..other_image };
+        let d = run(&spec, &BTreeMap::new(), &[NodeFacts { agent: Some(refused), ..rebooting.clone() }], 10);
+        assert_eq!(of(&d, "w1").notice.as_ref().map(|n| n.reason), Some("RebootFailed"));
         // Never back: timed out.
         let d = run(&spec, &BTreeMap::new(), &[rebooting], REBOOT_TIMEOUT.as_secs());
         assert_eq!(of(&d, "w1").notice.as_ref().map(|n| n.reason), Some("RebootTimedOut"));
