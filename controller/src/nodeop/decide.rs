@@ -804,7 +804,8 @@ mod tests {
             boot_id: Some(boot("b1")),
             ..Default::default()
         };
-        let upgraded = NodeFacts { agent: Some(other_image.clone()), kubelet_boot_id: Some("b1".into()), ..rebooting.clone() };
+        let upgraded =
+            NodeFacts { agent: Some(other_image.clone()), kubelet_boot_id: Some("b1".into()), ..rebooting.clone() };
         let d = run(&spec, &BTreeMap::new(), &[upgraded], 10);
         assert_eq!(of(&d, "w1").status.phase, NodeOpPhase::Completed, "{:?}", of(&d, "w1").status);
         assert!(of(&d, "w1").status.message.contains("into v2"));
