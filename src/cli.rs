@@ -80,6 +80,9 @@ pub struct ControllerArgs {
     /// every agent can then change every Node.
     #[arg(long)]
     pub allow_unconfined_agents: bool,
+    /// Do not run the Kairos NodeOp and NodeOpUpgrade controllers (operator.kairos.io).
+    #[arg(long)]
+    pub disable_node_operations: bool,
     /// The cloud of the ScalingGroups: `simulated` (the dev cluster's), `aws`, `azure` or `gcp` (each in a build
     /// with its feature). Without it the ScalingGroup, PendingNode and AutoscalingStrategy controllers do not run.
     #[arg(long, value_enum, value_name = "CLOUD")]

@@ -86,6 +86,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 own_node: args.node_name.filter(|n| !n.is_empty()),
                 cloud,
                 agent_policy: (!args.allow_unconfined_agents).then_some(args.agent_policy),
+                node_operations: !args.disable_node_operations,
             };
             tracing::info!(identity = %options.identity, lease = %format!("{}/{}", options.lease_namespace, options.lease_name), "campaigning for leadership");
             controller::run(config, options, metrics, health, shutdown).await?;

@@ -11,6 +11,7 @@ pub mod groups;
 pub mod leader;
 pub mod leadership;
 pub mod metrics;
+pub mod nodeop;
 pub mod nodes;
 pub mod notices;
 pub mod policy;
@@ -72,6 +73,8 @@ pub struct Options {
     /// leader acts only once it is in force ([`agent_policy`]). `None`: no check (the
     /// explicit `--allow-unconfined-agents` opt-out).
     pub agent_policy: Option<String>,
+    /// Run the Kairos NodeOp and NodeOpUpgrade controllers (`operator.kairos.io`, see [`nodeop`]).
+    pub node_operations: bool,
 }
 
 /// Runs the controller until `shutdown` is cancelled.
@@ -141,6 +144,16 @@ pub async fn run(
 
     let leadership = leadership::Leadership::new();
     let events = events::Events::start(client.clone(), Some(options.identity.clone()), leadership.clone());
+    let nodeop_context = options.node_operations.then(|| nodeop::Context {
+        client: client.clone(),
+        eviction_client: eviction_client.clone(),
+        nodes: nodes.clone(),
+        node_changes: node_rx.clone(),
+        pdb_changes: pdb_rx.clone(),
+        events: events.clone(),
+        metrics: metrics.clone(),
+        agent_policy: None,
+    });
     let drains = Arc::new(drain::Drains::new(drain::DrainContext {
         eviction_client,
         watch_client: client.clone(),
@@ -233,9 +246,17 @@ pub async fn run(
             groups::run(context, leadership, shutdown).await
         })
     });
+    // The NodeOp controllers start, as the scaling-group ones, once the agents' policy is in force.
+    let node_operations = nodeop_context.map(|mut context| {
+        context.agent_policy = gate.as_ref().map(|g| g.in_force.subscribe());
+        tokio::spawn(nodeop::run(context, leadership.clone(), shutdown.clone()))
+    });
     reconciler.run(leadership, reconciler_heartbeat, shutdown).await;
     if let Some(groups) = groups {
         let _ = groups.await;
+    }
+    if let Some(node_operations) = node_operations {
+        let _ = node_operations.await;
     }
     // IMPORTANT: the lease is released only once the reconciler and its drains have stopped, so
     // nothing of this replica runs when another one takes over.

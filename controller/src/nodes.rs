@@ -146,6 +146,7 @@ impl SlimNode {
             agent: AgentReport::parse(annotations),
             drain,
             group: None,
+            operation: annotations.get(keys::NODE_OPERATION).cloned(),
         }
     }
 }

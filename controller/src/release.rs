@@ -88,6 +88,7 @@ mod tests {
             controller,
             agent: Err(ProtocolError::Missing { key: "x", with: "y" }),
             drain,
+            operation: None,
         }
     }
 

@@ -195,6 +195,7 @@ pub fn controller_options(identity: &str) -> controller::Options {
         own_node: None,
         cloud: None,
         agent_policy: Some(controller::agent_policy::DEFAULT_POLICY.into()),
+        node_operations: true,
     }
 }
 

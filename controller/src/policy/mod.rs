@@ -94,6 +94,8 @@ pub struct NodeView {
     pub drain: DrainProgress,
     /// The node's scaling group and what the replacement needs of it, when a group covers the node.
     pub group: Option<GroupMember>,
+    /// The NodeOp working on the node (`keys::NODE_OPERATION`): the rollouts leave the node alone meanwhile.
+    pub operation: Option<String>,
 }
 
 /// Progress of a drain, as the executor's drain task reports it.
@@ -342,6 +344,7 @@ pub enum Reason {
     SelectorOverlap,
     GroupImagePending,
     ImageUnknown,
+    NodeOperation,
     // Why no new node of a rollout starts.
     Paused,
     OutsideMaintenanceWindow,
@@ -541,6 +544,9 @@ pub fn plan_with(
         .iter()
         .zip(&owners)
         .map(|(node, owner)| {
+            if let Some(operation) = &node.operation {
+                return held_by_operation(node, owner, rollouts, operation);
+            }
             let replacing =
                 node.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Replace));
             let idle = node.controller.as_ref().is_ok_and(|c| c.intent.is_none());
@@ -591,6 +597,8 @@ pub fn plan_with(
             pools::Owner::Rollout(_) => a.unavailable(node),
             pools::Owner::Nobody { .. } | pools::Owner::Unknown => a.in_flight(),
         };
+        // A node a NodeOp works on may be cordoned, drained or rebooted by it at any moment.
+        let busy = busy || node.operation.is_some();
         if busy && !matches!(owner, pools::Owner::Rollout(_)) {
             shared.unowned_unavailable += 1;
         }
@@ -641,6 +649,20 @@ pub fn plan_with(
         }
     }
     cluster
+}
+
+/// A node a NodeOp works on: no rollout acts on it (its cordon, and its intent while the NodeOp reboots it, are
+/// the NodeOp's), and it is held back while outdated. It counts as unavailable while cordoned or NotReady.
+fn held_by_operation(node: &NodeView, owner: &pools::Owner, rollouts: &[Rollout], operation: &str) -> Assessment {
+    let target = match owner {
+        pools::Owner::Rollout(i) => rollouts[*i].spec.acting().map(|spec| spec.target.as_str()),
+        pools::Owner::Nobody { .. } | pools::Owner::Unknown => None,
+    };
+    if target.is_some() && assess::image(node.agent.as_ref().ok()) == target {
+        return Assessment::new(Situation::UpToDate);
+    }
+    let hold = Hold::new(Reason::NodeOperation, format!("the NodeOp {operation} works on the node"));
+    Assessment::new(Situation::Outdated { eligible: false, held: Some(hold) })
 }
 
 /// One rollout: Kubernetes first, then the image (while a Kubernetes upgrade is asked for and not done, it plans

@@ -43,6 +43,7 @@ pub(super) fn node(name: &str) -> NodeView {
         }),
         drain: DrainProgress::NotRunning,
         group: None,
+        operation: None,
     }
 }
 
@@ -126,6 +127,31 @@ fn max(n: u32) -> Policy {
 }
 
 // ---- starting nodes ----
+
+#[test]
+fn a_node_a_node_operation_works_on_is_held_and_left_alone() {
+    let op = Some("default/op@u1".to_owned());
+    // Cordoned by the NodeOp, with its reboot intent: the rollout neither verifies, releases nor uncordons it.
+    let rebooting = NodeView { operation: op.clone(), ..with_intent(node("w1"), Step::Reboot, OLD, "k1", t(0)) };
+    let nodes = [rebooting, node("w2"), node("w3")];
+    let p = run(&nodes, &max(2), t(0));
+    assert_eq!(kinds(&p), vec![stage("w2")], "the cordoned node takes one of the two slots");
+    assert_eq!(p.held.len(), 1);
+    assert_eq!(p.held[0].node, "w1");
+    assert_eq!(p.held[0].hold.reason, Reason::NodeOperation);
+    // A control-plane node under a NodeOp keeps every other control-plane node from starting.
+    let cp_busy = NodeView { operation: op, ..cp("cp1") };
+    let p = run(&[cp_busy, cp("cp2")], &max(2), t(0));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    // Nobody's node: no release of the NodeOp's intent, no uncordon.
+    let unowned = NodeView {
+        selected_by: vec![],
+        operation: Some("default/op@u1".into()),
+        ..with_intent(node("w9"), Step::Reboot, OLD, "k1", t(0))
+    };
+    let p = plan(&[unowned], &[rollout_with(policy())], None, t(0));
+    assert!(p.unowned.actions.is_empty(), "{:?}", p.unowned.actions);
+}
 
 #[test]
 fn an_outdated_cluster_starts_one_node_by_default() {

@@ -1,4 +1,5 @@
-//! Custom resources of group `update.edgeless.systems`, version `v1alpha1`, all cluster-scoped.
+//! Custom resources of group `update.edgeless.systems`, version `v1alpha1`, all cluster-scoped (and the Kairos
+//! operator's namespaced `operator.kairos.io` resources in [`nodeop`]).
 //!
 //! The field names follow the Constellation node operator's CRDs so that existing manifests keep
 //! working (`groupId` on ScalingGroup but `groupID` on PendingNode is theirs, kept on purpose).
@@ -8,6 +9,9 @@
 mod autoscaling_strategy;
 #[allow(clippy::duplicated_attributes)]
 mod node_version;
+// The Kairos operator's NodeOp and NodeOpUpgrade (group `operator.kairos.io`, namespaced).
+#[allow(clippy::duplicated_attributes)]
+pub mod nodeop;
 #[allow(clippy::duplicated_attributes)]
 mod pending_node;
 #[allow(clippy::duplicated_attributes)]
@@ -33,7 +37,14 @@ pub const VERSION: &str = "v1alpha1";
 pub fn all() -> Vec<CustomResourceDefinition> {
     let mut node_version = NodeVersion::crd();
     node_version::set_int_or_string_branches(&mut node_version);
-    vec![AutoscalingStrategy::crd(), node_version, PendingNode::crd(), ScalingGroup::crd()]
+    vec![
+        AutoscalingStrategy::crd(),
+        node_version,
+        PendingNode::crd(),
+        ScalingGroup::crd(),
+        nodeop::NodeOp::crd(),
+        nodeop::NodeOpUpgrade::crd(),
+    ]
 }
 
 /// File name under `deploy/crds/` for a CRD: `<group>_<plural>.yaml`, as controller-gen names them.

@@ -58,6 +58,11 @@ pub const DONOR_GROUP: &str = "update.edgeless.systems/donor-group";
 /// between the request and the record: it adopts the group's node that joined since instead of creating another.
 pub const INSTANCE_REQUESTED: &str = "update.edgeless.systems/instance-requested";
 
+/// Controller, on a node a NodeOp works on (`operator.kairos.io`): `<namespace>/<name>@<uid>` of that NodeOp,
+/// written before it cordons the node or starts its Job, removed once it is done with the node. Rollouts hold
+/// such a node, and a NodeOp starts only on a node no rollout disrupts, so a node never does both at once.
+pub const NODE_OPERATION: &str = "update.edgeless.systems/node-operation";
+
 /// Agent: how far the agent got with the intent of [`STATE_TOKEN`] (see [`super::AgentState`]).
 pub const STATE: &str = "update.edgeless.systems/state";
 /// Agent: the [`INTENT_TOKEN`] the state is about.
@@ -87,6 +92,7 @@ pub const CONTROLLER_KEYS: &[&str] = &[
     DONOR_PROVIDER_ID,
     DONOR_GROUP,
     INSTANCE_REQUESTED,
+    NODE_OPERATION,
 ];
 /// Every annotation key the agent writes.
 pub const AGENT_KEYS: &[&str] = &[STATE, STATE_TOKEN, STATE_MESSAGE, BOOT_ID, OS_IMAGE, COMPONENTS_HASH];

@@ -1,0 +1,873 @@
+//! What a NodeOp does next: a pure function of its spec, its recorded node statuses and what the cluster shows.
+//!
+//! # A node's life under a NodeOp
+//! 1. **Waiting** (`Pending`): selected, not started. It starts when a slot is free (`concurrency`, 0 = no limit),
+//!    no node failed under `stopOnFailure`, control-plane nodes first and one at a time, and the node is Ready,
+//!    not marked by another NodeOp, and in no rollout step that stages or disrupts it.
+//! 2. **Started** (`Running`): one conditional Node patch writes the NodeOp's mark (`keys::NODE_OPERATION`) and,
+//!    with `cordon`, cordons the node with the controller's ownership record (`cordoned-by`), as a rollout does.
+//! 3. **Drained** (with `drainOptions.enabled`): the shared drain code evicts its pods; `timeoutSeconds` (default
+//!    600) after the drain started the node is released and counts as failed, as a rollout's drain timeout.
+//! 4. **Job**: one Job per (NodeOp, node), named deterministically, so a restarted controller finds it.
+//! 5. **Rebooted** (with `rebootOnSuccess`, after the Job succeeded): `intent=reboot` for the image the agent
+//!    reports, with the boot ID before; done when the agent reports `done` for it (it checks the new boot ID) and
+//!    the node is Ready with a kubelet boot ID other than the one before. A node without an agent fails (not
+//!    rebooted).
+//! 6. **Finished** (`Completed` or `Failed`): recorded in the status first, then the mark (and the NodeOp's
+//!    reboot intent) removed and the node uncordoned if the controller cordoned it (a failed node stays cordoned
+//!    and marked only with `uncordonOnFailure: false`, until the NodeOp is deleted).
+//!
+//! # Guarantees
+//! - A node whose Job exists never gets a second one, and a finished node (recorded, or whose Job finished) is
+//!   never started again.
+//! - Every write the decision asks for is safe to repeat or to refuse: Node patches are conditional on the
+//!   resourceVersion the decision saw, the Job's name is fixed, and the status patch is conditional too.
+
+use crate::policy::DrainProgress;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use shared::crd::nodeop::{NodeOpNodeStatus, NodeOpPhase, NodeOpSpec, RebootStatus};
+use shared::protocol::{AgentReport, AgentState, BootId, ControllerAnnotations, Intent, Step};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How long a drain may take when `timeoutSeconds` is not set (the rollout's default drain timeout).
+pub const DEFAULT_DRAIN_TIMEOUT: SignedDuration = crate::policy::settings::DEFAULT_DRAIN_TIMEOUT;
+/// How long a node may take from the reboot request until it is Ready after a new boot (the rollout's default).
+pub const REBOOT_TIMEOUT: SignedDuration = crate::policy::settings::DEFAULT_REBOOT_TIMEOUT;
+
+/// The reason of the Event of a node's start (its notice marks the decisions that start a node).
+pub const STARTED: &str = "OperationStarted";
+
+/// A node's Job as the cluster shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobState {
+    Active,
+    Succeeded,
+    Failed {
+        message: String,
+    },
+    /// A Job of that name exists that this NodeOp does not own.
+    Foreign,
+}
+
+/// A node as the NodeOp sees it.
+#[derive(Debug, Clone)]
+pub struct NodeFacts {
+    pub name: String,
+    pub control_plane: bool,
+    /// The NodeOp's selector selects it.
+    pub selected: bool,
+    pub ready: bool,
+    pub unschedulable: bool,
+    pub kubelet_boot_id: Option<String>,
+    /// The value of `keys::NODE_OPERATION`.
+    pub mark: Option<String>,
+    /// The controller annotations; `None` when unreadable.
+    pub controller: Option<ControllerAnnotations>,
+    /// The agent's report; `None` when absent or unreadable (no agent to reboot the node).
+    pub agent: Option<AgentReport>,
+    pub drain: DrainProgress,
+    pub job: Option<JobState>,
+}
+
+/// One NodeOp's inputs besides its nodes.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    /// The mark this NodeOp writes on its nodes (`<namespace>/<name>@<uid>`).
+    pub key: &'a str,
+    pub spec: &'a NodeOpSpec,
+    /// `status.nodeStatuses` as last recorded.
+    pub recorded: &'a BTreeMap<String, NodeOpNodeStatus>,
+    /// The NodeOp is being deleted: nothing new starts.
+    pub deleting: bool,
+    pub now: Timestamp,
+}
+
+/// A write for one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Write the mark, and cordon (recording that the controller did) if `cordon` and the node is schedulable.
+    Start { cordon: bool },
+    /// Keep a drain task running for the node.
+    Drain,
+    /// Create the node's Job.
+    CreateJob,
+    /// Write `intent=reboot` for `target` (cordoning the node first if it is schedulable).
+    Reboot { target: String, boot_id_before: BootId },
+    /// Remove the mark and the NodeOp's reboot intent; uncordon if the controller cordoned it.
+    Release,
+    /// Remove the NodeOp's reboot intent, keep the mark and the cordon (a failed node kept for inspection).
+    ClearIntent,
+}
+
+/// An Event about a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// PascalCase.
+    pub reason: &'static str,
+    pub warning: bool,
+    pub message: String,
+}
+
+/// What to do about one node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeDecision {
+    pub node: String,
+    pub action: Option<Action>,
+    /// The status to record for the node (its `lastUpdated` is set by the writer when something else changed).
+    pub status: NodeOpNodeStatus,
+    pub notice: Option<Notice>,
+}
+
+/// The decision of one round for one NodeOp.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decision {
+    pub nodes: Vec<NodeDecision>,
+    pub phase: NodeOpPhase,
+    /// Why no further node starts: (reason, message).
+    pub hold: Option<(&'static str, String)>,
+    /// Plan again at this time even if nothing changes (a timeout).
+    pub wake_at: Option<Timestamp>,
+    /// Counts for the conditions: nodes targeted, finished, failed, in progress.
+    pub total: usize,
+    pub completed: usize,
+    pub failed: usize,
+    pub running: usize,
+}
+
+/// The NodeOp's options, with Kairos's defaults (and this controller's for `uncordonOnFailure`).
+#[derive(Debug, Clone, Copy)]
+struct Options {
+    cordon: bool,
+    drain: bool,
+    drain_timeout: SignedDuration,
+    reboot: bool,
+    uncordon_on_failure: bool,
+    stop_on_failure: bool,
+    concurrency: Option<usize>,
+}
+
+impl Options {
+    fn of(spec: &NodeOpSpec) -> Options {
+        let drain = spec.drain_options.as_ref();
+        let timeout = drain.and_then(|d| d.timeout_seconds).filter(|s| *s > 0);
+        Options {
+            cordon: spec.cordon.unwrap_or(false),
+            drain: drain.and_then(|d| d.enabled).unwrap_or(false),
+            drain_timeout: timeout.map_or(DEFAULT_DRAIN_TIMEOUT, |s| SignedDuration::from_secs(i64::from(s))),
+            reboot: spec.reboot_on_success.unwrap_or(false),
+            uncordon_on_failure: spec.uncordon_on_failure.unwrap_or(true),
+            stop_on_failure: spec.stop_on_failure.unwrap_or(false),
+            concurrency: usize::try_from(spec.concurrency).ok().filter(|c| *c > 0),
+        }
+    }
+
+    /// The node is cordoned for the operation: asked for, or implied by the drain.
+    fn cordons(&self) -> bool {
+        self.cordon || self.drain
+    }
+}
+
+/// Where a node is, derived from the facts and the record.
+enum Situation {
+    /// Not targeted, or finished and released: nothing to do.
+    Idle,
+    /// Selected and not started.
+    Waiting,
+    /// Started (marked), in the middle of its operation.
+    InProgress,
+    /// Finished as recorded, but still marked: the release is due.
+    Finished,
+}
+
+/// Decides one round for one NodeOp. `nodes` are every node of the cluster.
+pub fn decide(inputs: Inputs<'_>, nodes: &[NodeFacts]) -> Decision {
+    let options = Options::of(inputs.spec);
+    let mut decision = Decision::default();
+    let mut waiting: Vec<&NodeFacts> = Vec::new();
+    for node in nodes {
+        let recorded = inputs.recorded.get(&node.name);
+        let ours = node.mark.as_deref() == Some(inputs.key);
+        let finished = recorded.is_some_and(|r| r.phase.finished());
+        let situation = match (ours, finished) {
+            (true, true) => Situation::Finished,
+            (true, false) => Situation::InProgress,
+            (false, true) => Situation::Idle,
+            (false, false) if node.job.as_ref().is_some_and(|j| *j != JobState::Foreign) => Situation::InProgress,
+            (false, false) if node.selected => Situation::Waiting,
+            (false, false) => Situation::Idle,
+        };
+        let node_decision = match situation {
+            Situation::Idle => {
+                if let Some(recorded) = recorded {
+                    count(&mut decision, recorded.phase);
+                }
+                continue;
+            }
+            Situation::Waiting => {
+                waiting.push(node);
+                continue;
+            }
+            Situation::Finished => finished_node(node, recorded, &options),
+            Situation::InProgress => in_progress(node, recorded, ours, &options, inputs.now, &mut decision),
+        };
+        count(&mut decision, node_decision.status.phase);
+        decision.nodes.push(node_decision);
+    }
+    let control_planes: BTreeSet<&str> = nodes.iter().filter(|n| n.control_plane).map(|n| n.name.as_str()).collect();
+    start_waiting(&mut decision, waiting, &control_planes, inputs.deleting, &options);
+    decision.phase = if decision.total == 0 {
+        NodeOpPhase::Pending
+    } else if decision.running > 0 {
+        NodeOpPhase::Running
+    } else if decision.failed > 0 && (options.stop_on_failure || decision.completed + decision.failed == decision.total)
+    {
+        NodeOpPhase::Failed
+    } else if decision.completed == decision.total {
+        NodeOpPhase::Completed
+    } else {
+        NodeOpPhase::Running
+    };
+    decision
+}
+
+fn count(decision: &mut Decision, phase: NodeOpPhase) {
+    decision.total += 1;
+    match phase {
+        NodeOpPhase::Completed => decision.completed += 1,
+        NodeOpPhase::Failed => decision.failed += 1,
+        NodeOpPhase::Running => decision.running += 1,
+        NodeOpPhase::Pending => {}
+    }
+}
+
+/// A node recorded as finished that still carries the mark: release it (or, failed and kept for inspection, only
+/// clear the NodeOp's reboot intent).
+fn finished_node(node: &NodeFacts, recorded: Option<&NodeOpNodeStatus>, options: &Options) -> NodeDecision {
+    let status = recorded.cloned().unwrap_or_default();
+    let keep = status.phase == NodeOpPhase::Failed && !options.uncordon_on_failure;
+    let action = if !keep {
+        Some(Action::Release)
+    } else if our_reboot_intent(node).is_some() {
+        Some(Action::ClearIntent)
+    } else {
+        None
+    };
+    NodeDecision { node: node.name.clone(), action, status, notice: None }
+}
+
+/// The node's `intent=reboot`, which on a node the NodeOp marked is the NodeOp's.
+fn our_reboot_intent(node: &NodeFacts) -> Option<&Intent> {
+    node.controller.as_ref()?.intent.as_ref().filter(|i| i.step == Step::Reboot)
+}
+
+fn cordoned_by_us(node: &NodeFacts) -> bool {
+    node.controller.as_ref().is_some_and(|c| c.cordoned_by_us)
+}
+
+/// A started node and what its decision is made of.
+struct Started<'a> {
+    node: &'a NodeFacts,
+    previous: NodeOpNodeStatus,
+    ours: bool,
+    options: &'a Options,
+}
+
+impl Started<'_> {
+    fn decided(&self, action: Option<Action>, status: NodeOpNodeStatus, notice: Option<Notice>) -> NodeDecision {
+        NodeDecision { node: self.node.name.clone(), action, status, notice }
+    }
+
+    /// The node's status while it is in progress, saying `message`.
+    fn running(&self, message: &str) -> NodeOpNodeStatus {
+        NodeOpNodeStatus {
+            phase: NodeOpPhase::Running,
+            job_name: self.previous.job_name.clone(),
+            message: message.to_owned(),
+            reboot_status: if self.options.reboot { RebootStatus::Pending } else { RebootStatus::NotRequested },
+            last_updated: self.previous.last_updated.clone(),
+            drain_started_at: self.previous.drain_started_at.clone(),
+        }
+    }
+
+    fn finished(&self, phase: NodeOpPhase, message: String, reboot_status: RebootStatus) -> NodeOpNodeStatus {
+        NodeOpNodeStatus { phase, message, reboot_status, ..self.running("") }
+    }
+
+    /// The reboot status of a node whose operation failed before its reboot.
+    fn cancelled(&self) -> RebootStatus {
+        if self.options.reboot { RebootStatus::Cancelled } else { RebootStatus::NotRequested }
+    }
+
+    /// The node failed: recorded, then released (or kept cordoned and marked without `uncordonOnFailure`).
+    fn fail(&self, message: String, reason: &'static str, reboot: RebootStatus) -> NodeDecision {
+        let status = self.finished(NodeOpPhase::Failed, message.clone(), reboot);
+        let action = if self.options.uncordon_on_failure {
+            Some(Action::Release)
+        } else if our_reboot_intent(self.node).is_some() {
+            Some(Action::ClearIntent)
+        } else {
+            None
+        };
+        let message = format!("{}: {message}", self.node.name);
+        self.decided(action.filter(|_| self.ours), status, Some(Notice { reason, warning: true, message }))
+    }
+
+    /// The node succeeded: recorded, then released.
+    fn succeed(&self, message: &str, reboot: RebootStatus) -> NodeDecision {
+        let status = self.finished(NodeOpPhase::Completed, message.to_owned(), reboot);
+        let message = format!("{}: {message}", self.node.name);
+        self.decided(
+            Some(Action::Release),
+            status,
+            Some(Notice { reason: "OperationSucceeded", warning: false, message }),
+        )
+    }
+}
+
+/// A started node: its next step, or its outcome.
+fn in_progress(
+    node: &NodeFacts,
+    recorded: Option<&NodeOpNodeStatus>,
+    ours: bool,
+    options: &Options,
+    now: Timestamp,
+    decision: &mut Decision,
+) -> NodeDecision {
+    let started = Started { node, previous: recorded.cloned().unwrap_or_default(), ours, options };
+    if !ours {
+        // Its Job exists but the mark does not: the mark was removed by someone else. A finished Job is the
+        // node's outcome (the controller records before it releases); a running one gets its mark back.
+        return match &node.job {
+            Some(JobState::Succeeded) => {
+                let status = started.finished(
+                    NodeOpPhase::Completed,
+                    "the Job completed".into(),
+                    started.previous.reboot_status,
+                );
+                started.decided(None, status, None)
+            }
+            Some(JobState::Failed { message }) => {
+                let status = started.finished(NodeOpPhase::Failed, message.clone(), started.cancelled());
+                started.decided(None, status, None)
+            }
+            _ => started.decided(
+                Some(Action::Start { cordon: options.cordons() }),
+                started.running("the Job exists; marking the node again"),
+                None,
+            ),
+        };
+    }
+    match &node.job {
+        Some(JobState::Foreign) => started.fail(
+            "a Job of the name this NodeOp gives the node's Job exists and is not this NodeOp's".into(),
+            "JobNameTaken",
+            started.cancelled(),
+        ),
+        Some(JobState::Active) => started.decided(None, started.running("the Job is running"), None),
+        Some(JobState::Failed { message }) => {
+            started.fail(format!("the Job failed: {message}"), "OperationFailed", started.cancelled())
+        }
+        Some(JobState::Succeeded) if !options.reboot => {
+            started.succeed("the Job completed", RebootStatus::NotRequested)
+        }
+        Some(JobState::Succeeded) => reboot(&started, now, decision),
+        None => before_job(&started, now, decision),
+    }
+}
+
+/// A marked node without a Job yet: cordoned, drained, then the Job.
+fn before_job(started: &Started<'_>, now: Timestamp, decision: &mut Decision) -> NodeDecision {
+    let (node, options) = (started.node, started.options);
+    let uncordoned = || {
+        started.fail(
+            "the node was uncordoned while it was drained".into(),
+            "UncordonedWhileDraining",
+            started.cancelled(),
+        )
+    };
+    if options.cordons() && !node.unschedulable {
+        if node.drain == DrainProgress::Uncordoned {
+            return uncordoned();
+        }
+        // The cordon is not visible yet, or someone lifted it before the drain began: cordon (again).
+        return started.decided(Some(Action::Start { cordon: true }), started.running("cordoning"), None);
+    }
+    if !options.drain {
+        return started.decided(Some(Action::CreateJob), started.running("creating the Job"), None);
+    }
+    let since = started.previous.drain_started_at.as_ref().map_or(now, |t| t.0);
+    let deadline = since.checked_add(options.drain_timeout).unwrap_or(Timestamp::MAX);
+    match &node.drain {
+        DrainProgress::Drained => {
+            started.decided(Some(Action::CreateJob), started.running("drained; creating the Job"), None)
+        }
+        DrainProgress::Failed { message } => {
+            started.fail(format!("the drain failed: {message}"), "DrainFailed", started.cancelled())
+        }
+        DrainProgress::Uncordoned => uncordoned(),
+        DrainProgress::Running { waiting_on } if now >= deadline => {
+            let waiting = waiting_on.as_deref().map(|w| format!(" (waiting on {w})")).unwrap_or_default();
+            let message = format!(
+                "the drain did not finish within {}s{waiting}; the node was released without running the operation",
+                options.drain_timeout.as_secs()
+            );
+            started.fail(message, "DrainTimedOut", started.cancelled())
+        }
+        DrainProgress::Running { .. } | DrainProgress::NotRunning => {
+            decision.wake_at = Some(decision.wake_at.map_or(deadline, |w| w.min(deadline)));
+            let status = NodeOpNodeStatus { drain_started_at: Some(Time(since)), ..started.running("draining") };
+            let notice = started.previous.drain_started_at.is_none().then(|| Notice {
+                reason: "DrainStarted",
+                warning: false,
+                message: format!("draining {}", node.name),
+            });
+            started.decided(Some(Action::Drain), status, notice)
+        }
+    }
+}
+
+/// A node whose Job succeeded, with `rebootOnSuccess`: the reboot through its agent, verified.
+fn reboot(started: &Started<'_>, now: Timestamp, decision: &mut Decision) -> NodeDecision {
+    let node = started.node;
+    let Some(intent) = our_reboot_intent(node) else {
+        let agent = node.agent.as_ref().and_then(|a| Some((a.os_image.clone()?, a.boot_id.clone()?)));
+        let Some((target, boot_id_before)) = agent else {
+            let message = "the node has no update-operator agent (no os-image and boot-id report): not rebooted";
+            return started.fail(message.into(), "NoAgent", RebootStatus::NoAgent);
+        };
+        if node.unschedulable && !cordoned_by_us(node) {
+            let message = "the node is cordoned by someone else; the agent reboots only nodes the controller cordoned";
+            return started.fail(message.into(), "RebootRefused", RebootStatus::Cancelled);
+        }
+        let notice = Notice {
+            reason: "RebootRequested",
+            warning: false,
+            message: format!("the Job on {} succeeded; rebooting it through its agent", node.name),
+        };
+        let action = Action::Reboot { target, boot_id_before };
+        return started.decided(Some(action), started.running("rebooting"), Some(notice));
+    };
+    let deadline = intent.since.checked_add(REBOOT_TIMEOUT).unwrap_or(Timestamp::MAX);
+    let report = node.agent.as_ref().and_then(|a| a.finished(&intent.token).map(|s| (s, a.message.clone())));
+    let new_boot = intent
+        .boot_id_before
+        .as_ref()
+        .is_some_and(|before| node.kubelet_boot_id.as_deref().is_some_and(|now| now != before.as_str()));
+    // The agent reports the boot it runs: a boot ID other than the one before means the host rebooted, even when
+    // it says `error` because the host came back on another image than it ran (the operation installed one,
+    // as a Kairos upgrade does; the agent verifies the image a rollout asks for, a NodeOp asks for none).
+    let agent_rebooted = node
+        .agent
+        .as_ref()
+        .and_then(|a| a.boot_id.as_ref())
+        .zip(intent.boot_id_before.as_ref())
+        .is_some_and(|(now, before)| now != before);
+    match report {
+        Some((AgentState::Done, _)) if node.ready && new_boot => {
+            started.succeed("the Job completed and the node rebooted (new boot ID, Ready)", RebootStatus::Completed)
+        }
+        Some((AgentState::Error, _)) if agent_rebooted && node.ready && new_boot => {
+            let image = node.agent.as_ref().and_then(|a| a.os_image.as_deref()).unwrap_or("an unknown image");
+            let message = format!(
+                "the Job completed and the node rebooted (new boot ID, Ready) into {image}, another image than before"
+            );
+            started.succeed(&message, RebootStatus::Completed)
+        }
+        Some((AgentState::Error, message)) if !agent_rebooted => {
+            let message = format!("the reboot failed: {}", message.unwrap_or_default());
+            started.fail(message, "RebootFailed", RebootStatus::Cancelled)
+        }
+        _ if now >= deadline => started.fail(
+            format!(
+                "the node was not Ready after a new boot within {}s of the reboot request",
+                REBOOT_TIMEOUT.as_secs()
+            ),
+            "RebootTimedOut",
+            RebootStatus::Cancelled,
+        ),
+        _ => {
+            decision.wake_at = Some(decision.wake_at.map_or(deadline, |w| w.min(deadline)));
+            started.decided(None, started.running("rebooting"), None)
+        }
+    }
+}
+
+/// Why a waiting node may not start now, if it may not.
+fn blocked(node: &NodeFacts) -> Option<String> {
+    if let Some(other) = &node.mark {
+        return Some(format!("the NodeOp {other} works on the node"));
+    }
+    let Some(controller) = &node.controller else {
+        return Some("the node's update-operator annotations are malformed".into());
+    };
+    if let Some(intent) = &controller.intent
+        && matches!(intent.step, Step::Stage | Step::Drain | Step::Reboot | Step::KubeadmUpgrade | Step::Replace)
+    {
+        return Some(format!("a rollout works on the node (step {})", intent.step));
+    }
+    if !node.ready {
+        return Some("the node is not Ready".into());
+    }
+    None
+}
+
+/// Starts the waiting nodes the gates allow: control plane first and alone, then workers by name, within the
+/// concurrency; nothing once a node failed under `stopOnFailure` or while the NodeOp is deleted.
+fn start_waiting(
+    decision: &mut Decision,
+    mut waiting: Vec<&NodeFacts>,
+    control_planes: &BTreeSet<&str>,
+    deleting: bool,
+    options: &Options,
+) {
+    waiting.sort_by(|a, b| b.control_plane.cmp(&a.control_plane).then_with(|| a.name.cmp(&b.name)));
+    let in_flight = |d: &Decision, control_plane: Option<bool>| {
+        d.nodes
+            .iter()
+            .filter(|n| n.status.phase == NodeOpPhase::Running)
+            .filter(|n| control_plane.is_none_or(|cp| control_planes.contains(n.node.as_str()) == cp))
+            .count()
+    };
+    let failed = decision.failed > 0;
+    let mut hold: Option<(&'static str, String)> = if deleting {
+        Some(("Deleting", "the NodeOp is being deleted".into()))
+    } else if failed && options.stop_on_failure {
+        Some(("StoppedOnFailure", "a node failed and stopOnFailure is set: no further node starts".into()))
+    } else {
+        None
+    };
+    let mut running = in_flight(decision, None);
+    let control_plane_pending = waiting.iter().any(|n| n.control_plane);
+    for node in waiting {
+        let pending = |message: String| NodeOpNodeStatus {
+            phase: NodeOpPhase::Pending,
+            message,
+            reboot_status: if options.reboot { RebootStatus::Pending } else { RebootStatus::NotRequested },
+            ..Default::default()
+        };
+        let mut status = pending("waiting for a free slot".into());
+        let mut action = None;
+        let mut notice = None;
+        if let Some((_, why)) = &hold {
+            status = pending(why.clone());
+        } else if let Some(why) = blocked(node) {
+            status = pending(why);
+        } else if options.concurrency.is_some_and(|c| running >= c) {
+            // Waits for a slot.
+        } else if node.control_plane && in_flight(decision, Some(true)) > 0 {
+            status = pending("waiting: control-plane nodes go one at a time".into());
+        } else if !node.control_plane && control_plane_pending {
+            status = pending("waiting: control-plane nodes go first".into());
+            hold = hold.or(Some(("WaitingForControlPlane", "control-plane nodes go first, one at a time".into())));
+        } else {
+            action = Some(Action::Start { cordon: options.cordons() });
+            status = NodeOpNodeStatus { phase: NodeOpPhase::Running, ..pending("started".into()) };
+            notice = Some(Notice {
+                reason: STARTED,
+                warning: false,
+                message: format!("starting the operation on {}", node.name),
+            });
+            running += 1;
+        }
+        let decided = NodeDecision { node: node.name.clone(), action, status, notice };
+        count(decision, decided.status.phase);
+        decision.nodes.push(decided);
+    }
+    decision.hold = hold;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::crd::nodeop::NodeOpDrainOptions;
+    use shared::protocol::Token;
+
+    const KEY: &str = "default/op@u1";
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    fn boot(id: &str) -> BootId {
+        BootId::parse("k", id).unwrap()
+    }
+
+    fn node(name: &str) -> NodeFacts {
+        NodeFacts {
+            name: name.into(),
+            control_plane: name.starts_with("cp"),
+            selected: true,
+            ready: true,
+            unschedulable: false,
+            kubelet_boot_id: Some("b0".into()),
+            mark: None,
+            controller: Some(ControllerAnnotations::default()),
+            agent: Some(AgentReport { os_image: Some("v1".into()), boot_id: Some(boot("b0")), ..Default::default() }),
+            drain: DrainProgress::NotRunning,
+            job: None,
+        }
+    }
+
+    /// Marked by the NodeOp and cordoned by the controller.
+    fn started(name: &str) -> NodeFacts {
+        NodeFacts {
+            mark: Some(KEY.into()),
+            unschedulable: true,
+            controller: Some(ControllerAnnotations { intent: None, cordoned_by_us: true }),
+            ..node(name)
+        }
+    }
+
+    fn spec(json: serde_json::Value) -> NodeOpSpec {
+        let mut value = json;
+        value["command"] = serde_json::json!(["true"]);
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn run(
+        spec: &NodeOpSpec,
+        recorded: &BTreeMap<String, NodeOpNodeStatus>,
+        nodes: &[NodeFacts],
+        now: i64,
+    ) -> Decision {
+        decide(Inputs { key: KEY, spec, recorded, deleting: false, now: t(now) }, nodes)
+    }
+
+    fn actions(d: &Decision) -> Vec<(String, Action)> {
+        d.nodes.iter().filter_map(|n| Some((n.node.clone(), n.action.clone()?))).collect()
+    }
+
+    fn of<'a>(d: &'a Decision, node: &str) -> &'a NodeDecision {
+        d.nodes.iter().find(|n| n.node == node).unwrap()
+    }
+
+    fn start(name: &str) -> (String, Action) {
+        (name.into(), Action::Start { cordon: true })
+    }
+
+    fn recorded(entries: &[(&str, NodeOpPhase)]) -> BTreeMap<String, NodeOpNodeStatus> {
+        entries.iter().map(|(n, p)| (n.to_string(), NodeOpNodeStatus { phase: *p, ..Default::default() })).collect()
+    }
+
+    #[test]
+    fn at_most_concurrency_nodes_start_in_name_order() {
+        let spec = spec(serde_json::json!({"cordon": true, "concurrency": 2}));
+        let nodes = [node("w3"), node("w1"), node("w2"), node("w4")];
+        let d = run(&spec, &BTreeMap::new(), &nodes, 0);
+        assert_eq!(actions(&d), vec![start("w1"), start("w2")]);
+        assert_eq!(of(&d, "w3").status.phase, NodeOpPhase::Pending);
+        assert_eq!(d.phase, NodeOpPhase::Running);
+        // With two in progress, none more.
+        let nodes = [started("w1"), started("w2"), node("w3")];
+        assert_eq!(actions(&run(&spec, &recorded(&[]), &nodes, 0)).len(), 2, "only the started nodes' next steps");
+        assert!(actions(&run(&spec, &recorded(&[]), &nodes, 0)).iter().all(|(n, _)| n != "w3"));
+    }
+
+    #[test]
+    fn concurrency_zero_starts_every_worker_at_once() {
+        let spec = spec(serde_json::json!({"cordon": true}));
+        let d = run(&spec, &BTreeMap::new(), &[node("w1"), node("w2"), node("w3")], 0);
+        assert_eq!(actions(&d), vec![start("w1"), start("w2"), start("w3")]);
+    }
+
+    #[test]
+    fn control_plane_nodes_go_first_and_one_at_a_time() {
+        let spec = spec(serde_json::json!({"cordon": true}));
+        let d = run(&spec, &BTreeMap::new(), &[node("w1"), node("cp2"), node("cp1")], 0);
+        assert_eq!(actions(&d), vec![start("cp1")]);
+        assert_eq!(d.hold.as_ref().map(|h| h.0), Some("WaitingForControlPlane"));
+        let d = run(&spec, &recorded(&[("cp1", NodeOpPhase::Running)]), &[node("w1"), node("cp2"), started("cp1")], 0);
+        assert!(actions(&d).iter().all(|(n, _)| n == "cp1"), "{:?}", actions(&d));
+        let done = recorded(&[("cp1", NodeOpPhase::Completed), ("cp2", NodeOpPhase::Completed)]);
+        let d = run(&spec, &done, &[node("w1"), node("cp2"), node("cp1")], 0);
+        assert_eq!(actions(&d), vec![start("w1")]);
+    }
+
+    #[test]
+    fn stop_on_failure_starts_nothing_after_a_failure() {
+        let spec = spec(serde_json::json!({"cordon": true, "stopOnFailure": true, "concurrency": 1}));
+        let d = run(&spec, &recorded(&[("w1", NodeOpPhase::Failed)]), &[node("w1"), node("w2"), node("w3")], 0);
+        assert!(actions(&d).is_empty(), "{:?}", actions(&d));
+        assert_eq!(d.hold.as_ref().map(|h| h.0), Some("StoppedOnFailure"));
+        assert_eq!(d.phase, NodeOpPhase::Failed);
+        // Without it, the next node starts.
+        let spec = NodeOpSpec { stop_on_failure: None, ..spec };
+        let d = run(&spec, &recorded(&[("w1", NodeOpPhase::Failed)]), &[node("w1"), node("w2"), node("w3")], 0);
+        assert_eq!(actions(&d), vec![start("w2")]);
+    }
+
+    #[test]
+    fn a_failing_job_fails_the_node_and_releases_it_unless_kept_for_inspection() {
+        let spec = spec(serde_json::json!({"cordon": true, "stopOnFailure": true, "concurrency": 1}));
+        let failing =
+            NodeFacts { job: Some(JobState::Failed { message: "BackoffLimitExceeded".into() }), ..started("w1") };
+        let d = run(&spec, &recorded(&[("w1", NodeOpPhase::Running)]), &[failing.clone(), node("w2")], 0);
+        assert_eq!(actions(&d), vec![("w1".into(), Action::Release)], "released, and w2 not started");
+        assert_eq!(of(&d, "w1").status.phase, NodeOpPhase::Failed);
+        assert_eq!(of(&d, "w1").notice.as_ref().map(|n| (n.reason, n.warning)), Some(("OperationFailed", true)));
+        let keep = NodeOpSpec { uncordon_on_failure: Some(false), ..spec };
+        let d = run(&keep, &recorded(&[("w1", NodeOpPhase::Running)]), &[failing, node("w2")], 0);
+        assert!(actions(&d).is_empty(), "kept cordoned and marked: {:?}", actions(&d));
+    }
+
+    #[test]
+    fn a_node_whose_job_exists_never_gets_a_second_one() {
+        let spec = spec(serde_json::json!({"cordon": true}));
+        let running = NodeFacts { job: Some(JobState::Active), ..started("w1") };
+        let d = run(&spec, &BTreeMap::new(), &[running], 0);
+        assert!(actions(&d).is_empty());
+        // The mark is gone (a restart after the release, before the status was seen): the Job's outcome counts.
+        let finished = NodeFacts { job: Some(JobState::Succeeded), ..node("w1") };
+        let d = run(&spec, &recorded(&[("w1", NodeOpPhase::Running)]), &[finished], 0);
+        assert!(actions(&d).is_empty(), "{:?}", actions(&d));
+        assert_eq!(of(&d, "w1").status.phase, NodeOpPhase::Completed);
+        // A finished node is never started again.
+        let d = run(&spec, &recorded(&[("w1", NodeOpPhase::Completed)]), &[node("w1")], 0);
+        assert!(actions(&d).is_empty());
+        assert_eq!(d.phase, NodeOpPhase::Completed);
+    }
+
+    #[test]
+    fn a_drain_that_takes_longer_than_its_timeout_fails_the_node_and_releases_it() {
+        let spec = spec(serde_json::json!({"cordon": true, "drainOptions": {"enabled": true, "timeoutSeconds": 60}}));
+        let draining =
+            NodeFacts { drain: DrainProgress::Running { waiting_on: Some("pod demo/a".into()) }, ..started("w1") };
+        let d = run(&spec, &recorded(&[("w1", NodeOpPhase::Running)]), std::slice::from_ref(&draining), 0);
+        assert_eq!(actions(&d), vec![("w1".into(), Action::Drain)]);
+        let since = of(&d, "w1").status.drain_started_at.clone().unwrap();
+        assert_eq!(d.wake_at, Some(t(60)));
+        let record = BTreeMap::from([(
+            "w1".to_owned(),
+            NodeOpNodeStatus { phase: NodeOpPhase::Running, drain_started_at: Some(since), ..Default::default() },
+        )]);
+        assert_eq!(
+            actions(&run(&spec, &record, std::slice::from_ref(&draining), 59)),
+            vec![("w1".into(), Action::Drain)]
+        );
+        let d = run(&spec, &record, &[draining], 60);
+        assert_eq!(actions(&d), vec![("w1".into(), Action::Release)]);
+        assert_eq!(of(&d, "w1").notice.as_ref().map(|n| n.reason), Some("DrainTimedOut"));
+        assert!(of(&d, "w1").status.message.contains("pod demo/a"), "{}", of(&d, "w1").status.message);
+        // Drained: the Job.
+        let drained = NodeFacts { drain: DrainProgress::Drained, ..started("w1") };
+        assert_eq!(actions(&run(&spec, &recorded(&[]), &[drained], 0)), vec![("w1".into(), Action::CreateJob)]);
+    }
+
+    #[test]
+    fn the_reboot_goes_through_the_agent_and_is_verified() {
+        let spec = spec(serde_json::json!({"cordon": true, "rebootOnSuccess": true}));
+        let succeeded = NodeFacts { job: Some(JobState::Succeeded), ..started("w1") };
+        let d = run(&spec, &BTreeMap::new(), std::slice::from_ref(&succeeded), 0);
+        assert_eq!(
+            actions(&d),
+            vec![("w1".into(), Action::Reboot { target: "v1".into(), boot_id_before: boot("b0") })]
+        );
+        let token = Token::parse("k", "tok").unwrap();
+        let intent = Intent {
+            step: Step::Reboot,
+            target: "v1".into(),
+            token: token.clone(),
+            since: t(0),
+            boot_id_before: Some(boot("b0")),
+            kubeadm: None,
+            message: None,
+        };
+        let rebooting = NodeFacts {
+            controller: Some(ControllerAnnotations { intent: Some(intent), cordoned_by_us: true }),
+            ..succeeded.clone()
+        };
+        let d = run(&spec, &BTreeMap::new(), std::slice::from_ref(&rebooting), 10);
+        assert!(actions(&d).is_empty());
+        assert_eq!(of(&d, "w1").status.reboot_status, RebootStatus::Pending);
+        let done_report = AgentReport {
+            state: Some(AgentState::Done),
+            token: Some(token),
+            os_image: Some("v1".into()),
+            boot_id: Some(boot("b1")),
+            ..Default::default()
+        };
+        // The agent says done, but the kubelet still reports the old boot: not yet.
+        let reported = NodeFacts { agent: Some(done_report), ..rebooting.clone() };
+        assert!(actions(&run(&spec, &BTreeMap::new(), std::slice::from_ref(&reported), 10)).is_empty());
+        let booted = NodeFacts { kubelet_boot_id: Some("b1".into()), ..reported };
+        let d = run(&spec, &BTreeMap::new(), &[booted], 10);
+        assert_eq!(actions(&d), vec![("w1".into(), Action::Release)]);
+        assert_eq!(of(&d, "w1").status.reboot_status, RebootStatus::Completed);
+        assert_eq!(of(&d, "w1").status.phase, NodeOpPhase::Completed);
+        // Back on another image (the operation installed it): the agent says error, the reboot happened.
+        let other_image = AgentReport {
+            state: Some(AgentState::Error),
+            token: Some(Token::parse("k", "tok").unwrap()),
+            message: Some("the host booted v2 instead of v1 after the reboot".into()),
+            os_image: Some("v2".into()),
+            boot_id: Some(boot("b1")),
+            ..Default::default()
+        };
+        let upgraded =
+            NodeFacts { agent: Some(other_image.clone()), kubelet_boot_id: Some("b1".into()), ..rebooting.clone() };
+        let d = run(&spec, &BTreeMap::new(), &[upgraded], 10);
+        assert_eq!(of(&d, "w1").status.phase, NodeOpPhase::Completed, "{:?}", of(&d, "w1").status);
+        assert!(of(&d, "w1").status.message.contains("into v2"));
+        // An error without a new boot is a failed reboot.
+        let refused = AgentReport { boot_id: Some(boot("b0")), os_image: Some("v1".into()), ..other_image };
+        let d = run(&spec, &BTreeMap::new(), &[NodeFacts { agent: Some(refused), ..rebooting.clone() }], 10);
+        assert_eq!(of(&d, "w1").notice.as_ref().map(|n| n.reason), Some("RebootFailed"));
+        // Never back: timed out.
+        let d = run(&spec, &BTreeMap::new(), &[rebooting], REBOOT_TIMEOUT.as_secs());
+        assert_eq!(of(&d, "w1").notice.as_ref().map(|n| n.reason), Some("RebootTimedOut"));
+        // No agent: reported, not rebooted.
+        let no_agent = NodeFacts { agent: None, ..succeeded };
+        let d = run(&spec, &BTreeMap::new(), &[no_agent], 0);
+        assert_eq!(actions(&d), vec![("w1".into(), Action::Release)]);
+        assert_eq!(of(&d, "w1").status.reboot_status, RebootStatus::NoAgent);
+        assert_eq!(of(&d, "w1").status.phase, NodeOpPhase::Failed);
+    }
+
+    #[test]
+    fn a_node_a_rollout_or_another_nodeop_works_on_waits() {
+        let spec = spec(serde_json::json!({"cordon": true}));
+        let intent = |step| Intent {
+            step,
+            target: "v2".into(),
+            token: Token::parse("k", "t").unwrap(),
+            since: t(0),
+            boot_id_before: None,
+            kubeadm: None,
+            message: None,
+        };
+        let staging = NodeFacts {
+            controller: Some(ControllerAnnotations { intent: Some(intent(Step::Stage)), cordoned_by_us: false }),
+            ..node("w1")
+        };
+        let other = NodeFacts { mark: Some("default/other@u2".into()), ..node("w2") };
+        let verified = NodeFacts {
+            controller: Some(ControllerAnnotations { intent: Some(intent(Step::Done)), cordoned_by_us: false }),
+            ..node("w3")
+        };
+        let not_ready = NodeFacts { ready: false, ..node("w4") };
+        let d = run(&spec, &BTreeMap::new(), &[staging, other, verified, not_ready], 0);
+        assert_eq!(actions(&d), vec![start("w3")]);
+        assert!(of(&d, "w1").status.message.contains("rollout"), "{}", of(&d, "w1").status.message);
+        assert!(of(&d, "w2").status.message.contains("default/other"));
+    }
+
+    #[test]
+    fn a_nodeop_being_deleted_starts_nothing() {
+        let spec = spec(serde_json::json!({}));
+        let recorded = BTreeMap::new();
+        let d = decide(Inputs { key: KEY, spec: &spec, recorded: &recorded, deleting: true, now: t(0) }, &[node("w1")]);
+        assert!(actions(&d).is_empty());
+    }
+
+    #[test]
+    fn a_recorded_outcome_is_released_once_more_if_the_mark_is_still_there() {
+        let spec = spec(serde_json::json!({"cordon": true}));
+        let d = run(&spec, &recorded(&[("w1", NodeOpPhase::Completed)]), &[started("w1")], 0);
+        assert_eq!(actions(&d), vec![("w1".into(), Action::Release)]);
+        let drain = NodeOpDrainOptions { enabled: Some(true), ..Default::default() };
+        let spec = NodeOpSpec { drain_options: Some(drain), cordon: Some(false), ..spec };
+        // The drain implies the cordon.
+        assert_eq!(actions(&run(&spec, &BTreeMap::new(), &[node("w1")], 0)), vec![start("w1")]);
+    }
+}

@@ -1,0 +1,783 @@
+//! Kairos `NodeOp`s and `NodeOpUpgrade`s, run on the rollout engine's cordon, drain and verified reboot.
+//!
+//! # Guarantees
+//! - Runs only while this replica leads (and, as the other controllers, once the agents' admission policy is in
+//!   force): every write is fenced by the leadership term, and drains end with the term.
+//! - Decisions are [`decide::decide`]'s, on the caches corrected by this controller's own writes that the
+//!   watches have not delivered yet (a node it marked, a status it wrote), so it never counts a slot twice.
+//! - A NodeOp's status is written before the node writes it decides (conditional on the NodeOp's
+//!   resourceVersion), so a node is released only once its outcome is recorded, and a refused status write
+//!   holds the round's node writes back.
+//! - A node marked by a NodeOp that no longer exists (deleted, or replaced by one of the same name) is released:
+//!   its reboot intent removed and the node uncordoned if the controller cordoned it. The NodeOp's Jobs go with
+//!   it (owner references), so no new Job starts.
+//! - A NodeOpUpgrade gets exactly one NodeOp, of its own name, created once and owned by it.
+
+pub mod decide;
+pub mod job;
+pub mod upgrade;
+
+use crate::drain::{DrainContext, Drains};
+use crate::events::{Events, node_reference};
+use crate::executor::FIELD_MANAGER;
+use crate::leadership::{Leadership, Term};
+use crate::metrics::Metrics;
+use crate::nodes::SlimNode;
+use crate::policy::NodeSelector;
+use decide::{Action, Decision, Inputs, JobState, NodeFacts};
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, Store, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use parking_lot::Mutex;
+use serde_json::json;
+use shared::crd::DrainOptions;
+use shared::crd::nodeop::{NodeOp, NodeOpNodeStatus, NodeOpStatus, NodeOpUpgrade};
+use shared::protocol::patch::NodePatch;
+use shared::protocol::{AgentReport, ControllerAnnotations, Intent, Step, Token, keys, parse_target};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+/// How often a NodeOp is decided again when nothing changes (timeouts are also woken for exactly).
+const RESYNC: Duration = Duration::from_secs(10);
+/// Changes arriving this close together are decided in one round.
+const DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// What the NodeOp controllers read and use.
+#[derive(Clone)]
+pub struct Context {
+    pub client: Client,
+    /// For evictions: automatic retries off (see [`crate::drain`]).
+    pub eviction_client: Client,
+    pub nodes: Store<SlimNode>,
+    pub node_changes: watch::Receiver<u64>,
+    pub pdb_changes: watch::Receiver<u64>,
+    pub events: Events,
+    pub metrics: Metrics,
+    /// Whether the agents' admission policy is in force (`None`: not checked).
+    pub agent_policy: Option<watch::Receiver<bool>>,
+}
+
+/// The mark a NodeOp writes on its nodes: `<namespace>/<name>@<uid>`.
+pub fn mark_of(op: &NodeOp) -> String {
+    format!("{}/{}@{}", op.namespace().unwrap_or_default(), op.name_any(), op.uid().unwrap_or_default())
+}
+
+/// Runs the NodeOp and NodeOpUpgrade controllers until `shutdown`, acting only within a leadership term.
+pub async fn run(mut context: Context, leadership: Leadership, shutdown: CancellationToken) {
+    let trigger = Arc::new(Notify::new());
+    let (ops, ops_writer) = reflector::store::<NodeOp>();
+    let (upgrades, upgrades_writer) = reflector::store::<NodeOpUpgrade>();
+    let (jobs, jobs_writer) = reflector::store::<Job>();
+    let client = context.client.clone();
+    let jobs_config =
+        watcher::Config::default().labels(&format!("{}={}", job::MANAGED_BY_LABEL, job::MANAGED_BY_VALUE));
+    let on_change = |trigger: &Arc<Notify>| {
+        let trigger = trigger.clone();
+        move || trigger.notify_one()
+    };
+    crate::spawn_watch(
+        "nodeops",
+        reflector(ops_writer, watcher(Api::<NodeOp>::all(client.clone()), watcher::Config::default()))
+            .default_backoff(),
+        on_change(&trigger),
+        shutdown.clone(),
+    );
+    crate::spawn_watch(
+        "nodeopupgrades",
+        reflector(upgrades_writer, watcher(Api::<NodeOpUpgrade>::all(client.clone()), watcher::Config::default()))
+            .default_backoff(),
+        on_change(&trigger),
+        shutdown.clone(),
+    );
+    crate::spawn_watch(
+        "nodeop jobs",
+        reflector(jobs_writer, watcher(Api::<Job>::all(client.clone()), jobs_config)).default_backoff(),
+        on_change(&trigger),
+        shutdown.clone(),
+    );
+    {
+        let (trigger, mut changes, shutdown) = (trigger.clone(), context.node_changes.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    changed = changes.changed() => if changed.is_err() { return },
+                }
+                trigger.notify_one();
+            }
+        });
+    }
+    tokio::select! {
+        () = shutdown.cancelled() => return,
+        synced = async {
+            ops.wait_until_ready().await?;
+            upgrades.wait_until_ready().await?;
+            jobs.wait_until_ready().await
+        } => if synced.is_err() {
+            tracing::error!("the NodeOp watches ended before they synced");
+            return;
+        },
+    }
+    if let Some(in_force) = &mut context.agent_policy {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            found = in_force.wait_for(|found| *found) => if found.is_err() { return },
+        }
+    }
+    let drains = Arc::new(Drains::new(DrainContext {
+        eviction_client: context.eviction_client.clone(),
+        watch_client: client.clone(),
+        nodes: context.nodes.clone(),
+        node_changes: context.node_changes.clone(),
+        pdb_changes: context.pdb_changes.clone(),
+        reconcile: trigger.clone(),
+        metrics: context.metrics.clone(),
+    }));
+    let controller = Controller {
+        context,
+        ops,
+        upgrades,
+        jobs,
+        drains,
+        node_overlay: Mutex::default(),
+        op_overlay: Mutex::default(),
+        warned: Mutex::default(),
+    };
+    let mut terms = leadership.subscribe();
+    loop {
+        let term = loop {
+            if let Some(term) = terms.borrow_and_update().clone().filter(Term::is_valid) {
+                break term;
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                changed = terms.changed() => if changed.is_err() { return },
+            }
+        };
+        tracing::info!("leading: starting the NodeOp and NodeOpUpgrade controllers");
+        loop {
+            let wake_at = controller.round(&term).await;
+            let pause = wake_at
+                .and_then(|at| Duration::try_from(at.duration_since(Timestamp::now())).ok())
+                .map_or(RESYNC, |d| d.min(RESYNC));
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = term.ended() => break,
+                () = trigger.notified() => tokio::time::sleep(DEBOUNCE).await,
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+        controller.drains.stop_all();
+        if shutdown.is_cancelled() {
+            return;
+        }
+        tracing::info!("lost the lead: stopped the NodeOp controllers");
+    }
+}
+
+/// Our own write the watch has not delivered yet: the object the API server returned, and the resourceVersion
+/// it superseded.
+struct Written<K> {
+    superseded: String,
+    object: K,
+}
+
+struct Controller {
+    context: Context,
+    ops: Store<NodeOp>,
+    upgrades: Store<NodeOpUpgrade>,
+    jobs: Store<Job>,
+    drains: Arc<Drains>,
+    node_overlay: Mutex<HashMap<String, Written<SlimNode>>>,
+    op_overlay: Mutex<HashMap<String, Written<NodeOp>>>,
+    /// NodeOps (by uid) already warned about: concurrency 0, preflight.
+    warned: Mutex<HashSet<String>>,
+}
+
+impl Controller {
+    /// One round: the NodeOpUpgrades' NodeOps, the nodes and Jobs of deleted NodeOps, every NodeOp. Returns when to
+    /// decide again at the latest.
+    async fn round(&self, term: &Term) -> Option<Timestamp> {
+        let now = Timestamp::now();
+        let ops: Vec<NodeOp> = self.ops.state().iter().map(|op| self.freshest_op(op)).collect();
+        let upgrades = self.upgrades.state();
+        for upgrade in &upgrades {
+            self.upgrade(term, upgrade, &ops).await;
+        }
+        let upgrades_live: HashSet<String> = upgrades.iter().filter_map(|u| u.uid()).collect();
+        let of_gone_upgrade = |op: &&NodeOp| {
+            let owners = op.owner_references();
+            owners.iter().any(|r| r.kind == "NodeOpUpgrade") && !owners.iter().any(|r| upgrades_live.contains(&r.uid))
+        };
+        for op in ops.iter().filter(of_gone_upgrade) {
+            self.delete_orphan(term, op).await;
+        }
+        let nodes: Vec<SlimNode> = self.context.nodes.state().iter().map(|n| self.freshest_node(n)).collect();
+        let marks: HashSet<String> = ops.iter().map(mark_of).collect();
+        let mut draining = HashSet::new();
+        for node in nodes.iter().filter(|n| marks_other(n, &marks)) {
+            self.release_orphan(term, node, now).await;
+        }
+        let live: HashSet<String> = ops.iter().filter_map(|op| op.uid()).collect();
+        for stale in self.jobs.state().iter().filter(|j| !j.owner_references().iter().any(|r| live.contains(&r.uid))) {
+            self.delete_orphan(term, &**stale).await;
+        }
+        let mut wake_at: Option<Timestamp> = None;
+        let mut ordered: Vec<&NodeOp> = ops.iter().collect();
+        ordered.sort_by(|a, b| {
+            let created = |op: &NodeOp| op.metadata.creation_timestamp.clone().map(|t| t.0);
+            created(a).cmp(&created(b)).then_with(|| a.name_any().cmp(&b.name_any()))
+        });
+        for op in ordered {
+            let Some(decision) = self.nodeop(term, op, &nodes, &live, now).await else { continue };
+            draining.extend(decision.nodes.iter().filter(|n| n.action == Some(Action::Drain)).map(|n| n.node.clone()));
+            wake_at = wake_at.into_iter().chain(decision.wake_at).min();
+        }
+        self.drains.retain(|node| draining.contains(node));
+        let exists: HashSet<String> = nodes.iter().map(|n| n.name().to_owned()).collect();
+        self.node_overlay.lock().retain(|n, _| exists.contains(n));
+        self.op_overlay.lock().retain(|uid, _| live.contains(uid));
+        wake_at
+    }
+
+    fn freshest_node(&self, node: &Arc<SlimNode>) -> SlimNode {
+        let mut overlay = self.node_overlay.lock();
+        match overlay.get(node.name()) {
+            Some(written) if node.resource_version().as_deref() == Some(written.superseded.as_str()) => {
+                written.object.clone()
+            }
+            Some(_) => {
+                overlay.remove(node.name());
+                (**node).clone()
+            }
+            None => (**node).clone(),
+        }
+    }
+
+    fn freshest_op(&self, op: &Arc<NodeOp>) -> NodeOp {
+        let uid = op.uid().unwrap_or_default();
+        let mut overlay = self.op_overlay.lock();
+        match overlay.get(&uid) {
+            Some(written) if op.resource_version().as_deref() == Some(written.superseded.as_str()) => {
+                written.object.clone()
+            }
+            Some(_) => {
+                overlay.remove(&uid);
+                (**op).clone()
+            }
+            None => (**op).clone(),
+        }
+    }
+
+    /// Decides and applies one NodeOp's round.
+    async fn nodeop(
+        &self,
+        term: &Term,
+        op: &NodeOp,
+        nodes: &[SlimNode],
+        live: &HashSet<String>,
+        now: Timestamp,
+    ) -> Option<Decision> {
+        let (namespace, name, uid) = (op.namespace()?, op.name_any(), op.uid()?);
+        let key = mark_of(op);
+        let reference = nodeop_reference(op);
+        let selector = match op.spec.node_selector.as_ref().map(NodeSelector::from_label_selector).transpose() {
+            Ok(selector) => selector,
+            Err(error) => {
+                self.warn_once(&uid, "invalid", &reference, "InvalidSpec", format!("spec.nodeSelector: {error}"));
+                return None;
+            }
+        };
+        self.warnings(op, &uid, &reference);
+        let facts: Vec<NodeFacts> = nodes
+            .iter()
+            .map(|node| {
+                let job = self
+                    .jobs
+                    .get(&reflector::ObjectRef::new(&job::job_name(&name, node.name())).within(&namespace))
+                    // The Job of a NodeOp that is gone is being deleted: as good as absent.
+                    .filter(|j| j.owner_references().iter().any(|r| live.contains(&r.uid)))
+                    .map(|j| job::state(&j, &uid));
+                facts_of(node, selector.as_ref(), self.drains.progress(node.name()), job)
+            })
+            .collect();
+        let status = op.status.clone().unwrap_or_default();
+        let inputs = Inputs {
+            key: &key,
+            spec: &op.spec,
+            recorded: &status.node_statuses,
+            deleting: op.metadata.deletion_timestamp.is_some(),
+            now,
+        };
+        let mut decision = decide::decide(inputs, &facts);
+        for node in &mut decision.nodes {
+            let has_job = facts.iter().any(|f| f.name == node.node && f.job.is_some());
+            if has_job || node.action == Some(Action::CreateJob) {
+                node.status.job_name = job::job_name(&name, &node.node);
+            }
+        }
+        if !self.write_status(term, op, &decision, now).await {
+            return Some(decision);
+        }
+        // IMPORTANT: new nodes start only once every other write of the round succeeded: a release that failed
+        // would otherwise leave more nodes disrupted than the concurrency allows.
+        let mut refused = false;
+        for node_decision in &decision.nodes {
+            let new_start = node_decision.notice.as_ref().is_some_and(|n| n.reason == decide::STARTED);
+            if new_start && refused {
+                continue;
+            }
+            if let Some(notice) = &node_decision.notice {
+                let node_ref = node_reference(&node_decision.node, None);
+                self.context.events.publish_named(
+                    reference.clone(),
+                    Some(node_ref),
+                    notice.reason,
+                    notice.warning,
+                    notice.message.clone(),
+                    "NodeOp",
+                );
+            }
+            let Some(action) = &node_decision.action else { continue };
+            let Some(node) = nodes.iter().find(|n| n.name() == node_decision.node) else { continue };
+            match action {
+                Action::Drain => self.drains.ensure(node.name(), drain_options(op), term),
+                Action::CreateJob => self.create_job(term, op, node.name()).await,
+                _ => refused |= !self.write_node(term, node, &key, action, now).await,
+            }
+        }
+        Some(decision)
+    }
+
+    /// Warning Events a NodeOp gets once: every node at once (`concurrency: 0`), a preflight not run.
+    fn warnings(&self, op: &NodeOp, uid: &str, reference: &ObjectReference) {
+        let finished = op.status.as_ref().is_some_and(|s| s.phase.finished());
+        if op.spec.concurrency == 0 && !finished {
+            let message = "concurrency is 0: the operation runs on every selected node at once (control-plane nodes \
+                           first, one at a time); set concurrency to limit how many nodes are disrupted together";
+            self.warn_once(uid, "all", reference, "AllNodesAtOnce", message.into());
+        }
+        if op.spec.preflight.is_some() {
+            let message = "spec.preflight is not run by update-operator: every selected node runs the operation";
+            self.warn_once(uid, "preflight", reference, "PreflightNotRun", message.into());
+        }
+    }
+
+    fn warn_once(&self, uid: &str, what: &str, reference: &ObjectReference, reason: &str, message: String) {
+        if self.warned.lock().insert(format!("{uid}/{what}")) {
+            tracing::warn!(nodeop = ?reference.name, reason, message, "NodeOp warning");
+            self.context.events.publish_named(reference.clone(), None, reason, true, message, "NodeOp");
+        }
+    }
+
+    /// Writes the NodeOp's status if the decision changes it, conditional on the resourceVersion decided on.
+    /// Returns whether the status is as decided (written, or unchanged).
+    async fn write_status(&self, term: &Term, op: &NodeOp, decision: &Decision, now: Timestamp) -> bool {
+        let current = op.status.clone().unwrap_or_default();
+        let next = next_status(&current, decision, op.metadata.generation, now);
+        if next == current {
+            return true;
+        }
+        let (Some(namespace), Some(rv)) = (op.namespace(), op.resource_version()) else { return false };
+        let api: Api<NodeOp> = Api::namespaced(self.context.client.clone(), &namespace);
+        let patch = json!({"metadata": {"resourceVersion": rv}, "status": next});
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        match term.fence(api.patch_status(&op.name_any(), &params, &Patch::Merge(patch))).await {
+            Ok(Ok(written)) => {
+                if let Some(uid) = op.uid() {
+                    self.op_overlay.lock().insert(uid, Written { superseded: rv, object: written });
+                }
+                true
+            }
+            Ok(Err(error)) => {
+                tracing::debug!(nodeop = %op.name_any(), %error, "NodeOp status not written; deciding again");
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    async fn create_job(&self, term: &Term, op: &NodeOp, node: &str) {
+        let (Some(namespace), Some(job)) = (op.namespace(), job::build(op, node)) else { return };
+        let api: Api<Job> = Api::namespaced(self.context.client.clone(), &namespace);
+        let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        match term.fence(api.create(&params, &job)).await {
+            Ok(Ok(_)) => {
+                tracing::info!(nodeop = %op.name_any(), node, job = ?job.metadata.name, "Job created");
+                self.context.events.publish_named(
+                    nodeop_reference(op),
+                    Some(node_reference(node, None)),
+                    "JobCreated",
+                    false,
+                    format!("created Job {} on {node}", job.metadata.name.unwrap_or_default()),
+                    "NodeOp",
+                );
+            }
+            // Created before (the watch has not delivered it yet): the decision finds it next round.
+            Ok(Err(kube::Error::Api(status))) if status.code == 409 => {}
+            Ok(Err(error)) => {
+                tracing::warn!(nodeop = %op.name_any(), node, %error, "cannot create the Job; will retry")
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// The node write of `action` for the NodeOp of mark `key`, conditional on the node's resourceVersion.
+    /// Returns whether the node is as the action wants it (written, or nothing to write).
+    async fn write_node(&self, term: &Term, node: &SlimNode, key: &str, action: &Action, now: Timestamp) -> bool {
+        let annotations = node.metadata.annotations.clone().unwrap_or_default();
+        let Ok(current) = ControllerAnnotations::read(&annotations) else { return false };
+        let Some((next, mark, unschedulable)) = next_node_state(&current, node.unschedulable(), key, action, now)
+        else {
+            return true;
+        };
+        if let Some(intent) = &next.intent
+            && parse_target(keys::INTENT_TARGET, &intent.target).is_err()
+        {
+            tracing::error!(node = %node.name(), "refusing to write a reboot intent the agent cannot read");
+            return false;
+        }
+        let patch =
+            NodePatch::annotations(Some(&annotations), next.render().into_iter().chain([(keys::NODE_OPERATION, mark)]))
+                .unschedulable(node.unschedulable(), unschedulable)
+                .if_unchanged_since(node.resource_version());
+        if patch.is_empty() {
+            return true;
+        }
+        let api: Api<SlimNode> = Api::all(self.context.client.clone());
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        match term.fence(api.patch(node.name(), &params, &Patch::Merge(patch.to_json()))).await {
+            Ok(Ok(mut written)) => {
+                written.trim();
+                tracing::info!(node = %node.name(), nodeop = key, ?action, "node updated");
+                if matches!(action, Action::Release) {
+                    self.drains.stop(node.name());
+                }
+                let superseded = node.resource_version().unwrap_or_default();
+                self.node_overlay.lock().insert(node.name().to_owned(), Written { superseded, object: written });
+                true
+            }
+            Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
+                tracing::debug!(node = %node.name(), "node changed since the decision; deciding again");
+                false
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(node = %node.name(), %error, "node write failed; will retry");
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Deletes `object` (a Job of a NodeOp that is gone, or the NodeOp of a NodeOpUpgrade that is gone), and its
+    /// dependents: the garbage collector does it too, whichever comes first.
+    async fn delete_orphan<K>(&self, term: &Term, object: &K)
+    where
+        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let Some(namespace) = object.namespace() else { return };
+        let api: Api<K> = Api::namespaced(self.context.client.clone(), &namespace);
+        let params = kube::api::DeleteParams {
+            preconditions: Some(kube::api::Preconditions { uid: object.uid(), resource_version: None }),
+            ..kube::api::DeleteParams::background()
+        };
+        let (kind, name) = (K::kind(&()), object.name_any());
+        match term.fence(api.delete(&name, &params)).await {
+            Ok(Ok(_)) => tracing::info!(%kind, %name, "deleted: its owner is gone"),
+            Ok(Err(kube::Error::Api(status))) if status.code == 404 || status.code == 409 => {}
+            Ok(Err(error)) => tracing::warn!(%kind, %name, %error, "cannot delete what an owner that is gone left"),
+            Err(_) => {}
+        }
+    }
+
+    /// Releases a node whose NodeOp is gone.
+    async fn release_orphan(&self, term: &Term, node: &SlimNode, now: Timestamp) {
+        let mark = node.metadata.annotations.as_ref().and_then(|a| a.get(keys::NODE_OPERATION)).cloned();
+        let Some(mark) = mark else { return };
+        tracing::info!(node = %node.name(), nodeop = %mark, "the node's NodeOp is gone; releasing the node");
+        self.drains.stop(node.name());
+        let _ = self.write_node(term, node, &mark, &Action::Release, now).await;
+    }
+
+    /// Creates a NodeOpUpgrade's NodeOp if it has none, and reports the NodeOp's progress in its status.
+    async fn upgrade(&self, term: &Term, upgrade: &NodeOpUpgrade, ops: &[NodeOp]) {
+        let (Some(namespace), Some(uid)) = (upgrade.namespace(), upgrade.uid()) else { return };
+        let name = upgrade.name_any();
+        let existing = ops.iter().find(|op| op.namespace().as_deref() == Some(&namespace) && op.name_any() == name);
+        let owned = |op: &NodeOp| op.owner_references().iter().any(|r| r.uid == uid && r.controller == Some(true));
+        let message = match existing {
+            Some(op) if owned(op) => format!("the upgrade runs as NodeOp {name}"),
+            Some(_) => format!("a NodeOp named {name} exists that this NodeOpUpgrade does not own; not upgrading"),
+            None if upgrade.metadata.deletion_timestamp.is_some() => return,
+            None => {
+                let Some(op) = upgrade::nodeop_for(upgrade) else { return };
+                let api: Api<NodeOp> = Api::namespaced(self.context.client.clone(), &namespace);
+                let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+                match term.fence(api.create(&params, &op)).await {
+                    Ok(Ok(_)) => tracing::info!(nodeopupgrade = %name, "NodeOp created"),
+                    Ok(Err(kube::Error::Api(status))) if status.code == 409 => {}
+                    Ok(Err(error)) => tracing::warn!(nodeopupgrade = %name, %error, "cannot create the NodeOp"),
+                    Err(_) => {}
+                }
+                format!("created NodeOp {name}")
+            }
+        };
+        let nodeop_status = existing.filter(|op| owned(op)).map(|op| op.status.clone().unwrap_or_default());
+        let next = upgrade::status_from(upgrade, nodeop_status.as_ref(), message);
+        let current = upgrade.status.clone().unwrap_or_default();
+        if next == current {
+            return;
+        }
+        let next = shared::crd::nodeop::NodeOpUpgradeStatus { last_updated: Some(Time(Timestamp::now())), ..next };
+        let api: Api<NodeOpUpgrade> = Api::namespaced(self.context.client.clone(), &namespace);
+        let patch = json!({"status": next});
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        if let Ok(Err(error)) = term.fence(api.patch_status(&name, &params, &Patch::Merge(patch))).await {
+            tracing::debug!(nodeopupgrade = %name, %error, "NodeOpUpgrade status not written");
+        }
+    }
+}
+
+/// Whether `node` carries the mark of a NodeOp other than those of `marks` (a NodeOp that is gone).
+fn marks_other(node: &SlimNode, marks: &HashSet<String>) -> bool {
+    node.metadata.annotations.as_ref().and_then(|a| a.get(keys::NODE_OPERATION)).is_some_and(|m| !marks.contains(m))
+}
+
+fn nodeop_reference(op: &NodeOp) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(NodeOp::api_version(&()).into_owned()),
+        kind: Some(NodeOp::kind(&()).into_owned()),
+        namespace: op.namespace(),
+        name: op.metadata.name.clone(),
+        uid: op.uid(),
+        ..Default::default()
+    }
+}
+
+/// The drain options of a NodeOp as the shared drain takes them.
+fn drain_options(op: &NodeOp) -> DrainOptions {
+    let drain = op.spec.drain_options.clone().unwrap_or_default();
+    DrainOptions {
+        delete_empty_dir_data: drain.delete_empty_dir_data.unwrap_or(false),
+        force: drain.force.unwrap_or(false),
+    }
+}
+
+/// A node as a NodeOp's decision sees it.
+fn facts_of(
+    node: &SlimNode,
+    selector: Option<&NodeSelector>,
+    drain: crate::policy::DrainProgress,
+    job: Option<JobState>,
+) -> NodeFacts {
+    let empty = BTreeMap::new();
+    let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
+    let labels = node.metadata.labels.as_ref();
+    let agent = AgentReport::parse(annotations).ok().filter(|a| a.os_image.is_some() && a.boot_id.is_some());
+    NodeFacts {
+        name: node.name().to_owned(),
+        control_plane: labels.is_some_and(|l| l.contains_key(crate::nodes::CONTROL_PLANE_LABEL)),
+        selected: selector.is_none_or(|s| s.matches(labels)),
+        ready: node.ready(),
+        unschedulable: node.unschedulable(),
+        kubelet_boot_id: node.status.node_info.as_ref().map(|i| i.boot_id.clone()).filter(|b| !b.is_empty()),
+        mark: annotations.get(keys::NODE_OPERATION).cloned(),
+        controller: ControllerAnnotations::read(annotations).ok(),
+        agent,
+        drain,
+        job,
+    }
+}
+
+/// The controller annotations, the mark and `spec.unschedulable` that `action` leads to, for the NodeOp of mark
+/// `key`; `None` when the action writes nothing on the node.
+pub fn next_node_state(
+    current: &ControllerAnnotations,
+    unschedulable: bool,
+    key: &str,
+    action: &Action,
+    now: Timestamp,
+) -> Option<(ControllerAnnotations, Option<String>, bool)> {
+    let mut next = current.clone();
+    let mut want_unschedulable = unschedulable;
+    let mut cordon = |next: &mut ControllerAnnotations| {
+        // Someone else's cordon stays theirs: no record, so it is never lifted by us.
+        if !unschedulable {
+            next.cordoned_by_us = true;
+            want_unschedulable = true;
+        }
+    };
+    let ours_reboot = current.intent.as_ref().is_some_and(|i| i.step == Step::Reboot);
+    let mark = match action {
+        Action::Start { cordon: wanted } => {
+            if *wanted {
+                cordon(&mut next);
+            }
+            Some(key.to_owned())
+        }
+        Action::Reboot { target, boot_id_before } => {
+            cordon(&mut next);
+            let seed = format!("{key}/{}", now.as_nanosecond());
+            let token = Token::from_u64(
+                seed.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)),
+            );
+            next.intent = Some(Intent {
+                step: Step::Reboot,
+                target: target.clone(),
+                token,
+                since: shared::protocol::truncate_to_millis(now),
+                boot_id_before: Some(boot_id_before.clone()),
+                kubeadm: None,
+                message: None,
+            });
+            Some(key.to_owned())
+        }
+        Action::Release => {
+            if ours_reboot {
+                next.intent = None;
+            }
+            if next.cordoned_by_us {
+                next.cordoned_by_us = false;
+                want_unschedulable = false;
+            }
+            None
+        }
+        Action::ClearIntent => {
+            if ours_reboot {
+                next.intent = None;
+            }
+            Some(key.to_owned())
+        }
+        Action::Drain | Action::CreateJob => return None,
+    };
+    Some((next, mark, want_unschedulable))
+}
+
+/// The NodeOp status after `decision`: node statuses (with `lastUpdated` moved only when they changed), phase,
+/// conditions (`Progressing`, `Complete`, `Failed`, `Held`; their transition times kept while their status stays).
+pub fn next_status(
+    current: &NodeOpStatus,
+    decision: &Decision,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> NodeOpStatus {
+    let mut next = current.clone();
+    let mut changed = false;
+    for node in &decision.nodes {
+        let previous = current.node_statuses.get(&node.node);
+        let mut status =
+            NodeOpNodeStatus { last_updated: previous.and_then(|p| p.last_updated.clone()), ..node.status.clone() };
+        if previous.is_none_or(|p| {
+            NodeOpNodeStatus { last_updated: None, ..p.clone() }
+                != NodeOpNodeStatus { last_updated: None, ..status.clone() }
+        }) {
+            status.last_updated = Some(Time(now));
+            changed = true;
+        }
+        next.node_statuses.insert(node.node.clone(), status);
+    }
+    next.phase = decision.phase;
+    next.observed_generation = generation;
+    let (total, done, failed, running) = (decision.total, decision.completed, decision.failed, decision.running);
+    let summary = format!("{done} of {total} nodes completed, {failed} failed, {running} in progress");
+    let hold = decision.hold.as_ref();
+    let conditions = [
+        ("Progressing", running > 0, if running > 0 { "Running" } else { "Idle" }, summary.clone()),
+        ("Complete", decision.phase.finished() && failed == 0, "Completed", summary.clone()),
+        ("Failed", failed > 0, if failed > 0 { "NodesFailed" } else { "NoFailures" }, summary),
+        (
+            "Held",
+            hold.is_some(),
+            hold.map_or("NotHeld", |(reason, _)| reason),
+            hold.map(|(_, message)| message.clone()).unwrap_or_default(),
+        ),
+    ];
+    next.conditions = conditions
+        .into_iter()
+        .map(|(type_, holds, reason, message)| {
+            let status = if holds { "True" } else { "False" };
+            let previous = current.conditions.iter().find(|c| c.type_ == type_);
+            let since = previous.filter(|c| c.status == status).map_or(Time(now), |c| c.last_transition_time.clone());
+            Condition {
+                type_: type_.to_owned(),
+                status: status.to_owned(),
+                reason: reason.to_owned(),
+                message,
+                observed_generation: generation,
+                last_transition_time: since,
+            }
+        })
+        .collect();
+    changed |= next.conditions != current.conditions || next.phase != current.phase;
+    if changed {
+        next.last_updated = Some(Time(now));
+    }
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::protocol::BootId;
+
+    fn now() -> Timestamp {
+        "2026-11-24T10:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn starting_cordons_with_the_ownership_record_only_a_schedulable_node() {
+        let start = Action::Start { cordon: true };
+        let (next, mark, unschedulable) =
+            next_node_state(&ControllerAnnotations::default(), false, "ns/op@u", &start, now()).unwrap();
+        assert!(next.cordoned_by_us && unschedulable);
+        assert_eq!(mark.as_deref(), Some("ns/op@u"));
+        let (next, _, unschedulable) =
+            next_node_state(&ControllerAnnotations::default(), true, "ns/op@u", &start, now()).unwrap();
+        assert!(unschedulable && !next.cordoned_by_us, "someone else's cordon is not claimed");
+    }
+
+    #[test]
+    fn releasing_removes_the_reboot_intent_and_only_our_cordon() {
+        let reboot = Action::Reboot { target: "v1".into(), boot_id_before: BootId::parse("k", "b0").unwrap() };
+        let (rebooting, _, unschedulable) =
+            next_node_state(&ControllerAnnotations::default(), false, "ns/op@u", &reboot, now()).unwrap();
+        assert!(unschedulable && rebooting.cordoned_by_us);
+        assert_eq!(rebooting.intent.as_ref().map(|i| i.step), Some(Step::Reboot));
+        let (released, mark, unschedulable) =
+            next_node_state(&rebooting, true, "ns/op@u", &Action::Release, now()).unwrap();
+        assert_eq!((released, mark, unschedulable), (ControllerAnnotations::default(), None, false));
+        let foreign = ControllerAnnotations::default();
+        let (_, _, unschedulable) = next_node_state(&foreign, true, "ns/op@u", &Action::Release, now()).unwrap();
+        assert!(unschedulable, "a cordon without our record stays");
+    }
+
+    #[test]
+    fn the_status_moves_last_updated_only_for_what_changed() {
+        let status = NodeOpNodeStatus { phase: shared::crd::nodeop::NodeOpPhase::Running, ..Default::default() };
+        let decision = Decision {
+            nodes: vec![decide::NodeDecision { node: "w1".into(), action: None, status, notice: None }],
+            phase: shared::crd::nodeop::NodeOpPhase::Running,
+            total: 1,
+            running: 1,
+            ..Default::default()
+        };
+        let first = next_status(&NodeOpStatus::default(), &decision, Some(1), now());
+        assert_eq!(first.node_statuses["w1"].last_updated, Some(Time(now())));
+        let later: Timestamp = "2026-11-24T10:05:00Z".parse().unwrap();
+        let again = next_status(&first, &decision, Some(1), later);
+        assert_eq!(again, first, "nothing changed, nothing to write");
+        let progressing = first.conditions.iter().find(|c| c.type_ == "Progressing").unwrap();
+        assert_eq!(progressing.status, "True");
+    }
+}
