@@ -550,15 +550,24 @@ async fn a_node_version_deleted_once_the_heir_is_ready_finishes_the_swap_and_rel
     let agents = vec![harness::agent(cluster.operator(), "worker-0")];
     let controller = controller(&cluster, "c1");
     create_version(&store, "v2", json!({"maxUnavailable": 1, "maxSurge": 1}));
-    let (heir, donor) = support::eventually(ROLLOUT, "a joined heir", || {
-        pending(&cluster)
+    let deadline = tokio::time::Instant::now() + ROLLOUT;
+    let (heir, donor) = loop {
+        let joined = pending(&cluster)
             .iter()
             .find(|p| {
                 p.spec.goal == shared::crd::PendingNodeGoal::Join && p.status.as_ref().is_some_and(|s| s.reached_goal)
             })
             .map(|p| (p.spec.node_name.clone(), p.annotations().get(keys::DONOR).cloned().unwrap_or_default()))
-    })
-    .await;
+            // The joined PendingNode goes once the heir is paired; the heir then names its donor until the swap ends.
+            .or_else(|| {
+                nodes(&cluster).iter().find_map(|n| Some((n.name_any(), n.annotations().get(keys::DONOR)?.clone())))
+            });
+        if let Some(joined) = joined {
+            break joined;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no joined heir:\n{}", describe(&cluster));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     assert!(donors.contains(&donor), "{donor} is not one of {donors:?}");
 
     store.api::<NodeVersion>().delete(None, "constellation-version", &Default::default()).unwrap();
