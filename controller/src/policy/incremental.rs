@@ -3,7 +3,7 @@
 //! A [`Planner`] holds every node's view and assessment, and indexes of the assessments: each rollout's counts,
 //! its nodes with an action or a deadline, the nodes its status lists, its eligible nodes in the order they start,
 //! its unavailable nodes, and what every rollout's budget shares. A node's change touches its own entries only, so a
-//! plan costs the nodes that changed, the nodes with an action (in flight, mostly) or a deadline that came due, the
+//! plan costs the nodes that changed, the nodes with an action that writes or a deadline that came due, the
 //! nodes it starts and what it lists: not the cluster. Like [`plan`](super::plan) it reads no clock and no client.
 //!
 //! # Guarantees
@@ -39,6 +39,10 @@ pub struct Planner {
     tallies: Vec<Tally>,
     /// Every indexed assessment's wake-up time: the node is assessed again when it comes due.
     wakes: BTreeSet<(Timestamp, String)>,
+    /// Nodes whose action writes: assessed again on every plan (the write changes them, or it failed and the
+    /// action is decided again at the new time). An action that does not write (keep draining, report a
+    /// problem) reads no time but its deadline, in `wakes`.
+    writing: BTreeSet<String>,
     /// Nodes no rollout manages that hold a slot of every budget.
     unowned_unavailable: u32,
     /// Control-plane nodes that keep every other one from starting.
@@ -185,6 +189,7 @@ impl Planner {
         self.indexed = false;
         self.tallies.clear();
         self.wakes.clear();
+        self.writing.clear();
         self.unowned_unavailable = 0;
         self.control_plane_busy = 0;
         for entry in self.nodes.values_mut() {
@@ -203,13 +208,11 @@ impl Planner {
         }
     }
 
-    /// Assesses again the nodes that changed, those with an action (their next step, or the same one again) and
-    /// those whose deadline came due; no other assessment can differ at `now`.
+    /// Assesses again the nodes that changed, those with an action that writes (their next step, or the same one
+    /// again) and those whose deadline came due; no other assessment can differ at `now`.
     fn refresh(&mut self, now: Timestamp) {
         let mut redo = std::mem::take(&mut self.dirty);
-        for tally in &self.tallies {
-            redo.extend(tally.acting.iter().cloned());
-        }
+        redo.extend(self.writing.iter().cloned());
         redo.extend(self.wakes.iter().take_while(|(at, _)| *at <= now).map(|(_, name)| name.clone()));
         for name in redo {
             self.mark(&name, false);
@@ -239,6 +242,9 @@ impl Planner {
         };
         if let Some(at) = a.wake_at {
             set(&mut self.wakes, (at, name.to_owned()), on);
+        }
+        if a.action.as_ref().is_some_and(|x| x.kind.writes()) {
+            set(&mut self.writing, name.to_owned(), on);
         }
         let busy = super::busy(node, owner, a);
         if busy && !matches!(owner, pools::Owner::Rollout(_)) {
