@@ -1,12 +1,15 @@
 //! Per-event planning time at 500 to 10,000 nodes: the full `plan_with` over every node (what the controller did
 //! on every change) against the incremental `Planner` (the changed nodes given, then a plan), over the same events
-//! of one in-place rollout at `maxUnavailable` 50. Prints one JSON object per cluster size.
+//! of one in-place rollout at `maxUnavailable` 50; and what the reconciler pays besides the plan: building every
+//! node's view (before) against bringing the views up to date from the watched store (after, `NodeViews::sync`).
+//! Prints one JSON object per cluster size.
 //!
 //! ```text
 //! cargo bench -p controller --bench planning [-- --sizes 500,1000,5000,10000 --events 400]
 //! ```
 
 use controller::executor::next_state;
+use controller::node_views::{NodeViews, Sources};
 use controller::nodes::SlimNode;
 use controller::policy::budget::MaxUnavailable;
 use controller::policy::{
@@ -15,8 +18,9 @@ use controller::policy::{
 };
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::{reflector, watcher};
 use shared::protocol::{AgentReport, AgentState, BootId, ControllerAnnotations, Token, keys};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -190,25 +194,60 @@ fn summary(mut values: Vec<f64>) -> serde_json::Value {
     })
 }
 
-/// What the reconciler did per node on every event before the planner: clone the cached Node and build its view.
-fn view_cost(size: usize) -> Result<f64, String> {
+/// A watched Node of the idle cluster, its agent's `state` annotation set to `state`.
+fn slim(name: &str, state: &str) -> SlimNode {
     let annotations: BTreeMap<String, String> =
-        [(keys::OS_IMAGE, OLD), (keys::BOOT_ID, "0b6e1f0a-58f3-4c1d-9a6e-3f6f9b1e2c44"), (keys::STATE, "idle")]
+        [(keys::OS_IMAGE, OLD), (keys::BOOT_ID, "0b6e1f0a-58f3-4c1d-9a6e-3f6f9b1e2c44"), (keys::STATE, state)]
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
     let labels: BTreeMap<String, String> =
         [(keys::MANAGED_LABEL.to_owned(), keys::MANAGED_VALUE.to_owned())].into_iter().collect();
-    let node = SlimNode {
+    SlimNode {
         metadata: ObjectMeta {
-            name: Some("w00000".into()),
+            name: Some(name.into()),
             labels: Some(labels),
             annotations: Some(annotations),
             resource_version: Some("12345".into()),
             ..Default::default()
         },
         ..Default::default()
-    };
+    }
+}
+
+/// What the reconciler does per event to bring its views up to date (`NodeViews::sync`: the store scanned,
+/// the changed node viewed again and given to the planner), one node's watch event per event.
+fn sync_cost(size: usize, events: usize) -> serde_json::Value {
+    let (store, mut writer) = reflector::store::<SlimNode>();
+    for i in 0..size {
+        writer.apply_watcher_event(&watcher::Event::Apply(slim(&format!("w{i:05}"), "idle")));
+    }
+    let (drains, overlaid) = (HashMap::new(), HashSet::new());
+    let sources = Sources { drains: &drains, overlaid: &overlaid, freshest: &|node| node };
+    let selector = NodeSelector::default();
+    let mut views = NodeViews::default();
+    views.sync_with(&store, &sources, &[Some(&selector)], None);
+    let (mut compared, mut recorded) = (Vec::new(), Vec::new());
+    for event in 0..events {
+        let state = if event % 2 == 0 { "busy" } else { "idle" };
+        let name = format!("w{:05}", event % size.max(1));
+        writer.apply_watcher_event(&watcher::Event::Apply(slim(&name, state)));
+        let started = Instant::now();
+        if event % 2 == 0 {
+            // Without the watch's record: every cached node compared.
+            views.sync_with(&store, &sources, &[Some(&selector)], None);
+            compared.push(started.elapsed().as_secs_f64() * 1e6);
+        } else {
+            views.sync_with(&store, &sources, &[Some(&selector)], Some([name].into()));
+            recorded.push(started.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    serde_json::json!({"compare_all": summary(compared), "recorded_only": summary(recorded)})
+}
+
+/// What the reconciler did per node on every event before the planner: clone the cached Node and build its view.
+fn view_cost(size: usize) -> Result<f64, String> {
+    let node = slim("w00000", "idle");
     let selector = NodeSelector::default();
     let started = Instant::now();
     let mut selected = 0;
@@ -267,6 +306,7 @@ fn run(size: usize, events: usize) -> Result<serde_json::Value, String> {
         "incremental_us": summary(incremental),
         "assessed_per_event": summary(assessed),
         "view_us_per_node": (view_cost(size)? * 100.0).round() / 100.0,
+        "sync_us": sync_cost(size, events),
         "after": {"up_to_date": counts.up_to_date, "in_progress": counts.in_progress, "outdated": counts.outdated},
     }))
 }
