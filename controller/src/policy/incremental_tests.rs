@@ -208,12 +208,12 @@ impl Run {
             }
             17 => {
                 let secs = 1 + self.random(120) as i64;
-                self.now = self.now + SignedDuration::from_secs(secs);
+                self.now += SignedDuration::from_secs(secs);
                 format!("{secs}s pass")
             }
             _ => {
                 let secs = [300, 600, 1800, 3600, 7200][self.random(5) as usize];
-                self.now = self.now + SignedDuration::from_secs(secs);
+                self.now += SignedDuration::from_secs(secs);
                 format!("{secs}s pass")
             }
         }
