@@ -115,6 +115,11 @@ impl Executor {
         node
     }
 
+    /// The nodes with an overlay entry: [`Executor::freshest`] may give another object than the watched one.
+    pub fn overlaid(&self) -> std::collections::HashSet<String> {
+        self.overlay.lock().keys().cloned().collect()
+    }
+
     /// Forgets overlay entries and reported problems of nodes that no longer exist.
     pub fn retain_nodes(&self, exists: impl Fn(&str) -> bool) {
         self.overlay.lock().retain(|n, _| exists(n));

@@ -11,6 +11,7 @@ pub mod groups;
 pub mod leader;
 pub mod leadership;
 pub mod metrics;
+pub mod node_views;
 pub mod nodeop;
 pub mod nodes;
 pub mod notices;
@@ -112,9 +113,12 @@ pub async fn run(
             .default_backoff();
     let (node_tx, node_rx) = watch::channel(0u64);
     tracing::info!("watching nodes, nodeversions.update.edgeless.systems and poddisruptionbudgets");
+    // The reconciler looks only at the nodes the watch delivered (see `node_views`).
+    let node_changes = Arc::new(node_views::Changes::default());
     let on_node = {
-        let trigger = trigger.clone();
-        move || {
+        let (trigger, changes) = (trigger.clone(), node_changes.clone());
+        move |event: &watcher::Event<SlimNode>| {
+            changes.record(event);
             trigger.notify_one();
             bump(&node_tx);
         }
@@ -122,10 +126,10 @@ pub async fn run(
     spawn_watch("nodes", node_events, on_node, shutdown.clone());
     let on_version = {
         let trigger = trigger.clone();
-        move || trigger.notify_one()
+        move |_: &_| trigger.notify_one()
     };
     spawn_watch("nodeversions", version_events, on_version, shutdown.clone());
-    spawn_watch("poddisruptionbudgets", pdb_events, move || bump(&pdb_tx), shutdown.clone());
+    spawn_watch("poddisruptionbudgets", pdb_events, move |_| bump(&pdb_tx), shutdown.clone());
 
     tokio::select! {
         () = shutdown.cancelled() => return Ok(()),
@@ -212,6 +216,7 @@ pub async fn run(
     );
     reconciler.replacer = replacer;
     reconciler.agent_policy = gate.clone();
+    reconciler.node_changes = Some(node_changes);
 
     let elector = leader::Elector::new(
         lease_client,
@@ -288,15 +293,15 @@ async fn start_replacer(
         reflector(pending_writer, watcher(Api::all(client.clone()), watcher::Config::default())).default_backoff();
     let on_group = {
         let trigger = trigger.clone();
-        move || trigger.notify_one()
+        move |_: &_| trigger.notify_one()
     };
     spawn_watch("scalinggroups", group_events, on_group, shutdown.clone());
     let on_pending = {
         let trigger = trigger.clone();
-        move || trigger.notify_one()
+        move |_: &_| trigger.notify_one()
     };
     spawn_watch("pendingnodes", pending_events, on_pending, shutdown.clone());
-    spawn_watch("autoscalingstrategies", strategy_events, move || trigger.notify_one(), shutdown.clone());
+    spawn_watch("autoscalingstrategies", strategy_events, move |_| trigger.notify_one(), shutdown.clone());
     tokio::select! {
         () = shutdown.cancelled() => {}
         synced = async {
@@ -332,8 +337,12 @@ fn bump(changes: &watch::Sender<u64>) {
 
 /// Drives a watch stream, calling `on_event` on every event; errors are retried by the stream's
 /// backoff and logged here.
-fn spawn_watch<S, K>(what: &'static str, stream: S, on_event: impl Fn() + Send + 'static, shutdown: CancellationToken)
-where
+fn spawn_watch<S, K>(
+    what: &'static str,
+    stream: S,
+    on_event: impl Fn(&watcher::Event<K>) + Send + 'static,
+    shutdown: CancellationToken,
+) where
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
     K: Send + 'static,
 {
@@ -345,7 +354,7 @@ where
                 event = stream.next() => event,
             };
             match event {
-                Some(Ok(_)) => on_event(),
+                Some(Ok(event)) => on_event(&event),
                 Some(Err(error)) => tracing::warn!(watch = what, %error, "watch failed; retrying"),
                 None => {
                     tracing::error!(watch = what, "watch ended");

@@ -22,6 +22,7 @@ use crate::events::{Events, node_reference};
 use crate::executor::{Applied, Batch, Executor};
 use crate::leadership::{Leadership, Term};
 use crate::metrics::{Metrics, NodeLabels};
+use crate::node_views::NodeViews;
 use crate::nodes::SlimNode;
 use crate::notices::HoldNotices;
 use crate::policy::{self, ClusterPlan, Hold, NodeView, Plan, Rollout, SpecState, ValidSpec};
@@ -30,7 +31,7 @@ use crate::status;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use shared::crd::{NodeVersion, NodeVersionStatus};
 use shared::health::Heartbeat;
@@ -99,6 +100,8 @@ pub struct Reconciler {
     pub replacer: Option<Arc<crate::replacer::Replacer>>,
     /// The agents' admission policy the leader must find in force before it acts; None: not checked.
     pub agent_policy: Option<agent_policy::Gate>,
+    /// The nodes the watch delivered, so that a reconcile looks only at those; None: it compares every cached node.
+    pub node_changes: Option<Arc<crate::node_views::Changes>>,
     specs: Specs,
     cluster_versions: ClusterVersions,
     /// The hold last published per NodeVersion (by UID), so each change is one Event.
@@ -108,6 +111,8 @@ pub struct Reconciler {
     /// NodeVersions (by UID) the finalizer was added to that the cache does not show with it yet.
     finalizers_added: std::collections::HashSet<String>,
     notices: HoldNotices,
+    /// The nodes as the policy sees them, in the incremental planner.
+    views: NodeViews,
 }
 
 impl Reconciler {
@@ -137,11 +142,13 @@ impl Reconciler {
             clock: Clock::System,
             replacer: None,
             agent_policy: None,
+            node_changes: None,
             specs: Specs::default(),
             last_holds: HashMap::new(),
             releasing: HashMap::new(),
             finalizers_added: Default::default(),
             notices: HoldNotices::default(),
+            views: NodeViews::default(),
         }
     }
 
@@ -282,28 +289,49 @@ impl Reconciler {
 
         let selectors: Vec<Option<&policy::NodeSelector>> =
             rollouts.iter().map(|r| r.spec.acting().map(|s| &s.policy.selector)).collect();
+        // The node views live in the planner between reconciles; taken out while this one uses them.
+        let mut node_views = std::mem::take(&mut self.views);
         let mut objects: HashMap<String, SlimNode> = HashMap::new();
-        let mut views: Vec<NodeView> = Vec::new();
-        let fresh: Vec<SlimNode> = self.nodes.state().iter().map(|n| self.executor.freshest((**n).clone())).collect();
         let mut unresolved = false;
         let fleet = match &self.replacer {
             Some(replacer) => {
+                // Replacements read the whole cluster (each node's group, the cloud's answers about them): every
+                // node is viewed again, and the planner plans over all of them while one is concerned.
+                let fresh: Vec<SlimNode> =
+                    self.nodes.state().iter().map(|n| self.executor.freshest((**n).clone())).collect();
                 unresolved = replacer.learn(&fresh);
+                let views = fresh.iter().map(|node| {
+                    let mut view = node.view(selectors.iter().copied(), self.drains.progress(node.name()));
+                    view.group = replacer.member(node);
+                    view
+                });
+                node_views.replace_all(views);
+                objects = fresh.into_iter().map(|node| (node.name().to_owned(), node)).collect();
                 replacer.fleet()
             }
-            None => policy::Fleet::default(),
+            None => {
+                let changes = self.node_changes.as_deref();
+                node_views.sync(&self.nodes, &self.executor, &self.drains, &selectors, changes);
+                policy::Fleet::default()
+            }
         };
-        for node in fresh {
-            let mut view = node.view(selectors.iter().copied(), self.drains.progress(node.name()));
-            view.group = self.replacer.as_ref().and_then(|r| r.member(&node));
-            views.push(view);
-            objects.insert(node.name().to_owned(), node);
-        }
-        self.executor.retain_nodes(|n| objects.contains_key(n));
+        let planner = &mut node_views.planner;
+        planner.set_context(rollouts.clone(), fleet, self.own_node.clone());
+        self.executor.retain_nodes(|n| planner.node(n).is_some());
         // Drains of nodes that left the drain step (a human removed the intent, say) stop.
-        self.drains.retain(|n| views.iter().any(|v| v.name == n && in_drain_step(v)));
+        self.drains.retain(|n| planner.node(n).is_some_and(in_drain_step));
 
-        let plan = policy::plan_with(&views, &rollouts, &fleet, self.own_node.as_deref(), now);
+        let plan = planner.plan(now);
+        if self.replacer.is_none() {
+            // The objects the executor decides on: those of the nodes the plan acts on.
+            for action in plan.rollouts.iter().chain([&plan.unowned]).flat_map(|p| &p.actions) {
+                if !objects.contains_key(&action.node)
+                    && let Some(node) = self.nodes.get(&ObjectRef::new(&action.node))
+                {
+                    objects.insert(action.node.clone(), self.executor.freshest(SlimNode::clone(&node)));
+                }
+            }
+        }
         let references: Vec<ObjectReference> = versions.iter().map(|v| v.object_ref(&())).collect();
         let mut batches: Vec<Batch<'_>> = plan
             .rollouts
@@ -318,7 +346,11 @@ impl Reconciler {
             .collect();
         batches.push(Batch { actions: &plan.unowned.actions, drain: Default::default(), version: None });
         let applied = self.executor.apply(term, &batches, &objects, now).await;
-        self.finish_deletions(term, &deleting, &views, &objects, now).await;
+        // Only a NodeVersion being deleted looks at every node.
+        let all: Vec<&NodeView> = if deleting.is_empty() { Vec::new() } else { node_views.planner.nodes().collect() };
+        self.finish_deletions(term, &deleting, &all, now).await;
+        drop(all);
+        self.views = node_views;
 
         for (((version, rollout), p), reference) in versions.iter().zip(&rollouts).zip(&plan.rollouts).zip(&references)
         {
@@ -326,7 +358,7 @@ impl Reconciler {
             self.report_hold(version, p, reference);
         }
         self.last_holds.retain(|uid, _| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));
-        let notice_due = self.report_held_nodes(&versions, &plan, &references, &objects);
+        let notice_due = self.report_held_nodes(&versions, &plan, &references);
         self.record_metrics(&plan, started);
         let wake = next_wake(plan.wake_at(), notice_due, applied, now, Instant::now());
         let wake = [wake, recheck].into_iter().flatten().min();
@@ -375,8 +407,7 @@ impl Reconciler {
         &mut self,
         term: &Term,
         deleting: &[Arc<NodeVersion>],
-        views: &[NodeView],
-        objects: &HashMap<String, SlimNode>,
+        views: &[&NodeView],
         now: Timestamp,
     ) {
         self.releasing.retain(|uid, _| deleting.iter().any(|v| v.uid().as_deref() == Some(uid)));
@@ -390,7 +421,8 @@ impl Reconciler {
             let waiting: Vec<String> = views
                 .iter()
                 .filter(|v| {
-                    selector.is_some_and(|s| s.matches(objects.get(&v.name).and_then(|n| n.metadata.labels.as_ref())))
+                    let node = self.nodes.get(&ObjectRef::new(&v.name));
+                    selector.is_some_and(|s| s.matches(node.as_ref().and_then(|n| n.metadata.labels.as_ref())))
                 })
                 .filter_map(|v| release::unreleased(v).map(|why| format!("{}: {why}", v.name)))
                 .collect();
@@ -495,7 +527,6 @@ impl Reconciler {
         versions: &[Arc<NodeVersion>],
         plan: &ClusterPlan,
         references: &[ObjectReference],
-        objects: &HashMap<String, SlimNode>,
     ) -> Option<Instant> {
         let scopes: Vec<String> = versions.iter().map(|v| v.name_any()).chain([String::new()]).collect();
         let held = scopes
@@ -504,7 +535,7 @@ impl Reconciler {
             .flat_map(|(scope, p)| p.held.iter().map(move |h| (scope.as_str(), h.node.as_str(), &h.hold)));
         let (due, next) = self.notices.observe(held, Instant::now());
         for notice in due {
-            let uid = objects.get(&notice.node).and_then(|n| n.uid());
+            let uid = self.nodes.get(&ObjectRef::new(&notice.node)).and_then(|n| n.uid());
             let node = node_reference(&notice.node, uid);
             let Hold { reason, message } = notice.hold;
             tracing::info!(node = %notice.node, %reason, detail = message, "node held back");

@@ -103,6 +103,11 @@ impl Drains {
         self.progress.lock().get(node).cloned().unwrap_or_default()
     }
 
+    /// What every drain task has achieved, by node (a node without one is [`DrainProgress::NotRunning`]).
+    pub fn all_progress(&self) -> HashMap<String, DrainProgress> {
+        self.progress.lock().clone()
+    }
+
     /// Starts draining `node` within `term`, unless a drain task of this term already runs for it.
     pub fn ensure(&self, node: &str, options: DrainOptions, term: &Term) {
         let mut tasks = self.tasks.lock();

@@ -207,7 +207,7 @@ where
 {
     let (store, writer) = reflector::store::<K>();
     let stream = reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
-    crate::spawn_watch(std::any::type_name::<K>(), stream, move || changed.notify_one(), shutdown);
+    crate::spawn_watch(std::any::type_name::<K>(), stream, move |_| changed.notify_one(), shutdown);
     store
 }
 

@@ -79,10 +79,10 @@ pub async fn run(mut context: Context, leadership: Leadership, shutdown: Cancell
     let client = context.client.clone();
     let jobs_config =
         watcher::Config::default().labels(&format!("{}={}", job::MANAGED_BY_LABEL, job::MANAGED_BY_VALUE));
-    let on_change = |trigger: &Arc<Notify>| {
+    fn on_change<K>(trigger: &Arc<Notify>) -> impl Fn(&watcher::Event<K>) + Send + 'static {
         let trigger = trigger.clone();
-        move || trigger.notify_one()
-    };
+        move |_| trigger.notify_one()
+    }
     crate::spawn_watch(
         "nodeops",
         reflector(ops_writer, watcher(Api::<NodeOp>::all(client.clone()), watcher::Config::default()))

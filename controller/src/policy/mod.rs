@@ -48,6 +48,7 @@ mod assess;
 pub mod budget;
 pub mod cron;
 mod gates;
+pub mod incremental;
 pub mod kubernetes;
 mod pools;
 pub mod replacement;
@@ -56,10 +57,13 @@ pub mod settings;
 pub mod window;
 
 #[cfg(test)]
+mod incremental_tests;
+#[cfg(test)]
 mod simulation;
 #[cfg(test)]
 mod tests;
 
+pub use incremental::Planner;
 pub use replacement::{DonorRef, Fleet, GroupMember, TaintView};
 pub use settings::{NodeSelector, Policy, ValidSpec};
 
@@ -577,14 +581,7 @@ pub fn plan_with(
                         node.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).map(|i| i.target.as_str());
                     replacement::assess(node, &context, target.unwrap_or_default(), &default_policy, now)
                 }
-                (pools::Owner::Rollout(i), None) => match rollouts[*i].spec.acting() {
-                    Some(spec) => assess::assess(node, Owner::Rollout { target: &spec.target }, &spec.policy, now),
-                    None => assess::assess(node, Owner::Unknown, &default_policy, now),
-                },
-                (pools::Owner::Nobody { reason }, _) => {
-                    assess::assess(node, Owner::Nobody { reason: *reason }, &default_policy, now)
-                }
-                (pools::Owner::Unknown, _) => assess::assess(node, Owner::Unknown, &default_policy, now),
+                (owner, _) => assess_in_place(node, *owner, rollouts, now),
             }
         })
         .collect();
@@ -593,12 +590,7 @@ pub fn plan_with(
     // and whether a control-plane node anywhere is busy.
     let mut shared = selection::Shared::default();
     for ((node, owner), a) in nodes.iter().zip(&owners).zip(&assessments) {
-        let busy = match owner {
-            pools::Owner::Rollout(_) => a.unavailable(node),
-            pools::Owner::Nobody { .. } | pools::Owner::Unknown => a.in_flight(),
-        };
-        // A node a NodeOp works on may be cordoned, drained or rebooted by it at any moment.
-        let busy = busy || node.operation.is_some();
+        let busy = busy(node, *owner, a);
         if busy && !matches!(owner, pools::Owner::Rollout(_)) {
             shared.unowned_unavailable += 1;
         }
@@ -642,10 +634,8 @@ pub fn plan_with(
         }
         cluster.unowned.actions.extend(a.action.clone());
         cluster.unowned.wake(a.wake_at);
-        if node.opted_in && *owner == (pools::Owner::Nobody { reason: Reason::NotSelected }) {
-            let message =
-                "the node opts in (update.edgeless.systems/managed=true) but no NodeVersion's selector selects it";
-            cluster.unowned.held.push(Held { node: node.name.clone(), hold: Hold::new(Reason::NotSelected, message) });
+        if opted_in_unselected(node, *owner) {
+            cluster.unowned.held.push(not_selected(node));
         }
     }
     cluster
@@ -663,6 +653,43 @@ fn held_by_operation(node: &NodeView, owner: &pools::Owner, rollouts: &[Rollout]
     }
     let hold = Hold::new(Reason::NodeOperation, format!("the NodeOp {operation} works on the node"));
     Assessment::new(Situation::Outdated { eligible: false, held: Some(hold) })
+}
+
+/// How a node is assessed when no replacement concerns it: updated in place by its rollout, or wound down.
+fn assess_in_place(node: &NodeView, owner: pools::Owner, rollouts: &[Rollout], now: Timestamp) -> Assessment {
+    if let Some(operation) = &node.operation {
+        return held_by_operation(node, &owner, rollouts, operation);
+    }
+    let default_policy = Policy::default();
+    match owner {
+        pools::Owner::Rollout(i) => match rollouts.get(i).and_then(|r| r.spec.acting()) {
+            Some(spec) => assess::assess(node, Owner::Rollout { target: &spec.target }, &spec.policy, now),
+            None => assess::assess(node, Owner::Unknown, &default_policy, now),
+        },
+        pools::Owner::Nobody { reason } => assess::assess(node, Owner::Nobody { reason }, &default_policy, now),
+        pools::Owner::Unknown => assess::assess(node, Owner::Unknown, &default_policy, now),
+    }
+}
+
+/// Whether the node takes a slot of every rollout's budget (nodes of a rollout: when unavailable; other nodes:
+/// while a reboot finishes), and, if it is a control-plane node, keeps every other one from starting.
+fn busy(node: &NodeView, owner: pools::Owner, a: &Assessment) -> bool {
+    let busy = match owner {
+        pools::Owner::Rollout(_) => a.unavailable(node),
+        pools::Owner::Nobody { .. } | pools::Owner::Unknown => a.in_flight(),
+    };
+    // A node a NodeOp works on may be cordoned, drained or rebooted by it at any moment.
+    busy || node.operation.is_some()
+}
+
+/// Whether the node opts in but no NodeVersion selects it (said in the unowned plan's `held`).
+fn opted_in_unselected(node: &NodeView, owner: pools::Owner) -> bool {
+    node.opted_in && owner == (pools::Owner::Nobody { reason: Reason::NotSelected })
+}
+
+fn not_selected(node: &NodeView) -> Held {
+    let message = "the node opts in (update.edgeless.systems/managed=true) but no NodeVersion's selector selects it";
+    Held { node: node.name.clone(), hold: Hold::new(Reason::NotSelected, message) }
 }
 
 /// One rollout: Kubernetes first, then the image (while a Kubernetes upgrade is asked for and not done, it plans
@@ -710,10 +737,38 @@ fn plan_image_rollout(
     }
     summarize(&mut plan, members);
     plan.replacements = records.listing(members);
+    let drain_timeouts =
+        members.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
+    let Some(spec) = open_gates(rollout, &mut plan, overlap, drain_timeouts, now) else { return plan };
+    let replaced = members.iter().filter(|(_, a)| a.replace).count() as u32;
+    let allowed = spec.policy.max_surge.resolve(replaced);
+    let mut surge = selection::Surge {
+        free: allowed.saturating_sub(records.surge_used(members)),
+        allowed,
+        control_plane_active: records.control_plane_active(),
+        worker_active: records.worker_active(),
+        moving: records.moving(),
+    };
+    let pool = selection::Members { members, own_node };
+    let selected = selection::select(&pool, spec, shared, &mut surge);
+    start(&mut plan, spec, selected, now);
+    plan
+}
+
+/// The part of a rollout's image flow after its members are summarized in `plan`: the nodes an older
+/// NodeVersion manages (`overlap`), then the gates. Returns the spec to select under when every gate is open and
+/// a node is outdated; otherwise `plan.hold` says why not, if anything.
+fn open_gates<'r>(
+    rollout: &'r Rollout,
+    plan: &mut Plan,
+    overlap: &[(&NodeView, &str)],
+    drain_timeouts: usize,
+    now: Timestamp,
+) -> Option<&'r ValidSpec> {
     let Some(spec) = rollout.spec.acting() else {
         // Without a spec to act on the rollout selects no node; the gate says why.
         plan.hold = gates::closed(rollout, None, &plan.counts, 0, now).map(|(hold, _)| hold);
-        return plan;
+        return None;
     };
     for (node, older) in overlap {
         plan.counts.total += 1;
@@ -729,33 +784,26 @@ fn plan_image_rollout(
     }
     plan.held.sort_by(|a, b| a.node.cmp(&b.node));
 
-    let drain_timeouts =
-        members.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
     match gates::closed(rollout, Some(spec), &plan.counts, drain_timeouts, now) {
         // An invalid spec is said even when nothing is outdated; the other gates matter only when
         // something would start.
         Some((hold, wake)) if plan.counts.outdated > 0 || hold.reason == Reason::InvalidSpec => {
             plan.hold = Some(hold);
             plan.wake(wake);
-            return plan;
+            None
         }
-        _ if plan.counts.outdated == 0 => return plan,
-        _ => plan.wake(gates::next_change(&spec.policy, now)),
+        _ if plan.counts.outdated == 0 => None,
+        _ => {
+            plan.wake(gates::next_change(&spec.policy, now));
+            Some(spec)
+        }
     }
+}
 
-    let replaced = members.iter().filter(|(_, a)| a.replace).count() as u32;
-    let allowed = spec.policy.max_surge.resolve(replaced);
-    let mut surge = selection::Surge {
-        free: allowed.saturating_sub(records.surge_used(members)),
-        allowed,
-        control_plane_active: records.control_plane_active(),
-        worker_active: records.worker_active(),
-        moving: records.moving(),
-    };
-    let selected = selection::select(members, spec, shared, &mut surge, own_node);
+/// Starts the selected nodes: their actions, and each counted in flight.
+fn start(plan: &mut Plan, spec: &ValidSpec, selected: selection::Selection<'_>, now: Timestamp) {
     plan.hold = selected.hold;
-    for node in selected.starts {
-        let replace = members.iter().any(|(n, a)| n.name == node.name && a.replace);
+    for (node, replace) in selected.starts {
         let (step, kind, reason, message) = if replace {
             let kind = ActionKind::Replace { target: spec.target.clone() };
             (
@@ -773,7 +821,6 @@ fn plan_image_rollout(
         plan.in_flight.push(InFlight { node: node.name.clone(), step, since: now, waiting_on: None });
         plan.actions.push(NodeAction { node: node.name.clone(), kind, reason, message });
     }
-    plan
 }
 
 /// Counts each member in its situation, and lists those in flight, failed, blocked and held.

@@ -21,24 +21,18 @@ pub(super) enum Owner {
 
 /// The owner of each node, in the order of `nodes`.
 pub(super) fn owners(nodes: &[NodeView], rollouts: &[Rollout]) -> Vec<Owner> {
-    let every_selector_known = rollouts.iter().all(|r| r.spec.acting().is_some());
-    let nobody = if rollouts.is_empty() { Reason::NoNodeVersion } else { Reason::NotSelected };
-    nodes
-        .iter()
-        .map(|node| {
-            let oldest = node
-                .selected_by
-                .iter()
-                .copied()
-                .filter(|&i| rollouts.get(i).is_some_and(|r| r.spec.acting().is_some()))
-                .min();
-            match oldest {
-                Some(i) => Owner::Rollout(i),
-                None if every_selector_known => Owner::Nobody { reason: nobody },
-                None => Owner::Unknown,
-            }
-        })
-        .collect()
+    nodes.iter().map(|node| owner(node, rollouts)).collect()
+}
+
+/// The owner of `node`.
+pub(super) fn owner(node: &NodeView, rollouts: &[Rollout]) -> Owner {
+    let acting = |i: usize| rollouts.get(i).is_some_and(|r| r.spec.acting().is_some());
+    match node.selected_by.iter().copied().filter(|&i| acting(i)).min() {
+        Some(i) => Owner::Rollout(i),
+        None if !(0..rollouts.len()).all(acting) => Owner::Unknown,
+        None if rollouts.is_empty() => Owner::Nobody { reason: Reason::NoNodeVersion },
+        None => Owner::Nobody { reason: Reason::NotSelected },
+    }
 }
 
 #[cfg(test)]

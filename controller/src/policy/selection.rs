@@ -37,39 +37,106 @@ pub(super) struct Surge {
     pub moving: bool,
 }
 
-/// The nodes to start, and why not more.
+/// The nodes to start (each with whether it is replaced), and why not more.
 pub(super) struct Selection<'a> {
-    pub starts: Vec<&'a NodeView>,
+    pub starts: Vec<(&'a NodeView, bool)>,
     pub hold: Option<Hold>,
 }
 
-/// Picks the nodes to start among `members` (the rollout's nodes with their assessments).
+/// A rollout's members, as selection reads them: kept as a list by [`plan`](super::plan), as indexes by the
+/// incremental [`Planner`](super::incremental::Planner). Only [`Pool::candidates`] is read in full; the lists
+/// are asked for only to name nodes in a hold.
+pub(super) trait Pool<'a> {
+    /// The eligible outdated members, in the order they start (control plane first, then by name, the
+    /// controller's own node last), each with whether it is replaced.
+    fn candidates(&self) -> Box<dyn Iterator<Item = (&'a NodeView, bool)> + '_>;
+    /// How many members the rollout has.
+    fn size(&self) -> u32;
+    /// How many members count against the budget ([`Assessment::unavailable`]).
+    fn unavailable_count(&self) -> u32;
+    /// Those members.
+    fn unavailable(&self) -> Vec<(&'a NodeView, &'a Assessment)>;
+    /// Whether a member is in flight ([`Situation::InFlight`]).
+    fn any_in_flight(&self) -> bool;
+    /// Control-plane members outdated, in flight or holding a slot.
+    fn control_plane_pending(&self) -> Vec<(&'a NodeView, &'a Assessment)>;
+}
+
+/// The members of a rollout as a list.
+pub(super) struct Members<'a, 'm> {
+    pub members: &'m [(&'a NodeView, &'a Assessment)],
+    pub own_node: Option<&'m str>,
+}
+
+impl<'a> Pool<'a> for Members<'a, '_> {
+    fn candidates(&self) -> Box<dyn Iterator<Item = (&'a NodeView, bool)> + '_> {
+        let mut candidates: Vec<(&'a NodeView, bool)> = self
+            .members
+            .iter()
+            .filter(|(_, a)| matches!(a.situation, Situation::Outdated { eligible: true, .. }))
+            .map(|(n, a)| (*n, a.replace))
+            .collect();
+        candidates.sort_by_key(|(n, _)| order(n, self.own_node));
+        Box::new(candidates.into_iter())
+    }
+
+    fn size(&self) -> u32 {
+        self.members.len() as u32
+    }
+
+    fn unavailable_count(&self) -> u32 {
+        self.members.iter().filter(|(n, a)| a.unavailable(n)).count() as u32
+    }
+
+    fn unavailable(&self) -> Vec<(&'a NodeView, &'a Assessment)> {
+        self.members.iter().filter(|(n, a)| a.unavailable(n)).copied().collect()
+    }
+
+    fn any_in_flight(&self) -> bool {
+        self.members.iter().any(|(_, a)| matches!(a.situation, Situation::InFlight { .. }))
+    }
+
+    fn control_plane_pending(&self) -> Vec<(&'a NodeView, &'a Assessment)> {
+        self.members.iter().filter(|(n, a)| control_plane_pending(n, a)).copied().collect()
+    }
+}
+
+/// The order in which eligible nodes start: control plane first, the controller's own node last, by name.
+pub(super) fn order(node: &NodeView, own_node: Option<&str>) -> (bool, bool, String) {
+    (!node.control_plane, own_node == Some(node.name.as_str()), node.name.clone())
+}
+
+/// Whether `node` is a control-plane node that keeps the workers of its rollout waiting: outdated, in flight or
+/// holding a slot.
+pub(super) fn control_plane_pending(node: &NodeView, a: &Assessment) -> bool {
+    node.control_plane
+        && matches!(
+            a.situation,
+            Situation::Outdated { .. } | Situation::InFlight { .. } | Situation::Blocked { holds_slot: true, .. }
+        )
+}
+
+/// Picks the nodes to start among the rollout's members in `pool`.
 pub(super) fn select<'a>(
-    members: &[(&'a NodeView, &Assessment)],
+    pool: &impl Pool<'a>,
     spec: &ValidSpec,
     shared: &mut Shared,
     surge: &mut Surge,
-    own_node: Option<&str>,
 ) -> Selection<'a> {
     let mut selection = Selection { starts: Vec::new(), hold: None };
-    let mut candidates: Vec<(&'a NodeView, bool)> = members
-        .iter()
-        .filter(|(_, a)| matches!(a.situation, Situation::Outdated { eligible: true, .. }))
-        .map(|(n, a)| (*n, a.replace))
-        .collect();
-    if candidates.is_empty() {
+    let mut candidates = pool.candidates().peekable();
+    if candidates.peek().is_none() {
         return selection;
     }
-    candidates.sort_by_key(|(n, _)| (!n.control_plane, own_node == Some(n.name.as_str()), n.name.clone()));
 
-    let allowed = spec.policy.max_unavailable.resolve(members.len() as u32);
-    let unavailable: Vec<&(&NodeView, &Assessment)> = members.iter().filter(|(n, a)| a.unavailable(n)).collect();
-    let mut slots = budget::free_slots(allowed, unavailable.len() as u32 + shared.unowned_unavailable);
+    let allowed = spec.policy.max_unavailable.resolve(pool.size());
+    let mut slots = budget::free_slots(allowed, pool.unavailable_count() + shared.unowned_unavailable);
     if slots == 0 {
-        if !members.iter().any(|(_, a)| matches!(a.situation, Situation::InFlight { .. })) {
+        if !pool.any_in_flight() {
             // Nothing is being updated, yet nothing may start: nodes down, cordoned for other
             // reasons or holding a slot take the whole budget. Say which, or it just looks stuck.
-            let mut names: Vec<String> = unavailable
+            let mut names: Vec<String> = pool
+                .unavailable()
                 .iter()
                 .map(|(n, a)| {
                     let why = if a.in_flight() {
@@ -95,19 +162,7 @@ pub(super) fn select<'a>(
         return selection;
     }
 
-    let control_plane_pending: Vec<(&NodeView, &Assessment)> = members
-        .iter()
-        .filter(|(n, a)| {
-            n.control_plane
-                && matches!(
-                    a.situation,
-                    Situation::Outdated { .. }
-                        | Situation::InFlight { .. }
-                        | Situation::Blocked { holds_slot: true, .. }
-                )
-        })
-        .map(|(n, a)| (*n, *a))
-        .collect();
+    let control_plane_pending = pool.control_plane_pending();
     let mut surge_taken = false;
     for (node, replace) in candidates {
         if slots == 0 {
@@ -139,9 +194,9 @@ pub(super) fn select<'a>(
             surge.control_plane_active |= node.control_plane;
             surge.worker_active |= !node.control_plane;
         }
-        selection.starts.push(node);
+        selection.starts.push((node, replace));
     }
-    let busy = surge.moving || members.iter().any(|(_, a)| matches!(a.situation, Situation::InFlight { .. }));
+    let busy = surge.moving || pool.any_in_flight();
     if surge_taken && selection.starts.is_empty() && selection.hold.is_none() && !busy {
         // Nothing moves, and only the instances of replacements that cannot finish keep it so: say it.
         let message = format!(

@@ -378,7 +378,7 @@ fn without_a_valid_spec_no_node_is_touched_not_even_a_node_in_flight() {
 
 // ---- unreadable intents ----
 
-fn unreadable_intent(n: NodeView, step: Step, cordoned_by_us: bool) -> NodeView {
+pub(super) fn unreadable_intent(n: NodeView, step: Step, cordoned_by_us: bool) -> NodeView {
     NodeView {
         controller: Err(UnreadableKeys {
             error: ProtocolError::Malformed {

@@ -1,0 +1,469 @@
+//! Incremental planning: the decisions of [`plan_with`](super::plan_with), kept up to date from node changes.
+//!
+//! A [`Planner`] holds every node's view and assessment, and indexes of the assessments: each rollout's counts,
+//! its nodes with an action or a deadline, the nodes its status lists, its eligible nodes in the order they start,
+//! its unavailable nodes, and what every rollout's budget shares. A node's change touches its own entries only, so a
+//! plan costs the nodes that changed, the nodes with an action that writes or a deadline that came due, the
+//! nodes it starts and what it lists: not the cluster. Like [`plan`](super::plan) it reads no clock and no client.
+//!
+//! # Guarantees
+//! - [`Planner::plan`] returns what [`plan_with`](super::plan_with) returns for the same nodes in name order, the
+//!   same rollouts, fleet, own node and time (the property test in `incremental_tests` checks it after every event
+//!   of random rollouts).
+//! - While a replacement concerns any node (a scaling group, a node with `intent=replace`, PendingNodes, nodes the
+//!   cloud has not told) or a NodeVersion asks for a Kubernetes upgrade, it plans with [`plan_with`](super::plan_with) over every
+//!   node: those flows read the whole cluster. It indexes again once they are over.
+//! - A new context (other rollouts, another own node) assesses every node again on the next plan.
+
+use super::assess::{Assessment, Situation};
+use super::selection::{self, Pool};
+use super::{ClusterPlan, Counts, Fleet, NodeView, Plan, Rollout, SpecState, pools};
+use jiff::Timestamp;
+use shared::protocol::Step;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// The nodes, the context they are planned in, and the indexes of their assessments.
+#[derive(Debug, Default)]
+pub struct Planner {
+    rollouts: Vec<Rollout>,
+    fleet: Fleet,
+    own_node: Option<String>,
+    nodes: BTreeMap<String, Entry>,
+    /// Nodes changed since they were last assessed.
+    dirty: BTreeSet<String>,
+    /// The indexes describe every node's assessment. False until the first plan after a new context, and while
+    /// the full plan decides.
+    indexed: bool,
+    /// One per rollout, then one for the nodes no rollout manages.
+    tallies: Vec<Tally>,
+    /// Every indexed assessment's wake-up time: the node is assessed again when it comes due.
+    wakes: BTreeSet<(Timestamp, String)>,
+    /// Nodes whose action writes: assessed again on every plan (the write changes them, or it failed and the
+    /// action is decided again at the new time). An action that does not write (keep draining, report a
+    /// problem) reads no time but its deadline, in `wakes`.
+    writing: BTreeSet<String>,
+    /// Nodes no rollout manages that hold a slot of every budget.
+    unowned_unavailable: u32,
+    /// Control-plane nodes that keep every other one from starting.
+    control_plane_busy: u32,
+    /// Nodes a replacement concerns: in a scaling group, or with `intent=replace`.
+    replacing: usize,
+    /// How many nodes the last plan assessed.
+    assessed: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    view: NodeView,
+    owner: pools::Owner,
+    /// None until the node is assessed under the current context.
+    assessment: Option<Assessment>,
+}
+
+/// What one rollout's plan (or the plan of the nodes no rollout manages) reads of its members' assessments.
+#[derive(Debug, Default, Clone)]
+struct Tally {
+    /// Its members' counts, as [`summarize`](super::summarize) counts them.
+    counts: Counts,
+    /// Outdated members made ready to start by their own write.
+    preparing: u32,
+    /// Members blocked by a drain.
+    drain_timeouts: u32,
+    /// Members with an action.
+    acting: BTreeSet<String>,
+    wakes: BTreeSet<(Timestamp, String)>,
+    /// Members the plan lists: in flight, failed, blocked, or held back for a reason of their own.
+    listed: BTreeSet<String>,
+    /// Eligible outdated members, in the order they start ([`selection::order`]).
+    candidates: BTreeSet<(bool, bool, String)>,
+    /// Members counted against the budget.
+    unavailable: BTreeSet<String>,
+    /// Control-plane members the workers wait for.
+    control_plane_pending: BTreeSet<String>,
+    /// Nodes the rollout selects that an older one manages.
+    overlap: BTreeSet<String>,
+    /// Of the nodes no rollout manages: those that opt in, which no selector selects.
+    not_selected: BTreeSet<String>,
+}
+
+impl Planner {
+    pub fn new() -> Self {
+        Planner::default()
+    }
+
+    /// Sets what the nodes are planned under: the rollouts (oldest first, as [`plan`](super::plan) takes them),
+    /// the cloud's fleet and the controller's own node. The nodes' [`NodeView::selected_by`] index into
+    /// `rollouts`: when the selectors change, every node must be given again with [`Planner::upsert`].
+    pub fn set_context(&mut self, rollouts: Vec<Rollout>, fleet: Fleet, own_node: Option<String>) {
+        let same = own_node == self.own_node && same_rollouts(&rollouts, &self.rollouts);
+        self.rollouts = rollouts;
+        self.fleet = fleet;
+        self.own_node = own_node;
+        if !same {
+            self.unindex();
+            for entry in self.nodes.values_mut() {
+                entry.owner = pools::owner(&entry.view, &self.rollouts);
+            }
+        }
+    }
+
+    /// Adds a node, or replaces the node of the same name.
+    pub fn upsert(&mut self, view: NodeView) {
+        let name = view.name.clone();
+        self.mark(&name, false);
+        let owner = pools::owner(&view, &self.rollouts);
+        self.replacing += usize::from(concerns_replacement(&view));
+        let entry = Entry { view, owner, assessment: None };
+        if let Some(old) = self.nodes.insert(name.clone(), entry) {
+            self.replacing -= usize::from(concerns_replacement(&old.view));
+        }
+        self.dirty.insert(name);
+    }
+
+    /// Removes a node; a name not known is ignored.
+    pub fn remove(&mut self, name: &str) {
+        self.mark(name, false);
+        if let Some(old) = self.nodes.remove(name) {
+            self.replacing -= usize::from(concerns_replacement(&old.view));
+        }
+        self.dirty.remove(name);
+    }
+
+    /// The node of that name, as last given.
+    pub fn node(&self, name: &str) -> Option<&NodeView> {
+        self.nodes.get(name).map(|e| &e.view)
+    }
+
+    /// Every node, by name.
+    pub fn nodes(&self) -> impl Iterator<Item = &NodeView> {
+        self.nodes.values().map(|e| &e.view)
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Whether the next [`Planner::plan`] is incremental (no replacement, no Kubernetes upgrade).
+    pub fn incremental(&self) -> bool {
+        let fleet = &self.fleet;
+        self.replacing == 0
+            && fleet.groups.is_empty()
+            && fleet.pending.is_empty()
+            && fleet.unresolved.is_empty()
+            && fleet.autoscaler_running.is_none()
+            && self.rollouts.iter().all(|r| r.kubernetes.is_none())
+    }
+
+    /// How many nodes the last [`Planner::plan`] assessed (all of them when it used the full plan).
+    pub fn assessed(&self) -> usize {
+        self.assessed
+    }
+
+    /// What to do next, at `now`: what [`plan_with`](super::plan_with) decides for the nodes in name order.
+    pub fn plan(&mut self, now: Timestamp) -> ClusterPlan {
+        self.assessed = 0;
+        if !self.incremental() {
+            self.assessed = self.nodes.len();
+            self.unindex();
+            let nodes: Vec<NodeView> = self.nodes.values().map(|e| e.view.clone()).collect();
+            return super::plan_with(&nodes, &self.rollouts, &self.fleet, self.own_node.as_deref(), now);
+        }
+        if self.indexed {
+            self.refresh(now);
+        } else {
+            self.index(now);
+        }
+        self.compose(now)
+    }
+
+    /// Forgets every assessment and index.
+    fn unindex(&mut self) {
+        if !self.indexed {
+            return;
+        }
+        self.indexed = false;
+        self.tallies.clear();
+        self.wakes.clear();
+        self.writing.clear();
+        self.unowned_unavailable = 0;
+        self.control_plane_busy = 0;
+        for entry in self.nodes.values_mut() {
+            entry.assessment = None;
+        }
+    }
+
+    /// Assesses every node and builds the indexes.
+    fn index(&mut self, now: Timestamp) {
+        self.tallies = vec![Tally::default(); self.rollouts.len() + 1];
+        self.indexed = true;
+        self.dirty.clear();
+        let names: Vec<String> = self.nodes.keys().cloned().collect();
+        for name in names {
+            self.assess(&name, now);
+        }
+    }
+
+    /// Assesses again the nodes that changed, those with an action that writes (their next step, or the same one
+    /// again) and those whose deadline came due; no other assessment can differ at `now`.
+    fn refresh(&mut self, now: Timestamp) {
+        let mut redo = std::mem::take(&mut self.dirty);
+        redo.extend(self.writing.iter().cloned());
+        redo.extend(self.wakes.iter().take_while(|(at, _)| *at <= now).map(|(_, name)| name.clone()));
+        for name in redo {
+            self.mark(&name, false);
+            self.assess(&name, now);
+        }
+    }
+
+    /// Assesses one node and indexes the assessment.
+    fn assess(&mut self, name: &str, now: Timestamp) {
+        let Some(entry) = self.nodes.get_mut(name) else { return };
+        self.assessed += 1;
+        entry.assessment = Some(super::assess_in_place(&entry.view, entry.owner, &self.rollouts, now));
+        self.mark(name, true);
+    }
+
+    /// Adds (`on`) or removes the node's assessment to or from the indexes.
+    fn mark(&mut self, name: &str, on: bool) {
+        if !self.indexed {
+            return;
+        }
+        let Some(entry) = self.nodes.get(name) else { return };
+        let Some(a) = &entry.assessment else { return };
+        let (node, owner) = (&entry.view, entry.owner);
+        let slot = match owner {
+            pools::Owner::Rollout(i) => i,
+            pools::Owner::Nobody { .. } | pools::Owner::Unknown => self.rollouts.len(),
+        };
+        if let Some(at) = a.wake_at {
+            set(&mut self.wakes, (at, name.to_owned()), on);
+        }
+        if a.action.as_ref().is_some_and(|x| x.kind.writes()) {
+            set(&mut self.writing, name.to_owned(), on);
+        }
+        let busy = super::busy(node, owner, a);
+        if busy && !matches!(owner, pools::Owner::Rollout(_)) {
+            count(&mut self.unowned_unavailable, on);
+        }
+        if busy && node.control_plane {
+            count(&mut self.control_plane_busy, on);
+        }
+        for &i in &node.selected_by {
+            let older = matches!(owner, pools::Owner::Rollout(o) if o != i);
+            if let (true, true, Some(tally)) = (older, i < self.rollouts.len(), self.tallies.get_mut(i)) {
+                set(&mut tally.overlap, name.to_owned(), on);
+            }
+        }
+        let own_node = self.own_node.as_deref();
+        let Some(tally) = self.tallies.get_mut(slot) else { return };
+        if a.action.is_some() {
+            set(&mut tally.acting, name.to_owned(), on);
+        }
+        if let Some(at) = a.wake_at {
+            set(&mut tally.wakes, (at, name.to_owned()), on);
+        }
+        if !matches!(owner, pools::Owner::Rollout(_)) {
+            if super::opted_in_unselected(node, owner) {
+                set(&mut tally.not_selected, name.to_owned(), on);
+            }
+            return;
+        }
+        let counts = &mut tally.counts;
+        count(&mut counts.total, on);
+        let listed = match &a.situation {
+            Situation::UpToDate => {
+                count(&mut counts.up_to_date, on);
+                false
+            }
+            Situation::Outdated { held, eligible } => {
+                count(&mut counts.outdated, on);
+                if !eligible && held.is_none() && a.action.as_ref().is_some_and(|x| x.kind.writes()) {
+                    count(&mut tally.preparing, on);
+                }
+                if *eligible {
+                    set(&mut tally.candidates, selection::order(node, own_node), on);
+                }
+                if held.is_some() {
+                    count(&mut counts.held_back, on);
+                }
+                held.is_some()
+            }
+            Situation::InFlight { .. } => {
+                count(&mut counts.in_progress, on);
+                true
+            }
+            Situation::Failed { .. } => {
+                count(&mut counts.failed, on);
+                true
+            }
+            Situation::Blocked { by_drain, .. } => {
+                count(&mut counts.blocked, on);
+                if *by_drain {
+                    count(&mut tally.drain_timeouts, on);
+                }
+                true
+            }
+        };
+        if listed {
+            set(&mut tally.listed, name.to_owned(), on);
+        }
+        if a.unavailable(node) {
+            set(&mut tally.unavailable, name.to_owned(), on);
+        }
+        if selection::control_plane_pending(node, a) {
+            set(&mut tally.control_plane_pending, name.to_owned(), on);
+        }
+    }
+
+    /// The plan from the indexes: what [`plan_with`](super::plan_with) composes from every assessment.
+    fn compose(&self, now: Timestamp) -> ClusterPlan {
+        let mut shared = selection::Shared {
+            control_plane_busy: self.control_plane_busy > 0,
+            unowned_unavailable: self.unowned_unavailable,
+        };
+        let mut cluster = ClusterPlan::default();
+        for (index, (rollout, tally)) in self.rollouts.iter().zip(&self.tallies).enumerate() {
+            let mut plan = self.own_progress(tally);
+            let listed: Vec<(&NodeView, &Assessment)> =
+                tally.listed.iter().filter_map(|name| member(&self.nodes, name)).collect();
+            super::summarize(&mut plan, &listed);
+            plan.counts = tally.counts;
+            plan.preparing = tally.preparing > 0;
+            let overlap: Vec<(&NodeView, &str)> = tally
+                .overlap
+                .iter()
+                .filter_map(|name| {
+                    let entry = self.nodes.get(name)?;
+                    match entry.owner {
+                        pools::Owner::Rollout(older) if older != index => {
+                            Some((&entry.view, self.rollouts.get(older)?.name.as_str()))
+                        }
+                        _ => None,
+                    }
+                })
+                .collect();
+            let drain_timeouts = tally.drain_timeouts as usize;
+            if let Some(spec) = super::open_gates(rollout, &mut plan, &overlap, drain_timeouts, now) {
+                // No replacement: no surge is used, none is taken.
+                let allowed = spec.policy.max_surge.resolve(0);
+                let mut surge = selection::Surge { free: allowed, allowed, ..Default::default() };
+                let pool = Indexed { tally, nodes: &self.nodes };
+                let selected = selection::select(&pool, spec, &mut shared, &mut surge);
+                super::start(&mut plan, spec, selected, now);
+            }
+            cluster.rollouts.push(plan);
+        }
+        if let Some(tally) = self.tallies.get(self.rollouts.len()) {
+            let mut unowned = self.own_progress(tally);
+            unowned.held = tally
+                .not_selected
+                .iter()
+                .filter_map(|name| self.nodes.get(name))
+                .map(|e| super::not_selected(&e.view))
+                .collect();
+            cluster.unowned = unowned;
+        }
+        cluster
+    }
+
+    /// A plan with the actions and the earliest wake-up of the members of `tally`.
+    fn own_progress(&self, tally: &Tally) -> Plan {
+        let mut plan = Plan::default();
+        for name in &tally.acting {
+            if let Some((_, a)) = member(&self.nodes, name) {
+                plan.actions.extend(a.action.clone());
+            }
+        }
+        plan.wake(tally.wakes.first().map(|(at, _)| *at));
+        plan
+    }
+}
+
+/// A rollout's members as the indexes keep them.
+struct Indexed<'a> {
+    tally: &'a Tally,
+    nodes: &'a BTreeMap<String, Entry>,
+}
+
+impl<'a> Pool<'a> for Indexed<'a> {
+    fn candidates(&self) -> Box<dyn Iterator<Item = (&'a NodeView, bool)> + '_> {
+        let nodes = self.nodes;
+        Box::new(self.tally.candidates.iter().filter_map(move |(_, _, name)| {
+            let (node, a) = member(nodes, name)?;
+            Some((node, a.replace))
+        }))
+    }
+
+    fn size(&self) -> u32 {
+        self.tally.counts.total
+    }
+
+    fn unavailable_count(&self) -> u32 {
+        self.tally.unavailable.len() as u32
+    }
+
+    fn unavailable(&self) -> Vec<(&'a NodeView, &'a Assessment)> {
+        self.tally.unavailable.iter().filter_map(|name| member(self.nodes, name)).collect()
+    }
+
+    fn any_in_flight(&self) -> bool {
+        self.tally.counts.in_progress > 0
+    }
+
+    fn control_plane_pending(&self) -> Vec<(&'a NodeView, &'a Assessment)> {
+        self.tally.control_plane_pending.iter().filter_map(|name| member(self.nodes, name)).collect()
+    }
+}
+
+fn member<'a>(nodes: &'a BTreeMap<String, Entry>, name: &str) -> Option<(&'a NodeView, &'a Assessment)> {
+    let entry = nodes.get(name)?;
+    Some((&entry.view, entry.assessment.as_ref()?))
+}
+
+fn set<T: Ord>(set: &mut BTreeSet<T>, key: T, on: bool) {
+    if on {
+        set.insert(key);
+    } else {
+        set.remove(&key);
+    }
+}
+
+fn count(counter: &mut u32, on: bool) {
+    if on {
+        *counter += 1;
+    } else {
+        *counter = counter.saturating_sub(1);
+    }
+}
+
+/// Whether a replacement concerns the node: it is in a scaling group, or carries `intent=replace`.
+fn concerns_replacement(view: &NodeView) -> bool {
+    view.group.is_some()
+        || view.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Replace))
+}
+
+/// Whether two lists of rollouts are the same (the same specs, not equal copies: a spec is validated once per
+/// generation and shared).
+fn same_rollouts(a: &[Rollout], b: &[Rollout]) -> bool {
+    let same_spec = |a: &SpecState, b: &SpecState| match (a, b) {
+        (SpecState::Valid(a), SpecState::Valid(b)) => Arc::ptr_eq(a, b),
+        (SpecState::Invalid { errors: e, last_valid: l }, SpecState::Invalid { errors: f, last_valid: m }) => {
+            e == f
+                && match (l, m) {
+                    (Some(l), Some(m)) => Arc::ptr_eq(l, m),
+                    (None, None) => true,
+                    _ => false,
+                }
+        }
+        _ => false,
+    };
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(a, b)| {
+            a.name == b.name && a.kubernetes.is_none() && b.kubernetes.is_none() && same_spec(&a.spec, &b.spec)
+        })
+}
