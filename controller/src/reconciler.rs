@@ -108,6 +108,8 @@ pub struct Reconciler {
     /// NodeVersions (by UID) the finalizer was added to that the cache does not show with it yet.
     finalizers_added: std::collections::HashSet<String>,
     notices: HoldNotices,
+    /// What would block each rollout, found when it starts (issue 18).
+    preflight: crate::forecast::preflight::Preflight,
 }
 
 impl Reconciler {
@@ -142,6 +144,7 @@ impl Reconciler {
             releasing: HashMap::new(),
             finalizers_added: Default::default(),
             notices: HoldNotices::default(),
+            preflight: Default::default(),
         }
     }
 
@@ -304,6 +307,16 @@ impl Reconciler {
         self.drains.retain(|n| views.iter().any(|v| v.name == n && in_drain_step(v)));
 
         let plan = policy::plan_with(&views, &rollouts, &fleet, self.own_node.as_deref(), now);
+        // Preflight (issue 18): when a rollout starts, what would block it becomes the `Preflight` condition and
+        // Events, written before the first node is touched.
+        let client = self.versions_api.clone().into_client();
+        let preflight = self.preflight.run(&client, term, &versions, &rollouts, &views, &plan, &self.events, now).await;
+        for (i, condition) in preflight {
+            let previous = versions[i].status.as_ref();
+            let mut status = status::compute(&plan.rollouts[i], &rollouts[i], versions[i].metadata.generation, previous, now);
+            crate::forecast::preflight::set_condition(&mut status, condition);
+            self.write_status(term, &versions[i], &status).await;
+        }
         let references: Vec<ObjectReference> = versions.iter().map(|v| v.object_ref(&())).collect();
         let mut batches: Vec<Batch<'_>> = plan
             .rollouts
@@ -439,7 +452,8 @@ impl Reconciler {
 
     async fn publish_status(&self, term: &Term, version: &NodeVersion, rollout: &Rollout, plan: &Plan, now: Timestamp) {
         let previous = version.status.as_ref();
-        let status = status::compute(plan, rollout, version.metadata.generation, previous, now);
+        let mut status = status::compute(plan, rollout, version.metadata.generation, previous, now);
+        self.preflight.annotate(version, &mut status);
         if previous != Some(&status) {
             self.write_status(term, version, &status).await;
         }

@@ -18,6 +18,7 @@
 pub mod blockers;
 pub mod durations;
 pub mod preflight;
+pub mod report;
 pub mod snapshot;
 
 pub use blockers::{Blocker, BlockerKind};

@@ -1,5 +1,6 @@
 //! The cluster as a forecast reads it: one list of each kind, read-only (get/list only).
 
+use crate::drain::filters::daemon_set_of;
 use crate::nodes::SlimNode;
 use crate::policy::{DrainProgress, NodeSelector, NodeView, Rollout, SpecState, ValidSpec};
 use jiff::Timestamp;
@@ -18,23 +19,27 @@ use std::sync::Arc;
 pub struct Workloads {
     pub pods: Vec<Pod>,
     pub budgets: Vec<PodDisruptionBudget>,
-    /// (namespace, name) of every DaemonSet.
+    /// (namespace, name) of the DaemonSets that control a pod and exist.
     pub daemon_sets: BTreeSet<(String, String)>,
 }
 
 impl Workloads {
-    /// Lists the pods, PodDisruptionBudgets and DaemonSets of the whole cluster.
+    /// Lists the pods and PodDisruptionBudgets of the whole cluster, and gets the DaemonSets that
+    /// control pods (as a drain looks them up: `get` only).
     pub async fn read(client: &Client) -> Result<Workloads, kube::Error> {
         let params = ListParams::default();
         let pods = Api::<Pod>::all(client.clone()).list(&params).await?.items;
         let budgets = Api::<PodDisruptionBudget>::all(client.clone()).list(&params).await?.items;
-        let daemon_sets = Api::<DaemonSet>::all(client.clone())
-            .list_metadata(&params)
-            .await?
-            .items
-            .into_iter()
-            .map(|d| (d.namespace().unwrap_or_default(), d.name_any()))
+        let owners: BTreeSet<(String, String)> = pods
+            .iter()
+            .filter_map(|p| daemon_set_of(p).map(|ds| (p.namespace().unwrap_or_default(), ds.name.clone())))
             .collect();
+        let mut daemon_sets = BTreeSet::new();
+        for (namespace, name) in owners {
+            if Api::<DaemonSet>::namespaced(client.clone(), &namespace).get_opt(&name).await?.is_some() {
+                daemon_sets.insert((namespace, name));
+            }
+        }
         Ok(Workloads { pods, budgets, daemon_sets })
     }
 }
