@@ -42,7 +42,11 @@ async fn run(args: PlanArgs) -> anyhow::Result<Report> {
     let client = kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
     let snapshot = Snapshot::read(&client).await.context("cannot read the cluster")?;
     let duration = |d: Option<std::time::Duration>| d.and_then(|d| jiff::SignedDuration::try_from(d).ok());
-    let flags = Flags { stage: duration(args.stage_time), drain: duration(args.drain_time), reboot: duration(args.reboot_time) };
+    let flags = Flags {
+        stage: duration(args.stage_time),
+        drain: duration(args.drain_time),
+        reboot: duration(args.reboot_time),
+    };
     let report = Report::build(snapshot, version, flags, args.controller_node.as_deref(), jiff::Timestamp::now());
     match args.output {
         PlanOutput::Text => print!("{}", report.text()),
@@ -81,7 +85,10 @@ mod tests {
             "apiVersion: update.edgeless.systems/v1alpha1\nkind: NodeVersion\nmetadata: {name: nv}\nspec: {image: v3}\n",
         );
         assert_eq!(read_version(&good).unwrap().spec.image, "v3");
-        let unnamed = write("unnamed.yaml", "apiVersion: update.edgeless.systems/v1alpha1\nkind: NodeVersion\nspec: {image: v3}\n");
+        let unnamed = write(
+            "unnamed.yaml",
+            "apiVersion: update.edgeless.systems/v1alpha1\nkind: NodeVersion\nspec: {image: v3}\n",
+        );
         assert!(format!("{:#}", read_version(&unnamed).unwrap_err()).contains("no metadata.name"));
         let broken = write("broken.yaml", "spec: [");
         assert!(format!("{:#}", read_version(&broken).unwrap_err()).contains("broken.yaml is not a NodeVersion"));

@@ -313,7 +313,8 @@ impl Reconciler {
         let preflight = self.preflight.run(&client, term, &versions, &rollouts, &views, &plan, &self.events, now).await;
         for (i, condition) in preflight {
             let previous = versions[i].status.as_ref();
-            let mut status = status::compute(&plan.rollouts[i], &rollouts[i], versions[i].metadata.generation, previous, now);
+            let mut status =
+                status::compute(&plan.rollouts[i], &rollouts[i], versions[i].metadata.generation, previous, now);
             crate::forecast::preflight::set_condition(&mut status, condition);
             self.write_status(term, &versions[i], &status).await;
         }

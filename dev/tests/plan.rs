@@ -7,6 +7,7 @@ mod support;
 use controller::forecast::report::{Flags, Report};
 use controller::forecast::snapshot::Snapshot;
 use controller::forecast::{BlockerKind, Ending, Source, waves_of};
+use dev::apiserver::{Patch, WatchEvent};
 use dev::cluster::{Cluster, ClusterConfig, SampleWorkloads};
 use dev::harness;
 use dev::observer::{Limits, Observer};
@@ -16,7 +17,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use dev::apiserver::{Patch, WatchEvent};
 use kube::api::{PatchParams, PostParams, WatchParams};
 use serde_json::json;
 use shared::crd::NodeVersion;
@@ -61,7 +61,10 @@ fn demo_version(image: &str) -> NodeVersion {
 }
 
 /// Each node's start (its first `stage` seen after `since`) and finish (`done` after that), from the observer.
-fn observed(timeline: &BTreeMap<String, Vec<(Timestamp, Step)>>, since: Timestamp) -> (Vec<(String, Timestamp)>, BTreeMap<String, Timestamp>) {
+fn observed(
+    timeline: &BTreeMap<String, Vec<(Timestamp, Step)>>,
+    since: Timestamp,
+) -> (Vec<(String, Timestamp)>, BTreeMap<String, Timestamp>) {
     let mut starts = Vec::new();
     let mut finishes = BTreeMap::new();
     for (node, steps) in timeline {
@@ -107,7 +110,11 @@ async fn plan_predicts_the_demos_order_and_waves_exactly_and_its_duration_within
     let report = Report::build(snapshot, Some(demo_version("v3")), Flags::default(), None, Timestamp::now());
     assert!(report.blockers.is_empty(), "{:#?}", report.blockers);
     assert!(!report.blocked(), "{}", report.text());
-    assert!(report.durations.iter().all(|d| matches!(d.source, Source::Measured { samples: 10, .. })), "{}", report.text());
+    assert!(
+        report.durations.iter().all(|d| matches!(d.source, Source::Measured { samples: 10, .. })),
+        "{}",
+        report.text()
+    );
     let forecast = &report.rollouts[0];
     assert_eq!(forecast.ending, Ending::Complete, "{}", report.text());
     let predicted = forecast.duration_seconds.unwrap();
@@ -141,7 +148,10 @@ async fn plan_predicts_the_demos_order_and_waves_exactly_and_its_duration_within
 }
 
 /// The first resourceVersion at which `found` holds for an object the watch of `K` delivers.
-async fn first_revision<K>(api: dev::apiserver::store::TypedStore<K>, found: impl Fn(&K) -> bool + Send + 'static) -> u64
+async fn first_revision<K>(
+    api: dev::apiserver::store::TypedStore<K>,
+    found: impl Fn(&K) -> bool + Send + 'static,
+) -> u64
 where
     K: kube::Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned + Send + 'static,
 {
@@ -157,7 +167,8 @@ where
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pdb_allowing_nothing_a_bare_pod_a_node_without_agent_and_a_foreign_cordon_are_named_by_plan_and_the_preflight() {
+async fn a_pdb_allowing_nothing_a_bare_pod_a_node_without_agent_and_a_foreign_cordon_are_named_by_plan_and_the_preflight()
+ {
     let config = ClusterConfig { nodes: 6, control_planes: 1, image: "v1".into(), ..ClusterConfig::default() };
     let cluster = Cluster::start(config).await.unwrap();
     let store = cluster.store();
@@ -276,5 +287,58 @@ async fn a_pdb_allowing_nothing_a_bare_pod_a_node_without_agent_and_a_foreign_co
     }
     stop_all(agents).await;
     stop_all(vec![controller]).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_needs_only_the_read_only_role_of_deploy_examples() {
+    let config = ClusterConfig {
+        nodes: 3,
+        control_planes: 1,
+        image: "v1".into(),
+        workloads: Some(SampleWorkloads::default()),
+        ..ClusterConfig::default()
+    };
+    let cluster = Cluster::start(config).await.unwrap();
+    let store = cluster.store();
+    let role_file = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/examples/plan-clusterrole.yaml");
+    let role: k8s_openapi::api::rbac::v1::ClusterRole =
+        yaml_serde::from_str(&std::fs::read_to_string(role_file).unwrap()).unwrap();
+    let binding = |role: &str| -> k8s_openapi::api::rbac::v1::ClusterRoleBinding {
+        serde_json::from_value(json!({
+            "metadata": {"name": "planner"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "planner", "namespace": "default"}]
+        }))
+        .unwrap()
+    };
+    let account: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "planner", "namespace": "default"}})).unwrap();
+    store.api().create(Some("default"), &account, &PostParams::default()).unwrap();
+    let token = cluster
+        .server()
+        .token_for(&dev::apiserver::auth::user::Identity::service_account("default", "planner"))
+        .unwrap();
+    let planner = kube::Client::try_from(cluster.server().kube_config_with_token(&token)).unwrap();
+    // Without the role nothing can be read; with it, everything plan reads.
+    assert!(Snapshot::read(&planner).await.is_err());
+    store.api().create(None, &role, &PostParams::default()).unwrap();
+    store.api().create(None, &binding("update-operator-plan"), &PostParams::default()).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let snapshot = loop {
+        match Snapshot::read(&planner).await {
+            Ok(snapshot) => break snapshot,
+            Err(error) => assert!(std::time::Instant::now() < deadline, "the role never applied: {error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(snapshot.nodes.len(), 3);
+    assert!(!snapshot.workloads.pods.is_empty() && !snapshot.workloads.budgets.is_empty());
+    assert!(!snapshot.workloads.daemon_sets.is_empty(), "the sample DaemonSet was looked up");
+    let report = Report::build(snapshot, Some(demo_version("v2")), Flags::default(), None, Timestamp::now());
+    // No agent runs here: each node is named as one.
+    let named: Vec<(BlockerKind, Vec<String>)> = report.blockers.iter().map(|b| (b.kind, b.nodes.clone())).collect();
+    let nodes = ["control-plane-0", "worker-0", "worker-1"];
+    assert_eq!(named, nodes.map(|n| (BlockerKind::NoAgent, vec![n.to_owned()])).to_vec(), "{}", report.text());
     cluster.shutdown().await;
 }

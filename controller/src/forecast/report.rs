@@ -56,13 +56,13 @@ impl Report {
             Some(v) => snapshot.with_version(v, now),
             None => snapshot,
         };
-        let statuses: Vec<(&str, &shared::crd::NodeVersionStatus)> = snapshot
-            .versions
-            .iter()
-            .filter_map(|v| Some((v.metadata.name.as_deref()?, v.status.as_ref()?)))
-            .collect();
-        let durations = Durations::measured(statuses.iter().copied(), preferred.as_deref())
-            .with_flags(flags.stage, flags.drain, flags.reboot);
+        let statuses: Vec<(&str, &shared::crd::NodeVersionStatus)> =
+            snapshot.versions.iter().filter_map(|v| Some((v.metadata.name.as_deref()?, v.status.as_ref()?))).collect();
+        let durations = Durations::measured(statuses.iter().copied(), preferred.as_deref()).with_flags(
+            flags.stage,
+            flags.drain,
+            flags.reboot,
+        );
         let (rollouts, views) = snapshot.views(now);
         let forecast = forecast(&views, &rollouts, &Fleet::default(), own_node, now, &durations);
         let blockers = blockers::find(&views, &rollouts, &forecast.first, &snapshot.workloads, &[]);
@@ -141,7 +141,11 @@ impl Report {
                     );
                 }
                 (Ending::Unfinished, _) => {
-                    let _ = writeln!(out, "  still moving {} ahead: the forecast stops there", human(super::HORIZON.as_secs_f64()));
+                    let _ = writeln!(
+                        out,
+                        "  still moving {} ahead: the forecast stops there",
+                        human(super::HORIZON.as_secs_f64())
+                    );
                 }
             }
         }
@@ -149,7 +153,9 @@ impl Report {
         for d in &self.durations {
             let from = match &d.source {
                 Source::Flag => "flag".to_owned(),
-                Source::Measured { node_version, samples } => format!("measured, {samples} sample(s) of {node_version}"),
+                Source::Measured { node_version, samples } => {
+                    format!("measured, {samples} sample(s) of {node_version}")
+                }
                 Source::Default => "default".to_owned(),
             };
             let _ = write!(out, " {} {} ({from});", d.step, human(d.seconds));
