@@ -23,11 +23,12 @@ pub const DEFAULT_REBOOT: SignedDuration = SignedDuration::from_mins(3);
 
 /// Where a duration comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase", tag = "kind")]
+#[serde(tag = "kind")]
 pub enum Source {
     /// A command-line flag.
     Flag,
     /// The mean of `samples` measurements on the nodes of NodeVersion `node_version`.
+    #[serde(rename_all = "camelCase")]
     Measured { node_version: String, samples: i32 },
     /// Nothing measured it: an assumption.
     Default,

@@ -55,11 +55,12 @@ pub struct NodeForecast {
 
 /// How a forecast rollout ends.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase", tag = "state")]
+#[serde(tag = "state")]
 pub enum Ending {
     /// Every node it selects runs the target.
     Complete,
     /// Nothing can move any more: why (the rollout's hold, or the nodes held back), and the nodes left.
+    #[serde(rename_all = "camelCase")]
     Stuck { reason: String, message: String, nodes_left: Vec<String> },
     /// Still moving at the horizon.
     Unfinished,
