@@ -251,26 +251,8 @@ impl Run<'_> {
     fn transition(&mut self, action: &NodeAction) {
         self.tokens += 1;
         let token = Token::from_u64(self.tokens);
-        let now = self.now;
-        let Some(n) = self.nodes.iter_mut().find(|n| n.name == action.node) else { return };
-        let current = match &n.controller {
-            Ok(c) => c.clone(),
-            Err(u) => match (u.ours, &action.kind) {
-                (Some(ours), ActionKind::Release) => {
-                    ControllerAnnotations { intent: None, cordoned_by_us: ours.cordoned_by_us }
-                }
-                _ => return,
-            },
-        };
-        let (next, unschedulable) = next_state(&current, n.unschedulable, action, token, now);
-        n.controller = Ok(next);
-        n.unschedulable = unschedulable;
-        match drain_effect(&action.kind) {
-            DrainEffect::Start if n.drain == DrainProgress::NotRunning => {
-                n.drain = DrainProgress::Running { waiting_on: None };
-            }
-            DrainEffect::Stop => n.drain = DrainProgress::NotRunning,
-            DrainEffect::Start | DrainEffect::None => {}
+        if let Some(n) = self.nodes.iter_mut().find(|n| n.name == action.node) {
+            transition(n, action, token, self.now);
         }
     }
 
@@ -380,6 +362,31 @@ impl Run<'_> {
             ending,
             up_to_date,
         }
+    }
+}
+
+/// Applies `action` to the policy's view of its node `n` as the executor does: the annotations and
+/// cordon of [`next_state`] (written with `token` at `now`) and the drain's [`drain_effect`]. A node
+/// whose annotations the controller cannot read takes only a release of its own intent.
+pub(crate) fn transition(n: &mut NodeView, action: &NodeAction, token: Token, now: Timestamp) {
+    let current = match &n.controller {
+        Ok(c) => c.clone(),
+        Err(u) => match (u.ours, &action.kind) {
+            (Some(ours), ActionKind::Release) => {
+                ControllerAnnotations { intent: None, cordoned_by_us: ours.cordoned_by_us }
+            }
+            _ => return,
+        },
+    };
+    let (next, unschedulable) = next_state(&current, n.unschedulable, action, token, now);
+    n.controller = Ok(next);
+    n.unschedulable = unschedulable;
+    match drain_effect(&action.kind) {
+        DrainEffect::Start if n.drain == DrainProgress::NotRunning => {
+            n.drain = DrainProgress::Running { waiting_on: None };
+        }
+        DrainEffect::Stop => n.drain = DrainProgress::NotRunning,
+        DrainEffect::Start | DrainEffect::None => {}
     }
 }
 
