@@ -38,6 +38,8 @@ use std::collections::BTreeMap;
 pub const HORIZON: SignedDuration = SignedDuration::from_hours(24 * 62);
 /// Plans at one instant before time moves on: the controller plans again after its own writes.
 const ROUNDS_PER_INSTANT: usize = 8;
+/// Plans in all before a forecast gives up (with the horizon, bounds its cost whatever the policy wakes for).
+const MAX_ROUNDS: usize = 100_000;
 
 /// One node's forecast.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -127,9 +129,9 @@ pub fn forecast(
     };
     let first = plan_with(&run.nodes, rollouts, fleet, own_node, now);
     let end = run.now.checked_add(HORIZON).unwrap_or(Timestamp::MAX);
-    let mut last;
+    let mut last = first.clone();
     let mut rounds = 0;
-    loop {
+    for _ in 0..MAX_ROUNDS {
         let cluster = plan_with(&run.nodes, rollouts, fleet, own_node, run.now);
         let writes = run.apply(&cluster);
         last = cluster;
