@@ -25,6 +25,46 @@ pub enum Mode {
     Controller(ControllerArgs),
     /// Report this node's state and carry out the controller's intents on it (run as a DaemonSet).
     Agent(AgentArgs),
+    /// Preview a rollout before it starts: the order and waves, the predicted duration and every
+    /// blocker (read-only). Exit status 0 when nothing blocks, 3 when something would, 1 on errors.
+    Plan(PlanArgs),
+}
+
+/// Flags of `update-operator plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Kubeconfig file to use. Without it: $KUBECONFIG, then ~/.kube/config, then the in-cluster
+    /// service account.
+    #[arg(long, env = "KUBECONFIG", value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use instead of the current one.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// A NodeVersion (YAML or JSON) not applied yet: planned in place of the one of its name, or as
+    /// the newest.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Output format: `text` for people, `json` for scripts.
+    #[arg(short = 'o', long, value_enum, default_value_t = PlanOutput::Text)]
+    pub output: PlanOutput,
+    /// How long staging an image takes (default: as this cluster measured it, else 3m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub stage_time: Option<std::time::Duration>,
+    /// How long draining a node takes (default: as measured, else 2m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub drain_time: Option<std::time::Duration>,
+    /// How long a reboot takes until the node is verified (default: as measured, else 3m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub reboot_time: Option<std::time::Duration>,
+    /// The node the controller runs on (it is updated last).
+    #[arg(long, value_name = "NAME")]
+    pub controller_node: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PlanOutput {
+    Text,
+    Json,
 }
 
 /// Flags both modes take.
@@ -261,6 +301,16 @@ mod tests {
         for args in [["update-operator", "-agent"], ["update-operator", "agent"]] {
             assert!(matches!(parse(&args).unwrap().mode, Mode::Agent(_)));
         }
+    }
+
+    #[test]
+    fn plan_takes_a_file_an_output_format_and_step_durations() {
+        let cli = parse(&["update-operator", "plan", "-f", "nv.yaml", "-o", "json", "--drain-time", "90s"]).unwrap();
+        let Mode::Plan(plan) = cli.mode else { panic!("plan mode expected") };
+        assert_eq!(plan.file, Some(PathBuf::from("nv.yaml")));
+        assert_eq!(plan.output, PlanOutput::Json);
+        assert_eq!(plan.drain_time, Some(std::time::Duration::from_secs(90)));
+        assert!(parse(&["update-operator", "plan", "--stage-time", "soon"]).is_err());
     }
 
     #[test]

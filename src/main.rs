@@ -3,6 +3,7 @@
 
 mod cli;
 mod logging;
+mod plan;
 mod probes;
 
 use agent::host::bottlerocket::{BottlerocketConfig, BottlerocketHost};
@@ -23,6 +24,10 @@ const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse_from(cli::normalize_args(std::env::args_os()));
+    let cli = match cli.mode {
+        Mode::Plan(args) => return plan::main(args),
+        mode => Cli { mode },
+    };
     if let Mode::Agent(agent) = &cli.mode
         && agent.node_name.as_deref().is_none_or(str::is_empty)
     {
@@ -37,7 +42,7 @@ fn main() -> ExitCode {
     // the stacks and allocator arenas of a thread pool.
     let mut builder = match &cli.mode {
         Mode::Agent(_) => tokio::runtime::Builder::new_current_thread(),
-        Mode::Controller(_) => tokio::runtime::Builder::new_multi_thread(),
+        Mode::Controller(_) | Mode::Plan(_) => tokio::runtime::Builder::new_multi_thread(),
     };
     let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
@@ -60,6 +65,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let common = match &cli.mode {
         Mode::Controller(args) => &args.common,
         Mode::Agent(args) => &args.common,
+        Mode::Plan(_) => anyhow::bail!("plan runs on its own (see plan::main)"),
     };
     logging::init(common.log_format, &common.log_level)?;
     let shutdown = CancellationToken::new();
@@ -120,6 +126,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
+        Mode::Plan(_) => {}
     }
     tracing::info!("shut down cleanly");
     Ok(())
@@ -190,8 +197,17 @@ fn azure_provider(args: &cli::ControllerArgs) -> anyhow::Result<cloud::azure::Az
 /// The API server configuration; requests carry `user_agent` (`update-operator/<mode> VERSION`, and
 /// the controller's identity) so that audit logs tell controller replicas and agents apart.
 async fn config(common: &CommonArgs, user_agent: &str) -> anyhow::Result<kube::Config> {
-    let options = KubeConfigOptions { context: common.context.clone(), ..Default::default() };
-    let mut config = match &common.kubeconfig {
+    config_from(common.kubeconfig.as_deref(), common.context.clone(), user_agent).await
+}
+
+/// The API server configuration of kubeconfig file `kubeconfig` (else inferred) and `context`.
+async fn config_from(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<String>,
+    user_agent: &str,
+) -> anyhow::Result<kube::Config> {
+    let options = KubeConfigOptions { context, ..Default::default() };
+    let mut config = match kubeconfig {
         Some(path) => {
             let kubeconfig =
                 Kubeconfig::read_from(path).with_context(|| format!("cannot read kubeconfig {}", path.display()))?;

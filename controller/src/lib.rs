@@ -7,6 +7,7 @@ pub mod drain;
 pub mod etcd;
 pub mod events;
 pub mod executor;
+pub mod forecast;
 pub mod groups;
 pub mod leader;
 pub mod leadership;

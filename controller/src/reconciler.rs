@@ -113,6 +113,8 @@ pub struct Reconciler {
     notices: HoldNotices,
     /// The nodes as the policy sees them, in the incremental planner.
     views: NodeViews,
+    /// What would block each rollout, found when it starts (issue 18).
+    preflight: crate::forecast::preflight::Preflight,
 }
 
 impl Reconciler {
@@ -149,6 +151,7 @@ impl Reconciler {
             finalizers_added: Default::default(),
             notices: HoldNotices::default(),
             views: NodeViews::default(),
+            preflight: Default::default(),
         }
     }
 
@@ -332,6 +335,18 @@ impl Reconciler {
                 }
             }
         }
+        let views = || node_views.planner.nodes().cloned().collect::<Vec<NodeView>>();
+        // Preflight (issue 18): when a rollout starts, what would block it becomes the `Preflight` condition and
+        // Events, written before the first node is touched.
+        let client = self.versions_api.clone().into_client();
+        let preflight = self.preflight.run(&client, term, &versions, &rollouts, views, &plan, &self.events, now).await;
+        for (i, condition) in preflight {
+            let previous = versions[i].status.as_ref();
+            let mut status =
+                status::compute(&plan.rollouts[i], &rollouts[i], versions[i].metadata.generation, previous, now);
+            crate::forecast::preflight::set_condition(&mut status, condition);
+            self.write_status(term, &versions[i], &status).await;
+        }
         let references: Vec<ObjectReference> = versions.iter().map(|v| v.object_ref(&())).collect();
         let mut batches: Vec<Batch<'_>> = plan
             .rollouts
@@ -471,7 +486,8 @@ impl Reconciler {
 
     async fn publish_status(&self, term: &Term, version: &NodeVersion, rollout: &Rollout, plan: &Plan, now: Timestamp) {
         let previous = version.status.as_ref();
-        let status = status::compute(plan, rollout, version.metadata.generation, previous, now);
+        let mut status = status::compute(plan, rollout, version.metadata.generation, previous, now);
+        self.preflight.annotate(version, &mut status);
         if previous != Some(&status) {
             self.write_status(term, version, &status).await;
         }

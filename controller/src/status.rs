@@ -25,6 +25,8 @@ pub const UP_TO_DATE: &str = "UpToDate";
 pub const BLOCKED: &str = "Blocked";
 pub const FAILED: &str = "Failed";
 pub const SELECTOR_OVERLAP: &str = "SelectorOverlap";
+/// What the preflight found when the rollout of the current generation started (issue 18).
+pub const PREFLIGHT: &str = "Preflight";
 
 /// The status of `rollout` for `plan`, carrying over transition times from `previous`.
 pub fn compute(
@@ -68,6 +70,8 @@ pub fn compute(
     ]
     .into_iter()
     .map(|(type_, (status, reason, message))| condition(type_, status, reason, message, generation, previous, now))
+    // The preflight's condition is written by the preflight (see `forecast::preflight`) and kept.
+    .chain(previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == PREFLIGHT)).cloned())
     .collect();
     let mut in_flight: Vec<InFlightNode> = plan
         .in_flight
@@ -128,6 +132,13 @@ pub fn compute(
             })
             .collect(),
         last_valid_spec: acting.map(|spec| spec.record()),
+        // What each step took, for `update-operator plan` (issue 18).
+        step_durations: crate::forecast::durations::measure(
+            previous,
+            plan,
+            previous.is_some_and(|p| p.target_image.as_deref() == target),
+            now,
+        ),
     }
 }
 

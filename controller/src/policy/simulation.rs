@@ -1,5 +1,5 @@
 //! Whole rollouts, the way Cluster API tests its rollout planner (`Test_RollingUpdateSequences`):
-//! the policy plans, the executor's own transitions ([`next_state`], [`drain_effect`]) apply the
+//! the policy plans, the executor's own transitions ([`crate::forecast::transition`]) apply the
 //! actions, and simulated agents, drains and reboots act one event at a time in a seeded random
 //! order. The invariants are checked after every plan, and a rollout can be told as a narrative
 //! that is compared with a golden file under `testdata/` (run with `UPDATE_GOLDEN=1` to rewrite
@@ -7,7 +7,6 @@
 
 use super::tests::{OLD, TARGET, cp, node, t, valid_spec};
 use super::*;
-use crate::executor::{DrainEffect, drain_effect, next_state};
 use crate::status;
 use jiff::SignedDuration;
 use rand::{RngCore, SeedableRng};
@@ -149,25 +148,8 @@ impl Sim {
         if self.apply_replacement(action) {
             return;
         }
-        let Some(n) = self.nodes.iter_mut().find(|n| n.name == action.node) else { return };
-        let current = match &n.controller {
-            Ok(c) => c.clone(),
-            Err(u) => match (u.ours, &action.kind) {
-                (Some(ours), ActionKind::Release) => {
-                    ControllerAnnotations { intent: None, cordoned_by_us: ours.cordoned_by_us }
-                }
-                _ => return,
-            },
-        };
-        let (next, unschedulable) = next_state(&current, n.unschedulable, action, token, now);
-        n.controller = Ok(next);
-        n.unschedulable = unschedulable;
-        match drain_effect(&action.kind) {
-            DrainEffect::Start if n.drain == DrainProgress::NotRunning => {
-                n.drain = DrainProgress::Running { waiting_on: None };
-            }
-            DrainEffect::Stop => n.drain = DrainProgress::NotRunning,
-            DrainEffect::Start | DrainEffect::None => {}
+        if let Some(n) = self.nodes.iter_mut().find(|n| n.name == action.node) {
+            crate::forecast::transition(n, action, token, now);
         }
     }
 

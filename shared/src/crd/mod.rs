@@ -20,7 +20,7 @@ mod scaling_group;
 pub use autoscaling_strategy::{AutoscalingStrategy, AutoscalingStrategySpec, AutoscalingStrategyStatus};
 pub use node_version::{
     DrainOptions, DrainTimeoutAction, HeldBackNode, InFlightNode, LastValidSpec, MaintenanceWindow, NodeCounts,
-    NodeKubelet, NodeVersion, NodeVersionSpec, NodeVersionStatus, RolloutPolicy,
+    NodeKubelet, NodeVersion, NodeVersionSpec, NodeVersionStatus, RolloutPolicy, StepDuration,
 };
 pub use pending_node::{CspState, PendingNode, PendingNodeGoal, PendingNodeSpec, PendingNodeStatus};
 pub use scaling_group::{NodeRole, ScalingGroup, ScalingGroupSpec, ScalingGroupStatus};

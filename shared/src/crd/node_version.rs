@@ -318,6 +318,24 @@ pub struct NodeVersionStatus {
     /// starts; a restarted controller reads it from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_valid_spec: Option<LastValidSpec>,
+    /// How long each step of a node's update took on this NodeVersion's nodes, as the controller measured
+    /// it (a running mean); `update-operator plan` forecasts rollouts with it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step_durations: Vec<StepDuration>,
+}
+
+/// How long one step of a node's update takes, as measured.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StepDuration {
+    /// The step: `stage`, `drain`, `reboot`, `kubeadm-upgrade` or `replace`.
+    pub step: String,
+    /// How many measurements the mean is made of (it weighs the last 50 the most).
+    #[schemars(range(min = 1))]
+    pub samples: i32,
+    /// The mean, in milliseconds.
+    #[schemars(range(min = 0))]
+    pub mean_millis: i64,
 }
 
 /// The Kubernetes version a node runs.

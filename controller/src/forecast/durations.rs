@@ -1,0 +1,243 @@
+//! How long each step of a node's update takes: measured by the controller into the NodeVersion
+//! status ([`measure`]), and chosen for a forecast from flags, those measurements or defaults
+//! ([`Durations`]).
+//!
+//! # Measuring
+//! A step's duration is from its intent's `since` to the next step's (`stage` to `drain`, `drain` to
+//! `reboot`), and for `reboot` to the round that verifies the node. The start comes from the
+//! published status, whose times are whole seconds (truncated), so it counts from the middle of
+//! that second; the end is the plan's own time, to the millisecond. Each NodeVersion keeps a
+//! running mean per step that weighs the last [`MEAN_OVER`] samples the most.
+
+use crate::policy::Plan;
+use jiff::{SignedDuration, Timestamp};
+use serde::Serialize;
+use shared::crd::{NodeVersionStatus, StepDuration};
+
+/// The running mean weighs about this many of the last samples.
+pub const MEAN_OVER: i32 = 50;
+/// What a forecast assumes when neither a flag nor a measurement says.
+pub const DEFAULT_STAGE: SignedDuration = SignedDuration::from_mins(3);
+pub const DEFAULT_DRAIN: SignedDuration = SignedDuration::from_mins(2);
+pub const DEFAULT_REBOOT: SignedDuration = SignedDuration::from_mins(3);
+
+/// Where a duration comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind")]
+pub enum Source {
+    /// A command-line flag.
+    Flag,
+    /// The mean of `samples` measurements on the nodes of NodeVersion `node_version`.
+    #[serde(rename_all = "camelCase")]
+    Measured { node_version: String, samples: i32 },
+    /// Nothing measured it: an assumption.
+    Default,
+}
+
+/// The duration of each in-place step, and where each comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Durations {
+    pub stage: SignedDuration,
+    pub drain: SignedDuration,
+    pub reboot: SignedDuration,
+    pub stage_source: Source,
+    pub drain_source: Source,
+    pub reboot_source: Source,
+}
+
+impl Default for Durations {
+    fn default() -> Self {
+        Durations {
+            stage: DEFAULT_STAGE,
+            drain: DEFAULT_DRAIN,
+            reboot: DEFAULT_REBOOT,
+            stage_source: Source::Default,
+            drain_source: Source::Default,
+            reboot_source: Source::Default,
+        }
+    }
+}
+
+impl Durations {
+    /// The measurements of `statuses` (NodeVersion name and status): for each step the one of
+    /// `preferred` if it measured the step, else the one with the most samples; defaults for the rest.
+    pub fn measured<'a>(
+        statuses: impl IntoIterator<Item = (&'a str, &'a NodeVersionStatus)> + Clone,
+        preferred: Option<&str>,
+    ) -> Durations {
+        let mut durations = Durations::default();
+        let pick = |step: &str| {
+            let mut found: Vec<(&str, &StepDuration)> = statuses
+                .clone()
+                .into_iter()
+                .flat_map(|(name, s)| s.step_durations.iter().filter(|d| d.step == step).map(move |d| (name, d)))
+                .collect();
+            found.sort_by_key(|(name, d)| (Some(*name) != preferred, -d.samples, name.to_string()));
+            found.first().map(|(name, d)| {
+                let source = Source::Measured { node_version: (*name).to_owned(), samples: d.samples };
+                (SignedDuration::from_millis(d.mean_millis.max(0)), source)
+            })
+        };
+        if let Some((d, s)) = pick("stage") {
+            (durations.stage, durations.stage_source) = (d, s);
+        }
+        if let Some((d, s)) = pick("drain") {
+            (durations.drain, durations.drain_source) = (d, s);
+        }
+        if let Some((d, s)) = pick("reboot") {
+            (durations.reboot, durations.reboot_source) = (d, s);
+        }
+        durations
+    }
+
+    /// These durations with those of the flags given.
+    pub fn with_flags(
+        mut self,
+        stage: Option<SignedDuration>,
+        drain: Option<SignedDuration>,
+        reboot: Option<SignedDuration>,
+    ) -> Durations {
+        if let Some(d) = stage {
+            (self.stage, self.stage_source) = (d, Source::Flag);
+        }
+        if let Some(d) = drain {
+            (self.drain, self.drain_source) = (d, Source::Flag);
+        }
+        if let Some(d) = reboot {
+            (self.reboot, self.reboot_source) = (d, Source::Flag);
+        }
+        self
+    }
+}
+
+/// The step durations to publish: those of `previous`, with a sample for each node that left a step
+/// between `previous` (its `inFlight`) and `plan`, at `now`. `same_target`: `previous` describes the
+/// same target, so a node gone from the nodes in flight after its reboot was verified.
+pub fn measure(
+    previous: Option<&NodeVersionStatus>,
+    plan: &Plan,
+    same_target: bool,
+    now: Timestamp,
+) -> Vec<StepDuration> {
+    let Some(previous) = previous else { return Vec::new() };
+    let mut durations = previous.step_durations.clone();
+    let problem = |node: &str| plan.failed.iter().chain(&plan.blocked).any(|p| p.node == node);
+    for before in &previous.in_flight {
+        // The published start is truncated to the second: count from the middle of it.
+        let Some(started) = before.since.0.checked_add(SignedDuration::from_millis(500)).ok() else { continue };
+        let ended = match plan.in_flight.iter().find(|f| f.node == before.name) {
+            Some(now_in) if now_in.step.as_str() != before.step && follows(&before.step, now_in.step.as_str()) => {
+                now_in.since
+            }
+            None if before.step == "reboot" && same_target && !problem(&before.name) => now,
+            _ => continue,
+        };
+        let took = ended.duration_since(started).max(SignedDuration::ZERO);
+        add_sample(&mut durations, &before.step, took);
+    }
+    durations
+}
+
+/// Whether `next` is the step that follows `step` (a node seen two steps on is not measured).
+fn follows(step: &str, next: &str) -> bool {
+    matches!((step, next), ("stage", "drain") | ("drain", "reboot") | ("reboot", "done"))
+        || !matches!(step, "stage" | "drain" | "reboot")
+}
+
+/// Folds one sample of `step` into the running means.
+fn add_sample(durations: &mut Vec<StepDuration>, step: &str, took: SignedDuration) {
+    let millis = i64::try_from(took.as_millis()).unwrap_or(i64::MAX);
+    match durations.iter_mut().find(|d| d.step == step) {
+        Some(d) => {
+            let weight = i64::from(d.samples.saturating_add(1).min(MEAN_OVER));
+            d.mean_millis += (millis - d.mean_millis) / weight;
+            d.samples = d.samples.saturating_add(1);
+        }
+        None => {
+            durations.push(StepDuration { step: step.to_owned(), samples: 1, mean_millis: millis });
+            durations.sort_by(|a, b| a.step.cmp(&b.step));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{InFlight, Problem};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use shared::crd::InFlightNode;
+    use shared::protocol::Step;
+
+    fn t(ms: i64) -> Timestamp {
+        Timestamp::from_millisecond(1_800_000_000_000 + ms).unwrap()
+    }
+
+    fn published(node: &str, step: &str, at: Timestamp) -> InFlightNode {
+        InFlightNode {
+            name: node.into(),
+            step: step.into(),
+            since: Time(shared::protocol::truncate_to_seconds(at)),
+            waiting_on: None,
+        }
+    }
+
+    #[test]
+    fn a_step_left_is_measured_from_the_middle_of_its_published_second_to_the_next_steps_start() {
+        let previous = NodeVersionStatus {
+            in_flight: vec![
+                published("a", "stage", t(0)),
+                published("b", "drain", t(0)),
+                published("c", "reboot", t(0)),
+            ],
+            ..Default::default()
+        };
+        let mut plan = Plan::default();
+        plan.in_flight.push(InFlight { node: "a".into(), step: Step::Drain, since: t(2_500), waiting_on: None });
+        // b: still draining; c: verified (gone from the nodes in flight).
+        plan.in_flight.push(InFlight { node: "b".into(), step: Step::Drain, since: t(0), waiting_on: None });
+        let measured = measure(Some(&previous), &plan, true, t(4_000));
+        assert_eq!(
+            measured,
+            vec![
+                StepDuration { step: "reboot".into(), samples: 1, mean_millis: 3_500 },
+                StepDuration { step: "stage".into(), samples: 1, mean_millis: 2_000 },
+            ]
+        );
+        // The same view again (a status not yet written back) gives the same record.
+        assert_eq!(measure(Some(&previous), &plan, true, t(4_000)), measured);
+        // A node gone because it failed, or a status of another target, measures nothing.
+        plan.failed.push(Problem { node: "c".into(), message: "x".into() });
+        assert_eq!(measure(Some(&previous), &plan, true, t(4_000)).len(), 1);
+        assert_eq!(measure(Some(&previous), &Plan::default(), false, t(4_000)), vec![]);
+    }
+
+    #[test]
+    fn the_mean_runs_over_the_samples_and_weighs_the_last_ones() {
+        let mut d = Vec::new();
+        add_sample(&mut d, "stage", SignedDuration::from_secs(1));
+        add_sample(&mut d, "stage", SignedDuration::from_secs(3));
+        assert_eq!(d, vec![StepDuration { step: "stage".into(), samples: 2, mean_millis: 2_000 }]);
+        for _ in 0..200 {
+            add_sample(&mut d, "stage", SignedDuration::from_secs(10));
+        }
+        assert!(d[0].mean_millis > 9_900, "{d:?}");
+        assert_eq!(d[0].samples, 202);
+    }
+
+    #[test]
+    fn flags_win_over_measurements_and_the_named_node_version_over_others() {
+        let status = |stage: i64, samples: i32| NodeVersionStatus {
+            step_durations: vec![StepDuration { step: "stage".into(), samples, mean_millis: stage }],
+            ..Default::default()
+        };
+        let (a, b) = (status(1_000, 3), status(2_000, 9));
+        let statuses = [("a", &a), ("b", &b)];
+        let d = Durations::measured(statuses, Some("a"));
+        assert_eq!(d.stage, SignedDuration::from_secs(1));
+        assert_eq!(d.stage_source, Source::Measured { node_version: "a".into(), samples: 3 });
+        assert_eq!(Durations::measured(statuses, None).stage, SignedDuration::from_secs(2));
+        assert_eq!((d.drain, d.drain_source.clone()), (DEFAULT_DRAIN, Source::Default));
+        let d = d.with_flags(None, Some(SignedDuration::from_secs(7)), None);
+        assert_eq!((d.drain, d.drain_source), (SignedDuration::from_secs(7), Source::Flag));
+    }
+}

@@ -1,0 +1,421 @@
+//! A rollout forecast: the real policy and the executor's transitions run forward in virtual time.
+//!
+//! [`forecast`] takes the nodes and rollouts the controller would plan with, and per-step durations
+//! ([`Durations`]), and plays the rollout out: the policy plans ([`crate::policy::plan_with`]), the
+//! executor's own transitions ([`next_state`], [`drain_effect`]) apply the actions, and each node's
+//! agent, drain and reboot take exactly their step's duration. Nothing here reads the clock or a
+//! client; [`blockers`] says what would stop the rollout and [`snapshot`] reads the cluster once.
+//!
+//! # Guarantees
+//! - The order and the waves are the policy's own decisions: a change to the policy changes the
+//!   forecast the same way.
+//! - The run always ends: when nothing is left to do, when nothing can move any more (the
+//!   forecast says why), or at [`HORIZON`] of virtual time.
+//! - A node's wave is one more than the highest wave of the nodes that finished before it started
+//!   (the first nodes are wave 1): the same definition applies to an observed rollout
+//!   ([`waves_of`]), so a forecast and what followed compare exactly.
+
+pub mod blockers;
+pub mod durations;
+pub mod preflight;
+pub mod report;
+pub mod snapshot;
+
+pub use blockers::{Blocker, BlockerKind};
+pub use durations::{Durations, Source};
+
+use crate::executor::{DrainEffect, drain_effect, next_state};
+use crate::policy::{
+    ActionKind, ClusterPlan, DrainProgress, Fleet, Hold, NodeAction, NodeView, Reason, Rollout, plan_with,
+};
+use jiff::{SignedDuration, Timestamp};
+use serde::Serialize;
+use shared::protocol::{AgentState, BootId, ControllerAnnotations, Step, Token};
+use std::collections::BTreeMap;
+
+/// How far into virtual time a forecast runs before it gives up (a window that opens once a month,
+/// say, is still found).
+pub const HORIZON: SignedDuration = SignedDuration::from_hours(24 * 62);
+/// Plans at one instant before time moves on: the controller plans again after its own writes.
+const ROUNDS_PER_INSTANT: usize = 8;
+/// Plans in all before a forecast gives up (with the horizon, bounds its cost whatever the policy wakes for).
+const MAX_ROUNDS: usize = 100_000;
+
+/// One node's forecast.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeForecast {
+    pub node: String,
+    /// 1 for the nodes started first; see the module documentation.
+    pub wave: u32,
+    /// Seconds from the start of the forecast until the node starts, and until it frees its slot.
+    pub start_seconds: f64,
+    pub finish_seconds: Option<f64>,
+    /// Whether the node is replaced by a new instance rather than updated in place.
+    pub replaced: bool,
+}
+
+/// How a forecast rollout ends.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "state")]
+pub enum Ending {
+    /// Every node it selects runs the target.
+    Complete,
+    /// Nothing can move any more: why (the rollout's hold, or the nodes held back), and the nodes left.
+    #[serde(rename_all = "camelCase")]
+    Stuck { reason: String, message: String, nodes_left: Vec<String> },
+    /// Still moving at the horizon.
+    Unfinished,
+}
+
+/// The forecast of one rollout.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutForecast {
+    pub name: String,
+    pub target: Option<String>,
+    /// Nodes in the order they start.
+    pub nodes: Vec<NodeForecast>,
+    /// Seconds until the last node frees its slot (None when the rollout does not complete).
+    pub duration_seconds: Option<f64>,
+    pub ending: Ending,
+    /// Nodes the rollout selects that already run the target.
+    pub up_to_date: u32,
+}
+
+impl RolloutForecast {
+    /// The waves, each the nodes of that wave in the order they start.
+    pub fn waves(&self) -> Vec<Vec<String>> {
+        let mut waves: Vec<Vec<String>> = Vec::new();
+        for n in &self.nodes {
+            let i = n.wave.saturating_sub(1) as usize;
+            if waves.len() <= i {
+                waves.resize(i + 1, Vec::new());
+            }
+            waves[i].push(n.node.clone());
+        }
+        waves
+    }
+}
+
+/// The forecast of every rollout, and the first plan (what the controller would do now).
+#[derive(Debug, Clone)]
+pub struct Forecast {
+    pub rollouts: Vec<RolloutForecast>,
+    pub first: ClusterPlan,
+}
+
+/// Plays the rollouts out from `nodes` at `now` with `durations` (see the module documentation).
+/// `rollouts` and `fleet` are as [`plan_with`] takes them.
+pub fn forecast(
+    nodes: &[NodeView],
+    rollouts: &[Rollout],
+    fleet: &Fleet,
+    own_node: Option<&str>,
+    now: Timestamp,
+    durations: &Durations,
+) -> Forecast {
+    let mut run = Run {
+        nodes: nodes.to_vec(),
+        start: now,
+        now,
+        tokens: 0,
+        boots: 0,
+        durations,
+        started: BTreeMap::new(),
+        finished: BTreeMap::new(),
+        owner: BTreeMap::new(),
+        order: Vec::new(),
+    };
+    let first = plan_with(&run.nodes, rollouts, fleet, own_node, now);
+    let end = run.now.checked_add(HORIZON).unwrap_or(Timestamp::MAX);
+    let mut last = first.clone();
+    let mut rounds = 0;
+    for _ in 0..MAX_ROUNDS {
+        let cluster = plan_with(&run.nodes, rollouts, fleet, own_node, run.now);
+        let writes = run.apply(&cluster);
+        last = cluster;
+        rounds += 1;
+        if writes && rounds < ROUNDS_PER_INSTANT {
+            continue;
+        }
+        rounds = 0;
+        let next = [run.next_event(), last.wake_at()].into_iter().flatten().filter(|t| *t > run.now).min();
+        match next {
+            Some(next) if next <= end => {
+                run.now = next;
+                run.world();
+            }
+            _ => break,
+        }
+    }
+    let settled = run.next_event().is_none();
+    let forecasts = rollouts
+        .iter()
+        .enumerate()
+        .map(|(i, r)| run.result(i, r, &last.rollouts[i], settled, first.rollouts[i].counts.up_to_date))
+        .collect();
+    Forecast { rollouts: forecasts, first }
+}
+
+/// The waves of an observed rollout: `starts` and `finishes` are when each node started and freed
+/// its slot; the same definition as the forecast's.
+pub fn waves_of(starts: &[(String, Timestamp)], finishes: &BTreeMap<String, Timestamp>) -> BTreeMap<String, u32> {
+    let mut waves: BTreeMap<String, u32> = BTreeMap::new();
+    let mut ordered = starts.to_vec();
+    ordered.sort_by_key(|(_, t)| *t);
+    for (node, at) in &ordered {
+        let before =
+            waves.iter().filter(|(n, _)| finishes.get(*n).is_some_and(|f| f <= at)).map(|(_, w)| *w).max().unwrap_or(0);
+        waves.insert(node.clone(), before + 1);
+    }
+    waves
+}
+
+/// The state of a forecast run.
+struct Run<'a> {
+    nodes: Vec<NodeView>,
+    start: Timestamp,
+    now: Timestamp,
+    tokens: u64,
+    boots: u64,
+    durations: &'a Durations,
+    /// When each node started (its first stage or replacement), whether it is replaced, and its wave.
+    started: BTreeMap<String, (Timestamp, bool, u32)>,
+    finished: BTreeMap<String, Timestamp>,
+    /// The rollout (index) each started node belongs to.
+    owner: BTreeMap<String, usize>,
+    order: Vec<String>,
+}
+
+impl Run<'_> {
+    /// Applies the plan's actions as the executor does, in its two phases (new nodes start after
+    /// every other write, in slots those free); whether any of them writes.
+    fn apply(&mut self, cluster: &ClusterPlan) -> bool {
+        let mut writes = false;
+        let all = cluster.rollouts.iter().enumerate().map(|(i, p)| (Some(i), p)).chain([(None, &cluster.unowned)]);
+        let actions: Vec<(Option<usize>, &NodeAction)> =
+            all.flat_map(|(i, p)| p.actions.iter().map(move |a| (i, a))).collect();
+        for (_, action) in actions.iter().filter(|(_, a)| !a.starts_node()) {
+            writes |= action.kind.writes();
+            self.transition(action);
+        }
+        // A node frees its slot once it is done and no longer in flight (a soaking node keeps it).
+        for (index, plan) in cluster.rollouts.iter().enumerate() {
+            let freed: Vec<String> = self
+                .started
+                .keys()
+                .filter(|n| self.owner.get(*n) == Some(&index) && !self.finished.contains_key(*n))
+                .filter(|n| !plan.in_flight.iter().any(|f| &f.node == *n))
+                .filter(|n| self.nodes.iter().any(|v| &v.name == *n && node_done(v)))
+                .cloned()
+                .collect();
+            for node in freed {
+                self.finished.insert(node, self.now);
+            }
+        }
+        for (index, action) in actions.iter().filter(|(_, a)| a.starts_node()) {
+            writes |= action.kind.writes();
+            if let Some(index) = index {
+                self.record(*index, action);
+            }
+            self.transition(action);
+        }
+        for n in &mut self.nodes {
+            // The reconciler stops the drains of nodes that left the drain step.
+            let draining =
+                n.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Drain));
+            if !draining {
+                n.drain = DrainProgress::NotRunning;
+            }
+        }
+        writes
+    }
+
+    fn record(&mut self, index: usize, action: &NodeAction) {
+        if action.starts_node() && !self.started.contains_key(&action.node) {
+            let wave = self
+                .finished
+                .iter()
+                .filter(|(_, at)| **at <= self.now)
+                .filter_map(|(n, _)| self.started.get(n).map(|s| s.2))
+                .max()
+                .unwrap_or(0)
+                + 1;
+            let replaced = matches!(action.kind, ActionKind::Replace { .. });
+            self.started.insert(action.node.clone(), (self.now, replaced, wave));
+            self.owner.insert(action.node.clone(), index);
+            self.order.push(action.node.clone());
+        }
+    }
+
+    /// The executor's transition of one action.
+    fn transition(&mut self, action: &NodeAction) {
+        self.tokens += 1;
+        let token = Token::from_u64(self.tokens);
+        if let Some(n) = self.nodes.iter_mut().find(|n| n.name == action.node) {
+            transition(n, action, token, self.now);
+        }
+    }
+
+    /// When the next node finishes its step on its own (the agent staged, the drain done, the node
+    /// back from its reboot).
+    fn next_event(&self) -> Option<Timestamp> {
+        self.nodes.iter().filter_map(|n| self.due(n)).min()
+    }
+
+    /// When `n`'s current step finishes on its own, if it waits on the world.
+    fn due(&self, n: &NodeView) -> Option<Timestamp> {
+        let intent = n.controller.as_ref().ok()?.intent.as_ref()?;
+        let agent = n.agent.as_ref().ok()?;
+        let answered = agent.token.as_ref() == Some(&intent.token);
+        let took = match intent.step {
+            Step::Stage if !answered => self.durations.stage,
+            Step::Drain if matches!(n.drain, DrainProgress::Running { .. }) => self.durations.drain,
+            Step::Reboot if !answered => self.durations.reboot,
+            _ => return None,
+        };
+        intent.since.checked_add(took).ok()
+    }
+
+    /// Everything the world does by now.
+    fn world(&mut self) {
+        let now = self.now;
+        let due: Vec<usize> =
+            (0..self.nodes.len()).filter(|&i| self.due(&self.nodes[i]).is_some_and(|t| t <= now)).collect();
+        for i in due {
+            let n = &mut self.nodes[i];
+            let Some(intent) = n.controller.as_ref().ok().and_then(|c| c.intent.clone()) else { continue };
+            let Ok(agent) = &mut n.agent else { continue };
+            match intent.step {
+                Step::Stage => {
+                    agent.token = Some(intent.token.clone());
+                    agent.state = Some(AgentState::Done);
+                }
+                Step::Drain => n.drain = DrainProgress::Drained,
+                Step::Reboot => {
+                    self.boots += 1;
+                    let boot = format!("forecast-{}", self.boots);
+                    n.ready = true;
+                    n.kubelet_boot_id = Some(boot.clone());
+                    agent.boot_id = BootId::parse("forecast", &boot).ok();
+                    agent.os_image = Some(intent.target.clone());
+                    agent.token = Some(intent.token.clone());
+                    agent.state = Some(AgentState::Done);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn result(
+        &self,
+        index: usize,
+        rollout: &Rollout,
+        last: &crate::policy::Plan,
+        settled: bool,
+        up_to_date: u32,
+    ) -> RolloutForecast {
+        let seconds = |t: Timestamp| t.duration_since(self.start).as_secs_f64();
+        let nodes: Vec<NodeForecast> = self
+            .order
+            .iter()
+            .filter(|n| self.owner.get(*n) == Some(&index))
+            .filter_map(|n| {
+                let (at, replaced, wave) = self.started.get(n)?;
+                Some(NodeForecast {
+                    node: n.clone(),
+                    wave: *wave,
+                    start_seconds: seconds(*at),
+                    finish_seconds: self.finished.get(n).map(|t| seconds(*t)),
+                    replaced: *replaced,
+                })
+            })
+            .collect();
+        let c = last.counts;
+        let complete = c.total > 0 && c.up_to_date == c.total && last.in_flight.is_empty();
+        let ending = if complete || c.total == 0 {
+            Ending::Complete
+        } else if !settled && last.moves() {
+            Ending::Unfinished
+        } else {
+            let mut left: Vec<String> = last.held.iter().map(|h| h.node.clone()).collect();
+            left.extend(last.failed.iter().chain(&last.blocked).map(|p| p.node.clone()));
+            let target = rollout.spec.acting().map(|s| s.target.as_str());
+            let outdated = self.nodes.iter().filter(|n| {
+                n.selected_by.first() == Some(&index)
+                    && n.agent.as_ref().ok().and_then(|a| a.os_image.as_deref()) != target
+            });
+            left.extend(outdated.map(|n| n.name.clone()));
+            left.sort();
+            left.dedup();
+            let Hold { reason, message } = last.hold.clone().unwrap_or_else(|| held_summary(last));
+            Ending::Stuck { reason: reason.to_string(), message, nodes_left: left }
+        };
+        let duration_seconds = match ending {
+            Ending::Complete => Some(nodes.iter().filter_map(|n| n.finish_seconds).fold(0.0, f64::max)),
+            _ => None,
+        };
+        RolloutForecast {
+            name: rollout.name.clone(),
+            target: rollout.spec.acting().map(|s| s.target.clone()),
+            nodes,
+            duration_seconds,
+            ending,
+            up_to_date,
+        }
+    }
+}
+
+/// Applies `action` to the policy's view of its node `n` as the executor does: the annotations and
+/// cordon of [`next_state`] (written with `token` at `now`) and the drain's [`drain_effect`]. A node
+/// whose annotations the controller cannot read takes only a release of its own intent.
+pub(crate) fn transition(n: &mut NodeView, action: &NodeAction, token: Token, now: Timestamp) {
+    let current = match &n.controller {
+        Ok(c) => c.clone(),
+        Err(u) => match (u.ours, &action.kind) {
+            (Some(ours), ActionKind::Release) => {
+                ControllerAnnotations { intent: None, cordoned_by_us: ours.cordoned_by_us }
+            }
+            _ => return,
+        },
+    };
+    let (next, unschedulable) = next_state(&current, n.unschedulable, action, token, now);
+    n.controller = Ok(next);
+    n.unschedulable = unschedulable;
+    match drain_effect(&action.kind) {
+        DrainEffect::Start if n.drain == DrainProgress::NotRunning => {
+            n.drain = DrainProgress::Running { waiting_on: None };
+        }
+        DrainEffect::Stop => n.drain = DrainProgress::NotRunning,
+        DrainEffect::Start | DrainEffect::None => {}
+    }
+}
+
+/// Whether the node has no intent left but `done` (or none at all) and its agent runs what it was
+/// asked for.
+fn node_done(n: &NodeView) -> bool {
+    n.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_none_or(|i| i.step == Step::Done))
+        && n.agent.as_ref().is_ok_and(|a| {
+            let target = n.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).map(|i| i.target.as_str());
+            target.is_none_or(|t| a.os_image.as_deref() == Some(t))
+        })
+}
+
+/// Why nothing moves when no hold says it: the reasons of the nodes held back.
+fn held_summary(plan: &crate::policy::Plan) -> Hold {
+    let named: Vec<String> = plan.held.iter().map(|h| format!("{} ({})", h.node, h.hold.reason)).collect();
+    match plan.held.first() {
+        Some(first) if plan.held.iter().all(|h| h.hold.reason == first.hold.reason) => {
+            Hold::new(first.hold.reason, format!("held back: {}", named.join(", ")))
+        }
+        Some(_) => Hold::new(Reason::NodesHeldBack, format!("held back: {}", named.join(", "))),
+        None if !plan.failed.is_empty() || !plan.blocked.is_empty() => {
+            Hold::new(Reason::NodesFailed, "failed or blocked nodes wait for an administrator")
+        }
+        None => Hold::new(Reason::NodesHeldBack, "no node can start"),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,201 @@
+//! What `update-operator plan` reports: each rollout's forecast with the durations it assumed, and
+//! every blocker; as text for people and as JSON for scripts.
+
+use super::blockers::{self, Blocker};
+use super::durations::{Durations, Source};
+use super::snapshot::Snapshot;
+use super::{Ending, RolloutForecast, forecast};
+use crate::policy::Fleet;
+use jiff::{SignedDuration, Timestamp};
+use serde::Serialize;
+use shared::crd::NodeVersion;
+use std::fmt::Write as _;
+
+/// The step durations of a forecast, in seconds, and where each comes from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepAssumption {
+    pub step: &'static str,
+    pub seconds: f64,
+    pub source: Source,
+}
+
+/// The report of one `plan`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// When the cluster was read.
+    pub at: Timestamp,
+    pub rollouts: Vec<RolloutForecast>,
+    pub durations: Vec<StepAssumption>,
+    /// What the forecast takes for granted besides the durations.
+    pub assumptions: Vec<String>,
+    pub blockers: Vec<Blocker>,
+}
+
+/// Durations given on the command line.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Flags {
+    pub stage: Option<SignedDuration>,
+    pub drain: Option<SignedDuration>,
+    pub reboot: Option<SignedDuration>,
+}
+
+impl Report {
+    /// Forecasts every NodeVersion of `snapshot` (with `version` in place of the one of its name, or
+    /// added) at `now`; `own_node` is the node the controller runs on (updated last).
+    pub fn build(
+        snapshot: Snapshot,
+        version: Option<NodeVersion>,
+        flags: Flags,
+        own_node: Option<&str>,
+        now: Timestamp,
+    ) -> Report {
+        let preferred = version.as_ref().and_then(|v| v.metadata.name.clone());
+        let snapshot = match version {
+            Some(v) => snapshot.with_version(v, now),
+            None => snapshot,
+        };
+        let statuses: Vec<(&str, &shared::crd::NodeVersionStatus)> =
+            snapshot.versions.iter().filter_map(|v| Some((v.metadata.name.as_deref()?, v.status.as_ref()?))).collect();
+        let durations = Durations::measured(statuses.iter().copied(), preferred.as_deref()).with_flags(
+            flags.stage,
+            flags.drain,
+            flags.reboot,
+        );
+        let (rollouts, views) = snapshot.views(now);
+        let forecast = forecast(&views, &rollouts, &Fleet::default(), own_node, now, &durations);
+        let blockers = blockers::find(&views, &rollouts, &forecast.first, &snapshot.workloads, &[]);
+        let mut assumptions = vec![
+            "every node takes the same time per step; the next node starts in the round that verifies the last"
+                .to_owned(),
+            "nodes are updated in place: the cloud is not asked which nodes belong to a scaling group (those are \
+             replaced, and take longer)"
+                .to_owned(),
+        ];
+        if snapshot.versions.iter().any(|v| v.spec.kubernetes_cluster_version.is_some()) {
+            assumptions.push("a Kubernetes upgrade the NodeVersion asks for is not forecast; only the image is".into());
+        }
+        let step = |step, d: SignedDuration, source: &Source| StepAssumption {
+            step,
+            seconds: d.as_secs_f64(),
+            source: source.clone(),
+        };
+        Report {
+            at: now,
+            rollouts: forecast.rollouts,
+            durations: vec![
+                step("stage", durations.stage, &durations.stage_source),
+                step("drain", durations.drain, &durations.drain_source),
+                step("reboot", durations.reboot, &durations.reboot_source),
+            ],
+            assumptions,
+            blockers,
+        }
+    }
+
+    /// Whether something would block: a blocker, or a rollout that does not complete.
+    pub fn blocked(&self) -> bool {
+        !self.blockers.is_empty() || self.rollouts.iter().any(|r| r.ending != Ending::Complete)
+    }
+
+    /// The report for people.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        if self.rollouts.is_empty() {
+            out.push_str("no NodeVersion: nothing to roll out (pass -f nodeversion.yaml to plan one)\n");
+        }
+        for r in &self.rollouts {
+            let target = r.target.as_deref().unwrap_or("(no valid spec)");
+            let _ = writeln!(
+                out,
+                "NodeVersion {} -> {target}: {} node(s) to update, {} up to date",
+                r.name,
+                r.nodes.len(),
+                r.up_to_date
+            );
+            let finishes = |wave: &[String]| {
+                r.nodes.iter().filter(|n| wave.contains(&n.node)).filter_map(|n| n.finish_seconds).fold(0.0, f64::max)
+            };
+            for (i, wave) in r.waves().iter().enumerate() {
+                let start = r.nodes.iter().find(|n| wave.first() == Some(&n.node)).map_or(0.0, |n| n.start_seconds);
+                let _ = writeln!(
+                    out,
+                    "  wave {:>2}  t+{:<8} {}  (until t+{})",
+                    i + 1,
+                    human(start),
+                    wave.join(", "),
+                    human(finishes(wave))
+                );
+            }
+            match (&r.ending, r.duration_seconds) {
+                (Ending::Complete, Some(d)) => {
+                    let _ = writeln!(out, "  predicted duration: {}", human(d));
+                }
+                (Ending::Complete, None) => out.push_str("  nothing to do\n"),
+                (Ending::Stuck { reason, message, nodes_left }, _) => {
+                    let _ = writeln!(
+                        out,
+                        "  does not complete: {reason}: {message}\n  left outdated: {}",
+                        nodes_left.join(", ")
+                    );
+                }
+                (Ending::Unfinished, _) => {
+                    let _ = writeln!(
+                        out,
+                        "  still moving {} ahead: the forecast stops there",
+                        human(super::HORIZON.as_secs_f64())
+                    );
+                }
+            }
+        }
+        out.push_str("assuming per node:");
+        for d in &self.durations {
+            let from = match &d.source {
+                Source::Flag => "flag".to_owned(),
+                Source::Measured { node_version, samples } => {
+                    format!("measured, {samples} sample(s) of {node_version}")
+                }
+                Source::Default => "default".to_owned(),
+            };
+            let _ = write!(out, " {} {} ({from});", d.step, human(d.seconds));
+        }
+        out.push('\n');
+        for a in &self.assumptions {
+            let _ = writeln!(out, "  and: {a}");
+        }
+        if self.blockers.is_empty() {
+            out.push_str("no blockers found\n");
+        } else {
+            let _ = writeln!(out, "{} blocker(s):", self.blockers.len());
+            for b in &self.blockers {
+                let _ = writeln!(out, "  [{}] {}: {}\n      fix: {}", b.node_version, b.object, b.message, b.fix);
+            }
+        }
+        out
+    }
+}
+
+/// Seconds as people read them: `42.5s`, `3m05s`, `2h10m`.
+fn human(seconds: f64) -> String {
+    let s = seconds.max(0.0);
+    if s < 60.0 {
+        format!("{s:.1}s")
+    } else if s < 3600.0 {
+        format!("{}m{:02}s", (s / 60.0) as u64, (s % 60.0) as u64)
+    } else {
+        format!("{}h{:02}m", (s / 3600.0) as u64, ((s % 3600.0) / 60.0) as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_read_them() {
+        assert_eq!(human(42.46), "42.5s");
+        assert_eq!(human(185.0), "3m05s");
+        assert_eq!(human(7_800.0), "2h10m");
+    }
+}

@@ -1,0 +1,143 @@
+//! The cluster as a forecast reads it: one list of each kind, read-only (get/list only).
+
+use crate::drain::filters::daemon_set_of;
+use crate::nodes::SlimNode;
+use crate::policy::{DrainProgress, NodeSelector, NodeView, Rollout, SpecState, ValidSpec};
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use shared::crd::{NodeVersion, ScalingGroup};
+use shared::protocol::Step;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// What the drains of a rollout would meet: the pods, the budgets, and the DaemonSets that exist.
+#[derive(Debug, Clone, Default)]
+pub struct Workloads {
+    pub pods: Vec<Pod>,
+    pub budgets: Vec<PodDisruptionBudget>,
+    /// (namespace, name) of the DaemonSets that control a pod and exist.
+    pub daemon_sets: BTreeSet<(String, String)>,
+}
+
+impl Workloads {
+    /// Lists the pods and PodDisruptionBudgets of the whole cluster, and gets the DaemonSets that
+    /// control pods (as a drain looks them up: `get` only).
+    pub async fn read(client: &Client) -> Result<Workloads, kube::Error> {
+        let params = ListParams::default();
+        let pods = Api::<Pod>::all(client.clone()).list(&params).await?.items;
+        let budgets = Api::<PodDisruptionBudget>::all(client.clone()).list(&params).await?.items;
+        let owners: BTreeSet<(String, String)> = pods
+            .iter()
+            .filter_map(|p| daemon_set_of(p).map(|ds| (p.namespace().unwrap_or_default(), ds.name.clone())))
+            .collect();
+        let mut daemon_sets = BTreeSet::new();
+        for (namespace, name) in owners {
+            if Api::<DaemonSet>::namespaced(client.clone(), &namespace).get_opt(&name).await?.is_some() {
+                daemon_sets.insert((namespace, name));
+            }
+        }
+        Ok(Workloads { pods, budgets, daemon_sets })
+    }
+}
+
+/// Nodes, NodeVersions, ScalingGroups and workloads, each listed once.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub nodes: Vec<SlimNode>,
+    pub versions: Vec<NodeVersion>,
+    pub scaling_groups: Vec<ScalingGroup>,
+    pub workloads: Workloads,
+}
+
+impl Snapshot {
+    /// Lists everything a forecast reads. A cluster without the ScalingGroup CRD has no groups.
+    pub async fn read(client: &Client) -> Result<Snapshot, kube::Error> {
+        let params = ListParams::default();
+        let mut nodes = Api::<SlimNode>::all(client.clone()).list(&params).await?.items;
+        for node in &mut nodes {
+            node.trim();
+        }
+        let versions = Api::<NodeVersion>::all(client.clone()).list(&params).await?.items;
+        let scaling_groups = match Api::<ScalingGroup>::all(client.clone()).list(&params).await {
+            Ok(list) => list.items,
+            Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
+            Err(error) => return Err(error),
+        };
+        let workloads = Workloads::read(client).await?;
+        Ok(Snapshot { nodes, versions, scaling_groups, workloads })
+    }
+
+    /// Puts `version` in place of the NodeVersion of the same name, or adds it as the newest.
+    pub fn with_version(mut self, mut version: NodeVersion, now: Timestamp) -> Snapshot {
+        match self.versions.iter_mut().find(|v| v.name_any() == version.name_any()) {
+            Some(existing) => {
+                version.metadata.creation_timestamp = existing.metadata.creation_timestamp.clone();
+                version.metadata.generation = existing.metadata.generation.map(|g| g + 1);
+                version.status = existing.status.clone();
+                *existing = version;
+            }
+            None => {
+                version.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+                version.metadata.generation = Some(1);
+                self.versions.push(version);
+            }
+        }
+        self
+    }
+
+    /// The NodeVersions not being deleted, oldest first, as the controller plans them.
+    pub fn active_versions(&self) -> Vec<&NodeVersion> {
+        let mut versions: Vec<&NodeVersion> =
+            self.versions.iter().filter(|v| v.metadata.deletion_timestamp.is_none()).collect();
+        versions.sort_by(|a, b| {
+            (a.metadata.creation_timestamp.as_ref().map(|t| t.0), a.name_any())
+                .cmp(&(b.metadata.creation_timestamp.as_ref().map(|t| t.0), b.name_any()))
+        });
+        versions
+    }
+
+    /// The rollouts of [`Snapshot::active_versions`] (specs validated as the controller does) and the
+    /// nodes as the policy sees them (a node in the drain step drains).
+    pub fn views(&self, now: Timestamp) -> (Vec<Rollout>, Vec<NodeView>) {
+        let rollouts: Vec<Rollout> = self.active_versions().into_iter().map(|v| rollout(v, now)).collect();
+        let selectors: Vec<Option<&NodeSelector>> =
+            rollouts.iter().map(|r| r.spec.acting().map(|s| &s.policy.selector)).collect();
+        let views = self
+            .nodes
+            .iter()
+            .map(|node| {
+                let draining = shared::protocol::ControllerAnnotations::read(
+                    node.metadata.annotations.as_ref().unwrap_or(&Default::default()),
+                )
+                .is_ok_and(|c| c.intent.is_some_and(|i| i.step == Step::Drain));
+                let drain =
+                    if draining { DrainProgress::Running { waiting_on: None } } else { DrainProgress::NotRunning };
+                node.view(selectors.iter().copied(), drain)
+            })
+            .collect();
+        (rollouts, views)
+    }
+}
+
+/// The rollout of `version`: its spec validated, or the errors and the last valid spec of its
+/// status.
+pub fn rollout(version: &NodeVersion, now: Timestamp) -> Rollout {
+    let generation = version.metadata.generation.unwrap_or_default();
+    let spec = match ValidSpec::from_spec(&version.spec, generation, now) {
+        Ok(spec) => SpecState::Valid(Arc::new(spec)),
+        Err(errors) => {
+            let last_valid = version
+                .status
+                .as_ref()
+                .and_then(|s| s.last_valid_spec.as_ref())
+                .and_then(|l| ValidSpec::from_last_valid(l, now).ok())
+                .map(Arc::new);
+            SpecState::Invalid { errors, last_valid }
+        }
+    };
+    Rollout { name: version.name_any(), spec, kubernetes: None }
+}

@@ -1,0 +1,211 @@
+//! Forecasts of small clusters, and the blockers they find.
+
+use super::snapshot::Workloads;
+use super::*;
+use crate::policy::budget::MaxUnavailable;
+use crate::policy::{Policy, SpecState, ValidSpec};
+use serde_json::json;
+use shared::protocol::AgentReport;
+use std::sync::Arc;
+
+fn t(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + secs).unwrap()
+}
+
+/// A Ready worker on v1 whose agent reported, selected by the first rollout.
+fn node(name: &str) -> NodeView {
+    NodeView {
+        name: name.into(),
+        control_plane: false,
+        selected_by: vec![0],
+        opted_in: true,
+        ready: true,
+        unschedulable: false,
+        kubelet_boot_id: Some("b0".into()),
+        kubelet_version: None,
+        controller: Ok(ControllerAnnotations::default()),
+        agent: Ok(AgentReport {
+            state: Some(AgentState::Idle),
+            boot_id: BootId::parse("k", "b0").ok(),
+            os_image: Some("v1".into()),
+            ..Default::default()
+        }),
+        drain: DrainProgress::NotRunning,
+        group: None,
+        operation: None,
+    }
+}
+
+fn cp(name: &str) -> NodeView {
+    NodeView { control_plane: true, ..node(name) }
+}
+
+fn rollout(policy: Policy) -> Rollout {
+    let spec = ValidSpec { generation: 1, target: "v2".into(), policy, raw: json!({"image": "v2"}) };
+    Rollout { name: "nv".into(), spec: SpecState::Valid(Arc::new(spec)), kubernetes: None }
+}
+
+fn max(n: u32) -> Policy {
+    Policy { max_unavailable: MaxUnavailable::Count(n), ..Policy::default() }
+}
+
+fn secs(stage: i64, drain: i64, reboot: i64) -> Durations {
+    Durations::default().with_flags(
+        Some(SignedDuration::from_secs(stage)),
+        Some(SignedDuration::from_secs(drain)),
+        Some(SignedDuration::from_secs(reboot)),
+    )
+}
+
+fn cluster() -> Vec<NodeView> {
+    vec![cp("cp-1"), cp("cp-0"), node("w-3"), node("w-0"), node("w-2"), node("w-1"), node("w-4")]
+}
+
+#[test]
+fn the_control_plane_goes_first_one_at_a_time_then_workers_in_waves_by_name() {
+    let f = forecast(&cluster(), &[rollout(max(2))], &Fleet::default(), None, t(0), &secs(10, 5, 20));
+    let r = &f.rollouts[0];
+    assert_eq!(r.ending, Ending::Complete);
+    assert_eq!(
+        r.waves(),
+        vec![vec!["cp-0"], vec!["cp-1"], vec!["w-0", "w-1"], vec!["w-2", "w-3"], vec!["w-4"]]
+            .into_iter()
+            .map(|w| w.into_iter().map(String::from).collect::<Vec<_>>())
+            .collect::<Vec<_>>()
+    );
+    // Five waves of 35 s each: the next node starts in the round that verifies the last.
+    assert_eq!(r.duration_seconds, Some(175.0));
+    assert_eq!(r.nodes[2].start_seconds, 70.0);
+    assert_eq!(r.nodes[2].finish_seconds, Some(105.0));
+    // The first plan is what the controller would do now: stage cp-0.
+    assert_eq!(f.first.rollouts[0].actions.len(), 1);
+}
+
+#[test]
+fn a_soak_keeps_the_slot_and_a_closed_window_waits_for_it_to_open() {
+    let policy = Policy { soak_time: SignedDuration::from_secs(30), ..max(1) };
+    let f = forecast(&[node("a"), node("b")], &[rollout(policy)], &Fleet::default(), None, t(0), &secs(1, 1, 1));
+    assert_eq!(f.rollouts[0].duration_seconds, Some(66.0));
+    assert_eq!(f.rollouts[0].waves().len(), 2);
+
+    let mut policy = max(1);
+    policy.window = crate::policy::settings::Policy::from_spec(
+        &serde_json::from_value(json!({"maintenanceWindow": {"schedule": "0 3 * * *", "duration": "1h"}})).unwrap(),
+        t(0),
+    )
+    .unwrap()
+    .window;
+    let rollouts = [rollout(policy)];
+    let f = forecast(&[node("a")], &rollouts, &Fleet::default(), None, t(0), &secs(1, 1, 1));
+    let r = &f.rollouts[0];
+    assert_eq!(r.ending, Ending::Complete);
+    // 08:00 UTC now: the window opens at 03:00 the next day.
+    assert_eq!(r.nodes[0].start_seconds, 19.0 * 3600.0, "{r:?}");
+    let found = blockers::find(&[node("a")], &rollouts, &f.first, &Workloads::default(), &[]);
+    let kinds: Vec<BlockerKind> = found.iter().map(|b| b.kind).collect();
+    assert_eq!(kinds, vec![BlockerKind::WindowClosed], "{found:?}");
+}
+
+#[test]
+fn a_node_without_an_agent_or_cordoned_by_someone_else_is_a_blocker_and_the_rollout_stops_short() {
+    let mut silent = node("w-1");
+    silent.agent = Ok(AgentReport::default());
+    let cordoned = NodeView { unschedulable: true, ..node("w-2") };
+    let nodes = vec![node("w-0"), silent, cordoned];
+    let f = forecast(&nodes, &[rollout(max(3))], &Fleet::default(), None, t(0), &secs(1, 1, 1));
+    let r = &f.rollouts[0];
+    assert_eq!(r.nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(), vec!["w-0"]);
+    let Ending::Stuck { nodes_left, .. } = &r.ending else { panic!("{r:?}") };
+    assert_eq!(nodes_left, &vec!["w-1".to_owned(), "w-2".to_owned()]);
+    assert_eq!(r.duration_seconds, None);
+    let found = blockers::find(&nodes, &[rollout(max(3))], &f.first, &Workloads::default(), &[]);
+    let kinds: Vec<(BlockerKind, Vec<String>)> = found.iter().map(|b| (b.kind, b.nodes.clone())).collect();
+    assert_eq!(
+        kinds,
+        vec![(BlockerKind::NoAgent, vec!["w-1".to_owned()]), (BlockerKind::ForeignCordon, vec!["w-2".to_owned()])]
+    );
+}
+
+fn pod(name: &str, node: &str, labels: serde_json::Value, owned: bool) -> k8s_openapi::api::core::v1::Pod {
+    let owners = if owned {
+        json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}])
+    } else {
+        json!([])
+    };
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "demo", "labels": labels, "ownerReferences": owners},
+        "spec": {"nodeName": node, "containers": [{"name": "c"}]},
+        "status": {"phase": "Running"}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_budget_allowing_nothing_and_a_bare_pod_name_the_nodes_they_keep_from_draining() {
+    let nodes = vec![node("w-0"), node("w-1"), node("w-2")];
+    let budget = |name: &str, allowed: i32| -> k8s_openapi::api::policy::v1::PodDisruptionBudget {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "demo"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": name}}},
+            "status": {"disruptionsAllowed": allowed, "currentHealthy": 2, "desiredHealthy": 2, "expectedPods": 2}
+        }))
+        .unwrap()
+    };
+    let workloads = Workloads {
+        pods: vec![
+            pod("web-a", "w-0", json!({"app": "web"}), true),
+            pod("web-b", "w-2", json!({"app": "web"}), true),
+            pod("api-a", "w-1", json!({"app": "api"}), true),
+            pod("debug", "w-1", json!({}), false),
+        ],
+        budgets: vec![budget("web", 0), budget("api", 1)],
+        daemon_sets: Default::default(),
+    };
+    let f = forecast(&nodes, &[rollout(max(1))], &Fleet::default(), None, t(0), &secs(1, 1, 1));
+    let found = blockers::find(&nodes, &[rollout(max(1))], &f.first, &workloads, &[]);
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert_eq!(found[0].kind, BlockerKind::DisruptionBudget);
+    assert_eq!(found[0].message, "PDB demo/web allows 0 disruptions: w-0, w-2 cannot be drained");
+    assert_eq!(found[0].object, "PodDisruptionBudget demo/web");
+    assert_eq!(found[1].kind, BlockerKind::UnevictablePod);
+    assert_eq!(found[1].object, "Pod demo/debug");
+    assert_eq!(found[1].nodes, vec!["w-1".to_owned()]);
+    assert!(found[1].fix.contains("spec.rollout.drain.force"), "{:?}", found[1]);
+    // Nodes already on the target are not drained: nothing of theirs blocks.
+    let updated: Vec<NodeView> = nodes
+        .into_iter()
+        .map(|mut n| {
+            if let Ok(a) = &mut n.agent {
+                a.os_image = Some("v2".into());
+            }
+            n
+        })
+        .collect();
+    let f = forecast(&updated, &[rollout(max(1))], &Fleet::default(), None, t(0), &secs(1, 1, 1));
+    assert_eq!(blockers::find(&updated, &[rollout(max(1))], &f.first, &workloads, &[]), vec![]);
+    assert!(f.rollouts[0].nodes.is_empty());
+    assert_eq!(f.rollouts[0].up_to_date, 3);
+}
+
+#[test]
+fn a_scaling_group_at_its_maximum_blocks_the_replacement_of_its_nodes() {
+    let mut member = node("g-0");
+    member.group = Some(crate::policy::GroupMember { group_id: "grp".into(), ..Default::default() });
+    let nodes = vec![member, node("w-0")];
+    let f = forecast(&nodes, &[rollout(max(1))], &Fleet::default(), None, t(0), &secs(1, 1, 1));
+    let size = |max| blockers::GroupSize { name: "workers".into(), group_id: "grp".into(), max, size: 1 };
+    let found = blockers::find(&nodes, &[rollout(max(1))], &f.first, &Workloads::default(), &[size(Some(1))]);
+    assert_eq!(found.len(), 1);
+    assert_eq!((found[0].kind, found[0].nodes.clone()), (BlockerKind::ScalingGroupAtMax, vec!["g-0".to_owned()]));
+    assert_eq!(blockers::find(&nodes, &[rollout(max(1))], &f.first, &Workloads::default(), &[size(Some(2))]), vec![]);
+}
+
+#[test]
+fn observed_waves_follow_the_same_definition() {
+    let starts: Vec<(String, Timestamp)> =
+        [("a", 0), ("b", 0), ("c", 12), ("d", 13), ("e", 30)].iter().map(|(n, s)| (n.to_string(), t(*s))).collect();
+    let finishes: BTreeMap<String, Timestamp> =
+        [("a", 12), ("b", 13), ("c", 25), ("d", 26)].iter().map(|(n, s)| (n.to_string(), t(*s))).collect();
+    let waves = waves_of(&starts, &finishes);
+    assert_eq!(waves.values().copied().collect::<Vec<_>>(), vec![1, 1, 2, 2, 3]);
+}
