@@ -27,6 +27,10 @@ use support::{eventually, status_of, stop_all};
 
 const VERSION: &str = "constellation-version";
 
+/// The tests of this file run one at a time: the duration forecast is compared with a rollout measured in real
+/// time, which the other tests' clusters would slow by sharing the cores.
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The demo's cluster (`dev/src/bin/demo.rs`): sample workloads under PDBs, its timing, `nodes` nodes of which
 /// 3 control-plane nodes.
 async fn demo_cluster(nodes: usize) -> Cluster {
@@ -81,6 +85,7 @@ fn observed(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_predicts_the_demos_order_and_waves_exactly_and_its_duration_within_ten_percent() {
+    let _alone = ALONE.lock().await;
     let cluster = demo_cluster(10).await;
     let store = cluster.store();
     let agents: Vec<_> = cluster.node_names().iter().map(|n| harness::agent(cluster.operator(), n)).collect();
@@ -175,6 +180,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pdb_allowing_nothing_a_bare_pod_a_node_without_agent_and_a_foreign_cordon_are_named_by_plan_and_the_preflight()
  {
+    let _alone = ALONE.lock().await;
     let config = ClusterConfig { nodes: 6, control_planes: 1, image: "v1".into(), ..ClusterConfig::default() };
     let cluster = Cluster::start(config).await.unwrap();
     let store = cluster.store();
@@ -298,6 +304,7 @@ async fn a_pdb_allowing_nothing_a_bare_pod_a_node_without_agent_and_a_foreign_co
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_needs_only_the_read_only_role_of_deploy_examples() {
+    let _alone = ALONE.lock().await;
     let config = ClusterConfig {
         nodes: 3,
         control_planes: 1,
