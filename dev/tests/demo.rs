@@ -19,15 +19,15 @@ fn a_rollout_exits_0_with_step_lines_and_a_summary() {
     let (code, out) = demo(&[]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains(" worker-0 stage\n") && out.contains(" worker-0 done\n"), "no step lines: {out}");
-    for line in [
-        "wall time",
-        "evictions",
-        "refused by a PDB (429)",
-        "Node writes, controller   24",
-        "Node writes, agents       18",
-    ] {
+    for line in ["wall time", "evictions", "refused by a PDB (429)", "Node writes, agents       18"] {
         assert!(out.contains(line), "no {line:?} in the summary: {out}");
     }
+    // Four writes of the controller per node (stage, drain with the cordon, reboot, done with the uncordon). The
+    // summary counts requests, and one the API server refuses because the Node changed in the same instant is
+    // sent again: 24 or 25 were seen in runs of the same commit. Never a second round of writes.
+    let controller: Option<u32> =
+        out.lines().find_map(|l| l.strip_prefix("Node writes, controller")).and_then(|n| n.trim().parse().ok());
+    assert!(controller.is_some_and(|n| (24..=27).contains(&n)), "controller writes {controller:?}: {out}");
     assert!(out.contains("rollout complete: every node runs v2"), "{out}");
 }
 
