@@ -156,7 +156,7 @@ async fn a_pdb_that_never_allows_eviction_blocks_its_nodes_and_the_rollout_goes_
     let observer = Observer::start(cluster.client(), Limits::new(2, true));
     let agents = start_agents(&cluster);
     let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
-    create_version(&store, "v2", json!({"maxUnavailable": 2, "drainTimeout": "3s", "onDrainTimeout": "Continue"}));
+    create_version(&store, "v2", json!({"maxUnavailable": 2, "drainTimeout": "8s", "onDrainTimeout": "Continue"}));
 
     let s =
         settled(&store, "the rollout around the blocked nodes", |s| s.counts.up_to_date + s.counts.blocked == 13).await;
@@ -169,7 +169,7 @@ async fn a_pdb_that_never_allows_eviction_blocks_its_nodes_and_the_rollout_goes_
         assert_eq!(annotation(&n, keys::INTENT).as_deref(), Some("blocked"), "{name}");
         let why = annotation(&n, keys::INTENT_MESSAGE).unwrap_or_default();
         assert!(
-            why.starts_with("DrainTimedOut: the drain did not finish within 3s") && why.contains("pinned"),
+            why.starts_with("DrainTimedOut: the drain did not finish within 8s") && why.contains("pinned"),
             "{why}"
         );
         assert!(message.contains(name.as_str()), "{message}");
