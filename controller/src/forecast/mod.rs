@@ -369,15 +369,16 @@ impl Run<'_> {
 
 /// Applies `action` to the policy's view of its node `n` as the executor does: the annotations and
 /// cordon of [`next_state`] (written with `token` at `now`) and the drain's [`drain_effect`]. A node
-/// whose annotations the controller cannot read takes only a release of its own intent.
-pub(crate) fn transition(n: &mut NodeView, action: &NodeAction, token: Token, now: Timestamp) {
+/// whose annotations the controller cannot read takes only a release of its own intent. Returns whether the
+/// action applied (false: the node's annotations are unreadable and the action is not a release).
+pub(crate) fn transition(n: &mut NodeView, action: &NodeAction, token: Token, now: Timestamp) -> bool {
     let current = match &n.controller {
         Ok(c) => c.clone(),
         Err(u) => match (u.ours, &action.kind) {
             (Some(ours), ActionKind::Release) => {
                 ControllerAnnotations { intent: None, cordoned_by_us: ours.cordoned_by_us }
             }
-            _ => return,
+            _ => return false,
         },
     };
     let (next, unschedulable) = next_state(&current, n.unschedulable, action, token, now);
@@ -390,6 +391,7 @@ pub(crate) fn transition(n: &mut NodeView, action: &NodeAction, token: Token, no
         DrainEffect::Stop => n.drain = DrainProgress::NotRunning,
         DrainEffect::Start | DrainEffect::None => {}
     }
+    true
 }
 
 /// Whether the node has no intent left but `done` (or none at all) and its agent runs what it was

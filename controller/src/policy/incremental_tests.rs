@@ -6,7 +6,7 @@
 
 use super::tests::{OLD, TARGET, boot, node, t, unreadable_intent, valid_spec};
 use super::*;
-use crate::executor::{DrainEffect, drain_effect, next_state};
+use crate::executor::next_state;
 use crate::status;
 use budget::MaxUnavailable;
 use jiff::SignedDuration;
@@ -252,28 +252,10 @@ impl Run {
                 continue;
             }
             let Some(n) = self.nodes.get_mut(&action.node) else { continue };
-            let current = match &n.controller {
-                Ok(c) => c.clone(),
-                Err(u) => match (u.ours, &action.kind) {
-                    (Some(ours), ActionKind::Release) => {
-                        ControllerAnnotations { intent: None, cordoned_by_us: ours.cordoned_by_us }
-                    }
-                    _ => continue,
-                },
-            };
-            self.tokens += 1;
-            let (next, unschedulable) =
-                next_state(&current, n.unschedulable, action, Token::from_u64(self.tokens), self.now);
-            n.controller = Ok(next);
-            n.unschedulable = unschedulable;
-            match drain_effect(&action.kind) {
-                DrainEffect::Start if n.drain == DrainProgress::NotRunning => {
-                    n.drain = DrainProgress::Running { waiting_on: None };
-                }
-                DrainEffect::Stop => n.drain = DrainProgress::NotRunning,
-                DrainEffect::Start | DrainEffect::None => {}
+            if crate::forecast::transition(n, action, Token::from_u64(self.tokens + 1), self.now) {
+                self.tokens += 1;
+                applied += 1;
             }
-            applied += 1;
         }
         for n in self.nodes.values_mut() {
             let draining =
