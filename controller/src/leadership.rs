@@ -155,6 +155,20 @@ impl Leadership {
         self.current.subscribe()
     }
 
+    /// Waits on `terms` (from [`Leadership::subscribe`]) for a valid term; `None` once `shutdown` is cancelled or
+    /// the leadership is gone.
+    pub async fn next_term(terms: &mut watch::Receiver<Option<Term>>, shutdown: &CancellationToken) -> Option<Term> {
+        loop {
+            if let Some(term) = terms.borrow_and_update().clone().filter(Term::is_valid) {
+                return Some(term);
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return None,
+                changed = terms.changed() => changed.ok()?,
+            }
+        }
+    }
+
     /// Begins a new term valid until `until`, ending the current one.
     pub fn begin(&self, until: Instant) -> Term {
         let term = Term::new(self.terms.fetch_add(1, Ordering::Relaxed) + 1, until);

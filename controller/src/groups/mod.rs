@@ -141,15 +141,7 @@ pub async fn run(context: Context, leadership: Leadership, shutdown: Cancellatio
     let mut terms = leadership.subscribe();
     loop {
         // Wait for a term.
-        let term = loop {
-            if let Some(term) = terms.borrow_and_update().clone().filter(Term::is_valid) {
-                break term;
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                changed = terms.changed() => if changed.is_err() { return },
-            }
-        };
+        let Some(term) = Leadership::next_term(&mut terms, &shutdown).await else { return };
         let context = Context { term: Some(term.clone()), ..context.clone() };
         tracing::info!("leading: starting the ScalingGroup, PendingNode and AutoscalingStrategy controllers");
         let term_tasks = shutdown.child_token();

@@ -153,15 +153,7 @@ pub async fn run(mut context: Context, leadership: Leadership, shutdown: Cancell
     };
     let mut terms = leadership.subscribe();
     loop {
-        let term = loop {
-            if let Some(term) = terms.borrow_and_update().clone().filter(Term::is_valid) {
-                break term;
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                changed = terms.changed() => if changed.is_err() { return },
-            }
-        };
+        let Some(term) = Leadership::next_term(&mut terms, &shutdown).await else { return };
         tracing::info!("leading: starting the NodeOp and NodeOpUpgrade controllers");
         loop {
             let wake_at = controller.round(&term).await;
