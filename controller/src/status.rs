@@ -9,7 +9,7 @@
 
 use crate::policy::{Hold, Plan, Problem, Reason, Rollout};
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
 use shared::crd::{HeldBackNode, InFlightNode, NodeCounts, NodeKubelet, NodeVersionStatus};
 use std::collections::BTreeSet;
 
@@ -79,9 +79,9 @@ pub fn compute(
         .map(|f| InFlightNode {
             name: f.node.clone(),
             step: f.step.to_string(),
-            // Kubernetes Time keeps whole seconds; so must the computed status, or it would differ
-            // from the published one on every reconcile.
-            since: Time(shared::protocol::truncate_to_seconds(f.since)),
+            // Kept to the millisecond, as the intent's annotation has it (MicroTime serializes
+            // microseconds, so the published status equals the computed one).
+            since: MicroTime(shared::protocol::truncate_to_millis(f.since)),
             waiting_on: f.waiting_on.clone(),
         })
         .collect();
@@ -333,6 +333,10 @@ mod tests {
         let first = compute(&rolling(), &rollout(), Some(3), None, now());
         let later: Timestamp = "2026-11-21T11:00:00Z".parse().unwrap();
         assert_eq!(first, compute(&rolling(), &rollout(), Some(3), Some(&first), later));
+        // As published and read back, to the millisecond (step durations are measured from it).
+        let published: NodeVersionStatus = serde_json::from_value(serde_json::to_value(&first).unwrap()).unwrap();
+        assert_eq!(published, first);
+        assert_eq!(published.in_flight[0].since.0, "2026-11-21T10:00:00.300Z".parse::<Timestamp>().unwrap());
     }
 
     #[test]

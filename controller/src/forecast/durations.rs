@@ -5,8 +5,9 @@
 //! # Measuring
 //! A step's duration is from its intent's `since` to the next step's (`stage` to `drain`, `drain` to
 //! `reboot`), and for `reboot` to the round that verifies the node. The start comes from the
-//! published status, whose times are whole seconds (truncated), so it counts from the middle of
-//! that second; the end is the plan's own time, to the millisecond. Each NodeVersion keeps a
+//! published status and the end from the plan, both to the millisecond. (Whole seconds are not
+//! enough: a rollout's steps keep the same phase within the second, so truncation would bias every
+//! sample the same way, by up to a second.) Each NodeVersion keeps a
 //! running mean per step that weighs the last [`MEAN_OVER`] samples the most.
 
 use crate::policy::Plan;
@@ -123,8 +124,7 @@ pub fn measure(
     let mut durations = previous.step_durations.clone();
     let problem = |node: &str| plan.failed.iter().chain(&plan.blocked).any(|p| p.node == node);
     for before in &previous.in_flight {
-        // The published start is truncated to the second: count from the middle of it.
-        let Some(started) = before.since.0.checked_add(SignedDuration::from_millis(500)).ok() else { continue };
+        let started = before.since.0;
         let ended = match plan.in_flight.iter().find(|f| f.node == before.name) {
             Some(now_in) if now_in.step.as_str() != before.step && follows(&before.step, now_in.step.as_str()) => {
                 now_in.since
@@ -164,7 +164,7 @@ fn add_sample(durations: &mut Vec<StepDuration>, step: &str, took: SignedDuratio
 mod tests {
     use super::*;
     use crate::policy::{InFlight, Problem};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
     use shared::crd::InFlightNode;
     use shared::protocol::Step;
 
@@ -173,19 +173,14 @@ mod tests {
     }
 
     fn published(node: &str, step: &str, at: Timestamp) -> InFlightNode {
-        InFlightNode {
-            name: node.into(),
-            step: step.into(),
-            since: Time(shared::protocol::truncate_to_seconds(at)),
-            waiting_on: None,
-        }
+        InFlightNode { name: node.into(), step: step.into(), since: MicroTime(at), waiting_on: None }
     }
 
     #[test]
-    fn a_step_left_is_measured_from_the_middle_of_its_published_second_to_the_next_steps_start() {
+    fn a_step_left_is_measured_from_its_published_start_to_the_next_steps_start_to_the_millisecond() {
         let previous = NodeVersionStatus {
             in_flight: vec![
-                published("a", "stage", t(0)),
+                published("a", "stage", t(300)),
                 published("b", "drain", t(0)),
                 published("c", "reboot", t(0)),
             ],
@@ -199,8 +194,8 @@ mod tests {
         assert_eq!(
             measured,
             vec![
-                StepDuration { step: "reboot".into(), samples: 1, mean_millis: 3_500 },
-                StepDuration { step: "stage".into(), samples: 1, mean_millis: 2_000 },
+                StepDuration { step: "reboot".into(), samples: 1, mean_millis: 4_000 },
+                StepDuration { step: "stage".into(), samples: 1, mean_millis: 2_200 },
             ]
         );
         // The same view again (a status not yet written back) gives the same record.

@@ -67,7 +67,7 @@ pub fn ending(status: &NodeVersionStatus, target: &str) -> Option<Ending> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
     use shared::crd::{InFlightNode, NodeCounts};
 
     fn status(counts: NodeCounts, in_flight: bool, conditions: &[(&str, &str, &str, &str)]) -> NodeVersionStatus {
@@ -78,7 +78,7 @@ mod tests {
                 vec![InFlightNode {
                     name: "a".into(),
                     step: "stage".into(),
-                    since: Time(jiff::Timestamp::UNIX_EPOCH),
+                    since: MicroTime(jiff::Timestamp::UNIX_EPOCH),
                     waiting_on: None,
                 }]
             } else {

@@ -1,4 +1,4 @@
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, MicroTime};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
 use kube::core::Duration;
@@ -385,8 +385,9 @@ pub struct InFlightNode {
     pub name: String,
     /// The step of the node's intent: `stage`, `drain`, `reboot`, or `done` while it soaks.
     pub step: String,
-    /// When the node entered the step.
-    pub since: Time,
+    /// When the node entered the step, to the millisecond (`update-operator plan` measures step
+    /// durations from it; whole seconds would bias them by up to a second).
+    pub since: MicroTime,
     /// What the node's drain waits on (a pod a PodDisruptionBudget protects, a pod terminating),
     /// while it drains and waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
