@@ -115,8 +115,11 @@ pub struct Decision {
 /// How often the provider's state is polled for a PendingNode of `age`: a tenth of its age, between 1 s and
 /// 30 s (new instances change state quickly; old ones slowly). Node changes wake the controller at once.
 pub fn poll_interval(age: Duration) -> Duration {
-    (age / 10).clamp(Duration::from_secs(1), Duration::from_secs(30))
+    (age / 10).clamp(Duration::from_secs(1), MAX_POLL)
 }
+
+/// The longest [`poll_interval`].
+pub const MAX_POLL: Duration = Duration::from_secs(30);
 
 /// The cloud's state as `status.cspState`.
 pub fn csp_state(state: InstanceState) -> CspState {
@@ -272,15 +275,71 @@ pub fn node_fact<'a>(nodes: impl IntoIterator<Item = &'a Node>, provider_id: &st
     }
 }
 
+/// The instance states the cloud gave, by PendingNode, so that a reconcile that changes nothing the state depends
+/// on does not ask again. A reconcile runs on every event of the instance's Node (its agent's and kubelet's
+/// writes) and on the controller's own status writes; the state is asked again only when it is older than the
+/// poll interval, when the Node's [`NodeFact`] changed since it was read (registered, Ready, gone: moments at
+/// which the cloud's state changes too), and after the controller deleted the instance. Errors are not kept.
+#[derive(Debug, Default)]
+pub struct StateMemo {
+    seen: std::collections::HashMap<String, Seen>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    state: InstanceState,
+    node: NodeFact,
+    at: Timestamp,
+    valid_for: Duration,
+}
+
+impl StateMemo {
+    /// The state read for `key` (a PendingNode's UID), if it is still valid at `now` and was read while the
+    /// instance's Node was `node`.
+    pub fn fresh(&self, key: &str, node: NodeFact, now: Timestamp) -> Option<InstanceState> {
+        let seen = self.seen.get(key)?;
+        let age = Duration::try_from(now.duration_since(seen.at)).ok()?;
+        (seen.node == node && age < seen.valid_for).then_some(seen.state)
+    }
+
+    /// Records what the cloud said for `key` at `at`, while its Node was `node`, to be used for `valid_for`
+    /// (the poll interval: the timer that polls next finds it expired); forgets what expired.
+    pub fn record(&mut self, key: &str, node: NodeFact, state: InstanceState, at: Timestamp, valid_for: Duration) {
+        self.seen.retain(|_, s| !matches!(Duration::try_from(at.duration_since(s.at)), Ok(age) if age >= s.valid_for));
+        self.seen.insert(key.to_owned(), Seen { state, node, at, valid_for });
+    }
+
+    /// Forgets `key` (its instance was deleted, or its PendingNode is done).
+    pub fn forget(&mut self, key: &str) {
+        self.seen.remove(key);
+    }
+
+    /// How many states are kept.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Whether none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+}
+
 struct State {
     context: Context,
     attempts: Attempts,
+    /// The instance states read, reused while nothing they depend on changed.
+    memo: std::sync::Mutex<StateMemo>,
     /// What the metrics counted already, by PendingNode UID and what (a reconcile may run on a copy that predates
     /// its own last status write, and must not count twice).
     counted: std::sync::Mutex<std::collections::HashSet<(String, &'static str)>>,
 }
 
 impl State {
+    fn memo(&self) -> std::sync::MutexGuard<'_, StateMemo> {
+        self.memo.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// True the first time `what` happens to the PendingNode with `uid` in this process.
     fn first_time(&self, uid: Option<String>, what: &'static str) -> bool {
         let mut counted = self.counted.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -294,7 +353,12 @@ pub async fn run(context: Context, shutdown: CancellationToken) {
     let client = context.client.clone();
     let controller = Controller::new(Api::<PendingNode>::all(client.clone()), watcher::Config::default());
     let store = controller.store();
-    let state = Arc::new(State { context, attempts: Attempts::default(), counted: Default::default() });
+    let state = Arc::new(State {
+        context,
+        attempts: Attempts::default(),
+        memo: Default::default(),
+        counted: Default::default(),
+    });
     let results = controller
         // Slim Nodes: only the provider ID is read (a whole Node carries its images and status).
         .watches(Api::<SlimNode>::all(client), watcher::Config::default(), move |node: SlimNode| {
@@ -329,13 +393,22 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
         return Ok(Action::await_change());
     }
     let id: Result<ProviderId, _> = pending.spec.provider_id.parse();
-    let state_result = match &id {
-        Ok(id) => provider.instance_state(id).await,
-        Err(error) => Err(cloud::Error::invalid(format!("spec.providerID: {error}"))),
-    };
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let node = nodes.get_opt(&pending.spec.node_name).await.map_err(kube_error)?;
     let node = node_fact(node.as_ref(), &pending.spec.provider_id);
+    let key = pending.uid().unwrap_or_else(|| name.clone());
+    let remembered = state.memo().fresh(&key, node, now);
+    let state_result = match (&id, remembered) {
+        (Ok(_), Some(remembered)) => Ok(remembered),
+        (Ok(id), None) => {
+            let read = provider.instance_state(id).await;
+            if let Ok(read) = &read {
+                state.memo().record(&key, node, *read, now, poll_interval(until(created, now)));
+            }
+            read
+        }
+        (Err(error), _) => Err(cloud::Error::invalid(format!("spec.providerID: {error}"))),
+    };
     let leave_overdue = pending
         .status
         .as_ref()
@@ -362,8 +435,11 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
     }
     match decision.step {
         Step::Wait => {}
-        Step::Joined => {}
+        // Nothing more to ask the cloud.
+        Step::Joined => state.memo().forget(&key),
         Step::GiveUp(_) | Step::RetryDelete => {
+            // The deletion changes the instance's state: the next reconcile asks the cloud.
+            state.memo().forget(&key);
             let deleted = match &id {
                 Ok(id) => super::fenced(ctx, provider.delete_instance(&group, id)).await?,
                 Err(error) => Err(cloud::Error::invalid(format!("spec.providerID: {error}"))),
@@ -417,6 +493,7 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
             Err(source) => return Err(kube_error(source)),
         }
         state.attempts.succeeded(&name);
+        state.memo().forget(&key);
         state
             .counted
             .lock()
@@ -629,6 +706,37 @@ mod tests {
         let later = decide(&later);
         assert_eq!(later.wake, Some(Duration::from_secs(300)));
         assert_eq!(later.event, None, "the Warning came when it became overdue");
+    }
+
+    #[test]
+    fn a_state_read_is_reused_until_its_poll_is_due_or_the_node_changed() {
+        let mut memo = StateMemo::default();
+        assert_eq!(memo.fresh("p", N::Absent, at(0)), None);
+        memo.record("p", N::Absent, S::Creating, at(100), Duration::from_secs(10));
+        // Node events and the controller's own writes within the poll interval: no new call.
+        assert_eq!(memo.fresh("p", N::Absent, at(100)), Some(S::Creating));
+        assert_eq!(memo.fresh("p", N::Absent, at(109)), Some(S::Creating));
+        // The timer that polls next: due.
+        assert_eq!(memo.fresh("p", N::Absent, at(110)), None);
+        // The Node registered, or became Ready, or left: asked again at once.
+        assert_eq!(memo.fresh("p", N::NotReady, at(101)), None);
+        assert_eq!(memo.fresh("p", N::Ready, at(101)), None);
+        // Another PendingNode, or one whose instance was deleted: nothing kept.
+        assert_eq!(memo.fresh("q", N::Absent, at(101)), None);
+        memo.forget("p");
+        assert_eq!(memo.fresh("p", N::Absent, at(101)), None);
+    }
+
+    #[test]
+    fn expired_states_are_dropped_as_new_ones_are_recorded() {
+        let mut memo = StateMemo::default();
+        memo.record("a", N::Absent, S::Creating, at(0), Duration::from_secs(1));
+        memo.record("b", N::Ready, S::Ready, at(0), Duration::from_secs(30));
+        memo.record("c", N::Absent, S::Creating, at(5), Duration::from_secs(1));
+        assert_eq!(memo.len(), 2, "a expired");
+        memo.record("d", N::Absent, S::Creating, at(40), Duration::from_secs(1));
+        assert_eq!(memo.len(), 1);
+        assert!(!memo.is_empty());
     }
 
     #[test]
