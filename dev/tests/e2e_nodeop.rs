@@ -396,3 +396,46 @@ async fn deleting_a_nodeop_mid_run_starts_no_new_job_and_uncordons_its_node() {
     controller.stop(Duration::from_secs(15)).await.unwrap();
     cluster.shutdown().await;
 }
+
+/// A running pod on `node` that no controller manages, with a 30 s termination grace period the
+/// simulated kubelet uses in full (the cluster's termination cap is above it).
+async fn slow_to_stop_pod(cluster: &Cluster, node: &str, name: &str) {
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), "default");
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                     "spec": {"nodeName": node, "terminationGracePeriodSeconds": 30,
+                              "containers": [{"name": "c", "image": "busybox"}]}});
+    pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+    eventually(PATIENCE, "the pod runs", || {
+        let pod = cluster.store().api::<Pod>().get(Some("default"), name).ok()?;
+        (pod.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_grace_period_seconds_shortens_each_evicted_pods_termination() {
+    let cluster = full_cluster_with(|c| {
+        c.nodes = 2;
+        c.control_planes = 1;
+        c.workloads = None;
+        c.timing.pod_termination_cap = Duration::from_secs(120);
+    })
+    .await;
+    let worker = cluster.workers()[0].clone();
+    slow_to_stop_pod(&cluster, &worker, "slow").await;
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
+    let selector = json!({"matchLabels": {"kubernetes.io/hostname": worker}});
+    let spec = json!({"command": ["true"], "nodeSelector": selector,
+                      "drainOptions": {"enabled": true, "force": true, "gracePeriodSeconds": 1}});
+    let started = tokio::time::Instant::now();
+    apply(&cluster.client(), nodeop("quick", spec)).await;
+    let status = finished(&cluster, "quick", NodeOpPhase::Completed).await;
+    // Without the grace period the eviction leaves the pod its own 30 s, and the drain waits for them.
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(30), "the NodeOp took {took:?}: the pod had its own grace period");
+    assert_eq!(status.node_statuses[&worker].phase, NodeOpPhase::Completed);
+    assert!(cluster.store().api::<Pod>().get(Some("default"), "slow").is_err(), "the pod was evicted");
+    assert_released(&cluster);
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    cluster.shutdown().await;
+}
