@@ -439,3 +439,42 @@ async fn drain_grace_period_seconds_shortens_each_evicted_pods_termination() {
     controller.stop(Duration::from_secs(15)).await.unwrap();
     cluster.shutdown().await;
 }
+
+/// The UIDs of the pods on `node`, with whether each is being deleted.
+fn pods_on(cluster: &Cluster, node: &str) -> BTreeMap<String, bool> {
+    let pods = cluster.store().api::<Pod>().list(None, &Default::default()).unwrap().items;
+    pods.into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .map(|p| (p.uid().unwrap_or_default(), p.metadata.deletion_timestamp.is_some()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_ignore_daemon_sets_false_a_node_with_daemonset_pods_fails_and_nothing_is_evicted() {
+    let cluster = full_cluster_with(|c| {
+        c.nodes = 3;
+        c.control_planes = 1;
+    })
+    .await;
+    let worker = cluster.workers()[0].clone();
+    let before = pods_on(&cluster, &worker);
+    assert!(before.len() > 1, "the worker runs the sample workloads and the node-agent DaemonSet's pod");
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
+    let selector = json!({"matchLabels": {"kubernetes.io/hostname": worker}});
+    let spec = json!({"command": ["true"], "nodeSelector": selector, "rebootOnSuccess": false,
+                      "drainOptions": {"enabled": true, "ignoreDaemonSets": false}});
+    apply(&cluster.client(), nodeop("strict", spec)).await;
+    let status = finished(&cluster, "strict", NodeOpPhase::Failed).await;
+    let message = &status.node_statuses[&worker].message;
+    assert!(
+        message.contains("DaemonSet node-agent")
+            && message.contains("ignoreDaemonSets")
+            && message.contains("demo/node-agent-"),
+        "the message names the pod and the option: {message}"
+    );
+    assert!(jobs(&cluster).is_empty(), "the operation did not run");
+    assert_eq!(pods_on(&cluster, &worker), before, "a pod was evicted");
+    assert_released(&cluster);
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    cluster.shutdown().await;
+}

@@ -33,7 +33,7 @@ use crate::nodes::SlimNode;
 use crate::policy::DrainProgress;
 use eviction::Outcome;
 use filters::{
-    DaemonSetLookup, PodContext, PodVerdict, budgets_matter, budgets_selecting, classify, daemon_set_of, pod_name,
+    DaemonSetLookup, PodContext, PodVerdict, budgets_matter, budgets_selecting, classify_with, daemon_set_of, pod_name,
 };
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -69,18 +69,21 @@ const EVICTIONS_PER_NODE: usize = 8;
 
 /// How a drain empties a node: a NodeVersion's [`DrainOptions`], and what a Kairos NodeOp's
 /// `drainOptions` add, as `kubectl drain` has them. From [`DrainOptions`] alone: each pod keeps its
-/// own grace period.
+/// own grace period and DaemonSet pods are left in place.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DrainSettings {
     pub options: DrainOptions,
     /// `deleteOptions.gracePeriodSeconds` of each eviction (`kubectl drain --grace-period`); None:
     /// each pod's own termination grace period.
     pub grace_period_seconds: Option<i64>,
+    /// Leave the pods of existing DaemonSets in place (`kubectl drain --ignore-daemonsets`);
+    /// without it such a pod fails the drain before anything is evicted.
+    pub ignore_daemon_sets: bool,
 }
 
 impl From<DrainOptions> for DrainSettings {
     fn from(options: DrainOptions) -> Self {
-        DrainSettings { options, grace_period_seconds: None }
+        DrainSettings { options, grace_period_seconds: None, ignore_daemon_sets: true }
     }
 }
 
@@ -406,7 +409,7 @@ impl DrainTask {
                         .then(|| state.budgets.get(&namespace).map(|b| budgets_selecting(b, pod)))
                         .flatten(),
                 };
-                (pod, classify(pod, &self.settings.options, &context))
+                (pod, classify_with(pod, &self.settings, &context))
             })
             .collect();
         if !state.cleared {
