@@ -100,6 +100,18 @@ fn assert_released(cluster: &Cluster) {
     }
 }
 
+/// Waits until `node` is uncordoned and carries no NodeOp mark (a NodeOp records a node's outcome first, then
+/// releases it).
+async fn wait_released(cluster: &Cluster, node: &str) {
+    eventually(PATIENCE, &format!("{node} released"), || {
+        let node = cluster.store().api::<Node>().get(None, node).ok()?;
+        let released = !node.spec.and_then(|s| s.unschedulable).unwrap_or(false)
+            && !node.metadata.annotations.unwrap_or_default().contains_key(keys::NODE_OPERATION);
+        released.then_some(())
+    })
+    .await;
+}
+
 fn fail_job_pods_on(cluster: &Cluster, node: &str) {
     let faults = serde_json::from_value(json!({"jobPodFailure": {"exitCode": 3, "message": "disk full"}})).unwrap();
     cluster.hosts().set_faults(node, faults).unwrap();
@@ -435,6 +447,7 @@ async fn drain_grace_period_seconds_shortens_each_evicted_pods_termination() {
     assert!(took < Duration::from_secs(30), "the NodeOp took {took:?}: the pod had its own grace period");
     assert_eq!(status.node_statuses[&worker].phase, NodeOpPhase::Completed);
     assert!(cluster.store().api::<Pod>().get(Some("default"), "slow").is_err(), "the pod was evicted");
+    wait_released(&cluster, &worker).await;
     assert_released(&cluster);
     controller.stop(Duration::from_secs(15)).await.unwrap();
     cluster.shutdown().await;
@@ -474,6 +487,7 @@ async fn with_ignore_daemon_sets_false_a_node_with_daemonset_pods_fails_and_noth
     );
     assert!(jobs(&cluster).is_empty(), "the operation did not run");
     assert_eq!(pods_on(&cluster, &worker), before, "a pod was evicted");
+    wait_released(&cluster, &worker).await;
     assert_released(&cluster);
     controller.stop(Duration::from_secs(15)).await.unwrap();
     cluster.shutdown().await;
