@@ -100,6 +100,18 @@ fn assert_released(cluster: &Cluster) {
     }
 }
 
+/// Waits until `node` is uncordoned and carries no NodeOp mark (a NodeOp records a node's outcome first, then
+/// releases it).
+async fn wait_released(cluster: &Cluster, node: &str) {
+    eventually(PATIENCE, &format!("{node} released"), || {
+        let node = cluster.store().api::<Node>().get(None, node).ok()?;
+        let released = !node.spec.and_then(|s| s.unschedulable).unwrap_or(false)
+            && !node.metadata.annotations.unwrap_or_default().contains_key(keys::NODE_OPERATION);
+        released.then_some(())
+    })
+    .await;
+}
+
 fn fail_job_pods_on(cluster: &Cluster, node: &str) {
     let faults = serde_json::from_value(json!({"jobPodFailure": {"exitCode": 3, "message": "disk full"}})).unwrap();
     cluster.hosts().set_faults(node, faults).unwrap();
@@ -393,6 +405,90 @@ async fn deleting_a_nodeop_mid_run_starts_no_new_job_and_uncordons_its_node() {
             .then_some(())
     })
     .await;
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    cluster.shutdown().await;
+}
+
+/// A running pod on `node` that no controller manages, with a 30 s termination grace period the
+/// simulated kubelet uses in full (the cluster's termination cap is above it).
+async fn slow_to_stop_pod(cluster: &Cluster, node: &str, name: &str) {
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), "default");
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                     "spec": {"nodeName": node, "terminationGracePeriodSeconds": 30,
+                              "containers": [{"name": "c", "image": "busybox"}]}});
+    pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+    eventually(PATIENCE, "the pod runs", || {
+        let pod = cluster.store().api::<Pod>().get(Some("default"), name).ok()?;
+        (pod.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_grace_period_seconds_shortens_each_evicted_pods_termination() {
+    let cluster = full_cluster_with(|c| {
+        c.nodes = 2;
+        c.control_planes = 1;
+        c.workloads = None;
+        c.timing.pod_termination_cap = Duration::from_secs(120);
+    })
+    .await;
+    let worker = cluster.workers()[0].clone();
+    slow_to_stop_pod(&cluster, &worker, "slow").await;
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
+    let selector = json!({"matchLabels": {"kubernetes.io/hostname": worker}});
+    let spec = json!({"command": ["true"], "nodeSelector": selector,
+                      "drainOptions": {"enabled": true, "force": true, "gracePeriodSeconds": 1}});
+    let started = tokio::time::Instant::now();
+    apply(&cluster.client(), nodeop("quick", spec)).await;
+    let status = finished(&cluster, "quick", NodeOpPhase::Completed).await;
+    // Without the grace period the eviction leaves the pod its own 30 s, and the drain waits for them.
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(30), "the NodeOp took {took:?}: the pod had its own grace period");
+    assert_eq!(status.node_statuses[&worker].phase, NodeOpPhase::Completed);
+    assert!(cluster.store().api::<Pod>().get(Some("default"), "slow").is_err(), "the pod was evicted");
+    wait_released(&cluster, &worker).await;
+    assert_released(&cluster);
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    cluster.shutdown().await;
+}
+
+/// The UIDs of the pods on `node`, with whether each is being deleted.
+fn pods_on(cluster: &Cluster, node: &str) -> BTreeMap<String, bool> {
+    let pods = cluster.store().api::<Pod>().list(None, &Default::default()).unwrap().items;
+    pods.into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .map(|p| (p.uid().unwrap_or_default(), p.metadata.deletion_timestamp.is_some()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_ignore_daemon_sets_false_a_node_with_daemonset_pods_fails_and_nothing_is_evicted() {
+    let cluster = full_cluster_with(|c| {
+        c.nodes = 3;
+        c.control_planes = 1;
+    })
+    .await;
+    let worker = cluster.workers()[0].clone();
+    let before = pods_on(&cluster, &worker);
+    assert!(before.len() > 1, "the worker runs the sample workloads and the node-agent DaemonSet's pod");
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
+    let selector = json!({"matchLabels": {"kubernetes.io/hostname": worker}});
+    let spec = json!({"command": ["true"], "nodeSelector": selector, "rebootOnSuccess": false,
+                      "drainOptions": {"enabled": true, "ignoreDaemonSets": false}});
+    apply(&cluster.client(), nodeop("strict", spec)).await;
+    let status = finished(&cluster, "strict", NodeOpPhase::Failed).await;
+    let message = &status.node_statuses[&worker].message;
+    assert!(
+        message.contains("DaemonSet node-agent")
+            && message.contains("ignoreDaemonSets")
+            && message.contains("demo/node-agent-"),
+        "the message names the pod and the option: {message}"
+    );
+    assert!(jobs(&cluster).is_empty(), "the operation did not run");
+    assert_eq!(pods_on(&cluster, &worker), before, "a pod was evicted");
+    wait_released(&cluster, &worker).await;
+    assert_released(&cluster);
     controller.stop(Duration::from_secs(15)).await.unwrap();
     cluster.shutdown().await;
 }

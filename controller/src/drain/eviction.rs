@@ -14,9 +14,10 @@
 use super::filters::{budgets_selecting, several_budgets};
 use crate::metrics::{EvictionLabels, Metrics};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta};
 use kube::Api;
-use kube::api::{EvictParams, ListParams};
+use kube::api::{ListParams, PostParams};
 use kube::core::Status;
 
 /// What the Eviction API answers for a pod that several PodDisruptionBudgets select.
@@ -79,15 +80,36 @@ fn describe(status: &Status) -> String {
     if causes.is_empty() { status.message.clone() } else { format!("{} ({})", status.message, causes.join("; ")) }
 }
 
-/// Asks the API server to evict `pod` through `client` (which must not retry on its own), and
-/// names the budgets if it refuses because several select the pod.
-pub async fn evict(client: &kube::Client, pod: &Pod, metrics: &Metrics) -> Outcome {
+/// The policy/v1 `Eviction` of `pod`, with `grace_period_seconds` as its `deleteOptions.gracePeriodSeconds`
+/// when given (`kubectl drain --grace-period`; None leaves the pod its own grace period).
+///
+/// Built here rather than through kube-rs's `EvictParams`, whose body names the field `delete_options`,
+/// which the API server ignores as unknown: a grace period passed that way never applies.
+pub fn eviction_body(pod: &Pod, grace_period_seconds: Option<i64>) -> Eviction {
+    Eviction {
+        metadata: ObjectMeta {
+            name: pod.metadata.name.clone(),
+            namespace: pod.metadata.namespace.clone(),
+            ..Default::default()
+        },
+        delete_options: grace_period_seconds
+            .map(|seconds| DeleteOptions { grace_period_seconds: Some(seconds), ..Default::default() }),
+    }
+}
+
+/// Asks the API server to evict `pod` through `client` (which must not retry on its own), with
+/// `grace_period_seconds` (see [`eviction_body`]), and names the budgets if it refuses because
+/// several select the pod.
+pub async fn evict(client: &kube::Client, pod: &Pod, grace_period_seconds: Option<i64>, metrics: &Metrics) -> Outcome {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     let full_name = format!("{namespace}/{name}");
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let count = |result: &'static str| metrics.evictions.get_or_create(&EvictionLabels { result }).inc();
-    let error = match api.evict(name, &EvictParams::default()).await {
+    let body = eviction_body(pod, grace_period_seconds);
+    let answer: Result<Status, kube::Error> =
+        api.create_subresource("eviction", name, &PostParams::default(), &body).await;
+    let error = match answer {
         Ok(_) => {
             count("accepted");
             return Outcome::Accepted;
@@ -154,5 +176,18 @@ mod tests {
             "message": "pods \"p\" is forbidden: User \"x\" cannot create resource \"pods/eviction\""}));
         assert!(matches!(judge("ns/p", &forbidden), Judgement::Failed(m) if m.contains("refused with 403")));
         assert!(matches!(judge("ns/p", &answer(json!({"code": 422}))), Judgement::Failed(_)));
+    }
+
+    #[test]
+    fn the_grace_period_goes_into_policy_v1_delete_options() {
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns"}})).unwrap();
+        let with = serde_json::to_value(eviction_body(&pod, Some(1))).unwrap();
+        assert_eq!(
+            with,
+            json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p", "namespace": "ns"},
+                   "deleteOptions": {"gracePeriodSeconds": 1}})
+        );
+        let without = serde_json::to_value(eviction_body(&pod, None)).unwrap();
+        assert_eq!(without.get("deleteOptions"), None, "the pod's own grace period");
     }
 }

@@ -7,8 +7,10 @@
 //! (deleted) without further checks; pods with emptyDir volumes need `deleteEmptyDirData`, and
 //! pods no controller manages need `force`, or they block the drain. Last, a running pod that
 //! several PodDisruptionBudgets select blocks the drain: the Eviction API refuses to evict it
-//! (HTTP 500), whatever the budgets allow.
+//! (HTTP 500), whatever the budgets allow. A drain that does not ignore DaemonSets
+//! ([`classify_with`]) is blocked by the pods of an existing DaemonSet instead of skipping them.
 
+use super::DrainSettings;
 use crate::policy::NodeSelector;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -124,6 +126,21 @@ pub fn classify(pod: &Pod, options: &DrainOptions, context: &PodContext) -> PodV
     PodVerdict::Evict
 }
 
+/// [`classify`] for a drain with `settings`: without `ignore_daemon_sets`, a pod of an existing
+/// DaemonSet blocks the drain, as `kubectl drain` without `--ignore-daemonsets` refuses
+/// DaemonSet-managed pods (`daemonSetFilter`); finished ones are evicted as before.
+pub fn classify_with(pod: &Pod, settings: &DrainSettings, context: &PodContext) -> PodVerdict {
+    let verdict = classify(pod, &settings.options, context);
+    match (&verdict, daemon_set_of(pod)) {
+        (PodVerdict::Skip(_), Some(daemon_set)) if !settings.ignore_daemon_sets => PodVerdict::Block(format!(
+            "pod {} is managed by DaemonSet {}; set spec.drainOptions.ignoreDaemonSets to leave DaemonSet pods in place",
+            pod_name(pod),
+            daemon_set.name
+        )),
+        _ => verdict,
+    }
+}
+
 /// Whether the budgets that select `pod` decide its eviction: a running pod the drain may evict
 /// (the Eviction API deletes pending, finished and terminating pods without a budget check, and
 /// the drain leaves DaemonSet and mirror pods alone).
@@ -231,6 +248,28 @@ mod tests {
         let mirror =
             pod(json!({"metadata": {"ownerReferences": null, "annotations": {"kubernetes.io/config.mirror": "x"}}}));
         assert_eq!(plain(&mirror, &default()), PodVerdict::Skip("mirror pod of a static pod"));
+    }
+
+    #[test]
+    fn without_ignore_daemon_sets_a_daemonset_pod_blocks_as_kubectl_drain_does() {
+        let ds = daemon_set_pod(json!({}));
+        let exists = with_daemon_set(DaemonSetLookup::Exists);
+        let refuse = DrainSettings { ignore_daemon_sets: false, ..DrainSettings::from(default()) };
+        assert!(matches!(
+            classify_with(&ds, &refuse, &exists),
+            PodVerdict::Block(m) if m.contains("pod ns/p") && m.contains("DaemonSet d") && m.contains("ignoreDaemonSets")
+        ));
+        // Ignoring them (the default) skips them; a finished one is deleted either way, an orphan
+        // still needs force, and other pods are not affected.
+        assert_eq!(
+            classify_with(&ds, &DrainSettings::from(default()), &exists),
+            PodVerdict::Skip("managed by a DaemonSet")
+        );
+        let done = daemon_set_pod(json!({"status": {"phase": "Succeeded"}}));
+        assert_eq!(classify_with(&done, &refuse, &PodContext::default()), PodVerdict::Evict);
+        let missing = with_daemon_set(DaemonSetLookup::Missing);
+        assert!(matches!(classify_with(&ds, &refuse, &missing), PodVerdict::Block(m) if m.contains("force")));
+        assert_eq!(classify_with(&pod(json!({})), &refuse, &PodContext::default()), PodVerdict::Evict);
     }
 
     #[test]

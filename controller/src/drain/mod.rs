@@ -33,7 +33,7 @@ use crate::nodes::SlimNode;
 use crate::policy::DrainProgress;
 use eviction::Outcome;
 use filters::{
-    DaemonSetLookup, PodContext, PodVerdict, budgets_matter, budgets_selecting, classify, daemon_set_of, pod_name,
+    DaemonSetLookup, PodContext, PodVerdict, budgets_matter, budgets_selecting, classify_with, daemon_set_of, pod_name,
 };
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -66,6 +66,26 @@ pub const WAIT_LOG_EVERY: Duration = Duration::from_secs(60);
 /// Evictions in flight per node at once; enough for nodes with dozens of pods without flooding the
 /// API server when many nodes drain together.
 const EVICTIONS_PER_NODE: usize = 8;
+
+/// How a drain empties a node: a NodeVersion's [`DrainOptions`], and what a Kairos NodeOp's
+/// `drainOptions` add, as `kubectl drain` has them. From [`DrainOptions`] alone: each pod keeps its
+/// own grace period and DaemonSet pods are left in place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainSettings {
+    pub options: DrainOptions,
+    /// `deleteOptions.gracePeriodSeconds` of each eviction (`kubectl drain --grace-period`); None:
+    /// each pod's own termination grace period.
+    pub grace_period_seconds: Option<i64>,
+    /// Leave the pods of existing DaemonSets in place (`kubectl drain --ignore-daemonsets`);
+    /// without it such a pod fails the drain before anything is evicted.
+    pub ignore_daemon_sets: bool,
+}
+
+impl From<DrainOptions> for DrainSettings {
+    fn from(options: DrainOptions) -> Self {
+        DrainSettings { options, grace_period_seconds: None, ignore_daemon_sets: true }
+    }
+}
 
 /// What a drain task reads and uses, shared by every task.
 #[derive(Clone)]
@@ -109,7 +129,7 @@ impl Drains {
     }
 
     /// Starts draining `node` within `term`, unless a drain task of this term already runs for it.
-    pub fn ensure(&self, node: &str, options: DrainOptions, term: &Term) {
+    pub fn ensure(&self, node: &str, settings: impl Into<DrainSettings>, term: &Term) {
         let mut tasks = self.tasks.lock();
         if tasks.get(node).is_some_and(|(_, number)| *number == term.number()) {
             return;
@@ -122,7 +142,7 @@ impl Drains {
         self.progress.lock().insert(node.to_owned(), DrainProgress::Running { waiting_on: None });
         let task = DrainTask {
             node: node.to_owned(),
-            options,
+            settings: settings.into(),
             term: term.clone(),
             context: self.context.clone(),
             progress: self.progress.clone(),
@@ -184,7 +204,7 @@ enum Cordon {
 
 struct DrainTask {
     node: String,
-    options: DrainOptions,
+    settings: DrainSettings,
     term: Term,
     context: DrainContext,
     progress: Arc<Mutex<HashMap<String, DrainProgress>>>,
@@ -389,7 +409,7 @@ impl DrainTask {
                         .then(|| state.budgets.get(&namespace).map(|b| budgets_selecting(b, pod)))
                         .flatten(),
                 };
-                (pod, classify(pod, &self.options, &context))
+                (pod, classify_with(pod, &self.settings, &context))
             })
             .collect();
         if !state.cleared {
@@ -471,6 +491,7 @@ impl DrainTask {
         let (client, metrics, term) =
             (self.context.eviction_client.clone(), self.context.metrics.clone(), self.term.clone());
         let (nodes, node) = (self.context.nodes.clone(), self.node.clone());
+        let grace_period_seconds = self.settings.grace_period_seconds;
         async move {
             let _permit = limit.acquire_owned().await;
             // IMPORTANT: checked right before the request: a node uncordoned meanwhile, or a term
@@ -480,7 +501,7 @@ impl DrainTask {
             if !cordoned {
                 return (uid, None);
             }
-            match term.fence(eviction::evict(&client, &pod, &metrics)).await {
+            match term.fence(eviction::evict(&client, &pod, grace_period_seconds, &metrics)).await {
                 Ok(outcome) => (uid, Some(outcome)),
                 Err(_) => (uid, None),
             }

@@ -2,8 +2,9 @@
 //!
 //! # A node's life under a NodeOp
 //! 1. **Waiting** (`Pending`): selected, not started. It starts when a slot is free (`concurrency`, 0 = no limit),
-//!    no node failed under `stopOnFailure`, control-plane nodes first and one at a time, and the node is Ready,
-//!    not marked by another NodeOp, and in no rollout step that stages or disrupts it.
+//!    no node failed under `stopOnFailure`, control-plane nodes first and one at a time (also with the rollouts':
+//!    none starts while another control-plane node is in a rollout step, cordoned, NotReady or under another
+//!    NodeOp), and the node is Ready, not marked by another NodeOp, and in no rollout step that stages or disrupts it.
 //! 2. **Started** (`Running`): one conditional Node patch writes the NodeOp's mark (`keys::NODE_OPERATION`) and,
 //!    with `cordon`, cordons the node with the controller's ownership record (`cordoned-by`), as a rollout does.
 //! 3. **Drained** (with `drainOptions.enabled`): the shared drain code evicts its pods; `timeoutSeconds` (default
@@ -215,7 +216,8 @@ pub fn decide(inputs: Inputs<'_>, nodes: &[NodeFacts]) -> Decision {
         decision.nodes.push(node_decision);
     }
     let control_planes: BTreeSet<&str> = nodes.iter().filter(|n| n.control_plane).map(|n| n.name.as_str()).collect();
-    start_waiting(&mut decision, waiting, &control_planes, inputs.deleting, &options);
+    let busy = control_plane_busy(nodes, inputs.key);
+    start_waiting(&mut decision, waiting, &control_planes, busy, inputs.deleting, &options);
     decision.phase = if decision.total == 0 {
         NodeOpPhase::Pending
     } else if decision.running > 0 {
@@ -498,18 +500,43 @@ fn blocked(node: &NodeFacts) -> Option<String> {
     if let Some(other) = &node.mark {
         return Some(format!("the NodeOp {other} works on the node"));
     }
-    let Some(controller) = &node.controller else {
+    if node.controller.is_none() {
         return Some("the node's update-operator annotations are malformed".into());
-    };
-    if let Some(intent) = &controller.intent
-        && matches!(intent.step, Step::Stage | Step::Drain | Step::Reboot | Step::KubeadmUpgrade | Step::Replace)
-    {
-        return Some(format!("a rollout works on the node (step {})", intent.step));
+    }
+    if let Some(step) = rollout_step(node) {
+        return Some(format!("a rollout works on the node (step {step})"));
     }
     if !node.ready {
         return Some("the node is not Ready".into());
     }
     None
+}
+
+/// The rollout step that stages or disrupts the node, if it is in one.
+fn rollout_step(node: &NodeFacts) -> Option<Step> {
+    let intent = node.controller.as_ref()?.intent.as_ref()?;
+    matches!(intent.step, Step::Stage | Step::Drain | Step::Reboot | Step::KubeadmUpgrade | Step::Replace)
+        .then_some(intent.step)
+}
+
+/// Why no control-plane node may start now because of another one, if that is so: a control-plane node other than
+/// this NodeOp's is in a rollout step, cordoned, NotReady or under another NodeOp. The rollouts keep one
+/// control-plane node in flight or unavailable at a time; a NodeOp keeps to the same rule.
+fn control_plane_busy(nodes: &[NodeFacts], key: &str) -> Option<String> {
+    nodes.iter().filter(|n| n.control_plane && n.mark.as_deref() != Some(key)).find_map(|n| {
+        let why = if let Some(step) = rollout_step(n) {
+            format!("a rollout works on it (step {step})")
+        } else if let Some(other) = &n.mark {
+            format!("the NodeOp {other} works on it")
+        } else if n.unschedulable {
+            "it is cordoned".to_owned()
+        } else if !n.ready {
+            "it is not Ready".to_owned()
+        } else {
+            return None;
+        };
+        Some(format!("waiting: control-plane nodes go one at a time, and control-plane node {} is busy: {why}", n.name))
+    })
 }
 
 /// Starts the waiting nodes the gates allow: control plane first and alone, then workers by name, within the
@@ -518,6 +545,7 @@ fn start_waiting(
     decision: &mut Decision,
     mut waiting: Vec<&NodeFacts>,
     control_planes: &BTreeSet<&str>,
+    control_plane_busy: Option<String>,
     deleting: bool,
     options: &Options,
 ) {
@@ -557,6 +585,8 @@ fn start_waiting(
             // Waits for a slot.
         } else if node.control_plane && in_flight(decision, Some(true)) > 0 {
             status = pending("waiting: control-plane nodes go one at a time".into());
+        } else if let Some(why) = control_plane_busy.as_ref().filter(|_| node.control_plane) {
+            status = pending(why.clone());
         } else if !node.control_plane && control_plane_pending {
             status = pending("waiting: control-plane nodes go first".into());
             hold = hold.or(Some(("WaitingForControlPlane", "control-plane nodes go first, one at a time".into())));
@@ -850,6 +880,41 @@ mod tests {
         assert_eq!(actions(&d), vec![start("w3")]);
         assert!(of(&d, "w1").status.message.contains("rollout"), "{}", of(&d, "w1").status.message);
         assert!(of(&d, "w2").status.message.contains("default/other"));
+    }
+
+    #[test]
+    fn a_control_plane_node_waits_while_another_is_busy_with_a_rollout() {
+        let spec = spec(serde_json::json!({"cordon": true}));
+        let intent = |step| Intent {
+            step,
+            target: "v2".into(),
+            token: Token::parse("k", "t").unwrap(),
+            since: t(0),
+            boot_id_before: None,
+            kubeadm: None,
+            message: None,
+        };
+        let rolling = |step| NodeFacts {
+            controller: Some(ControllerAnnotations { intent: Some(intent(step)), cordoned_by_us: true }),
+            unschedulable: step != Step::Stage,
+            ..node("cp1")
+        };
+        for busy in [rolling(Step::Stage), rolling(Step::Drain), rolling(Step::Reboot)] {
+            let d = run(&spec, &BTreeMap::new(), &[busy, node("cp2"), node("w1")], 0);
+            assert!(actions(&d).is_empty(), "{:?}", actions(&d));
+            assert!(
+                of(&d, "cp2").status.message.contains("control-plane node cp1 is busy"),
+                "{}",
+                of(&d, "cp2").status.message
+            );
+        }
+        let cordoned = NodeFacts { unschedulable: true, ..node("cp1") };
+        let d = run(&spec, &BTreeMap::new(), &[cordoned, node("cp2")], 0);
+        assert!(actions(&d).is_empty());
+        // A control-plane node done with its rollout (uncordoned) does not hold the others.
+        let done = NodeFacts { unschedulable: false, ..rolling(Step::Done) };
+        let d = run(&spec, &BTreeMap::new(), &[done, node("cp2")], 0);
+        assert_eq!(actions(&d), vec![start("cp1")]);
     }
 
     #[test]

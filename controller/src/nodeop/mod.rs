@@ -17,7 +17,7 @@ pub mod decide;
 pub mod job;
 pub mod upgrade;
 
-use crate::drain::{DrainContext, Drains};
+use crate::drain::{DrainContext, DrainSettings, Drains};
 use crate::events::{Events, node_reference};
 use crate::executor::FIELD_MANAGER;
 use crate::leadership::{Leadership, Term};
@@ -558,11 +558,18 @@ fn nodeop_reference(op: &NodeOp) -> ObjectReference {
 }
 
 /// The drain options of a NodeOp as the shared drain takes them.
-fn drain_options(op: &NodeOp) -> DrainOptions {
+/// The drain a NodeOp asks for: a negative `gracePeriodSeconds` (or none) leaves each pod its own, as
+/// `kubectl drain --grace-period` does; `ignoreDaemonSets` defaults to true, as in the Kairos operator.
+fn drain_options(op: &NodeOp) -> DrainSettings {
     let drain = op.spec.drain_options.clone().unwrap_or_default();
-    DrainOptions {
+    let options = DrainOptions {
         delete_empty_dir_data: drain.delete_empty_dir_data.unwrap_or(false),
         force: drain.force.unwrap_or(false),
+    };
+    DrainSettings {
+        options,
+        grace_period_seconds: drain.grace_period_seconds.filter(|g| *g >= 0).map(i64::from),
+        ignore_daemon_sets: drain.ignore_daemon_sets.unwrap_or(true),
     }
 }
 

@@ -95,10 +95,12 @@ pub struct NodeOpDrainOptions {
     /// Evict pods no controller manages (like `kubectl drain --force`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub force: Option<bool>,
-    /// Accepted for compatibility; evicted pods get their own termination grace period (see docs/nodeop.md).
+    /// The termination grace period of each evicted pod, in seconds (`kubectl drain --grace-period`); negative
+    /// or absent: each pod's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace_period_seconds: Option<i32>,
-    /// Leave DaemonSet pods in place (always done: their DaemonSet would recreate them).
+    /// Leave the pods of existing DaemonSets in place (default true, as the Kairos operator's); false: as
+    /// `kubectl drain` without `--ignore-daemonsets`, a node running such pods fails, nothing evicted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ignore_daemon_sets: Option<bool>,
     /// Evict pods with emptyDir volumes (their data is lost).
