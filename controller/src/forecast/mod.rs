@@ -93,6 +93,8 @@ pub enum Ending {
 pub struct RolloutForecast {
     pub name: String,
     pub target: Option<String>,
+    /// The Kubernetes version the rollout upgrades to first, when it asks for a valid one.
+    pub kubernetes_target: Option<String>,
     /// Nodes in the order they start.
     pub nodes: Vec<NodeForecast>,
     /// Seconds until the last node frees its slot (None when the rollout does not complete).
@@ -412,6 +414,10 @@ impl Run<'_> {
         RolloutForecast {
             name: rollout.name.clone(),
             target: rollout.spec.acting().map(|s| s.target.clone()),
+            kubernetes_target: match &rollout.kubernetes {
+                Some(KubernetesSpec::Upgrade(t)) => Some(t.version.to_string()),
+                _ => None,
+            },
             nodes,
             duration_seconds,
             ending,

@@ -118,26 +118,32 @@ impl Report {
             out.push_str("no NodeVersion: nothing to roll out (pass -f nodeversion.yaml to plan one)\n");
         }
         for r in &self.rollouts {
-            let target = r.target.as_deref().unwrap_or("(no valid spec)");
+            let image = r.target.as_deref().unwrap_or("(no valid spec)");
+            let target = match &r.kubernetes_target {
+                Some(version) => format!("Kubernetes {version}, then {image}"),
+                None => image.to_owned(),
+            };
             let _ = writeln!(
                 out,
                 "NodeVersion {} -> {target}: {} node(s) to update, {} up to date",
                 r.name,
-                r.nodes.len(),
+                r.nodes.iter().map(|n| &n.node).collect::<std::collections::BTreeSet<_>>().len(),
                 r.up_to_date
             );
-            let finishes = |wave: &[String]| {
-                r.nodes.iter().filter(|n| wave.contains(&n.node)).filter_map(|n| n.finish_seconds).fold(0.0, f64::max)
+            let finishes = |wave: usize| {
+                r.nodes.iter().filter(|n| n.wave as usize == wave).filter_map(|n| n.finish_seconds).fold(0.0, f64::max)
             };
             for (i, wave) in r.waves().iter().enumerate() {
-                let start = r.nodes.iter().find(|n| wave.first() == Some(&n.node)).map_or(0.0, |n| n.start_seconds);
+                let first = r.nodes.iter().find(|n| n.wave == i as u32 + 1);
+                let start = first.map_or(0.0, |n| n.start_seconds);
+                let phase = if first.is_some_and(|n| n.phase == super::Phase::Kubernetes) { "kubeadm " } else { "" };
                 let _ = writeln!(
                     out,
-                    "  wave {:>2}  t+{:<8} {}  (until t+{})",
+                    "  wave {:>2}  t+{:<8} {phase}{}  (until t+{})",
                     i + 1,
                     human(start),
                     wave.join(", "),
-                    human(finishes(wave))
+                    human(finishes(i + 1))
                 );
             }
             match (&r.ending, r.duration_seconds) {
@@ -262,6 +268,10 @@ mod tests {
         assert_eq!(kubernetes, vec!["cp-0", "w-0"]);
         // kubeadm apply (60 s), the worker's drain (2m) and kubeadm (60 s), then each node's image (8m).
         assert_eq!(r.duration_seconds, Some(60.0 + 180.0 + 2.0 * 480.0));
+        let text = report.text();
+        assert!(text.contains("NodeVersion nv -> Kubernetes v1.34.0, then v2: 2 node(s) to update"), "{text}");
+        assert!(text.contains("wave  2  t+1m00s    kubeadm w-0  (until t+4m00s)"), "{text}");
+        assert!(text.contains("wave  3  t+4m00s    cp-0  (until t+12m00s)"), "{text}");
     }
 
     #[test]
