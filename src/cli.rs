@@ -56,6 +56,10 @@ pub struct PlanArgs {
     /// How long a reboot takes until the node is verified (default: as measured, else 3m).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub reboot_time: Option<std::time::Duration>,
+    /// How long a node's kubeadm upgrade takes until it is verified, for a NodeVersion that upgrades
+    /// Kubernetes (default: as measured, else 5m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub kubeadm_upgrade_time: Option<std::time::Duration>,
     /// The node the controller runs on (it is updated last).
     #[arg(long, value_name = "NAME")]
     pub controller_node: Option<String>,
@@ -305,11 +309,24 @@ mod tests {
 
     #[test]
     fn plan_takes_a_file_an_output_format_and_step_durations() {
-        let cli = parse(&["update-operator", "plan", "-f", "nv.yaml", "-o", "json", "--drain-time", "90s"]).unwrap();
+        let cli = parse(&[
+            "update-operator",
+            "plan",
+            "-f",
+            "nv.yaml",
+            "-o",
+            "json",
+            "--drain-time",
+            "90s",
+            "--kubeadm-upgrade-time",
+            "4m",
+        ])
+        .unwrap();
         let Mode::Plan(plan) = cli.mode else { panic!("plan mode expected") };
         assert_eq!(plan.file, Some(PathBuf::from("nv.yaml")));
         assert_eq!(plan.output, PlanOutput::Json);
         assert_eq!(plan.drain_time, Some(std::time::Duration::from_secs(90)));
+        assert_eq!(plan.kubeadm_upgrade_time, Some(std::time::Duration::from_secs(240)));
         assert!(parse(&["update-operator", "plan", "--stage-time", "soon"]).is_err());
     }
 

@@ -40,12 +40,14 @@ async fn run(args: PlanArgs) -> anyhow::Result<Report> {
     let user_agent = format!("update-operator/plan {}", env!("CARGO_PKG_VERSION"));
     let config = crate::config_from(args.kubeconfig.as_deref(), args.context.clone(), &user_agent).await?;
     let client = kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
-    let snapshot = Snapshot::read(&client).await.context("cannot read the cluster")?;
+    let mut snapshot = Snapshot::read(&client).await.context("cannot read the cluster")?;
+    snapshot.check_kubernetes(&client, version.as_ref()).await;
     let duration = |d: Option<std::time::Duration>| d.and_then(|d| jiff::SignedDuration::try_from(d).ok());
     let flags = Flags {
         stage: duration(args.stage_time),
         drain: duration(args.drain_time),
         reboot: duration(args.reboot_time),
+        kubeadm_upgrade: duration(args.kubeadm_upgrade_time),
     };
     let report = Report::build(snapshot, version, flags, args.controller_node.as_deref(), jiff::Timestamp::now());
     match args.output {

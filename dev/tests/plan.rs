@@ -355,3 +355,118 @@ async fn plan_needs_only_the_read_only_role_of_deploy_examples() {
     assert_eq!(named, nodes.map(|n| (BlockerKind::NoAgent, vec![n.to_owned()])).to_vec(), "{}", report.text());
     cluster.shutdown().await;
 }
+
+/// A NodeVersion that keeps the image `v1` and upgrades Kubernetes to `version` with `components`.
+fn kubernetes_version(version: &str, components: &str) -> NodeVersion {
+    serde_json::from_value(json!({
+        "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
+        "metadata": {"name": VERSION},
+        "spec": {"image": "v1", "kubernetesClusterVersion": version, "kubernetesComponentsReference": components,
+                 "rollout": {"maxUnavailable": 2, "soakTime": "0ms", "drainTimeout": "10m"}}
+    }))
+    .unwrap()
+}
+
+/// Each node's start (its first `drain` or `kubeadm-upgrade` after `since`) and finish (`done` after that).
+fn observed_kubernetes(
+    timeline: &BTreeMap<String, Vec<(Timestamp, Step)>>,
+    since: Timestamp,
+) -> (Vec<(String, Timestamp)>, BTreeMap<String, Timestamp>) {
+    let mut starts = Vec::new();
+    let mut finishes = BTreeMap::new();
+    for (node, steps) in timeline {
+        let after: Vec<&(Timestamp, Step)> = steps.iter().filter(|(at, _)| *at >= since).collect();
+        if let Some((at, _)) = after.iter().find(|(_, s)| matches!(s, Step::Drain | Step::KubeadmUpgrade)) {
+            starts.push((node.clone(), *at));
+        }
+        if let Some((at, _)) = after.iter().find(|(_, s)| *s == Step::Done) {
+            finishes.insert(node.clone(), *at);
+        }
+    }
+    (starts, finishes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_predicts_a_kubernetes_upgrades_order_and_waves_exactly_and_its_duration_within_ten_percent() {
+    let _alone = ALONE.lock().await;
+    let config = ClusterConfig {
+        nodes: 6,
+        control_planes: 2,
+        image: "v1".into(),
+        kubelet_version: "v1.33.5".into(),
+        workloads: None,
+        // The simulated kubeadm takes the stage duration and restarts the kubelet for a tenth of the reboot's:
+        // about 2.2 s a node, so that the rollout's seconds dwarf a loaded machine's scheduling delays.
+        timing: Timing { stage: Duration::from_secs(2), reboot: Duration::from_secs(2), ..Timing::fast() },
+        ..ClusterConfig::default()
+    };
+    let mut config = config;
+    config.apiserver.git_version = "v1.33.5".into();
+    let cluster = Cluster::start(config).await.unwrap();
+    let store = cluster.store();
+    let publish = |version: &str| {
+        let config_map = cluster.artifacts().publish_release(version);
+        store
+            .api::<k8s_openapi::api::core::v1::ConfigMap>()
+            .create(Some("kube-system"), &config_map, &PostParams::default())
+            .unwrap();
+        kube::ResourceExt::name_any(&config_map)
+    };
+    let agents: Vec<_> = cluster.node_names().iter().map(|n| harness::agent(cluster.operator(), n)).collect();
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
+    eventually(Duration::from_secs(60), "the agents and the controller", || {
+        (agents.iter().all(harness::Component::is_ready) && controller.is_ready()).then_some(())
+    })
+    .await;
+    let observer = Observer::start(cluster.client(), Limits::new(usize::MAX, true));
+    let upgraded = |version: &'static str| {
+        let store = store.clone();
+        move || {
+            let s = store.api::<NodeVersion>().get(None, VERSION).ok()?.status?;
+            let nodes = store.api::<Node>().list(None, &Default::default()).ok()?.items;
+            let all = nodes.iter().all(|n| {
+                n.status.as_ref().and_then(|s| s.node_info.as_ref()).is_some_and(|i| i.kubelet_version == version)
+            });
+            (all && !s.active_cluster_version_upgrade && s.in_flight.is_empty()).then_some(s)
+        }
+    };
+
+    // An upgrade to v1.34.1, which the controller measures.
+    let first = publish("v1.34.1");
+    store.api::<NodeVersion>().create(None, &kubernetes_version("v1.34.1", &first), &PostParams::default()).unwrap();
+    let status = eventually(Duration::from_secs(240), "the upgrade to v1.34.1", upgraded("v1.34.1")).await;
+    assert!(status.step_durations.iter().any(|d| d.step == "kubeadm-upgrade" && d.samples >= 5), "{status:?}");
+
+    // `plan -f` for v1.35.0, validated as the controller validates it.
+    let second = publish("v1.35.0");
+    let next = kubernetes_version("v1.35.0", &second);
+    let mut snapshot = Snapshot::read(&cluster.client()).await.unwrap();
+    snapshot.check_kubernetes(&cluster.client(), Some(&next)).await;
+    let report = Report::build(snapshot, Some(next.clone()), Flags::default(), None, Timestamp::now());
+    assert!(!report.blocked(), "{}", report.text());
+    let forecast = &report.rollouts[0];
+    assert_eq!(forecast.ending, Ending::Complete, "{}", report.text());
+    assert!(forecast.nodes.iter().all(|n| n.phase == controller::forecast::Phase::Kubernetes), "{}", report.text());
+    let predicted = forecast.duration_seconds.unwrap();
+
+    // The upgrade that follows.
+    let since = Timestamp::now();
+    let started = std::time::Instant::now();
+    let patch = json!({"spec": {"kubernetesClusterVersion": "v1.35.0", "kubernetesComponentsReference": second}});
+    store.api::<NodeVersion>().patch(None, VERSION, &Patch::Merge(patch), &PatchParams::default()).unwrap();
+    eventually(Duration::from_secs(240), "the upgrade to v1.35.0", upgraded("v1.35.0")).await;
+    let took = started.elapsed().as_secs_f64();
+    let seen = observer.stop().await;
+    assert_eq!(seen.violations, Vec::<String>::new());
+    let (starts, finishes) = observed_kubernetes(&seen.timeline, since);
+    let actual = waves_of(&starts, &finishes);
+    let predicted_waves: BTreeMap<String, u32> = forecast.nodes.iter().map(|n| (n.node.clone(), n.wave)).collect();
+    assert_eq!(actual, predicted_waves, "{}", report.text());
+    let error = (predicted - took).abs() / took;
+    eprintln!("predicted {predicted:.1}s, took {took:.1}s ({:.1} %)\n{}", error * 100.0, report.text());
+    assert!(error <= 0.10, "predicted {predicted:.1}s, the upgrade took {took:.1}s\n{}", report.text());
+
+    stop_all(agents).await;
+    stop_all(vec![controller]).await;
+    cluster.shutdown().await;
+}

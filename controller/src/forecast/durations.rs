@@ -4,7 +4,7 @@
 //!
 //! # Measuring
 //! A step's duration is from its intent's `since` to the next step's (`stage` to `drain`, `drain` to
-//! `reboot`), and for `reboot` to the round that verifies the node. The start comes from the
+//! `reboot` or `kubeadm-upgrade`), and for `reboot` and `kubeadm-upgrade` to the round that verifies the node. The start comes from the
 //! published status and the end from the plan, both to the millisecond. (Whole seconds are not
 //! enough: a rollout's steps keep the same phase within the second, so truncation would bias every
 //! sample the same way, by up to a second.) Each NodeVersion keeps a
@@ -21,6 +21,9 @@ pub const MEAN_OVER: i32 = 50;
 pub const DEFAULT_STAGE: SignedDuration = SignedDuration::from_mins(3);
 pub const DEFAULT_DRAIN: SignedDuration = SignedDuration::from_mins(2);
 pub const DEFAULT_REBOOT: SignedDuration = SignedDuration::from_mins(3);
+pub const DEFAULT_KUBEADM_UPGRADE: SignedDuration = SignedDuration::from_mins(5);
+/// The step name of a kubeadm upgrade, as the status publishes it.
+pub const KUBEADM_UPGRADE: &str = "kubeadm-upgrade";
 
 /// Where a duration comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -41,9 +44,12 @@ pub struct Durations {
     pub stage: SignedDuration,
     pub drain: SignedDuration,
     pub reboot: SignedDuration,
+    /// A node's `kubeadm upgrade` (apply or node), from its intent to the round that verifies it.
+    pub kubeadm_upgrade: SignedDuration,
     pub stage_source: Source,
     pub drain_source: Source,
     pub reboot_source: Source,
+    pub kubeadm_upgrade_source: Source,
 }
 
 impl Default for Durations {
@@ -52,9 +58,11 @@ impl Default for Durations {
             stage: DEFAULT_STAGE,
             drain: DEFAULT_DRAIN,
             reboot: DEFAULT_REBOOT,
+            kubeadm_upgrade: DEFAULT_KUBEADM_UPGRADE,
             stage_source: Source::Default,
             drain_source: Source::Default,
             reboot_source: Source::Default,
+            kubeadm_upgrade_source: Source::Default,
         }
     }
 }
@@ -88,6 +96,9 @@ impl Durations {
         if let Some((d, s)) = pick("reboot") {
             (durations.reboot, durations.reboot_source) = (d, s);
         }
+        if let Some((d, s)) = pick(KUBEADM_UPGRADE) {
+            (durations.kubeadm_upgrade, durations.kubeadm_upgrade_source) = (d, s);
+        }
         durations
     }
 
@@ -97,6 +108,7 @@ impl Durations {
         stage: Option<SignedDuration>,
         drain: Option<SignedDuration>,
         reboot: Option<SignedDuration>,
+        kubeadm_upgrade: Option<SignedDuration>,
     ) -> Durations {
         if let Some(d) = stage {
             (self.stage, self.stage_source) = (d, Source::Flag);
@@ -106,6 +118,9 @@ impl Durations {
         }
         if let Some(d) = reboot {
             (self.reboot, self.reboot_source) = (d, Source::Flag);
+        }
+        if let Some(d) = kubeadm_upgrade {
+            (self.kubeadm_upgrade, self.kubeadm_upgrade_source) = (d, Source::Flag);
         }
         self
     }
@@ -129,7 +144,7 @@ pub fn measure(
             Some(now_in) if now_in.step.as_str() != before.step && follows(&before.step, now_in.step.as_str()) => {
                 now_in.since
             }
-            None if before.step == "reboot" && same_target && !problem(&before.name) => now,
+            None if verified_after(&before.step) && same_target && !problem(&before.name) => now,
             _ => continue,
         };
         let took = ended.duration_since(started).max(SignedDuration::ZERO);
@@ -140,8 +155,19 @@ pub fn measure(
 
 /// Whether `next` is the step that follows `step` (a node seen two steps on is not measured).
 fn follows(step: &str, next: &str) -> bool {
-    matches!((step, next), ("stage", "drain") | ("drain", "reboot") | ("reboot", "done"))
-        || !matches!(step, "stage" | "drain" | "reboot")
+    matches!(
+        (step, next),
+        ("stage", "drain")
+            | ("drain", "reboot")
+            | ("drain", KUBEADM_UPGRADE)
+            | ("reboot", "done")
+            | (KUBEADM_UPGRADE, "done")
+    ) || !matches!(step, "stage" | "drain" | "reboot" | KUBEADM_UPGRADE)
+}
+
+/// Whether a node in `step` that leaves the nodes in flight was verified (its last step ended then).
+fn verified_after(step: &str) -> bool {
+    matches!(step, "reboot" | KUBEADM_UPGRADE)
 }
 
 /// Folds one sample of `step` into the running means.
@@ -207,6 +233,32 @@ mod tests {
     }
 
     #[test]
+    fn a_kubeadm_upgrade_is_measured_from_its_start_to_the_round_that_verifies_the_node() {
+        let previous = NodeVersionStatus {
+            in_flight: vec![published("a", "drain", t(0)), published("b", KUBEADM_UPGRADE, t(1_000))],
+            ..Default::default()
+        };
+        let mut plan = Plan::default();
+        // a: drained, now in its kubeadm upgrade; b: verified.
+        plan.in_flight.push(InFlight { node: "a".into(), step: Step::KubeadmUpgrade, since: t(700), waiting_on: None });
+        assert_eq!(
+            measure(Some(&previous), &plan, true, t(6_000)),
+            vec![
+                StepDuration { step: "drain".into(), samples: 1, mean_millis: 700 },
+                StepDuration { step: KUBEADM_UPGRADE.into(), samples: 1, mean_millis: 5_000 },
+            ]
+        );
+        let status =
+            NodeVersionStatus { step_durations: measure(Some(&previous), &plan, true, t(6_000)), ..Default::default() };
+        let d = Durations::measured([("nv", &status)], None);
+        assert_eq!(d.kubeadm_upgrade, SignedDuration::from_secs(5));
+        assert_eq!(d.kubeadm_upgrade_source, Source::Measured { node_version: "nv".into(), samples: 1 });
+        let d = d.with_flags(None, None, None, Some(SignedDuration::from_secs(9)));
+        assert_eq!((d.kubeadm_upgrade, d.kubeadm_upgrade_source), (SignedDuration::from_secs(9), Source::Flag));
+        assert_eq!(Durations::default().kubeadm_upgrade, DEFAULT_KUBEADM_UPGRADE);
+    }
+
+    #[test]
     fn the_mean_runs_over_the_samples_and_weighs_the_last_ones() {
         let mut d = Vec::new();
         add_sample(&mut d, "stage", SignedDuration::from_secs(1));
@@ -232,7 +284,7 @@ mod tests {
         assert_eq!(d.stage_source, Source::Measured { node_version: "a".into(), samples: 3 });
         assert_eq!(Durations::measured(statuses, None).stage, SignedDuration::from_secs(2));
         assert_eq!((d.drain, d.drain_source.clone()), (DEFAULT_DRAIN, Source::Default));
-        let d = d.with_flags(None, Some(SignedDuration::from_secs(7)), None);
+        let d = d.with_flags(None, Some(SignedDuration::from_secs(7)), None, None);
         assert_eq!((d.drain, d.drain_source), (SignedDuration::from_secs(7), Source::Flag));
     }
 }

@@ -3,8 +3,15 @@
 //! [`forecast`] takes the nodes and rollouts the controller would plan with, and per-step durations
 //! ([`Durations`]), and plays the rollout out: the policy plans ([`crate::policy::plan_with`]), the
 //! executor's own transitions ([`next_state`], [`drain_effect`]) apply the actions, and each node's
-//! agent, drain and reboot take exactly their step's duration. Nothing here reads the clock or a
-//! client; [`blockers`] says what would stop the rollout and [`snapshot`] reads the cluster once.
+//! agent, drain, reboot and kubeadm upgrade take exactly their step's duration. Nothing here reads the
+//! clock or a client; [`blockers`] says what would stop the rollout and [`snapshot`] reads the cluster once.
+//!
+//! # Kubernetes upgrades
+//! A rollout with a Kubernetes upgrade ([`Rollout::kubernetes`]) is played out as the policy plans it:
+//! its kubeadm upgrades first (control plane first, then the workers), then its image. A node's
+//! kubeadm upgrade ends with its kubelet and components at the target, and after `kubeadm upgrade
+//! apply` the API server reports the target. A node updated in both phases appears twice in the
+//! forecast, once per [`Phase`].
 //!
 //! # Guarantees
 //! - The order and the waves are the policy's own decisions: a change to the policy changes the
@@ -25,12 +32,13 @@ pub use blockers::{Blocker, BlockerKind};
 pub use durations::{Durations, Source};
 
 use crate::executor::{DrainEffect, drain_effect, next_state};
+use crate::policy::kubernetes::KubernetesSpec;
 use crate::policy::{
     ActionKind, ClusterPlan, DrainProgress, Fleet, Hold, NodeAction, NodeView, Reason, Rollout, plan_with,
 };
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
-use shared::protocol::{AgentState, BootId, ControllerAnnotations, Step, Token};
+use shared::protocol::{AgentState, BootId, ComponentsHash, ControllerAnnotations, KubeadmRole, Step, Token};
 use std::collections::BTreeMap;
 
 /// How far into virtual time a forecast runs before it gives up (a window that opens once a month,
@@ -41,11 +49,22 @@ const ROUNDS_PER_INSTANT: usize = 8;
 /// Plans in all before a forecast gives up (with the horizon, bounds its cost whatever the policy wakes for).
 const MAX_ROUNDS: usize = 100_000;
 
+/// What part of a rollout a node's forecast is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Phase {
+    /// The node's Kubernetes upgrade (a drain, where the policy drains, and kubeadm).
+    Kubernetes,
+    /// The node's image (in place, or by replacement).
+    Image,
+}
+
 /// One node's forecast.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeForecast {
     pub node: String,
+    pub phase: Phase,
     /// 1 for the nodes started first; see the module documentation.
     pub wave: u32,
     /// Seconds from the start of the forecast until the node starts, and until it frees its slot.
@@ -74,6 +93,8 @@ pub enum Ending {
 pub struct RolloutForecast {
     pub name: String,
     pub target: Option<String>,
+    /// The Kubernetes version the rollout upgrades to first, when it asks for a valid one.
+    pub kubernetes_target: Option<String>,
     /// Nodes in the order they start.
     pub nodes: Vec<NodeForecast>,
     /// Seconds until the last node frees its slot (None when the rollout does not complete).
@@ -117,6 +138,7 @@ pub fn forecast(
 ) -> Forecast {
     let mut run = Run {
         nodes: nodes.to_vec(),
+        rollouts: rollouts.to_vec(),
         start: now,
         now,
         tokens: 0,
@@ -132,7 +154,7 @@ pub fn forecast(
     let mut last = first.clone();
     let mut rounds = 0;
     for _ in 0..MAX_ROUNDS {
-        let cluster = plan_with(&run.nodes, rollouts, fleet, own_node, run.now);
+        let cluster = plan_with(&run.nodes, &run.rollouts, fleet, own_node, run.now);
         let writes = run.apply(&cluster);
         last = cluster;
         rounds += 1;
@@ -172,20 +194,26 @@ pub fn waves_of(starts: &[(String, Timestamp)], finishes: &BTreeMap<String, Time
     waves
 }
 
+/// A node in one phase, as a forecast run tracks it.
+type Key = (String, Phase);
+
 /// The state of a forecast run.
 struct Run<'a> {
     nodes: Vec<NodeView>,
+    /// The rollouts, with the API server's version as the forecast upgrades it.
+    rollouts: Vec<Rollout>,
     start: Timestamp,
     now: Timestamp,
     tokens: u64,
     boots: u64,
     durations: &'a Durations,
-    /// When each node started (its first stage or replacement), whether it is replaced, and its wave.
-    started: BTreeMap<String, (Timestamp, bool, u32)>,
-    finished: BTreeMap<String, Timestamp>,
+    /// When each node started a phase (its first stage, replacement or Kubernetes step), whether it
+    /// is replaced, and its wave.
+    started: BTreeMap<Key, (Timestamp, bool, u32)>,
+    finished: BTreeMap<Key, Timestamp>,
     /// The rollout (index) each started node belongs to.
-    owner: BTreeMap<String, usize>,
-    order: Vec<String>,
+    owner: BTreeMap<Key, usize>,
+    order: Vec<Key>,
 }
 
 impl Run<'_> {
@@ -202,12 +230,12 @@ impl Run<'_> {
         }
         // A node frees its slot once it is done and no longer in flight (a soaking node keeps it).
         for (index, plan) in cluster.rollouts.iter().enumerate() {
-            let freed: Vec<String> = self
+            let freed: Vec<Key> = self
                 .started
                 .keys()
-                .filter(|n| self.owner.get(*n) == Some(&index) && !self.finished.contains_key(*n))
-                .filter(|n| !plan.in_flight.iter().any(|f| &f.node == *n))
-                .filter(|n| self.nodes.iter().any(|v| &v.name == *n && node_done(v)))
+                .filter(|k| self.owner.get(*k) == Some(&index) && !self.finished.contains_key(*k))
+                .filter(|(n, _)| !plan.in_flight.iter().any(|f| &f.node == n))
+                .filter(|(n, _)| self.nodes.iter().any(|v| &v.name == n && node_done(v)))
                 .cloned()
                 .collect();
             for node in freed {
@@ -233,7 +261,9 @@ impl Run<'_> {
     }
 
     fn record(&mut self, index: usize, action: &NodeAction) {
-        if action.starts_node() && !self.started.contains_key(&action.node) {
+        let phase = if action.reason == Reason::KubernetesUpgradeStarted { Phase::Kubernetes } else { Phase::Image };
+        let key = (action.node.clone(), phase);
+        if action.starts_node() && !self.started.contains_key(&key) {
             let wave = self
                 .finished
                 .iter()
@@ -243,9 +273,9 @@ impl Run<'_> {
                 .unwrap_or(0)
                 + 1;
             let replaced = matches!(action.kind, ActionKind::Replace { .. });
-            self.started.insert(action.node.clone(), (self.now, replaced, wave));
-            self.owner.insert(action.node.clone(), index);
-            self.order.push(action.node.clone());
+            self.started.insert(key.clone(), (self.now, replaced, wave));
+            self.owner.insert(key.clone(), index);
+            self.order.push(key);
         }
     }
 
@@ -273,6 +303,7 @@ impl Run<'_> {
             Step::Stage if !answered => self.durations.stage,
             Step::Drain if matches!(n.drain, DrainProgress::Running { .. }) => self.durations.drain,
             Step::Reboot if !answered => self.durations.reboot,
+            Step::KubeadmUpgrade if !answered => self.durations.kubeadm_upgrade,
             _ => return None,
         };
         intent.since.checked_add(took).ok()
@@ -303,6 +334,29 @@ impl Run<'_> {
                     agent.token = Some(intent.token.clone());
                     agent.state = Some(AgentState::Done);
                 }
+                Step::KubeadmUpgrade => {
+                    let target = self.rollouts.iter().find_map(|r| match &r.kubernetes {
+                        Some(KubernetesSpec::Upgrade(t)) if t.version.to_string() == intent.target => Some(t.clone()),
+                        _ => None,
+                    });
+                    n.ready = true;
+                    n.kubelet_version = Some(intent.target.clone());
+                    agent.components_hash =
+                        target.as_ref().and_then(|t| ComponentsHash::parse("forecast", &t.hash).ok());
+                    agent.token = Some(intent.token.clone());
+                    agent.state = Some(AgentState::Done);
+                    let applies = intent.kubeadm.as_ref().is_some_and(|k| k.role == KubeadmRole::Apply);
+                    if let Some(target) = target.filter(|_| applies) {
+                        // `kubeadm upgrade apply` upgrades the API server the whole cluster talks to.
+                        for r in &mut self.rollouts {
+                            if let Some(KubernetesSpec::Upgrade(t)) = &mut r.kubernetes
+                                && t.api_server < target.version
+                            {
+                                t.api_server = target.version.clone();
+                            }
+                        }
+                    }
+                }
                 _ => {}
             }
         }
@@ -320,14 +374,15 @@ impl Run<'_> {
         let nodes: Vec<NodeForecast> = self
             .order
             .iter()
-            .filter(|n| self.owner.get(*n) == Some(&index))
-            .filter_map(|n| {
-                let (at, replaced, wave) = self.started.get(n)?;
+            .filter(|k| self.owner.get(*k) == Some(&index))
+            .filter_map(|k| {
+                let (at, replaced, wave) = self.started.get(k)?;
                 Some(NodeForecast {
-                    node: n.clone(),
+                    node: k.0.clone(),
+                    phase: k.1,
                     wave: *wave,
                     start_seconds: seconds(*at),
-                    finish_seconds: self.finished.get(n).map(|t| seconds(*t)),
+                    finish_seconds: self.finished.get(k).map(|t| seconds(*t)),
                     replaced: *replaced,
                 })
             })
@@ -359,6 +414,10 @@ impl Run<'_> {
         RolloutForecast {
             name: rollout.name.clone(),
             target: rollout.spec.acting().map(|s| s.target.clone()),
+            kubernetes_target: match &rollout.kubernetes {
+                Some(KubernetesSpec::Upgrade(t)) => Some(t.version.to_string()),
+                _ => None,
+            },
             nodes,
             duration_seconds,
             ending,
@@ -394,13 +453,13 @@ pub(crate) fn transition(n: &mut NodeView, action: &NodeAction, token: Token, no
     true
 }
 
-/// Whether the node has no intent left but `done` (or none at all) and its agent runs what it was
-/// asked for.
+/// Whether the node has no intent left but `done` (or none at all) and it runs what it was asked
+/// for: its agent the image, or its kubelet the Kubernetes version.
 fn node_done(n: &NodeView) -> bool {
     n.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_none_or(|i| i.step == Step::Done))
         && n.agent.as_ref().is_ok_and(|a| {
             let target = n.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).map(|i| i.target.as_str());
-            target.is_none_or(|t| a.os_image.as_deref() == Some(t))
+            target.is_none_or(|t| a.os_image.as_deref() == Some(t) || n.kubelet_version.as_deref() == Some(t))
         })
 }
 

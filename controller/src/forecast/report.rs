@@ -39,6 +39,7 @@ pub struct Flags {
     pub stage: Option<SignedDuration>,
     pub drain: Option<SignedDuration>,
     pub reboot: Option<SignedDuration>,
+    pub kubeadm_upgrade: Option<SignedDuration>,
 }
 
 impl Report {
@@ -62,10 +63,12 @@ impl Report {
             flags.stage,
             flags.drain,
             flags.reboot,
+            flags.kubeadm_upgrade,
         );
         let (rollouts, views) = snapshot.views(now);
         let forecast = forecast(&views, &rollouts, &Fleet::default(), own_node, now, &durations);
         let blockers = blockers::find(&views, &rollouts, &forecast.first, &snapshot.workloads, &[]);
+        let unchecked = snapshot.kubernetes_unchecked();
         let mut assumptions = vec![
             "every node takes the same time per step; the next node starts in the round that verifies the last"
                 .to_owned(),
@@ -73,25 +76,34 @@ impl Report {
              replaced, and take longer)"
                 .to_owned(),
         ];
-        if snapshot.versions.iter().any(|v| v.spec.kubernetes_cluster_version.is_some()) {
-            assumptions.push("a Kubernetes upgrade the NodeVersion asks for is not forecast; only the image is".into());
+        if !unchecked.is_empty() {
+            assumptions.push(format!(
+                "the Kubernetes upgrade of {} was not validated (components ConfigMap, API server version): only \
+                 the image is forecast",
+                unchecked.join(", ")
+            ));
         }
+        let upgrades_kubernetes = rollouts
+            .iter()
+            .any(|r| matches!(r.kubernetes, Some(crate::policy::kubernetes::KubernetesSpec::Upgrade(_))));
         let step = |step, d: SignedDuration, source: &Source| StepAssumption {
             step,
             seconds: d.as_secs_f64(),
             source: source.clone(),
         };
-        Report {
-            at: now,
-            rollouts: forecast.rollouts,
-            durations: vec![
-                step("stage", durations.stage, &durations.stage_source),
-                step("drain", durations.drain, &durations.drain_source),
-                step("reboot", durations.reboot, &durations.reboot_source),
-            ],
-            assumptions,
-            blockers,
+        let mut steps = vec![
+            step("stage", durations.stage, &durations.stage_source),
+            step("drain", durations.drain, &durations.drain_source),
+            step("reboot", durations.reboot, &durations.reboot_source),
+        ];
+        if upgrades_kubernetes {
+            steps.push(step(
+                super::durations::KUBEADM_UPGRADE,
+                durations.kubeadm_upgrade,
+                &durations.kubeadm_upgrade_source,
+            ));
         }
+        Report { at: now, rollouts: forecast.rollouts, durations: steps, assumptions, blockers }
     }
 
     /// Whether something would block: a blocker, or a rollout that does not complete.
@@ -106,26 +118,32 @@ impl Report {
             out.push_str("no NodeVersion: nothing to roll out (pass -f nodeversion.yaml to plan one)\n");
         }
         for r in &self.rollouts {
-            let target = r.target.as_deref().unwrap_or("(no valid spec)");
+            let image = r.target.as_deref().unwrap_or("(no valid spec)");
+            let target = match &r.kubernetes_target {
+                Some(version) => format!("Kubernetes {version}, then {image}"),
+                None => image.to_owned(),
+            };
             let _ = writeln!(
                 out,
                 "NodeVersion {} -> {target}: {} node(s) to update, {} up to date",
                 r.name,
-                r.nodes.len(),
+                r.nodes.iter().map(|n| &n.node).collect::<std::collections::BTreeSet<_>>().len(),
                 r.up_to_date
             );
-            let finishes = |wave: &[String]| {
-                r.nodes.iter().filter(|n| wave.contains(&n.node)).filter_map(|n| n.finish_seconds).fold(0.0, f64::max)
+            let finishes = |wave: usize| {
+                r.nodes.iter().filter(|n| n.wave as usize == wave).filter_map(|n| n.finish_seconds).fold(0.0, f64::max)
             };
             for (i, wave) in r.waves().iter().enumerate() {
-                let start = r.nodes.iter().find(|n| wave.first() == Some(&n.node)).map_or(0.0, |n| n.start_seconds);
+                let first = r.nodes.iter().find(|n| n.wave == i as u32 + 1);
+                let start = first.map_or(0.0, |n| n.start_seconds);
+                let phase = if first.is_some_and(|n| n.phase == super::Phase::Kubernetes) { "kubeadm " } else { "" };
                 let _ = writeln!(
                     out,
-                    "  wave {:>2}  t+{:<8} {}  (until t+{})",
+                    "  wave {:>2}  t+{:<8} {phase}{}  (until t+{})",
                     i + 1,
                     human(start),
                     wave.join(", "),
-                    human(finishes(wave))
+                    human(finishes(i + 1))
                 );
             }
             match (&r.ending, r.duration_seconds) {
@@ -191,6 +209,70 @@ fn human(seconds: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use super::super::Phase;
+    use crate::policy::kubernetes::{KubernetesSpec, KubernetesTarget};
+    use serde_json::json;
+
+    const HASH: &str = "sha256:3333333333333333333333333333333333333333333333333333333333333333";
+
+    fn slim(name: &str, control_plane: bool) -> crate::nodes::SlimNode {
+        let mut labels = json!({"update.edgeless.systems/managed": "true"});
+        if control_plane {
+            labels["node-role.kubernetes.io/control-plane"] = json!("");
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels,
+                "annotations": {"update.edgeless.systems/os-image": "v1", "update.edgeless.systems/boot-id": "b",
+                                "update.edgeless.systems/state": "idle"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                       "nodeInfo": {"bootID": "b", "kubeletVersion": "v1.33.0"}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_validated_kubernetes_upgrade_is_forecast_with_its_step_and_an_unvalidated_one_is_said() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let version: NodeVersion = serde_json::from_value(json!({
+            "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
+            "metadata": {"name": "nv"},
+            "spec": {"image": "v2", "kubernetesClusterVersion": "v1.34.0", "kubernetesComponentsReference": "k8s"}
+        }))
+        .unwrap();
+        let snapshot = Snapshot { nodes: vec![slim("cp-0", true), slim("w-0", false)], ..Default::default() };
+        let report = Report::build(snapshot.clone(), Some(version.clone()), Flags::default(), None, now);
+        let steps: Vec<&str> = report.durations.iter().map(|d| d.step).collect();
+        assert_eq!(steps, vec!["stage", "drain", "reboot"]);
+        assert!(report.assumptions.iter().any(|a| a.contains("Kubernetes upgrade of nv was not validated")));
+        assert!(report.rollouts[0].nodes.iter().all(|n| n.phase == Phase::Image));
+
+        let target = KubernetesTarget {
+            version: "v1.34.0".parse().unwrap(),
+            components: "k8s".into(),
+            hash: HASH.into(),
+            api_server: "v1.33.0".parse().unwrap(),
+        };
+        let mut checked = snapshot;
+        checked.kubernetes.insert("nv".into(), KubernetesSpec::Upgrade(target));
+        let flags = Flags { kubeadm_upgrade: Some(SignedDuration::from_secs(60)), ..Flags::default() };
+        let report = Report::build(checked, Some(version), flags, None, now);
+        let last = report.durations.last().unwrap();
+        assert_eq!((last.step, last.seconds, &last.source), ("kubeadm-upgrade", 60.0, &Source::Flag));
+        assert!(!report.assumptions.iter().any(|a| a.contains("not validated")), "{:?}", report.assumptions);
+        let r = &report.rollouts[0];
+        assert_eq!(r.ending, Ending::Complete, "{r:#?}");
+        let kubernetes: Vec<&str> =
+            r.nodes.iter().filter(|n| n.phase == Phase::Kubernetes).map(|n| n.node.as_str()).collect();
+        assert_eq!(kubernetes, vec!["cp-0", "w-0"]);
+        // kubeadm apply (60 s), the worker's drain (2m) and kubeadm (60 s), then each node's image (8m).
+        assert_eq!(r.duration_seconds, Some(60.0 + 180.0 + 2.0 * 480.0));
+        let text = report.text();
+        assert!(text.contains("NodeVersion nv -> Kubernetes v1.34.0, then v2: 2 node(s) to update"), "{text}");
+        assert!(text.contains("wave  2  t+1m00s    kubeadm w-0  (until t+4m00s)"), "{text}");
+        assert!(text.contains("wave  3  t+4m00s    cp-0  (until t+12m00s)"), "{text}");
+    }
 
     #[test]
     fn durations_read_as_people_read_them() {

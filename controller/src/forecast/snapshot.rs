@@ -1,7 +1,9 @@
 //! The cluster as a forecast reads it: one list of each kind, read-only (get/list only).
 
+use crate::cluster_version::ClusterVersions;
 use crate::drain::filters::daemon_set_of;
 use crate::nodes::SlimNode;
+use crate::policy::kubernetes::KubernetesSpec;
 use crate::policy::{DrainProgress, NodeSelector, NodeView, Rollout, SpecState, ValidSpec};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -11,7 +13,7 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use shared::crd::{NodeVersion, ScalingGroup};
 use shared::protocol::Step;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// What the drains of a rollout would meet: the pods, the budgets, and the DaemonSets that exist.
@@ -51,6 +53,10 @@ pub struct Snapshot {
     pub versions: Vec<NodeVersion>,
     pub scaling_groups: Vec<ScalingGroup>,
     pub workloads: Workloads,
+    /// By NodeVersion name: its Kubernetes upgrade as the controller validates it
+    /// ([`Snapshot::check_kubernetes`]). A NodeVersion that asks for one and is missing here is
+    /// forecast for its image only.
+    pub kubernetes: BTreeMap<String, KubernetesSpec>,
 }
 
 impl Snapshot {
@@ -68,7 +74,37 @@ impl Snapshot {
             Err(error) => return Err(error),
         };
         let workloads = Workloads::read(client).await?;
-        Ok(Snapshot { nodes, versions, scaling_groups, workloads })
+        Ok(Snapshot { nodes, versions, scaling_groups, workloads, kubernetes: BTreeMap::new() })
+    }
+
+    /// Validates the Kubernetes upgrade of each NodeVersion, and of `extra` (a NodeVersion not applied
+    /// yet, in place of the one of its name), as the controller does: the components ConfigMap and the
+    /// API server's `/version`, read only. A refusal is kept (the forecast holds the rollout on it).
+    pub async fn check_kubernetes(&mut self, client: &Client, extra: Option<&NodeVersion>) {
+        let mut versions: Vec<Arc<NodeVersion>> = self
+            .versions
+            .iter()
+            .filter(|v| extra.is_none_or(|e| e.name_any() != v.name_any()))
+            .cloned()
+            .map(Arc::new)
+            .collect();
+        versions.extend(extra.cloned().map(Arc::new));
+        if versions.iter().all(|v| v.spec.kubernetes_cluster_version.is_none()) {
+            return;
+        }
+        let checked = ClusterVersions::new(client.clone()).check_all(&versions).await;
+        self.kubernetes = versions.iter().zip(checked).filter_map(|(v, k)| Some((v.name_any(), k?))).collect();
+    }
+
+    /// The NodeVersions that ask for a Kubernetes upgrade [`Snapshot::check_kubernetes`] did not
+    /// validate (only their image is forecast).
+    pub fn kubernetes_unchecked(&self) -> Vec<String> {
+        self.active_versions()
+            .into_iter()
+            .filter(|v| v.spec.kubernetes_cluster_version.is_some() || v.spec.kubernetes_components_reference.is_some())
+            .map(|v| v.name_any())
+            .filter(|name| !self.kubernetes.contains_key(name))
+            .collect()
     }
 
     /// Puts `version` in place of the NodeVersion of the same name, or adds it as the newest.
@@ -103,7 +139,11 @@ impl Snapshot {
     /// The rollouts of [`Snapshot::active_versions`] (specs validated as the controller does) and the
     /// nodes as the policy sees them (a node in the drain step drains).
     pub fn views(&self, now: Timestamp) -> (Vec<Rollout>, Vec<NodeView>) {
-        let rollouts: Vec<Rollout> = self.active_versions().into_iter().map(|v| rollout(v, now)).collect();
+        let rollouts: Vec<Rollout> = self
+            .active_versions()
+            .into_iter()
+            .map(|v| Rollout { kubernetes: self.kubernetes.get(&v.name_any()).cloned(), ..rollout(v, now) })
+            .collect();
         let selectors: Vec<Option<&NodeSelector>> =
             rollouts.iter().map(|r| r.spec.acting().map(|s| &s.policy.selector)).collect();
         let views = self

@@ -54,6 +54,7 @@ fn secs(stage: i64, drain: i64, reboot: i64) -> Durations {
         Some(SignedDuration::from_secs(stage)),
         Some(SignedDuration::from_secs(drain)),
         Some(SignedDuration::from_secs(reboot)),
+        None,
     )
 }
 
@@ -208,4 +209,103 @@ fn observed_waves_follow_the_same_definition() {
         [("a", 12), ("b", 13), ("c", 25), ("d", 26)].iter().map(|(n, s)| (n.to_string(), t(*s))).collect();
     let waves = waves_of(&starts, &finishes);
     assert_eq!(waves.values().copied().collect::<Vec<_>>(), vec![1, 1, 2, 2, 3]);
+}
+
+const HASH_OLD: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+const HASH_NEW: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+
+/// A node on Kubernetes v1.33.0 with the components of `HASH_OLD`.
+fn on_v133(mut n: NodeView) -> NodeView {
+    n.kubelet_version = Some("v1.33.0".into());
+    if let Ok(a) = &mut n.agent {
+        a.components_hash = shared::protocol::ComponentsHash::parse("k", HASH_OLD).ok();
+    }
+    n
+}
+
+/// `rollout(policy)` that also upgrades Kubernetes to v1.34.0 while the API server reports `api_server`.
+fn upgrading(policy: Policy, api_server: &str) -> Rollout {
+    let target = crate::policy::kubernetes::KubernetesTarget {
+        version: "v1.34.0".parse().unwrap(),
+        components: "k8s-components".into(),
+        hash: HASH_NEW.into(),
+        api_server: api_server.parse().unwrap(),
+    };
+    Rollout { kubernetes: Some(KubernetesSpec::Upgrade(target)), ..rollout(policy) }
+}
+
+fn names(waves: &[&[&str]]) -> Vec<Vec<String>> {
+    waves.iter().map(|w| w.iter().map(|n| n.to_string()).collect()).collect()
+}
+
+#[test]
+fn a_kubernetes_upgrade_runs_kubeadm_control_plane_first_then_workers_and_the_image_after() {
+    let nodes: Vec<NodeView> =
+        [cp("cp-1"), cp("cp-0"), node("w-0"), node("w-1"), node("w-2")].into_iter().map(on_v133).collect();
+    let durations = secs(10, 5, 20).with_flags(None, None, None, Some(SignedDuration::from_secs(30)));
+    let f = forecast(&nodes, &[upgrading(max(2), "v1.33.0")], &Fleet::default(), None, t(0), &durations);
+    let r = &f.rollouts[0];
+    assert_eq!(r.ending, Ending::Complete, "{r:#?}");
+    let phase = |p: Phase| -> Vec<(&str, u32, f64, Option<f64>)> {
+        r.nodes
+            .iter()
+            .filter(|n| n.phase == p)
+            .map(|n| (n.node.as_str(), n.wave, n.start_seconds, n.finish_seconds))
+            .collect()
+    };
+    // kubeadm upgrade apply on the first control-plane node alone (not drained), then the other one
+    // drained and upgraded, then the workers two at a time.
+    assert_eq!(
+        phase(Phase::Kubernetes),
+        vec![
+            ("cp-0", 1, 0.0, Some(30.0)),
+            ("cp-1", 2, 30.0, Some(65.0)),
+            ("w-0", 3, 65.0, Some(100.0)),
+            ("w-1", 3, 65.0, Some(100.0)),
+            ("w-2", 4, 100.0, Some(135.0)),
+        ]
+    );
+    // Then the image, in the same order, each node 35 s.
+    assert_eq!(
+        phase(Phase::Image),
+        vec![
+            ("cp-0", 5, 135.0, Some(170.0)),
+            ("cp-1", 6, 170.0, Some(205.0)),
+            ("w-0", 7, 205.0, Some(240.0)),
+            ("w-1", 7, 205.0, Some(240.0)),
+            ("w-2", 8, 240.0, Some(275.0)),
+        ]
+    );
+    assert_eq!(r.duration_seconds, Some(275.0));
+    assert_eq!(
+        r.waves(),
+        names(&[&["cp-0"], &["cp-1"], &["w-0", "w-1"], &["w-2"], &["cp-0"], &["cp-1"], &["w-0", "w-1"], &["w-2"]])
+    );
+
+    // Once the API server reports the target, no node waits for kubeadm upgrade apply: a node already
+    // upgraded is left alone by the Kubernetes phase.
+    let mut done = on_v133(cp("cp-0"));
+    done.kubelet_version = Some("v1.34.0".into());
+    if let Ok(a) = &mut done.agent {
+        a.components_hash = shared::protocol::ComponentsHash::parse("k", HASH_NEW).ok();
+    }
+    let nodes = vec![done, on_v133(node("w-0"))];
+    let f = forecast(&nodes, &[upgrading(max(2), "v1.34.0")], &Fleet::default(), None, t(0), &durations);
+    let r = &f.rollouts[0];
+    let kubernetes: Vec<&str> =
+        r.nodes.iter().filter(|n| n.phase == Phase::Kubernetes).map(|n| n.node.as_str()).collect();
+    assert_eq!(kubernetes, vec!["w-0"]);
+    // w-0 drains (5 s) and upgrades (30 s); then the image: the control-plane node alone, then w-0.
+    assert_eq!(r.duration_seconds, Some(105.0), "{r:#?}");
+}
+
+#[test]
+fn a_kubernetes_upgrade_without_a_control_plane_node_to_apply_it_does_not_complete() {
+    let nodes = vec![on_v133(node("w-0")), on_v133(node("w-1"))];
+    let f = forecast(&nodes, &[upgrading(max(2), "v1.33.0")], &Fleet::default(), None, t(0), &secs(1, 1, 1));
+    let r = &f.rollouts[0];
+    assert!(r.nodes.is_empty(), "{r:#?}");
+    let Ending::Stuck { reason, nodes_left, .. } = &r.ending else { panic!("{r:#?}") };
+    assert_eq!(reason, "WaitingForApiServer");
+    assert_eq!(nodes_left, &vec!["w-0".to_owned(), "w-1".to_owned()]);
 }
