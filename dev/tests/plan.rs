@@ -64,16 +64,18 @@ fn demo_version(image: &str) -> NodeVersion {
     .unwrap()
 }
 
-/// Each node's start (its first `stage` seen after `since`) and finish (`done` after that), from the observer.
+/// Each node's start (its first step `starts_with` accepts after `since`) and finish (`done` after that),
+/// from the observer.
 fn observed(
     timeline: &BTreeMap<String, Vec<(Timestamp, Step)>>,
     since: Timestamp,
+    starts_with: impl Fn(Step) -> bool,
 ) -> (Vec<(String, Timestamp)>, BTreeMap<String, Timestamp>) {
     let mut starts = Vec::new();
     let mut finishes = BTreeMap::new();
     for (node, steps) in timeline {
         let after: Vec<&(Timestamp, Step)> = steps.iter().filter(|(at, _)| *at >= since).collect();
-        if let Some((at, _)) = after.iter().find(|(_, s)| *s == Step::Stage) {
+        if let Some((at, _)) = after.iter().find(|(_, s)| starts_with(*s)) {
             starts.push((node.clone(), *at));
         }
         if let Some((at, _)) = after.iter().find(|(_, s)| *s == Step::Done) {
@@ -139,7 +141,7 @@ async fn plan_predicts_the_demos_order_and_waves_exactly_and_its_duration_within
     let took = started.elapsed().as_secs_f64();
     let seen = observer.stop().await;
     assert_eq!(seen.violations, Vec::<String>::new());
-    let (starts, finishes) = observed(&seen.timeline, since);
+    let (starts, finishes) = observed(&seen.timeline, since, |s| s == Step::Stage);
     let actual = waves_of(&starts, &finishes);
     let predicted_waves: BTreeMap<String, u32> = forecast.nodes.iter().map(|n| (n.node.clone(), n.wave)).collect();
     assert_eq!(actual, predicted_waves, "{}", report.text());
@@ -367,25 +369,6 @@ fn kubernetes_version(version: &str, components: &str) -> NodeVersion {
     .unwrap()
 }
 
-/// Each node's start (its first `drain` or `kubeadm-upgrade` after `since`) and finish (`done` after that).
-fn observed_kubernetes(
-    timeline: &BTreeMap<String, Vec<(Timestamp, Step)>>,
-    since: Timestamp,
-) -> (Vec<(String, Timestamp)>, BTreeMap<String, Timestamp>) {
-    let mut starts = Vec::new();
-    let mut finishes = BTreeMap::new();
-    for (node, steps) in timeline {
-        let after: Vec<&(Timestamp, Step)> = steps.iter().filter(|(at, _)| *at >= since).collect();
-        if let Some((at, _)) = after.iter().find(|(_, s)| matches!(s, Step::Drain | Step::KubeadmUpgrade)) {
-            starts.push((node.clone(), *at));
-        }
-        if let Some((at, _)) = after.iter().find(|(_, s)| *s == Step::Done) {
-            finishes.insert(node.clone(), *at);
-        }
-    }
-    (starts, finishes)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_predicts_a_kubernetes_upgrades_order_and_waves_exactly_and_its_duration_within_ten_percent() {
     let _alone = ALONE.lock().await;
@@ -458,7 +441,7 @@ async fn plan_predicts_a_kubernetes_upgrades_order_and_waves_exactly_and_its_dur
     let took = started.elapsed().as_secs_f64();
     let seen = observer.stop().await;
     assert_eq!(seen.violations, Vec::<String>::new());
-    let (starts, finishes) = observed_kubernetes(&seen.timeline, since);
+    let (starts, finishes) = observed(&seen.timeline, since, |s| matches!(s, Step::Drain | Step::KubeadmUpgrade));
     let actual = waves_of(&starts, &finishes);
     let predicted_waves: BTreeMap<String, u32> = forecast.nodes.iter().map(|n| (n.node.clone(), n.wave)).collect();
     assert_eq!(actual, predicted_waves, "{}", report.text());
