@@ -11,13 +11,15 @@
 //!   the removal of the record, so a crash between writes can never leave a node cordoned without
 //!   the record that makes the controller uncordon it later.
 //! - Until the watch delivers the controller's own write, the reconciler plans with the object the
-//!   API server returned for it (the overlay), so it never acts twice on a stale view.
+//!   API server returned for it ([`OwnWrites`], shared with the NodeOp controller), so it never acts twice on a
+//!   stale view, nor misses a node the NodeOp controller just started.
 
 use crate::drain::Drains;
 use crate::events::{Events, node_reference};
 use crate::leadership::Term;
 use crate::metrics::{ActionLabels, Metrics};
 use crate::nodes::SlimNode;
+use crate::own_writes::OwnWrites;
 use crate::policy::{ActionKind, NodeAction};
 use crate::replacer::{InstanceRequest, Replacer};
 use jiff::Timestamp;
@@ -59,21 +61,13 @@ pub struct Batch<'a> {
 /// An action and the batch it belongs to.
 type Planned<'a> = (&'a NodeAction, &'a Batch<'a>);
 
-/// Our own writes that the watch has not delivered yet, per node: the object the API server
-/// returned, and the resourceVersions it supersedes.
-#[derive(Default)]
-struct Overlay {
-    superseded: Vec<String>,
-    node: Option<SlimNode>,
-}
-
 pub struct Executor {
     nodes: Api<SlimNode>,
     events: Events,
     drains: Arc<Drains>,
     metrics: Metrics,
     tokens: Tokens,
-    overlay: Mutex<HashMap<String, Overlay>>,
+    writes: Arc<OwnWrites>,
     /// The last problem reported per node, so each distinct problem is reported once.
     reported: Mutex<HashMap<String, String>>,
     /// The cloud side of replacements; without it, replacement steps fail (and are retried).
@@ -88,7 +82,7 @@ impl Executor {
             drains,
             metrics,
             tokens: Tokens::new(),
-            overlay: Mutex::default(),
+            writes: Arc::default(),
             reported: Mutex::default(),
             replacer: None,
         }
@@ -100,29 +94,27 @@ impl Executor {
         self
     }
 
-    /// The newest version of `node` the controller knows of: its own write if the watch has not
-    /// caught up with it, else the watched object.
+    /// Records its Node writes in `writes` (shared with the other writers of Nodes) instead of its own.
+    pub fn with_writes(mut self, writes: Arc<OwnWrites>) -> Self {
+        self.writes = writes;
+        self
+    }
+
+    /// The newest version of `node` the controller knows of: its own write (this executor's or another
+    /// writer's) if the watch has not caught up with it, else the watched object.
     pub fn freshest(&self, node: SlimNode) -> SlimNode {
-        let mut overlay = self.overlay.lock();
-        let Some(entry) = overlay.get(node.name()) else { return node };
-        let rv = node.resource_version().unwrap_or_default();
-        if entry.superseded.contains(&rv)
-            && let Some(ours) = &entry.node
-        {
-            return ours.clone();
-        }
-        overlay.remove(node.name());
-        node
+        self.writes.freshest(node)
     }
 
-    /// The nodes with an overlay entry: [`Executor::freshest`] may give another object than the watched one.
+    /// The nodes with a write not delivered yet: [`Executor::freshest`] may give another object than the watched
+    /// one.
     pub fn overlaid(&self) -> std::collections::HashSet<String> {
-        self.overlay.lock().keys().cloned().collect()
+        self.writes.nodes()
     }
 
-    /// Forgets overlay entries and reported problems of nodes that no longer exist.
+    /// Forgets writes and reported problems of nodes that no longer exist.
     pub fn retain_nodes(&self, exists: impl Fn(&str) -> bool) {
-        self.overlay.lock().retain(|n, _| exists(n));
+        self.writes.retain(&exists);
         self.reported.lock().retain(|n, _| exists(n));
     }
 
@@ -343,12 +335,7 @@ impl Executor {
         match written {
             Ok(mut written) => {
                 written.trim();
-                {
-                    let mut overlay = self.overlay.lock();
-                    let entry = overlay.entry(action.node.clone()).or_default();
-                    entry.superseded.extend(node.resource_version());
-                    entry.node = Some(written);
-                }
+                self.writes.record(&action.node, node.resource_version(), written);
                 self.metrics.actions.get_or_create(&labels("ok")).inc();
                 tracing::info!(node = %action.node, reason = %action.reason, detail = %action.message, "node updated");
                 self.announce(node, action, version);

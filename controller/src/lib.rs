@@ -3,6 +3,7 @@
 
 pub mod agent_policy;
 pub mod cluster_version;
+pub mod disruption;
 pub mod drain;
 pub mod etcd;
 pub mod events;
@@ -16,6 +17,7 @@ pub mod node_views;
 pub mod nodeop;
 pub mod nodes;
 pub mod notices;
+pub mod own_writes;
 pub mod policy;
 pub mod reconciler;
 pub mod release;
@@ -149,7 +151,12 @@ pub async fn run(
 
     let leadership = leadership::Leadership::new();
     let events = events::Events::start(client.clone(), Some(options.identity.clone()), leadership.clone());
+    // The rollouts and the NodeOps decide their starts through one gate, each seeing the other's writes.
+    let disruption = disruption::DisruptionGate::new();
+    let writes = Arc::new(own_writes::OwnWrites::new());
     let nodeop_context = options.node_operations.then(|| nodeop::Context {
+        disruption: disruption.clone(),
+        writes: writes.clone(),
         client: client.clone(),
         eviction_client: eviction_client.clone(),
         nodes: nodes.clone(),
@@ -200,7 +207,8 @@ pub async fn run(
         _ => None,
     };
     let mut executor =
-        executor::Executor::new(Api::all(client.clone()), events.clone(), drains.clone(), metrics.clone());
+        executor::Executor::new(Api::all(client.clone()), events.clone(), drains.clone(), metrics.clone())
+            .with_writes(writes);
     if let Some(replacer) = &replacer {
         executor = executor.with_replacer(replacer.clone());
     }
@@ -216,6 +224,7 @@ pub async fn run(
         events,
     );
     reconciler.replacer = replacer;
+    reconciler.disruption = disruption;
     reconciler.agent_policy = gate.clone();
     reconciler.node_changes = Some(node_changes);
 

@@ -115,6 +115,8 @@ pub struct Reconciler {
     views: NodeViews,
     /// What would block each rollout, found when it starts (issue 18).
     preflight: crate::forecast::preflight::Preflight,
+    /// The gate this reconciler and the NodeOp controller take their start decisions through.
+    pub disruption: crate::disruption::DisruptionGate,
 }
 
 impl Reconciler {
@@ -152,6 +154,7 @@ impl Reconciler {
             notices: HoldNotices::default(),
             views: NodeViews::default(),
             preflight: Default::default(),
+            disruption: Default::default(),
         }
     }
 
@@ -290,6 +293,10 @@ impl Reconciler {
             return Some(Instant::now() + ERROR_RETRY);
         }
 
+        // IMPORTANT: from reading the nodes until the plan's writes returned, no NodeOp decides (see
+        // `crate::disruption`): each sees the other's starts, so together they keep to every budget.
+        let mut gate = self.disruption.enter().await;
+        gate.rollouts = Some(rollouts.clone());
         let selectors: Vec<Option<&policy::NodeSelector>> =
             rollouts.iter().map(|r| r.spec.acting().map(|s| &s.policy.selector)).collect();
         // The node views live in the planner between reconciles; taken out while this one uses them.
@@ -361,6 +368,7 @@ impl Reconciler {
             .collect();
         batches.push(Batch { actions: &plan.unowned.actions, drain: Default::default(), version: None });
         let applied = self.executor.apply(term, &batches, &objects, now).await;
+        drop(gate);
         // Only a NodeVersion being deleted looks at every node.
         let all: Vec<&NodeView> = if deleting.is_empty() { Vec::new() } else { node_views.planner.nodes().collect() };
         self.finish_deletions(term, &deleting, &all, now).await;

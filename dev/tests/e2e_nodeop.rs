@@ -492,3 +492,43 @@ async fn with_ignore_daemon_sets_false_a_node_with_daemonset_pods_fails_and_noth
     controller.stop(Duration::from_secs(15)).await.unwrap();
     cluster.shutdown().await;
 }
+
+/// A NodeOp and a rollout at once, on the same nodes: the NodeOp takes its slots from the rollout's budget and the
+/// rollout counts the NodeOp's nodes, so never more than the rollout's `maxUnavailable` nodes are out together,
+/// and never two control-plane nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodeop_and_a_rollout_together_stay_within_the_rollouts_max_unavailable() {
+    let cluster = full_cluster_with(|c| {
+        c.nodes = 7;
+        c.control_planes = 2;
+    })
+    .await;
+    let store = cluster.store();
+    let observer = Observer::start(cluster.client(), Limits::new(2, true));
+    let agents = start_agents(&cluster);
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
+    let spec = json!({
+        "command": ["sh", "-c", "echo maintenance"],
+        "cordon": true,
+        "drainOptions": {"enabled": true, "timeoutSeconds": 120},
+        "rebootOnSuccess": true,
+        "concurrency": 2,
+    });
+    apply(&cluster.client(), nodeop("maintenance", spec)).await;
+    support::create_version(&store, "v2", json!({"maxUnavailable": 2}));
+
+    finished(&cluster, "maintenance", NodeOpPhase::Completed).await;
+    eventually(PATIENCE, "the rollout", || support::rolled_out(&store, 7)).await;
+    let observed = observer.stop().await;
+    assert_eq!(observed.violations, Vec::<String>::new());
+    assert!(observed.max_disrupted_seen <= 2, "{} nodes disrupted at once", observed.max_disrupted_seen);
+    assert_eq!(observed.max_control_plane_disrupted_seen, 1);
+    for node in cluster.node_names() {
+        wait_released(&cluster, &node).await;
+    }
+    assert_released(&cluster);
+
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    stop_all(agents).await;
+    cluster.shutdown().await;
+}

@@ -4,7 +4,9 @@
 //! 1. **Waiting** (`Pending`): selected, not started. It starts when a slot is free (`concurrency`, 0 = no limit),
 //!    no node failed under `stopOnFailure`, control-plane nodes first and one at a time (also with the rollouts':
 //!    none starts while another control-plane node is in a rollout step, cordoned, NotReady or under another
-//!    NodeOp), and the node is Ready, not marked by another NodeOp, and in no rollout step that stages or disrupts it.
+//!    NodeOp), the node is Ready, not marked by another NodeOp, and in no rollout step that stages or disrupts it,
+//!    and every rollout with work to do whose budget the node counts in has a free slot (its `maxUnavailable`:
+//!    the rollout counts the NodeOp's node as unavailable until the NodeOp releases it).
 //! 2. **Started** (`Running`): one conditional Node patch writes the NodeOp's mark (`keys::NODE_OPERATION`) and,
 //!    with `cordon`, cordons the node with the controller's ownership record (`cordoned-by`), as a rollout does.
 //! 3. **Drained** (with `drainOptions.enabled`): the shared drain code evicts its pods; `timeoutSeconds` (default
@@ -25,6 +27,7 @@
 //!   resourceVersion the decision saw, the Job's name is fixed, and the status patch is conditional too.
 
 use crate::policy::DrainProgress;
+use crate::policy::budget::LazyBudgets;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use shared::crd::nodeop::{NodeOpNodeStatus, NodeOpPhase, NodeOpSpec, RebootStatus};
@@ -181,8 +184,9 @@ enum Situation {
     Finished,
 }
 
-/// Decides one round for one NodeOp. `nodes` are every node of the cluster.
-pub fn decide(inputs: Inputs<'_>, nodes: &[NodeFacts]) -> Decision {
+/// Decides one round for one NodeOp. `nodes` are every node of the cluster; `budgets` are the rollouts' (each
+/// start takes its slots, so the next NodeOp of the round decides on what is left).
+pub fn decide(inputs: Inputs<'_>, nodes: &[NodeFacts], budgets: &mut LazyBudgets<'_>) -> Decision {
     let options = Options::of(inputs.spec);
     let mut decision = Decision::default();
     let mut waiting: Vec<&NodeFacts> = Vec::new();
@@ -217,7 +221,7 @@ pub fn decide(inputs: Inputs<'_>, nodes: &[NodeFacts]) -> Decision {
     }
     let control_planes: BTreeSet<&str> = nodes.iter().filter(|n| n.control_plane).map(|n| n.name.as_str()).collect();
     let busy = control_plane_busy(nodes, inputs.key);
-    start_waiting(&mut decision, waiting, &control_planes, busy, inputs.deleting, &options);
+    start_waiting(&mut decision, waiting, &control_planes, busy, inputs.deleting, &options, budgets);
     decision.phase = if decision.total == 0 {
         NodeOpPhase::Pending
     } else if decision.running > 0 {
@@ -548,6 +552,7 @@ fn start_waiting(
     control_plane_busy: Option<String>,
     deleting: bool,
     options: &Options,
+    budgets: &mut LazyBudgets<'_>,
 ) {
     waiting.sort_by(|a, b| b.control_plane.cmp(&a.control_plane).then_with(|| a.name.cmp(&b.name)));
     let in_flight = |d: &Decision, control_plane: Option<bool>| {
@@ -566,6 +571,7 @@ fn start_waiting(
         None
     };
     let mut running = in_flight(decision, None);
+    let (mut started, mut over_budget) = (false, None);
     let control_plane_pending = waiting.iter().any(|n| n.control_plane);
     for node in waiting {
         let pending = |message: String| NodeOpNodeStatus {
@@ -590,7 +596,12 @@ fn start_waiting(
         } else if !node.control_plane && control_plane_pending {
             status = pending("waiting: control-plane nodes go first".into());
             hold = hold.or(Some(("WaitingForControlPlane", "control-plane nodes go first, one at a time".into())));
+        } else if let Err(why) = budgets.get().room(&node.name) {
+            status = pending(format!("waiting: {why}"));
+            over_budget = over_budget.or(Some(why));
         } else {
+            budgets.get().take(&node.name);
+            started = true;
             action = Some(Action::Start { cordon: options.cordons() });
             status = NodeOpNodeStatus { phase: NodeOpPhase::Running, ..pending("started".into()) };
             notice = Some(Notice {
@@ -604,12 +615,15 @@ fn start_waiting(
         count(decision, decided.status.phase);
         decision.nodes.push(decided);
     }
-    decision.hold = hold;
+    // A full rollout budget holds the NodeOp back only when no node could start: another node may count in
+    // another budget.
+    decision.hold = hold.or(over_budget.filter(|_| !started).map(|why| ("WaitingForRolloutBudget", why)));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::budget::Budgets;
     use shared::crd::nodeop::NodeOpDrainOptions;
     use shared::protocol::Token;
 
@@ -661,7 +675,11 @@ mod tests {
         nodes: &[NodeFacts],
         now: i64,
     ) -> Decision {
-        decide(Inputs { key: KEY, spec, recorded, deleting: false, now: t(now) }, nodes)
+        decide(
+            Inputs { key: KEY, spec, recorded, deleting: false, now: t(now) },
+            nodes,
+            &mut LazyBudgets::ready(Budgets::default()),
+        )
     }
 
     fn actions(d: &Decision) -> Vec<(String, Action)> {
@@ -921,7 +939,8 @@ mod tests {
     fn a_nodeop_being_deleted_starts_nothing() {
         let spec = spec(serde_json::json!({}));
         let recorded = BTreeMap::new();
-        let d = decide(Inputs { key: KEY, spec: &spec, recorded: &recorded, deleting: true, now: t(0) }, &[node("w1")]);
+        let inputs = Inputs { key: KEY, spec: &spec, recorded: &recorded, deleting: true, now: t(0) };
+        let d = decide(inputs, &[node("w1")], &mut LazyBudgets::ready(Budgets::default()));
         assert!(actions(&d).is_empty());
     }
 
@@ -934,5 +953,69 @@ mod tests {
         let spec = NodeOpSpec { drain_options: Some(drain), cordon: Some(false), ..spec };
         // The drain implies the cordon.
         assert_eq!(actions(&run(&spec, &BTreeMap::new(), &[node("w1")], 0)), vec![start("w1")]);
+    }
+
+    fn recorded_running(nodes: &[&str]) -> BTreeMap<String, NodeOpNodeStatus> {
+        recorded(&nodes.iter().map(|n| (*n, NodeOpPhase::Running)).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn a_node_starts_only_while_every_rollout_budget_it_counts_in_has_a_free_slot() {
+        use crate::policy::budget::Limit;
+        let spec = spec(serde_json::json!({"cordon": true, "concurrency": 3}));
+        let inputs = |recorded| Inputs { key: KEY, spec: &spec, recorded, deleting: false, now: t(0) };
+        let nodes = [node("w1"), node("w2"), node("w3"), node("x1")];
+        // Rollout "a" (w1, w2, w3) allows 2 out and has 1 out; rollout "b" (x1) has none out of 1.
+        let limits = |a_out| {
+            vec![
+                ("a".to_owned(), Some(Limit { allowed: 2, unavailable: a_out })),
+                ("b".to_owned(), Some(Limit { allowed: 1, unavailable: 0 })),
+            ]
+        };
+        let members = || {
+            vec![
+                ("w1".to_owned(), Some(0), false),
+                ("w2".to_owned(), Some(0), false),
+                ("w3".to_owned(), Some(0), false),
+                ("x1".to_owned(), Some(1), false),
+            ]
+        };
+        let mut budgets = LazyBudgets::ready(Budgets::new(limits(1), members()));
+        let recorded = BTreeMap::new();
+        let d = decide(inputs(&recorded), &nodes, &mut budgets);
+        let budgets = budgets.get();
+        // One slot of "a" is left: w1 takes it, w2 and w3 wait and say why; x1 counts in "b" and starts.
+        assert_eq!(actions(&d), vec![start("w1"), start("x1")]);
+        assert!(of(&d, "w2").status.message.contains("NodeVersion a allows 2 node(s) out at once"), "{d:?}");
+        assert_eq!(d.hold, None, "nodes started");
+        // The slots taken are gone for the next NodeOp of the round too.
+        assert_eq!(
+            budgets.room("w3"),
+            Err("the rollout of NodeVersion a allows 2 node(s) out at once (maxUnavailable) and 2 are out".into())
+        );
+        assert!(budgets.room("x1").is_ok(), "x1 counts already");
+
+        // Nothing can start: the NodeOp says it is held by the budget.
+        let d = decide(inputs(&recorded), &nodes[..3], &mut LazyBudgets::ready(Budgets::new(limits(2), members())));
+        assert!(actions(&d).is_empty());
+        assert_eq!(d.hold.map(|h| h.0), Some("WaitingForRolloutBudget"));
+
+        // A node no rollout manages counts in every budget; a rollout with nothing to do (no limit) in none.
+        let unowned = vec![("u1".to_owned(), None, false)];
+        let full = vec![("a".to_owned(), Some(Limit { allowed: 1, unavailable: 1 }))];
+        assert!(Budgets::new(full, unowned.clone()).room("u1").is_err());
+        assert!(Budgets::new(vec![("a".to_owned(), None)], unowned).room("u1").is_ok());
+        // Before the rollouts are known, nothing starts.
+        let d = decide(inputs(&recorded), &[node("w1")], &mut LazyBudgets::ready(Budgets::unknown()));
+        assert!(actions(&d).is_empty());
+        assert!(of(&d, "w1").status.message.contains("not known yet"));
+        // They are computed only when a node would start.
+        let one = super::tests::spec(serde_json::json!({"cordon": true, "concurrency": 1}));
+        let running = recorded_running(&["w1"]);
+        let inputs = Inputs { key: KEY, spec: &one, recorded: &running, deleting: false, now: t(0) };
+        let mut lazy = LazyBudgets::new(|| panic!("computed although nothing could start"));
+        let d = decide(inputs, &[started("w1"), node("w2")], &mut lazy);
+        assert!(actions(&d).iter().all(|(_, a)| !matches!(a, Action::Start { .. })));
+        assert!(!lazy.computed());
     }
 }

@@ -17,13 +17,17 @@ pub mod decide;
 pub mod job;
 pub mod upgrade;
 
+use crate::disruption::DisruptionGate;
 use crate::drain::{DrainContext, DrainSettings, Drains};
 use crate::events::{Events, node_reference};
 use crate::executor::FIELD_MANAGER;
 use crate::leadership::{Leadership, Term};
 use crate::metrics::Metrics;
 use crate::nodes::SlimNode;
+use crate::own_writes::OwnWrites;
 use crate::policy::NodeSelector;
+use crate::policy::budget::{Budgets, LazyBudgets};
+use crate::policy::{DrainProgress, Rollout};
 use decide::{Action, Decision, Inputs, JobState, NodeFacts};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
@@ -63,6 +67,10 @@ pub struct Context {
     pub metrics: Metrics,
     /// Whether the agents' admission policy is in force (`None`: not checked).
     pub agent_policy: Option<watch::Receiver<bool>>,
+    /// The gate the rollouts' start decisions go through too, with the rollouts they last planned.
+    pub disruption: DisruptionGate,
+    /// The controller's Node writes the watch has not delivered yet (the rollouts' too).
+    pub writes: Arc<OwnWrites>,
 }
 
 /// The mark a NodeOp writes on its nodes: `<namespace>/<name>@<uid>`.
@@ -141,16 +149,8 @@ pub async fn run(mut context: Context, leadership: Leadership, shutdown: Cancell
         reconcile: trigger.clone(),
         metrics: context.metrics.clone(),
     }));
-    let controller = Controller {
-        context,
-        ops,
-        upgrades,
-        jobs,
-        drains,
-        node_overlay: Mutex::default(),
-        op_overlay: Mutex::default(),
-        warned: Mutex::default(),
-    };
+    let controller =
+        Controller { context, ops, upgrades, jobs, drains, op_overlay: Mutex::default(), warned: Mutex::default() };
     let mut terms = leadership.subscribe();
     loop {
         let Some(term) = Leadership::next_term(&mut terms, &shutdown).await else { return };
@@ -175,6 +175,18 @@ pub async fn run(mut context: Context, leadership: Leadership, shutdown: Cancell
     }
 }
 
+/// The rollouts' budgets for the NodeOps' starts on `nodes`; before the reconciler planned once (`None`), every
+/// node is held back.
+fn budgets(nodes: &[SlimNode], rollouts: Option<&[Rollout]>, now: Timestamp) -> Budgets {
+    let Some(rollouts) = rollouts else { return Budgets::unknown() };
+    if rollouts.is_empty() {
+        return Budgets::default();
+    }
+    let selectors: Vec<_> = rollouts.iter().map(|r| r.spec.acting().map(|s| &s.policy.selector)).collect();
+    let views: Vec<_> = nodes.iter().map(|n| n.view(selectors.iter().copied(), DrainProgress::NotRunning)).collect();
+    crate::policy::budgets(&views, rollouts, now)
+}
+
 /// Our own write the watch has not delivered yet: the object the API server returned, and the resourceVersion
 /// it superseded.
 struct Written<K> {
@@ -188,7 +200,6 @@ struct Controller {
     upgrades: Store<NodeOpUpgrade>,
     jobs: Store<Job>,
     drains: Arc<Drains>,
-    node_overlay: Mutex<HashMap<String, Written<SlimNode>>>,
     op_overlay: Mutex<HashMap<String, Written<NodeOp>>>,
     /// NodeOps (by uid) already warned about: concurrency 0, preflight.
     warned: Mutex<HashSet<String>>,
@@ -212,7 +223,13 @@ impl Controller {
         for op in ops.iter().filter(of_gone_upgrade) {
             self.delete_orphan(term, op).await;
         }
-        let nodes: Vec<SlimNode> = self.context.nodes.state().iter().map(|n| self.freshest_node(n)).collect();
+        // IMPORTANT: from reading the nodes until the round's writes returned, the rollouts decide nothing (see
+        // `crate::disruption`), and every start keeps to the budget of each rollout it takes a slot of.
+        let gate = self.context.disruption.enter().await;
+        let nodes: Vec<SlimNode> =
+            self.context.nodes.state().iter().map(|n| self.context.writes.freshest((**n).clone())).collect();
+        let rollouts = gate.rollouts.clone();
+        let mut budgets = LazyBudgets::new(|| budgets(&nodes, rollouts.as_deref(), now));
         let marks: HashSet<String> = ops.iter().map(mark_of).collect();
         let mut draining = HashSet::new();
         for node in nodes.iter().filter(|n| marks_other(n, &marks)) {
@@ -229,29 +246,14 @@ impl Controller {
             created(a).cmp(&created(b)).then_with(|| a.name_any().cmp(&b.name_any()))
         });
         for op in ordered {
-            let Some(decision) = self.nodeop(term, op, &nodes, &live, now).await else { continue };
+            let Some(decision) = self.nodeop(term, op, &nodes, &live, &mut budgets, now).await else { continue };
             draining.extend(decision.nodes.iter().filter(|n| n.action == Some(Action::Drain)).map(|n| n.node.clone()));
             wake_at = wake_at.into_iter().chain(decision.wake_at).min();
         }
+        drop(gate);
         self.drains.retain(|node| draining.contains(node));
-        let exists: HashSet<String> = nodes.iter().map(|n| n.name().to_owned()).collect();
-        self.node_overlay.lock().retain(|n, _| exists.contains(n));
         self.op_overlay.lock().retain(|uid, _| live.contains(uid));
         wake_at
-    }
-
-    fn freshest_node(&self, node: &Arc<SlimNode>) -> SlimNode {
-        let mut overlay = self.node_overlay.lock();
-        match overlay.get(node.name()) {
-            Some(written) if node.resource_version().as_deref() == Some(written.superseded.as_str()) => {
-                written.object.clone()
-            }
-            Some(_) => {
-                overlay.remove(node.name());
-                (**node).clone()
-            }
-            None => (**node).clone(),
-        }
     }
 
     fn freshest_op(&self, op: &Arc<NodeOp>) -> NodeOp {
@@ -276,6 +278,7 @@ impl Controller {
         op: &NodeOp,
         nodes: &[SlimNode],
         live: &HashSet<String>,
+        budgets: &mut LazyBudgets<'_>,
         now: Timestamp,
     ) -> Option<Decision> {
         let (namespace, name, uid) = (op.namespace()?, op.name_any(), op.uid()?);
@@ -309,7 +312,7 @@ impl Controller {
             deleting: op.metadata.deletion_timestamp.is_some(),
             now,
         };
-        let mut decision = decide::decide(inputs, &facts);
+        let mut decision = decide::decide(inputs, &facts, budgets);
         for node in &mut decision.nodes {
             let has_job = facts.iter().any(|f| f.name == node.node && f.job.is_some());
             if has_job || node.action == Some(Action::CreateJob) {
@@ -453,8 +456,7 @@ impl Controller {
                 if matches!(action, Action::Release) {
                     self.drains.stop(node.name());
                 }
-                let superseded = node.resource_version().unwrap_or_default();
-                self.node_overlay.lock().insert(node.name().to_owned(), Written { superseded, object: written });
+                self.context.writes.record(node.name(), node.resource_version(), written);
                 true
             }
             Ok(Err(kube::Error::Api(status))) if status.code == 409 => {

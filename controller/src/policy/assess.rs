@@ -83,11 +83,13 @@ impl Assessment {
     }
 
     /// Whether the node counts against the budget once the action is applied: in flight, NotReady,
-    /// or cordoned (unless the action lifts the controller's cordon).
+    /// cordoned (unless the action lifts the controller's cordon), or under a NodeOp (which may cordon, drain or
+    /// reboot it at any moment).
     pub fn unavailable(&self, node: &NodeView) -> bool {
         let uncordoned = self.action.as_ref().is_some_and(|a| a.kind.uncordons())
             && node.controller.as_ref().is_ok_and(|c| c.cordoned_by_us);
-        !self.surge && (self.in_flight() || !node.ready || (node.unschedulable && !uncordoned))
+        !self.surge
+            && (self.in_flight() || !node.ready || (node.unschedulable && !uncordoned) || node.operation.is_some())
     }
 }
 

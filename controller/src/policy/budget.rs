@@ -34,6 +34,107 @@ pub fn free_slots(allowed: u32, unavailable: u32) -> u32 {
     allowed.saturating_sub(unavailable)
 }
 
+/// One active rollout's budget: how many of its nodes may be out at once, and how many are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    pub allowed: u32,
+    pub unavailable: u32,
+}
+
+/// The rollouts' budgets as a disruption they do not decide (a NodeOp's) must keep to them; built by
+/// [`budgets`](super::budgets).
+#[derive(Debug, Clone, Default)]
+pub struct Budgets {
+    /// Each rollout's name and limit (`None`: it has nothing to do, or no spec to act on).
+    rollouts: Vec<(String, Option<Limit>)>,
+    /// Each node's rollout (`None`: no rollout manages it, so it counts in every budget) and whether it counts
+    /// against that budget already.
+    nodes: std::collections::HashMap<String, (Option<usize>, bool)>,
+    /// The rollouts are not known yet (the reconciler has not planned since the controller started).
+    unknown: bool,
+}
+
+impl Budgets {
+    pub fn new(rollouts: Vec<(String, Option<Limit>)>, nodes: Vec<(String, Option<usize>, bool)>) -> Budgets {
+        let nodes = nodes.into_iter().map(|(name, rollout, counted)| (name, (rollout, counted))).collect();
+        Budgets { rollouts, nodes, unknown: false }
+    }
+
+    /// Budgets of rollouts not known yet: nothing may be disrupted.
+    pub fn unknown() -> Budgets {
+        Budgets { unknown: true, ..Budgets::default() }
+    }
+
+    /// The budgets a disruption of `node` takes a slot of, with their index; none when it counts already.
+    fn affected(&self, node: &str) -> Vec<usize> {
+        match self.nodes.get(node) {
+            Some((_, true)) => Vec::new(),
+            Some((Some(rollout), false)) => vec![*rollout],
+            // A node no rollout manages (or one not seen yet) counts in every budget.
+            Some((None, false)) | None => (0..self.rollouts.len()).collect(),
+        }
+    }
+
+    /// Whether `node` may be disrupted now without any rollout's budget going over; if not, which budget is full.
+    pub fn room(&self, node: &str) -> Result<(), String> {
+        if self.unknown {
+            return Err("the rollouts' budgets are not known yet (the controller has not planned them)".into());
+        }
+        for i in self.affected(node) {
+            let (name, limit) = &self.rollouts[i];
+            if let Some(Limit { allowed, unavailable }) = limit
+                && unavailable >= allowed
+            {
+                return Err(format!(
+                    "the rollout of NodeVersion {name} allows {allowed} node(s) out at once (maxUnavailable) and \
+                     {unavailable} are out"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts `node` as disrupted in every budget it takes a slot of.
+    pub fn take(&mut self, node: &str) {
+        for i in self.affected(node) {
+            if let Some(limit) = &mut self.rollouts[i].1 {
+                limit.unavailable += 1;
+            }
+        }
+        let rollout = self.nodes.get(node).and_then(|(rollout, _)| *rollout);
+        self.nodes.insert(node.to_owned(), (rollout, true));
+    }
+}
+
+/// [`Budgets`] computed only when first asked for: they read every node, and most rounds start nothing.
+pub struct LazyBudgets<'a> {
+    make: Option<Box<dyn FnOnce() -> Budgets + Send + 'a>>,
+    value: Option<Budgets>,
+}
+
+impl<'a> LazyBudgets<'a> {
+    /// Budgets `make` computes on first use.
+    pub fn new(make: impl FnOnce() -> Budgets + Send + 'a) -> Self {
+        LazyBudgets { make: Some(Box::new(make)), value: None }
+    }
+
+    /// Budgets known already.
+    pub fn ready(budgets: Budgets) -> Self {
+        LazyBudgets { make: None, value: Some(budgets) }
+    }
+
+    /// The budgets, computed now if not yet.
+    pub fn get(&mut self) -> &mut Budgets {
+        let make = self.make.take();
+        self.value.get_or_insert_with(|| make.map(|make| make()).unwrap_or_else(Budgets::unknown))
+    }
+
+    /// Whether they were computed.
+    pub fn computed(&self) -> bool {
+        self.value.is_some()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

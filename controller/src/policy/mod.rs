@@ -540,51 +540,9 @@ pub fn plan_with(
     own_node: Option<&str>,
     now: Timestamp,
 ) -> ClusterPlan {
-    let default_policy = Policy::default();
     let owners = pools::owners(nodes, rollouts);
     let records = replacement::Records::find(nodes, fleet);
-    let context = |node| replacement::Context::of(node, fleet, &records, nodes);
-    let assessments: Vec<Assessment> = nodes
-        .iter()
-        .zip(&owners)
-        .map(|(node, owner)| {
-            if let Some(operation) = &node.operation {
-                return held_by_operation(node, owner, rollouts, operation);
-            }
-            let replacing =
-                node.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Replace));
-            let idle = node.controller.as_ref().is_ok_and(|c| c.intent.is_none());
-            match (owner, context(node)) {
-                (pools::Owner::Rollout(i), None) if idle && fleet.unresolved.contains(&node.name) => {
-                    match rollouts[*i].spec.acting() {
-                        Some(spec) => replacement::unresolved(node, &spec.target),
-                        None => assess::assess(node, Owner::Unknown, &default_policy, now),
-                    }
-                }
-                (pools::Owner::Rollout(i), Some(context)) => match rollouts[*i].spec.acting() {
-                    Some(spec) => {
-                        let context = context.with_kubernetes(rollouts[*i].kubernetes.as_ref());
-                        replacement::assess(node, &context, &spec.target, &spec.policy, now)
-                    }
-                    None => assess::assess(node, Owner::Unknown, &default_policy, now),
-                },
-                // No NodeVersion moves the node any more: a swap whose heir is Ready finishes, any other
-                // replacement is abandoned (its new instance deleted), a gone donor's instance released.
-                (pools::Owner::Nobody { reason }, Some(context)) => {
-                    replacement::wind_down(node, &context, *reason, &default_policy, now).unwrap_or_else(|| {
-                        assess::assess(node, Owner::Nobody { reason: *reason }, &default_policy, now)
-                    })
-                }
-                // A replacement in flight finishes whoever manages the node now: its instance exists.
-                (_, Some(context)) if replacing => {
-                    let target =
-                        node.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).map(|i| i.target.as_str());
-                    replacement::assess(node, &context, target.unwrap_or_default(), &default_policy, now)
-                }
-                (owner, _) => assess_in_place(node, *owner, rollouts, now),
-            }
-        })
-        .collect();
+    let assessments = assess_all(nodes, &owners, rollouts, fleet, &records, now);
 
     // What every rollout's budget shares: nodes no NodeVersion selects that still finish a reboot,
     // and whether a control-plane node anywhere is busy.
@@ -641,8 +599,108 @@ pub fn plan_with(
     cluster
 }
 
+/// What the rollouts' budgets leave for a disruption they do not decide themselves (a NodeOp's): for each rollout
+/// that has work to do (a member not up to date, or a Kubernetes upgrade not finished), its `maxUnavailable` over
+/// its members and how many count against it now, counted as [`plan`] counts them; and for each node, the budgets
+/// its disruption would take a slot of (its rollout's; every active rollout's for a node no rollout manages, as
+/// [`plan`] counts those in every budget). A rollout with nothing to do starts nothing, so it constrains nothing.
+pub fn budgets(nodes: &[NodeView], rollouts: &[Rollout], now: Timestamp) -> budget::Budgets {
+    let fleet = Fleet::default();
+    let owners = pools::owners(nodes, rollouts);
+    let records = replacement::Records::find(nodes, &fleet);
+    let assessments = assess_all(nodes, &owners, rollouts, &fleet, &records, now);
+    let mut members = vec![0u32; rollouts.len()];
+    let mut unavailable = vec![0u32; rollouts.len()];
+    let mut active = vec![false; rollouts.len()];
+    let mut unowned_unavailable = 0;
+    let mut counted = Vec::with_capacity(nodes.len());
+    for ((node, owner), a) in nodes.iter().zip(&owners).zip(&assessments) {
+        match owner {
+            pools::Owner::Rollout(i) => {
+                members[*i] += 1;
+                let out = a.unavailable(node);
+                unavailable[*i] += u32::from(out);
+                active[*i] |= a.situation != Situation::UpToDate;
+                if let Some(kubernetes::KubernetesSpec::Upgrade(target)) = &rollouts[*i].kubernetes {
+                    let hash = node.agent.as_ref().ok().and_then(|r| r.components_hash.as_ref()).map(|h| h.to_string());
+                    active[*i] |= hash.as_deref() != Some(target.hash.as_str());
+                }
+                counted.push((node.name.clone(), Some(*i), out));
+            }
+            pools::Owner::Nobody { .. } | pools::Owner::Unknown => {
+                let out = busy(node, *owner, a);
+                unowned_unavailable += u32::from(out);
+                counted.push((node.name.clone(), None, out));
+            }
+        }
+    }
+    let limits = rollouts.iter().enumerate().map(|(i, rollout)| {
+        let limit = rollout.spec.acting().filter(|_| active[i]).map(|spec| budget::Limit {
+            allowed: spec.policy.max_unavailable.resolve(members[i]),
+            unavailable: unavailable[i] + unowned_unavailable,
+        });
+        (rollout.name.clone(), limit)
+    });
+    budget::Budgets::new(limits.collect(), counted)
+}
+
+/// Each node's assessment (its own progress, before gates and budgets), in the order of `nodes`.
+fn assess_all(
+    nodes: &[NodeView],
+    owners: &[pools::Owner],
+    rollouts: &[Rollout],
+    fleet: &Fleet,
+    records: &replacement::Records<'_>,
+    now: Timestamp,
+) -> Vec<Assessment> {
+    let default_policy = Policy::default();
+    let context = |node| replacement::Context::of(node, fleet, records, nodes);
+    nodes
+        .iter()
+        .zip(owners)
+        .map(|(node, owner)| {
+            if let Some(operation) = &node.operation {
+                return held_by_operation(node, owner, rollouts, operation);
+            }
+            let replacing =
+                node.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Replace));
+            let idle = node.controller.as_ref().is_ok_and(|c| c.intent.is_none());
+            match (owner, context(node)) {
+                (pools::Owner::Rollout(i), None) if idle && fleet.unresolved.contains(&node.name) => {
+                    match rollouts[*i].spec.acting() {
+                        Some(spec) => replacement::unresolved(node, &spec.target),
+                        None => assess::assess(node, Owner::Unknown, &default_policy, now),
+                    }
+                }
+                (pools::Owner::Rollout(i), Some(context)) => match rollouts[*i].spec.acting() {
+                    Some(spec) => {
+                        let context = context.with_kubernetes(rollouts[*i].kubernetes.as_ref());
+                        replacement::assess(node, &context, &spec.target, &spec.policy, now)
+                    }
+                    None => assess::assess(node, Owner::Unknown, &default_policy, now),
+                },
+                // No NodeVersion moves the node any more: a swap whose heir is Ready finishes, any other
+                // replacement is abandoned (its new instance deleted), a gone donor's instance released.
+                (pools::Owner::Nobody { reason }, Some(context)) => {
+                    replacement::wind_down(node, &context, *reason, &default_policy, now).unwrap_or_else(|| {
+                        assess::assess(node, Owner::Nobody { reason: *reason }, &default_policy, now)
+                    })
+                }
+                // A replacement in flight finishes whoever manages the node now: its instance exists.
+                (_, Some(context)) if replacing => {
+                    let target =
+                        node.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).map(|i| i.target.as_str());
+                    replacement::assess(node, &context, target.unwrap_or_default(), &default_policy, now)
+                }
+                (owner, _) => assess_in_place(node, *owner, rollouts, now),
+            }
+        })
+        .collect()
+}
+
 /// A node a NodeOp works on: no rollout acts on it (its cordon, and its intent while the NodeOp reboots it, are
-/// the NodeOp's), and it is held back while outdated. It counts as unavailable while cordoned or NotReady.
+/// the NodeOp's), and it is held back while outdated. It counts against its rollout's budget (see
+/// [`Assessment::unavailable`]) for as long as the NodeOp works on it.
 fn held_by_operation(node: &NodeView, owner: &pools::Owner, rollouts: &[Rollout], operation: &str) -> Assessment {
     let target = match owner {
         pools::Owner::Rollout(i) => rollouts[*i].spec.acting().map(|spec| spec.target.as_str()),

@@ -154,6 +154,36 @@ fn a_node_a_node_operation_works_on_is_held_and_left_alone() {
 }
 
 #[test]
+fn a_node_under_a_node_operation_takes_a_slot_even_before_it_is_cordoned() {
+    // Marked by a NodeOp, still schedulable and Ready: the NodeOp may cordon, drain or reboot it at any moment.
+    let marked = NodeView { operation: Some("default/op@u1".into()), ..node("w1") };
+    let p = run(&[marked, node("w2"), node("w3")], &max(2), t(0));
+    assert_eq!(kinds(&p), vec![stage("w2")], "one of the two slots is the NodeOp's");
+}
+
+#[test]
+fn budgets_tell_a_node_operation_what_each_rollout_with_work_to_do_leaves() {
+    let up = |n: NodeView| on_image(n, TARGET);
+    let cordoned = NodeView { unschedulable: true, ..node("w2") };
+    // w1..w3 outdated, one cordoned: the rollout allows 2 and 1 is out.
+    let nodes = [node("w1"), cordoned.clone(), node("w3"), NodeView { selected_by: vec![], ..node("u1") }];
+    let rollouts = [rollout_with(max(2))];
+    let mut b = budgets(&nodes, &rollouts, t(0));
+    assert_eq!(b.room("w1"), Ok(()));
+    assert_eq!(b.room("w2"), Ok(()), "out already: it takes no further slot");
+    b.take("w1");
+    let full = Err("the rollout of NodeVersion nv allows 2 node(s) out at once (maxUnavailable) and 2 are out".into());
+    assert_eq!(b.room("w3"), full);
+    // A node no NodeVersion selects counts in every budget (as the rollouts count it).
+    assert_eq!(b.room("u1"), full);
+    // The same nodes, all up to date: the rollout has nothing to do and constrains nothing.
+    let done = [up(node("w1")), up(cordoned), up(node("w3"))];
+    let mut b = budgets(&done, &rollouts, t(0));
+    b.take("w1");
+    assert_eq!(b.room("w3"), Ok(()));
+}
+
+#[test]
 fn an_outdated_cluster_starts_one_node_by_default() {
     let nodes = [node("w1"), node("w2"), node("w3")];
     let p = run(&nodes, &policy(), t(0));
