@@ -532,3 +532,60 @@ async fn a_nodeop_and_a_rollout_together_stay_within_the_rollouts_max_unavailabl
     stop_all(agents).await;
     cluster.shutdown().await;
 }
+
+/// `spec.preflight` as the Kairos operator runs it: a read-only check on each node before it is touched; a
+/// termination message skips the node, a failure fails it, a clean exit lets the operation run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preflight_check_skips_fails_or_passes_each_node_before_it_is_touched() {
+    let cluster = full_cluster_with(|c| {
+        c.nodes = 4;
+        c.control_planes = 1;
+        c.workloads = None;
+    })
+    .await;
+    let observer = Observer::start(cluster.client(), Limits::new(1, true));
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
+    let workers = cluster.workers().to_vec();
+    let checks = "operator.kairos.io/preflight=true";
+    let skip = json!({"jobPodMessage": {"message": "already on v2", "labelSelector": checks}});
+    cluster.hosts().set_faults(&workers[0], serde_json::from_value(skip).unwrap()).unwrap();
+    let fail = json!({"jobPodFailure": {"exitCode": 3, "message": "cannot read /host/etc", "labelSelector": checks}});
+    cluster.hosts().set_faults(&workers[1], serde_json::from_value(fail).unwrap()).unwrap();
+    let spec = json!({
+        "command": ["sh", "-c", "echo upgrade"],
+        "cordon": true,
+        "backoffLimit": 1,
+        "concurrency": 1,
+        "preflight": {"command": ["sh", "-c", "grep -q v2 /host/etc/os-release && echo 'already on v2' > /dev/termination-log || true"]},
+    });
+    apply(&cluster.client(), nodeop("checked", spec)).await;
+
+    let status = finished(&cluster, "checked", NodeOpPhase::Failed).await;
+    let of = |node: &str| status.node_statuses[node].clone();
+    assert_eq!(of(&workers[0]).phase, NodeOpPhase::Completed);
+    assert_eq!(of(&workers[0]).message, "Skipped by preflight: already on v2");
+    assert_eq!(of(&workers[1]).phase, NodeOpPhase::Failed);
+    assert!(of(&workers[1]).message.starts_with("Preflight failed: "), "{:?}", of(&workers[1]));
+    for ran in [&cluster.control_planes()[0], &workers[2]] {
+        assert_eq!((of(ran).phase, of(ran).message.as_str()), (NodeOpPhase::Completed, "the Job completed"), "{ran}");
+    }
+    // Only the nodes that passed ran the operation; every check is deleted once its verdict is recorded.
+    let names = || {
+        let mut names: Vec<String> = jobs(&cluster).iter().map(|j| j.name_any()).collect();
+        names.sort();
+        names
+    };
+    let mut ran = vec![format!("checked-{}", cluster.control_planes()[0]), format!("checked-{}", workers[2])];
+    ran.sort();
+    eventually(PATIENCE, "the checks deleted", || (names() == ran).then_some(())).await;
+    for node in cluster.node_names() {
+        wait_released(&cluster, &node).await;
+    }
+    // The checks touch no node: one node out at a time, the operation's.
+    let observed = observer.stop().await;
+    assert_eq!(observed.violations, Vec::<String>::new());
+    assert_eq!(observed.max_disrupted_seen, 1);
+
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    cluster.shutdown().await;
+}

@@ -72,6 +72,23 @@ pub struct NodeFacts {
     pub agent: Option<AgentReport>,
     pub drain: DrainProgress,
     pub job: Option<JobState>,
+    /// The node's preflight check, when its Job exists.
+    pub preflight: Option<Preflight>,
+}
+
+/// A preflight check as the cluster shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Preflight {
+    /// Not finished (or finished and its pod not seen yet).
+    Running,
+    /// Succeeded without a termination message: the node may start.
+    Proceed,
+    /// Succeeded with a termination message: the node is skipped for this reason.
+    Skip { message: String },
+    /// Failed (its deadline, its backoff limit), or its verdict cannot be read.
+    Failed { message: String },
+    /// A Job of that name exists that this NodeOp does not own.
+    Foreign,
 }
 
 /// One NodeOp's inputs besides its nodes.
@@ -96,6 +113,8 @@ pub enum Action {
     Drain,
     /// Create the node's Job.
     CreateJob,
+    /// Create the node's preflight check (its Job).
+    CreatePreflight,
     /// Write `intent=reboot` for `target` (cordoning the node first if it is schedulable).
     Reboot { target: String, boot_id_before: BootId },
     /// Remove the mark and the NodeOp's reboot intent; uncordon if the controller cordoned it.
@@ -149,6 +168,8 @@ struct Options {
     uncordon_on_failure: bool,
     stop_on_failure: bool,
     concurrency: Option<usize>,
+    /// A preflight check runs on each node before it starts.
+    preflight: bool,
 }
 
 impl Options {
@@ -163,6 +184,7 @@ impl Options {
             uncordon_on_failure: spec.uncordon_on_failure.unwrap_or(true),
             stop_on_failure: spec.stop_on_failure.unwrap_or(false),
             concurrency: usize::try_from(spec.concurrency).ok().filter(|c| *c > 0),
+            preflight: spec.preflight.is_some(),
         }
     }
 
@@ -221,7 +243,7 @@ pub fn decide(inputs: Inputs<'_>, nodes: &[NodeFacts], budgets: &mut LazyBudgets
     }
     let control_planes: BTreeSet<&str> = nodes.iter().filter(|n| n.control_plane).map(|n| n.name.as_str()).collect();
     let busy = control_plane_busy(nodes, inputs.key);
-    start_waiting(&mut decision, waiting, &control_planes, busy, inputs.deleting, &options, budgets);
+    start_waiting(&mut decision, waiting, &control_planes, busy, &inputs, &options, budgets);
     decision.phase = if decision.total == 0 {
         NodeOpPhase::Pending
     } else if decision.running > 0 {
@@ -242,7 +264,7 @@ fn count(decision: &mut Decision, phase: NodeOpPhase) {
     match phase {
         NodeOpPhase::Completed => decision.completed += 1,
         NodeOpPhase::Failed => decision.failed += 1,
-        NodeOpPhase::Running => decision.running += 1,
+        NodeOpPhase::Running | NodeOpPhase::Preflight => decision.running += 1,
         NodeOpPhase::Pending => {}
     }
 }
@@ -544,73 +566,137 @@ fn control_plane_busy(nodes: &[NodeFacts], key: &str) -> Option<String> {
 }
 
 /// Starts the waiting nodes the gates allow: control plane first and alone, then workers by name, within the
-/// concurrency; nothing once a node failed under `stopOnFailure` or while the NodeOp is deleted.
+/// concurrency; nothing once a node failed under `stopOnFailure` or while the NodeOp is deleted. With a preflight,
+/// a node's start is its check first: its verdict is recorded whatever the gates (a skip completes the node, a
+/// failure fails it), a check running or passed holds a concurrency slot, and a passed node starts when the gates
+/// allow.
 fn start_waiting(
     decision: &mut Decision,
     mut waiting: Vec<&NodeFacts>,
     control_planes: &BTreeSet<&str>,
     control_plane_busy: Option<String>,
-    deleting: bool,
+    inputs: &Inputs<'_>,
     options: &Options,
     budgets: &mut LazyBudgets<'_>,
 ) {
     waiting.sort_by(|a, b| b.control_plane.cmp(&a.control_plane).then_with(|| a.name.cmp(&b.name)));
+    let pending = |phase: NodeOpPhase, message: String| NodeOpNodeStatus {
+        phase,
+        message,
+        reboot_status: if options.reboot { RebootStatus::Pending } else { RebootStatus::NotRequested },
+        ..Default::default()
+    };
+    // Verdicts first: they are recorded whatever the gates, and a failure counts for `stopOnFailure`.
+    let mut undecided = Vec::new();
+    for node in waiting {
+        let verdict = match node.preflight.as_ref().filter(|_| options.preflight) {
+            Some(Preflight::Skip { message }) => {
+                let message = format!("Skipped by preflight: {message}");
+                Some((NodeOpPhase::Completed, message, "PreflightSkipped", false))
+            }
+            Some(Preflight::Failed { message }) => {
+                Some((NodeOpPhase::Failed, format!("Preflight failed: {message}"), "PreflightFailed", true))
+            }
+            Some(Preflight::Foreign) => {
+                let message = "Preflight failed: a Job of the name this NodeOp gives the node's preflight check \
+                               exists and is not this NodeOp's";
+                Some((NodeOpPhase::Failed, message.to_owned(), "JobNameTaken", true))
+            }
+            Some(Preflight::Running | Preflight::Proceed) | None => None,
+        };
+        let Some((phase, message, reason, warning)) = verdict else {
+            undecided.push(node);
+            continue;
+        };
+        let notice = Notice { reason, warning, message: format!("{}: {message}", node.name) };
+        let status = NodeOpNodeStatus { reboot_status: RebootStatus::NotRequested, ..pending(phase, message) };
+        let decided = NodeDecision { node: node.name.clone(), action: None, status, notice: Some(notice) };
+        count(decision, decided.status.phase);
+        decision.nodes.push(decided);
+    }
     let in_flight = |d: &Decision, control_plane: Option<bool>| {
         d.nodes
             .iter()
-            .filter(|n| n.status.phase == NodeOpPhase::Running)
+            .filter(|n| matches!(n.status.phase, NodeOpPhase::Running | NodeOpPhase::Preflight))
             .filter(|n| control_plane.is_none_or(|cp| control_planes.contains(n.node.as_str()) == cp))
             .count()
     };
-    let failed = decision.failed > 0;
-    let mut hold: Option<(&'static str, String)> = if deleting {
+    let mut hold: Option<(&'static str, String)> = if inputs.deleting {
         Some(("Deleting", "the NodeOp is being deleted".into()))
-    } else if failed && options.stop_on_failure {
+    } else if decision.failed > 0 && options.stop_on_failure {
         Some(("StoppedOnFailure", "a node failed and stopOnFailure is set: no further node starts".into()))
     } else {
         None
     };
-    let mut running = in_flight(decision, None);
+    // A check running (or to be created again: recorded, its Job not seen) or passed holds its slot.
+    let checking = |node: &NodeFacts| {
+        options.preflight
+            && (node.preflight.is_some()
+                || inputs.recorded.get(&node.name).is_some_and(|r| r.phase == NodeOpPhase::Preflight))
+    };
+    let mut running = in_flight(decision, None) + undecided.iter().filter(|n| checking(n)).count();
     let (mut started, mut over_budget) = (false, None);
-    let control_plane_pending = waiting.iter().any(|n| n.control_plane);
-    for node in waiting {
-        let pending = |message: String| NodeOpNodeStatus {
-            phase: NodeOpPhase::Pending,
-            message,
-            reboot_status: if options.reboot { RebootStatus::Pending } else { RebootStatus::NotRequested },
-            ..Default::default()
-        };
-        let mut status = pending("waiting for a free slot".into());
-        let mut action = None;
-        let mut notice = None;
-        if let Some((_, why)) = &hold {
-            status = pending(why.clone());
+    let control_plane_pending = undecided.iter().any(|n| n.control_plane);
+    for node in undecided {
+        let checked = checking(node);
+        let passed = node.preflight == Some(Preflight::Proceed);
+        let gate = if let Some((_, why)) = &hold {
+            Err(why.clone())
+        } else if checked && !passed {
+            // The check runs: its verdict is awaited (its Job created again if it is not seen).
+            Ok(())
         } else if let Some(why) = blocked(node) {
-            status = pending(why);
-        } else if options.concurrency.is_some_and(|c| running >= c) {
-            // Waits for a slot.
+            Err(why)
+        } else if !checked && options.concurrency.is_some_and(|c| running >= c) {
+            Err("waiting for a free slot".into())
         } else if node.control_plane && in_flight(decision, Some(true)) > 0 {
-            status = pending("waiting: control-plane nodes go one at a time".into());
+            Err("waiting: control-plane nodes go one at a time".into())
         } else if let Some(why) = control_plane_busy.as_ref().filter(|_| node.control_plane) {
-            status = pending(why.clone());
+            Err(why.clone())
         } else if !node.control_plane && control_plane_pending {
-            status = pending("waiting: control-plane nodes go first".into());
             hold = hold.or(Some(("WaitingForControlPlane", "control-plane nodes go first, one at a time".into())));
-        } else if let Err(why) = budgets.get().room(&node.name) {
-            status = pending(format!("waiting: {why}"));
-            over_budget = over_budget.or(Some(why));
+            Err("waiting: control-plane nodes go first".into())
+        } else if !options.preflight || passed {
+            // Only the start disrupts the node: the check is read-only.
+            budgets.get().room(&node.name).map_err(|why| {
+                over_budget = over_budget.clone().or(Some(why.clone()));
+                format!("waiting: {why}")
+            })
         } else {
-            budgets.get().take(&node.name);
-            started = true;
-            action = Some(Action::Start { cordon: options.cordons() });
-            status = NodeOpNodeStatus { phase: NodeOpPhase::Running, ..pending("started".into()) };
-            notice = Some(Notice {
-                reason: STARTED,
-                warning: false,
-                message: format!("starting the operation on {}", node.name),
-            });
-            running += 1;
-        }
+            Ok(())
+        };
+        let (action, status, notice) = match gate {
+            Err(why) if checked => {
+                (None, pending(NodeOpPhase::Preflight, format!("the preflight check passed; {why}")), None)
+            }
+            Err(why) => (None, pending(NodeOpPhase::Pending, why), None),
+            Ok(()) if checked && !passed => {
+                let action = (node.preflight.is_none()).then_some(Action::CreatePreflight);
+                (action, pending(NodeOpPhase::Preflight, "the preflight check runs".into()), None)
+            }
+            Ok(()) if options.preflight && !passed => {
+                running += 1;
+                let notice = Notice {
+                    reason: "PreflightStarted",
+                    warning: false,
+                    message: format!("running the preflight check on {}", node.name),
+                };
+                let status = pending(NodeOpPhase::Preflight, "the preflight check runs".into());
+                (Some(Action::CreatePreflight), status, Some(notice))
+            }
+            Ok(()) => {
+                budgets.get().take(&node.name);
+                started = true;
+                running += usize::from(!checked);
+                let notice = Notice {
+                    reason: STARTED,
+                    warning: false,
+                    message: format!("starting the operation on {}", node.name),
+                };
+                let status = pending(NodeOpPhase::Running, "started".into());
+                (Some(Action::Start { cordon: options.cordons() }), status, Some(notice))
+            }
+        };
         let decided = NodeDecision { node: node.name.clone(), action, status, notice };
         count(decision, decided.status.phase);
         decision.nodes.push(decided);
@@ -650,6 +736,7 @@ mod tests {
             agent: Some(AgentReport { os_image: Some("v1".into()), boot_id: Some(boot("b0")), ..Default::default() }),
             drain: DrainProgress::NotRunning,
             job: None,
+            preflight: None,
         }
     }
 
@@ -1017,5 +1104,68 @@ mod tests {
         let d = decide(inputs, &[started("w1"), node("w2")], &mut lazy);
         assert!(actions(&d).iter().all(|(_, a)| !matches!(a, Action::Start { .. })));
         assert!(!lazy.computed());
+    }
+
+    fn checked(name: &str, preflight: Preflight) -> NodeFacts {
+        NodeFacts { preflight: Some(preflight), ..node(name) }
+    }
+
+    #[test]
+    fn with_a_preflight_each_node_is_checked_before_it_starts_and_its_verdict_decides() {
+        let spec = spec(serde_json::json!({"cordon": true, "concurrency": 2, "preflight": {"command": ["check"]}}));
+        let phase = |d: &Decision, n: &str| of(d, n).status.phase;
+        // Fresh nodes: the checks start within the concurrency (no mark, no cordon: the check is read-only).
+        let d = run(&spec, &BTreeMap::new(), &[node("w1"), node("w2"), node("w3")], 0);
+        assert_eq!(actions(&d), vec![("w1".into(), Action::CreatePreflight), ("w2".into(), Action::CreatePreflight)]);
+        assert_eq!(phase(&d, "w1"), NodeOpPhase::Preflight);
+        assert_eq!(of(&d, "w3").status.message, "waiting for a free slot");
+        assert_eq!(d.phase, NodeOpPhase::Running);
+
+        // Verdicts: a skip completes the node untouched, a failure fails it, a pass starts it; the freed slots go
+        // to the next node's check.
+        let both = recorded(&[("w1", NodeOpPhase::Preflight), ("w2", NodeOpPhase::Preflight)]);
+        let nodes = [
+            checked("w1", Preflight::Skip { message: "already on v2".into() }),
+            checked("w2", Preflight::Proceed),
+            node("w3"),
+            node("w4"),
+        ];
+        let d = run(&spec, &both, &nodes, 1);
+        assert_eq!(
+            (phase(&d, "w1"), of(&d, "w1").status.message.as_str()),
+            (NodeOpPhase::Completed, "Skipped by preflight: already on v2")
+        );
+        assert_eq!(of(&d, "w1").action, None, "a skipped node is never touched");
+        assert_eq!(of(&d, "w2").action, Some(Action::Start { cordon: true }));
+        assert_eq!(of(&d, "w3").action, Some(Action::CreatePreflight), "w1's slot is free");
+        assert_eq!(of(&d, "w4").status.message, "waiting for a free slot");
+        let nodes = [checked("w1", Preflight::Failed { message: "DeadlineExceeded".into() }), node("w2")];
+        let d = run(&spec, &recorded(&[("w1", NodeOpPhase::Preflight)]), &nodes, 1);
+        assert_eq!(
+            (phase(&d, "w1"), of(&d, "w1").status.message.as_str()),
+            (NodeOpPhase::Failed, "Preflight failed: DeadlineExceeded")
+        );
+        assert_eq!(of(&d, "w1").notice.as_ref().map(|n| n.reason), Some("PreflightFailed"));
+
+        // A passed node waits for the gates and keeps its slot; a check recorded but not seen is created again.
+        let blocked = NodeFacts { ready: false, ..checked("w1", Preflight::Proceed) };
+        let d = run(&spec, &both, &[blocked, node("w2"), node("w3")], 2);
+        assert_eq!(phase(&d, "w1"), NodeOpPhase::Preflight);
+        assert!(of(&d, "w1").status.message.starts_with("the preflight check passed; "), "{:?}", of(&d, "w1"));
+        assert_eq!(of(&d, "w2").action, Some(Action::CreatePreflight));
+        assert_eq!(of(&d, "w3").status.message, "waiting for a free slot");
+
+        // A failed check stops the NodeOp under stopOnFailure.
+        let stop = spec_with_preflight(serde_json::json!({"stopOnFailure": true, "concurrency": 1}));
+        let nodes = [checked("w1", Preflight::Failed { message: "exit 3".into() }), node("w2")];
+        let d = run(&stop, &recorded(&[("w1", NodeOpPhase::Preflight)]), &nodes, 1);
+        assert_eq!(of(&d, "w2").action, None);
+        assert_eq!(d.hold.map(|h| h.0), Some("StoppedOnFailure"));
+        assert_eq!(d.phase, NodeOpPhase::Failed);
+    }
+
+    fn spec_with_preflight(mut json: serde_json::Value) -> NodeOpSpec {
+        json["preflight"] = serde_json::json!({"command": ["check"]});
+        spec(json)
     }
 }

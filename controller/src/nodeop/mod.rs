@@ -32,6 +32,7 @@ use decide::{Action, Decision, Inputs, JobState, NodeFacts};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store, reflector};
@@ -40,7 +41,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::json;
 use shared::crd::DrainOptions;
-use shared::crd::nodeop::{NodeOp, NodeOpNodeStatus, NodeOpStatus, NodeOpUpgrade};
+use shared::crd::nodeop::{NodeOp, NodeOpNodeStatus, NodeOpPhase, NodeOpStatus, NodeOpUpgrade};
 use shared::protocol::patch::NodePatch;
 use shared::protocol::{AgentReport, ControllerAnnotations, Intent, Step, Token, keys, parse_target};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -84,6 +85,7 @@ pub async fn run(mut context: Context, leadership: Leadership, shutdown: Cancell
     let (ops, ops_writer) = reflector::store::<NodeOp>();
     let (upgrades, upgrades_writer) = reflector::store::<NodeOpUpgrade>();
     let (jobs, jobs_writer) = reflector::store::<Job>();
+    let (preflight_pods, pods_writer) = reflector::store::<Pod>();
     let client = context.client.clone();
     let jobs_config =
         watcher::Config::default().labels(&format!("{}={}", job::MANAGED_BY_LABEL, job::MANAGED_BY_VALUE));
@@ -111,6 +113,19 @@ pub async fn run(mut context: Context, leadership: Leadership, shutdown: Cancell
         on_change(&trigger),
         shutdown.clone(),
     );
+    // Only the pods of preflight checks, whose termination message is the verdict.
+    let pods_config = watcher::Config::default().labels(&format!(
+        "{}={},{}=true",
+        job::MANAGED_BY_LABEL,
+        job::MANAGED_BY_VALUE,
+        job::PREFLIGHT_LABEL
+    ));
+    crate::spawn_watch(
+        "nodeop preflight pods",
+        reflector(pods_writer, watcher(Api::<Pod>::all(client.clone()), pods_config)).default_backoff(),
+        on_change(&trigger),
+        shutdown.clone(),
+    );
     {
         let (trigger, mut changes, shutdown) = (trigger.clone(), context.node_changes.clone(), shutdown.clone());
         tokio::spawn(async move {
@@ -128,6 +143,7 @@ pub async fn run(mut context: Context, leadership: Leadership, shutdown: Cancell
         synced = async {
             ops.wait_until_ready().await?;
             upgrades.wait_until_ready().await?;
+            preflight_pods.wait_until_ready().await?;
             jobs.wait_until_ready().await
         } => if synced.is_err() {
             tracing::error!("the NodeOp watches ended before they synced");
@@ -149,8 +165,16 @@ pub async fn run(mut context: Context, leadership: Leadership, shutdown: Cancell
         reconcile: trigger.clone(),
         metrics: context.metrics.clone(),
     }));
-    let controller =
-        Controller { context, ops, upgrades, jobs, drains, op_overlay: Mutex::default(), warned: Mutex::default() };
+    let controller = Controller {
+        context,
+        ops,
+        upgrades,
+        jobs,
+        preflight_pods,
+        drains,
+        op_overlay: Mutex::default(),
+        warned: Mutex::default(),
+    };
     let mut terms = leadership.subscribe();
     loop {
         let Some(term) = Leadership::next_term(&mut terms, &shutdown).await else { return };
@@ -199,9 +223,11 @@ struct Controller {
     ops: Store<NodeOp>,
     upgrades: Store<NodeOpUpgrade>,
     jobs: Store<Job>,
+    /// The pods of preflight checks.
+    preflight_pods: Store<Pod>,
     drains: Arc<Drains>,
     op_overlay: Mutex<HashMap<String, Written<NodeOp>>>,
-    /// NodeOps (by uid) already warned about: concurrency 0, preflight.
+    /// NodeOps (by uid) already warned about: concurrency 0.
     warned: Mutex<HashSet<String>>,
 }
 
@@ -292,16 +318,21 @@ impl Controller {
             }
         };
         self.warnings(op, &uid, &reference);
+        let pods = self.preflight_pods.state();
+        let find = |job_name: String| {
+            self.jobs
+                .get(&reflector::ObjectRef::new(&job_name).within(&namespace))
+                // The Job of a NodeOp that is gone is being deleted: as good as absent.
+                .filter(|j| j.owner_references().iter().any(|r| live.contains(&r.uid)))
+        };
         let facts: Vec<NodeFacts> = nodes
             .iter()
             .map(|node| {
-                let job = self
-                    .jobs
-                    .get(&reflector::ObjectRef::new(&job::job_name(&name, node.name())).within(&namespace))
-                    // The Job of a NodeOp that is gone is being deleted: as good as absent.
-                    .filter(|j| j.owner_references().iter().any(|r| live.contains(&r.uid)))
-                    .map(|j| job::state(&j, &uid));
-                facts_of(node, selector.as_ref(), self.drains.progress(node.name()), job)
+                let job = find(job::job_name(&name, node.name())).map(|j| job::state(&j, &uid));
+                let mut facts = facts_of(node, selector.as_ref(), self.drains.progress(node.name()), job);
+                let preflight = op.spec.preflight.as_ref().and(find(job::preflight_name(&name, node.name())));
+                facts.preflight = preflight.map(|j| job::preflight_state(&j, &uid, &pods, now));
+                facts
             })
             .collect();
         let status = op.status.clone().unwrap_or_default();
@@ -345,24 +376,37 @@ impl Controller {
             let Some(node) = nodes.iter().find(|n| n.name() == node_decision.node) else { continue };
             match action {
                 Action::Drain => self.drains.ensure(node.name(), drain_options(op), term),
-                Action::CreateJob => self.create_job(term, op, node.name()).await,
+                Action::CreateJob => self.create_job(term, op, job::build(op, node.name()), node.name()).await,
+                Action::CreatePreflight => {
+                    self.create_job(term, op, job::build_preflight(op, node.name()), node.name()).await
+                }
                 _ => refused |= !self.write_node(term, node, &key, action, now).await,
+            }
+        }
+        // A check whose verdict is recorded goes (with its pod): the node finished, or it started and carries the
+        // mark (a start that was refused keeps its passed check for the next round).
+        for node_decision in &decision.nodes {
+            let Some(facts) = facts.iter().find(|f| f.name == node_decision.node && f.preflight.is_some()) else {
+                continue;
+            };
+            let started = node_decision.status.phase == NodeOpPhase::Running && facts.mark.as_deref() == Some(&key);
+            if node_decision.status.phase.finished() || started {
+                let check = find(job::preflight_name(&name, &node_decision.node));
+                if let Some(check) = check.filter(|j| job::state(j, &uid) != JobState::Foreign) {
+                    self.delete_dependent(term, &*check, "its verdict is recorded").await;
+                }
             }
         }
         Some(decision)
     }
 
-    /// Warning Events a NodeOp gets once: every node at once (`concurrency: 0`), a preflight not run.
+    /// Warning Events a NodeOp gets once: every node at once (`concurrency: 0`).
     fn warnings(&self, op: &NodeOp, uid: &str, reference: &ObjectReference) {
         let finished = op.status.as_ref().is_some_and(|s| s.phase.finished());
         if op.spec.concurrency == 0 && !finished {
             let message = "concurrency is 0: the operation runs on every selected node at once (control-plane nodes \
                            first, one at a time); set concurrency to limit how many nodes are disrupted together";
             self.warn_once(uid, "all", reference, "AllNodesAtOnce", message.into());
-        }
-        if op.spec.preflight.is_some() {
-            let message = "spec.preflight is not run by update-operator: every selected node runs the operation";
-            self.warn_once(uid, "preflight", reference, "PreflightNotRun", message.into());
         }
     }
 
@@ -400,8 +444,8 @@ impl Controller {
         }
     }
 
-    async fn create_job(&self, term: &Term, op: &NodeOp, node: &str) {
-        let (Some(namespace), Some(job)) = (op.namespace(), job::build(op, node)) else { return };
+    async fn create_job(&self, term: &Term, op: &NodeOp, job: Option<Job>, node: &str) {
+        let (Some(namespace), Some(job)) = (op.namespace(), job) else { return };
         let api: Api<Job> = Api::namespaced(self.context.client.clone(), &namespace);
         let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
         match term.fence(api.create(&params, &job)).await {
@@ -480,6 +524,17 @@ impl Controller {
             + serde::de::DeserializeOwned
             + std::fmt::Debug,
     {
+        self.delete_dependent(term, object, "its owner is gone").await
+    }
+
+    /// Deletes `object` and its dependents (in the background), as of its uid, saying `why` in the log.
+    async fn delete_dependent<K>(&self, term: &Term, object: &K, why: &str)
+    where
+        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
         let Some(namespace) = object.namespace() else { return };
         let api: Api<K> = Api::namespaced(self.context.client.clone(), &namespace);
         let params = kube::api::DeleteParams {
@@ -488,7 +543,7 @@ impl Controller {
         };
         let (kind, name) = (K::kind(&()), object.name_any());
         match term.fence(api.delete(&name, &params)).await {
-            Ok(Ok(_)) => tracing::info!(%kind, %name, "deleted: its owner is gone"),
+            Ok(Ok(_)) => tracing::info!(%kind, %name, why, "deleted"),
             Ok(Err(kube::Error::Api(status))) if status.code == 404 || status.code == 409 => {}
             Ok(Err(error)) => tracing::warn!(%kind, %name, %error, "cannot delete what an owner that is gone left"),
             Err(_) => {}
@@ -598,6 +653,7 @@ fn facts_of(
         agent,
         drain,
         job,
+        preflight: None,
     }
 }
 
@@ -660,7 +716,7 @@ pub fn next_node_state(
             }
             Some(key.to_owned())
         }
-        Action::Drain | Action::CreateJob => return None,
+        Action::Drain | Action::CreateJob | Action::CreatePreflight => return None,
     };
     Some((next, mark, want_unschedulable))
 }

@@ -73,10 +73,21 @@ pub struct PodFailure {
     pub label_selector: Option<String>,
 }
 
+/// A termination message the run-to-completion pods of a host write before they succeed (a NodeOp's preflight
+/// check says so that its node is to be skipped).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PodMessage {
+    pub message: String,
+    /// Only pods matching this label selector write it; all of them without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
+}
+
 /// Faults and per-host durations. JSON (for `PUT /_dev/hosts/{node}/faults`) in camelCase:
 /// `{"stageFailure": {"status": 500, "message": "..."}, "rebootNeverReturns": true, "stageSeconds": 2.5,
 /// "rebootSeconds": 10, "jobPodFailure": {"exitCode": 1, "message": "...", "labelSelector": "job-name=x"},
-/// "jobPodSeconds": 1.5}`.
+/// "jobPodSeconds": 1.5, "jobPodMessage": {"message": "...", "labelSelector": "x=y"}}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HostFaults {
@@ -95,6 +106,9 @@ pub struct HostFaults {
     /// The run-to-completion pods of this host fail so (they succeed without this).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_pod_failure: Option<PodFailure>,
+    /// The run-to-completion pods of this host that succeed write this termination message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_pod_message: Option<PodMessage>,
     /// How long this host's run-to-completion pods run, instead of the cluster's.
     #[serde(default, with = "seconds", skip_serializing_if = "Option::is_none")]
     pub job_pod_seconds: Option<Duration>,
@@ -462,6 +476,11 @@ impl Hosts {
             {
                 return Err(HostError::BadPodFailure(format!("labelSelector {selector:?}: {why}")));
             }
+        }
+        if let Some(selector) = faults.job_pod_message.as_ref().and_then(|m| m.label_selector.as_ref())
+            && let Err(why) = crate::apiserver::selector::label::LabelSelector::parse(selector)
+        {
+            return Err(HostError::BadPodFailure(format!("jobPodMessage labelSelector {selector:?}: {why}")));
         }
         let mut hosts = self.inner.hosts.lock();
         let host = hosts.get_mut(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;

@@ -75,8 +75,9 @@ pub struct NodeOpSpec {
     /// Start no new node once one failed (a failure budget of one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_on_failure: Option<bool>,
-    /// A non-disruptive check run on each node before it is cordoned (Kairos). Accepted and reported, not
-    /// run: see docs/nodeop.md.
+    /// A read-only check run on each node before the node is touched (Kairos): a Job on the node with the host
+    /// root mounted read-only; a termination message skips the node (Completed, "Skipped by preflight: ..."),
+    /// none lets it proceed, a failure fails it. See docs/nodeop.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preflight: Option<PreflightSpec>,
 }
@@ -117,18 +118,27 @@ pub struct NodeOpDrainOptions {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreflightSpec {
+    /// The command of the check's container; a message written to `/dev/termination-log` skips the node.
     pub command: Vec<String>,
+    /// The check's image (default: the NodeOp's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// How long the check may run, restarts included (default 120); then the node fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub active_deadline_seconds: Option<i32>,
 }
+
+/// How long a preflight check may run when `activeDeadlineSeconds` is not set (the Kairos operator's default).
+pub const DEFAULT_PREFLIGHT_DEADLINE_SECONDS: i32 = 120;
 
 /// Where a NodeOp (or one of its nodes) is, with the Kairos operator's values.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub enum NodeOpPhase {
     #[default]
     Pending,
+    /// A node's preflight check runs (the node is not touched yet).
+    Preflight,
     Running,
     Completed,
     Failed,

@@ -14,7 +14,8 @@
 //!   after `pod_startup` (with a restart counted).
 //! - A run-to-completion pod (`restartPolicy: Never` or `OnFailure`, e.g. a Job's; `Always` pods run until
 //!   deleted) runs for `job_pod_run` (or its host's `jobPodSeconds`) once Running, then its containers exit: with
-//!   code 0 (phase Succeeded, reason Completed) unless its host's `jobPodFailure` fault selects it; then they exit
+//!   code 0 (phase Succeeded, reason Completed, with the termination message of its host's `jobPodMessage` fault
+//!   if that selects it) unless its host's `jobPodFailure` fault selects it; then they exit
 //!   with the fault's code and message (phase Failed, reason Error), or, under `OnFailure`, are restarted in place
 //!   (restart count up, the failure in `lastState`) and run again. A `Never` pod whose host goes down while it
 //!   runs fails (its containers are gone; nothing may restart them); an `OnFailure` one is restarted when the host
@@ -277,13 +278,16 @@ impl Kubelet {
         if since + run > now {
             return Ok(Outcome::RequeueAfter(since + run - now));
         }
-        let failure = host.faults.job_pod_failure.as_ref().filter(|failure| {
-            failure.label_selector.as_deref().is_none_or(|selector| {
+        let selects = |selector: Option<&str>| {
+            selector.is_none_or(|selector| {
                 LabelSelector::parse(selector).is_ok_and(|selector| selector.matches(|k| pod.meta.label(k)))
             })
-        });
+        };
+        let failure = host.faults.job_pod_failure.as_ref().filter(|f| selects(f.label_selector.as_deref()));
         let Some(failure) = failure else {
-            self.write_pod_status(pod, |pod, now| pod_status::finished(pod, &pod_status::Exit::success(), now))?;
+            let message = host.faults.job_pod_message.as_ref().filter(|m| selects(m.label_selector.as_deref()));
+            let exit = pod_status::Exit { code: 0, message: message.map(|m| m.message.clone()) };
+            self.write_pod_status(pod, |pod, now| pod_status::finished(pod, &exit, now))?;
             self.running_since.remove(key);
             return Ok(Outcome::Done);
         };

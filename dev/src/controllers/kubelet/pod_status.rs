@@ -140,7 +140,7 @@ pub fn stopped(pod: &Pod, now: &Time) -> PodStatus {
 pub struct Exit {
     /// The exit code (0 for success).
     pub code: i32,
-    /// The termination message (none for success).
+    /// The termination message (a success may write one too: a preflight check that skips its node).
     pub message: Option<String>,
 }
 
