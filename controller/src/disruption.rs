@@ -6,7 +6,8 @@
 //! - A decider holds the gate from reading the nodes until every write of its decision has returned: the other
 //!   decides only after, and then sees those writes (the watch's objects corrected by [`crate::own_writes`]).
 //! - The reconciler leaves in the gate the rollouts it last planned. The NodeOp controller decides under the
-//!   budgets they give ([`crate::policy::budgets`]); until the reconciler has planned once, it starts nothing.
+//!   budgets they give ([`crate::policy::budgets`]); until the reconciler has planned once in the current term
+//!   (they are forgotten when a term ends), it starts nothing.
 //! - The gate is a `tokio` mutex: a decider whose leadership term ends is cancelled and releases it at once.
 
 use crate::policy::Rollout;
@@ -35,6 +36,11 @@ impl DisruptionGate {
     pub async fn enter(&self) -> OwnedMutexGuard<Known> {
         self.inner.clone().lock_owned().await
     }
+
+    /// Forgets the rollouts (the reconciler's term ended): until it plans again, nothing new is started.
+    pub async fn forget(&self) {
+        self.enter().await.rollouts = None;
+    }
 }
 
 #[cfg(test)]
@@ -53,5 +59,8 @@ mod tests {
         first.rollouts = Some(Vec::new());
         drop(first);
         assert_eq!(second.await.unwrap(), Some(0));
+        // A term's end forgets them.
+        gate.forget().await;
+        assert!(gate.enter().await.rollouts.is_none());
     }
 }

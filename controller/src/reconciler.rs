@@ -169,6 +169,8 @@ impl Reconciler {
             match term {
                 Some(term) => {
                     self.lead(&term, &heartbeat, &mut tick, &shutdown).await;
+                    // The next term plans before any NodeOp starts a node on the budgets of this one.
+                    self.disruption.forget().await;
                     // IMPORTANT: the drain tasks end with the term on their own; stopping them here
                     // also forgets their progress, so the next term starts from what it observes.
                     self.drains.stop_all();
