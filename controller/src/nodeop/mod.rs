@@ -249,21 +249,37 @@ impl Controller {
         for op in ops.iter().filter(of_gone_upgrade) {
             self.delete_orphan(term, op).await;
         }
-        // IMPORTANT: from reading the nodes until the round's writes returned, the rollouts decide nothing (see
-        // `crate::disruption`), and every start keeps to the budget of each rollout it takes a slot of.
-        let gate = self.context.disruption.enter().await;
-        let nodes: Vec<SlimNode> =
-            self.context.nodes.state().iter().map(|n| self.context.writes.freshest((**n).clone())).collect();
-        let rollouts = gate.rollouts.clone();
-        let mut budgets = LazyBudgets::new(|| budgets(&nodes, rollouts.as_deref(), now));
         let marks: HashSet<String> = ops.iter().map(mark_of).collect();
-        let mut draining = HashSet::new();
-        for node in nodes.iter().filter(|n| marks_other(n, &marks)) {
-            self.release_orphan(term, node, now).await;
+        let fresh = |n: &Arc<SlimNode>| self.context.writes.freshest((**n).clone());
+        if ops.is_empty() {
+            // Nothing to decide (and no need for the gate): only the nodes of NodeOps that are gone, if any, are
+            // released; the other nodes are not even copied.
+            for node in self.context.nodes.state().iter().filter(|n| n.annotations().contains_key(keys::NODE_OPERATION))
+            {
+                let node = fresh(node);
+                if marks_other(&node, &marks) {
+                    self.release_orphan(term, &node, now).await;
+                }
+            }
         }
         let live: HashSet<String> = ops.iter().filter_map(|op| op.uid()).collect();
         for stale in self.jobs.state().iter().filter(|j| !j.owner_references().iter().any(|r| live.contains(&r.uid))) {
             self.delete_orphan(term, &**stale).await;
+        }
+        if ops.is_empty() {
+            self.drains.retain(|_| false);
+            self.op_overlay.lock().clear();
+            return None;
+        }
+        // IMPORTANT: from reading the nodes until the round's writes returned, the rollouts decide nothing (see
+        // `crate::disruption`), and every start keeps to the budget of each rollout it takes a slot of.
+        let gate = self.context.disruption.enter().await;
+        let nodes: Vec<SlimNode> = self.context.nodes.state().iter().map(fresh).collect();
+        let rollouts = gate.rollouts.clone();
+        let mut budgets = LazyBudgets::new(|| budgets(&nodes, rollouts.as_deref(), now));
+        let mut draining = HashSet::new();
+        for node in nodes.iter().filter(|n| marks_other(n, &marks)) {
+            self.release_orphan(term, node, now).await;
         }
         let mut wake_at: Option<Timestamp> = None;
         let mut ordered: Vec<&NodeOp> = ops.iter().collect();
