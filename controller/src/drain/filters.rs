@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use shared::crd::DrainOptions;
 
 /// The annotation the kubelet puts on mirror pods of static pods.
-const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// What a drain does with one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -154,12 +154,10 @@ pub fn find(
             .map(|n| n.name.as_str())
             .collect();
         let mut budget_nodes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for pod in &workloads.pods {
-            let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| drained.contains(n))
-            else {
-                continue;
-            };
-            let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        for facts in &workloads.pods {
+            let Some(node) = facts.node.as_deref().filter(|n| drained.contains(n)) else { continue };
+            let pod = &facts.pod();
+            let namespace = facts.namespace.clone();
             let budgets: Vec<PodDisruptionBudget> = workloads
                 .budgets
                 .iter()

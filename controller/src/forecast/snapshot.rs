@@ -1,14 +1,15 @@
 //! The cluster as a forecast reads it: one list of each kind, read-only (get/list only).
 
 use crate::cluster_version::ClusterVersions;
-use crate::drain::filters::daemon_set_of;
+use crate::drain::filters::MIRROR_POD_ANNOTATION;
 use crate::nodes::SlimNode;
 use crate::policy::kubernetes::KubernetesSpec;
 use crate::policy::{DrainProgress, NodeSelector, NodeView, Rollout, SpecState, ValidSpec};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Pod, PodSpec, PodStatus, Volume};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use shared::crd::{NodeVersion, ScalingGroup};
@@ -19,7 +20,7 @@ use std::sync::Arc;
 /// What the drains of a rollout would meet: the pods, the budgets, and the DaemonSets that exist.
 #[derive(Debug, Clone, Default)]
 pub struct Workloads {
-    pub pods: Vec<Pod>,
+    pub pods: Vec<PodFacts>,
     pub budgets: Vec<PodDisruptionBudget>,
     /// (namespace, name) of the DaemonSets that control a pod and exist.
     pub daemon_sets: BTreeSet<(String, String)>,
@@ -32,10 +33,8 @@ impl Workloads {
         let params = ListParams::default();
         let pods = pods(client).await?;
         let budgets = Api::<PodDisruptionBudget>::all(client.clone()).list(&params).await?.items;
-        let owners: BTreeSet<(String, String)> = pods
-            .iter()
-            .filter_map(|p| daemon_set_of(p).map(|ds| (p.namespace().unwrap_or_default(), ds.name.clone())))
-            .collect();
+        let owners: BTreeSet<(String, String)> =
+            pods.iter().filter_map(|p| p.daemon_set().map(|ds| (p.namespace.clone(), ds.to_owned()))).collect();
         let mut daemon_sets = BTreeSet::new();
         for (namespace, name) in owners {
             if Api::<DaemonSet>::namespaced(client.clone(), &namespace).get_opt(&name).await?.is_some() {
@@ -46,19 +45,20 @@ impl Workloads {
     }
 }
 
-/// How many pods one list request returns: a cluster's pods are read in pages, each trimmed as it
-/// arrives, so that the controller's preflight never holds every pod's whole JSON at once (bench at
-/// 1000 nodes: the controller's peak RSS 126 MiB with one list, 71 MiB paged, 32 MiB without a preflight).
+/// How many pods one list request returns: a cluster's pods are read in pages, each reduced to its
+/// [`PodFacts`] as it arrives, so that the controller's preflight never holds every pod's whole JSON at once
+/// (bench at 1000 nodes: the controller's peak RSS 126 MiB with one list, 71 MiB paged, 32 MiB without a
+/// preflight).
 const POD_PAGE: u32 = 500;
 
-/// Every pod of the cluster, paged, with only what a drain's classification reads (see [`trim`]).
-async fn pods(client: &Client) -> Result<Vec<Pod>, kube::Error> {
+/// Every pod of the cluster, paged, as [`PodFacts`].
+async fn pods(client: &Client) -> Result<Vec<PodFacts>, kube::Error> {
     let api = Api::<Pod>::all(client.clone());
     let mut pods = Vec::new();
     let mut params = ListParams::default().limit(POD_PAGE);
     loop {
         let page = api.list(&params).await?;
-        pods.extend(page.items.into_iter().map(trim));
+        pods.extend(page.items.into_iter().map(PodFacts::from));
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(pods),
@@ -66,14 +66,72 @@ async fn pods(client: &Client) -> Result<Vec<Pod>, kube::Error> {
     }
 }
 
-/// The pod with only what [`crate::drain::filters`] reads: its metadata without managed fields, its
-/// node, its volumes and its phase. (A whole pod's spec and status are most of its size.)
-fn trim(pod: Pod) -> Pod {
-    let Pod { mut metadata, spec, status } = pod;
-    metadata.managed_fields = None;
-    let spec = spec.map(|spec| PodSpec { node_name: spec.node_name, volumes: spec.volumes, ..PodSpec::default() });
-    let status = status.map(|status| PodStatus { phase: status.phase, ..PodStatus::default() });
-    Pod { metadata, spec, status }
+/// Of a pod, only what a drain's classification ([`crate::drain::filters`]) reads: its name, namespace, node,
+/// labels (for PodDisruptionBudget selectors), controller, whether it is a mirror pod, being deleted or uses an
+/// emptyDir volume, and its phase. A `Pod`, even trimmed, is kilobytes of mostly empty fields (its spec and
+/// volumes above all); this is a few hundred bytes, so that the pods of a 5000-node cluster fit in a few MiB.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodFacts {
+    pub namespace: String,
+    pub name: String,
+    pub node: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    controller: Option<OwnerReference>,
+    mirror: bool,
+    deletion: Option<Time>,
+    empty_dir: bool,
+    phase: Option<String>,
+}
+
+impl From<Pod> for PodFacts {
+    fn from(pod: Pod) -> PodFacts {
+        let Pod { metadata, spec, status } = pod;
+        let empty_dir =
+            spec.as_ref().and_then(|s| s.volumes.as_ref()).is_some_and(|v| v.iter().any(|v| v.empty_dir.is_some()));
+        PodFacts {
+            namespace: metadata.namespace.unwrap_or_default(),
+            name: metadata.name.unwrap_or_default(),
+            node: spec.and_then(|s| s.node_name),
+            labels: metadata.labels,
+            controller: metadata.owner_references.into_iter().flatten().find(|r| r.controller == Some(true)),
+            mirror: metadata.annotations.is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION)),
+            deletion: metadata.deletion_timestamp,
+            empty_dir,
+            phase: status.and_then(|s| s.phase),
+        }
+    }
+}
+
+impl PodFacts {
+    /// The pod as a drain's classification reads it (built anew: only while one pod is classified).
+    pub fn pod(&self) -> Pod {
+        let metadata = ObjectMeta {
+            namespace: Some(self.namespace.clone()),
+            name: Some(self.name.clone()),
+            labels: self.labels.clone(),
+            owner_references: self.controller.clone().map(|c| vec![c]),
+            annotations: self.mirror.then(|| BTreeMap::from([(MIRROR_POD_ANNOTATION.to_owned(), String::new())])),
+            deletion_timestamp: self.deletion.clone(),
+            ..ObjectMeta::default()
+        };
+        let volume =
+            Volume { name: "empty-dir".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Volume::default() };
+        let spec = PodSpec {
+            node_name: self.node.clone(),
+            volumes: self.empty_dir.then(|| vec![volume]),
+            ..PodSpec::default()
+        };
+        let status = PodStatus { phase: self.phase.clone(), ..PodStatus::default() };
+        Pod { metadata, spec: Some(spec), status: Some(status) }
+    }
+
+    /// The name of the DaemonSet that controls the pod, if one does.
+    pub fn daemon_set(&self) -> Option<&str> {
+        self.controller
+            .as_ref()
+            .filter(|c| c.kind == "DaemonSet" && c.api_version == "apps/v1")
+            .map(|c| c.name.as_str())
+    }
 }
 
 /// Nodes, NodeVersions, ScalingGroups and workloads, each listed once.
@@ -215,7 +273,9 @@ pub fn rollout(version: &NodeVersion, now: Timestamp) -> Rollout {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::filters::{DaemonSetLookup, PodContext, budgets_matter, budgets_selecting, classify};
+    use crate::drain::filters::{
+        DaemonSetLookup, PodContext, budgets_matter, budgets_selecting, classify, daemon_set_of,
+    };
     use serde_json::json;
     use shared::crd::DrainOptions;
 
@@ -255,7 +315,7 @@ mod tests {
     }
 
     #[test]
-    fn a_trimmed_pod_is_classified_as_the_whole_pod_is() {
+    fn a_pods_facts_are_classified_as_the_whole_pod_is() {
         let budget: PodDisruptionBudget = serde_json::from_value(json!({
             "metadata": {"name": "web", "namespace": "a"},
             "spec": {"selector": {"matchLabels": {"app": "web"}}}
@@ -263,10 +323,12 @@ mod tests {
         .unwrap();
         let budgets = [budget];
         for pod in pods() {
-            let trimmed = trim(pod.clone());
+            let facts = PodFacts::from(pod.clone());
+            assert_eq!(facts.node.as_deref(), Some("w1"));
+            assert_eq!(facts.daemon_set(), daemon_set_of(&pod).map(|d| d.name.as_str()));
+            let trimmed = facts.pod();
             assert!(trimmed.metadata.managed_fields.is_none());
             assert!(trimmed.spec.as_ref().is_some_and(|s| s.containers.is_empty()));
-            assert_eq!(trimmed.spec.as_ref().and_then(|s| s.node_name.as_deref()), Some("w1"));
             for options in [DrainOptions::default(), DrainOptions { force: true, delete_empty_dir_data: true }] {
                 for daemon_set in [None, Some(DaemonSetLookup::Exists), Some(DaemonSetLookup::Missing)] {
                     let context = PodContext { daemon_set, budgets: Some(budgets_selecting(&budgets, &pod)) };

@@ -154,10 +154,10 @@ fn a_budget_allowing_nothing_and_a_bare_pod_name_the_nodes_they_keep_from_draini
     };
     let workloads = Workloads {
         pods: vec![
-            pod("web-a", "w-0", json!({"app": "web"}), true),
-            pod("web-b", "w-2", json!({"app": "web"}), true),
-            pod("api-a", "w-1", json!({"app": "api"}), true),
-            pod("debug", "w-1", json!({}), false),
+            pod("web-a", "w-0", json!({"app": "web"}), true).into(),
+            pod("web-b", "w-2", json!({"app": "web"}), true).into(),
+            pod("api-a", "w-1", json!({"app": "api"}), true).into(),
+            pod("debug", "w-1", json!({}), false).into(),
         ],
         budgets: vec![budget("web", 0), budget("api", 1)],
         daemon_sets: Default::default(),
