@@ -9,11 +9,16 @@
 //! enough: a rollout's steps keep the same phase within the second, so truncation would bias every
 //! sample the same way, by up to a second.) Each NodeVersion keeps a
 //! running mean per step that weighs the last [`MEAN_OVER`] samples the most.
+//!
+//! A replaced node (one of a scaling group) has two steps, both under `intent=replace`: [`REPLACE`], from its
+//! `intent=replace` to the fresh one its drain starts with (the new instance's creation, join, soak and pairing),
+//! and [`RETIRE`], from there until its Node is deleted (the drain and the deletion).
 
 use crate::policy::Plan;
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 use shared::crd::{NodeVersionStatus, StepDuration};
+use shared::protocol::Step;
 
 /// The running mean weighs about this many of the last samples.
 pub const MEAN_OVER: i32 = 50;
@@ -22,8 +27,14 @@ pub const DEFAULT_STAGE: SignedDuration = SignedDuration::from_mins(3);
 pub const DEFAULT_DRAIN: SignedDuration = SignedDuration::from_mins(2);
 pub const DEFAULT_REBOOT: SignedDuration = SignedDuration::from_mins(3);
 pub const DEFAULT_KUBEADM_UPGRADE: SignedDuration = SignedDuration::from_mins(5);
+pub const DEFAULT_REPLACE: SignedDuration = SignedDuration::from_mins(5);
+pub const DEFAULT_RETIRE: SignedDuration = SignedDuration::from_mins(3);
 /// The step name of a kubeadm upgrade, as the status publishes it.
 pub const KUBEADM_UPGRADE: &str = "kubeadm-upgrade";
+/// The measured step of a replacement until the replaced node's drain starts (see the module documentation).
+pub const REPLACE: &str = "replace";
+/// The measured step of a replacement from the replaced node's drain until its Node is deleted.
+pub const RETIRE: &str = "retire";
 
 /// Where a duration comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -46,10 +57,17 @@ pub struct Durations {
     pub reboot: SignedDuration,
     /// A node's `kubeadm upgrade` (apply or node), from its intent to the round that verifies it.
     pub kubeadm_upgrade: SignedDuration,
+    /// A replaced node, from its `intent=replace` until its drain starts: the new instance's creation and
+    /// join, the soak time and the pairing.
+    pub replace: SignedDuration,
+    /// A replaced node's drain and the deletion of its Node.
+    pub retire: SignedDuration,
     pub stage_source: Source,
     pub drain_source: Source,
     pub reboot_source: Source,
     pub kubeadm_upgrade_source: Source,
+    pub replace_source: Source,
+    pub retire_source: Source,
 }
 
 impl Default for Durations {
@@ -63,6 +81,10 @@ impl Default for Durations {
             drain_source: Source::Default,
             reboot_source: Source::Default,
             kubeadm_upgrade_source: Source::Default,
+            replace: DEFAULT_REPLACE,
+            retire: DEFAULT_RETIRE,
+            replace_source: Source::Default,
+            retire_source: Source::Default,
         }
     }
 }
@@ -99,6 +121,12 @@ impl Durations {
         if let Some((d, s)) = pick(KUBEADM_UPGRADE) {
             (durations.kubeadm_upgrade, durations.kubeadm_upgrade_source) = (d, s);
         }
+        if let Some((d, s)) = pick(REPLACE) {
+            (durations.replace, durations.replace_source) = (d, s);
+        }
+        if let Some((d, s)) = pick(RETIRE) {
+            (durations.retire, durations.retire_source) = (d, s);
+        }
         durations
     }
 
@@ -124,6 +152,21 @@ impl Durations {
         }
         self
     }
+
+    /// These durations with those of the replacement's flags given.
+    pub fn with_replacement_flags(
+        mut self,
+        replace: Option<SignedDuration>,
+        retire: Option<SignedDuration>,
+    ) -> Durations {
+        if let Some(d) = replace {
+            (self.replace, self.replace_source) = (d, Source::Flag);
+        }
+        if let Some(d) = retire {
+            (self.retire, self.retire_source) = (d, Source::Flag);
+        }
+        self
+    }
 }
 
 /// The step durations to publish: those of `previous`, with a sample for each node that left a step
@@ -140,7 +183,21 @@ pub fn measure(
     let problem = |node: &str| plan.failed.iter().chain(&plan.blocked).any(|p| p.node == node);
     for before in &previous.in_flight {
         let started = before.since.0;
-        let ended = match plan.in_flight.iter().find(|f| f.node == before.name) {
+        let now_in = plan.in_flight.iter().find(|f| f.node == before.name);
+        if before.step == REPLACE {
+            // Both steps of a replacement are `replace`: the drain starts with a fresh intent (a new `since`), and
+            // the replaced node's Node is deleted at the end (it is listed as obsolete until its instance is gone).
+            let (step, ended) = match now_in {
+                Some(f) if f.step == Step::Replace && f.since > started => (REPLACE, f.since),
+                None if same_target && !problem(&before.name) && plan.replacements.obsolete.contains(&before.name) => {
+                    (RETIRE, now)
+                }
+                _ => continue,
+            };
+            add_sample(&mut durations, step, ended.duration_since(started).max(SignedDuration::ZERO));
+            continue;
+        }
+        let ended = match now_in {
             Some(now_in) if now_in.step.as_str() != before.step && follows(&before.step, now_in.step.as_str()) => {
                 now_in.since
             }
@@ -192,7 +249,6 @@ mod tests {
     use crate::policy::{InFlight, Problem};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
     use shared::crd::InFlightNode;
-    use shared::protocol::Step;
 
     fn t(ms: i64) -> Timestamp {
         Timestamp::from_millisecond(1_800_000_000_000 + ms).unwrap()
@@ -286,5 +342,36 @@ mod tests {
         assert_eq!((d.drain, d.drain_source.clone()), (DEFAULT_DRAIN, Source::Default));
         let d = d.with_flags(None, Some(SignedDuration::from_secs(7)), None, None);
         assert_eq!((d.drain, d.drain_source), (SignedDuration::from_secs(7), Source::Flag));
+    }
+
+    #[test]
+    fn a_replacement_is_measured_until_its_drain_starts_and_from_there_until_its_node_is_gone() {
+        let previous = NodeVersionStatus {
+            in_flight: vec![published("a", REPLACE, t(0)), published("b", REPLACE, t(1_000))],
+            ..Default::default()
+        };
+        // a: its drain started (a fresh intent=replace); b: its Node is gone, its instance being deleted.
+        let mut plan = Plan::default();
+        plan.in_flight.push(InFlight { node: "a".into(), step: Step::Replace, since: t(4_000), waiting_on: None });
+        plan.replacements.obsolete.push("b".into());
+        assert_eq!(
+            measure(Some(&previous), &plan, true, t(6_000)),
+            vec![
+                StepDuration { step: REPLACE.into(), samples: 1, mean_millis: 4_000 },
+                StepDuration { step: RETIRE.into(), samples: 1, mean_millis: 5_000 },
+            ]
+        );
+        // Still waiting for its instance (the same intent), or released rather than replaced: nothing measured.
+        let mut waiting = Plan::default();
+        waiting.in_flight.push(InFlight { node: "a".into(), step: Step::Replace, since: t(0), waiting_on: None });
+        assert_eq!(measure(Some(&previous), &waiting, true, t(6_000)), vec![]);
+        let status =
+            NodeVersionStatus { step_durations: measure(Some(&previous), &plan, true, t(6_000)), ..Default::default() };
+        let d = Durations::measured([("nv", &status)], None);
+        assert_eq!((d.replace, d.retire), (SignedDuration::from_secs(4), SignedDuration::from_secs(5)));
+        assert_eq!(d.retire_source, Source::Measured { node_version: "nv".into(), samples: 1 });
+        let d = d.with_replacement_flags(Some(SignedDuration::from_secs(9)), None);
+        assert_eq!((d.replace, d.replace_source), (SignedDuration::from_secs(9), Source::Flag));
+        assert_eq!((Durations::default().replace, Durations::default().retire), (DEFAULT_REPLACE, DEFAULT_RETIRE));
     }
 }
