@@ -12,12 +12,15 @@
 //!
 //! A replaced node (one of a scaling group) has two steps, both under `intent=replace`: [`REPLACE`], from its
 //! `intent=replace` to the fresh one its drain starts with (the new instance's creation, join, soak and pairing),
-//! and [`RETIRE`], from there until its Node is deleted (the drain and the deletion).
+//! and [`RETIRE`], from there until its Node is deleted (the drain and the deletion). Then its instance is deleted:
+//! [`RELEASE`], from the round that finds its Node gone (the status lists it in `releasing` with that time) to the
+//! round that finds the instance gone.
 
 use crate::policy::Plan;
 use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use serde::Serialize;
-use shared::crd::{NodeVersionStatus, StepDuration};
+use shared::crd::{InFlightNode, NodeVersionStatus, StepDuration};
 use shared::protocol::Step;
 
 /// The running mean weighs about this many of the last samples.
@@ -29,12 +32,15 @@ pub const DEFAULT_REBOOT: SignedDuration = SignedDuration::from_mins(3);
 pub const DEFAULT_KUBEADM_UPGRADE: SignedDuration = SignedDuration::from_mins(5);
 pub const DEFAULT_REPLACE: SignedDuration = SignedDuration::from_mins(5);
 pub const DEFAULT_RETIRE: SignedDuration = SignedDuration::from_mins(3);
+pub const DEFAULT_RELEASE: SignedDuration = SignedDuration::from_mins(1);
 /// The step name of a kubeadm upgrade, as the status publishes it.
 pub const KUBEADM_UPGRADE: &str = "kubeadm-upgrade";
 /// The measured step of a replacement until the replaced node's drain starts (see the module documentation).
 pub const REPLACE: &str = "replace";
 /// The measured step of a replacement from the replaced node's drain until its Node is deleted.
 pub const RETIRE: &str = "retire";
+/// The measured step of a replacement from its old Node's deletion until its instance is gone.
+pub const RELEASE: &str = "release";
 
 /// Where a duration comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -62,12 +68,15 @@ pub struct Durations {
     pub replace: SignedDuration,
     /// A replaced node's drain and the deletion of its Node.
     pub retire: SignedDuration,
+    /// The deletion of a replaced node's instance, after its Node's (until then it holds a `maxSurge` slot).
+    pub release: SignedDuration,
     pub stage_source: Source,
     pub drain_source: Source,
     pub reboot_source: Source,
     pub kubeadm_upgrade_source: Source,
     pub replace_source: Source,
     pub retire_source: Source,
+    pub release_source: Source,
 }
 
 impl Default for Durations {
@@ -85,6 +94,8 @@ impl Default for Durations {
             retire: DEFAULT_RETIRE,
             replace_source: Source::Default,
             retire_source: Source::Default,
+            release: DEFAULT_RELEASE,
+            release_source: Source::Default,
         }
     }
 }
@@ -127,6 +138,9 @@ impl Durations {
         if let Some((d, s)) = pick(RETIRE) {
             (durations.retire, durations.retire_source) = (d, s);
         }
+        if let Some((d, s)) = pick(RELEASE) {
+            (durations.release, durations.release_source) = (d, s);
+        }
         durations
     }
 
@@ -158,12 +172,16 @@ impl Durations {
         mut self,
         replace: Option<SignedDuration>,
         retire: Option<SignedDuration>,
+        release: Option<SignedDuration>,
     ) -> Durations {
         if let Some(d) = replace {
             (self.replace, self.replace_source) = (d, Source::Flag);
         }
         if let Some(d) = retire {
             (self.retire, self.retire_source) = (d, Source::Flag);
+        }
+        if let Some(d) = release {
+            (self.release, self.release_source) = (d, Source::Flag);
         }
         self
     }
@@ -181,6 +199,11 @@ pub fn measure(
     let Some(previous) = previous else { return Vec::new() };
     let mut durations = previous.step_durations.clone();
     let problem = |node: &str| plan.failed.iter().chain(&plan.blocked).any(|p| p.node == node);
+    for before in &previous.releasing {
+        if same_target && !plan.replacements.obsolete.contains(&before.name) {
+            add_sample(&mut durations, RELEASE, now.duration_since(before.since.0).max(SignedDuration::ZERO));
+        }
+    }
     for before in &previous.in_flight {
         let started = before.since.0;
         let now_in = plan.in_flight.iter().find(|f| f.node == before.name);
@@ -208,6 +231,24 @@ pub fn measure(
         add_sample(&mut durations, &before.step, took);
     }
     durations
+}
+
+/// The replaced nodes whose Node is gone (`plan`'s obsolete ones), each since the first round that found it gone
+/// (kept from `previous`), for the status's `releasing`.
+pub fn releasing(previous: Option<&NodeVersionStatus>, plan: &Plan, now: Timestamp) -> Vec<InFlightNode> {
+    plan.replacements
+        .obsolete
+        .iter()
+        .map(|name| {
+            let known = previous.and_then(|p| p.releasing.iter().find(|r| &r.name == name));
+            InFlightNode {
+                name: name.clone(),
+                step: RELEASE.to_owned(),
+                since: known.map_or(MicroTime(now), |r| r.since.clone()),
+                waiting_on: None,
+            }
+        })
+        .collect()
 }
 
 /// Whether `next` is the step that follows `step` (a node seen two steps on is not measured).
@@ -247,8 +288,6 @@ fn add_sample(durations: &mut Vec<StepDuration>, step: &str, took: SignedDuratio
 mod tests {
     use super::*;
     use crate::policy::{InFlight, Problem};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-    use shared::crd::InFlightNode;
 
     fn t(ms: i64) -> Timestamp {
         Timestamp::from_millisecond(1_800_000_000_000 + ms).unwrap()
@@ -361,6 +400,23 @@ mod tests {
                 StepDuration { step: RETIRE.into(), samples: 1, mean_millis: 5_000 },
             ]
         );
+        // b is listed as releasing since then; once its instance is gone, that is measured too.
+        let releasing = releasing(Some(&previous), &plan, t(6_000));
+        assert_eq!(releasing, vec![published("b", RELEASE, t(6_000))]);
+        assert_eq!(
+            super::releasing(
+                Some(&NodeVersionStatus { releasing: releasing.clone(), ..Default::default() }),
+                &plan,
+                t(7_000)
+            ),
+            releasing
+        );
+        let later = NodeVersionStatus { releasing, ..Default::default() };
+        assert_eq!(
+            measure(Some(&later), &Plan::default(), true, t(8_500)),
+            vec![StepDuration { step: RELEASE.into(), samples: 1, mean_millis: 2_500 }]
+        );
+        assert_eq!(measure(Some(&later), &plan, true, t(8_500)), vec![], "still being deleted");
         // Still waiting for its instance (the same intent), or released rather than replaced: nothing measured.
         let mut waiting = Plan::default();
         waiting.in_flight.push(InFlight { node: "a".into(), step: Step::Replace, since: t(0), waiting_on: None });
@@ -370,7 +426,7 @@ mod tests {
         let d = Durations::measured([("nv", &status)], None);
         assert_eq!((d.replace, d.retire), (SignedDuration::from_secs(4), SignedDuration::from_secs(5)));
         assert_eq!(d.retire_source, Source::Measured { node_version: "nv".into(), samples: 1 });
-        let d = d.with_replacement_flags(Some(SignedDuration::from_secs(9)), None);
+        let d = d.with_replacement_flags(Some(SignedDuration::from_secs(9)), None, None);
         assert_eq!((d.replace, d.replace_source), (SignedDuration::from_secs(9), Source::Flag));
         assert_eq!((Durations::default().replace, Durations::default().retire), (DEFAULT_REPLACE, DEFAULT_RETIRE));
     }

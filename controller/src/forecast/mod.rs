@@ -18,7 +18,8 @@
 //! [`crate::policy::replacement`]), within `maxSurge`: its new instance is created and joins Ready
 //! [`Durations::replace`] after its `intent=replace` less the rollout's soak time (which the policy waits
 //! itself), so that its drain starts [`Durations::replace`] after it; the drain and the deletion of its Node take
-//! [`Durations::retire`], and the old instance is taken as gone with its Node. The new node is a member of the
+//! [`Durations::retire`], and the deletion of its instance after that [`Durations::release`] (until then it holds
+//! its `maxSurge` slot; its node frees its slot in the forecast once the instance is gone). The new node is a member of the
 //! group that runs the group's image; it is not listed (it never starts).
 //!
 //! # Guarantees
@@ -155,7 +156,7 @@ pub fn forecast(
         boots: 0,
         durations,
         fleet: fleet.clone(),
-        joins: BTreeMap::new(),
+        instances: BTreeMap::new(),
         started: BTreeMap::new(),
         finished: BTreeMap::new(),
         owner: BTreeMap::new(),
@@ -221,8 +222,8 @@ struct Run<'a> {
     durations: &'a Durations,
     /// The scaling groups and the PendingNodes, as the replacements change them.
     fleet: Fleet,
-    /// When the instance of each joining PendingNode (by name) joins Ready.
-    joins: BTreeMap<String, Timestamp>,
+    /// When the instance of each PendingNode (by name) of a replacement joins Ready, or is gone.
+    instances: BTreeMap<String, Timestamp>,
     /// When each node started a phase (its first stage, replacement or Kubernetes step), whether it
     /// is replaced, and its wave.
     started: BTreeMap<Key, (Timestamp, bool, u32)>,
@@ -335,7 +336,7 @@ impl Run<'_> {
                     join_failed: None,
                     created: Some(self.now),
                 });
-                self.joins.insert(pending.clone(), self.now.checked_add(join).unwrap_or(Timestamp::MAX));
+                self.instances.insert(pending.clone(), self.now.checked_add(join).unwrap_or(Timestamp::MAX));
             }
             ActionKind::Inherit { donor, labels, taints } => {
                 if let Some(g) = self.member_mut(&action.node) {
@@ -353,11 +354,22 @@ impl Run<'_> {
                 self.nodes.retain(|n| n.name != action.node);
                 self.fleet.pending.retain(|p| Some(&p.name) != join_pending.as_ref());
             }
-            // The old instance goes with its Node: its deletion's time is part of the retirement.
-            ActionKind::ReleaseInstance { .. } => {
+            ActionKind::ReleaseInstance { pending, donor, .. } => {
                 if let Some(g) = self.member_mut(&action.node) {
                     g.donor = None;
                 }
+                self.fleet.pending.push(PendingView {
+                    name: pending.clone(),
+                    node_name: donor.name.clone(),
+                    group_id: donor.group_id.clone(),
+                    goal: Goal::Leave,
+                    donor: Some(donor.name.clone()),
+                    reached_goal: false,
+                    join_failed: None,
+                    created: Some(self.now),
+                });
+                let gone = self.now.checked_add(self.durations.release).unwrap_or(Timestamp::MAX);
+                self.instances.insert(pending.clone(), gone);
             }
             _ => {}
         }
@@ -367,9 +379,14 @@ impl Run<'_> {
         self.nodes.iter_mut().find(|n| n.name == node).and_then(|n| n.group.as_mut())
     }
 
-    /// The new node of a joining instance, Ready now: a member of its group with the group's image.
-    fn join(&mut self, pending: &str) {
+    /// The instance of PendingNode `pending` reaches its goal: a leaving one is gone (with its PendingNode), a
+    /// joining one is a new node, Ready now: a member of its group with the group's image.
+    fn reach_goal(&mut self, pending: &str) {
         let Some(p) = self.fleet.pending.iter_mut().find(|p| p.name == pending) else { return };
+        if p.goal == Goal::Leave {
+            self.fleet.pending.retain(|p| p.name != pending);
+            return;
+        }
         p.reached_goal = true;
         let (heir, group_id) = (p.node_name.clone(), p.group_id.clone());
         let Some(donor) = p.donor.clone().and_then(|d| self.nodes.iter().find(|n| n.name == d).cloned()) else {
@@ -404,7 +421,7 @@ impl Run<'_> {
     /// When the next node finishes its step on its own (the agent staged, the drain done, the node
     /// back from its reboot).
     fn next_event(&self) -> Option<Timestamp> {
-        self.nodes.iter().filter_map(|n| self.due(n)).chain(self.joins.values().copied()).min()
+        self.nodes.iter().filter_map(|n| self.due(n)).chain(self.instances.values().copied()).min()
     }
 
     /// When `n`'s current step finishes on its own, if it waits on the world.
@@ -431,10 +448,11 @@ impl Run<'_> {
     /// Everything the world does by now.
     fn world(&mut self) {
         let now = self.now;
-        let joined: Vec<String> = self.joins.iter().filter(|(_, at)| **at <= now).map(|(p, _)| p.clone()).collect();
-        for pending in joined {
-            self.joins.remove(&pending);
-            self.join(&pending);
+        let reached: Vec<String> =
+            self.instances.iter().filter(|(_, at)| **at <= now).map(|(p, _)| p.clone()).collect();
+        for pending in reached {
+            self.instances.remove(&pending);
+            self.reach_goal(&pending);
         }
         let due: Vec<usize> =
             (0..self.nodes.len()).filter(|&i| self.due(&self.nodes[i]).is_some_and(|t| t <= now)).collect();

@@ -44,6 +44,8 @@ pub struct Flags {
     pub replace: Option<SignedDuration>,
     /// A replaced node's drain and the deletion of its Node.
     pub retire: Option<SignedDuration>,
+    /// The deletion of a replaced node's instance.
+    pub release: Option<SignedDuration>,
 }
 
 impl Report {
@@ -65,7 +67,7 @@ impl Report {
             snapshot.versions.iter().filter_map(|v| Some((v.metadata.name.as_deref()?, v.status.as_ref()?))).collect();
         let durations = Durations::measured(statuses.iter().copied(), preferred.as_deref())
             .with_flags(flags.stage, flags.drain, flags.reboot, flags.kubeadm_upgrade)
-            .with_replacement_flags(flags.replace, flags.retire);
+            .with_replacement_flags(flags.replace, flags.retire, flags.release);
         let (rollouts, mut views) = snapshot.views(now);
         let membership = snapshot.membership();
         for view in &mut views {
@@ -110,6 +112,7 @@ impl Report {
         if forecast.rollouts.iter().any(|r| r.nodes.iter().any(|n| n.replaced)) {
             steps.push(step(super::durations::REPLACE, durations.replace, &durations.replace_source));
             steps.push(step(super::durations::RETIRE, durations.retire, &durations.retire_source));
+            steps.push(step(super::durations::RELEASE, durations.release, &durations.release_source));
         }
         Report { at: now, rollouts: forecast.rollouts, durations: steps, assumptions, blockers }
     }

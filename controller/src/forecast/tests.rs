@@ -340,25 +340,25 @@ fn groups(ids: &[&str], image: &str) -> Fleet {
     Fleet { groups, ..Fleet::default() }
 }
 
-fn replacing(replace: i64, retire: i64) -> Durations {
-    secs(10, 5, 20)
-        .with_replacement_flags(Some(SignedDuration::from_secs(replace)), Some(SignedDuration::from_secs(retire)))
+fn replacing(replace: i64, retire: i64, release: i64) -> Durations {
+    let s = |n| Some(SignedDuration::from_secs(n));
+    secs(10, 5, 20).with_replacement_flags(s(replace), s(retire), s(release))
 }
 
 #[test]
 fn group_nodes_are_replaced_within_max_surge_and_the_others_updated_in_place_under_one_budget() {
     let nodes = [member("a-0", "a"), member("a-1", "a"), member("a-2", "a"), node("w-0")];
     let policy = Policy { max_surge: MaxUnavailable::Count(2), ..max(3) };
-    let f = forecast(&nodes, &[rollout(policy)], &groups(&["a"], "v2"), None, t(0), &replacing(40, 15));
+    let f = forecast(&nodes, &[rollout(policy)], &groups(&["a"], "v2"), None, t(0), &replacing(40, 15, 5));
     let r = &f.rollouts[0];
     assert_eq!(r.ending, Ending::Complete, "{r:#?}");
     let replaced: Vec<(&str, bool, u32)> = r.nodes.iter().map(|n| (n.node.as_str(), n.replaced, n.wave)).collect();
     // maxSurge 2: two replacements and the in-place node at once; a-2 once a replaced node's instance is gone.
     assert_eq!(replaced, vec![("a-0", true, 1), ("a-1", true, 1), ("w-0", false, 1), ("a-2", true, 2)]);
-    // A replacement: 40 s until its drain starts, 15 s of drain and deletion.
-    assert_eq!(r.nodes[0].finish_seconds, Some(55.0));
-    assert_eq!(r.nodes[3].start_seconds, 55.0);
-    assert_eq!(r.duration_seconds, Some(110.0));
+    // A replacement: 40 s until its drain starts, 15 s of drain and deletion, 5 s until its instance is gone.
+    assert_eq!(r.nodes[0].finish_seconds, Some(60.0));
+    assert_eq!(r.nodes[3].start_seconds, 60.0);
+    assert_eq!(r.duration_seconds, Some(120.0));
     // The in-place node: stage, drain, reboot.
     assert_eq!(r.nodes[2].finish_seconds, Some(35.0));
     // Every member was replaced by a new node of the group (the forecast's own heirs are up to date).
@@ -366,21 +366,23 @@ fn group_nodes_are_replaced_within_max_surge_and_the_others_updated_in_place_und
 
     // maxSurge 1: one replacement at a time.
     let policy = Policy { max_surge: MaxUnavailable::Count(1), ..max(3) };
-    let f = forecast(&nodes, &[rollout(policy)], &groups(&["a"], "v2"), None, t(0), &replacing(40, 15));
+    let f = forecast(&nodes, &[rollout(policy)], &groups(&["a"], "v2"), None, t(0), &replacing(40, 15, 5));
     let waves: Vec<(&str, u32)> = f.rollouts[0].nodes.iter().map(|n| (n.node.as_str(), n.wave)).collect();
     assert_eq!(waves, vec![("a-0", 1), ("w-0", 1), ("a-1", 2), ("a-2", 3)]);
-    assert_eq!(f.rollouts[0].duration_seconds, Some(165.0));
+    assert_eq!(f.rollouts[0].duration_seconds, Some(180.0));
 }
 
 #[test]
 fn the_soak_time_is_part_of_the_measured_replace_step_and_a_group_without_the_image_holds_its_nodes() {
     // The measured `replace` step includes the soak: the drain starts `replace` after the intent all the same.
     let policy = Policy { soak_time: SignedDuration::from_secs(30), max_surge: MaxUnavailable::Count(1), ..max(1) };
-    let f = forecast(&[member("a-0", "a")], &[rollout(policy)], &groups(&["a"], "v2"), None, t(0), &replacing(40, 15));
-    assert_eq!(f.rollouts[0].duration_seconds, Some(55.0), "{:#?}", f.rollouts[0]);
+    let f =
+        forecast(&[member("a-0", "a")], &[rollout(policy)], &groups(&["a"], "v2"), None, t(0), &replacing(40, 15, 5));
+    assert_eq!(f.rollouts[0].duration_seconds, Some(60.0), "{:#?}", f.rollouts[0]);
 
     // The group's new instances would run v1: the node is held, and the forecast says it does not complete.
-    let f = forecast(&[member("a-0", "a")], &[rollout(max(1))], &groups(&["a"], "v1"), None, t(0), &replacing(40, 15));
+    let f =
+        forecast(&[member("a-0", "a")], &[rollout(max(1))], &groups(&["a"], "v1"), None, t(0), &replacing(40, 15, 5));
     match &f.rollouts[0].ending {
         Ending::Stuck { reason, nodes_left, .. } => {
             assert_eq!((reason.as_str(), nodes_left.as_slice()), ("GroupImagePending", ["a-0".to_owned()].as_slice()))

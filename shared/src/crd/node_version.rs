@@ -302,6 +302,10 @@ pub struct NodeVersionStatus {
     /// Replaced nodes whose Node is gone and whose instance is being deleted, by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub obsolete: Vec<String>,
+    /// The replaced nodes of `obsolete`, each since its Node was found gone (step `release`), to the millisecond:
+    /// `update-operator plan` measures how long deleting an instance takes from it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub releasing: Vec<InFlightNode>,
     /// `Progressing`, `UpToDate`, `Blocked`, `Failed` and `SelectorOverlap`, each with a reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
