@@ -188,8 +188,8 @@ impl Durations {
 }
 
 /// The step durations to publish: those of `previous`, with a sample for each node that left a step
-/// between `previous` (its `inFlight`) and `plan`, at `now`. `same_target`: `previous` describes the
-/// same target, so a node gone from the nodes in flight after its reboot was verified.
+/// between `previous` (its `inFlight` and `replacing`) and `plan`, at `now`. `same_target`: `previous` describes
+/// the same target, so a node gone from the nodes in flight after its reboot was verified.
 pub fn measure(
     previous: Option<&NodeVersionStatus>,
     plan: &Plan,
@@ -199,25 +199,28 @@ pub fn measure(
     let Some(previous) = previous else { return Vec::new() };
     let mut durations = previous.step_durations.clone();
     let problem = |node: &str| plan.failed.iter().chain(&plan.blocked).any(|p| p.node == node);
-    for before in &previous.releasing {
-        if same_target && !plan.replacements.obsolete.contains(&before.name) {
-            add_sample(&mut durations, RELEASE, now.duration_since(before.since.0).max(SignedDuration::ZERO));
-        }
+    let replacing = replacing(Some(previous), plan, now);
+    for before in &previous.replacing {
+        // A replacement's later steps: each ends when the next one is listed (a node seen two steps on is not
+        // measured), `release` when its instance is gone.
+        let now_in = replacing.iter().find(|r| r.name == before.name);
+        let ended = match (before.step.as_str(), now_in.map(|r| r.step.as_str())) {
+            (RETIRE, Some(RELEASE)) => now,
+            (RELEASE, None) if same_target && !problem(&before.name) => now,
+            _ => continue,
+        };
+        add_sample(&mut durations, &before.step, ended.duration_since(before.since.0).max(SignedDuration::ZERO));
     }
     for before in &previous.in_flight {
         let started = before.since.0;
         let now_in = plan.in_flight.iter().find(|f| f.node == before.name);
         if before.step == REPLACE {
-            // Both steps of a replacement are `replace`: the drain starts with a fresh intent (a new `since`), and
-            // the replaced node's Node is deleted at the end (it is listed as obsolete until its instance is gone).
-            let (step, ended) = match now_in {
-                Some(f) if f.step == Step::Replace && f.since > started => (REPLACE, f.since),
-                None if same_target && !problem(&before.name) && plan.replacements.obsolete.contains(&before.name) => {
-                    (RETIRE, now)
-                }
-                _ => continue,
-            };
-            add_sample(&mut durations, step, ended.duration_since(started).max(SignedDuration::ZERO));
+            // Its first step ends when its drain starts (with a fresh intent: a new `since`).
+            if let Some(retiring) = replacing.iter().find(|r| r.name == before.name && r.step == RETIRE)
+                && retiring.since.0 > started
+            {
+                add_sample(&mut durations, REPLACE, retiring.since.0.duration_since(started));
+            }
             continue;
         }
         let ended = match now_in {
@@ -233,22 +236,23 @@ pub fn measure(
     durations
 }
 
-/// The replaced nodes whose Node is gone (`plan`'s obsolete ones), each since the first round that found it gone
-/// (kept from `previous`), for the status's `releasing`.
-pub fn releasing(previous: Option<&NodeVersionStatus>, plan: &Plan, now: Timestamp) -> Vec<InFlightNode> {
-    plan.replacements
-        .obsolete
-        .iter()
-        .map(|name| {
-            let known = previous.and_then(|p| p.releasing.iter().find(|r| &r.name == name));
-            InFlightNode {
-                name: name.clone(),
-                step: RELEASE.to_owned(),
-                since: known.map_or(MicroTime(now), |r| r.since.clone()),
-                waiting_on: None,
-            }
-        })
-        .collect()
+/// The donors of `plan` past their new instance's join, for the status's `replacing`: those whose drain started
+/// (`retire`, since the drain's intent), and those whose Node is gone (`release`, since the first round that found
+/// it gone, kept from `previous`).
+pub fn replacing(previous: Option<&NodeVersionStatus>, plan: &Plan, now: Timestamp) -> Vec<InFlightNode> {
+    let retiring = plan.in_flight.iter().filter(|f| plan.replacements.retiring.contains(&f.node)).map(|f| {
+        InFlightNode { name: f.node.clone(), step: RETIRE.to_owned(), since: MicroTime(f.since), waiting_on: None }
+    });
+    let releasing = plan.replacements.obsolete.iter().map(|name| {
+        let known = previous.and_then(|p| p.replacing.iter().find(|r| &r.name == name && r.step == RELEASE));
+        InFlightNode {
+            name: name.clone(),
+            step: RELEASE.to_owned(),
+            since: known.map_or(MicroTime(now), |r| r.since.clone()),
+            waiting_on: None,
+        }
+    });
+    retiring.chain(releasing).collect()
 }
 
 /// Whether `next` is the step that follows `step` (a node seen two steps on is not measured).
@@ -384,47 +388,55 @@ mod tests {
     }
 
     #[test]
-    fn a_replacement_is_measured_until_its_drain_starts_and_from_there_until_its_node_is_gone() {
+    fn a_replacement_is_measured_step_by_step_and_a_step_seen_skipped_is_not() {
+        let in_flight = |node: &str, since: i64| InFlight {
+            node: node.into(),
+            step: Step::Replace,
+            since: t(since),
+            waiting_on: None,
+        };
+        // a: waiting for its new instance; b: draining since 1 s; c: its Node gone.
         let previous = NodeVersionStatus {
             in_flight: vec![published("a", REPLACE, t(0)), published("b", REPLACE, t(1_000))],
+            replacing: vec![published("b", RETIRE, t(1_000)), published("c", RELEASE, t(500))],
             ..Default::default()
         };
-        // a: its drain started (a fresh intent=replace); b: its Node is gone, its instance being deleted.
+        // a: its drain started (a fresh intent); b: its Node is gone; c: its instance is gone.
         let mut plan = Plan::default();
-        plan.in_flight.push(InFlight { node: "a".into(), step: Step::Replace, since: t(4_000), waiting_on: None });
+        plan.in_flight.push(in_flight("a", 4_000));
+        plan.replacements.retiring.push("a".into());
         plan.replacements.obsolete.push("b".into());
         assert_eq!(
             measure(Some(&previous), &plan, true, t(6_000)),
             vec![
+                StepDuration { step: RELEASE.into(), samples: 1, mean_millis: 5_500 },
                 StepDuration { step: REPLACE.into(), samples: 1, mean_millis: 4_000 },
                 StepDuration { step: RETIRE.into(), samples: 1, mean_millis: 5_000 },
             ]
         );
-        // b is listed as releasing since then; once its instance is gone, that is measured too.
-        let releasing = releasing(Some(&previous), &plan, t(6_000));
-        assert_eq!(releasing, vec![published("b", RELEASE, t(6_000))]);
-        assert_eq!(
-            super::releasing(
-                Some(&NodeVersionStatus { releasing: releasing.clone(), ..Default::default() }),
-                &plan,
-                t(7_000)
-            ),
-            releasing
-        );
-        let later = NodeVersionStatus { releasing, ..Default::default() };
-        assert_eq!(
-            measure(Some(&later), &Plan::default(), true, t(8_500)),
-            vec![StepDuration { step: RELEASE.into(), samples: 1, mean_millis: 2_500 }]
-        );
-        assert_eq!(measure(Some(&later), &plan, true, t(8_500)), vec![], "still being deleted");
-        // Still waiting for its instance (the same intent), or released rather than replaced: nothing measured.
+        // The status lists a and b with their steps; b keeps its time while its instance is being deleted.
+        let listed = replacing(Some(&previous), &plan, t(6_000));
+        assert_eq!(listed, vec![published("a", RETIRE, t(4_000)), published("b", RELEASE, t(6_000))]);
+        let later = NodeVersionStatus { replacing: listed.clone(), ..Default::default() };
+        assert_eq!(replacing(Some(&later), &plan, t(7_000)), listed);
+        assert_eq!(measure(Some(&later), &plan, true, t(7_000)), vec![], "nothing left a step");
+        // A status that missed a's drain (seen waiting for its instance, then gone): neither step is measured.
+        let mut gone = Plan::default();
+        gone.replacements.obsolete.push("a".into());
+        let missed = NodeVersionStatus { in_flight: vec![published("a", REPLACE, t(0))], ..Default::default() };
+        assert_eq!(measure(Some(&missed), &gone, true, t(9_000)), vec![]);
+        // Still waiting for its instance (the same intent): nothing measured.
         let mut waiting = Plan::default();
-        waiting.in_flight.push(InFlight { node: "a".into(), step: Step::Replace, since: t(0), waiting_on: None });
-        assert_eq!(measure(Some(&previous), &waiting, true, t(6_000)), vec![]);
+        waiting.in_flight.push(in_flight("a", 0));
+        assert_eq!(measure(Some(&missed), &waiting, true, t(6_000)), vec![]);
+
         let status =
             NodeVersionStatus { step_durations: measure(Some(&previous), &plan, true, t(6_000)), ..Default::default() };
         let d = Durations::measured([("nv", &status)], None);
-        assert_eq!((d.replace, d.retire), (SignedDuration::from_secs(4), SignedDuration::from_secs(5)));
+        assert_eq!(
+            (d.replace, d.retire, d.release),
+            (SignedDuration::from_secs(4), SignedDuration::from_secs(5), SignedDuration::from_millis(5_500))
+        );
         assert_eq!(d.retire_source, Source::Measured { node_version: "nv".into(), samples: 1 });
         let d = d.with_replacement_flags(Some(SignedDuration::from_secs(9)), None, None);
         assert_eq!((d.replace, d.replace_source), (SignedDuration::from_secs(9), Source::Flag));

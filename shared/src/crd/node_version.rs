@@ -302,10 +302,12 @@ pub struct NodeVersionStatus {
     /// Replaced nodes whose Node is gone and whose instance is being deleted, by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub obsolete: Vec<String>,
-    /// The replaced nodes of `obsolete`, each since its Node was found gone (step `release`), to the millisecond:
-    /// `update-operator plan` measures how long deleting an instance takes from it.
+    /// Donors past their new instance's join, each with the step of its replacement and since when, to the
+    /// millisecond: `retire` (its drain and its Node's deletion, since the drain started) or `release` (its Node is
+    /// gone and its instance being deleted, since that was found). `update-operator plan` measures the
+    /// replacement's steps from them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub releasing: Vec<InFlightNode>,
+    pub replacing: Vec<InFlightNode>,
     /// `Progressing`, `UpToDate`, `Blocked`, `Failed` and `SelectorOverlap`, each with a reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
