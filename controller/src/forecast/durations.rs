@@ -21,7 +21,6 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use serde::Serialize;
 use shared::crd::{InFlightNode, NodeVersionStatus, StepDuration};
-use shared::protocol::Step;
 
 /// The running mean weighs about this many of the last samples.
 pub const MEAN_OVER: i32 = 50;
@@ -292,6 +291,7 @@ fn add_sample(durations: &mut Vec<StepDuration>, step: &str, took: SignedDuratio
 mod tests {
     use super::*;
     use crate::policy::{InFlight, Problem};
+    use shared::protocol::Step;
 
     fn t(ms: i64) -> Timestamp {
         Timestamp::from_millisecond(1_800_000_000_000 + ms).unwrap()
