@@ -99,6 +99,18 @@ async fn roll_out(cluster: &Cluster, image: &'static str) -> shared::crd::NodeVe
     eventually(ROLLOUT, &format!("the rollout to {image}"), || rolled_out(cluster, image)).await
 }
 
+/// The snapshot `client` reads once its role applies (the dev server's authorizer caches for a moment).
+async fn eventually_read(client: &kube::Client) -> Snapshot {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match Snapshot::read(client).await {
+            Ok(snapshot) => return snapshot,
+            Err(error) => assert!(std::time::Instant::now() < deadline, "the role never applied: {error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_forecasts_the_replacement_of_group_nodes_within_max_surge_and_the_rollout_follows_it() {
     let cluster = cluster().await;
@@ -110,9 +122,12 @@ async fn plan_forecasts_the_replacement_of_group_nodes_within_max_surge_and_the_
     })
     .await;
 
-    // Before any rollout, without the cloud: the groups follow from the provider IDs, the images of the group
-    // nodes (which run no agent) are not known and taken as outdated, which the report says.
-    let snapshot = Snapshot::read(&cluster.client()).await.unwrap();
+    // Before any rollout, without the cloud and under the read-only role of deploy/examples (which lists the
+    // PendingNodes too): the groups follow from the provider IDs, the images of the group nodes (which run no
+    // agent) are not known and taken as outdated, which the report says.
+    let planner = support::planner_client(&cluster);
+    support::bind_plan_role(&store);
+    let snapshot = eventually_read(&planner).await;
     let report = Report::build(snapshot, Some(version("v2")), Flags::default(), None, Timestamp::now());
     let replaced: Vec<&str> = report.rollouts[0].nodes.iter().filter(|n| n.replaced).map(|n| n.node.as_str()).collect();
     assert_eq!(replaced.len(), 5, "{}", report.text());
