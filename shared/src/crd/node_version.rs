@@ -334,7 +334,7 @@ pub struct NodeVersionStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StepDuration {
-    /// The step: `stage`, `drain`, `reboot`, `kubeadm-upgrade` or `replace`.
+    /// The step: `stage`, `drain`, `reboot`, `kubeadm-upgrade`, or a replacement's `replace`, `retire` and `release`.
     pub step: String,
     /// How many measurements the mean is made of (it weighs the last 50 the most).
     #[schemars(range(min = 1))]
