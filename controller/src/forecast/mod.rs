@@ -17,10 +17,10 @@
 //! A node of a known scaling group ([`NodeView::group`]) is replaced as the policy replaces it (see
 //! [`crate::policy::replacement`]), within `maxSurge`: its new instance is created and joins Ready
 //! [`Durations::replace`] after its `intent=replace` less the rollout's soak time (which the policy waits
-//! itself), so that its drain starts [`Durations::replace`] after it; the drain and the deletion of its Node take
-//! [`Durations::retire`], and the deletion of its instance after that [`Durations::release`] (until then it holds
-//! its `maxSurge` slot; its node frees its slot in the forecast once the instance is gone). The new node is a member of the
-//! group that runs the group's image; it is not listed (it never starts).
+//! itself), so that its drain starts [`Durations::replace`] after it; its drain and the deletion of its Node
+//! take [`Durations::retire`], and the deletion of its instance [`Durations::release`] more (until then the
+//! instance holds its `maxSurge` slot; the node finishes in the forecast once the instance is gone). The new
+//! node is a member of the group running the group's image; it is not listed (it never starts).
 //!
 //! # Guarantees
 //! - The order and the waves are the policy's own decisions: a change to the policy changes the
@@ -375,6 +375,7 @@ impl Run<'_> {
         }
     }
 
+    /// The group member facts of `node`, when it is a member.
     fn member_mut(&mut self, node: &str) -> Option<&mut GroupMember> {
         self.nodes.iter_mut().find(|n| n.name == node).and_then(|n| n.group.as_mut())
     }
