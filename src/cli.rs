@@ -349,6 +349,36 @@ mod tests {
     }
 
     #[test]
+    fn plan_takes_the_replacement_durations_and_the_controllers_cloud_flags() {
+        let cli = parse(&[
+            "update-operator",
+            "plan",
+            "--replace-time",
+            "6m",
+            "--retire-time",
+            "2m",
+            "--release-time",
+            "30s",
+            "--cloud-provider",
+            "simulated",
+            "--cloud-endpoint",
+            "http://h:1",
+        ])
+        .unwrap();
+        let Mode::Plan(plan) = cli.mode else { panic!("plan mode expected") };
+        let minutes = |m: u64| Some(std::time::Duration::from_secs(m * 60));
+        assert_eq!((plan.replace_time, plan.retire_time), (minutes(6), minutes(2)));
+        assert_eq!(plan.release_time, Some(std::time::Duration::from_secs(30)));
+        assert_eq!(
+            (plan.cloud_provider, plan.cloud_endpoint.as_deref()),
+            (Some(CloudProviderKind::Simulated), Some("http://h:1"))
+        );
+        // As for the controller: the simulated cloud needs its endpoint, an endpoint needs a cloud.
+        assert!(parse(&["update-operator", "plan", "--cloud-provider", "simulated"]).is_err());
+        assert!(parse(&["update-operator", "plan", "--cloud-endpoint", "http://h:1"]).is_err());
+    }
+
+    #[test]
     fn flags_parse_after_the_single_dash_mode() {
         let cli = parse(&["update-operator", "-agent", "--node-name", "n1", "--log-format", "text"]).unwrap();
         let Mode::Agent(agent) = cli.mode else { panic!("agent mode expected") };
