@@ -60,9 +60,27 @@ pub struct PlanArgs {
     /// Kubernetes (default: as measured, else 5m).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub kubeadm_upgrade_time: Option<std::time::Duration>,
+    /// How long a node of a ScalingGroup takes from the start of its replacement until its drain starts: its
+    /// new instance's creation and join, and the soak time (default: as measured, else 5m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub replace_time: Option<std::time::Duration>,
+    /// How long a replaced node's drain and the deletion of its Node take (default: as measured, else 3m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub retire_time: Option<std::time::Duration>,
+    /// How long deleting a replaced node's instance takes after its Node is gone (default: as measured, else 1m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub release_time: Option<std::time::Duration>,
     /// The node the controller runs on (it is updated last).
     #[arg(long, value_name = "NAME")]
     pub controller_node: Option<String>,
+    /// Ask this cloud which ScalingGroup each node's instance belongs to and its image, as the controller does
+    /// (only `simulated` so far). Without it a node's group follows from its provider ID where the ID names it
+    /// (Azure scale set VMs, the simulated cloud) and the other nodes of a cloud are listed and forecast in place.
+    #[arg(long, value_enum, value_name = "CLOUD")]
+    pub cloud_provider: Option<CloudProviderKind>,
+    /// The cloud API's address, as the controller's: for `simulated`, the dev cluster's URL (http://HOST:PORT).
+    #[arg(long, value_name = "URL", requires = "cloud_provider", required_if_eq("cloud_provider", "simulated"))]
+    pub cloud_endpoint: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -328,6 +346,36 @@ mod tests {
         assert_eq!(plan.drain_time, Some(std::time::Duration::from_secs(90)));
         assert_eq!(plan.kubeadm_upgrade_time, Some(std::time::Duration::from_secs(240)));
         assert!(parse(&["update-operator", "plan", "--stage-time", "soon"]).is_err());
+    }
+
+    #[test]
+    fn plan_takes_the_replacement_durations_and_the_controllers_cloud_flags() {
+        let cli = parse(&[
+            "update-operator",
+            "plan",
+            "--replace-time",
+            "6m",
+            "--retire-time",
+            "2m",
+            "--release-time",
+            "30s",
+            "--cloud-provider",
+            "simulated",
+            "--cloud-endpoint",
+            "http://h:1",
+        ])
+        .unwrap();
+        let Mode::Plan(plan) = cli.mode else { panic!("plan mode expected") };
+        let minutes = |m: u64| Some(std::time::Duration::from_secs(m * 60));
+        assert_eq!((plan.replace_time, plan.retire_time), (minutes(6), minutes(2)));
+        assert_eq!(plan.release_time, Some(std::time::Duration::from_secs(30)));
+        assert_eq!(
+            (plan.cloud_provider, plan.cloud_endpoint.as_deref()),
+            (Some(CloudProviderKind::Simulated), Some("http://h:1"))
+        );
+        // As for the controller: the simulated cloud needs its endpoint, an endpoint needs a cloud.
+        assert!(parse(&["update-operator", "plan", "--cloud-provider", "simulated"]).is_err());
+        assert!(parse(&["update-operator", "plan", "--cloud-endpoint", "http://h:1"]).is_err());
     }
 
     #[test]

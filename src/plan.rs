@@ -2,7 +2,7 @@
 //! controller's own policy (see `controller::forecast`) and prints the order, the waves, the
 //! predicted duration and every blocker. Writes nothing.
 
-use crate::cli::{PlanArgs, PlanOutput};
+use crate::cli::{CloudProviderKind, PlanArgs, PlanOutput};
 use anyhow::Context as _;
 use controller::forecast::report::{Flags, Report};
 use controller::forecast::snapshot::Snapshot;
@@ -42,12 +42,18 @@ async fn run(args: PlanArgs) -> anyhow::Result<Report> {
     let client = kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
     let mut snapshot = Snapshot::read(&client).await.context("cannot read the cluster")?;
     snapshot.check_kubernetes(&client, version.as_ref()).await;
+    if let Some(provider) = cloud(&args)? {
+        snapshot.ask_cloud(provider.as_ref()).await;
+    }
     let duration = |d: Option<std::time::Duration>| d.and_then(|d| jiff::SignedDuration::try_from(d).ok());
     let flags = Flags {
         stage: duration(args.stage_time),
         drain: duration(args.drain_time),
         reboot: duration(args.reboot_time),
         kubeadm_upgrade: duration(args.kubeadm_upgrade_time),
+        replace: duration(args.replace_time),
+        retire: duration(args.retire_time),
+        release: duration(args.release_time),
     };
     let report = Report::build(snapshot, version, flags, args.controller_node.as_deref(), jiff::Timestamp::now());
     match args.output {
@@ -55,6 +61,23 @@ async fn run(args: PlanArgs) -> anyhow::Result<Report> {
         PlanOutput::Json => println!("{}", serde_json::to_string_pretty(&report).context("cannot write the report")?),
     }
     Ok(report)
+}
+
+/// The cloud `plan` asks about the nodes' instances, when `--cloud-provider` names one it can ask.
+fn cloud(args: &PlanArgs) -> anyhow::Result<Option<Box<dyn cloud::CloudProvider>>> {
+    match args.cloud_provider {
+        None => Ok(None),
+        Some(CloudProviderKind::Simulated) => {
+            let endpoint =
+                args.cloud_endpoint.as_deref().context("--cloud-provider simulated needs --cloud-endpoint")?;
+            let provider = cloud::simulated::SimulatedProvider::new(endpoint).context("--cloud-endpoint")?;
+            Ok(Some(Box::new(provider)))
+        }
+        Some(other) => anyhow::bail!(
+            "--cloud-provider {other:?}: plan asks only the simulated cloud so far; without --cloud-provider it takes \
+             the group of Azure scale set VMs from their provider IDs and lists the nodes it cannot place"
+        ),
+    }
 }
 
 /// The NodeVersion of a YAML or JSON file.

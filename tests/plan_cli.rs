@@ -58,3 +58,59 @@ async fn plan_prints_the_forecast_and_the_blockers_and_exits_with_3_when_somethi
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent/nv.yaml"));
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_replaces_the_nodes_of_scaling_groups_asking_the_cloud_when_given_its_flags() {
+    let config = ClusterConfig {
+        nodes: 1,
+        control_planes: 0,
+        workloads: None,
+        scaling_groups: vec![dev::cloud::GroupSpec::new("workers-a", cloud::GroupRole::Worker, 2)],
+        ..Default::default()
+    };
+    let cluster = Cluster::start(config).await.unwrap();
+    let kubeconfig = cluster.server().kubeconfig_path().display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("nv.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: update.edgeless.systems/v1alpha1\nkind: NodeVersion\nmetadata: {name: constellation-version}\n\
+         spec: {image: v2, rollout: {maxSurge: 1}}\n",
+    )
+    .unwrap();
+    let file = file.display().to_string();
+    let replaced = |report: &serde_json::Value| -> Vec<bool> {
+        report["rollouts"][0]["nodes"].as_array().unwrap().iter().map(|n| n["replaced"].as_bool().unwrap()).collect()
+    };
+
+    // Asking the simulated cloud: its two nodes are replaced one at a time (maxSurge 1), with the flag's time.
+    let cloud = ["--cloud-provider", "simulated", "--cloud-endpoint", cluster.url()];
+    let out = plan(&kubeconfig, &[&["-f", &file, "-o", "json", "--replace-time", "1m"][..], &cloud[..]].concat()).await;
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The in-place node has no agent (a blocker); the group nodes need none.
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(replaced(&report), vec![true, true], "{report:#}");
+    let waves: Vec<u64> =
+        report["rollouts"][0]["nodes"].as_array().unwrap().iter().map(|n| n["wave"].as_u64().unwrap()).collect();
+    assert_eq!(waves, vec![1, 2]);
+    let replace = report["durations"].as_array().unwrap().iter().find(|d| d["step"] == "replace").unwrap();
+    assert_eq!((replace["seconds"].as_f64(), replace["source"]["kind"].as_str()), (Some(60.0), Some("Flag")));
+    let assumptions = report["assumptions"].to_string();
+    assert!(assumptions.contains("as the cloud told"), "{assumptions}");
+
+    // Without the cloud: the groups follow from the provider IDs, the images are taken as outdated.
+    let out = plan(&kubeconfig, &["-f", &file, "-o", "json"]).await;
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(replaced(&report), vec![true, true], "{report:#}");
+    let assumptions = report["assumptions"].to_string();
+    assert!(
+        assumptions.contains("from their provider IDs") && assumptions.contains("taken as outdated"),
+        "{assumptions}"
+    );
+
+    // A cloud plan cannot ask yet is an error, not a silent in-place forecast.
+    let out = plan(&kubeconfig, &["-f", &file, "--cloud-provider", "gcp"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("plan asks only the simulated cloud"));
+    cluster.shutdown().await;
+}

@@ -108,16 +108,7 @@ impl Replacer {
 
     /// The scaling groups, PendingNodes and unresolved nodes, for the policy.
     pub fn fleet(&self) -> Fleet {
-        let groups = self
-            .groups
-            .state()
-            .iter()
-            .map(|g| GroupView {
-                group_id: g.spec.group_id.clone(),
-                control_plane: g.spec.role == Some(NodeRole::ControlPlane),
-                image: g.status.as_ref().and_then(|s| s.image_reference.clone()),
-            })
-            .collect();
+        let groups = self.groups.state().iter().map(|g| group_view(g)).collect();
         let pending = self.pending.state().iter().map(|p| pending_view(p)).collect();
         let autoscaler_running =
             self.strategies.state().iter().find(|s| !crate::groups::autoscaler::confirmed_down(s)).map(|s| {
@@ -128,35 +119,9 @@ impl Replacer {
 
     /// What the policy needs of `node` when the cloud has it in a group.
     pub fn member(&self, node: &SlimNode) -> Option<GroupMember> {
-        let provider_id = node.spec.provider_id.clone()?;
-        let (group_id, image) = self.instances.get(&provider_id).flatten()?;
-        let annotations = node.metadata.annotations.clone().unwrap_or_default();
-        let ready_since = node
-            .status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Ready" && c.status == "True")
-            .map(|c| c.last_transition_time.as_ref().map_or(Timestamp::UNIX_EPOCH, |t| t.0));
-        let donor = match (
-            annotations.get(keys::DONOR),
-            annotations.get(keys::DONOR_PROVIDER_ID),
-            annotations.get(keys::DONOR_GROUP),
-        ) {
-            (Some(name), Some(provider_id), Some(group_id)) => {
-                Some(DonorRef { name: name.clone(), provider_id: provider_id.clone(), group_id: group_id.clone() })
-            }
-            _ => None,
-        };
-        Some(GroupMember {
-            group_id,
-            provider_id,
-            image: Some(image),
-            ready_since,
-            labels: node.metadata.labels.clone().unwrap_or_default(),
-            taints: node.spec.taints.iter().map(taint_view).collect(),
-            heir: annotations.get(keys::HEIR).cloned(),
-            donor,
-        })
+        let provider_id = node.spec.provider_id.as_deref()?;
+        let (group_id, image) = self.instances.get(provider_id).flatten()?;
+        Some(member_of(node, group_id, Some(image)))
     }
 
     /// Creates one instance in `group_id` for `donor` and records it as the joining PendingNode `pending` (with
@@ -465,6 +430,46 @@ fn requested(node: &SlimNode) -> Option<Timestamp> {
 /// Whether a failed creation certainly created nothing (the cloud refused it), so that it may be asked again.
 fn nothing_created(error: &cloud::Error) -> bool {
     !matches!(error, cloud::Error::Transient { .. } | cloud::Error::Permanent { .. })
+}
+
+/// The policy's view of a ScalingGroup.
+pub fn group_view(g: &shared::crd::ScalingGroup) -> GroupView {
+    GroupView {
+        group_id: g.spec.group_id.clone(),
+        control_plane: g.spec.role == Some(NodeRole::ControlPlane),
+        image: g.status.as_ref().and_then(|s| s.image_reference.clone()),
+    }
+}
+
+/// What the policy needs of `node`, a member of `group_id` created from `image` (when known).
+pub fn member_of(node: &SlimNode, group_id: String, image: Option<String>) -> GroupMember {
+    let annotations = node.metadata.annotations.clone().unwrap_or_default();
+    let ready_since = node
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")
+        .map(|c| c.last_transition_time.as_ref().map_or(Timestamp::UNIX_EPOCH, |t| t.0));
+    let donor = match (
+        annotations.get(keys::DONOR),
+        annotations.get(keys::DONOR_PROVIDER_ID),
+        annotations.get(keys::DONOR_GROUP),
+    ) {
+        (Some(name), Some(provider_id), Some(group_id)) => {
+            Some(DonorRef { name: name.clone(), provider_id: provider_id.clone(), group_id: group_id.clone() })
+        }
+        _ => None,
+    };
+    GroupMember {
+        group_id,
+        provider_id: node.spec.provider_id.clone().unwrap_or_default(),
+        image,
+        ready_since,
+        labels: node.metadata.labels.clone().unwrap_or_default(),
+        taints: node.spec.taints.iter().map(taint_view).collect(),
+        heir: annotations.get(keys::HEIR).cloned(),
+        donor,
+    }
 }
 
 /// The policy's view of a PendingNode.

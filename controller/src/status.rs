@@ -118,6 +118,7 @@ pub fn compute(
         heirs: plan.replacements.heirs.clone(),
         pending: plan.replacements.pending.clone(),
         obsolete: plan.replacements.obsolete.clone(),
+        replacing: crate::forecast::durations::replacing(previous, plan, now),
         conditions,
         active_cluster_version_upgrade: kubernetes_active,
         kubelets: plan

@@ -316,29 +316,10 @@ async fn plan_needs_only_the_read_only_role_of_deploy_examples() {
     };
     let cluster = Cluster::start(config).await.unwrap();
     let store = cluster.store();
-    let role_file = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/examples/plan-clusterrole.yaml");
-    let role: k8s_openapi::api::rbac::v1::ClusterRole =
-        yaml_serde::from_str(&std::fs::read_to_string(role_file).unwrap()).unwrap();
-    let binding = |role: &str| -> k8s_openapi::api::rbac::v1::ClusterRoleBinding {
-        serde_json::from_value(json!({
-            "metadata": {"name": "planner"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": "planner", "namespace": "default"}]
-        }))
-        .unwrap()
-    };
-    let account: k8s_openapi::api::core::v1::ServiceAccount =
-        serde_json::from_value(json!({"metadata": {"name": "planner", "namespace": "default"}})).unwrap();
-    store.api().create(Some("default"), &account, &PostParams::default()).unwrap();
-    let token = cluster
-        .server()
-        .token_for(&dev::apiserver::auth::user::Identity::service_account("default", "planner"))
-        .unwrap();
-    let planner = kube::Client::try_from(cluster.server().kube_config_with_token(&token)).unwrap();
+    let planner = support::planner_client(&cluster);
     // Without the role nothing can be read; with it, everything plan reads.
     assert!(Snapshot::read(&planner).await.is_err());
-    store.api().create(None, &role, &PostParams::default()).unwrap();
-    store.api().create(None, &binding("update-operator-plan"), &PostParams::default()).unwrap();
+    support::bind_plan_role(&store);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let snapshot = loop {
         match Snapshot::read(&planner).await {

@@ -11,7 +11,8 @@
 //!   emptyDir data, an orphan of a deleted DaemonSet, several budgets).
 //! - PodDisruptionBudgets that allow no disruption now (`status.disruptionsAllowed` 0) and select
 //!   a running pod on such a node: its drain would wait on them until `drainTimeout`.
-//! - ScalingGroups at their maximum size whose nodes are replaced (a replacement adds an instance).
+//! - ScalingGroups at their maximum size whose nodes are replaced (a replacement adds an instance), and
+//!   ScalingGroups whose new instances would not get the rollout's image (the first plan holds their nodes).
 
 use super::snapshot::Workloads;
 use crate::drain::filters::{
@@ -19,8 +20,11 @@ use crate::drain::filters::{
 };
 use crate::policy::{ClusterPlan, NodeView, Reason, Rollout};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt;
 use serde::Serialize;
+use shared::crd::ScalingGroup;
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 
 /// The kinds of blockers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -45,6 +49,8 @@ pub enum BlockerKind {
     NodeFailed,
     /// A scaling group is at its maximum size: a replacement cannot add an instance.
     ScalingGroupAtMax,
+    /// A scaling group's new instances would not get the rollout's image: its nodes are not replaced.
+    GroupImage,
 }
 
 /// One thing that would block a rollout.
@@ -72,6 +78,22 @@ pub struct GroupSize {
     pub group_id: String,
     pub max: Option<i32>,
     pub size: usize,
+    /// The NodeVersion whose image its new instances get (`spec.nodeImage`).
+    pub node_image: String,
+}
+
+/// The size of each of `groups`: its members among `nodes`.
+pub fn group_sizes(groups: &[ScalingGroup], nodes: &[NodeView]) -> Vec<GroupSize> {
+    groups
+        .iter()
+        .map(|g| GroupSize {
+            name: g.name_any(),
+            group_id: g.spec.group_id.clone(),
+            max: g.spec.max,
+            size: nodes.iter().filter(|n| n.group.as_ref().is_some_and(|m| m.group_id == g.spec.group_id)).count(),
+            node_image: g.spec.node_image.clone(),
+        })
+        .collect()
 }
 
 /// Every blocker of `rollouts` (as given to `first`'s plan), sorted by NodeVersion, kind and object.
@@ -121,6 +143,15 @@ pub fn find(
             }
         }
         for held in &plan.held {
+            let group = nodes
+                .iter()
+                .find(|n| n.name == held.node)
+                .and_then(|n| n.group.as_ref())
+                .and_then(|m| groups.iter().find(|g| g.group_id == m.group_id));
+            if held.hold.reason == Reason::GroupImagePending && group.is_none_or(|g| g.node_image == name) {
+                // Its ScalingGroup controller sets the group to this NodeVersion's image: a moment's wait.
+                continue;
+            }
             let (kind, fix) = match held.hold.reason {
                 Reason::NoAgentReport => (
                     BlockerKind::NoAgent,
@@ -131,9 +162,16 @@ pub fn find(
                     "uncordon the node (kubectl uncordon) once whoever cordoned it is done",
                 ),
                 Reason::NodeNotReady => (BlockerKind::NodeNotReady, "bring the node back to Ready"),
+                Reason::GroupImagePending => (
+                    BlockerKind::GroupImage,
+                    "set the node's ScalingGroup spec.nodeImage to this NodeVersion (its new instances get its image)",
+                ),
                 _ => (BlockerKind::NodeHeld, "see the message"),
             };
-            let message = format!("node {}: {}: {}", held.node, held.hold.reason, held.hold.message);
+            let mut message = format!("node {}: {}: {}", held.node, held.hold.reason, held.hold.message);
+            if let Some(g) = group.filter(|_| kind == BlockerKind::GroupImage) {
+                let _ = write!(message, " (ScalingGroup {} takes the image of NodeVersion {})", g.name, g.node_image);
+            }
             found.push(blocker(kind, format!("Node {}", held.node), vec![held.node.clone()], message, fix));
         }
         for problem in plan.failed.iter().chain(&plan.blocked) {

@@ -9,11 +9,18 @@
 //! enough: a rollout's steps keep the same phase within the second, so truncation would bias every
 //! sample the same way, by up to a second.) Each NodeVersion keeps a
 //! running mean per step that weighs the last [`MEAN_OVER`] samples the most.
+//!
+//! A replaced node (one of a scaling group) has two steps, both under `intent=replace`: [`REPLACE`], from its
+//! `intent=replace` to the fresh one its drain starts with (the new instance's creation, join, soak and pairing),
+//! and [`RETIRE`], from there until its Node is deleted (the drain and the deletion). Then its instance is deleted:
+//! [`RELEASE`], from the round that finds its Node gone (the status lists it in `releasing` with that time) to the
+//! round that finds the instance gone.
 
 use crate::policy::Plan;
 use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use serde::Serialize;
-use shared::crd::{NodeVersionStatus, StepDuration};
+use shared::crd::{InFlightNode, NodeVersionStatus, StepDuration};
 
 /// The running mean weighs about this many of the last samples.
 pub const MEAN_OVER: i32 = 50;
@@ -22,8 +29,17 @@ pub const DEFAULT_STAGE: SignedDuration = SignedDuration::from_mins(3);
 pub const DEFAULT_DRAIN: SignedDuration = SignedDuration::from_mins(2);
 pub const DEFAULT_REBOOT: SignedDuration = SignedDuration::from_mins(3);
 pub const DEFAULT_KUBEADM_UPGRADE: SignedDuration = SignedDuration::from_mins(5);
+pub const DEFAULT_REPLACE: SignedDuration = SignedDuration::from_mins(5);
+pub const DEFAULT_RETIRE: SignedDuration = SignedDuration::from_mins(3);
+pub const DEFAULT_RELEASE: SignedDuration = SignedDuration::from_mins(1);
 /// The step name of a kubeadm upgrade, as the status publishes it.
 pub const KUBEADM_UPGRADE: &str = "kubeadm-upgrade";
+/// The measured step of a replacement until the replaced node's drain starts (see the module documentation).
+pub const REPLACE: &str = "replace";
+/// The measured step of a replacement from the replaced node's drain until its Node is deleted.
+pub const RETIRE: &str = "retire";
+/// The measured step of a replacement from its old Node's deletion until its instance is gone.
+pub const RELEASE: &str = "release";
 
 /// Where a duration comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -46,10 +62,20 @@ pub struct Durations {
     pub reboot: SignedDuration,
     /// A node's `kubeadm upgrade` (apply or node), from its intent to the round that verifies it.
     pub kubeadm_upgrade: SignedDuration,
+    /// A replaced node, from its `intent=replace` until its drain starts: the new instance's creation and
+    /// join, the soak time and the pairing.
+    pub replace: SignedDuration,
+    /// A replaced node's drain and the deletion of its Node.
+    pub retire: SignedDuration,
+    /// The deletion of a replaced node's instance, after its Node's (until then it holds a `maxSurge` slot).
+    pub release: SignedDuration,
     pub stage_source: Source,
     pub drain_source: Source,
     pub reboot_source: Source,
     pub kubeadm_upgrade_source: Source,
+    pub replace_source: Source,
+    pub retire_source: Source,
+    pub release_source: Source,
 }
 
 impl Default for Durations {
@@ -63,6 +89,12 @@ impl Default for Durations {
             drain_source: Source::Default,
             reboot_source: Source::Default,
             kubeadm_upgrade_source: Source::Default,
+            replace: DEFAULT_REPLACE,
+            retire: DEFAULT_RETIRE,
+            replace_source: Source::Default,
+            retire_source: Source::Default,
+            release: DEFAULT_RELEASE,
+            release_source: Source::Default,
         }
     }
 }
@@ -99,6 +131,15 @@ impl Durations {
         if let Some((d, s)) = pick(KUBEADM_UPGRADE) {
             (durations.kubeadm_upgrade, durations.kubeadm_upgrade_source) = (d, s);
         }
+        if let Some((d, s)) = pick(REPLACE) {
+            (durations.replace, durations.replace_source) = (d, s);
+        }
+        if let Some((d, s)) = pick(RETIRE) {
+            (durations.retire, durations.retire_source) = (d, s);
+        }
+        if let Some((d, s)) = pick(RELEASE) {
+            (durations.release, durations.release_source) = (d, s);
+        }
         durations
     }
 
@@ -124,11 +165,30 @@ impl Durations {
         }
         self
     }
+
+    /// These durations with those of the replacement's flags given.
+    pub fn with_replacement_flags(
+        mut self,
+        replace: Option<SignedDuration>,
+        retire: Option<SignedDuration>,
+        release: Option<SignedDuration>,
+    ) -> Durations {
+        if let Some(d) = replace {
+            (self.replace, self.replace_source) = (d, Source::Flag);
+        }
+        if let Some(d) = retire {
+            (self.retire, self.retire_source) = (d, Source::Flag);
+        }
+        if let Some(d) = release {
+            (self.release, self.release_source) = (d, Source::Flag);
+        }
+        self
+    }
 }
 
 /// The step durations to publish: those of `previous`, with a sample for each node that left a step
-/// between `previous` (its `inFlight`) and `plan`, at `now`. `same_target`: `previous` describes the
-/// same target, so a node gone from the nodes in flight after its reboot was verified.
+/// between `previous` (its `inFlight` and `replacing`) and `plan`, at `now`. `same_target`: `previous` describes
+/// the same target, so a node gone from the nodes in flight after its reboot was verified.
 pub fn measure(
     previous: Option<&NodeVersionStatus>,
     plan: &Plan,
@@ -138,9 +198,31 @@ pub fn measure(
     let Some(previous) = previous else { return Vec::new() };
     let mut durations = previous.step_durations.clone();
     let problem = |node: &str| plan.failed.iter().chain(&plan.blocked).any(|p| p.node == node);
+    let replacing = replacing(Some(previous), plan, now);
+    for before in &previous.replacing {
+        // A replacement's later steps: each ends when the next one is listed (a node seen two steps on is not
+        // measured), `release` when its instance is gone.
+        let now_in = replacing.iter().find(|r| r.name == before.name);
+        let ended = match (before.step.as_str(), now_in.map(|r| r.step.as_str())) {
+            (RETIRE, Some(RELEASE)) => now,
+            (RELEASE, None) if same_target && !problem(&before.name) => now,
+            _ => continue,
+        };
+        add_sample(&mut durations, &before.step, ended.duration_since(before.since.0).max(SignedDuration::ZERO));
+    }
     for before in &previous.in_flight {
         let started = before.since.0;
-        let ended = match plan.in_flight.iter().find(|f| f.node == before.name) {
+        let now_in = plan.in_flight.iter().find(|f| f.node == before.name);
+        if before.step == REPLACE {
+            // Its first step ends when its drain starts (with a fresh intent: a new `since`).
+            if let Some(retiring) = replacing.iter().find(|r| r.name == before.name && r.step == RETIRE)
+                && retiring.since.0 > started
+            {
+                add_sample(&mut durations, REPLACE, retiring.since.0.duration_since(started));
+            }
+            continue;
+        }
+        let ended = match now_in {
             Some(now_in) if now_in.step.as_str() != before.step && follows(&before.step, now_in.step.as_str()) => {
                 now_in.since
             }
@@ -151,6 +233,25 @@ pub fn measure(
         add_sample(&mut durations, &before.step, took);
     }
     durations
+}
+
+/// The donors of `plan` past their new instance's join, for the status's `replacing`: those whose drain started
+/// (`retire`, since the drain's intent), and those whose Node is gone (`release`, since the first round that found
+/// it gone, kept from `previous`).
+pub fn replacing(previous: Option<&NodeVersionStatus>, plan: &Plan, now: Timestamp) -> Vec<InFlightNode> {
+    let retiring = plan.in_flight.iter().filter(|f| plan.replacements.retiring.contains(&f.node)).map(|f| {
+        InFlightNode { name: f.node.clone(), step: RETIRE.to_owned(), since: MicroTime(f.since), waiting_on: None }
+    });
+    let releasing = plan.replacements.obsolete.iter().map(|name| {
+        let known = previous.and_then(|p| p.replacing.iter().find(|r| &r.name == name && r.step == RELEASE));
+        InFlightNode {
+            name: name.clone(),
+            step: RELEASE.to_owned(),
+            since: known.map_or(MicroTime(now), |r| r.since.clone()),
+            waiting_on: None,
+        }
+    });
+    retiring.chain(releasing).collect()
 }
 
 /// Whether `next` is the step that follows `step` (a node seen two steps on is not measured).
@@ -190,8 +291,6 @@ fn add_sample(durations: &mut Vec<StepDuration>, step: &str, took: SignedDuratio
 mod tests {
     use super::*;
     use crate::policy::{InFlight, Problem};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-    use shared::crd::InFlightNode;
     use shared::protocol::Step;
 
     fn t(ms: i64) -> Timestamp {
@@ -286,5 +385,61 @@ mod tests {
         assert_eq!((d.drain, d.drain_source.clone()), (DEFAULT_DRAIN, Source::Default));
         let d = d.with_flags(None, Some(SignedDuration::from_secs(7)), None, None);
         assert_eq!((d.drain, d.drain_source), (SignedDuration::from_secs(7), Source::Flag));
+    }
+
+    #[test]
+    fn a_replacement_is_measured_step_by_step_and_a_step_seen_skipped_is_not() {
+        let in_flight = |node: &str, since: i64| InFlight {
+            node: node.into(),
+            step: Step::Replace,
+            since: t(since),
+            waiting_on: None,
+        };
+        // a: waiting for its new instance; b: draining since 1 s; c: its Node gone.
+        let previous = NodeVersionStatus {
+            in_flight: vec![published("a", REPLACE, t(0)), published("b", REPLACE, t(1_000))],
+            replacing: vec![published("b", RETIRE, t(1_000)), published("c", RELEASE, t(500))],
+            ..Default::default()
+        };
+        // a: its drain started (a fresh intent); b: its Node is gone; c: its instance is gone.
+        let mut plan = Plan::default();
+        plan.in_flight.push(in_flight("a", 4_000));
+        plan.replacements.retiring.push("a".into());
+        plan.replacements.obsolete.push("b".into());
+        assert_eq!(
+            measure(Some(&previous), &plan, true, t(6_000)),
+            vec![
+                StepDuration { step: RELEASE.into(), samples: 1, mean_millis: 5_500 },
+                StepDuration { step: REPLACE.into(), samples: 1, mean_millis: 4_000 },
+                StepDuration { step: RETIRE.into(), samples: 1, mean_millis: 5_000 },
+            ]
+        );
+        // The status lists a and b with their steps; b keeps its time while its instance is being deleted.
+        let listed = replacing(Some(&previous), &plan, t(6_000));
+        assert_eq!(listed, vec![published("a", RETIRE, t(4_000)), published("b", RELEASE, t(6_000))]);
+        let later = NodeVersionStatus { replacing: listed.clone(), ..Default::default() };
+        assert_eq!(replacing(Some(&later), &plan, t(7_000)), listed);
+        assert_eq!(measure(Some(&later), &plan, true, t(7_000)), vec![], "nothing left a step");
+        // A status that missed a's drain (seen waiting for its instance, then gone): neither step is measured.
+        let mut gone = Plan::default();
+        gone.replacements.obsolete.push("a".into());
+        let missed = NodeVersionStatus { in_flight: vec![published("a", REPLACE, t(0))], ..Default::default() };
+        assert_eq!(measure(Some(&missed), &gone, true, t(9_000)), vec![]);
+        // Still waiting for its instance (the same intent): nothing measured.
+        let mut waiting = Plan::default();
+        waiting.in_flight.push(in_flight("a", 0));
+        assert_eq!(measure(Some(&missed), &waiting, true, t(6_000)), vec![]);
+
+        let status =
+            NodeVersionStatus { step_durations: measure(Some(&previous), &plan, true, t(6_000)), ..Default::default() };
+        let d = Durations::measured([("nv", &status)], None);
+        assert_eq!(
+            (d.replace, d.retire, d.release),
+            (SignedDuration::from_secs(4), SignedDuration::from_secs(5), SignedDuration::from_millis(5_500))
+        );
+        assert_eq!(d.retire_source, Source::Measured { node_version: "nv".into(), samples: 1 });
+        let d = d.with_replacement_flags(Some(SignedDuration::from_secs(9)), None, None);
+        assert_eq!((d.replace, d.replace_source), (SignedDuration::from_secs(9), Source::Flag));
+        assert_eq!((Durations::default().replace, Durations::default().retire), (DEFAULT_REPLACE, DEFAULT_RETIRE));
     }
 }

@@ -13,6 +13,15 @@
 //! apply` the API server reports the target. A node updated in both phases appears twice in the
 //! forecast, once per [`Phase`].
 //!
+//! # Replacements
+//! A node of a known scaling group ([`NodeView::group`]) is replaced as the policy replaces it (see
+//! [`crate::policy::replacement`]), within `maxSurge`: its new instance is created and joins Ready
+//! [`Durations::replace`] after its `intent=replace` less the rollout's soak time (which the policy waits
+//! itself), so that its drain starts [`Durations::replace`] after it; its drain and the deletion of its Node
+//! take [`Durations::retire`], and the deletion of its instance [`Durations::release`] more (until then the
+//! instance holds its `maxSurge` slot; the node finishes in the forecast once the instance is gone). The new
+//! node is a member of the group running the group's image; it is not listed (it never starts).
+//!
 //! # Guarantees
 //! - The order and the waves are the policy's own decisions: a change to the policy changes the
 //!   forecast the same way.
@@ -24,6 +33,7 @@
 
 pub mod blockers;
 pub mod durations;
+pub mod membership;
 pub mod preflight;
 pub mod report;
 pub mod snapshot;
@@ -33,8 +43,9 @@ pub use durations::{Durations, Source};
 
 use crate::executor::{DrainEffect, drain_effect, next_state};
 use crate::policy::kubernetes::KubernetesSpec;
+use crate::policy::replacement::{Goal, PendingView};
 use crate::policy::{
-    ActionKind, ClusterPlan, DrainProgress, Fleet, Hold, NodeAction, NodeView, Reason, Rollout, plan_with,
+    ActionKind, ClusterPlan, DrainProgress, Fleet, GroupMember, Hold, NodeAction, NodeView, Reason, Rollout, plan_with,
 };
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
@@ -144,6 +155,8 @@ pub fn forecast(
         tokens: 0,
         boots: 0,
         durations,
+        fleet: fleet.clone(),
+        instances: BTreeMap::new(),
         started: BTreeMap::new(),
         finished: BTreeMap::new(),
         owner: BTreeMap::new(),
@@ -154,7 +167,7 @@ pub fn forecast(
     let mut last = first.clone();
     let mut rounds = 0;
     for _ in 0..MAX_ROUNDS {
-        let cluster = plan_with(&run.nodes, &run.rollouts, fleet, own_node, run.now);
+        let cluster = plan_with(&run.nodes, &run.rollouts, &run.fleet, own_node, run.now);
         let writes = run.apply(&cluster);
         last = cluster;
         rounds += 1;
@@ -207,6 +220,10 @@ struct Run<'a> {
     tokens: u64,
     boots: u64,
     durations: &'a Durations,
+    /// The scaling groups and the PendingNodes, as the replacements change them.
+    fleet: Fleet,
+    /// When the instance of each PendingNode (by name) of a replacement joins Ready, or is gone.
+    instances: BTreeMap<String, Timestamp>,
     /// When each node started a phase (its first stage, replacement or Kubernetes step), whether it
     /// is replaced, and its wave.
     started: BTreeMap<Key, (Timestamp, bool, u32)>,
@@ -235,7 +252,11 @@ impl Run<'_> {
                 .keys()
                 .filter(|k| self.owner.get(*k) == Some(&index) && !self.finished.contains_key(*k))
                 .filter(|(n, _)| !plan.in_flight.iter().any(|f| &f.node == n))
-                .filter(|(n, _)| self.nodes.iter().any(|v| &v.name == n && node_done(v)))
+                .filter(|(n, _)| match self.nodes.iter().find(|v| &v.name == n) {
+                    Some(v) => node_done(v),
+                    // A replaced node, once its Node and its instance are gone.
+                    None => !plan.replacements.obsolete.contains(n),
+                })
                 .cloned()
                 .collect();
             for node in freed {
@@ -250,9 +271,11 @@ impl Run<'_> {
             self.transition(action);
         }
         for n in &mut self.nodes {
-            // The reconciler stops the drains of nodes that left the drain step.
-            let draining =
-                n.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Drain));
+            // The reconciler stops the drains of nodes that left the drain step (a replaced node's drain).
+            let heir = n.group.as_ref().is_some_and(|g| g.heir.is_some());
+            let draining = n.controller.as_ref().is_ok_and(|c| {
+                c.intent.as_ref().is_some_and(|i| i.step == Step::Drain || (i.step == Step::Replace && heir))
+            });
             if !draining {
                 n.drain = DrainProgress::NotRunning;
             }
@@ -286,17 +309,131 @@ impl Run<'_> {
         if let Some(n) = self.nodes.iter_mut().find(|n| n.name == action.node) {
             transition(n, action, token, self.now);
         }
+        self.replacement(action);
+    }
+
+    /// What a replacement's action does besides the Node's annotations: the instances, the PendingNodes, the
+    /// pairing, the deletion of the replaced Node.
+    fn replacement(&mut self, action: &NodeAction) {
+        match &action.kind {
+            ActionKind::CreateInstance { group_id, pending, .. } => {
+                let soak = self
+                    .nodes
+                    .iter()
+                    .find(|n| n.name == action.node)
+                    .and_then(|n| n.selected_by.first())
+                    .and_then(|i| self.rollouts.get(*i))
+                    .and_then(|r| r.spec.acting())
+                    .map_or(SignedDuration::ZERO, |spec| spec.policy.soak_time);
+                let join = (self.durations.replace - soak).max(SignedDuration::ZERO);
+                self.fleet.pending.push(PendingView {
+                    name: pending.clone(),
+                    node_name: heir_name(&action.node),
+                    group_id: group_id.clone(),
+                    goal: Goal::Join,
+                    donor: Some(action.node.clone()),
+                    reached_goal: false,
+                    join_failed: None,
+                    created: Some(self.now),
+                });
+                self.instances.insert(pending.clone(), self.now.checked_add(join).unwrap_or(Timestamp::MAX));
+            }
+            ActionKind::Inherit { donor, labels, taints } => {
+                if let Some(g) = self.member_mut(&action.node) {
+                    g.donor = Some(donor.clone());
+                    g.labels.extend(labels.clone());
+                    g.taints.extend(taints.iter().cloned());
+                }
+            }
+            ActionKind::DrainDonor { heir, .. } => {
+                if let Some(g) = self.member_mut(&action.node) {
+                    g.heir = Some(heir.clone());
+                }
+            }
+            ActionKind::Retire { join_pending, .. } => {
+                self.nodes.retain(|n| n.name != action.node);
+                self.fleet.pending.retain(|p| Some(&p.name) != join_pending.as_ref());
+            }
+            ActionKind::ReleaseInstance { pending, donor, .. } => {
+                if let Some(g) = self.member_mut(&action.node) {
+                    g.donor = None;
+                }
+                self.fleet.pending.push(PendingView {
+                    name: pending.clone(),
+                    node_name: donor.name.clone(),
+                    group_id: donor.group_id.clone(),
+                    goal: Goal::Leave,
+                    donor: Some(donor.name.clone()),
+                    reached_goal: false,
+                    join_failed: None,
+                    created: Some(self.now),
+                });
+                let gone = self.now.checked_add(self.durations.release).unwrap_or(Timestamp::MAX);
+                self.instances.insert(pending.clone(), gone);
+            }
+            _ => {}
+        }
+    }
+
+    /// The group member facts of `node`, when it is a member.
+    fn member_mut(&mut self, node: &str) -> Option<&mut GroupMember> {
+        self.nodes.iter_mut().find(|n| n.name == node).and_then(|n| n.group.as_mut())
+    }
+
+    /// The instance of PendingNode `pending` reaches its goal: a leaving one is gone (with its PendingNode), a
+    /// joining one is a new node, Ready now: a member of its group with the group's image.
+    fn reach_goal(&mut self, pending: &str) {
+        let Some(p) = self.fleet.pending.iter_mut().find(|p| p.name == pending) else { return };
+        if p.goal == Goal::Leave {
+            self.fleet.pending.retain(|p| p.name != pending);
+            return;
+        }
+        p.reached_goal = true;
+        let (heir, group_id) = (p.node_name.clone(), p.group_id.clone());
+        let Some(donor) = p.donor.clone().and_then(|d| self.nodes.iter().find(|n| n.name == d).cloned()) else {
+            return;
+        };
+        let image = self.fleet.groups.iter().find(|g| g.group_id == group_id).and_then(|g| g.image.clone());
+        self.boots += 1;
+        let agent = match &donor.agent {
+            Ok(_) => Ok(shared::protocol::AgentReport { os_image: image.clone(), ..Default::default() }),
+            Err(e) => Err(e.clone()),
+        };
+        self.nodes.push(NodeView {
+            name: heir.clone(),
+            ready: true,
+            unschedulable: false,
+            kubelet_boot_id: Some(format!("forecast-{}", self.boots)),
+            controller: Ok(ControllerAnnotations::default()),
+            agent,
+            drain: DrainProgress::NotRunning,
+            group: Some(GroupMember {
+                group_id,
+                provider_id: format!("forecast://{heir}"),
+                image,
+                ready_since: Some(self.now),
+                ..GroupMember::default()
+            }),
+            operation: None,
+            ..donor
+        });
     }
 
     /// When the next node finishes its step on its own (the agent staged, the drain done, the node
     /// back from its reboot).
     fn next_event(&self) -> Option<Timestamp> {
-        self.nodes.iter().filter_map(|n| self.due(n)).min()
+        self.nodes.iter().filter_map(|n| self.due(n)).chain(self.instances.values().copied()).min()
     }
 
     /// When `n`'s current step finishes on its own, if it waits on the world.
     fn due(&self, n: &NodeView) -> Option<Timestamp> {
         let intent = n.controller.as_ref().ok()?.intent.as_ref()?;
+        if intent.step == Step::Replace {
+            // A replaced node needs no agent: its drain is the controller's.
+            return matches!(n.drain, DrainProgress::Running { .. })
+                .then(|| intent.since.checked_add(self.durations.retire).ok())
+                .flatten();
+        }
         let agent = n.agent.as_ref().ok()?;
         let answered = agent.token.as_ref() == Some(&intent.token);
         let took = match intent.step {
@@ -312,11 +449,21 @@ impl Run<'_> {
     /// Everything the world does by now.
     fn world(&mut self) {
         let now = self.now;
+        let reached: Vec<String> =
+            self.instances.iter().filter(|(_, at)| **at <= now).map(|(p, _)| p.clone()).collect();
+        for pending in reached {
+            self.instances.remove(&pending);
+            self.reach_goal(&pending);
+        }
         let due: Vec<usize> =
             (0..self.nodes.len()).filter(|&i| self.due(&self.nodes[i]).is_some_and(|t| t <= now)).collect();
         for i in due {
             let n = &mut self.nodes[i];
             let Some(intent) = n.controller.as_ref().ok().and_then(|c| c.intent.clone()) else { continue };
+            if intent.step == Step::Replace {
+                n.drain = DrainProgress::Drained;
+                continue;
+            }
             let Ok(agent) = &mut n.agent else { continue };
             match intent.step {
                 Step::Stage => {
@@ -461,6 +608,11 @@ fn node_done(n: &NodeView) -> bool {
             let target = n.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).map(|i| i.target.as_str());
             target.is_none_or(|t| a.os_image.as_deref() == Some(t) || n.kubelet_version.as_deref() == Some(t))
         })
+}
+
+/// The name a forecast gives the new node replacing `donor` (the cloud names the real one).
+fn heir_name(donor: &str) -> String {
+    format!("{donor}-heir")
 }
 
 /// Why nothing moves when no hold says it: the reasons of the nodes held back.

@@ -7,7 +7,7 @@
 //!   on the next reconcile (the rollout is not held for it: blockers are reported, never enforced).
 //! - Reads only (lists of pods, PodDisruptionBudgets, DaemonSets and ScalingGroups), within the term.
 
-use super::blockers::{self, Blocker, GroupSize};
+use super::blockers::{self, Blocker};
 use super::snapshot::Workloads;
 use crate::events::{Events, node_reference};
 use crate::leadership::Term;
@@ -82,15 +82,7 @@ impl Preflight {
             }
             Err(_) => return Vec::new(),
         };
-        let sizes: Vec<GroupSize> = groups
-            .iter()
-            .map(|g| GroupSize {
-                name: g.name_any(),
-                group_id: g.spec.group_id.clone(),
-                max: g.spec.max,
-                size: views.iter().filter(|n| n.group.as_ref().is_some_and(|m| m.group_id == g.spec.group_id)).count(),
-            })
-            .collect();
+        let sizes = blockers::group_sizes(&groups, views);
         let found = blockers::find(views, rollouts, plan, &workloads, &sizes);
         let mut conditions = Vec::new();
         for i in due {

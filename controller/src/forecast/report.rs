@@ -3,9 +3,9 @@
 
 use super::blockers::{self, Blocker};
 use super::durations::{Durations, Source};
+use super::membership::Membership;
 use super::snapshot::Snapshot;
 use super::{Ending, RolloutForecast, forecast};
-use crate::policy::Fleet;
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 use shared::crd::NodeVersion;
@@ -40,6 +40,12 @@ pub struct Flags {
     pub drain: Option<SignedDuration>,
     pub reboot: Option<SignedDuration>,
     pub kubeadm_upgrade: Option<SignedDuration>,
+    /// A replaced node until its drain starts (its new instance's creation, join and soak).
+    pub replace: Option<SignedDuration>,
+    /// A replaced node's drain and the deletion of its Node.
+    pub retire: Option<SignedDuration>,
+    /// The deletion of a replaced node's instance.
+    pub release: Option<SignedDuration>,
 }
 
 impl Report {
@@ -59,23 +65,23 @@ impl Report {
         };
         let statuses: Vec<(&str, &shared::crd::NodeVersionStatus)> =
             snapshot.versions.iter().filter_map(|v| Some((v.metadata.name.as_deref()?, v.status.as_ref()?))).collect();
-        let durations = Durations::measured(statuses.iter().copied(), preferred.as_deref()).with_flags(
-            flags.stage,
-            flags.drain,
-            flags.reboot,
-            flags.kubeadm_upgrade,
-        );
-        let (rollouts, views) = snapshot.views(now);
-        let forecast = forecast(&views, &rollouts, &Fleet::default(), own_node, now, &durations);
-        let blockers = blockers::find(&views, &rollouts, &forecast.first, &snapshot.workloads, &[]);
+        let durations = Durations::measured(statuses.iter().copied(), preferred.as_deref())
+            .with_flags(flags.stage, flags.drain, flags.reboot, flags.kubeadm_upgrade)
+            .with_replacement_flags(flags.replace, flags.retire, flags.release);
+        let (rollouts, mut views) = snapshot.views(now);
+        let membership = snapshot.membership();
+        for view in &mut views {
+            view.group = membership.members.get(&view.name).cloned();
+        }
+        let forecast = forecast(&views, &rollouts, &membership.fleet, own_node, now, &durations);
+        let sizes = blockers::group_sizes(&snapshot.scaling_groups, &views);
+        let blockers = blockers::find(&views, &rollouts, &forecast.first, &snapshot.workloads, &sizes);
         let unchecked = snapshot.kubernetes_unchecked();
         let mut assumptions = vec![
             "every node takes the same time per step; the next node starts in the round that verifies the last"
                 .to_owned(),
-            "nodes are updated in place: the cloud is not asked which nodes belong to a scaling group (those are \
-             replaced, and take longer)"
-                .to_owned(),
         ];
+        assumptions.extend(group_assumptions(&snapshot, &membership));
         if !unchecked.is_empty() {
             assumptions.push(format!(
                 "the Kubernetes upgrade of {} was not validated (components ConfigMap, API server version): only \
@@ -102,6 +108,11 @@ impl Report {
                 durations.kubeadm_upgrade,
                 &durations.kubeadm_upgrade_source,
             ));
+        }
+        if forecast.rollouts.iter().any(|r| r.nodes.iter().any(|n| n.replaced)) {
+            steps.push(step(super::durations::REPLACE, durations.replace, &durations.replace_source));
+            steps.push(step(super::durations::RETIRE, durations.retire, &durations.retire_source));
+            steps.push(step(super::durations::RELEASE, durations.release, &durations.release_source));
         }
         Report { at: now, rollouts: forecast.rollouts, durations: steps, assumptions, blockers }
     }
@@ -192,6 +203,37 @@ impl Report {
         }
         out
     }
+}
+
+/// What the forecast assumes of the scaling groups: how it knew the members, the groups' images, and the nodes
+/// it could not place.
+fn group_assumptions(snapshot: &Snapshot, membership: &Membership) -> Vec<String> {
+    if snapshot.scaling_groups.is_empty() {
+        return vec!["no ScalingGroup: every node is updated in place".to_owned()];
+    }
+    let how = if snapshot.cloud.is_some() {
+        "as the cloud told"
+    } else {
+        "from their provider IDs (the cloud was not asked: pass --cloud-provider)"
+    };
+    let mut assumptions = vec![format!(
+        "nodes of a ScalingGroup ({how}) are replaced by a new instance each, within maxSurge, the controller \
+         running with its cloud; each group's new instances get the image of the NodeVersion its spec.nodeImage names"
+    )];
+    if !membership.unclassified.is_empty() {
+        assumptions.push(format!(
+            "the scaling group of {} is not known (the provider ID does not name it and the cloud was not asked, or \
+             the cloud did not answer): forecast in place",
+            membership.unclassified.join(", ")
+        ));
+    }
+    if !membership.image_assumed.is_empty() {
+        assumptions.push(format!(
+            "the image of {} is not known (no agent report, the cloud was not asked): taken as outdated, so replaced",
+            membership.image_assumed.join(", ")
+        ));
+    }
+    assumptions
 }
 
 /// Seconds as people read them: `42.5s`, `3m05s`, `2h10m`.

@@ -1,10 +1,13 @@
 //! The cluster as a forecast reads it: one list of each kind, read-only (get/list only).
 
+use super::membership::{CloudAnswers, Membership, classify};
 use crate::cluster_version::ClusterVersions;
 use crate::drain::filters::MIRROR_POD_ANNOTATION;
+use crate::groups::instances::{CONCURRENCY, ask};
 use crate::nodes::SlimNode;
 use crate::policy::kubernetes::KubernetesSpec;
 use crate::policy::{DrainProgress, NodeSelector, NodeView, Rollout, SpecState, ValidSpec};
+use cloud::{CloudProvider, ProviderId};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Pod, PodSpec, PodStatus, Volume};
@@ -12,7 +15,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
-use shared::crd::{NodeVersion, ScalingGroup};
+use shared::crd::{NodeVersion, PendingNode, ScalingGroup};
 use shared::protocol::Step;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -145,6 +148,10 @@ pub struct Snapshot {
     /// ([`Snapshot::check_kubernetes`]). A NodeVersion that asks for one and is missing here is
     /// forecast for its image only.
     pub kubernetes: BTreeMap<String, KubernetesSpec>,
+    /// The PendingNodes (instances of replacements joining or leaving).
+    pub pending: Vec<PendingNode>,
+    /// What the cloud said about each node's instance, when it was asked ([`Snapshot::ask_cloud`]).
+    pub cloud: Option<CloudAnswers>,
 }
 
 impl Snapshot {
@@ -161,8 +168,49 @@ impl Snapshot {
             Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
             Err(error) => return Err(error),
         };
+        let pending = if scaling_groups.is_empty() {
+            Vec::new()
+        } else {
+            match Api::<PendingNode>::all(client.clone()).list(&params).await {
+                Ok(list) => list.items,
+                Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
+                Err(error) => return Err(error),
+            }
+        };
         let workloads = Workloads::read(client).await?;
-        Ok(Snapshot { nodes, versions, scaling_groups, workloads, kubernetes: BTreeMap::new() })
+        Ok(Snapshot { nodes, versions, scaling_groups, workloads, kubernetes: BTreeMap::new(), pending, cloud: None })
+    }
+
+    /// Asks `provider` the group and image of every node's instance, as the controller does
+    /// ([`crate::groups::instances::ask`]: one call when the provider ID names the group, else two), at most
+    /// [`crate::groups::instances::CONCURRENCY`] at once. Instances of another cloud are in no group of it.
+    pub async fn ask_cloud(&mut self, provider: &dyn CloudProvider) {
+        use futures::StreamExt;
+        let ids: Vec<(String, ProviderId)> = self
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                let spelled = n.spec.provider_id.clone()?;
+                let id = spelled.parse::<ProviderId>().ok()?;
+                Some((spelled, id))
+            })
+            .collect();
+        let answers = futures::stream::iter(ids)
+            .map(|(spelled, id)| async move {
+                if id.cloud() != provider.cloud() {
+                    return (spelled, Ok(None));
+                }
+                (spelled, ask(provider, &id).await.map_err(|e| e.to_string()))
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await;
+        self.cloud = Some(answers.into_iter().collect());
+    }
+
+    /// Which nodes the scaling groups cover (see [`super::membership`]).
+    pub fn membership(&self) -> Membership {
+        classify(&self.nodes, &self.scaling_groups, &self.pending, &self.active_versions(), self.cloud.as_ref())
     }
 
     /// Validates the Kubernetes upgrade of each NodeVersion, and of `extra` (a NodeVersion not applied

@@ -194,7 +194,13 @@ fn a_scaling_group_at_its_maximum_blocks_the_replacement_of_its_nodes() {
     member.group = Some(crate::policy::GroupMember { group_id: "grp".into(), ..Default::default() });
     let nodes = vec![member, node("w-0")];
     let f = forecast(&nodes, &[rollout(max(1))], &Fleet::default(), None, t(0), &secs(1, 1, 1));
-    let size = |max| blockers::GroupSize { name: "workers".into(), group_id: "grp".into(), max, size: 1 };
+    let size = |max| blockers::GroupSize {
+        name: "workers".into(),
+        group_id: "grp".into(),
+        max,
+        size: 1,
+        node_image: "nv".into(),
+    };
     let found = blockers::find(&nodes, &[rollout(max(1))], &f.first, &Workloads::default(), &[size(Some(1))]);
     assert_eq!(found.len(), 1);
     assert_eq!((found[0].kind, found[0].nodes.clone()), (BlockerKind::ScalingGroupAtMax, vec!["g-0".to_owned()]));
@@ -308,4 +314,97 @@ fn a_kubernetes_upgrade_without_a_control_plane_node_to_apply_it_does_not_comple
     let Ending::Stuck { reason, nodes_left, .. } = &r.ending else { panic!("{r:#?}") };
     assert_eq!(reason, "WaitingForApiServer");
     assert_eq!(nodes_left, &vec!["w-0".to_owned(), "w-1".to_owned()]);
+}
+
+/// A worker of scaling group `group` on v1, without an agent (a replaced node needs none).
+fn member(name: &str, group: &str) -> NodeView {
+    let m = crate::policy::GroupMember {
+        group_id: group.into(),
+        provider_id: format!("simulated://{group}/{name}"),
+        image: Some("v1".into()),
+        ready_since: Some(t(-600)),
+        ..Default::default()
+    };
+    NodeView { agent: Ok(AgentReport::default()), group: Some(m), ..node(name) }
+}
+
+fn groups(ids: &[&str], image: &str) -> Fleet {
+    let groups = ids
+        .iter()
+        .map(|id| crate::policy::replacement::GroupView {
+            group_id: (*id).into(),
+            control_plane: false,
+            image: Some(image.into()),
+        })
+        .collect();
+    Fleet { groups, ..Fleet::default() }
+}
+
+fn replacing(replace: i64, retire: i64, release: i64) -> Durations {
+    let s = |n| Some(SignedDuration::from_secs(n));
+    secs(10, 5, 20).with_replacement_flags(s(replace), s(retire), s(release))
+}
+
+#[test]
+fn group_nodes_are_replaced_within_max_surge_and_the_others_updated_in_place_under_one_budget() {
+    let nodes = [member("a-0", "a"), member("a-1", "a"), member("a-2", "a"), node("w-0")];
+    let policy = Policy { max_surge: MaxUnavailable::Count(2), ..max(3) };
+    let f = forecast(&nodes, &[rollout(policy)], &groups(&["a"], "v2"), None, t(0), &replacing(40, 15, 5));
+    let r = &f.rollouts[0];
+    assert_eq!(r.ending, Ending::Complete, "{r:#?}");
+    let replaced: Vec<(&str, bool, u32)> = r.nodes.iter().map(|n| (n.node.as_str(), n.replaced, n.wave)).collect();
+    // maxSurge 2: two replacements and the in-place node at once; a-2 once a replaced node's instance is gone.
+    assert_eq!(replaced, vec![("a-0", true, 1), ("a-1", true, 1), ("w-0", false, 1), ("a-2", true, 2)]);
+    // A replacement: 40 s until its drain starts, 15 s of drain and deletion, 5 s until its instance is gone.
+    assert_eq!(r.nodes[0].finish_seconds, Some(60.0));
+    assert_eq!(r.nodes[3].start_seconds, 60.0);
+    assert_eq!(r.duration_seconds, Some(120.0));
+    // The in-place node: stage, drain, reboot.
+    assert_eq!(r.nodes[2].finish_seconds, Some(35.0));
+    // Every member was replaced by a new node of the group (the forecast's own heirs are up to date).
+    assert_eq!(f.first.rollouts[0].counts.total, 4);
+
+    // maxSurge 1: one replacement at a time.
+    let policy = Policy { max_surge: MaxUnavailable::Count(1), ..max(3) };
+    let f = forecast(&nodes, &[rollout(policy)], &groups(&["a"], "v2"), None, t(0), &replacing(40, 15, 5));
+    let waves: Vec<(&str, u32)> = f.rollouts[0].nodes.iter().map(|n| (n.node.as_str(), n.wave)).collect();
+    assert_eq!(waves, vec![("a-0", 1), ("w-0", 1), ("a-1", 2), ("a-2", 3)]);
+    assert_eq!(f.rollouts[0].duration_seconds, Some(180.0));
+}
+
+#[test]
+fn the_soak_time_is_part_of_the_measured_replace_step_and_a_group_without_the_image_holds_its_nodes() {
+    // The measured `replace` step includes the soak: the drain starts `replace` after the intent all the same.
+    let policy = Policy { soak_time: SignedDuration::from_secs(30), max_surge: MaxUnavailable::Count(1), ..max(1) };
+    let f =
+        forecast(&[member("a-0", "a")], &[rollout(policy)], &groups(&["a"], "v2"), None, t(0), &replacing(40, 15, 5));
+    assert_eq!(f.rollouts[0].duration_seconds, Some(60.0), "{:#?}", f.rollouts[0]);
+
+    // The group's new instances would run v1: the node is held, and the forecast says it does not complete.
+    let f =
+        forecast(&[member("a-0", "a")], &[rollout(max(1))], &groups(&["a"], "v1"), None, t(0), &replacing(40, 15, 5));
+    match &f.rollouts[0].ending {
+        Ending::Stuck { reason, nodes_left, .. } => {
+            assert_eq!((reason.as_str(), nodes_left.as_slice()), ("GroupImagePending", ["a-0".to_owned()].as_slice()))
+        }
+        other => panic!("{other:?}"),
+    }
+    let size = |node_image: &str| blockers::GroupSize {
+        name: "group-a".into(),
+        group_id: "a".into(),
+        max: None,
+        size: 1,
+        node_image: node_image.into(),
+    };
+    let nodes = [member("a-0", "a")];
+    let found = blockers::find(&nodes, &[rollout(max(1))], &f.first, &Workloads::default(), &[size("other")]);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!((found[0].kind, found[0].nodes.as_slice()), (BlockerKind::GroupImage, ["a-0".to_owned()].as_slice()));
+    assert!(
+        found[0].message.contains("ScalingGroup group-a takes the image of NodeVersion other"),
+        "{}",
+        found[0].message
+    );
+    // A group that takes this NodeVersion's image gets it from its controller in a moment: no blocker.
+    assert_eq!(blockers::find(&nodes, &[rollout(max(1))], &f.first, &Workloads::default(), &[size("nv")]), vec![]);
 }

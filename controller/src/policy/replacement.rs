@@ -186,6 +186,8 @@ pub fn inherited_taints(donor: &[TaintView]) -> Vec<TaintView> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Listing {
     pub donors: Vec<String>,
+    /// Of the donors, those whose drain started (their heir is paired with them).
+    pub retiring: Vec<String>,
     pub heirs: Vec<String>,
     pub pending: Vec<String>,
     pub obsolete: Vec<String>,
@@ -210,6 +212,8 @@ pub(super) struct Records<'a> {
     pending_names: Vec<(&'a str, &'a str)>,
     /// Heirs by donor.
     heir_of: BTreeMap<&'a str, &'a str>,
+    /// Donors whose drain started (`intent=replace` and the `heir` annotation).
+    retiring: BTreeSet<&'a str>,
 }
 
 impl<'a> Records<'a> {
@@ -228,6 +232,9 @@ impl<'a> Records<'a> {
             let member = node.group.as_ref();
             if replacing || member.is_some_and(|m| m.heir.is_some()) {
                 add(&mut records, &node.name, node.control_plane);
+            }
+            if replacing && member.is_some_and(|m| m.heir.is_some()) {
+                records.retiring.insert(node.name.as_str());
             }
             if let Some(donor) = member.and_then(|m| m.donor.as_ref()) {
                 records.heirs.insert(node.name.as_str());
@@ -290,6 +297,11 @@ impl<'a> Records<'a> {
             heirs: self.heir_of.iter().filter(|(d, _)| ours(d)).map(|(_, h)| (*h).to_owned()).collect(),
             pending: self.pending_names.iter().filter(|(_, d)| ours(d)).map(|(p, _)| (*p).to_owned()).collect(),
             obsolete: self.donorless.iter().cloned().collect(),
+            retiring: members
+                .iter()
+                .filter(|(n, _)| self.retiring.contains(n.name.as_str()))
+                .map(|(n, _)| n.name.clone())
+                .collect(),
         };
         listing.heirs.sort();
         listing.heirs.dedup();
@@ -781,7 +793,7 @@ mod tests {
         assert_eq!(p.replacements.donors, ["a1"]);
         assert_eq!(p.replacements.heirs, ["a1-new"]);
         assert_eq!(p.replacements.pending, ["heir-of-a1"]);
-        assert!(p.replacements.obsolete.is_empty());
+        assert!(p.replacements.obsolete.is_empty() && p.replacements.retiring.is_empty());
         // Joined and Ready, soaked: the heir gets the donor's own labels and an administrator's taints.
         f.pending[0].reached_goal = true;
         let heir = NodeView {
@@ -817,6 +829,7 @@ mod tests {
         }
         let p = run(&[draining.clone(), heir.clone()], &f, policy(1, 1), t(90));
         assert_eq!(kinds(&p), vec![("a1".into(), "KeepDraining")]);
+        assert_eq!(p.replacements.retiring, ["a1"], "its drain started");
         draining.drain = DrainProgress::Drained;
         let p = run(&[draining.clone(), heir.clone()], &f, policy(1, 1), t(95));
         assert_eq!(

@@ -250,3 +250,31 @@ pub fn cluster_autoscaler(replicas: i32, args: &[&str]) -> k8s_openapi::api::app
     }))
     .expect("the cluster-autoscaler Deployment is well-formed")
 }
+
+/// A client of ServiceAccount `default/planner` (created here), bound to no role yet.
+pub fn planner_client(cluster: &dev::cluster::Cluster) -> kube::Client {
+    let account: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "planner", "namespace": "default"}})).unwrap();
+    cluster.store().api().create(Some("default"), &account, &PostParams::default()).unwrap();
+    let token = cluster
+        .server()
+        .token_for(&dev::apiserver::auth::user::Identity::service_account("default", "planner"))
+        .unwrap();
+    kube::Client::try_from(cluster.server().kube_config_with_token(&token)).unwrap()
+}
+
+/// Creates the ClusterRole of `deploy/examples/plan-clusterrole.yaml` (what a user needs to run `plan`) and binds
+/// it to the ServiceAccount of [`planner_client`].
+pub fn bind_plan_role(store: &Store) {
+    let role_file = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/examples/plan-clusterrole.yaml");
+    let role: k8s_openapi::api::rbac::v1::ClusterRole =
+        yaml_serde::from_str(&std::fs::read_to_string(role_file).unwrap()).unwrap();
+    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "planner"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "update-operator-plan"},
+        "subjects": [{"kind": "ServiceAccount", "name": "planner", "namespace": "default"}]
+    }))
+    .unwrap();
+    store.api().create(None, &role, &PostParams::default()).unwrap();
+    store.api().create(None, &binding, &PostParams::default()).unwrap();
+}

@@ -302,6 +302,12 @@ pub struct NodeVersionStatus {
     /// Replaced nodes whose Node is gone and whose instance is being deleted, by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub obsolete: Vec<String>,
+    /// Donors past their new instance's join, each with the step of its replacement and since when, to the
+    /// millisecond: `retire` (its drain and its Node's deletion, since the drain started) or `release` (its Node is
+    /// gone and its instance being deleted, since that was found). `update-operator plan` measures the
+    /// replacement's steps from them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replacing: Vec<InFlightNode>,
     /// `Progressing`, `UpToDate`, `Blocked`, `Failed` and `SelectorOverlap`, each with a reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -328,7 +334,7 @@ pub struct NodeVersionStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StepDuration {
-    /// The step: `stage`, `drain`, `reboot`, `kubeadm-upgrade` or `replace`.
+    /// The step: `stage`, `drain`, `reboot`, `kubeadm-upgrade`, or a replacement's `replace`, `retire` and `release`.
     pub step: String,
     /// How many measurements the mean is made of (it weighs the last 50 the most).
     #[schemars(range(min = 1))]
