@@ -659,16 +659,19 @@ fn start_waiting(
         } else if !options.preflight || passed {
             // Only the start disrupts the node: the check is read-only.
             budgets.get().room(&node.name).map_err(|why| {
-                over_budget = over_budget.clone().or(Some(why.clone()));
-                format!("waiting: {why}")
+                let message = format!("waiting: {why}");
+                over_budget.get_or_insert(why);
+                message
             })
         } else {
             Ok(())
         };
         let (action, status, notice) = match gate {
-            Err(why) if checked => {
+            Err(why) if passed => {
                 (None, pending(NodeOpPhase::Preflight, format!("the preflight check passed; {why}")), None)
             }
+            // A check held by the NodeOp's own hold (deleted, stopped) keeps its phase; it has not passed.
+            Err(why) if checked => (None, pending(NodeOpPhase::Preflight, why), None),
             Err(why) => (None, pending(NodeOpPhase::Pending, why), None),
             Ok(()) if checked && !passed => {
                 let action = (node.preflight.is_none()).then_some(Action::CreatePreflight);
@@ -1162,6 +1165,14 @@ mod tests {
         assert_eq!(of(&d, "w2").action, None);
         assert_eq!(d.hold.map(|h| h.0), Some("StoppedOnFailure"));
         assert_eq!(d.phase, NodeOpPhase::Failed);
+        // A check still running under that hold keeps its phase and is not said to have passed.
+        let nodes = [checked("w1", Preflight::Failed { message: "exit 3".into() }), checked("w3", Preflight::Running)];
+        let both = recorded(&[("w1", NodeOpPhase::Preflight), ("w3", NodeOpPhase::Preflight)]);
+        let w3 = of(&run(&stop, &both, &nodes, 1), "w3").status.clone();
+        assert_eq!(
+            (w3.phase, w3.message.as_str()),
+            (NodeOpPhase::Preflight, "a node failed and stopOnFailure is set: no further node starts")
+        );
     }
 
     fn spec_with_preflight(mut json: serde_json::Value) -> NodeOpSpec {

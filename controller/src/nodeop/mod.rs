@@ -251,15 +251,12 @@ impl Controller {
         }
         let marks: HashSet<String> = ops.iter().map(mark_of).collect();
         let fresh = |n: &Arc<SlimNode>| self.context.writes.freshest((**n).clone());
-        if ops.is_empty() {
-            // Nothing to decide (and no need for the gate): only the nodes of NodeOps that are gone, if any, are
-            // released; the other nodes are not even copied.
-            for node in self.context.nodes.state().iter().filter(|n| n.annotations().contains_key(keys::NODE_OPERATION))
-            {
-                let node = fresh(node);
-                if marks_other(&node, &marks) {
-                    self.release_orphan(term, &node, now).await;
-                }
+        // The nodes of NodeOps that are gone are released (a release frees a slot: it needs no gate); only marked
+        // nodes are looked at.
+        for node in self.context.nodes.state().iter().filter(|n| n.annotations().contains_key(keys::NODE_OPERATION)) {
+            let node = fresh(node);
+            if marks_other(&node, &marks) {
+                self.release_orphan(term, &node, now).await;
             }
         }
         let live: HashSet<String> = ops.iter().filter_map(|op| op.uid()).collect();
@@ -278,9 +275,6 @@ impl Controller {
         let rollouts = gate.rollouts.clone();
         let mut budgets = LazyBudgets::new(|| budgets(&nodes, rollouts.as_deref(), now));
         let mut draining = HashSet::new();
-        for node in nodes.iter().filter(|n| marks_other(n, &marks)) {
-            self.release_orphan(term, node, now).await;
-        }
         let mut wake_at: Option<Timestamp> = None;
         let mut ordered: Vec<&NodeOp> = ops.iter().collect();
         ordered.sort_by(|a, b| {
@@ -360,9 +354,9 @@ impl Controller {
             now,
         };
         let mut decision = decide::decide(inputs, &facts, budgets);
+        let with_job: HashSet<&str> = facts.iter().filter(|f| f.job.is_some()).map(|f| f.name.as_str()).collect();
         for node in &mut decision.nodes {
-            let has_job = facts.iter().any(|f| f.name == node.node && f.job.is_some());
-            if has_job || node.action == Some(Action::CreateJob) {
+            if with_job.contains(node.node.as_str()) || node.action == Some(Action::CreateJob) {
                 node.status.job_name = job::job_name(&name, &node.node);
             }
         }
@@ -401,16 +395,15 @@ impl Controller {
         }
         // A check whose verdict is recorded goes (with its pod): the node finished, or it started and carries the
         // mark (a start that was refused keeps its passed check for the next round).
-        for node_decision in &decision.nodes {
-            let Some(facts) = facts.iter().find(|f| f.name == node_decision.node && f.preflight.is_some()) else {
-                continue;
-            };
+        // Only the nodes with a check are looked up among the decisions (not every node among the facts).
+        let checked = facts.iter().filter(|f| f.preflight.as_ref().is_some_and(|p| *p != decide::Preflight::Foreign));
+        for facts in checked {
+            let Some(node_decision) = decision.nodes.iter().find(|d| d.node == facts.name) else { continue };
             let started = node_decision.status.phase == NodeOpPhase::Running && facts.mark.as_deref() == Some(&key);
-            if node_decision.status.phase.finished() || started {
-                let check = find(job::preflight_name(&name, &node_decision.node));
-                if let Some(check) = check.filter(|j| job::state(j, &uid) != JobState::Foreign) {
-                    self.delete_dependent(term, &*check, "its verdict is recorded").await;
-                }
+            if (node_decision.status.phase.finished() || started)
+                && let Some(check) = find(job::preflight_name(&name, &facts.name))
+            {
+                self.delete_dependent(term, &*check, "its verdict is recorded").await;
             }
         }
         Some(decision)
