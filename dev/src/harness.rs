@@ -12,6 +12,7 @@
 //! service account with a token bound to its own Node, under the manifest's RBAC and
 //! ValidatingAdmissionPolicy.
 
+use crate::apiserver::ApiServer;
 use crate::operator::Access;
 use agent::host::HostUpdater;
 use agent::host::simulated::{SimulatedConfig, SimulatedHost};
@@ -146,7 +147,12 @@ impl Drop for Component {
 /// A kube config for the API server at `url` (plain HTTP, as the dev cluster serves) with the
 /// binary's User-Agent for `mode` (`controller` or `agent`), authenticating with `token`.
 pub fn kube_config(url: &str, mode: &str, token: &str) -> Result<kube::Config, String> {
-    with_user_agent(url, &format!("update-operator/{mode} {}", env!("CARGO_PKG_VERSION")), token)
+    with_user_agent(url, &binary_user_agent(mode), token)
+}
+
+/// The User-Agent of the product binary in `mode` (`controller` or `agent`).
+fn binary_user_agent(mode: &str) -> String {
+    format!("update-operator/{mode} {}", env!("CARGO_PKG_VERSION"))
 }
 
 /// A kube config for the API server at `url` with the User-Agent `agent`, authenticating with
@@ -233,13 +239,21 @@ where
     })
 }
 
-/// The real agent of `node` as a task on the current runtime rather than on a thread of its own,
-/// for runs with hundreds of agents. Cancel the returned token to stop it.
-pub fn agent_task(access: &Access, node: &str) -> (CancellationToken, tokio::task::JoinHandle<Outcome>) {
+/// The real agent of `node` as a task on the current runtime rather than on a thread of its own, reaching
+/// `server` without a socket ([`ApiServer::in_memory_client`]), for runs with thousands of agents in one
+/// process (over TCP each would hold descriptors for its watch at both ends). Only its simulated host's requests,
+/// one connection each while they last, use sockets. Cancel the returned token to stop it.
+pub fn agent_task(
+    server: &ApiServer,
+    access: &Access,
+    node: &str,
+) -> Result<(CancellationToken, tokio::task::JoinHandle<Outcome>), String> {
+    let client =
+        server.in_memory_client(&access.agent_token(node)?, &binary_user_agent("agent")).map_err(|e| e.to_string())?;
     let shutdown = CancellationToken::new();
     let host = simulated_host(access.url(), node);
-    let task = tokio::spawn(run_agent(access.clone(), node.to_owned(), host, Health::default(), shutdown.clone()));
-    (shutdown, task)
+    let task = tokio::spawn(run_agent_with(client, node.to_owned(), host, Health::default(), shutdown.clone()));
+    Ok((shutdown, task))
 }
 
 /// Builds the simulated host of `node` served by the dev cluster at `url`.
@@ -257,6 +271,16 @@ async fn run_agent<H: HostUpdater>(
 ) -> Outcome {
     let config = kube_config(access.url(), "agent", &access.agent_token(&node)?)?;
     let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+    run_agent_with(client, node, make_host, health, shutdown).await
+}
+
+async fn run_agent_with<H: HostUpdater>(
+    client: kube::Client,
+    node: String,
+    make_host: impl FnOnce() -> Result<H, String>,
+    health: Health,
+    shutdown: CancellationToken,
+) -> Outcome {
     let host = Arc::new(make_host()?);
     agent::run(client, node, host, agent::Metrics::default(), health, shutdown).await.map_err(|e| e.to_string())
 }

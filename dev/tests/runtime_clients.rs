@@ -77,3 +77,42 @@ async fn a_per_node_pod_watcher_sees_only_its_node_through_binding_and_deletion(
     .await;
     driver.abort();
 }
+
+#[tokio::test]
+async fn an_in_memory_client_is_authenticated_authorized_counted_and_watches_like_one_over_tcp() {
+    use dev::apiserver::{Identity, Verb};
+    let server = server().await;
+    namespace(&server.client(), "mem").await;
+    let admin_token = server.token_for(&Identity::Admin).unwrap();
+    let admin = server.in_memory_client(&admin_token, "mem-admin/1").unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(admin.clone(), "mem");
+    let stream = watcher(api.clone(), watcher::Config::default()).applied_objects();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let recorder = seen.clone();
+    let watching = tokio::spawn(stream.for_each(move |object| {
+        if let Ok(cm) = object {
+            recorder.lock().unwrap().push(cm.metadata.name.unwrap_or_default());
+        }
+        async {}
+    }));
+    api.create(&PostParams::default(), &config_map("a", json!({}), json!({}))).await.unwrap();
+    eventually("the watch delivers the new object", || async { seen.lock().unwrap().contains(&"a".to_owned()) }).await;
+    watching.abort();
+
+    // Authorization applies: a user without roles is refused, as over TCP.
+    let nobody_token = server.token_for(&Identity::User { name: "nobody".into(), groups: vec![] }).unwrap();
+    let nobody = server.in_memory_client(&nobody_token, "mem-nobody/1").unwrap();
+    let refused = Api::<ConfigMap>::namespaced(nobody, "mem").get("a").await.unwrap_err();
+    assert!(matches!(&refused, kube::Error::Api(status) if status.code == 403), "{refused:?}");
+    // A wrong token is not a user at all.
+    let stranger = server.in_memory_client("not-a-token", "mem-stranger/1").unwrap();
+    let refused = Api::<ConfigMap>::namespaced(stranger, "mem").get("a").await.unwrap_err();
+    assert!(matches!(&refused, kube::Error::Api(status) if status.code == 401), "{refused:?}");
+
+    // The requests are counted under the client's User-Agent.
+    let metrics = server.metrics();
+    assert_eq!(metrics.count(|k| k.user_agent == "mem-admin/1" && k.verb == Verb::Create), 1);
+    assert!(metrics.count(|k| k.user_agent == "mem-admin/1" && k.verb == Verb::Watch) >= 1);
+    // A header that cannot be sent is an error, not a panic.
+    assert!(server.in_memory_client("token\nwith newline", "x").is_err());
+}

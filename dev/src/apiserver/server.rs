@@ -157,6 +157,13 @@ impl ApiServer {
         build_client(config)
     }
 
+    /// A kube-rs client that authenticates with `token` and reaches this server without a socket (see
+    /// [`super::http::in_memory_client`]): for runs with thousands of clients in one process.
+    pub fn in_memory_client(&self, token: &str, user_agent: &str) -> Result<kube::Client, ApiError> {
+        super::http::in_memory_client(self.core.clone(), self.url.clone().into(), token, user_agent)
+            .map_err(|e| ApiError::bad_request(format!("a header of the in-memory client: {e}")))
+    }
+
     /// A kube-rs client for `identity`, e.g. `Identity::service_account_on("ns", "agent", "worker-0")`.
     pub fn client_as(&self, identity: &Identity) -> Result<kube::Client, ApiError> {
         Ok(build_client(self.kube_config_for(identity)?))

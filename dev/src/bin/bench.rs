@@ -447,7 +447,11 @@ async fn main() -> anyhow::Result<()> {
             &format!("the agent of {node}"),
         )?);
     }
-    let in_process: Vec<_> = nodes[sample..].iter().map(|n| harness::agent_task(cluster.operator(), n)).collect();
+    let in_process = nodes[sample..]
+        .iter()
+        .map(|n| harness::agent_task(cluster.server(), cluster.operator(), n))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("an in-process agent: {e}"))?;
 
     // Settled: every agent reported its host, and the controller holds the lease (it campaigns
     // only after its caches synced).
