@@ -357,7 +357,11 @@ mod tests {
         }))
         .unwrap();
         let snapshot = Snapshot {
-            nodes: vec![aws("a", "i-0a"), aws("b", "i-0b"), aws("c", "i-0c")],
+            nodes: vec![
+                aws("a", "i-0000000000000000a"),
+                aws("b", "i-0000000000000000b"),
+                aws("c", "i-0000000000000000c"),
+            ],
             scaling_groups: vec![group],
             ..Default::default()
         };
@@ -375,9 +379,9 @@ mod tests {
         let mut asked = snapshot;
         asked.cloud = Some(
             [
-                ("aws:///us-east-1a/i-0a".to_owned(), Err(denied.to_owned())),
-                ("aws:///us-east-1a/i-0b".to_owned(), Ok(Some(("workers".to_owned(), "v1".to_owned())))),
-                ("aws:///us-east-1a/i-0c".to_owned(), Err(denied.to_owned())),
+                ("aws:///us-east-1a/i-0000000000000000a".to_owned(), Err(denied.to_owned())),
+                ("aws:///us-east-1a/i-0000000000000000b".to_owned(), Ok(Some(("workers".to_owned(), "v1".to_owned())))),
+                ("aws:///us-east-1a/i-0000000000000000c".to_owned(), Err(denied.to_owned())),
             ]
             .into_iter()
             .collect(),
