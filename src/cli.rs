@@ -1,5 +1,6 @@
 //! Command line of `update-operator`.
 
+use crate::clouds::CloudArgs;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -32,6 +33,8 @@ pub enum Mode {
 
 /// Flags of `update-operator plan`.
 #[derive(Debug, Args)]
+#[command(mut_arg("cloud_provider", |arg| arg.help(PLAN_CLOUD_HELP)))]
+#[command(mut_arg("cloud_rate_limit", |arg| arg.help(PLAN_RATE_HELP)))]
 pub struct PlanArgs {
     /// Kubeconfig file to use. Without it: $KUBECONFIG, then ~/.kube/config, then the in-cluster
     /// service account.
@@ -73,15 +76,18 @@ pub struct PlanArgs {
     /// The node the controller runs on (it is updated last).
     #[arg(long, value_name = "NAME")]
     pub controller_node: Option<String>,
-    /// Ask this cloud which ScalingGroup each node's instance belongs to and its image, as the controller does
-    /// (only `simulated` so far). Without it a node's group follows from its provider ID where the ID names it
-    /// (Azure scale set VMs, the simulated cloud) and the other nodes of a cloud are listed and forecast in place.
-    #[arg(long, value_enum, value_name = "CLOUD")]
-    pub cloud_provider: Option<CloudProviderKind>,
-    /// The cloud API's address, as the controller's: for `simulated`, the dev cluster's URL (http://HOST:PORT).
-    #[arg(long, value_name = "URL", requires = "cloud_provider", required_if_eq("cloud_provider", "simulated"))]
-    pub cloud_endpoint: Option<String>,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
 }
+
+/// `plan --cloud-provider`'s help (the other cloud flags are the controller's, help included).
+const PLAN_CLOUD_HELP: &str = "Ask this cloud which ScalingGroup each node's instance belongs to and its image, as \
+    the controller does, with the controller's flags and only its read calls (docs/plan.md lists the permissions). \
+    Without it a node's group follows from its provider ID where the ID names it (Azure scale set VMs, the \
+    simulated cloud) and the other nodes of a cloud are listed and forecast in place";
+/// `plan --cloud-rate-limit`'s help.
+const PLAN_RATE_HELP: &str = "Cloud API requests per second, sustained, retries included, as the controller's flag \
+    (plan asks two calls per node of the cloud, one where the provider ID names the group)";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PlanOutput {
@@ -145,55 +151,8 @@ pub struct ControllerArgs {
     /// Do not run the Kairos NodeOp and NodeOpUpgrade controllers (operator.kairos.io).
     #[arg(long)]
     pub disable_node_operations: bool,
-    /// The cloud of the ScalingGroups: `simulated` (the dev cluster's), `aws`, `azure` or `gcp` (each in a build
-    /// with its feature). Without it the ScalingGroup, PendingNode and AutoscalingStrategy controllers do not run.
-    #[arg(long, value_enum, value_name = "CLOUD")]
-    pub cloud_provider: Option<CloudProviderKind>,
-    /// The cloud API's address: for `simulated`, the dev cluster's URL (http://HOST:PORT), required; for `azure`
-    /// (ARM, default https://management.azure.com/) and `gcp` another endpoint than the cloud's own, only for tests
-    /// and emulators (AWS: `AWS_ENDPOINT_URL`).
-    #[arg(long, value_name = "URL", requires = "cloud_provider", required_if_eq("cloud_provider", "simulated"))]
-    pub cloud_endpoint: Option<String>,
-    /// Cloud API requests per second, sustained, for all of the controller's calls (retries included). The
-    /// default stays below the default API rate limits of AWS, Azure Resource Manager and GCE and leaves room for
-    /// other clients of the account; raise it where the account's limits are higher and large groups are
-    /// replaced (each replaced node costs about 8 calls).
-    #[arg(long, default_value_t = 10, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub cloud_rate_limit: u32,
-    /// Cloud API requests that may go at once after a quiet period.
-    #[arg(long, default_value_t = 20, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub cloud_burst: u32,
-    // AWS (feature `aws`).
-    /// The AWS region of the Auto Scaling groups (`--cloud-provider aws`). Credentials come from the
-    /// default chain (IRSA, EKS Pod Identity, instance profile); `AWS_ENDPOINT_URL` overrides the
-    /// endpoint, for tests against moto only.
-    #[cfg(feature = "aws")]
-    #[arg(long, env = "AWS_REGION", value_name = "REGION", required_if_eq("cloud_provider", "aws"))]
-    pub aws_region: Option<String>,
-    // Azure (feature `azure`).
-    /// Azure: the subscription of the cluster's scale sets.
-    #[cfg(feature = "azure")]
-    #[arg(long, env = "AZURE_SUBSCRIPTION_ID", value_name = "ID", required_if_eq("cloud_provider", "azure"))]
-    pub azure_subscription_id: Option<String>,
-    /// Azure: the resource group of the cluster's scale sets.
-    #[cfg(feature = "azure")]
-    #[arg(long, value_name = "NAME", required_if_eq("cloud_provider", "azure"))]
-    pub azure_resource_group: Option<String>,
-    /// Azure: the Entra ID authority host (default https://login.microsoftonline.com; overridden only for tests
-    /// and emulators).
-    #[cfg(feature = "azure")]
-    #[arg(long, value_name = "URL", requires = "azure_subscription_id")]
-    pub azure_authority_host: Option<String>,
-    /// Azure: a PEM file of CA certificates trusted besides the system's (only for tests and emulators).
-    #[cfg(feature = "azure")]
-    #[arg(long, value_name = "FILE", requires = "azure_subscription_id")]
-    pub azure_ca_file: Option<PathBuf>,
-    // GCP
-    /// GCP: the project whose managed instance groups the cluster's ScalingGroups are (`--cloud-provider
-    /// gcp`); credentials are Application Default Credentials (workload identity, the metadata server).
-    #[cfg(feature = "gcp")]
-    #[arg(long, env = "GCP_PROJECT", value_name = "PROJECT", required_if_eq("cloud_provider", "gcp"))]
-    pub gcp_project: Option<String>,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
     /// How long a new instance may take to become a Ready Node when its PendingNode names no deadline
     /// (e.g. `30m`, `1h`).
     #[arg(long, default_value = "30m", value_name = "DURATION", value_parser = parse_duration)]
@@ -233,19 +192,6 @@ impl ControllerArgs {
         });
         Some(controller::etcd::EtcdConfig { endpoints: self.etcd_endpoints.clone(), tls, timeout: self.etcd_timeout })
     }
-}
-
-/// The clouds whose scaling groups the controller can manage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CloudProviderKind {
-    /// The dev cluster's simulated cloud (`/_dev/cloud`).
-    Simulated,
-    /// AWS EC2 Auto Scaling groups (needs the `aws` feature).
-    Aws,
-    /// Azure Virtual Machine Scale Sets (needs a build with the `azure` feature).
-    Azure,
-    /// Google Compute Engine managed instance groups (a binary built with the `gcp` feature).
-    Gcp,
 }
 
 /// A non-negative duration such as `30m`, `90s`, `1h30m` (jiff's friendly format).
@@ -304,6 +250,7 @@ pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clouds::CloudProviderKind;
     use clap::CommandFactory;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
@@ -370,7 +317,7 @@ mod tests {
         assert_eq!((plan.replace_time, plan.retire_time), (minutes(6), minutes(2)));
         assert_eq!(plan.release_time, Some(std::time::Duration::from_secs(30)));
         assert_eq!(
-            (plan.cloud_provider, plan.cloud_endpoint.as_deref()),
+            (plan.cloud.cloud_provider, plan.cloud.cloud_endpoint.as_deref()),
             (Some(CloudProviderKind::Simulated), Some("http://h:1"))
         );
         // As for the controller: the simulated cloud needs its endpoint, an endpoint needs a cloud.
@@ -464,53 +411,34 @@ mod tests {
         ])
         .unwrap();
         let Mode::Controller(controller) = cli.mode else { panic!("controller mode expected") };
-        assert_eq!(controller.cloud_provider, Some(CloudProviderKind::Simulated));
+        assert_eq!(controller.cloud.cloud_provider, Some(CloudProviderKind::Simulated));
         assert_eq!(controller.join_timeout, std::time::Duration::from_secs(120));
-        assert_eq!((controller.cloud_rate_limit, controller.cloud_burst), (10, 20));
-        let simulated =
-            ["update-operator", "controller", "--cloud-provider", "simulated", "--cloud-endpoint", "http://h:1"];
-        let faster = [&simulated[..], &["--cloud-rate-limit", "50", "--cloud-burst", "100"]].concat();
-        let Ok(Mode::Controller(faster)) = parse(&faster).map(|c| c.mode) else { panic!("parses") };
-        assert_eq!((faster.cloud_rate_limit, faster.cloud_burst), (50, 100));
-        assert!(
-            parse(&[&simulated[..], &["--cloud-rate-limit", "0"]].concat()).is_err(),
-            "a rate of 0 would stop every call"
-        );
+        // (The cloud flags' own parsing: crate::clouds.)
         assert_eq!(controller.leave_timeout, std::time::Duration::from_secs(300));
         assert!(parse(&["update-operator", "controller", "--leave-timeout", "-5m"]).is_err());
         assert!(parse(&["update-operator", "controller", "--leave-timeout", "soon"]).is_err());
     }
 
-    #[cfg(feature = "aws")]
     #[test]
-    fn aws_needs_its_region() {
-        // The flag falls back to AWS_REGION: the missing case is only checked where it is unset.
-        let region = std::env::var_os("AWS_REGION");
-        if region.is_none() {
-            assert!(parse(&["update-operator", "controller", "--cloud-provider", "aws"]).is_err());
+    fn the_controller_and_plan_take_the_same_cloud_flags() {
+        let cloud = ["--cloud-provider", "simulated", "--cloud-endpoint", "http://h:1", "--cloud-rate-limit", "5"];
+        let Ok(Mode::Controller(controller)) =
+            parse(&[&["update-operator", "controller"][..], &cloud].concat()).map(|c| c.mode)
+        else {
+            panic!("the controller takes them")
+        };
+        let Ok(Mode::Plan(plan)) = parse(&[&["update-operator", "plan"][..], &cloud].concat()).map(|c| c.mode) else {
+            panic!("plan takes them")
+        };
+        for args in [&controller.cloud, &plan.cloud] {
+            assert_eq!(args.cloud_provider, Some(CloudProviderKind::Simulated));
+            assert_eq!((args.cloud_endpoint.as_deref(), args.cloud_rate_limit), (Some("http://h:1"), 5));
         }
-        let cli = parse(&["update-operator", "controller", "--cloud-provider", "aws", "--aws-region", "eu-central-1"])
-            .unwrap();
-        let Mode::Controller(controller) = cli.mode else { panic!("controller mode expected") };
-        assert_eq!(controller.cloud_provider, Some(CloudProviderKind::Aws));
-        assert_eq!(controller.aws_region.as_deref(), Some("eu-central-1"));
-        assert_eq!(controller.cloud_endpoint, None);
-    }
-
-    #[cfg(feature = "gcp")]
-    #[test]
-    fn gcp_needs_its_project_and_no_endpoint() {
-        assert!(parse(&["update-operator", "controller", "--cloud-provider", "gcp"]).is_err());
-        let cli = parse(&["update-operator", "controller", "--cloud-provider", "gcp", "--gcp-project", "my-project"])
-            .unwrap();
-        let Mode::Controller(controller) = cli.mode else { panic!("controller mode expected") };
-        assert_eq!(controller.cloud_provider, Some(CloudProviderKind::Gcp));
-        assert_eq!((controller.gcp_project.as_deref(), controller.cloud_endpoint), (Some("my-project"), None));
     }
 
     #[test]
     fn help_documents_every_flag() {
-        for sub in ["controller", "agent"] {
+        for sub in ["controller", "agent", "plan"] {
             let mut command = Cli::command();
             let sub = command.find_subcommand_mut(sub).unwrap();
             for arg in sub.get_arguments() {

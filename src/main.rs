@@ -2,6 +2,7 @@
 //! crates.
 
 mod cli;
+mod clouds;
 mod logging;
 mod plan;
 mod probes;
@@ -14,7 +15,6 @@ use clap::Parser;
 use cli::{Cli, CommonArgs, HostBackend, Mode};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use shared::health::Health;
-use std::num::NonZeroU32;
 use std::process::ExitCode;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -24,6 +24,10 @@ const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse_from(cli::normalize_args(std::env::args_os()));
+    // One TLS provider for the whole process, chosen here rather than from rustls's crate features
+    // (which cannot choose once a cloud SDK compiles in a second provider). Only fails if one is
+    // already installed, which nothing does before this line.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = match cli.mode {
         Mode::Plan(args) => return plan::main(args),
         mode => Cli { mode },
@@ -34,10 +38,6 @@ fn main() -> ExitCode {
         eprintln!("error: the agent needs the name of its node: pass --node-name or set NODE_NAME");
         return ExitCode::from(EXIT_USAGE);
     }
-    // One TLS provider for the whole process, chosen here rather than from rustls's crate features
-    // (which cannot choose once a cloud SDK compiles in a second provider). Only fails if one is
-    // already installed, which nothing does before this line.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     // The agent runs on every node and does one thing at a time: one thread is enough, and saves
     // the stacks and allocator arenas of a thread pool.
     let mut builder = match &cli.mode {
@@ -138,60 +138,20 @@ async fn cloud_options(
     args: &cli::ControllerArgs,
     registry: &mut prometheus_client::registry::Registry,
 ) -> anyhow::Result<Option<controller::groups::CloudOptions>> {
-    let Some(kind) = args.cloud_provider else {
+    if args.cloud.cloud_provider.is_none() {
+        return Ok(None);
+    }
+    let calls = Arc::new(cloud::metrics::PrometheusCalls::register(registry));
+    let Some(provider) = args.cloud.provider(calls).await? else {
         return Ok(None);
     };
-    let endpoint = args.cloud_endpoint.as_deref();
-    let provider: Arc<dyn cloud::CloudProvider> = match kind {
-        cli::CloudProviderKind::Simulated => {
-            let endpoint = endpoint.context("--cloud-provider simulated needs --cloud-endpoint")?;
-            Arc::new(cloud::simulated::SimulatedProvider::new(endpoint).context("--cloud-endpoint")?)
-        }
-        #[cfg(feature = "azure")]
-        cli::CloudProviderKind::Azure => Arc::new(azure_provider(args)?),
-        #[cfg(not(feature = "azure"))]
-        cli::CloudProviderKind::Azure => {
-            anyhow::bail!("--cloud-provider azure: this binary was built without the `azure` feature")
-        }
-        cli::CloudProviderKind::Gcp => gcp_provider(args).await?,
-        #[cfg(feature = "aws")]
-        cli::CloudProviderKind::Aws => {
-            anyhow::ensure!(endpoint.is_none(), "--cloud-endpoint is not for aws (tests set AWS_ENDPOINT_URL)");
-            let region = args.aws_region.as_deref().unwrap_or_default();
-            Arc::new(cloud::aws::AwsProvider::from_env(region).await.context("--aws-region")?)
-        }
-        #[cfg(not(feature = "aws"))]
-        cli::CloudProviderKind::Aws => anyhow::bail!("--cloud-provider aws: built without the `aws` feature"),
-    };
-    let calls = Arc::new(cloud::metrics::PrometheusCalls::register(registry));
-    let mut policy = cloud::CallPolicy::default();
-    if let (Some(rate), Some(burst)) = (NonZeroU32::new(args.cloud_rate_limit), NonZeroU32::new(args.cloud_burst)) {
-        policy.rate_per_second = rate;
-        policy.burst = burst;
-    }
-    let provider = cloud::Governed::new(provider, policy, calls);
     let mut options = controller::groups::CloudOptions::new(Arc::new(provider));
     options.join_timeout = args.join_timeout;
     options.leave_timeout = args.leave_timeout;
     options.etcd = args.etcd();
     options.metrics = controller::groups::GroupMetrics::register(registry);
-    tracing::info!(cloud = ?kind, endpoint, "managing scaling groups");
+    tracing::info!(cloud = ?args.cloud.cloud_provider, endpoint = args.cloud.cloud_endpoint, "managing scaling groups");
     Ok(Some(options))
-}
-
-/// The Azure provider of `--azure-*` and `--cloud-endpoint`, credentials from the environment.
-#[cfg(feature = "azure")]
-fn azure_provider(args: &cli::ControllerArgs) -> anyhow::Result<cloud::azure::AzureProvider> {
-    let (Some(subscription), Some(group)) = (&args.azure_subscription_id, &args.azure_resource_group) else {
-        anyhow::bail!("--cloud-provider azure needs --azure-subscription-id and --azure-resource-group");
-    };
-    let mut config = cloud::azure::AzureConfig::new(subscription, group);
-    config.arm_endpoint = args.cloud_endpoint.clone();
-    config.authority_host = args.azure_authority_host.clone();
-    if let Some(path) = &args.azure_ca_file {
-        config.extra_ca_pem = Some(std::fs::read(path).with_context(|| format!("--azure-ca-file {}", path.display()))?);
-    }
-    cloud::azure::AzureProvider::new(config).context("--cloud-provider azure")
 }
 
 /// The API server configuration; requests carry `user_agent` (`update-operator/<mode> VERSION`, and
@@ -223,19 +183,6 @@ async fn config_from(
 }
 
 /// The host name and process ID, for a controller started outside a pod.
-/// The GCP provider of `--gcp-project` (Application Default Credentials).
-#[cfg(feature = "gcp")]
-async fn gcp_provider(args: &cli::ControllerArgs) -> anyhow::Result<Arc<dyn cloud::CloudProvider>> {
-    let project = args.gcp_project.clone().context("--cloud-provider gcp needs --gcp-project")?;
-    let config = cloud::gcp::GcpConfig { project, endpoint: args.cloud_endpoint.clone(), credentials: None };
-    Ok(Arc::new(cloud::gcp::GcpProvider::new(config).await.context("--cloud-provider gcp")?))
-}
-
-#[cfg(not(feature = "gcp"))]
-async fn gcp_provider(_: &cli::ControllerArgs) -> anyhow::Result<Arc<dyn cloud::CloudProvider>> {
-    anyhow::bail!("--cloud-provider gcp: this binary was built without the `gcp` feature")
-}
-
 fn default_identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     format!("{}-{}", host.trim(), std::process::id())
@@ -270,81 +217,35 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
 mod tests {
     use super::*;
 
-    #[cfg(not(feature = "gcp"))]
     #[tokio::test]
-    async fn a_build_without_gcp_refuses_it_by_name() {
-        let cli = cli::Cli::try_parse_from(["update-operator", "controller", "--cloud-provider", "gcp"]).unwrap();
-        let cli::Mode::Controller(args) = cli.mode else { panic!("controller mode expected") };
+    async fn the_controllers_cloud_options_take_its_flags_and_there_are_none_without_a_cloud() {
+        let parse = |args: &[&str]| match cli::Cli::try_parse_from(args).map(|c| c.mode) {
+            Ok(cli::Mode::Controller(args)) => args,
+            other => panic!("controller arguments expected: {other:?}"),
+        };
         let mut registry = prometheus_client::registry::Registry::default();
-        let error = cloud_options(&args, &mut registry).await.err().map(|e| format!("{e:#}")).unwrap_or_default();
-        assert!(error.contains("built without the `gcp` feature"), "{error}");
-    }
-
-    #[cfg(feature = "gcp")]
-    #[tokio::test]
-    async fn gcp_is_built_from_its_project_with_application_default_credentials() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let cli = cli::Cli::try_parse_from([
+        assert!(cloud_options(&parse(&["update-operator", "controller"]), &mut registry).await.unwrap().is_none());
+        let args = parse(&[
             "update-operator",
             "controller",
             "--cloud-provider",
-            "gcp",
-            "--gcp-project",
-            "my-project",
+            "simulated",
             "--cloud-endpoint",
             "http://127.0.0.1:9",
-        ])
-        .unwrap();
-        let cli::Mode::Controller(args) = cli.mode else { panic!("controller mode expected") };
-        let mut registry = prometheus_client::registry::Registry::default();
-        // Building looks up ADC but makes no request; here without credentials it may fail only as a credentials
-        // error, never as a missing feature.
-        match cloud_options(&args, &mut registry).await {
-            Ok(options) => assert!(options.is_some()),
-            Err(error) => assert!(!format!("{error:#}").contains("feature"), "{error:#}"),
+            "--leave-timeout",
+            "7m",
+            "--join-timeout",
+            "1h",
+        ]);
+        let options = cloud_options(&args, &mut registry).await.unwrap().expect("a cloud");
+        assert_eq!(options.leave_timeout, std::time::Duration::from_secs(420));
+        assert_eq!(options.join_timeout, std::time::Duration::from_secs(3600));
+        // A cloud the build lacks is refused by name (crate::clouds' tests cover each).
+        #[cfg(not(feature = "gcp"))]
+        {
+            let gcp = parse(&["update-operator", "controller", "--cloud-provider", "gcp"]);
+            let error = cloud_options(&gcp, &mut registry).await.err().map(|e| format!("{e:#}")).unwrap_or_default();
+            assert!(error.contains("built without the `gcp` feature"), "{error}");
         }
-    }
-
-    fn controller_args(args: &[&str]) -> cli::ControllerArgs {
-        let mut argv = vec!["update-operator", "controller"];
-        argv.extend_from_slice(args);
-        match cli::Cli::try_parse_from(argv).map(|c| c.mode) {
-            Ok(cli::Mode::Controller(args)) => args,
-            other => panic!("controller arguments expected: {other:?}"),
-        }
-    }
-
-    #[cfg(not(feature = "azure"))]
-    #[tokio::test]
-    async fn a_build_without_the_azure_feature_refuses_azure_with_a_clear_message() {
-        let args = controller_args(&["--cloud-provider", "azure"]);
-        let error =
-            cloud_options(&args, &mut Default::default()).await.err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(error.contains("built without the `azure` feature"), "{error}");
-    }
-
-    #[cfg(feature = "azure")]
-    #[tokio::test]
-    async fn azure_needs_its_subscription_and_resource_group_and_builds_its_provider() {
-        let argv = ["update-operator", "controller", "--cloud-provider", "azure", "--azure-resource-group", "rg"];
-        if std::env::var_os("AZURE_SUBSCRIPTION_ID").is_none() {
-            assert!(cli::Cli::try_parse_from(argv).is_err(), "the subscription is required");
-        }
-        let azure = [
-            "--cloud-provider",
-            "azure",
-            "--azure-subscription-id",
-            "0d202bbb-4fa7-4af8-8125-58c269a05435",
-            "--azure-resource-group",
-            "rg",
-        ];
-        let args = controller_args(&[&azure[..], &["--azure-ca-file", "/nonexistent/ca.pem"]].concat());
-        let error =
-            cloud_options(&args, &mut Default::default()).await.err().map(|e| format!("{e:#}")).unwrap_or_default();
-        assert!(error.contains("--azure-ca-file"), "{error}");
-        let args = controller_args(&azure);
-        // Managed identity needs no environment to be configured; no request is made yet.
-        let options = cloud_options(&args, &mut Default::default()).await.expect("the Azure provider is configured");
-        assert!(options.is_some());
     }
 }

@@ -2,12 +2,14 @@
 //! controller's own policy (see `controller::forecast`) and prints the order, the waves, the
 //! predicted duration and every blocker. Writes nothing.
 
-use crate::cli::{CloudProviderKind, PlanArgs, PlanOutput};
+use crate::cli::{PlanArgs, PlanOutput};
 use anyhow::Context as _;
+use cloud::metrics::NoObserver;
 use controller::forecast::report::{Flags, Report};
 use controller::forecast::snapshot::Snapshot;
 use shared::crd::NodeVersion;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// Exit status when something would block a rollout.
 pub const EXIT_BLOCKED: u8 = 3;
@@ -42,8 +44,10 @@ async fn run(args: PlanArgs) -> anyhow::Result<Report> {
     let client = kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
     let mut snapshot = Snapshot::read(&client).await.context("cannot read the cluster")?;
     snapshot.check_kubernetes(&client, version.as_ref()).await;
-    if let Some(provider) = cloud(&args)? {
-        snapshot.ask_cloud(provider.as_ref()).await;
+    // Only the provider's read calls (instance group and image, `Snapshot::ask_cloud`), rate-limited and retried
+    // as the controller's; an answer that fails leaves its node unplaced, said in the assumptions with the error.
+    if let Some(provider) = args.cloud.provider(Arc::new(NoObserver)).await? {
+        snapshot.ask_cloud(&provider).await;
     }
     let duration = |d: Option<std::time::Duration>| d.and_then(|d| jiff::SignedDuration::try_from(d).ok());
     let flags = Flags {
@@ -61,23 +65,6 @@ async fn run(args: PlanArgs) -> anyhow::Result<Report> {
         PlanOutput::Json => println!("{}", serde_json::to_string_pretty(&report).context("cannot write the report")?),
     }
     Ok(report)
-}
-
-/// The cloud `plan` asks about the nodes' instances, when `--cloud-provider` names one it can ask.
-fn cloud(args: &PlanArgs) -> anyhow::Result<Option<Box<dyn cloud::CloudProvider>>> {
-    match args.cloud_provider {
-        None => Ok(None),
-        Some(CloudProviderKind::Simulated) => {
-            let endpoint =
-                args.cloud_endpoint.as_deref().context("--cloud-provider simulated needs --cloud-endpoint")?;
-            let provider = cloud::simulated::SimulatedProvider::new(endpoint).context("--cloud-endpoint")?;
-            Ok(Some(Box::new(provider)))
-        }
-        Some(other) => anyhow::bail!(
-            "--cloud-provider {other:?}: plan asks only the simulated cloud so far; without --cloud-provider it takes \
-             the group of Azure scale set VMs from their provider IDs and lists the nodes it cannot place"
-        ),
-    }
 }
 
 /// The NodeVersion of a YAML or JSON file.

@@ -409,3 +409,53 @@ async fn the_seed_yaml_with_its_placeholders_filled_in_drives_a_replacement() {
     stop_all(vec![controller, agent]).await;
     azure.shutdown().await;
 }
+
+/// `plan`'s read of the cloud (`Snapshot::ask_cloud`, which `update-operator plan --cloud-provider azure` runs with
+/// this provider, rate-limited and retried): the scale set VMs are forecast as replacements with the image the
+/// cloud told, and the only calls made are GETs of VMs, the one action docs/plan.md lists for Azure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_asks_the_azure_provider_only_its_vms_and_forecasts_their_replacement() {
+    use controller::forecast::report::{Flags, Report};
+    use controller::forecast::snapshot::Snapshot;
+    let azure = Azure::start(0, &[("workers", GroupRole::Worker, 2)]).await;
+    let object: ScalingGroup = serde_json::from_value(json!({
+        "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "ScalingGroup", "metadata": {"name": "workers"},
+        "spec": {"nodeImage": "constellation-version", "groupId": AzureEmulator::scale_set_id("workers"),
+            "autoscaling": false, "min": 0, "max": 5}
+    }))
+    .unwrap();
+    azure.cluster.store().api::<ScalingGroup>().create(None, &object, &Default::default()).unwrap();
+    let mut vms: Vec<String> = nodes(&azure.cluster).iter().filter(|n| is_azure(n)).map(|n| n.name_any()).collect();
+    vms.sort();
+    assert_eq!(vms.len(), 2, "{vms:?}");
+    let version: NodeVersion = serde_json::from_value(json!({
+        "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
+        "metadata": {"name": "constellation-version"}, "spec": {"image": V2, "rollout": {"maxSurge": 1}}
+    }))
+    .unwrap();
+    let forecast = |snapshot: Snapshot| {
+        let report = Report::build(snapshot, Some(version.clone()), Flags::default(), None, jiff::Timestamp::now());
+        let mut replaced: Vec<String> =
+            report.rollouts[0].nodes.iter().filter(|n| n.replaced).map(|n| n.node.clone()).collect();
+        replaced.sort();
+        (replaced, report.assumptions.join("\n"))
+    };
+
+    // Without the cloud the scale set VMs' provider IDs name their group, but not their image (no agent runs there).
+    let snapshot = Snapshot::read(&azure.cluster.client()).await.unwrap();
+    let (replaced, said) = forecast(snapshot.clone());
+    assert_eq!(replaced, vms);
+    assert!(said.contains("taken as outdated"), "{said}");
+
+    let mut asked = snapshot;
+    let provider = Governed::new(azure.provider(), CallPolicy::default(), Arc::new(CallCounts::default()));
+    asked.ask_cloud(&provider).await;
+    let answers = asked.cloud.clone().unwrap_or_default();
+    assert!(answers.values().all(|a| matches!(a, Ok(Some((_, image))) if image == V1)), "{answers:?}");
+    let (replaced, said) = forecast(asked);
+    assert_eq!(replaced, vms);
+    assert!(said.contains("as the cloud told") && !said.contains("taken as outdated"), "{said}");
+    let recorded: Vec<&str> = azure.emulator.actions().into_iter().collect();
+    assert_eq!(recorded, ["Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read"]);
+    azure.shutdown().await;
+}

@@ -221,11 +221,7 @@ fn group_assumptions(snapshot: &Snapshot, membership: &Membership) -> Vec<String
          running with its cloud; each group's new instances get the image of the NodeVersion its spec.nodeImage names"
     )];
     if !membership.unclassified.is_empty() {
-        assumptions.push(format!(
-            "the scaling group of {} is not known (the provider ID does not name it and the cloud was not asked, or \
-             the cloud did not answer): forecast in place",
-            membership.unclassified.join(", ")
-        ));
+        assumptions.extend(unclassified(snapshot, membership));
     }
     if !membership.image_assumed.is_empty() {
         assumptions.push(format!(
@@ -234,6 +230,37 @@ fn group_assumptions(snapshot: &Snapshot, membership: &Membership) -> Vec<String
         ));
     }
     assumptions
+}
+
+/// Why the nodes a forecast could not place are not known members: the cloud was not asked, or what it answered
+/// (nodes with the same error in one line).
+fn unclassified(snapshot: &Snapshot, membership: &Membership) -> Vec<String> {
+    let Some(answers) = &snapshot.cloud else {
+        return vec![format!(
+            "the scaling group of {} is not known (the provider ID does not name it and the cloud was not asked: pass \
+             --cloud-provider): forecast in place",
+            membership.unclassified.join(", ")
+        )];
+    };
+    let mut by_error: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for name in &membership.unclassified {
+        let id = snapshot.nodes.iter().find(|n| n.name() == name).and_then(|n| n.spec.provider_id.as_deref());
+        let error = match id.and_then(|id| answers.get(id)) {
+            Some(Err(error)) => error.as_str(),
+            _ => "no answer",
+        };
+        by_error.entry(error).or_default().push(name);
+    }
+    by_error
+        .into_iter()
+        .map(|(error, nodes)| {
+            format!(
+                "the cloud did not tell the scaling group and image of {} ({error}): forecast in place, which is wrong \
+                 for a node of a ScalingGroup",
+                nodes.join(", ")
+            )
+        })
+        .collect()
 }
 
 /// Seconds as people read them: `42.5s`, `3m05s`, `2h10m`.
@@ -314,6 +341,58 @@ mod tests {
         assert!(text.contains("NodeVersion nv -> Kubernetes v1.34.0, then v2: 2 node(s) to update"), "{text}");
         assert!(text.contains("wave  2  t+1m00s    kubeadm w-0  (until t+4m00s)"), "{text}");
         assert!(text.contains("wave  3  t+4m00s    cp-0  (until t+12m00s)"), "{text}");
+    }
+
+    #[test]
+    fn nodes_the_cloud_could_not_place_are_said_with_its_error_and_without_the_cloud_how_to_ask_it() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let aws = |name: &str, instance: &str| {
+            let mut node = slim(name, false);
+            node.spec.provider_id = Some(format!("aws:///us-east-1a/{instance}"));
+            node
+        };
+        let group: shared::crd::ScalingGroup = serde_json::from_value(json!({
+            "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "ScalingGroup", "metadata": {"name": "workers"},
+            "spec": {"nodeImage": "nv", "groupId": "workers", "autoscaling": false},
+        }))
+        .unwrap();
+        let snapshot = Snapshot {
+            nodes: vec![
+                aws("a", "i-0000000000000000a"),
+                aws("b", "i-0000000000000000b"),
+                aws("c", "i-0000000000000000c"),
+            ],
+            scaling_groups: vec![group],
+            ..Default::default()
+        };
+        let version: NodeVersion = serde_json::from_value(json!({
+            "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
+            "metadata": {"name": "nv"}, "spec": {"image": "v2"}
+        }))
+        .unwrap();
+        let report = Report::build(snapshot.clone(), Some(version.clone()), Flags::default(), None, now);
+        let unplaced: Vec<&String> = report.assumptions.iter().filter(|a| a.contains("forecast in place")).collect();
+        assert_eq!(unplaced.len(), 1, "{:?}", report.assumptions);
+        assert!(unplaced[0].contains("a, b, c") && unplaced[0].contains("pass --cloud-provider"), "{unplaced:?}");
+
+        let denied = "permission denied: DescribeAutoScalingInstances";
+        let mut asked = snapshot;
+        asked.cloud = Some(
+            [
+                ("aws:///us-east-1a/i-0000000000000000a".to_owned(), Err(denied.to_owned())),
+                ("aws:///us-east-1a/i-0000000000000000b".to_owned(), Ok(Some(("workers".to_owned(), "v1".to_owned())))),
+                ("aws:///us-east-1a/i-0000000000000000c".to_owned(), Err(denied.to_owned())),
+            ]
+            .into_iter()
+            .collect(),
+        );
+        let report = Report::build(asked, Some(version), Flags::default(), None, now);
+        let unplaced: Vec<&String> = report.assumptions.iter().filter(|a| a.contains("forecast in place")).collect();
+        assert_eq!(unplaced.len(), 1, "{:?}", report.assumptions);
+        assert!(unplaced[0].contains("of a, c (permission denied: DescribeAutoScalingInstances)"), "{unplaced:?}");
+        let replaced: Vec<(&str, bool)> =
+            report.rollouts[0].nodes.iter().map(|n| (n.node.as_str(), n.replaced)).collect();
+        assert!(replaced.contains(&("b", true)) && replaced.contains(&("a", false)), "{replaced:?}");
     }
 
     #[test]
