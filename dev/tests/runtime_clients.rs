@@ -113,6 +113,10 @@ async fn an_in_memory_client_is_authenticated_authorized_counted_and_watches_lik
     let metrics = server.metrics();
     assert_eq!(metrics.count(|k| k.user_agent == "mem-admin/1" && k.verb == Verb::Create), 1);
     assert!(metrics.count(|k| k.user_agent == "mem-admin/1" && k.verb == Verb::Watch) >= 1);
+    // Discovery answers as over TCP (the server's address, without a scheme).
+    let (in_memory, over_tcp) =
+        (admin.list_core_api_versions().await.unwrap(), server.client().list_core_api_versions().await.unwrap());
+    assert_eq!(in_memory.server_address_by_client_cidrs, over_tcp.server_address_by_client_cidrs);
     // A header that cannot be sent is an error, not a panic.
     assert!(server.in_memory_client("token\nwith newline", "x").is_err());
 }

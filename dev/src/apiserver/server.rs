@@ -160,7 +160,7 @@ impl ApiServer {
     /// A kube-rs client that authenticates with `token` and reaches this server without a socket (see
     /// [`super::http::in_memory_client`]): for runs with thousands of clients in one process.
     pub fn in_memory_client(&self, token: &str, user_agent: &str) -> Result<kube::Client, ApiError> {
-        super::http::in_memory_client(self.core.clone(), self.url.clone().into(), token, user_agent)
+        super::http::in_memory_client(self.core.clone(), self.address().to_string().into(), token, user_agent)
             .map_err(|e| ApiError::bad_request(format!("a header of the in-memory client: {e}")))
     }
 
