@@ -76,7 +76,7 @@ use std::fmt;
 use std::sync::Arc;
 
 /// A node as the policy sees it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NodeView {
     pub name: String,
     pub control_plane: bool,
