@@ -830,3 +830,159 @@ fn with_a_kubernetes_upgrade_the_planner_decides_with_the_full_plan() {
     planner.plan(t(3));
     assert_eq!(planner.assessed(), 0);
 }
+
+/// A whole rollout of 1000 nodes of a scaling group, replaced ten at a time: the world makes one change per
+/// event (a write of the last plan applied, a heir registering, turning Ready or joining, a drain finishing, an
+/// instance deleted), and the planner plans after each. Returns the plans, the nodes assessed in all, the most in
+/// one plan, the nodes the full plan assesses in all (every node, each time), and the nodes replaced.
+fn replacement_rollout(size: usize, surge: u32) -> (usize, usize, usize, usize, usize) {
+    let policy = Policy {
+        max_unavailable: MaxUnavailable::Count(surge),
+        max_surge: MaxUnavailable::Count(surge),
+        ..Policy::default()
+    };
+    let rollouts =
+        vec![Rollout { name: "nv".into(), spec: SpecState::Valid(valid_spec(TARGET, 1, policy)), kubernetes: None }];
+    let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
+    let mut fleet = Fleet { groups: vec![group], ..Fleet::default() };
+    let mut planner = Planner::new();
+    planner.set_context(rollouts.clone(), fleet.clone(), None);
+    for i in 0..size {
+        let name = format!("n{i:04}");
+        planner.upsert(NodeView { group: Some(member("g", &name, Some(t(-600)))), ..node(&name) });
+    }
+    let (mut plans, mut assessed, mut most, mut every, mut retired) = (0, 0, 0, 0, 0);
+    let mut now = t(0);
+    let mut pending_writes: Vec<NodeAction> = Vec::new();
+    for _ in 0..20 * size + 1000 {
+        planner.set_context(rollouts.clone(), fleet.clone(), None);
+        let plan = planner.plan(now);
+        plans += 1;
+        if plans > 1 {
+            assessed += planner.assessed();
+            most = most.max(planner.assessed());
+            every += planner.len();
+        }
+        if plans % 500 == 1 {
+            let nodes: Vec<NodeView> = planner.nodes().cloned().collect();
+            let want = plan_with(&nodes, &rollouts, &fleet, None, now);
+            assert_eq!(format!("{plan:#?}"), format!("{want:#?}"), "plan {plans}");
+        }
+        now += SignedDuration::from_secs(1);
+        if plan.rollouts[0].counts.up_to_date as usize == size && fleet.pending.is_empty() {
+            break;
+        }
+        // One change of the world: the plan's writes (all at once, as the executor applies a plan), or else one
+        // thing the cloud, a kubelet or a drain does.
+        let writes: Vec<NodeAction> = plan.rollouts[0].actions.iter().filter(|a| a.kind.writes()).cloned().collect();
+        if !writes.is_empty() && writes != pending_writes {
+            pending_writes = writes.clone();
+            for action in &writes {
+                let Some(mut n) = planner.node(&action.node).cloned() else { continue };
+                match &action.kind {
+                    ActionKind::CreateInstance { group_id, pending, .. } => fleet.pending.push(PendingView {
+                        name: pending.clone(),
+                        node_name: format!("{}-new", action.node),
+                        group_id: group_id.clone(),
+                        goal: Goal::Join,
+                        donor: Some(action.node.clone()),
+                        reached_goal: false,
+                        join_failed: None,
+                        created: Some(now),
+                    }),
+                    ActionKind::Inherit { donor, labels, taints } => {
+                        if let Some(m) = &mut n.group {
+                            m.donor = Some(donor.clone());
+                            m.labels.extend(labels.clone());
+                            m.taints.extend(taints.clone());
+                        }
+                        planner.upsert(n);
+                    }
+                    ActionKind::Retire { join_pending, .. } => {
+                        fleet.pending.retain(|p| Some(&p.name) != join_pending.as_ref());
+                        planner.remove(&action.node);
+                        retired += 1;
+                    }
+                    ActionKind::ReleaseInstance { pending, donor, .. } => {
+                        fleet.pending.push(PendingView {
+                            name: pending.clone(),
+                            node_name: donor.name.clone(),
+                            group_id: donor.group_id.clone(),
+                            goal: Goal::Leave,
+                            donor: Some(donor.name.clone()),
+                            reached_goal: false,
+                            join_failed: None,
+                            created: Some(now),
+                        });
+                        if let Some(m) = &mut n.group {
+                            m.donor = None;
+                        }
+                        planner.upsert(n);
+                    }
+                    kind => {
+                        if let (ActionKind::DrainDonor { heir, .. }, Some(m)) = (kind, &mut n.group) {
+                            m.heir = Some(heir.clone());
+                        }
+                        crate::forecast::transition(&mut n, action, Token::from_u64(1), now);
+                        planner.upsert(n);
+                    }
+                }
+            }
+            continue;
+        }
+        // The cloud, the kubelets and the drains take turns.
+        let leaving = fleet.pending.iter().position(|p| p.goal == Goal::Leave);
+        let joining = fleet.pending.iter().position(|p| p.goal == Goal::Join && !p.reached_goal);
+        let draining = planner.nodes().find(|n| matches!(n.drain, DrainProgress::Running { .. })).cloned();
+        for turn in 0..3 {
+            match (plans + turn) % 3 {
+                0 if joining.is_some() => {
+                    let j = joining.unwrap_or_default();
+                    let name = fleet.pending[j].node_name.clone();
+                    match planner.node(&name).cloned() {
+                        None => planner.upsert(NodeView {
+                            ready: false,
+                            agent: Ok(AgentReport::default()),
+                            group: Some(GroupMember { image: Some(TARGET.into()), ..member("g", &name, None) }),
+                            ..node(&name)
+                        }),
+                        Some(mut heir) if !heir.ready => {
+                            heir.ready = true;
+                            if let Some(m) = &mut heir.group {
+                                m.ready_since = Some(now);
+                            }
+                            planner.upsert(heir);
+                        }
+                        Some(_) => fleet.pending[j].reached_goal = true,
+                    }
+                }
+                1 if draining.is_some() => {
+                    if let Some(mut n) = draining.clone() {
+                        n.drain = DrainProgress::Drained;
+                        planner.upsert(n);
+                    }
+                }
+                2 if leaving.is_some() => {
+                    fleet.pending.remove(leaving.unwrap_or_default());
+                }
+                _ => continue,
+            }
+            break;
+        }
+    }
+    (plans, assessed, most, every, retired)
+}
+
+#[test]
+fn a_whole_replacement_rollout_assesses_the_replacements_in_flight_per_event() {
+    let (plans, assessed, most, every, retired) = replacement_rollout(1000, 10);
+    assert_eq!(retired, 1000, "every node replaced in {plans} plans");
+    let mean = assessed as f64 / (plans - 1) as f64;
+    let full = every as f64 / (plans - 1) as f64;
+    eprintln!(
+        "1000 group nodes, maxSurge 10: {plans} plans; nodes assessed per plan after the first: {mean:.1} (at most \
+         {most}), the full plan {full:.0}"
+    );
+    // The ten donors and their heirs, what changed, and what the plan starts: not the cluster.
+    assert!(mean < 20.0 && most <= 30, "{mean} {most}");
+}
