@@ -25,6 +25,9 @@
 //!   cluster-autoscaler's state are read by the donors and heirs alone.
 //! - A new context (other rollouts, another own node) or a change of the scaling groups (their image, their role)
 //!   assesses every node again on the next plan: each group node reads its group.
+//! - Besides the assessments, a plan reads a rollout's eligible nodes in start order until it can start no more;
+//!   while `maxSurge` is taken it reads past every eligible node to be replaced (a look-up each, no assessment),
+//!   for one updated in place.
 //! - While a NodeVersion asks for a Kubernetes upgrade, it plans with [`plan_with`](super::plan_with) over every
 //!   node: that flow reads every member of the rollout (versions, hashes, its own budget). It indexes again once
 //!   no NodeVersion asks for one.
