@@ -26,8 +26,8 @@
 //! - A new context (other rollouts, another own node) or a change of the scaling groups (their image, their role)
 //!   assesses every node again on the next plan: each group node reads its group.
 //! - Besides the assessments, a plan reads a rollout's eligible nodes in start order until it can start no more;
-//!   while `maxSurge` is taken it reads past every eligible node to be replaced (a look-up each, no assessment),
-//!   for one updated in place.
+//!   when `maxSurge` is taken as it starts, only those updated in place (a plan that takes the last surge slot
+//!   itself reads past the rest).
 //! - While a NodeVersion asks for a Kubernetes upgrade, it plans with [`plan_with`](super::plan_with) over every
 //!   node: that flow reads every member of the rollout (versions, hashes, its own budget). It indexes again once
 //!   no NodeVersion asks for one.
@@ -100,6 +100,10 @@ struct Tally {
     listed: BTreeSet<String>,
     /// Eligible outdated members, in the order they start ([`selection::order`]).
     candidates: BTreeSet<(bool, bool, String)>,
+    /// Of those, the ones updated in place.
+    in_place_candidates: BTreeSet<(bool, bool, String)>,
+    /// How many of them are replaced.
+    replaced_candidates: u32,
     /// Members counted against the budget.
     unavailable: BTreeSet<String>,
     /// Control-plane members the workers wait for.
@@ -349,6 +353,11 @@ impl Planner {
                 }
                 if *eligible {
                     set(&mut tally.candidates, selection::order(node, own_node), on);
+                    if a.replace {
+                        count(&mut tally.replaced_candidates, on);
+                    } else {
+                        set(&mut tally.in_place_candidates, selection::order(node, own_node), on);
+                    }
                 }
                 if held.is_some() {
                     count(&mut counts.held_back, on);
@@ -476,6 +485,15 @@ impl<'a> Pool<'a> for Indexed<'a> {
             let (node, a) = member(nodes, name)?;
             Some((node, a.replace))
         }))
+    }
+
+    fn in_place_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
+        let nodes = self.nodes;
+        Box::new(self.tally.in_place_candidates.iter().filter_map(move |(_, _, name)| Some(&nodes.get(name)?.view)))
+    }
+
+    fn any_replaced_candidate(&self) -> bool {
+        self.tally.replaced_candidates > 0
     }
 
     fn size(&self) -> u32 {
