@@ -215,21 +215,28 @@ impl NodeViews {
         true
     }
 
-    /// Gives the planner `views` as every node there is (each viewed again; the replacement flow's way).
-    pub fn replace_all(&mut self, views: impl Iterator<Item = NodeView>) {
+    /// Gives the planner `views` as every node there is (each viewed again; the replacement flow's way): those
+    /// that differ from the planner's, and forgets the others. Returns how many it gave.
+    pub fn replace_all(&mut self, views: impl Iterator<Item = NodeView>) -> usize {
         self.seen.clear();
         self.special.clear();
         self.synced = false;
         let mut names = HashSet::new();
+        let mut given = 0;
         for view in views {
             names.insert(view.name.clone());
-            self.planner.upsert(view);
+            // The planner assesses a node given again even when it is the same: only changes are given.
+            if self.planner.node(&view.name) != Some(&view) {
+                given += 1;
+                self.planner.upsert(view);
+            }
         }
         let gone: Vec<String> =
             self.planner.nodes().filter(|v| !names.contains(&v.name)).map(|v| v.name.clone()).collect();
         for name in gone {
             self.planner.remove(&name);
         }
+        given
     }
 }
 
@@ -292,6 +299,31 @@ mod tests {
         let sources = Sources { drains: &drains, overlaid: &overlaid, freshest: &|node| node };
         assert_eq!(views.sync_with(&store, &sources, &[Some(&selector), None], None), 2);
         assert_eq!(views.planner.node("b").map(|v| v.selected_by.clone()), Some(vec![0]));
+    }
+
+    #[test]
+    fn the_replacement_flow_gives_the_planner_only_the_views_that_changed() {
+        let views_of = |images: &[(&str, &str)]| -> Vec<NodeView> {
+            let selector = NodeSelector::default();
+            images
+                .iter()
+                .map(|(name, image)| slim(name, image).view([Some(&selector)], DrainProgress::NotRunning))
+                .collect()
+        };
+        let mut views = NodeViews::default();
+        assert_eq!(views.replace_all(views_of(&[("a", "v1"), ("b", "v1"), ("c", "v1")]).into_iter()), 3);
+        assert_eq!(views.replace_all(views_of(&[("a", "v1"), ("b", "v1"), ("c", "v1")]).into_iter()), 0);
+        // One node changed, one gone.
+        assert_eq!(views.replace_all(views_of(&[("a", "v1"), ("b", "v2")]).into_iter()), 1);
+        assert_eq!(views.planner.nodes().map(|v| v.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        let b = views.planner.node("b").and_then(|v| v.agent.as_ref().ok()).and_then(|a| a.os_image.clone());
+        assert_eq!(b.as_deref(), Some("v2"));
+        // Planned: only the changed node is assessed.
+        views.planner.set_context(Vec::new(), crate::policy::Fleet::default(), None);
+        views.planner.plan(jiff::Timestamp::UNIX_EPOCH);
+        assert_eq!(views.replace_all(views_of(&[("a", "v1"), ("b", "v3")]).into_iter()), 1);
+        views.planner.plan(jiff::Timestamp::UNIX_EPOCH);
+        assert_eq!(views.planner.assessed(), 1);
     }
 
     #[test]

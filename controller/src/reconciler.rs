@@ -307,8 +307,9 @@ impl Reconciler {
         let mut unresolved = false;
         let fleet = match &self.replacer {
             Some(replacer) => {
-                // Replacements read the whole cluster (each node's group, the cloud's answers about them): every
-                // node is viewed again, and the planner plans over all of them while one is concerned.
+                // The cloud's answers (each node's group) come with no watch event: every node is viewed again,
+                // and the planner is given those whose view changed (it plans incrementally, see
+                // `policy::incremental`).
                 let fresh: Vec<SlimNode> =
                     self.nodes.state().iter().map(|n| self.executor.freshest((**n).clone())).collect();
                 unresolved = replacer.learn(&fresh);

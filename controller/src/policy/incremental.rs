@@ -6,20 +6,37 @@
 //! plan costs the nodes that changed, the nodes with an action that writes or a deadline that came due, the
 //! nodes it starts and what it lists: not the cluster. Like [`plan`](super::plan) it reads no clock and no client.
 //!
+//! # Replacements
+//! What a replacement reads beyond the node itself is in the replacement records (donors, heirs, their
+//! PendingNodes, the surge they hold), found from the PendingNodes and from the few nodes that say something of a
+//! replacement (`intent=replace`, the `heir` or `donor` annotations), which the planner keeps apart: the records
+//! cost the replacements in progress, not the cluster, and are found again on every plan. Only the nodes the
+//! records name (donors and heirs) read them or another node, so those are assessed on every plan too, with the
+//! ones they named at the last plan; every other group node is assessed only when it changes, like a node updated
+//! in place.
+//!
 //! # Guarantees
 //! - [`Planner::plan`] returns what [`plan_with`](super::plan_with) returns for the same nodes in name order, the
 //!   same rollouts, fleet, own node and time (the property test in `incremental_tests` checks it after every event
-//!   of random rollouts).
-//! - While a replacement concerns any node (a scaling group, a node with `intent=replace`, PendingNodes, nodes the
-//!   cloud has not told) or a NodeVersion asks for a Kubernetes upgrade, it plans with [`plan_with`](super::plan_with) over every
-//!   node: those flows read the whole cluster. It indexes again once they are over.
-//! - A new context (other rollouts, another own node) assesses every node again on the next plan.
+//!   of random rollouts, in place and by replacement, with PendingNodes joining, failing and leaving).
+//! - In place and by replacement, a plan assesses the nodes that changed, those with an action that writes or a
+//!   deadline that came due, and the donors and heirs of the replacements in progress (now or at the last plan).
+//!   A node the cloud tells or stops telling (`unresolved`) is assessed again; PendingNodes and the
+//!   cluster-autoscaler's state are read by the donors and heirs alone.
+//! - A new context (other rollouts, another own node) or a change of the scaling groups (their image, their role)
+//!   assesses every node again on the next plan: each group node reads its group.
+//! - Besides the assessments, a plan reads a rollout's eligible nodes in start order until it can start no more;
+//!   when `maxSurge` is taken as it starts, only those updated in place (a plan that takes the last surge slot
+//!   itself reads past the rest).
+//! - While a NodeVersion asks for a Kubernetes upgrade, it plans with [`plan_with`](super::plan_with) over every
+//!   node: that flow reads every member of the rollout (versions, hashes, its own budget). It indexes again once
+//!   no NodeVersion asks for one.
 
 use super::assess::{Assessment, Situation};
+use super::replacement::{self, Records};
 use super::selection::{self, Pool};
 use super::{ClusterPlan, Counts, Fleet, NodeView, Plan, Rollout, SpecState, pools};
 use jiff::Timestamp;
-use shared::protocol::Step;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -47,8 +64,12 @@ pub struct Planner {
     unowned_unavailable: u32,
     /// Control-plane nodes that keep every other one from starting.
     control_plane_busy: u32,
-    /// Nodes a replacement concerns: in a scaling group, or with `intent=replace`.
-    replacing: usize,
+    /// Nodes the replacement records are found from ([`replacement::records_something`]): with the fleet's
+    /// PendingNodes, they give the [`Records`] every plan, without reading the other nodes.
+    involved: BTreeSet<String>,
+    /// The nodes the records named at the last plan ([`Records::named`]): their assessments read the records and
+    /// the nodes they name, so they are assessed again on every plan, with those the records name now.
+    related: BTreeSet<String>,
     /// How many nodes the last plan assessed.
     assessed: usize,
 }
@@ -70,6 +91,8 @@ struct Tally {
     preparing: u32,
     /// Members blocked by a drain.
     drain_timeouts: u32,
+    /// Members replaced when they start ([`Assessment::replace`]): what `maxSurge` resolves against.
+    replaced: u32,
     /// Members with an action.
     acting: BTreeSet<String>,
     wakes: BTreeSet<(Timestamp, String)>,
@@ -77,6 +100,10 @@ struct Tally {
     listed: BTreeSet<String>,
     /// Eligible outdated members, in the order they start ([`selection::order`]).
     candidates: BTreeSet<(bool, bool, String)>,
+    /// Of those, the ones updated in place.
+    in_place_candidates: BTreeSet<(bool, bool, String)>,
+    /// How many of them are replaced.
+    replaced_candidates: u32,
     /// Members counted against the budget.
     unavailable: BTreeSet<String>,
     /// Control-plane members the workers wait for.
@@ -97,6 +124,11 @@ impl Planner {
     /// `rollouts`: when the selectors change, every node must be given again with [`Planner::upsert`].
     pub fn set_context(&mut self, rollouts: Vec<Rollout>, fleet: Fleet, own_node: Option<String>) {
         let same = own_node == self.own_node && same_rollouts(&rollouts, &self.rollouts);
+        // A scaling group's image or role is read by each of its members: rare, and every node is assessed again.
+        let same_groups = fleet.groups == self.fleet.groups;
+        let unresolved: Vec<String> = self.fleet.unresolved.symmetric_difference(&fleet.unresolved).cloned().collect();
+        // The PendingNodes and the autoscaler are read through the records, by the nodes they name: those are
+        // assessed on every plan (see `related`).
         self.rollouts = rollouts;
         self.fleet = fleet;
         self.own_node = own_node;
@@ -104,6 +136,12 @@ impl Planner {
             self.unindex();
             for entry in self.nodes.values_mut() {
                 entry.owner = pools::owner(&entry.view, &self.rollouts);
+            }
+        } else if !same_groups {
+            self.unindex();
+        } else {
+            for name in unresolved {
+                self.forget(&name);
             }
         }
     }
@@ -113,21 +151,27 @@ impl Planner {
         let name = view.name.clone();
         self.mark(&name, false);
         let owner = pools::owner(&view, &self.rollouts);
-        self.replacing += usize::from(concerns_replacement(&view));
+        set(&mut self.involved, name.clone(), replacement::records_something(&view));
         let entry = Entry { view, owner, assessment: None };
-        if let Some(old) = self.nodes.insert(name.clone(), entry) {
-            self.replacing -= usize::from(concerns_replacement(&old.view));
-        }
+        self.nodes.insert(name.clone(), entry);
         self.dirty.insert(name);
     }
 
     /// Removes a node; a name not known is ignored.
     pub fn remove(&mut self, name: &str) {
         self.mark(name, false);
-        if let Some(old) = self.nodes.remove(name) {
-            self.replacing -= usize::from(concerns_replacement(&old.view));
-        }
+        self.nodes.remove(name);
+        self.involved.remove(name);
         self.dirty.remove(name);
+    }
+
+    /// Takes the node's assessment out of the indexes, to be assessed again on the next plan.
+    fn forget(&mut self, name: &str) {
+        self.mark(name, false);
+        if let Some(entry) = self.nodes.get_mut(name) {
+            entry.assessment = None;
+            self.dirty.insert(name.to_owned());
+        }
     }
 
     /// The node of that name, as last given.
@@ -148,15 +192,9 @@ impl Planner {
         self.nodes.is_empty()
     }
 
-    /// Whether the next [`Planner::plan`] is incremental (no replacement, no Kubernetes upgrade).
+    /// Whether the next [`Planner::plan`] is incremental: no NodeVersion asks for a Kubernetes upgrade.
     pub fn incremental(&self) -> bool {
-        let fleet = &self.fleet;
-        self.replacing == 0
-            && fleet.groups.is_empty()
-            && fleet.pending.is_empty()
-            && fleet.unresolved.is_empty()
-            && fleet.autoscaler_running.is_none()
-            && self.rollouts.iter().all(|r| r.kubernetes.is_none())
+        self.rollouts.iter().all(|r| r.kubernetes.is_none())
     }
 
     /// How many nodes the last [`Planner::plan`] assessed (all of them when it used the full plan).
@@ -192,6 +230,7 @@ impl Planner {
         self.writing.clear();
         self.unowned_unavailable = 0;
         self.control_plane_busy = 0;
+        self.related.clear();
         for entry in self.nodes.values_mut() {
             entry.assessment = None;
         }
@@ -202,30 +241,54 @@ impl Planner {
         self.tallies = vec![Tally::default(); self.rollouts.len() + 1];
         self.indexed = true;
         self.dirty.clear();
-        let names: Vec<String> = self.nodes.keys().cloned().collect();
-        for name in names {
-            self.assess(&name, now);
-        }
+        let names: BTreeSet<String> = self.nodes.keys().cloned().collect();
+        self.assess(names, now);
     }
 
     /// Assesses again the nodes that changed, those with an action that writes (their next step, or the same one
-    /// again) and those whose deadline came due; no other assessment can differ at `now`.
+    /// again), those whose deadline came due, and those the replacement records name now or named at the last
+    /// plan; no other assessment can differ at `now`.
     fn refresh(&mut self, now: Timestamp) {
         let mut redo = std::mem::take(&mut self.dirty);
         redo.extend(self.writing.iter().cloned());
         redo.extend(self.wakes.iter().take_while(|(at, _)| *at <= now).map(|(_, name)| name.clone()));
-        for name in redo {
-            self.mark(&name, false);
-            self.assess(&name, now);
-        }
+        redo.extend(std::mem::take(&mut self.related));
+        self.assess(redo, now);
     }
 
-    /// Assesses one node and indexes the assessment.
-    fn assess(&mut self, name: &str, now: Timestamp) {
-        let Some(entry) = self.nodes.get_mut(name) else { return };
-        self.assessed += 1;
-        entry.assessment = Some(super::assess_in_place(&entry.view, entry.owner, &self.rollouts, now));
-        self.mark(name, true);
+    /// The replacement records, from the nodes that record something and the fleet's PendingNodes.
+    fn records(&self) -> Records<'_> {
+        let nodes = &self.nodes;
+        let involved = self.involved.iter().filter_map(|name| nodes.get(name).map(|e| &e.view));
+        Records::of(involved, |name| nodes.contains_key(name), &self.fleet)
+    }
+
+    /// Assesses the nodes of `names` and those the records name, and indexes the assessments.
+    fn assess(&mut self, mut names: BTreeSet<String>, now: Timestamp) {
+        let (assessments, related) = {
+            let records = self.records();
+            let related: BTreeSet<String> =
+                records.named().filter(|name| self.nodes.contains_key(*name)).map(str::to_owned).collect();
+            names.extend(related.iter().cloned());
+            let lookup = ByName(&self.nodes);
+            let assessments: Vec<(String, Assessment)> = names
+                .into_iter()
+                .filter_map(|name| {
+                    let e = self.nodes.get(&name)?;
+                    let a = super::assess_node(&e.view, e.owner, &self.rollouts, &self.fleet, &records, &lookup, now);
+                    Some((name, a))
+                })
+                .collect();
+            (assessments, related)
+        };
+        self.related = related;
+        for (name, assessment) in assessments {
+            self.mark(&name, false);
+            let Some(entry) = self.nodes.get_mut(&name) else { continue };
+            entry.assessment = Some(assessment);
+            self.assessed += 1;
+            self.mark(&name, true);
+        }
     }
 
     /// Adds (`on`) or removes the node's assessment to or from the indexes.
@@ -273,6 +336,9 @@ impl Planner {
             }
             return;
         }
+        if a.replace {
+            count(&mut tally.replaced, on);
+        }
         let counts = &mut tally.counts;
         count(&mut counts.total, on);
         let listed = match &a.situation {
@@ -287,6 +353,11 @@ impl Planner {
                 }
                 if *eligible {
                     set(&mut tally.candidates, selection::order(node, own_node), on);
+                    if a.replace {
+                        count(&mut tally.replaced_candidates, on);
+                    } else {
+                        set(&mut tally.in_place_candidates, selection::order(node, own_node), on);
+                    }
                 }
                 if held.is_some() {
                     count(&mut counts.held_back, on);
@@ -322,8 +393,9 @@ impl Planner {
 
     /// The plan from the indexes: what [`plan_with`](super::plan_with) composes from every assessment.
     fn compose(&self, now: Timestamp) -> ClusterPlan {
+        let records = self.records();
         let mut shared = selection::Shared {
-            control_plane_busy: self.control_plane_busy > 0,
+            control_plane_busy: self.control_plane_busy > 0 || records.control_plane_active(),
             unowned_unavailable: self.unowned_unavailable,
         };
         let mut cluster = ClusterPlan::default();
@@ -334,6 +406,8 @@ impl Planner {
             super::summarize(&mut plan, &listed);
             plan.counts = tally.counts;
             plan.preparing = tally.preparing > 0;
+            let member = |name: &str| self.nodes.get(name).is_some_and(|e| e.owner == pools::Owner::Rollout(index));
+            plan.replacements = records.listing_of(member);
             let overlap: Vec<(&NodeView, &str)> = tally
                 .overlap
                 .iter()
@@ -349,9 +423,14 @@ impl Planner {
                 .collect();
             let drain_timeouts = tally.drain_timeouts as usize;
             if let Some(spec) = super::open_gates(rollout, &mut plan, &overlap, drain_timeouts, now) {
-                // No replacement: no surge is used, none is taken.
-                let allowed = spec.policy.max_surge.resolve(0);
-                let mut surge = selection::Surge { free: allowed, allowed, ..Default::default() };
+                let allowed = spec.policy.max_surge.resolve(tally.replaced);
+                let mut surge = selection::Surge {
+                    free: allowed.saturating_sub(records.surge_used_of(member)),
+                    allowed,
+                    control_plane_active: records.control_plane_active(),
+                    worker_active: records.worker_active(),
+                    moving: records.moving(),
+                };
                 let pool = Indexed { tally, nodes: &self.nodes };
                 let selected = selection::select(&pool, spec, &mut shared, &mut surge);
                 super::start(&mut plan, spec, selected, now);
@@ -384,6 +463,15 @@ impl Planner {
     }
 }
 
+/// The nodes by name, as a replacement's assessment looks up the nodes it names.
+struct ByName<'a>(&'a BTreeMap<String, Entry>);
+
+impl replacement::Lookup for ByName<'_> {
+    fn node(&self, name: &str) -> Option<&NodeView> {
+        self.0.get(name).map(|e| &e.view)
+    }
+}
+
 /// A rollout's members as the indexes keep them.
 struct Indexed<'a> {
     tally: &'a Tally,
@@ -397,6 +485,15 @@ impl<'a> Pool<'a> for Indexed<'a> {
             let (node, a) = member(nodes, name)?;
             Some((node, a.replace))
         }))
+    }
+
+    fn in_place_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
+        let nodes = self.nodes;
+        Box::new(self.tally.in_place_candidates.iter().filter_map(move |(_, _, name)| Some(&nodes.get(name)?.view)))
+    }
+
+    fn any_replaced_candidate(&self) -> bool {
+        self.tally.replaced_candidates > 0
     }
 
     fn size(&self) -> u32 {
@@ -439,12 +536,6 @@ fn count(counter: &mut u32, on: bool) {
     } else {
         *counter = counter.saturating_sub(1);
     }
-}
-
-/// Whether a replacement concerns the node: it is in a scaling group, or carries `intent=replace`.
-fn concerns_replacement(view: &NodeView) -> bool {
-    view.group.is_some()
-        || view.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Replace))
 }
 
 /// Whether two lists of rollouts are the same (the same specs, not equal copies: a spec is validated once per

@@ -1,9 +1,12 @@
 //! The incremental [`Planner`] against the full [`plan_with`]: random event sequences (agents' reports, drains
 //! finishing or failing, nodes added, removed, made NotReady or cordoned, annotations broken, specs changed, time
 //! passing, the controller's writes applied or failing) from seeded ChaCha generators, with identical plans and
-//! statuses asserted after every event. The planner is given exactly the nodes that changed, as the reconciler
-//! gives them.
+//! statuses asserted after every event. Most clusters have nodes in scaling groups, replaced rather than updated in
+//! place: the simulated cloud registers, readies and joins their heirs, fails joins, deletes instances, changes a
+//! group's image, and PendingNodes no replacement created come and go. The planner is given exactly the nodes that
+//! changed, as the reconciler gives them, and the fleet as it is.
 
+use super::replacement::{Goal, GroupView, PendingView};
 use super::tests::{OLD, TARGET, boot, node, t, unreadable_intent, valid_spec};
 use super::*;
 use crate::executor::next_state;
@@ -64,6 +67,20 @@ fn configurations() -> Vec<Vec<Rollout>> {
         ],
         vec![rollout("pool-one", valid_spec("v3", 1, Policy { selector: pool_one, ..policy(1) }))],
         vec![],
+        vec![rollout("nv", valid_spec(TARGET, 9, Policy { max_surge: MaxUnavailable::Count(2), ..policy(3) }))],
+        vec![rollout(
+            "nv",
+            valid_spec(
+                TARGET,
+                10,
+                Policy {
+                    max_surge: MaxUnavailable::Percent(50),
+                    soak_time: SignedDuration::from_secs(60),
+                    ..policy(2)
+                },
+            ),
+        )],
+        vec![rollout("nv", valid_spec(TARGET, 11, Policy { max_surge: MaxUnavailable::Count(0), ..policy(2) }))],
     ]
 }
 
@@ -76,6 +93,8 @@ struct Run {
     pool_one: BTreeSet<String>,
     rollouts: Vec<Rollout>,
     own_node: Option<String>,
+    /// The scaling groups (none in a cluster updated in place only) and PendingNodes.
+    fleet: Fleet,
     planner: Planner,
     /// What the planner was last given of each node.
     fed: BTreeMap<String, String>,
@@ -83,6 +102,8 @@ struct Run {
     boots: u64,
     added: u64,
     last: ClusterPlan,
+    /// The actions applied, by kind.
+    applied: BTreeMap<&'static str, u64>,
 }
 
 impl Run {
@@ -91,6 +112,7 @@ impl Run {
         let size = 2 + rng.next_u64() % 10;
         let mut nodes = BTreeMap::new();
         let mut pool_one = BTreeSet::new();
+        let grouped = rng.next_u64() % 3 != 0;
         for i in 0..size {
             let name = format!("n{i:02}");
             let mut n = node(&name);
@@ -98,8 +120,17 @@ impl Run {
             if rng.next_u64() % 3 == 0 {
                 pool_one.insert(name.clone());
             }
+            if grouped && rng.next_u64() % 4 != 0 {
+                n.group = Some(member(if n.control_plane { "cp" } else { "g" }, &name, Some(t(-600))));
+            }
             nodes.insert(name, n);
         }
+        let group = |id: &str, control_plane: bool| GroupView {
+            group_id: id.into(),
+            control_plane,
+            image: Some(TARGET.into()),
+        };
+        let groups = if grouped { vec![group("g", false), group("cp", true)] } else { Vec::new() };
         let own_node = (rng.next_u64() % 2 == 0).then(|| format!("n{:02}", rng.next_u64() % size));
         let mut run = Run {
             rng,
@@ -108,12 +139,14 @@ impl Run {
             pool_one,
             rollouts: configurations().remove(0),
             own_node,
+            fleet: Fleet { groups, ..Fleet::default() },
             planner: Planner::new(),
             fed: BTreeMap::new(),
             tokens: 0,
             boots: 0,
             added: 0,
             last: ClusterPlan::default(),
+            applied: BTreeMap::new(),
         };
         run.select();
         run
@@ -126,6 +159,16 @@ impl Run {
     fn pick(&mut self) -> Option<String> {
         let i = self.random(self.nodes.len() as u64) as usize;
         self.nodes.keys().nth(i).cloned()
+    }
+
+    /// Three times in four, a node of those for which `which` holds, if any.
+    fn pick_where(&mut self, which: impl Fn(&NodeView) -> bool) -> Option<String> {
+        if self.random(4) == 0 {
+            return None;
+        }
+        let names: Vec<&String> = self.nodes.iter().filter(|(_, n)| which(n)).map(|(name, _)| name).collect();
+        let i = self.rng.next_u64() % (names.len() as u64).max(1);
+        names.get(i as usize).map(|name| (*name).clone())
     }
 
     /// Recomputes which rollouts select each node, as the reconciler does from the selectors.
@@ -154,13 +197,25 @@ impl Run {
             self.add();
             return "node added to an empty cluster".into();
         };
-        match self.random(20) {
+        match self.random(26) {
             0..=5 => self.apply(),
-            6..=8 => self.agent(&name),
-            9 | 10 => self.drain(&name),
+            6..=8 => {
+                // Mostly a node with something to do, or the sequences hardly finish an update.
+                let busy = |n: &NodeView| n.controller.as_ref().is_ok_and(|c| c.intent.is_some());
+                let name = self.pick_where(busy).unwrap_or(name);
+                self.agent(&name)
+            }
+            9 | 10 => {
+                let name = self.pick_where(|n| n.drain != DrainProgress::NotRunning).unwrap_or(name);
+                self.drain(&name)
+            }
             11 => {
+                let now = self.now;
                 let n = self.nodes.get_mut(&name).expect("picked");
                 n.ready = !n.ready;
+                if let Some(m) = &mut n.group {
+                    m.ready_since = n.ready.then_some(now);
+                }
                 format!("{name} Ready={}", n.ready)
             }
             12 => {
@@ -206,6 +261,79 @@ impl Run {
                     Ok(AgentReport { boot_id: Some(boot("b0")), os_image: Some(OLD.into()), ..Default::default() });
                 format!("{name}: annotations reset")
             }
+            20 | 21 => self.cloud(),
+            22 => {
+                let images = [Some(TARGET), Some(OLD), None];
+                let image = images[self.random(3) as usize].map(str::to_owned);
+                let Some(i) = (!self.fleet.groups.is_empty()).then(|| self.random(2) as usize) else {
+                    return "no scaling group".into();
+                };
+                self.fleet.groups[i].image = image.clone();
+                format!("the image of group {} is {image:?}", self.fleet.groups[i].group_id)
+            }
+            23 => {
+                if self.random(2) == 0 {
+                    let running = self.fleet.autoscaler_running.is_none().then(|| "not confirmed down".to_owned());
+                    self.fleet.autoscaler_running = running;
+                    format!("autoscaler running: {:?}", self.fleet.autoscaler_running)
+                } else if self.fleet.unresolved.remove(&name) {
+                    format!("{name}: its group is told")
+                } else {
+                    self.fleet.unresolved.insert(name.clone());
+                    format!("{name}: its group is not told yet")
+                }
+            }
+            24 if self.random(2) == 0 => {
+                // A replacement's PendingNode seen only after the Nodes it names (the watches do not keep order
+                // across kinds): its donor and heir change without a change of their own.
+                let Some(heir) = self.pick() else { return "no node".into() };
+                let reached_goal = self.random(2) == 0;
+                self.fleet.pending.push(PendingView {
+                    name: replacement::join_name(&name),
+                    node_name: heir.clone(),
+                    group_id: "g".into(),
+                    goal: Goal::Join,
+                    donor: Some(name.clone()),
+                    reached_goal,
+                    join_failed: None,
+                    created: Some(self.now),
+                });
+                format!("a PendingNode seen late: {heir} joins for {name}")
+            }
+            24 => {
+                let foreign = self.fleet.pending.iter().position(|p| p.donor.is_none());
+                match foreign {
+                    Some(j) => {
+                        self.fleet.pending.remove(j);
+                        "a PendingNode no replacement created is gone".into()
+                    }
+                    None => {
+                        self.added += 1;
+                        let name = format!("scale-up-{}", self.added);
+                        self.fleet.pending.push(PendingView {
+                            name: name.clone(),
+                            node_name: name,
+                            group_id: "g".into(),
+                            goal: Goal::Join,
+                            donor: None,
+                            reached_goal: false,
+                            join_failed: None,
+                            created: Some(self.now),
+                        });
+                        "a PendingNode no replacement created joins".into()
+                    }
+                }
+            }
+            25 => {
+                // Someone removes a PendingNode (or its controller is done with a failed join).
+                let i = self.random(self.fleet.pending.len() as u64) as usize;
+                if i < self.fleet.pending.len() {
+                    let gone = self.fleet.pending.remove(i);
+                    format!("PendingNode {} deleted", gone.name)
+                } else {
+                    "no PendingNode to delete".into()
+                }
+            }
             17 => {
                 let secs = 1 + self.random(120) as i64;
                 self.now += SignedDuration::from_secs(secs);
@@ -238,6 +366,10 @@ impl Run {
         if self.random(3) == 0 {
             self.pool_one.insert(name.clone());
         }
+        if !self.fleet.groups.is_empty() && self.random(2) == 0 {
+            let group = if n.control_plane { "cp" } else { "g" };
+            n.group = Some(member(group, &name, n.ready.then_some(self.now)));
+        }
         self.nodes.insert(name, n);
         self.select();
     }
@@ -251,20 +383,144 @@ impl Run {
             if self.random(8) == 0 {
                 continue;
             }
-            let Some(n) = self.nodes.get_mut(&action.node) else { continue };
-            if crate::forecast::transition(n, action, Token::from_u64(self.tokens + 1), self.now) {
+            if !self.nodes.contains_key(&action.node) {
+                continue;
+            }
+            let done = self.replacement(action)
+                || self.nodes.get_mut(&action.node).is_some_and(|n| {
+                    crate::forecast::transition(n, action, Token::from_u64(self.tokens + 1), self.now)
+                });
+            if done {
                 self.tokens += 1;
                 applied += 1;
+                *self.applied.entry(action.kind.name()).or_default() += 1;
             }
         }
         for n in self.nodes.values_mut() {
-            let draining =
-                n.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Drain));
+            // The reconciler stops the drains of nodes that left the drain step (a donor's is its replace step).
+            let donor_draining = n.group.as_ref().is_some_and(|m| m.heir.is_some());
+            let draining = n.controller.as_ref().is_ok_and(|c| {
+                c.intent.as_ref().is_some_and(|i| i.step == Step::Drain || (i.step == Step::Replace && donor_draining))
+            });
             if !draining {
                 n.drain = DrainProgress::NotRunning;
             }
         }
         format!("{applied} of {} actions applied", actions.len())
+    }
+
+    /// The writes of a replacement's action that are not the node's controller annotations, as the executor
+    /// applies them; whether the action is done with.
+    fn replacement(&mut self, action: &NodeAction) -> bool {
+        let now = self.now;
+        match &action.kind {
+            ActionKind::CreateInstance { group_id, pending, .. } => {
+                if !self.fleet.pending.iter().any(|p| &p.name == pending) {
+                    self.added += 1;
+                    self.fleet.pending.push(PendingView {
+                        name: pending.clone(),
+                        node_name: format!("{}-r{}", action.node, self.added),
+                        group_id: group_id.clone(),
+                        goal: Goal::Join,
+                        donor: Some(action.node.clone()),
+                        reached_goal: false,
+                        join_failed: None,
+                        created: Some(now),
+                    });
+                }
+            }
+            ActionKind::Inherit { donor, labels, taints } => {
+                if let Some(m) = self.nodes.get_mut(&action.node).and_then(|n| n.group.as_mut()) {
+                    m.donor = Some(donor.clone());
+                    m.labels.extend(labels.clone());
+                    m.taints.extend(taints.iter().filter(|t| !m.taints.contains(t)).cloned().collect::<Vec<_>>());
+                }
+            }
+            ActionKind::DrainDonor { heir, .. } => {
+                if let Some(m) = self.nodes.get_mut(&action.node).and_then(|n| n.group.as_mut()) {
+                    m.heir = Some(heir.clone());
+                }
+                return false;
+            }
+            ActionKind::Retire { join_pending, .. } => {
+                self.fleet.pending.retain(|p| Some(&p.name) != join_pending.as_ref());
+                self.nodes.remove(&action.node);
+            }
+            ActionKind::AbandonReplacement { join_pending, .. } => {
+                if let Some(p) = self.fleet.pending.iter_mut().find(|p| Some(&p.name) == join_pending.as_ref()) {
+                    p.goal = Goal::Leave;
+                }
+                return false;
+            }
+            ActionKind::ReleaseInstance { pending, donor, .. } => {
+                if !self.fleet.pending.iter().any(|p| &p.name == pending) {
+                    self.fleet.pending.push(PendingView {
+                        name: pending.clone(),
+                        node_name: donor.name.clone(),
+                        group_id: donor.group_id.clone(),
+                        goal: Goal::Leave,
+                        donor: Some(donor.name.clone()),
+                        reached_goal: false,
+                        join_failed: None,
+                        created: Some(now),
+                    });
+                }
+                if let Some(m) = self.nodes.get_mut(&action.node).and_then(|n| n.group.as_mut()) {
+                    m.donor = None;
+                }
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// The simulated cloud and PendingNode controller move one PendingNode on.
+    fn cloud(&mut self) -> String {
+        let j = self.random(self.fleet.pending.len() as u64) as usize;
+        let Some(p) = self.fleet.pending.get(j).cloned() else { return "no PendingNode".into() };
+        let now = self.now;
+        let ready = self.nodes.get(&p.node_name).map(|n| n.ready);
+        match (p.goal, ready) {
+            (Goal::Leave, _) => {
+                self.fleet.pending.remove(j);
+                if p.donor.is_none() || p.join_failed.is_some() {
+                    self.nodes.remove(&p.node_name);
+                }
+                format!("the instance of {} is terminated; PendingNode {} deleted", p.node_name, p.name)
+            }
+            (Goal::Join, _) if p.reached_goal => format!("{} joined already", p.node_name),
+            (Goal::Join, _) if self.random(5) == 0 => {
+                let pending = &mut self.fleet.pending[j];
+                pending.goal = Goal::Leave;
+                pending.join_failed = Some("DeadlineExceeded: not Ready within the join timeout".into());
+                format!("{} did not join by its deadline", p.node_name)
+            }
+            (Goal::Join, None) => {
+                let control_plane = self.fleet.groups.iter().any(|g| g.group_id == p.group_id && g.control_plane);
+                let image = self.fleet.groups.iter().find(|g| g.group_id == p.group_id).and_then(|g| g.image.clone());
+                let mut heir = node(&p.node_name);
+                heir.control_plane = control_plane;
+                heir.ready = false;
+                heir.agent = Ok(AgentReport::default());
+                heir.group = Some(GroupMember { image, ..member(&p.group_id, &p.node_name, None) });
+                heir.opted_in = self.random(4) != 0;
+                self.nodes.insert(p.node_name.clone(), heir);
+                self.select();
+                format!("{} registered (NotReady)", p.node_name)
+            }
+            (Goal::Join, Some(false)) => {
+                let n = self.nodes.get_mut(&p.node_name).expect("registered");
+                n.ready = true;
+                if let Some(m) = &mut n.group {
+                    m.ready_since = Some(now);
+                }
+                format!("{} is Ready", p.node_name)
+            }
+            (Goal::Join, Some(true)) => {
+                self.fleet.pending[j].reached_goal = true;
+                format!("PendingNode {} reached its goal", p.name)
+            }
+        }
     }
 
     /// The node's agent finishes its step (or fails it).
@@ -307,7 +563,7 @@ impl Run {
 
     /// Gives the planner what changed, plans both ways, and compares.
     fn check(&mut self, seed: u64, step: usize, event: &str) {
-        self.planner.set_context(self.rollouts.clone(), Fleet::default(), self.own_node.clone());
+        self.planner.set_context(self.rollouts.clone(), self.fleet.clone(), self.own_node.clone());
         let gone: Vec<String> = self.fed.keys().filter(|n| !self.nodes.contains_key(*n)).cloned().collect();
         for name in gone {
             self.planner.remove(&name);
@@ -320,10 +576,10 @@ impl Run {
                 self.fed.insert(name.clone(), seen);
             }
         }
-        assert!(self.planner.incremental(), "no replacement, no Kubernetes upgrade: the planner must index");
+        assert!(self.planner.incremental(), "no Kubernetes upgrade: the planner must index");
         let got = self.planner.plan(self.now);
         let nodes: Vec<NodeView> = self.nodes.values().cloned().collect();
-        let want = plan_with(&nodes, &self.rollouts, &Fleet::default(), self.own_node.as_deref(), self.now);
+        let want = plan_with(&nodes, &self.rollouts, &self.fleet, self.own_node.as_deref(), self.now);
         assert_eq!(format!("{got:#?}"), format!("{want:#?}"), "seed {seed}, event {step}: {event}");
         for (p, r) in got.rollouts.iter().zip(&self.rollouts) {
             let status = status::compute(p, r, Some(1), None, self.now);
@@ -335,20 +591,59 @@ impl Run {
     }
 }
 
-#[test]
-fn the_incremental_planner_decides_as_the_full_plan_after_every_event() {
-    let mut started = 0;
-    for seed in 0..300 {
+/// A member of scaling group `group`, created from the old image.
+fn member(group: &str, name: &str, ready_since: Option<Timestamp>) -> GroupMember {
+    GroupMember {
+        group_id: group.into(),
+        provider_id: format!("sim://{name}"),
+        image: Some(OLD.into()),
+        ready_since,
+        labels: [("pool".to_owned(), group.to_owned())].into(),
+        taints: vec![replacement::TaintView {
+            key: "example.com/team".into(),
+            value: None,
+            effect: "NoSchedule".into(),
+        }],
+        ..Default::default()
+    }
+}
+
+/// Runs the seeds `seeds` of 300 events each; returns the actions applied, by kind.
+fn sequences(seeds: std::ops::Range<u64>) -> BTreeMap<&'static str, u64> {
+    let mut applied = BTreeMap::new();
+    for seed in seeds {
         let mut run = Run::new(seed);
         run.check(seed, 0, "start");
-        for step in 1..200 {
+        for step in 1..300 {
             let event = run.event();
             run.check(seed, step, &event);
         }
-        started += run.tokens;
+        for (kind, n) in run.applied {
+            *applied.entry(kind).or_default() += n;
+        }
     }
-    // The sequences do move nodes: the comparison is not only of idle clusters.
-    assert!(started > 1000, "only {started} writes applied");
+    applied
+}
+
+#[test]
+fn the_incremental_planner_decides_as_the_full_plan_after_every_event() {
+    let applied = sequences(0..300);
+    eprintln!("actions applied: {applied:?}");
+    // The sequences do move nodes: the comparison is not only of idle clusters. Every step of an update in place
+    // and of a replacement is applied, the wind-down's too.
+    let steps = ["Stage", "Drain", "Reboot", "Done", "Replace", "CreateInstance", "Inherit", "DrainDonor", "Retire"];
+    for kind in steps.into_iter().chain(["ReleaseInstance", "AbandonReplacement"]) {
+        assert!(applied.get(kind).is_some_and(|n| *n >= 5), "{kind}: {applied:?}");
+    }
+}
+
+/// More seeds, run on demand: `INCREMENTAL_SEEDS=5000 cargo test -p controller --lib -- --ignored many_seeds`.
+#[test]
+#[ignore = "long; run on demand"]
+fn the_incremental_planner_decides_as_the_full_plan_over_many_seeds() {
+    let seeds = std::env::var("INCREMENTAL_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3000);
+    let applied = sequences(300..300 + seeds);
+    eprintln!("{seeds} seeds of 300 events: actions applied {applied:?}");
 }
 
 #[test]
@@ -398,19 +693,120 @@ fn one_node_changing_assesses_that_node_and_those_in_flight_not_the_cluster() {
     assert_eq!(planner.assessed(), 1000);
 }
 
+/// Applies the plan's actions to the planner's nodes as the executor does (a new instance is a joining
+/// PendingNode of `fleet`), and gives the planner the nodes written.
+fn apply_to(planner: &mut Planner, fleet: &mut Fleet, plan: &ClusterPlan, now: Timestamp) {
+    for action in plan.rollouts.iter().flat_map(|p| &p.actions) {
+        if let ActionKind::CreateInstance { group_id, pending, .. } = &action.kind {
+            fleet.pending.push(PendingView {
+                name: pending.clone(),
+                node_name: format!("{}-new", action.node),
+                group_id: group_id.clone(),
+                goal: Goal::Join,
+                donor: Some(action.node.clone()),
+                reached_goal: false,
+                join_failed: None,
+                created: Some(now),
+            });
+            continue;
+        }
+        let mut n = planner.node(&action.node).cloned().expect("a planned node");
+        assert!(crate::forecast::transition(&mut n, action, Token::from_u64(1), now));
+        planner.upsert(n);
+    }
+}
+
 #[test]
-fn with_a_replacement_the_planner_decides_with_the_full_plan() {
-    let rollouts = vec![Rollout {
-        name: "nv".into(),
-        spec: SpecState::Valid(valid_spec(TARGET, 1, Policy::default())),
-        kubernetes: None,
-    }];
-    let fleet = Fleet {
-        groups: vec![replacement::GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) }],
-        ..Fleet::default()
+fn one_node_changing_in_a_replacement_assesses_that_node_and_the_replacements_not_the_cluster() {
+    let policy = Policy {
+        max_unavailable: MaxUnavailable::Count(10),
+        max_surge: MaxUnavailable::Count(10),
+        ..Policy::default()
     };
-    let member = GroupMember { group_id: "g".into(), provider_id: "sim://a".into(), ..Default::default() };
-    let nodes = vec![NodeView { group: Some(member), ..node("a") }, node("b")];
+    let rollouts =
+        vec![Rollout { name: "nv".into(), spec: SpecState::Valid(valid_spec(TARGET, 1, policy)), kubernetes: None }];
+    let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
+    let mut fleet = Fleet { groups: vec![group], ..Fleet::default() };
+    let mut planner = Planner::new();
+    planner.set_context(rollouts.clone(), fleet.clone(), None);
+    for i in 0..1000 {
+        let name = format!("n{i:04}");
+        planner.upsert(NodeView { group: Some(member("g", &name, Some(t(-600)))), ..node(&name) });
+    }
+    let check = |planner: &mut Planner, fleet: &Fleet, now: Timestamp| {
+        let got = planner.plan(now);
+        let nodes: Vec<NodeView> = planner.nodes().cloned().collect();
+        let want = plan_with(&nodes, &rollouts, fleet, None, now);
+        assert_eq!(format!("{got:#?}"), format!("{want:#?}"));
+        got
+    };
+    assert!(planner.incremental());
+    let first = check(&mut planner, &fleet, t(0));
+    assert_eq!(planner.assessed(), 1000);
+    assert!(first.rollouts[0].actions.iter().all(|a| a.kind == ActionKind::Replace { target: TARGET.into() }));
+    assert_eq!(first.rollouts[0].actions.len(), 10);
+    // The ten donors get `intent=replace`: those ten are assessed, and each asks for its new instance.
+    apply_to(&mut planner, &mut fleet, &first, t(0));
+    let second = check(&mut planner, &fleet, t(1));
+    assert_eq!(planner.assessed(), 10);
+    assert!(second.rollouts[0].actions.iter().all(|a| a.reason == Reason::InstanceRequested));
+    // The instances are created (ten joining PendingNodes), and their Nodes register.
+    apply_to(&mut planner, &mut fleet, &second, t(1));
+    planner.set_context(rollouts.clone(), fleet.clone(), None);
+    for p in &fleet.pending {
+        let heir = NodeView {
+            ready: false,
+            agent: Ok(AgentReport::default()),
+            group: Some(GroupMember { image: Some(TARGET.into()), ..member("g", &p.node_name, None) }),
+            ..node(&p.node_name)
+        };
+        planner.upsert(heir);
+    }
+    let third = check(&mut planner, &fleet, t(2));
+    assert_eq!(planner.assessed(), 20, "the ten heirs and their donors");
+    assert_eq!(third.rollouts[0].counts.in_progress, 10);
+    assert_eq!(third.rollouts[0].replacements.heirs.len(), 10);
+    // One idle node's report: it is assessed, with the twenty nodes of the replacements in flight.
+    let mut n = planner.node("n0500").cloned().expect("a node");
+    n.ready = false;
+    planner.upsert(n);
+    check(&mut planner, &fleet, t(3));
+    assert_eq!(planner.assessed(), 21);
+    // A heir turns Ready: the same twenty.
+    let mut heir = planner.node("n0000-new").cloned().expect("a heir");
+    heir.ready = true;
+    if let Some(m) = &mut heir.group {
+        m.ready_since = Some(t(4));
+    }
+    planner.upsert(heir);
+    if let Some(p) = fleet.pending.iter_mut().find(|p| p.node_name == "n0000-new") {
+        p.reached_goal = true;
+    }
+    planner.set_context(rollouts.clone(), fleet.clone(), None);
+    let fourth = check(&mut planner, &fleet, t(4));
+    assert_eq!(planner.assessed(), 20);
+    assert!(fourth.rollouts[0].actions.iter().any(|a| a.reason == Reason::HeirPaired));
+    // A scaling group's image changes (rarely): every node is assessed again.
+    fleet.groups[0].image = Some("v3".into());
+    planner.set_context(rollouts.clone(), fleet.clone(), None);
+    check(&mut planner, &fleet, t(5));
+    assert_eq!(planner.assessed(), planner.len());
+}
+
+#[test]
+fn with_a_kubernetes_upgrade_the_planner_decides_with_the_full_plan() {
+    use kubernetes::{KubernetesSpec, KubernetesTarget};
+    let spec = valid_spec(TARGET, 1, Policy::default());
+    let upgrade = KubernetesSpec::Upgrade(KubernetesTarget {
+        version: "v1.34.1".parse().expect("a version"),
+        components: "k8s-components-sha256-11".into(),
+        hash: "sha256:1111111111111111111111111111111111111111111111111111111111111111".into(),
+        api_server: "v1.34.1".parse().expect("a version"),
+    });
+    let rollouts = vec![Rollout { name: "nv".into(), spec: SpecState::Valid(spec.clone()), kubernetes: Some(upgrade) }];
+    let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
+    let fleet = Fleet { groups: vec![group], ..Fleet::default() };
+    let nodes = vec![NodeView { group: Some(member("g", "a", Some(t(-600)))), ..node("a") }, node("b")];
     let mut planner = Planner::new();
     planner.set_context(rollouts.clone(), fleet.clone(), None);
     for n in &nodes {
@@ -418,13 +814,253 @@ fn with_a_replacement_the_planner_decides_with_the_full_plan() {
     }
     assert!(!planner.incremental());
     let got = planner.plan(t(0));
+    assert_eq!(planner.assessed(), 2);
     let want = plan_with(&nodes, &rollouts, &fleet, None, t(0));
     assert_eq!(format!("{got:#?}"), format!("{want:#?}"));
-    assert_eq!(got.rollouts[0].actions[0].kind, ActionKind::Replace { target: TARGET.into() });
-    // The group gone, it indexes again.
-    planner.set_context(rollouts, Fleet::default(), None);
-    planner.upsert(node("a"));
-    assert!(planner.incremental());
+    assert!(got.rollouts[0].kubernetes.is_some());
+    // Nothing changed: the full plan again, every node assessed.
     planner.plan(t(1));
     assert_eq!(planner.assessed(), 2);
+    // The upgrade no longer asked for: it indexes again (every node once), then only what changes.
+    let rollouts = vec![Rollout { name: "nv".into(), spec: SpecState::Valid(spec), kubernetes: None }];
+    planner.set_context(rollouts, fleet, None);
+    assert!(planner.incremental());
+    planner.plan(t(2));
+    assert_eq!(planner.assessed(), 2);
+    planner.plan(t(3));
+    assert_eq!(planner.assessed(), 0);
+}
+
+/// A whole rollout of 1000 nodes of a scaling group, replaced ten at a time: the world makes one change per
+/// event (a write of the last plan applied, a heir registering, turning Ready or joining, a drain finishing, an
+/// instance deleted), and the planner plans after each. Returns the plans, the nodes assessed in all, the most in
+/// one plan, the nodes the full plan assesses in all (every node, each time), and the nodes replaced.
+fn replacement_rollout(size: usize, surge: u32) -> (usize, usize, usize, usize, usize) {
+    let policy = Policy {
+        max_unavailable: MaxUnavailable::Count(surge),
+        max_surge: MaxUnavailable::Count(surge),
+        ..Policy::default()
+    };
+    let rollouts =
+        vec![Rollout { name: "nv".into(), spec: SpecState::Valid(valid_spec(TARGET, 1, policy)), kubernetes: None }];
+    let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
+    let mut fleet = Fleet { groups: vec![group], ..Fleet::default() };
+    let mut planner = Planner::new();
+    planner.set_context(rollouts.clone(), fleet.clone(), None);
+    for i in 0..size {
+        let name = format!("n{i:04}");
+        planner.upsert(NodeView { group: Some(member("g", &name, Some(t(-600)))), ..node(&name) });
+    }
+    let (mut plans, mut assessed, mut most, mut every, mut retired) = (0, 0, 0, 0, 0);
+    let mut now = t(0);
+    let mut pending_writes: Vec<NodeAction> = Vec::new();
+    for _ in 0..20 * size + 1000 {
+        planner.set_context(rollouts.clone(), fleet.clone(), None);
+        let plan = planner.plan(now);
+        plans += 1;
+        if plans > 1 {
+            assessed += planner.assessed();
+            most = most.max(planner.assessed());
+            every += planner.len();
+        }
+        if plans % 500 == 1 {
+            let nodes: Vec<NodeView> = planner.nodes().cloned().collect();
+            let want = plan_with(&nodes, &rollouts, &fleet, None, now);
+            assert_eq!(format!("{plan:#?}"), format!("{want:#?}"), "plan {plans}");
+        }
+        now += SignedDuration::from_secs(1);
+        if plan.rollouts[0].counts.up_to_date as usize == size && fleet.pending.is_empty() {
+            break;
+        }
+        // One change of the world: the plan's writes (all at once, as the executor applies a plan), or else one
+        // thing the cloud, a kubelet or a drain does.
+        let writes: Vec<NodeAction> = plan.rollouts[0].actions.iter().filter(|a| a.kind.writes()).cloned().collect();
+        if !writes.is_empty() && writes != pending_writes {
+            pending_writes = writes.clone();
+            for action in &writes {
+                let Some(mut n) = planner.node(&action.node).cloned() else { continue };
+                match &action.kind {
+                    ActionKind::CreateInstance { group_id, pending, .. } => fleet.pending.push(PendingView {
+                        name: pending.clone(),
+                        node_name: format!("{}-new", action.node),
+                        group_id: group_id.clone(),
+                        goal: Goal::Join,
+                        donor: Some(action.node.clone()),
+                        reached_goal: false,
+                        join_failed: None,
+                        created: Some(now),
+                    }),
+                    ActionKind::Inherit { donor, labels, taints } => {
+                        if let Some(m) = &mut n.group {
+                            m.donor = Some(donor.clone());
+                            m.labels.extend(labels.clone());
+                            m.taints.extend(taints.clone());
+                        }
+                        planner.upsert(n);
+                    }
+                    ActionKind::Retire { join_pending, .. } => {
+                        fleet.pending.retain(|p| Some(&p.name) != join_pending.as_ref());
+                        planner.remove(&action.node);
+                        retired += 1;
+                    }
+                    ActionKind::ReleaseInstance { pending, donor, .. } => {
+                        fleet.pending.push(PendingView {
+                            name: pending.clone(),
+                            node_name: donor.name.clone(),
+                            group_id: donor.group_id.clone(),
+                            goal: Goal::Leave,
+                            donor: Some(donor.name.clone()),
+                            reached_goal: false,
+                            join_failed: None,
+                            created: Some(now),
+                        });
+                        if let Some(m) = &mut n.group {
+                            m.donor = None;
+                        }
+                        planner.upsert(n);
+                    }
+                    kind => {
+                        if let (ActionKind::DrainDonor { heir, .. }, Some(m)) = (kind, &mut n.group) {
+                            m.heir = Some(heir.clone());
+                        }
+                        crate::forecast::transition(&mut n, action, Token::from_u64(1), now);
+                        planner.upsert(n);
+                    }
+                }
+            }
+            continue;
+        }
+        // The cloud, the kubelets and the drains take turns.
+        let leaving = fleet.pending.iter().position(|p| p.goal == Goal::Leave);
+        let joining = fleet.pending.iter().position(|p| p.goal == Goal::Join && !p.reached_goal);
+        let draining = planner.nodes().find(|n| matches!(n.drain, DrainProgress::Running { .. })).cloned();
+        for turn in 0..3 {
+            match (plans + turn) % 3 {
+                0 if joining.is_some() => {
+                    let j = joining.unwrap_or_default();
+                    let name = fleet.pending[j].node_name.clone();
+                    match planner.node(&name).cloned() {
+                        None => planner.upsert(NodeView {
+                            ready: false,
+                            agent: Ok(AgentReport::default()),
+                            group: Some(GroupMember { image: Some(TARGET.into()), ..member("g", &name, None) }),
+                            ..node(&name)
+                        }),
+                        Some(mut heir) if !heir.ready => {
+                            heir.ready = true;
+                            if let Some(m) = &mut heir.group {
+                                m.ready_since = Some(now);
+                            }
+                            planner.upsert(heir);
+                        }
+                        Some(_) => fleet.pending[j].reached_goal = true,
+                    }
+                }
+                1 if draining.is_some() => {
+                    if let Some(mut n) = draining.clone() {
+                        n.drain = DrainProgress::Drained;
+                        planner.upsert(n);
+                    }
+                }
+                2 if leaving.is_some() => {
+                    fleet.pending.remove(leaving.unwrap_or_default());
+                }
+                _ => continue,
+            }
+            break;
+        }
+    }
+    (plans, assessed, most, every, retired)
+}
+
+#[test]
+fn a_whole_replacement_rollout_assesses_the_replacements_in_flight_per_event() {
+    let (plans, assessed, most, every, retired) = replacement_rollout(1000, 10);
+    assert_eq!(retired, 1000, "every node replaced in {plans} plans");
+    let mean = assessed as f64 / (plans - 1) as f64;
+    let full = every as f64 / (plans - 1) as f64;
+    eprintln!(
+        "1000 group nodes, maxSurge 10: {plans} plans; nodes assessed per plan after the first: {mean:.1} (at most \
+         {most}), the full plan {full:.0}"
+    );
+    // The ten donors and their heirs, what changed, and what the plan starts: not the cluster.
+    assert!(mean < 20.0 && most <= 30, "{mean} {most}");
+}
+
+/// A pool that counts the candidates selection reads.
+struct Counting {
+    members: Vec<(NodeView, assess::Assessment)>,
+    read: std::cell::Cell<usize>,
+}
+
+impl<'a> selection::Pool<'a> for &'a Counting {
+    fn candidates(&self) -> Box<dyn Iterator<Item = (&'a NodeView, bool)> + '_> {
+        Box::new(self.members.iter().map(|(n, a)| (n, a.replace)).inspect(|_| self.read.set(self.read.get() + 1)))
+    }
+
+    fn in_place_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
+        let in_place = self.members.iter().filter(|(_, a)| !a.replace).map(|(n, _)| n);
+        Box::new(in_place.inspect(|_| self.read.set(self.read.get() + 1)))
+    }
+
+    fn any_replaced_candidate(&self) -> bool {
+        self.members.iter().any(|(_, a)| a.replace)
+    }
+
+    fn size(&self) -> u32 {
+        self.members.len() as u32
+    }
+
+    fn unavailable_count(&self) -> u32 {
+        0
+    }
+
+    fn unavailable(&self) -> Vec<(&'a NodeView, &'a assess::Assessment)> {
+        Vec::new()
+    }
+
+    fn any_in_flight(&self) -> bool {
+        false
+    }
+
+    fn control_plane_pending(&self) -> Vec<(&'a NodeView, &'a assess::Assessment)> {
+        Vec::new()
+    }
+}
+
+#[test]
+fn while_the_surge_is_taken_selection_reads_only_the_nodes_updated_in_place() {
+    let eligible = |replace: bool| assess::Assessment {
+        replace,
+        ..assess::Assessment::new(assess::Situation::Outdated { eligible: true, held: None })
+    };
+    let mut members: Vec<(NodeView, assess::Assessment)> =
+        (0..1000).map(|i| (node(&format!("g{i:04}")), eligible(true))).collect();
+    members.push((node("w"), eligible(false)));
+    let pool = Counting { members, read: Default::default() };
+    let spec = valid_spec(TARGET, 1, Policy { max_unavailable: MaxUnavailable::Count(5), ..Policy::default() });
+    let mut shared = selection::Shared::default();
+    let start = |surge: &mut selection::Surge, shared: &mut selection::Shared| {
+        pool.read.set(0);
+        let selected = selection::select(&&pool, &spec, shared, surge);
+        let names: Vec<(&str, bool)> = selected.starts.iter().map(|(n, r)| (n.name.as_str(), *r)).collect();
+        (names.iter().map(|(n, r)| ((*n).to_owned(), *r)).collect::<Vec<_>>(), selected.hold)
+    };
+    // No surge left: the node updated in place starts, after reading it alone (and the first, to see there is one).
+    let mut surge = selection::Surge { free: 0, allowed: 10, moving: true, ..Default::default() };
+    let (starts, hold) = start(&mut surge, &mut shared);
+    assert_eq!(starts, [("w".to_owned(), false)]);
+    assert!(hold.is_none());
+    assert_eq!(pool.read.get(), 2);
+    // Surge left: the replaced ones first, in order.
+    let mut surge = selection::Surge { free: 2, allowed: 10, ..Default::default() };
+    let (starts, _) = start(&mut surge, &mut shared);
+    let names: Vec<&str> = starts.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["g0000", "g0001", "w"]);
+    // Nothing in place, no surge, nothing moving: said, as when every replaced node was read.
+    let pool = Counting { members: pool.members[..3].to_vec(), read: Default::default() };
+    let mut surge = selection::Surge { free: 0, allowed: 1, ..Default::default() };
+    let selected = selection::select(&&pool, &spec, &mut shared, &mut surge);
+    assert!(selected.starts.is_empty());
+    assert_eq!(selected.hold.map(|h| h.reason), Some(Reason::SurgeExhausted));
 }

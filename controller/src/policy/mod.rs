@@ -76,7 +76,7 @@ use std::fmt;
 use std::sync::Arc;
 
 /// A node as the policy sees it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NodeView {
     pub name: String,
     pub control_plane: bool,
@@ -653,49 +653,58 @@ fn assess_all(
     records: &replacement::Records<'_>,
     now: Timestamp,
 ) -> Vec<Assessment> {
-    let default_policy = Policy::default();
-    let context = |node| replacement::Context::of(node, fleet, records, nodes);
+    let listed = replacement::Listed(nodes);
     nodes
         .iter()
         .zip(owners)
-        .map(|(node, owner)| {
-            if let Some(operation) = &node.operation {
-                return held_by_operation(node, owner, rollouts, operation);
-            }
-            let replacing =
-                node.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Replace));
-            let idle = node.controller.as_ref().is_ok_and(|c| c.intent.is_none());
-            match (owner, context(node)) {
-                (pools::Owner::Rollout(i), None) if idle && fleet.unresolved.contains(&node.name) => {
-                    match rollouts[*i].spec.acting() {
-                        Some(spec) => replacement::unresolved(node, &spec.target),
-                        None => assess::assess(node, Owner::Unknown, &default_policy, now),
-                    }
-                }
-                (pools::Owner::Rollout(i), Some(context)) => match rollouts[*i].spec.acting() {
-                    Some(spec) => {
-                        let context = context.with_kubernetes(rollouts[*i].kubernetes.as_ref());
-                        replacement::assess(node, &context, &spec.target, &spec.policy, now)
-                    }
-                    None => assess::assess(node, Owner::Unknown, &default_policy, now),
-                },
-                // No NodeVersion moves the node any more: a swap whose heir is Ready finishes, any other
-                // replacement is abandoned (its new instance deleted), a gone donor's instance released.
-                (pools::Owner::Nobody { reason }, Some(context)) => {
-                    replacement::wind_down(node, &context, *reason, &default_policy, now).unwrap_or_else(|| {
-                        assess::assess(node, Owner::Nobody { reason: *reason }, &default_policy, now)
-                    })
-                }
-                // A replacement in flight finishes whoever manages the node now: its instance exists.
-                (_, Some(context)) if replacing => {
-                    let target =
-                        node.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).map(|i| i.target.as_str());
-                    replacement::assess(node, &context, target.unwrap_or_default(), &default_policy, now)
-                }
-                (owner, _) => assess_in_place(node, *owner, rollouts, now),
-            }
-        })
+        .map(|(node, owner)| assess_node(node, *owner, rollouts, fleet, records, &listed, now))
         .collect()
+}
+
+/// One node's assessment. It reads of other nodes only what `records` says and the nodes they name (through
+/// `nodes`); a node [`replacement::Records::named`] does not name reads neither.
+fn assess_node(
+    node: &NodeView,
+    owner: pools::Owner,
+    rollouts: &[Rollout],
+    fleet: &Fleet,
+    records: &replacement::Records<'_>,
+    nodes: &dyn replacement::Lookup,
+    now: Timestamp,
+) -> Assessment {
+    let default_policy = Policy::default();
+    if let Some(operation) = &node.operation {
+        return held_by_operation(node, &owner, rollouts, operation);
+    }
+    let replacing = node.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Replace));
+    let idle = node.controller.as_ref().is_ok_and(|c| c.intent.is_none());
+    match (owner, replacement::Context::of(node, fleet, records, nodes)) {
+        (pools::Owner::Rollout(i), None) if idle && fleet.unresolved.contains(&node.name) => {
+            match rollouts[i].spec.acting() {
+                Some(spec) => replacement::unresolved(node, &spec.target),
+                None => assess::assess(node, Owner::Unknown, &default_policy, now),
+            }
+        }
+        (pools::Owner::Rollout(i), Some(context)) => match rollouts[i].spec.acting() {
+            Some(spec) => {
+                let context = context.with_kubernetes(rollouts[i].kubernetes.as_ref());
+                replacement::assess(node, &context, &spec.target, &spec.policy, now)
+            }
+            None => assess::assess(node, Owner::Unknown, &default_policy, now),
+        },
+        // No NodeVersion moves the node any more: a swap whose heir is Ready finishes, any other
+        // replacement is abandoned (its new instance deleted), a gone donor's instance released.
+        (pools::Owner::Nobody { reason }, Some(context)) => {
+            replacement::wind_down(node, &context, reason, &default_policy, now)
+                .unwrap_or_else(|| assess::assess(node, Owner::Nobody { reason }, &default_policy, now))
+        }
+        // A replacement in flight finishes whoever manages the node now: its instance exists.
+        (_, Some(context)) if replacing => {
+            let target = node.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).map(|i| i.target.as_str());
+            replacement::assess(node, &context, target.unwrap_or_default(), &default_policy, now)
+        }
+        (owner, _) => assess_in_place(node, owner, rollouts, now),
+    }
 }
 
 /// A node a NodeOp works on: no rollout acts on it (its cordon, and its intent while the NodeOp reboots it, are

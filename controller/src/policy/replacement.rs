@@ -218,12 +218,22 @@ pub(super) struct Records<'a> {
 
 impl<'a> Records<'a> {
     pub(super) fn find(nodes: &'a [NodeView], fleet: &'a Fleet) -> Records<'a> {
-        let mut records = Records::default();
         let names: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        Records::of(nodes, |name| names.contains(name), fleet)
+    }
+
+    /// The records of `nodes` and the fleet's PendingNodes; `exists` says whether a Node of that name exists.
+    /// Only nodes that [`records_something`] contribute, so `nodes` may be those alone.
+    pub(super) fn of(
+        nodes: impl IntoIterator<Item = &'a NodeView>,
+        exists: impl Fn(&str) -> bool,
+        fleet: &'a Fleet,
+    ) -> Records<'a> {
+        let mut records = Records::default();
         let group_cp = |group_id: &str| fleet.groups.iter().any(|g| g.group_id == group_id && g.control_plane);
         let add = |records: &mut Records<'a>, donor: &str, control_plane: bool| {
             *records.active.entry(donor.to_owned()).or_default() |= control_plane;
-            if !names.contains(donor) {
+            if !exists(donor) {
                 records.donorless.insert(donor.to_owned());
             }
         };
@@ -262,6 +272,13 @@ impl<'a> Records<'a> {
             }
         }
         records
+    }
+
+    /// The names the records say something of: donors (those with a PendingNode of their replacement among
+    /// them) and heirs. Only these nodes' assessments read the records or another node (see [`assess`] and
+    /// [`wind_down`]): a node of no replacement reads neither.
+    pub(super) fn named(&self) -> impl Iterator<Item = &str> {
+        self.active.keys().map(String::as_str).chain(self.heirs.iter().copied())
     }
 
     /// Whether `node` is a heir (joining or joined for a replacement).
@@ -309,11 +326,59 @@ impl<'a> Records<'a> {
         listing
     }
 
+    /// [`Records::listing`] of the rollout whose members `member` tells, from the records alone; the same as
+    /// `listing` when the members are in name order.
+    pub(super) fn listing_of(&self, member: impl Fn(&str) -> bool) -> Listing {
+        let ours = |donor: &str| member(donor) || self.donorless.contains(donor);
+        Listing {
+            donors: self.active.keys().filter(|d| member(d)).cloned().collect(),
+            heirs: {
+                let heirs: BTreeSet<&str> = self.heir_of.iter().filter(|(d, _)| ours(d)).map(|(_, h)| *h).collect();
+                heirs.into_iter().map(str::to_owned).collect()
+            },
+            pending: {
+                let mut pending: Vec<String> =
+                    self.pending_names.iter().filter(|(_, d)| ours(d)).map(|(p, _)| (*p).to_owned()).collect();
+                pending.sort();
+                pending
+            },
+            obsolete: self.donorless.iter().cloned().collect(),
+            retiring: self.retiring.iter().filter(|d| member(d)).map(|d| (*d).to_owned()).collect(),
+        }
+    }
+
+    /// [`Records::surge_used`] of the rollout whose members `member` tells, from the records alone.
+    pub(super) fn surge_used_of(&self, member: impl Fn(&str) -> bool) -> u32 {
+        let own = self.active.keys().filter(|d| member(d)).count();
+        (own + self.donorless.len()) as u32 + self.foreign_joins
+    }
+
     /// The instances a rollout's replacements hold: those of its members' donors and every one whose donor
     /// is gone (it was some rollout's), and joining instances no replacement created.
     pub(super) fn surge_used(&self, members: &[(&NodeView, &Assessment)]) -> u32 {
         let own = members.iter().filter(|(n, _)| self.active.contains_key(&n.name)).count();
         (own + self.donorless.len()) as u32 + self.foreign_joins
+    }
+}
+
+/// Whether the node says something of a replacement that [`Records`] records: `intent=replace`, or the `heir`
+/// or `donor` annotations.
+pub(super) fn records_something(node: &NodeView) -> bool {
+    intent(node).is_some_and(|i| i.step == Step::Replace)
+        || node.group.as_ref().is_some_and(|m| m.heir.is_some() || m.donor.is_some())
+}
+
+/// The nodes by name, as [`assess`] looks up the ones a replacement names (a heir, a donor).
+pub(super) trait Lookup {
+    fn node(&self, name: &str) -> Option<&NodeView>;
+}
+
+/// The nodes as a list.
+pub(super) struct Listed<'a>(pub &'a [NodeView]);
+
+impl Lookup for Listed<'_> {
+    fn node(&self, name: &str) -> Option<&NodeView> {
+        self.0.iter().find(|n| n.name == name)
     }
 }
 
@@ -324,7 +389,7 @@ pub(super) struct Context<'a> {
     pub autoscaler_running: bool,
     pub member: &'a GroupMember,
     pub records: &'a Records<'a>,
-    pub nodes: &'a [NodeView],
+    pub nodes: &'a dyn Lookup,
     /// The Kubernetes upgrade of the node's rollout, when it asks for one.
     pub kubernetes: Option<&'a KubernetesTarget>,
 }
@@ -335,7 +400,7 @@ impl<'a> Context<'a> {
         node: &'a NodeView,
         fleet: &'a Fleet,
         records: &'a Records<'a>,
-        nodes: &'a [NodeView],
+        nodes: &'a dyn Lookup,
     ) -> Option<Context<'a>> {
         let member = node.group.as_ref()?;
         let group = fleet.groups.iter().find(|g| g.group_id == member.group_id)?;
@@ -408,17 +473,16 @@ fn release_donor_instance(
     now: Timestamp,
 ) -> Assessment {
     match &context.member.donor {
-        Some(donor) if assessment.action.is_none() && !context.nodes.iter().any(|n| n.name == donor.name) => assessment
-            .act(
-                node,
-                ActionKind::ReleaseInstance {
-                    pending: leave_name(&donor.name),
-                    donor: donor.clone(),
-                    deadline: assess::deadline(now, policy.leave_timeout),
-                },
-                Reason::InstanceReleased,
-                format!("the replaced node {} is gone; deleting its instance {}", donor.name, donor.provider_id),
-            ),
+        Some(donor) if assessment.action.is_none() && context.nodes.node(&donor.name).is_none() => assessment.act(
+            node,
+            ActionKind::ReleaseInstance {
+                pending: leave_name(&donor.name),
+                donor: donor.clone(),
+                deadline: assess::deadline(now, policy.leave_timeout),
+            },
+            Reason::InstanceReleased,
+            format!("the replaced node {} is gone; deleting its instance {}", donor.name, donor.provider_id),
+        ),
         _ => assessment,
     }
 }
@@ -443,7 +507,7 @@ pub(super) fn wind_down(
         Some(intent) if intent.step == Step::Replace => {
             let join = context.records.join.get(node.name.as_str()).filter(|j| j.goal == Goal::Join);
             // A Ready heir may run pods already: it is never deleted, the swap finishes.
-            let heir_ready = join.is_some_and(|j| context.nodes.iter().any(|n| n.name == j.node_name && n.ready));
+            let heir_ready = join.is_some_and(|j| context.nodes.node(&j.node_name).is_some_and(|n| n.ready));
             if context.member.heir.is_some() || heir_ready {
                 return Some(assess(node, context, &intent.target, policy, now));
             }
@@ -558,7 +622,7 @@ fn donor(node: &NodeView, intent: &Intent, context: &Context<'_>, policy: &Polic
         waiting.waiting = Some(format!("the new instance {} to join (PendingNode {})", join.node_name, join.name));
         return waiting;
     }
-    let Some(heir) = context.nodes.iter().find(|n| n.name == join.node_name) else {
+    let Some(heir) = context.nodes.node(&join.node_name) else {
         // Joined, then its Node went away: wait for it to register again (or for someone to remove the PendingNode).
         return in_flight();
     };

@@ -50,6 +50,11 @@ pub(super) trait Pool<'a> {
     /// The eligible outdated members, in the order they start (control plane first, then by name, the
     /// controller's own node last), each with whether it is replaced.
     fn candidates(&self) -> Box<dyn Iterator<Item = (&'a NodeView, bool)> + '_>;
+    /// Those of [`Pool::candidates`] updated in place, in the same order: what selection reads while no surge is
+    /// left.
+    fn in_place_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_>;
+    /// Whether one of [`Pool::candidates`] is replaced.
+    fn any_replaced_candidate(&self) -> bool;
     /// How many members the rollout has.
     fn size(&self) -> u32;
     /// How many members count against the budget ([`Assessment::unavailable`]).
@@ -78,6 +83,14 @@ impl<'a> Pool<'a> for Members<'a, '_> {
             .collect();
         candidates.sort_by_key(|(n, _)| order(n, self.own_node));
         Box::new(candidates.into_iter())
+    }
+
+    fn in_place_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
+        Box::new(self.candidates().filter(|(_, replace)| !replace).map(|(n, _)| n))
+    }
+
+    fn any_replaced_candidate(&self) -> bool {
+        self.members.iter().any(|(_, a)| a.replace && matches!(a.situation, Situation::Outdated { eligible: true, .. }))
     }
 
     fn size(&self) -> u32 {
@@ -124,8 +137,7 @@ pub(super) fn select<'a>(
     surge: &mut Surge,
 ) -> Selection<'a> {
     let mut selection = Selection { starts: Vec::new(), hold: None };
-    let mut candidates = pool.candidates().peekable();
-    if candidates.peek().is_none() {
+    if pool.candidates().next().is_none() {
         return selection;
     }
 
@@ -164,6 +176,14 @@ pub(super) fn select<'a>(
 
     let control_plane_pending = pool.control_plane_pending();
     let mut surge_taken = false;
+    let candidates = if surge.free == 0 {
+        // No replaced node can start: only those updated in place are read. Had it read them all, it would have
+        // passed every replaced one whenever the surge matters below (nothing started, no hold).
+        surge_taken = pool.any_replaced_candidate();
+        Box::new(pool.in_place_candidates().map(|n| (n, false)))
+    } else {
+        pool.candidates()
+    };
     for (node, replace) in candidates {
         if slots == 0 {
             break;
