@@ -1,6 +1,7 @@
 //! `update-operator`: command line and wiring; the work is done by the `controller` and `agent`
 //! crates.
 
+mod allocator;
 mod cli;
 mod clouds;
 mod logging;
@@ -42,7 +43,10 @@ fn main() -> ExitCode {
     // the stacks and allocator arenas of a thread pool.
     let mut builder = match &cli.mode {
         Mode::Agent(_) => tokio::runtime::Builder::new_current_thread(),
-        Mode::Controller(_) | Mode::Plan(_) => tokio::runtime::Builder::new_multi_thread(),
+        Mode::Controller(_) | Mode::Plan(_) => {
+            allocator::one_arena();
+            tokio::runtime::Builder::new_multi_thread()
+        }
     };
     let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,

@@ -15,11 +15,8 @@
 //!   ScalingGroups whose new instances would not get the rollout's image (the first plan holds their nodes).
 
 use super::snapshot::Workloads;
-use crate::drain::filters::{
-    DaemonSetLookup, PodContext, PodVerdict, budgets_matter, budgets_selecting, classify, pod_name,
-};
+use crate::drain::filters::{DaemonSetLookup, PodContext, PodVerdict, budgets_matter, classify, pod_name};
 use crate::policy::{ClusterPlan, NodeView, Reason, Rollout};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use serde::Serialize;
 use shared::crd::ScalingGroup;
@@ -196,13 +193,7 @@ pub fn find(
             let Some(node) = facts.node.as_deref().filter(|n| drained.contains(n)) else { continue };
             let pod = &facts.pod();
             let namespace = facts.namespace.clone();
-            let budgets: Vec<PodDisruptionBudget> = workloads
-                .budgets
-                .iter()
-                .filter(|b| b.metadata.namespace.as_deref() == Some(namespace.as_str()))
-                .cloned()
-                .collect();
-            let selecting = budgets_selecting(&budgets, pod);
+            let selecting = facts.budgets.clone();
             let context = PodContext {
                 daemon_set: crate::drain::filters::daemon_set_of(pod).map(|ds| {
                     if workloads.daemon_sets.contains(&(namespace.clone(), ds.name.clone())) {

@@ -152,16 +152,18 @@ fn a_budget_allowing_nothing_and_a_bare_pod_name_the_nodes_they_keep_from_draini
         }))
         .unwrap()
     };
-    let workloads = Workloads {
-        pods: vec![
-            pod("web-a", "w-0", json!({"app": "web"}), true).into(),
-            pod("web-b", "w-2", json!({"app": "web"}), true).into(),
-            pod("api-a", "w-1", json!({"app": "api"}), true).into(),
-            pod("debug", "w-1", json!({}), false).into(),
-        ],
-        budgets: vec![budget("web", 0), budget("api", 1)],
-        daemon_sets: Default::default(),
-    };
+    let mut workloads = Workloads::new(vec![budget("web", 0), budget("api", 1)], Default::default());
+    for pod in [
+        pod("web-a", "w-0", json!({"app": "web"}), true),
+        pod("web-b", "w-2", json!({"app": "web"}), true),
+        pod("api-a", "w-1", json!({"app": "api"}), true),
+        pod("debug", "w-1", json!({}), false),
+    ] {
+        workloads.add(pod);
+    }
+    // The pod under a budget that allows a disruption, with a controller, can block nothing: it is not kept.
+    let kept: Vec<&str> = workloads.pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!((kept, workloads.read), (vec!["web-a", "web-b", "debug"], 4));
     let f = forecast(&nodes, &[rollout(max(1))], &Fleet::default(), None, t(0), &secs(1, 1, 1));
     let found = blockers::find(&nodes, &[rollout(max(1))], &f.first, &workloads, &[]);
     assert_eq!(found.len(), 2, "{found:#?}");
@@ -407,4 +409,85 @@ fn the_soak_time_is_part_of_the_measured_replace_step_and_a_group_without_the_im
     );
     // A group that takes this NodeVersion's image gets it from its controller in a moment: no blocker.
     assert_eq!(blockers::find(&nodes, &[rollout(max(1))], &f.first, &Workloads::default(), &[size("nv")]), vec![]);
+}
+
+#[test]
+fn the_workloads_keep_only_the_pods_that_could_block_a_drain() {
+    let budget = |name: &str, selector: serde_json::Value, allowed: i32| {
+        serde_json::from_value::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(json!({
+            "metadata": {"name": name, "namespace": "demo"},
+            "spec": {"maxUnavailable": 1, "selector": selector},
+            "status": {"disruptionsAllowed": allowed, "currentHealthy": 2, "desiredHealthy": 1, "expectedPods": 2}
+        }))
+        .unwrap()
+    };
+    let budgets = vec![
+        budget("db", json!({"matchLabels": {"app": "db"}}), 1),
+        budget("db-tier", json!({"matchLabels": {"tier": "data"}}), 1),
+        budget("frozen", json!({"matchLabels": {"app": "frozen"}}), 0),
+    ];
+    let existing = std::collections::BTreeSet::from([("demo".to_owned(), "logs".to_owned())]);
+    let with = |name: &str, patch: serde_json::Value| {
+        let mut pod = serde_json::to_value(pod(name, "w-0", json!({"app": "web"}), true)).unwrap();
+        json_patch(&mut pod, patch);
+        serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(pod).unwrap()
+    };
+    let daemon = |ds: &str| {
+        json!({"metadata": {"ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds, "uid": "d", "controller": true}]}})
+    };
+    let cases = [
+        // (pod, kept)
+        (with("web", json!({})), false),
+        (with("bare", json!({"metadata": {"ownerReferences": []}})), true),
+        (with("scratch", json!({"spec": {"volumes": [{"name": "s", "emptyDir": {}}]}})), true),
+        (with("logs-a", daemon("logs")), false),
+        (with("orphan-a", daemon("gone")), true),
+        (with("leaving", json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}})), false),
+        (with("static", json!({"metadata": {"annotations": {"kubernetes.io/config.mirror": "x"}}})), false),
+        (with("db-0", json!({"metadata": {"labels": {"app": "db"}}})), false),
+        (with("db-1", json!({"metadata": {"labels": {"app": "db", "tier": "data"}}})), true),
+        (with("frozen-0", json!({"metadata": {"labels": {"app": "frozen"}}})), true),
+        (with("unscheduled", json!({"spec": {"nodeName": null}, "metadata": {"ownerReferences": []}})), false),
+    ];
+    let mut workloads = Workloads::new(budgets.clone(), existing.clone());
+    for (pod, _) in &cases {
+        workloads.add(pod.clone());
+    }
+    let kept: Vec<&str> = workloads.pods.iter().map(|p| p.name.as_str()).collect();
+    let expected: Vec<&str> =
+        cases.iter().filter(|(_, k)| *k).filter_map(|(p, _)| p.metadata.name.as_deref()).collect();
+    assert_eq!((kept, workloads.read), (expected, cases.len()));
+    let db_1 = workloads.pods.iter().find(|p| p.name == "db-1").unwrap();
+    assert_eq!(db_1.budgets, ["db", "db-tier"]);
+
+    // Under every drain option, the blockers found from the pods kept are those found from every pod.
+    let nodes = vec![node("w-0")];
+    let mut everything = Workloads::new(budgets.clone(), existing.clone());
+    everything.pods = cases.iter().map(|(p, _)| super::snapshot::PodFacts::new(p.clone(), &budgets)).collect();
+    for (force, delete_empty_dir_data) in [(false, false), (true, false), (false, true), (true, true)] {
+        let mut policy = max(1);
+        policy.drain = shared::crd::DrainOptions { force, delete_empty_dir_data };
+        let rollouts = [rollout(policy)];
+        let f = forecast(&nodes, &rollouts, &Fleet::default(), None, t(0), &secs(1, 1, 1));
+        let from_kept = blockers::find(&nodes, &rollouts, &f.first, &workloads, &[]);
+        assert_eq!(
+            from_kept,
+            blockers::find(&nodes, &rollouts, &f.first, &everything, &[]),
+            "{force} {delete_empty_dir_data}"
+        );
+        assert!(!from_kept.is_empty());
+    }
+}
+
+/// Merges `patch` into `value` (objects merged key by key, anything else replaced).
+fn json_patch(value: &mut serde_json::Value, patch: serde_json::Value) {
+    match (value, patch) {
+        (serde_json::Value::Object(target), serde_json::Value::Object(patch)) => {
+            for (key, patch) in patch {
+                json_patch(target.entry(key).or_insert(serde_json::Value::Null), patch);
+            }
+        }
+        (target, patch) => *target = patch,
+    }
 }
