@@ -345,7 +345,7 @@ impl Reconciler {
                 }
             }
         }
-        let views = || node_views.planner.nodes().cloned().collect::<Vec<NodeView>>();
+        let views = || node_views.planner.nodes().collect::<Vec<&NodeView>>();
         // Preflight (issue 18): when a rollout starts, what would block it becomes the `Preflight` condition and
         // Events, written before the first node is touched.
         let client = self.versions_api.clone().into_client();

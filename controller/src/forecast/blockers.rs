@@ -80,7 +80,7 @@ pub struct GroupSize {
 }
 
 /// The size of each of `groups`: its members among `nodes`.
-pub fn group_sizes(groups: &[ScalingGroup], nodes: &[NodeView]) -> Vec<GroupSize> {
+pub fn group_sizes(groups: &[ScalingGroup], nodes: &[&NodeView]) -> Vec<GroupSize> {
     groups
         .iter()
         .map(|g| GroupSize {
@@ -95,7 +95,7 @@ pub fn group_sizes(groups: &[ScalingGroup], nodes: &[NodeView]) -> Vec<GroupSize
 
 /// Every blocker of `rollouts` (as given to `first`'s plan), sorted by NodeVersion, kind and object.
 pub fn find(
-    nodes: &[NodeView],
+    nodes: &[&NodeView],
     rollouts: &[Rollout],
     first: &ClusterPlan,
     workloads: &Workloads,

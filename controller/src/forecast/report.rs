@@ -74,8 +74,9 @@ impl Report {
             view.group = membership.members.get(&view.name).cloned();
         }
         let forecast = forecast(&views, &rollouts, &membership.fleet, own_node, now, &durations);
-        let sizes = blockers::group_sizes(&snapshot.scaling_groups, &views);
-        let blockers = blockers::find(&views, &rollouts, &forecast.first, &snapshot.workloads, &sizes);
+        let refs: Vec<&crate::policy::NodeView> = views.iter().collect();
+        let sizes = blockers::group_sizes(&snapshot.scaling_groups, &refs);
+        let blockers = blockers::find(&refs, &rollouts, &forecast.first, &snapshot.workloads, &sizes);
         let unchecked = snapshot.kubernetes_unchecked();
         let mut assumptions = vec![
             "every node takes the same time per step; the next node starts in the round that verifies the last"

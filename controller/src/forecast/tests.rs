@@ -102,7 +102,7 @@ fn a_soak_keeps_the_slot_and_a_closed_window_waits_for_it_to_open() {
     assert_eq!(r.ending, Ending::Complete);
     // 08:00 UTC now: the window opens at 03:00 the next day.
     assert_eq!(r.nodes[0].start_seconds, 19.0 * 3600.0, "{r:?}");
-    let found = blockers::find(&[node("a")], &rollouts, &f.first, &Workloads::default(), &[]);
+    let found = blockers::find(&refs(&[node("a")]), &rollouts, &f.first, &Workloads::default(), &[]);
     let kinds: Vec<BlockerKind> = found.iter().map(|b| b.kind).collect();
     assert_eq!(kinds, vec![BlockerKind::WindowClosed], "{found:?}");
 }
@@ -119,7 +119,7 @@ fn a_node_without_an_agent_or_cordoned_by_someone_else_is_a_blocker_and_the_roll
     let Ending::Stuck { nodes_left, .. } = &r.ending else { panic!("{r:?}") };
     assert_eq!(nodes_left, &vec!["w-1".to_owned(), "w-2".to_owned()]);
     assert_eq!(r.duration_seconds, None);
-    let found = blockers::find(&nodes, &[rollout(max(3))], &f.first, &Workloads::default(), &[]);
+    let found = blockers::find(&refs(&nodes), &[rollout(max(3))], &f.first, &Workloads::default(), &[]);
     let kinds: Vec<(BlockerKind, Vec<String>)> = found.iter().map(|b| (b.kind, b.nodes.clone())).collect();
     assert_eq!(
         kinds,
@@ -165,7 +165,7 @@ fn a_budget_allowing_nothing_and_a_bare_pod_name_the_nodes_they_keep_from_draini
     let kept: Vec<&str> = workloads.pods.iter().map(|p| p.name.as_str()).collect();
     assert_eq!((kept, workloads.read), (vec!["web-a", "web-b", "debug"], 4));
     let f = forecast(&nodes, &[rollout(max(1))], &Fleet::default(), None, t(0), &secs(1, 1, 1));
-    let found = blockers::find(&nodes, &[rollout(max(1))], &f.first, &workloads, &[]);
+    let found = blockers::find(&refs(&nodes), &[rollout(max(1))], &f.first, &workloads, &[]);
     assert_eq!(found.len(), 2, "{found:#?}");
     assert_eq!(found[0].kind, BlockerKind::DisruptionBudget);
     assert_eq!(found[0].message, "PDB demo/web allows 0 disruptions: w-0, w-2 cannot be drained");
@@ -185,7 +185,7 @@ fn a_budget_allowing_nothing_and_a_bare_pod_name_the_nodes_they_keep_from_draini
         })
         .collect();
     let f = forecast(&updated, &[rollout(max(1))], &Fleet::default(), None, t(0), &secs(1, 1, 1));
-    assert_eq!(blockers::find(&updated, &[rollout(max(1))], &f.first, &workloads, &[]), vec![]);
+    assert_eq!(blockers::find(&refs(&updated), &[rollout(max(1))], &f.first, &workloads, &[]), vec![]);
     assert!(f.rollouts[0].nodes.is_empty());
     assert_eq!(f.rollouts[0].up_to_date, 3);
 }
@@ -203,10 +203,13 @@ fn a_scaling_group_at_its_maximum_blocks_the_replacement_of_its_nodes() {
         size: 1,
         node_image: "nv".into(),
     };
-    let found = blockers::find(&nodes, &[rollout(max(1))], &f.first, &Workloads::default(), &[size(Some(1))]);
+    let found = blockers::find(&refs(&nodes), &[rollout(max(1))], &f.first, &Workloads::default(), &[size(Some(1))]);
     assert_eq!(found.len(), 1);
     assert_eq!((found[0].kind, found[0].nodes.clone()), (BlockerKind::ScalingGroupAtMax, vec!["g-0".to_owned()]));
-    assert_eq!(blockers::find(&nodes, &[rollout(max(1))], &f.first, &Workloads::default(), &[size(Some(2))]), vec![]);
+    assert_eq!(
+        blockers::find(&refs(&nodes), &[rollout(max(1))], &f.first, &Workloads::default(), &[size(Some(2))]),
+        vec![]
+    );
 }
 
 #[test]
@@ -399,7 +402,7 @@ fn the_soak_time_is_part_of_the_measured_replace_step_and_a_group_without_the_im
         node_image: node_image.into(),
     };
     let nodes = [member("a-0", "a")];
-    let found = blockers::find(&nodes, &[rollout(max(1))], &f.first, &Workloads::default(), &[size("other")]);
+    let found = blockers::find(&refs(&nodes), &[rollout(max(1))], &f.first, &Workloads::default(), &[size("other")]);
     assert_eq!(found.len(), 1, "{found:#?}");
     assert_eq!((found[0].kind, found[0].nodes.as_slice()), (BlockerKind::GroupImage, ["a-0".to_owned()].as_slice()));
     assert!(
@@ -408,7 +411,10 @@ fn the_soak_time_is_part_of_the_measured_replace_step_and_a_group_without_the_im
         found[0].message
     );
     // A group that takes this NodeVersion's image gets it from its controller in a moment: no blocker.
-    assert_eq!(blockers::find(&nodes, &[rollout(max(1))], &f.first, &Workloads::default(), &[size("nv")]), vec![]);
+    assert_eq!(
+        blockers::find(&refs(&nodes), &[rollout(max(1))], &f.first, &Workloads::default(), &[size("nv")]),
+        vec![]
+    );
 }
 
 #[test]
@@ -470,10 +476,10 @@ fn the_workloads_keep_only_the_pods_that_could_block_a_drain() {
         policy.drain = shared::crd::DrainOptions { force, delete_empty_dir_data };
         let rollouts = [rollout(policy)];
         let f = forecast(&nodes, &rollouts, &Fleet::default(), None, t(0), &secs(1, 1, 1));
-        let from_kept = blockers::find(&nodes, &rollouts, &f.first, &workloads, &[]);
+        let from_kept = blockers::find(&refs(&nodes), &rollouts, &f.first, &workloads, &[]);
         assert_eq!(
             from_kept,
-            blockers::find(&nodes, &rollouts, &f.first, &everything, &[]),
+            blockers::find(&refs(&nodes), &rollouts, &f.first, &everything, &[]),
             "{force} {delete_empty_dir_data}"
         );
         assert!(!from_kept.is_empty());
@@ -490,4 +496,9 @@ fn json_patch(value: &mut serde_json::Value, patch: serde_json::Value) {
         }
         (target, patch) => *target = patch,
     }
+}
+
+/// The views as the blockers take them.
+fn refs(nodes: &[NodeView]) -> Vec<&NodeView> {
+    nodes.iter().collect()
 }
