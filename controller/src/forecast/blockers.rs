@@ -15,7 +15,7 @@
 //!   ScalingGroups whose new instances would not get the rollout's image (the first plan holds their nodes).
 
 use super::snapshot::Workloads;
-use crate::drain::filters::{DaemonSetLookup, PodContext, PodVerdict, budgets_matter, classify, pod_name};
+use crate::drain::filters::{PodVerdict, budgets_matter, classify, pod_name};
 use crate::policy::{ClusterPlan, NodeView, Reason, Rollout};
 use kube::ResourceExt;
 use serde::Serialize;
@@ -192,19 +192,8 @@ pub fn find(
         for facts in &workloads.pods {
             let Some(node) = facts.node.as_deref().filter(|n| drained.contains(n)) else { continue };
             let pod = &facts.pod();
-            let namespace = facts.namespace.clone();
-            let selecting = facts.budgets.clone();
-            let context = PodContext {
-                daemon_set: crate::drain::filters::daemon_set_of(pod).map(|ds| {
-                    if workloads.daemon_sets.contains(&(namespace.clone(), ds.name.clone())) {
-                        DaemonSetLookup::Exists
-                    } else {
-                        DaemonSetLookup::Missing
-                    }
-                }),
-                budgets: Some(selecting.clone()),
-            };
-            match classify(pod, &spec.policy.drain, &context) {
+            let namespace = &facts.namespace;
+            match classify(pod, &spec.policy.drain, &workloads.context(facts, pod)) {
                 PodVerdict::Block(message) => {
                     let (what, fix) = match message.rsplit_once("; ") {
                         Some((what, fix)) => (what.to_owned(), fix.to_owned()),
@@ -219,7 +208,7 @@ pub fn find(
                     ));
                 }
                 PodVerdict::Evict if budgets_matter(pod) => {
-                    for budget in selecting {
+                    for budget in &facts.budgets {
                         budget_nodes.entry(format!("{namespace}/{budget}")).or_default().insert(node.to_owned());
                     }
                 }

@@ -56,9 +56,8 @@ impl Workloads {
                 .items
                 .iter()
                 .filter_map(|pod| {
-                    let owner = pod.metadata.owner_references.iter().flatten().find(|r| r.controller == Some(true))?;
-                    let daemon_set = owner.kind == "DaemonSet" && owner.api_version == "apps/v1";
-                    daemon_set.then(|| (pod.metadata.namespace.clone().unwrap_or_default(), owner.name.clone()))
+                    let daemon_set = crate::drain::filters::daemon_set_of(pod)?;
+                    Some((pod.metadata.namespace.clone().unwrap_or_default(), daemon_set.name.clone()))
                 })
                 .filter(|owner| !workloads.looked_up.contains(owner))
                 .collect();
@@ -90,14 +89,7 @@ impl Workloads {
             return;
         }
         let pod = facts.pod();
-        let daemon_set = crate::drain::filters::daemon_set_of(&pod).map(|ds| {
-            if self.daemon_sets.contains(&(facts.namespace.clone(), ds.name.clone())) {
-                DaemonSetLookup::Exists
-            } else {
-                DaemonSetLookup::Missing
-            }
-        });
-        let context = PodContext { daemon_set, budgets: Some(facts.budgets.clone()) };
+        let context = self.context(&facts, &pod);
         let refused =
             matches!(crate::drain::filters::classify(&pod, &DrainOptions::default(), &context), PodVerdict::Block(_));
         let namespace = facts.namespace.as_str();
@@ -109,6 +101,19 @@ impl Workloads {
         if refused || holds {
             self.pods.push(facts);
         }
+    }
+
+    /// What a drain's classification knows of the pod of `facts` (`pod`, built from them): whether its DaemonSet
+    /// exists (one not among [`Workloads::daemon_sets`] is missing) and the budgets that select it.
+    pub fn context(&self, facts: &PodFacts, pod: &Pod) -> PodContext {
+        let daemon_set = crate::drain::filters::daemon_set_of(pod).map(|ds| {
+            if self.daemon_sets.contains(&(facts.namespace.clone(), ds.name.clone())) {
+                DaemonSetLookup::Exists
+            } else {
+                DaemonSetLookup::Missing
+            }
+        });
+        PodContext { daemon_set, budgets: Some(facts.budgets.clone()) }
     }
 }
 
@@ -177,14 +182,6 @@ impl PodFacts {
         };
         let status = PodStatus { phase: self.phase.clone(), ..PodStatus::default() };
         Pod { metadata, spec: Some(spec), status: Some(status) }
-    }
-
-    /// The name of the DaemonSet that controls the pod, if one does.
-    pub fn daemon_set(&self) -> Option<&str> {
-        self.controller
-            .as_ref()
-            .filter(|c| c.kind == "DaemonSet" && c.api_version == "apps/v1")
-            .map(|c| c.name.as_str())
     }
 }
 
@@ -424,7 +421,6 @@ mod tests {
         for pod in pods() {
             let facts = PodFacts::new(pod.clone(), &budgets);
             assert_eq!(facts.node.as_deref(), Some("w1"));
-            assert_eq!(facts.daemon_set(), daemon_set_of(&pod).map(|d| d.name.as_str()));
             let trimmed = facts.pod();
             assert!(trimmed.metadata.managed_fields.is_none());
             assert!(trimmed.spec.as_ref().is_some_and(|s| s.containers.is_empty()));
