@@ -161,10 +161,16 @@ pub struct ControllerArgs {
     /// (e.g. `5m`).
     #[arg(long, default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
     pub leave_timeout: std::time::Duration,
-    /// etcd client URLs (comma-separated, e.g. `https://10.0.0.1:2379`): a replaced control-plane node's etcd
-    /// member is removed through them. Without it no member is removed (left to the administrator).
+    /// etcd client URLs (comma-separated, e.g. `https://10.0.0.1:2379`) to start from: a replaced control-plane
+    /// node's etcd member is removed through them (then through the members' own client URLs) once its
+    /// replacement's member is a healthy voter, before its Node is deleted. Without it (or `--external-etcd`) a
+    /// drained control-plane node is never deleted: it is held as `EtcdUnavailable`.
     #[arg(long, value_name = "URL,...", value_delimiter = ',', requires = "cloud_provider")]
     pub etcd_endpoints: Vec<String>,
+    /// The control-plane nodes run no etcd member (external etcd, a managed control plane): a replaced
+    /// control-plane node is deleted without touching etcd.
+    #[arg(long, requires = "cloud_provider", conflicts_with = "etcd_endpoints")]
+    pub external_etcd: bool,
     /// The etcd CA, for `https://` endpoints (kubeadm's path by default).
     #[arg(long, default_value = "/etc/kubernetes/pki/etcd/ca.crt", value_name = "PATH")]
     pub etcd_ca: PathBuf,
@@ -393,6 +399,13 @@ mod tests {
         assert_eq!(args.etcd().and_then(|e| e.tls), None);
         // Member removal belongs to the replacement: without a cloud there is none.
         assert!(parse(&["update-operator", "controller", "--etcd-endpoints", "https://10.0.0.1:2379"]).is_err());
+        // No etcd member to remove: said explicitly, never assumed, and not beside endpoints.
+        assert!(!plain.external_etcd);
+        let external = [&cloud[..], &["--external-etcd"]].concat();
+        let Ok(Mode::Controller(args)) = parse(&external).map(|c| c.mode) else { panic!("parses") };
+        assert!(args.external_etcd && args.etcd().is_none());
+        let both = [&cloud[..], &["--external-etcd", "--etcd-endpoints", "http://127.0.0.1:2379"]].concat();
+        assert!(parse(&both).is_err());
     }
 
     #[test]

@@ -153,6 +153,7 @@ async fn cloud_options(
     options.join_timeout = args.join_timeout;
     options.leave_timeout = args.leave_timeout;
     options.etcd = args.etcd();
+    options.external_etcd = args.external_etcd;
     options.metrics = controller::groups::GroupMetrics::register(registry);
     tracing::info!(cloud = ?args.cloud.cloud_provider, endpoint = args.cloud.cloud_endpoint, "managing scaling groups");
     Ok(Some(options))

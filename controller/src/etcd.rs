@@ -8,8 +8,14 @@
 //! - A member is removed only when the healthy voting members that remain are a quorum of the voting members that
 //!   remain; the last voting member is never removed. Health is asked of each member itself (`GET /health`), at
 //!   the time of the removal.
-//! - Removal is idempotent: a member that is gone (before, or between the list and the removal) is
-//!   [`Removal::AlreadyGone`].
+//! - A replaced node's member is removed only when its heir's member is in the list, started, voting and healthy:
+//!   the cluster keeps as many healthy voting members as it had before the replacement.
+//! - Removal is idempotent, but "gone" is proven, never assumed: a member that the list shows gone (no member of
+//!   the node's name, none peering at one of its addresses; or gone between the list and the removal) is
+//!   [`Removal::AlreadyGone`]; a node with no address to match by and no member of its name is
+//!   [`Error::MemberUnknown`].
+//! - The endpoints given are where to start: every member list read teaches the client its members' client URLs,
+//!   which it asks first afterwards, so after every original member was replaced etcd is still reached.
 //! - Every request has a deadline ([`EtcdConfig::timeout`]); nothing retries or polls here (callers requeue on
 //!   [`Error::is_retryable`] errors).
 //!
@@ -105,6 +111,16 @@ pub enum Error {
     /// The removal was refused to keep etcd available.
     #[error("{0}")]
     Refused(Refusal),
+    /// No member has the node's name and the node has no address to look one up by: whether its member is gone
+    /// cannot be proven.
+    #[error(
+        "no etcd member is named {node} and the node has no address to find its member by: whether it is gone \
+         cannot be told"
+    )]
+    MemberUnknown {
+        /// The node.
+        node: String,
+    },
     /// More than one member matches the node.
     #[error("several etcd members match node {node}: {members:?}")]
     Ambiguous {
@@ -122,7 +138,11 @@ impl Error {
             Error::Unreachable(_) => true,
             Error::Api { status, .. } => *status >= 500,
             // A refusal passes when members are healthy again: later, not by retrying now.
-            Error::Config(_) | Error::BadAnswer { .. } | Error::Refused(_) | Error::Ambiguous { .. } => false,
+            Error::Config(_)
+            | Error::BadAnswer { .. }
+            | Error::Refused(_)
+            | Error::Ambiguous { .. }
+            | Error::MemberUnknown { .. } => false,
         }
     }
 }
@@ -151,6 +171,38 @@ pub enum Refusal {
         /// Their quorum.
         quorum: usize,
     },
+    /// The heir's member is not yet a started, healthy voting member: removing the donor's now would leave the
+    /// cluster with fewer healthy members than it had.
+    #[error("etcd member of the replacement {heir} is not ready: {why}; the member of {donor} stays until it is")]
+    HeirNotJoined {
+        /// The node being replaced.
+        donor: String,
+        /// The node replacing it.
+        heir: String,
+        /// What is missing.
+        why: String,
+    },
+}
+
+/// How the control plane's etcd members are reached, for the replacement of control-plane nodes.
+#[derive(Debug, Clone, Default)]
+pub enum Members {
+    /// Stacked etcd (kubeadm's default), through this client.
+    Client(Box<EtcdClient>),
+    /// The control-plane nodes run no etcd member (external etcd, a managed control plane).
+    External,
+    /// Neither is known: no control-plane node is deleted.
+    #[default]
+    Unconfigured,
+}
+
+/// A node, as its etcd member is found: by its name, else by a peer URL on one of its addresses.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeRef<'a> {
+    /// The node's name (kubeadm names the member after the host).
+    pub name: &'a str,
+    /// Its addresses (`status.addresses`: InternalIP, ExternalIP, Hostname).
+    pub addresses: &'a [String],
 }
 
 /// An etcd member.
@@ -280,6 +332,9 @@ const GRPC_NOT_FOUND: i32 = 5;
 #[derive(Clone)]
 pub struct EtcdClient {
     endpoints: Vec<String>,
+    /// The client URLs of the members of the last member list read, asked before `endpoints` (which may all have
+    /// been replaced since the controller started).
+    learned: Arc<parking_lot::Mutex<Vec<String>>>,
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     timeout: Duration,
 }
@@ -353,7 +408,7 @@ impl EtcdClient {
         .enable_http1()
         .build();
         let client = Client::builder(TokioExecutor::new()).build(connector);
-        Ok(EtcdClient { endpoints: config.endpoints.clone(), client, timeout: config.timeout })
+        Ok(EtcdClient { endpoints: config.endpoints.clone(), learned: Arc::default(), client, timeout: config.timeout })
     }
 
     /// One request to `base` + `path`; the status and body.
@@ -405,12 +460,31 @@ impl EtcdClient {
         serde_json::from_slice(&body).map_err(|source| Error::BadAnswer { operation, source })
     }
 
-    /// The members, from the first endpoint that answers.
+    /// Where [`EtcdClient::members`] asks, in order: the members' client URLs learned from the last list, then the
+    /// configured endpoints (each once).
+    pub fn endpoints(&self) -> Vec<String> {
+        let mut endpoints = self.learned.lock().clone();
+        for endpoint in &self.endpoints {
+            if !endpoints.contains(endpoint) {
+                endpoints.push(endpoint.clone());
+            }
+        }
+        endpoints
+    }
+
+    /// The members, from the first endpoint that answers (see [`EtcdClient::endpoints`]); their client URLs are
+    /// asked first next time.
     pub async fn members(&self) -> Result<Vec<Member>, Error> {
         let mut failures = Vec::new();
-        for endpoint in &self.endpoints {
-            match self.call::<MemberList>("member list", endpoint, "/v3/cluster/member/list", b"{}".to_vec()).await {
-                Ok(list) => return Ok(list.members),
+        for endpoint in self.endpoints() {
+            match self.call::<MemberList>("member list", &endpoint, "/v3/cluster/member/list", b"{}".to_vec()).await {
+                Ok(list) => {
+                    let urls: Vec<String> = list.members.iter().flat_map(|m| m.client_urls.iter().cloned()).collect();
+                    if !urls.is_empty() {
+                        *self.learned.lock() = urls;
+                    }
+                    return Ok(list.members);
+                }
                 Err(Error::Unreachable(why)) => failures.push(why),
                 Err(error) => return Err(error),
             }
@@ -449,29 +523,71 @@ impl EtcdClient {
         Err(Error::Unreachable(failures.join("; ")))
     }
 
-    /// Removes the etcd member of node `node` (whose addresses are `addresses`) if that is safe (see the module
-    /// docs).
+    /// Removes the etcd member of `node` if that is safe (see the module docs). With `heir` (the node replacing it),
+    /// only once the heir's member is a started, healthy voting member.
     ///
     /// # Errors
-    /// [`Error::Refused`] when the removal would lose quorum or the last member; [`Error::Ambiguous`] when the
-    /// node's member cannot be told; request errors.
-    pub async fn remove_node_member(&self, node: &str, addresses: &[String]) -> Result<Removal, Error> {
+    /// [`Error::Refused`] when the removal would lose quorum or the last member, or the heir has not joined;
+    /// [`Error::Ambiguous`] when the node's member cannot be told; [`Error::MemberUnknown`] when the list cannot
+    /// prove it gone; request errors.
+    pub async fn remove_node_member(&self, node: NodeRef<'_>, heir: Option<NodeRef<'_>>) -> Result<Removal, Error> {
         let members = self.members().await?;
-        let Some(target) = find_member(&members, node, addresses)?.cloned() else {
+        let Some(target) = find_member(&members, node.name, node.addresses)?.cloned() else {
+            if node.addresses.is_empty() {
+                return Err(Error::MemberUnknown { node: node.name.to_owned() });
+            }
             return Ok(Removal::AlreadyGone);
         };
         let others: Vec<&Member> = members.iter().filter(|m| m.id != target.id).collect();
         let checks = others.iter().map(|m| async move { (m.id, self.is_healthy(m).await) });
         let healthy: BTreeSet<u64> =
             futures::future::join_all(checks).await.into_iter().filter(|(_, ok)| *ok).map(|(id, _)| id).collect();
+        if let Some(heir) = heir {
+            check_heir(&members, &target, node.name, heir, &healthy).map_err(Error::Refused)?;
+        }
         check_removal(&members, &target, &healthy).map_err(Error::Refused)?;
         let Some(via) = others.iter().find(|m| healthy.contains(&m.id) && !m.is_learner) else {
             return Err(Error::Refused(Refusal::LastMember { name: target.name.clone() }));
         };
         let removal = self.remove(&target, via).await?;
-        tracing::info!(node, member = target.name, id = format!("{:x}", target.id), ?removal, "etcd member removed");
+        tracing::info!(
+            node = node.name,
+            member = target.name,
+            id = format!("{:x}", target.id),
+            ?removal,
+            "etcd member removed"
+        );
         Ok(removal)
     }
+}
+
+/// Whether the heir's member has joined: in `members`, not the donor's own member (`target`), started (named),
+/// voting and in `healthy`.
+pub fn check_heir(
+    members: &[Member],
+    target: &Member,
+    donor: &str,
+    heir: NodeRef<'_>,
+    healthy: &BTreeSet<u64>,
+) -> Result<(), Refusal> {
+    let refuse =
+        |why: &str| Refusal::HeirNotJoined { donor: donor.to_owned(), heir: heir.name.to_owned(), why: why.to_owned() };
+    let member = match find_member(members, heir.name, heir.addresses) {
+        Ok(Some(member)) if member.id != target.id => member,
+        Ok(Some(_)) => return Err(refuse("its addresses match the replaced node's member")),
+        Ok(None) => return Err(refuse("no member of it in the member list")),
+        Err(_) => return Err(refuse("several members match it")),
+    };
+    if member.name.is_empty() {
+        return Err(refuse("its member was added but has not started"));
+    }
+    if member.is_learner {
+        return Err(refuse("its member is a learner, not yet a voting member"));
+    }
+    if !healthy.contains(&member.id) {
+        return Err(refuse("its member is not healthy"));
+    }
+    Ok(())
 }
 
 /// A TLS configuration for plain-`http://` endpoints only (never used for a handshake).
@@ -557,6 +673,34 @@ mod tests {
             (1..=5).map(|i| member(i, &format!("m{i}"), &format!("https://10.0.0.{i}:2380"), false)).collect();
         assert!(check_removal(&five, &five[0], &[1, 2, 3].into()).is_err());
         assert_eq!(check_removal(&five, &five[4], &[1, 2, 3].into()), Ok(()));
+    }
+
+    #[test]
+    fn a_donors_member_goes_only_once_its_heirs_member_is_a_healthy_voter() {
+        let mut members = three();
+        let heir = NodeRef { name: "cp-new", addresses: &[] };
+        let all: BTreeSet<u64> = [1, 2, 3, 4].into();
+        let refused = |m: &[Member], h: &BTreeSet<u64>| check_heir(m, &m[0], "cp-0", heir, h).unwrap_err().to_string();
+        assert!(refused(&members, &all).contains("no member of it"), "{}", refused(&members, &all));
+        // Added but not started: no name yet, found by its peer address.
+        members.push(Member {
+            id: 4,
+            name: String::new(),
+            peer_urls: vec!["https://10.0.0.4:2380".into()],
+            client_urls: vec![],
+            is_learner: true,
+        });
+        let by_address = NodeRef { name: "cp-new", addresses: &["10.0.0.4".to_owned()] };
+        let error = check_heir(&members, &members[0], "cp-0", by_address, &all).unwrap_err().to_string();
+        assert!(error.contains("has not started"), "{error}");
+        members[3].name = "cp-new".into();
+        assert!(refused(&members, &all).contains("learner"));
+        members[3].is_learner = false;
+        assert!(refused(&members, &[1, 2, 3].into()).contains("not healthy"));
+        assert_eq!(check_heir(&members, &members[0], "cp-0", heir, &all), Ok(()));
+        // The heir's addresses must not lead to the donor's own member.
+        let confused = NodeRef { name: "other", addresses: &["10.0.0.1".to_owned()] };
+        assert!(check_heir(&members, &members[0], "cp-0", confused, &all).is_err());
     }
 
     #[test]

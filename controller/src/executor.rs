@@ -20,8 +20,8 @@ use crate::leadership::Term;
 use crate::metrics::{ActionLabels, Metrics};
 use crate::nodes::SlimNode;
 use crate::own_writes::OwnWrites;
-use crate::policy::{ActionKind, NodeAction};
-use crate::replacer::{InstanceRequest, Replacer};
+use crate::policy::{ActionKind, NodeAction, Reason};
+use crate::replacer::{InstanceRequest, Replacer, RetireError};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
@@ -229,9 +229,24 @@ impl Executor {
                     Err(error) => Err(error),
                 }
             }
-            ActionKind::Retire { remove_etcd_member, join_pending } => {
+            ActionKind::Retire { remove_etcd_member, heir, join_pending } => {
                 self.drains.stop(&action.node);
-                replacer.retire(term, node, *remove_etcd_member, join_pending.as_deref()).await
+                match replacer.retire(term, node, nodes.get(heir), *remove_etcd_member, join_pending.as_deref()).await {
+                    Ok(()) => Ok(()),
+                    // Named where users look (an Event on the node and the NodeVersion, once per message): the
+                    // donor stays, drained, until its member can be removed.
+                    Err(RetireError::Etcd(message)) => {
+                        let hold = NodeAction {
+                            node: action.node.clone(),
+                            kind: ActionKind::Report,
+                            reason: Reason::EtcdUnavailable,
+                            message: message.clone(),
+                        };
+                        self.report_problem(node, &hold, version);
+                        Err(message)
+                    }
+                    Err(RetireError::Other(message)) => Err(message),
+                }
             }
             ActionKind::ReleaseInstance { pending, donor, deadline } => {
                 match replacer.release_instance(term, pending, donor, *deadline).await {

@@ -325,8 +325,11 @@ async fn start_replacer(
         }
     }
     let etcd = match &cloud.etcd {
-        Some(config) => Some(etcd::EtcdClient::new(config).map_err(|e| Error::Etcd(e.to_string()))?),
-        None => None,
+        Some(config) => {
+            etcd::Members::Client(Box::new(etcd::EtcdClient::new(config).map_err(|e| Error::Etcd(e.to_string()))?))
+        }
+        None if cloud.external_etcd => etcd::Members::External,
+        None => etcd::Members::Unconfigured,
     };
     Ok(replacer::Replacer::new(client.clone(), cloud.provider.clone(), groups, pending, strategies, etcd, instances))
 }

@@ -44,6 +44,18 @@ pub struct SlimNodeStatus {
     pub conditions: Vec<SlimCondition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_info: Option<SlimNodeInfo>,
+    /// The node's addresses (a control-plane node's etcd member is found by them when not by its name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<SlimAddress>,
+}
+
+/// One of `status.addresses` (`InternalIP`, `ExternalIP`, `Hostname`...).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct SlimAddress {
+    #[serde(rename = "type", default)]
+    pub type_: String,
+    #[serde(default)]
+    pub address: String,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -101,6 +113,11 @@ impl SlimNode {
 
     pub fn name(&self) -> &str {
         self.metadata.name.as_deref().unwrap_or("")
+    }
+
+    /// Its addresses, as text (`status.addresses`).
+    pub fn addresses(&self) -> Vec<String> {
+        self.status.addresses.iter().map(|a| a.address.clone()).filter(|a| !a.is_empty()).collect()
     }
 
     pub fn ready(&self) -> bool {

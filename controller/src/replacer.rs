@@ -9,10 +9,11 @@
 //!   not yet recorded is remembered, so the next attempt records it instead of creating another.
 //! - Every write (cloud or API) starts only within the caller's leadership term.
 
-use crate::etcd::{EtcdClient, Removal};
+use crate::etcd::{EtcdClient, NodeRef, Removal};
 use crate::groups::pending_node::JOIN_FAILED;
 use crate::leadership::Term;
 use crate::nodes::SlimNode;
+use crate::policy::EtcdAccess;
 use crate::policy::replacement::{Goal, GroupView, PendingView, join_name};
 use crate::policy::{DonorRef, Fleet, GroupMember, TaintView};
 use cloud::{CloudProvider, Creation, CreationToken, GroupId, NewInstance, ProviderId};
@@ -43,6 +44,18 @@ pub struct InstanceRequest<'a> {
     pub deadline: Timestamp,
 }
 
+/// Why a donor was not retired.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RetireError {
+    /// Its etcd member could not be removed (no client, etcd unreachable or refusing, the heir's member not yet a
+    /// healthy voter): the Node stays ([`crate::policy::Reason::EtcdUnavailable`]).
+    #[error("{0}")]
+    Etcd(String),
+    /// The API server, or leadership ended.
+    #[error("{0}")]
+    Other(String),
+}
+
 /// The replacement's cloud and PendingNode plumbing.
 pub struct Replacer {
     provider: Arc<dyn CloudProvider>,
@@ -52,6 +65,8 @@ pub struct Replacer {
     pending: Store<PendingNode>,
     strategies: Store<shared::crd::AutoscalingStrategy>,
     etcd: Option<EtcdClient>,
+    /// Whether control-plane donors have etcd members to remove, and whether they can be.
+    etcd_access: EtcdAccess,
     /// What the cloud said about each instance.
     instances: Instances,
     /// Nodes whose group the cloud has not told (yet, or the last time asked).
@@ -67,16 +82,22 @@ pub struct Replacer {
 impl Replacer {
     /// `groups`, `pending` and `strategies` are synced stores of the ScalingGroups, PendingNodes and
     /// AutoscalingStrategies (no instance is created while an autoscaler is not confirmed down); `etcd` removes the members
-    /// of control-plane donors (without it, none is removed).
+    /// of control-plane donors: without a client, a drained control-plane donor is not deleted (see
+    /// [`EtcdAccess::Unconfigured`]) unless the control plane runs no etcd member.
     pub fn new(
         client: Client,
         provider: Arc<dyn CloudProvider>,
         groups: Store<shared::crd::ScalingGroup>,
         pending: Store<PendingNode>,
         strategies: Store<shared::crd::AutoscalingStrategy>,
-        etcd: Option<EtcdClient>,
+        etcd: crate::etcd::Members,
         instances: Instances,
     ) -> Replacer {
+        let (etcd, etcd_access) = match etcd {
+            crate::etcd::Members::Client(client) => (Some(*client), EtcdAccess::Client),
+            crate::etcd::Members::External => (None, EtcdAccess::External),
+            crate::etcd::Members::Unconfigured => (None, EtcdAccess::Unconfigured),
+        };
         Replacer {
             provider,
             pending_api: Api::all(client.clone()),
@@ -85,6 +106,7 @@ impl Replacer {
             pending,
             strategies,
             etcd,
+            etcd_access,
             instances,
             unresolved: Mutex::default(),
             created: Mutex::default(),
@@ -114,7 +136,13 @@ impl Replacer {
             self.strategies.state().iter().find(|s| !crate::groups::autoscaler::confirmed_down(s)).map(|s| {
                 format!("the cluster-autoscaler of AutoscalingStrategy {} is not confirmed down", s.name_any())
             });
-        Fleet { groups, pending, unresolved: self.unresolved.lock().clone(), autoscaler_running }
+        Fleet {
+            groups,
+            pending,
+            unresolved: self.unresolved.lock().clone(),
+            autoscaler_running,
+            etcd: self.etcd_access,
+        }
     }
 
     /// What the policy needs of `node` when the cloud has it in a group.
@@ -336,39 +364,52 @@ impl Replacer {
         Ok(())
     }
 
-    /// Deletes `donor`'s joining PendingNode, removes its etcd member when asked (and configured), and deletes its
-    /// Node.
+    /// Deletes `donor`'s joining PendingNode, removes its etcd member when asked (once the member of `heir`, when
+    /// known, is a healthy voter), and deletes its Node. The Node is never deleted while its member may remain.
     pub async fn retire(
         &self,
         term: &Term,
         donor: &SlimNode,
+        heir: Option<&SlimNode>,
         remove_etcd_member: bool,
         join_pending: Option<&str>,
-    ) -> Result<(), String> {
-        if let Some(pending) = join_pending {
-            gone_is_fine(within(term, self.pending_api.delete(pending, &DeleteParams::default())).await?)?;
-        }
+    ) -> Result<(), RetireError> {
         if remove_etcd_member {
-            match &self.etcd {
-                Some(etcd) => match within(term, etcd.remove_node_member(donor.name(), &[])).await? {
-                    Ok(Removal::Removed { id, name }) => {
-                        tracing::info!(node = donor.name(), id, member = %name, "removed the etcd member")
-                    }
-                    Ok(Removal::AlreadyGone) => {}
-                    Err(error) => return Err(format!("cannot remove the etcd member of {}: {error}", donor.name())),
-                },
-                None => tracing::warn!(
-                    node = donor.name(),
-                    "no etcd client configured: the control-plane node's etcd member is left to the administrator"
-                ),
+            let Some(etcd) = &self.etcd else {
+                return Err(RetireError::Etcd(format!(
+                    "the etcd member of {} cannot be removed: no etcd client is configured",
+                    donor.name()
+                )));
+            };
+            let (donor_addresses, heir_addresses) = (donor.addresses(), heir.map(SlimNode::addresses));
+            let donor_ref = NodeRef { name: donor.name(), addresses: &donor_addresses };
+            let heir_ref =
+                heir.zip(heir_addresses.as_deref()).map(|(h, addresses)| NodeRef { name: h.name(), addresses });
+            match within(term, etcd.remove_node_member(donor_ref, heir_ref)).await.map_err(RetireError::Other)? {
+                Ok(Removal::Removed { id, name }) => {
+                    tracing::info!(node = donor.name(), id, member = %name, "removed the etcd member")
+                }
+                Ok(Removal::AlreadyGone) => {}
+                Err(error) => {
+                    return Err(RetireError::Etcd(format!(
+                        "cannot remove the etcd member of {}: {error}",
+                        donor.name()
+                    )));
+                }
             }
+        }
+        if let Some(pending) = join_pending {
+            let params = DeleteParams::default();
+            let deleted = within(term, self.pending_api.delete(pending, &params)).await.map_err(RetireError::Other)?;
+            gone_is_fine(deleted).map_err(RetireError::Other)?;
         }
         // Only the Node the decision was about: a Node of that name created since is not deleted.
         let params = DeleteParams {
             preconditions: donor.uid().map(|uid| kube::api::Preconditions { uid: Some(uid), resource_version: None }),
             ..DeleteParams::default()
         };
-        gone_is_fine(within(term, self.nodes_api.delete(donor.name(), &params)).await?)
+        gone_is_fine(within(term, self.nodes_api.delete(donor.name(), &params)).await.map_err(RetireError::Other)?)
+            .map_err(RetireError::Other)
     }
 
     /// Records the leaving PendingNode `pending` for `donor`'s instance, then deletes the instance (the

@@ -310,7 +310,7 @@ async fn the_controller_replaces_the_nodes_of_an_aws_group_on_moto_end_to_end() 
     let aws = AwsProvider::new(&sdk_config(&proxy.url).await);
     let governed = Governed::new(aws.clone(), CallPolicy::default(), Arc::new(CallCounts::default()));
     let mut options = harness::controller_options("c1");
-    options.cloud = Some(CloudOptions::new(Arc::new(governed)));
+    options.cloud = Some(CloudOptions::new(Arc::new(governed)).with_external_etcd());
     let limits = Limits { surge: Some(Surge { baseline: 2, max_surge: 1 }), ..Limits::new(1, false) };
     let observer = Observer::start(cluster.client(), limits);
     let agents = vec![harness::agent(cluster.operator(), "worker-0")];

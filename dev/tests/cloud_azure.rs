@@ -305,7 +305,7 @@ async fn a_replacement_rollout_replaces_scale_set_vms_through_the_azure_provider
 
     let provider = Governed::new(azure.provider(), CallPolicy::default(), Arc::new(CallCounts::default()));
     let mut options = harness::controller_options("c1");
-    options.cloud = Some(CloudOptions::new(Arc::new(provider)));
+    options.cloud = Some(CloudOptions::new(Arc::new(provider)).with_external_etcd());
     let controller = harness::controller(azure.cluster.operator(), options);
     let agent = harness::agent(azure.cluster.operator(), "worker-0");
     create_version(&store, V2, json!({"maxUnavailable": 1, "maxSurge": 1}));
@@ -372,7 +372,7 @@ async fn the_seed_yaml_with_its_placeholders_filled_in_drives_a_replacement() {
 
     let provider = Governed::new(azure.provider(), CallPolicy::default(), Arc::new(CallCounts::default()));
     let mut options = harness::controller_options("c1");
-    options.cloud = Some(CloudOptions::new(Arc::new(provider)));
+    options.cloud = Some(CloudOptions::new(Arc::new(provider)).with_external_etcd());
     let controller = harness::controller(azure.cluster.operator(), options);
     let agent = harness::agent(azure.cluster.operator(), "worker-0");
     let version: NodeVersion = seed("000-nodeversion-azure.yaml");

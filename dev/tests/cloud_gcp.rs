@@ -315,7 +315,7 @@ async fn a_replacement_rollout_replaces_the_migs_nodes_with_new_gce_instances() 
     let provider = provider(&emulator, emulator.adc_json()).await;
     let governed = Governed::new(provider, CallPolicy::default(), Arc::new(CallCounts::default()));
     let mut options = harness::controller_options("c1");
-    options.cloud = Some(CloudOptions::new(Arc::new(governed)));
+    options.cloud = Some(CloudOptions::new(Arc::new(governed)).with_external_etcd());
     let controller = harness::controller(cluster.operator(), options);
     let agent = harness::agent(cluster.operator(), "worker-0");
     support::create_version(&store, IMAGE_V2, json!({"maxUnavailable": 1, "maxSurge": 1}));

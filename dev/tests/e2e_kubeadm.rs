@@ -293,7 +293,8 @@ fn cloud_controller(cluster: &dev::cluster::Cluster) -> harness::Component {
     let provider =
         Governed::new(provider, CallPolicy::default(), std::sync::Arc::new(cloud::metrics::CallCounts::default()));
     let mut options = harness::controller_options("c1");
-    options.cloud = Some(controller::groups::CloudOptions::new(std::sync::Arc::new(provider)));
+    // The simulated control plane runs no etcd member.
+    options.cloud = Some(controller::groups::CloudOptions::new(std::sync::Arc::new(provider)).with_external_etcd());
     harness::controller(cluster.operator(), options)
 }
 

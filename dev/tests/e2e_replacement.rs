@@ -67,7 +67,8 @@ fn counted_controller(cluster: &Cluster, name: &str, counts: Arc<CallCounts>) ->
     let provider = SimulatedProvider::new(cluster.url()).expect("the cluster's URL is an endpoint");
     let provider = Governed::new(provider, CallPolicy::default(), counts);
     let mut options = harness::controller_options(name);
-    options.cloud = Some(CloudOptions::new(Arc::new(provider)));
+    // The simulated control plane runs no etcd member.
+    options.cloud = Some(CloudOptions::new(Arc::new(provider)).with_external_etcd());
     harness::controller(cluster.operator(), options)
 }
 
@@ -814,17 +815,29 @@ async fn a_replaced_control_plane_node_leaves_a_real_etcd_and_the_other_members_
     let donor = group_nodes(&cluster, "cp").pop().expect("a control-plane node");
     // A 3-member etcd over TLS, its first member named after the control-plane node, as kubeadm names them.
     let names = vec![donor.clone(), "etcd-b".to_owned(), "etcd-c".to_owned()];
-    let etcd = etcd_support::EtcdCluster::start_named(&names, true).await;
+    let mut etcd = etcd_support::EtcdCluster::start_named(&names, true).await;
     let client = etcd.client();
     let agents = vec![harness::agent(cluster.operator(), "worker-0")];
     let controller = controller_with_etcd(&cluster, "c1", etcd.config());
     create_version(&cluster.store(), "v2", json!({"maxUnavailable": 1, "maxSurge": 1}));
 
+    // The heir joins the cluster; its etcd member is not there yet, so the donor stays (drained), its member too.
+    let heir = support::eventually(ROLLOUT, "the heir joins", || {
+        group_nodes(&cluster, "cp").into_iter().find(|n| *n != donor)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(node(&cluster, &donor).is_some(), "{donor} was deleted before its heir's etcd member joined");
+    assert_eq!(client.members().await.expect("etcd answers").len(), 3, "no member removed before the heir joined");
+    // The heir's member joins as kubeadm joins it; then the donor's member is removed and the donor deleted.
+    etcd.add_member(&heir).await;
     wait_rolled_out(&cluster, "v2", 2).await;
     assert!(node(&cluster, &donor).is_none(), "{donor} was not replaced");
     let mut members: Vec<String> = client.members().await.expect("etcd answers").into_iter().map(|m| m.name).collect();
     members.sort();
-    assert_eq!(members, ["etcd-b", "etcd-c"], "the replaced node's member is gone, the others stay");
+    let mut expected = vec!["etcd-b".to_owned(), "etcd-c".to_owned(), heir.clone()];
+    expected.sort();
+    assert_eq!(members, expected, "the replaced node's member is gone, the heir's and the others stay");
     let deadline = tokio::time::Instant::now() + etcd_support::PATIENCE;
     for member in client.members().await.expect("etcd answers") {
         while !client.is_healthy(&member).await {
@@ -836,4 +849,57 @@ async fn a_replaced_control_plane_node_leaves_a_real_etcd_and_the_other_members_
     stop_all(agents).await;
     cluster.shutdown().await;
     drop(etcd);
+}
+
+/// Without etcd access (neither `--etcd-endpoints` nor `--external-etcd`), a drained control-plane donor is never
+/// deleted: its member would stay in etcd and, replaced three times, leave six members with three alive. It is held
+/// in flight with the reason named (`EtcdUnavailable`) in an Event and the NodeVersion's status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_etcd_access_a_control_plane_donor_is_held_not_deleted() {
+    let config = ClusterConfig {
+        nodes: 1,
+        control_planes: 0,
+        workloads: None,
+        ready_timeout: Duration::from_secs(120),
+        scaling_groups: vec![GroupSpec::new("cp", GroupRole::ControlPlane, 1)],
+        ..ClusterConfig::default()
+    };
+    let cluster = Cluster::start(config).await.expect("the cluster starts");
+    let donor = group_nodes(&cluster, "cp").pop().expect("a control-plane node");
+    let provider = SimulatedProvider::new(cluster.url()).expect("the cluster's URL is an endpoint");
+    let provider = Governed::new(provider, CallPolicy::default(), Arc::new(CallCounts::default()));
+    let mut options = harness::controller_options("c1");
+    options.cloud = Some(CloudOptions::new(Arc::new(provider)));
+    let controller = harness::controller(cluster.operator(), options);
+    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
+    create_version(&cluster.store(), "v2", json!({"maxUnavailable": 1, "maxSurge": 1}));
+
+    let store = cluster.store();
+    let deadline = tokio::time::Instant::now() + ROLLOUT;
+    let waiting = loop {
+        let status = support::status_of(&store, "constellation-version");
+        if let Some(waiting) = status.in_flight.iter().find(|n| n.name == donor).and_then(|n| n.waiting_on.clone())
+            && waiting.contains("etcd")
+        {
+            break waiting;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the donor is not held as EtcdUnavailable:\n{}",
+            describe(&cluster)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(waiting.contains("--etcd-endpoints"), "{waiting}");
+    let events = store.api::<k8s_openapi::api::core::v1::Event>().list(None, &Default::default()).unwrap().items;
+    assert!(
+        events.iter().any(|e| e.reason.as_deref() == Some("EtcdUnavailable") && e.type_.as_deref() == Some("Warning")),
+        "a Warning Event names the hold"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let still = node(&cluster, &donor).expect("the drained control-plane donor is not deleted");
+    assert!(cordoned(&still), "it stays cordoned (drained) while held");
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    stop_all(agents).await;
+    cluster.shutdown().await;
 }

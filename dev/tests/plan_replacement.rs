@@ -66,7 +66,7 @@ fn controller(cluster: &Cluster) -> Component {
     let provider = SimulatedProvider::new(cluster.url()).expect("the cluster's URL is an endpoint");
     let provider = Governed::new(provider, CallPolicy::default(), Arc::new(CallCounts::default()));
     let mut options = harness::controller_options("c1");
-    options.cloud = Some(CloudOptions::new(Arc::new(provider)));
+    options.cloud = Some(CloudOptions::new(Arc::new(provider)).with_external_etcd());
     harness::controller(cluster.operator(), options)
 }
 

@@ -41,7 +41,8 @@ fn start_controller(cluster: &Cluster, join_timeout: Duration) -> Replacer {
     let calls = Arc::new(CallCounts::default());
     let provider = SimulatedProvider::new(cluster.url()).expect("the cluster's URL is an endpoint");
     let provider = Governed::new(provider, CallPolicy::default(), calls.clone());
-    let mut cloud = CloudOptions::new(Arc::new(provider));
+    // The simulated control plane runs no etcd member.
+    let mut cloud = CloudOptions::new(Arc::new(provider)).with_external_etcd();
     cloud.join_timeout = join_timeout;
     cloud.leave_timeout = Duration::from_secs(2);
     let metrics = cloud.metrics.clone();

@@ -40,9 +40,11 @@ pub struct CloudOptions {
     pub leave_timeout: Duration,
     /// Metrics of the controllers.
     pub metrics: GroupMetrics,
-    /// etcd, whose member a replaced control-plane node leaves; without it the member is left to the
-    /// administrator.
+    /// etcd, whose member a replaced control-plane node leaves before its Node is deleted.
     pub etcd: Option<crate::etcd::EtcdConfig>,
+    /// The control-plane nodes run no etcd member (external etcd, a managed control plane): nothing to remove.
+    /// Without it and without `etcd`, a drained control-plane donor is held (`EtcdUnavailable`), never deleted.
+    pub external_etcd: bool,
 }
 
 impl std::fmt::Debug for CloudOptions {
@@ -64,7 +66,14 @@ impl CloudOptions {
             leave_timeout: DEFAULT_LEAVE_TIMEOUT,
             metrics: GroupMetrics::default(),
             etcd: None,
+            external_etcd: false,
         }
+    }
+
+    /// These options for a control plane that runs no etcd member (see [`CloudOptions::external_etcd`]).
+    pub fn with_external_etcd(mut self) -> CloudOptions {
+        self.external_etcd = true;
+        self
     }
 }
 

@@ -6,7 +6,7 @@
 //! group's image, and PendingNodes no replacement created come and go. The planner is given exactly the nodes that
 //! changed, as the reconciler gives them, and the fleet as it is.
 
-use super::replacement::{Goal, GroupView, PendingView};
+use super::replacement::{EtcdAccess, Goal, GroupView, PendingView};
 use super::tests::{OLD, TARGET, boot, node, t, unreadable_intent, valid_spec};
 use super::*;
 use crate::executor::next_state;
@@ -139,7 +139,7 @@ impl Run {
             pool_one,
             rollouts: configurations().remove(0),
             own_node,
-            fleet: Fleet { groups, ..Fleet::default() },
+            fleet: Fleet { groups, etcd: EtcdAccess::Client, ..Fleet::default() },
             planner: Planner::new(),
             fed: BTreeMap::new(),
             tokens: 0,
@@ -726,7 +726,7 @@ fn one_node_changing_in_a_replacement_assesses_that_node_and_the_replacements_no
     let rollouts =
         vec![Rollout { name: "nv".into(), spec: SpecState::Valid(valid_spec(TARGET, 1, policy)), kubernetes: None }];
     let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
-    let mut fleet = Fleet { groups: vec![group], ..Fleet::default() };
+    let mut fleet = Fleet { groups: vec![group], etcd: EtcdAccess::Client, ..Fleet::default() };
     let mut planner = Planner::new();
     planner.set_context(rollouts.clone(), fleet.clone(), None);
     for i in 0..1000 {
@@ -805,7 +805,7 @@ fn with_a_kubernetes_upgrade_the_planner_decides_with_the_full_plan() {
     });
     let rollouts = vec![Rollout { name: "nv".into(), spec: SpecState::Valid(spec.clone()), kubernetes: Some(upgrade) }];
     let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
-    let fleet = Fleet { groups: vec![group], ..Fleet::default() };
+    let fleet = Fleet { groups: vec![group], etcd: EtcdAccess::Client, ..Fleet::default() };
     let nodes = vec![NodeView { group: Some(member("g", "a", Some(t(-600)))), ..node("a") }, node("b")];
     let mut planner = Planner::new();
     planner.set_context(rollouts.clone(), fleet.clone(), None);
@@ -844,7 +844,7 @@ fn replacement_rollout(size: usize, surge: u32) -> (usize, usize, usize, usize, 
     let rollouts =
         vec![Rollout { name: "nv".into(), spec: SpecState::Valid(valid_spec(TARGET, 1, policy)), kubernetes: None }];
     let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
-    let mut fleet = Fleet { groups: vec![group], ..Fleet::default() };
+    let mut fleet = Fleet { groups: vec![group], etcd: EtcdAccess::Client, ..Fleet::default() };
     let mut planner = Planner::new();
     planner.set_context(rollouts.clone(), fleet.clone(), None);
     for i in 0..size {

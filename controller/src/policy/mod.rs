@@ -64,7 +64,7 @@ mod simulation;
 mod tests;
 
 pub use incremental::Planner;
-pub use replacement::{DonorRef, Fleet, GroupMember, TaintView};
+pub use replacement::{DonorRef, EtcdAccess, Fleet, GroupMember, TaintView};
 pub use settings::{NodeSelector, Policy, ValidSpec};
 
 use assess::{Assessment, Owner, Situation};
@@ -214,8 +214,9 @@ pub enum ActionKind {
     /// timeout), cordon, then start draining. Reason: [`Reason::DrainStarted`].
     DrainDonor { target: String, heir: String },
     /// On a drained donor: delete its joining PendingNode `join_pending`, remove its etcd member if
-    /// `remove_etcd_member`, delete the Node. Reason: [`Reason::DonorRetired`].
-    Retire { remove_etcd_member: bool, join_pending: Option<String> },
+    /// `remove_etcd_member` (only once the member of `heir` is a healthy voter), delete the Node. Reason:
+    /// [`Reason::DonorRetired`].
+    Retire { remove_etcd_member: bool, heir: String, join_pending: Option<String> },
     /// On the heir, once the donor's Node is gone: create the leaving PendingNode `pending` for the donor's
     /// instance with `deadline`, then remove the heir's `donor` annotations. Reason: [`Reason::InstanceReleased`].
     ReleaseInstance { pending: String, donor: DonorRef, deadline: Timestamp },
@@ -334,6 +335,9 @@ pub enum Reason {
     MalformedAnnotations,
     UnsupportedStep,
     HeirNotReady,
+    /// A drained control-plane donor is not deleted: its etcd member cannot be removed (no etcd access, etcd
+    /// unreachable, or the heir's member not yet a healthy voter).
+    EtcdUnavailable,
     // Clean-ups.
     TargetChanged,
     NotSelected,
@@ -392,6 +396,7 @@ impl Reason {
                 | Reason::MalformedAnnotations
                 | Reason::UnsupportedStep
                 | Reason::HeirNotReady
+                | Reason::EtcdUnavailable
                 | Reason::ImageUnknown
                 | Reason::UnreadableIntent
                 | Reason::NoAgentReport

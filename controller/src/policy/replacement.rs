@@ -67,6 +67,22 @@ pub struct Fleet {
     /// Why no instance may be created now: the cluster-autoscaler of an AutoscalingStrategy is not confirmed
     /// down yet (it would scale the groups against the replacement). `None`: instances may be created.
     pub autoscaler_running: Option<String>,
+    /// Whether a control-plane donor's etcd member can be removed before its Node is deleted.
+    pub etcd: EtcdAccess,
+}
+
+/// What the replacement of a control-plane node may do with its etcd member.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum EtcdAccess {
+    /// Stacked etcd with a client: the donor's member is removed (once its heir's is a healthy voter), then its
+    /// Node deleted.
+    Client,
+    /// The control-plane nodes run no etcd member (external etcd): nothing to remove.
+    External,
+    /// Neither configured: a drained control-plane donor is never deleted (its member would stay, and with it
+    /// the quorum's size); it is held as [`Reason::EtcdUnavailable`] until the controller is given etcd access.
+    #[default]
+    Unconfigured,
 }
 
 /// A ScalingGroup.
@@ -392,6 +408,8 @@ pub(super) struct Context<'a> {
     pub nodes: &'a dyn Lookup,
     /// The Kubernetes upgrade of the node's rollout, when it asks for one.
     pub kubernetes: Option<&'a KubernetesTarget>,
+    /// What may be done with a control-plane donor's etcd member.
+    pub etcd: EtcdAccess,
 }
 
 impl<'a> Context<'a> {
@@ -411,6 +429,7 @@ impl<'a> Context<'a> {
             nodes,
             autoscaler_running: fleet.autoscaler_running.is_some(),
             kubernetes: None,
+            etcd: fleet.etcd,
         })
     }
 
@@ -699,12 +718,25 @@ fn draining(
 ) -> Assessment {
     let in_flight = Assessment::new(Situation::InFlight { step: Step::Replace, since: intent.since });
     match &node.drain {
+        DrainProgress::Drained if node.control_plane && context.etcd == EtcdAccess::Unconfigured => {
+            let message = format!(
+                "drained and replaced by {heir}, but not deleted: its etcd member cannot be removed without etcd \
+                 access (--etcd-endpoints, or --external-etcd when the control plane runs no etcd member)"
+            );
+            Assessment { waiting: Some(message.clone()), ..in_flight }.act(
+                node,
+                ActionKind::Report,
+                Reason::EtcdUnavailable,
+                message,
+            )
+        }
         DrainProgress::Drained => {
             let join_pending = context.records.join.get(node.name.as_str()).map(|p| p.name.clone());
-            let etcd = if node.control_plane { ", removing its etcd member" } else { "" };
+            let remove_etcd_member = node.control_plane && context.etcd == EtcdAccess::Client;
+            let etcd = if remove_etcd_member { ", removing its etcd member" } else { "" };
             in_flight.act(
                 node,
-                ActionKind::Retire { remove_etcd_member: node.control_plane, join_pending },
+                ActionKind::Retire { remove_etcd_member, heir: heir.to_owned(), join_pending },
                 Reason::DonorRetired,
                 format!("drained and replaced by {heir}{etcd}; deleting the Node"),
             )
@@ -898,11 +930,30 @@ mod tests {
         let p = run(&[draining.clone(), heir.clone()], &f, policy(1, 1), t(95));
         assert_eq!(
             p.actions[0].kind,
-            ActionKind::Retire { remove_etcd_member: false, join_pending: Some("heir-of-a1".into()) }
+            ActionKind::Retire {
+                remove_etcd_member: false,
+                heir: "a1-new".into(),
+                join_pending: Some("heir-of-a1".into())
+            }
         );
+        // A control-plane donor: deleted only once its etcd member can be removed. Without etcd access it stays,
+        // drained and in flight (its slot held), with the reason named; never deleted with its member left.
         let cp = NodeView { control_plane: true, ..draining.clone() };
-        let p = run(&[cp, heir.clone()], &f, policy(1, 1), t(95));
-        assert!(matches!(p.actions[0].kind, ActionKind::Retire { remove_etcd_member: true, .. }));
+        assert_eq!(f.etcd, EtcdAccess::Unconfigured, "the default");
+        let p = run(&[cp.clone(), heir.clone()], &f, policy(1, 1), t(95));
+        assert_eq!(kinds(&p), vec![("a1".into(), "Report")]);
+        assert_eq!(p.actions[0].reason, Reason::EtcdUnavailable);
+        assert!(
+            p.in_flight.iter().any(|i| i.node == "a1" && i.waiting_on.as_deref().is_some_and(|w| w.contains("etcd")))
+        );
+        let with_client = Fleet { etcd: EtcdAccess::Client, ..f.clone() };
+        let p = run(&[cp.clone(), heir.clone()], &with_client, policy(1, 1), t(95));
+        assert!(
+            matches!(p.actions[0].kind, ActionKind::Retire { remove_etcd_member: true, ref heir, .. } if heir == "a1-new")
+        );
+        let external = Fleet { etcd: EtcdAccess::External, ..f.clone() };
+        let p = run(&[cp, heir.clone()], &external, policy(1, 1), t(95));
+        assert!(matches!(p.actions[0].kind, ActionKind::Retire { remove_etcd_member: false, .. }));
         // The donor's Node is gone: its instance is released from the heir's record.
         f.pending.clear();
         let p = run(&[heir.clone()], &f, policy(1, 1), t(100));

@@ -625,7 +625,7 @@ fn mixed_cluster() -> (Vec<NodeView>, Fleet) {
             image: Some(TARGET.into()),
         })
         .collect();
-    (nodes, Fleet { groups, ..Fleet::default() })
+    (nodes, Fleet { groups, etcd: EtcdAccess::Client, ..Fleet::default() })
 }
 
 fn surge_policy(surge: u32, max: u32) -> Policy {

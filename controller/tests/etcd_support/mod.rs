@@ -44,6 +44,7 @@ pub fn etcd_available(test: &str) -> bool {
 pub struct Node {
     pub name: String,
     pub client_url: String,
+    pub peer_url: String,
     child: Option<Child>,
 }
 
@@ -87,46 +88,92 @@ impl EtcdCluster {
         let ports = free_ports(2 * names.len());
         let peer = |i: usize| format!("{scheme}://127.0.0.1:{}", ports[2 * i + 1]);
         let initial: Vec<String> = names.iter().enumerate().map(|(i, n)| format!("{n}={}", peer(i))).collect();
-        let mut members = Vec::new();
+        let mut cluster = EtcdCluster { members: Vec::new(), tls, _dir: dir };
         for (i, name) in names.iter().enumerate() {
             let client_url = format!("{scheme}://127.0.0.1:{}", ports[2 * i]);
-            let log = std::fs::File::create(dir.path().join(format!("{name}.log"))).expect("a log file");
-            let mut command = Command::new("etcd");
-            command
-                .arg("--name")
-                .arg(name)
-                .arg("--data-dir")
-                .arg(dir.path().join(name))
-                .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
-                .args(["--listen-peer-urls", &peer(i), "--initial-advertise-peer-urls", &peer(i)])
-                .args(["--initial-cluster", &initial.join(","), "--initial-cluster-state", "new"])
-                .args(["--initial-cluster-token", "update-operator-test"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .kill_on_drop(true);
-            if tls {
-                let (cert, key, ca) = (pki("server.crt"), pki("server.key"), pki("ca.crt"));
-                command
-                    .arg("--cert-file")
-                    .arg(&cert)
-                    .arg("--key-file")
-                    .arg(&key)
-                    .arg("--trusted-ca-file")
-                    .arg(&ca)
-                    .arg("--client-cert-auth")
-                    .arg("--peer-cert-file")
-                    .arg(&cert)
-                    .arg("--peer-key-file")
-                    .arg(&key)
-                    .arg("--peer-trusted-ca-file")
-                    .arg(&ca)
-                    .arg("--peer-client-cert-auth");
-            }
-            let child = command.spawn().expect("etcd starts");
-            members.push(Node { name: name.clone(), client_url, child: Some(child) });
+            cluster.spawn_member(name, client_url, peer(i), &initial.join(","), "new");
         }
-        EtcdCluster { members, tls, _dir: dir }
+        cluster
+    }
+
+    /// Starts one member process; `state` is `new` (a new cluster) or `existing` (joining one).
+    fn spawn_member(&mut self, name: &str, client_url: String, peer_url: String, initial: &str, state: &str) {
+        let dir = self._dir.path();
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("a log file");
+        let mut command = Command::new("etcd");
+        command
+            .arg("--name")
+            .arg(name)
+            .arg("--data-dir")
+            .arg(dir.join(name))
+            .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", initial, "--initial-cluster-state", state])
+            .args(["--initial-cluster-token", "update-operator-test"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true);
+        if self.tls {
+            let (cert, key, ca) = (pki("server.crt"), pki("server.key"), pki("ca.crt"));
+            command
+                .arg("--cert-file")
+                .arg(&cert)
+                .arg("--key-file")
+                .arg(&key)
+                .arg("--trusted-ca-file")
+                .arg(&ca)
+                .arg("--client-cert-auth")
+                .arg("--peer-cert-file")
+                .arg(&cert)
+                .arg("--peer-key-file")
+                .arg(&key)
+                .arg("--peer-trusted-ca-file")
+                .arg(&ca)
+                .arg("--peer-client-cert-auth");
+        }
+        let child = command.spawn().expect("etcd starts");
+        self.members.push(Node { name: name.to_owned(), client_url, peer_url, child: Some(child) });
+    }
+
+    /// A new member `name` joins, as kubeadm joins a control-plane node's etcd: `etcdctl member add` (Debian's
+    /// `etcd-client`) on a member that answers, then the member's process started with the existing cluster.
+    /// Returns once the process is started (it becomes a healthy voter shortly after).
+    pub async fn add_member(&mut self, name: &str) {
+        let scheme = if self.tls { "https" } else { "http" };
+        let ports = free_ports(2);
+        let (client_url, peer_url) =
+            (format!("{scheme}://127.0.0.1:{}", ports[0]), format!("{scheme}://127.0.0.1:{}", ports[1]));
+        let client = self.client();
+        let endpoints = client.endpoints().join(",");
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let mut etcdctl = Command::new("etcdctl");
+            etcdctl.env("ETCDCTL_API", "3").args(["--endpoints", &endpoints, "member", "add", name]);
+            etcdctl.arg(format!("--peer-urls={peer_url}"));
+            if self.tls {
+                etcdctl.arg("--cacert").arg(pki("ca.crt")).arg("--cert").arg(pki("client.crt"));
+                etcdctl.arg("--key").arg(pki("client.key"));
+            }
+            let output = etcdctl.output().await.expect("etcdctl runs (Debian's etcd-client)");
+            if output.status.success() {
+                break;
+            }
+            // etcd refuses a member change until its members have been connected for a while.
+            let error = String::from_utf8_lossy(&output.stderr).into_owned();
+            assert!(tokio::time::Instant::now() < deadline, "etcdctl member add {name}: {error}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let members = client.members().await.expect("etcd answers after the member was added");
+        let initial: Vec<String> = members
+            .iter()
+            .filter_map(|m| {
+                let peer = m.peer_urls.first()?;
+                let member = if m.name.is_empty() { name } else { m.name.as_str() };
+                Some(format!("{member}={peer}"))
+            })
+            .collect();
+        self.spawn_member(name, client_url, peer_url, &initial.join(","), "existing");
     }
 
     pub fn logs(&self) -> String {

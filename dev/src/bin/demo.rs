@@ -218,7 +218,10 @@ async fn run(args: Args) -> anyhow::Result<Ending> {
                 let provider = cloud::simulated::SimulatedProvider::new(cluster.url())?;
                 let calls = std::sync::Arc::new(cloud::metrics::CallCounts::default());
                 let provider = cloud::Governed::new(provider, cloud::CallPolicy::default(), calls);
-                options.cloud = Some(controller::groups::CloudOptions::new(std::sync::Arc::new(provider)));
+                // The simulated control plane runs no etcd member (stacked etcd members are removed against a
+                // real etcd in dev/tests/e2e_replacement.rs).
+                let cloud = controller::groups::CloudOptions::new(std::sync::Arc::new(provider)).with_external_etcd();
+                options.cloud = Some(cloud);
             }
             let c = harness::controller_with(cluster.operator(), options, metrics.clone());
             Ok((id.to_string(), Some(c)))
