@@ -636,7 +636,9 @@ fn start_waiting(
     };
     let mut running = in_flight(decision, None) + undecided.iter().filter(|n| checking(n)).count();
     let (mut started, mut over_budget) = (false, None);
-    let control_plane_pending = undecided.iter().any(|n| n.control_plane);
+    // The control-plane barrier (docs/nodeop.md): no worker starts while a selected control-plane node has not
+    // finished, waiting or under way (its check, its drain, its Job, its reboot).
+    let control_plane_pending = undecided.iter().any(|n| n.control_plane) || in_flight(decision, Some(true)) > 0;
     for node in undecided {
         let checked = checking(node);
         let passed = node.preflight == Some(Preflight::Proceed);
@@ -819,6 +821,27 @@ mod tests {
         assert!(actions(&d).iter().all(|(n, _)| n == "cp1"), "{:?}", actions(&d));
         let done = recorded(&[("cp1", NodeOpPhase::Completed), ("cp2", NodeOpPhase::Completed)]);
         let d = run(&spec, &done, &[node("w1"), node("cp2"), node("cp1")], 0);
+        assert_eq!(actions(&d), vec![start("w1")]);
+    }
+
+    /// The barrier holds until the last control-plane node has finished: not only while one waits, but while its
+    /// Job runs and while it reboots after its Job succeeded (the seed's NodeOp at `concurrency: 2` once started a
+    /// worker in both).
+    #[test]
+    fn no_worker_starts_before_the_last_control_plane_node_finished() {
+        let spec = spec(serde_json::json!({"cordon": true, "concurrency": 2, "rebootOnSuccess": true}));
+        let first_done = [("cp1", NodeOpPhase::Completed), ("cp2", NodeOpPhase::Running)];
+        let mut job_running = started("cp2");
+        job_running.job = Some(JobState::Active);
+        let d = run(&spec, &recorded(&first_done), &[node("cp1"), job_running, node("w1")], 0);
+        assert!(actions(&d).iter().all(|(n, _)| n != "w1"), "a worker started beside a Job: {:?}", actions(&d));
+        assert_eq!(d.hold.as_ref().map(|h| h.0), Some("WaitingForControlPlane"));
+        let mut rebooting = started("cp2");
+        rebooting.job = Some(JobState::Succeeded);
+        let d = run(&spec, &recorded(&first_done), &[node("cp1"), rebooting, node("w1")], 0);
+        assert!(actions(&d).iter().all(|(n, _)| n != "w1"), "a worker started beside a reboot: {:?}", actions(&d));
+        let done = recorded(&[("cp1", NodeOpPhase::Completed), ("cp2", NodeOpPhase::Completed)]);
+        let d = run(&spec, &done, &[node("cp1"), node("cp2"), node("w1")], 0);
         assert_eq!(actions(&d), vec![start("w1")]);
     }
 
