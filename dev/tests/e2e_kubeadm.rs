@@ -125,7 +125,9 @@ async fn three_control_plane_nodes_and_six_workers_move_to_the_next_minor_versio
         let drained = first_step(node, Step::Drain).unwrap_or_else(|| panic!("{node} was never drained"));
         assert!(drained > applied, "{node} drained before the control plane was applied");
     }
-    assert_eq!(first_step("control-plane-0", Step::Drain), None, "the first control-plane node is not drained");
+    // Drained first, as kubeadm's procedure drains a node before its kubelet is upgraded (issue 29, item 6).
+    let drained = first_step("control-plane-0", Step::Drain).expect("the first control-plane node is drained");
+    assert!(drained < applied, "control-plane-0 was drained before kubeadm upgrade apply");
     stop_all(components_running).await;
     // The manifest's RBAC allowed every request, and its rule for components ConfigMaps is what lets the
     // controller and the agents read them.
@@ -198,7 +200,7 @@ async fn a_refused_version_touches_no_node_and_a_corrupt_artifact_installs_nothi
         assert!(!state.cordoned, "{node} is cordoned");
     }
     for (node, steps) in &observed.timeline {
-        assert!(steps.iter().all(|(_, s)| *s != Step::Drain), "{node} was drained: {steps:?}");
+        // Only the first control-plane node was drained (before its kubeadm step), and uncordoned when it failed.
         if node != "control-plane-0" {
             assert!(steps.is_empty(), "{node} was touched: {steps:?}");
         }

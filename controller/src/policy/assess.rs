@@ -172,7 +172,9 @@ pub(super) fn assess(node: &NodeView, owner: Owner<'_>, policy: &Policy, now: Ti
             leftover_cordon(Assessment::new(situation), node, controller)
         }
         Step::Done | Step::Failed | Step::Blocked => idle(node, controller, agent, target),
-        Step::KubeadmUpgrade | Step::Replace => {
+        // The rollout no longer asks for a Kubernetes upgrade (`kubernetesClusterVersion` removed mid-upgrade).
+        Step::KubeadmUpgrade => kubeadm_wind_down(node, intent, agent, Reason::TargetChanged, policy, now),
+        Step::Replace => {
             let message = format!("intent {} is not driven by this controller; node left untouched", intent.step);
             Assessment::new(Situation::Blocked { message: message.clone(), by_drain: false, holds_slot: true }).act(
                 node,
@@ -285,6 +287,9 @@ fn wind_down(
     let intent = controller.intent.as_ref();
     match (intent, reason) {
         (Some(intent), _) if intent.step == Step::Reboot => reboot(node, intent, agent, None, policy, now),
+        (Some(intent), reason) if intent.step == Step::KubeadmUpgrade => {
+            kubeadm_wind_down(node, intent, agent, reason.unwrap_or(Reason::TargetChanged), policy, now)
+        }
         (_, None) => base,
         (Some(intent), Some(reason)) if matches!(intent.step, Step::Stage | Step::Drain) => {
             let why = if reason == Reason::NotSelected {
@@ -464,6 +469,38 @@ fn reboot(
         return fail_here(Reason::RebootTimedOut, message);
     }
     Assessment::new(Situation::InFlight { step: Step::Reboot, since: intent.since }).wake(until)
+}
+
+/// A node in the kubeadm step that no Kubernetes upgrade asks for any more (the version removed or changed, the
+/// NodeVersion deleted or no longer selecting it). kubeadm cannot be stopped halfway, so the node keeps its slot
+/// until its agent reports the step finished (either way) or the step's deadline (`stageTimeout +
+/// rebootTimeout`) passes; then it is released (intent removed, our cordon lifted) with `reason`. Never left
+/// cordoned holding a slot.
+pub(super) fn kubeadm_wind_down(
+    node: &NodeView,
+    intent: &Intent,
+    agent: Option<&AgentReport>,
+    reason: Reason,
+    policy: &Policy,
+    now: Timestamp,
+) -> Assessment {
+    let finished = agent.and_then(|a| a.finished(&intent.token));
+    let timeout = policy.stage_timeout.checked_add(policy.reboot_timeout).unwrap_or(policy.stage_timeout);
+    let until = deadline(intent.since, timeout);
+    let why = match finished {
+        Some(state) => format!("its kubeadm step finished ({})", state.as_str()),
+        None if now >= until => format!("its kubeadm step did not finish within {}", human(timeout)),
+        None => {
+            return Assessment::new(Situation::InFlight { step: Step::KubeadmUpgrade, since: intent.since })
+                .wake(until);
+        }
+    };
+    Assessment::outdated_for_now().act(
+        node,
+        ActionKind::Release,
+        reason,
+        format!("no Kubernetes upgrade to {} is asked for any more and {why}; releasing the node", intent.target),
+    )
 }
 
 pub(super) fn fail(node: &NodeView, target: String, reason: Reason, message: String) -> Assessment {

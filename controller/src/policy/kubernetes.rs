@@ -9,8 +9,11 @@
 //! 1. A refused upgrade ([`KubernetesSpec::Refused`]: a bad ConfigMap, a version the skew policy forbids) is a
 //!    hold (`KubernetesUpgradeRefused`, a condition and an Event); no node is started.
 //! 2. While the API server reports an older version than the target, only the **first control-plane node** (by
-//!    name) is upgraded: `intent=kubeadm-upgrade` with role `apply`, uncordoned (kubeadm's documented order), and
-//!    it is verified only once `/version` reports the target. Nothing else starts meanwhile.
+//!    name) is upgraded: cordoned and drained like every node (kubeadm's procedure drains a node before its
+//!    kubelet is upgraded), then `intent=kubeadm-upgrade` with role `apply`, and it is verified only once
+//!    `/version` reports the target. Nothing else starts meanwhile. It starts through the same gates as every
+//!    start: not while another control-plane node is busy in any flow (in flight, NotReady, cordoned, worked on
+//!    by a NodeOp), and not while `maxUnavailable` is taken.
 //! 3. Then the other control-plane nodes, one at a time, and then the workers under `maxUnavailable`: each is
 //!    cordoned and drained (`intent=drain` with the version as target), then `intent=kubeadm-upgrade` with role
 //!    `node` (kubeadm upgrades the node, the kubelet is replaced and restarted), then verified and uncordoned.
@@ -198,14 +201,9 @@ fn assess(
     {
         return assessment;
     }
-    if controller.intent.as_ref().is_some_and(|i| i.step == Step::KubeadmUpgrade) {
-        // A kubeadm upgrade to another version: given up.
-        return Assessment::new(Situation::Outdated { eligible: false, held: None }).act(
-            node,
-            ActionKind::Release,
-            Reason::TargetChanged,
-            format!("the Kubernetes target changed to {version}; releasing the node"),
-        );
+    if let Some(intent) = controller.intent.as_ref().filter(|i| i.step == Step::KubeadmUpgrade) {
+        // A kubeadm upgrade to another version: released once its step finished (kubeadm is not stopped halfway).
+        return assess::kubeadm_wind_down(node, intent, agent, Reason::TargetChanged, &spec.policy, now);
     }
     if image.in_flight() {
         // An image step under way finishes first; it keeps its slot.
@@ -282,15 +280,22 @@ fn idle(node: &NodeView, controller: &ControllerAnnotations, agent: Option<&Agen
 /// A node draining before its kubeadm upgrade.
 fn drain(node: &NodeView, intent: &Intent, target: &KubernetesTarget, spec: &ValidSpec, now: Timestamp) -> Assessment {
     let version = intent.target.clone();
+    // The first control-plane node, while the API server still reports an older version, upgrades the control
+    // plane (only it was started then: see `select`).
+    let (role, command) = if node.control_plane && target.api_server < target.version {
+        (KubeadmRole::Apply, "kubeadm upgrade apply")
+    } else {
+        (KubeadmRole::Node, "kubeadm upgrade node")
+    };
     match &node.drain {
         DrainProgress::Drained => Assessment::new(Situation::InFlight { step: Step::KubeadmUpgrade, since: now }).act(
             node,
             ActionKind::KubeadmUpgrade {
                 target: version.clone(),
-                kubeadm: KubeadmIntent { components: target.components.clone(), role: KubeadmRole::Node },
+                kubeadm: KubeadmIntent { components: target.components.clone(), role },
             },
             Reason::KubernetesUpgradeRequested,
-            format!("drained; upgrading Kubernetes to {version} with kubeadm upgrade node"),
+            format!("drained; upgrading Kubernetes to {version} with {command}"),
         ),
         DrainProgress::Failed { message } => {
             assess::block(node, version, Reason::DrainFailed, format!("the drain cannot finish: {message}"))
@@ -386,6 +391,9 @@ fn select(
     candidates.sort_by_key(|n| (!n.control_plane, n.name.clone()));
     let busy = members.iter().any(|(_, a)| a.in_flight());
     let control_plane_busy = members.iter().any(|(n, a)| n.control_plane && a.unavailable(n));
+    let allowed = spec.policy.max_unavailable.resolve(members.len() as u32);
+    let unavailable = members.iter().filter(|(n, a)| a.unavailable(n)).count() as u32 + shared.unowned_unavailable;
+    let mut slots = budget::free_slots(allowed, unavailable);
     let start = |plan: &mut Plan, node: &NodeView, kind: ActionKind, step: Step, reason: Reason, message: String| {
         plan.counts.outdated -= 1;
         plan.counts.in_progress += 1;
@@ -402,7 +410,7 @@ fn select(
             }
             return;
         }
-        let Some(first) = candidates.iter().find(|n| n.control_plane) else {
+        let Some(first) = candidates.iter().find(|n| n.control_plane).copied() else {
             plan.hold = Some(Hold::new(
                 Reason::WaitingForApiServer,
                 format!(
@@ -413,23 +421,40 @@ fn select(
             ));
             return;
         };
+        // The same gates as every control-plane start (see the module docs).
+        if control_plane_busy || shared.control_plane_busy {
+            plan.hold = Some(Hold::new(
+                Reason::WaitingForControlPlane,
+                format!(
+                    "kubeadm upgrade apply on {} waits: another control-plane node is busy (being updated, \
+                     NotReady, cordoned, or worked on by a NodeOp)",
+                    first.name
+                ),
+            ));
+            return;
+        }
+        if slots == 0 {
+            plan.hold = Some(Hold::new(
+                Reason::UnavailableNodes,
+                format!("maxUnavailable ({allowed}) is taken by nodes unavailable for other reasons"),
+            ));
+            return;
+        }
         shared.control_plane_busy = true;
-        let kubeadm = KubeadmIntent { components: target.components.clone(), role: KubeadmRole::Apply };
         start(
             plan,
             first,
-            ActionKind::KubeadmUpgrade { target: version.clone(), kubeadm },
-            Step::KubeadmUpgrade,
+            ActionKind::Drain { target: version.clone() },
+            Step::Drain,
             Reason::KubernetesUpgradeStarted,
-            format!("upgrading the control plane to Kubernetes {version} with kubeadm upgrade apply"),
+            format!(
+                "cordoning and draining before upgrading the control plane to Kubernetes {version} with kubeadm upgrade apply"
+            ),
         );
         return;
     }
     let control_plane_outdated =
         members.iter().any(|(n, a)| n.control_plane && !matches!(a.situation, Situation::UpToDate));
-    let allowed = spec.policy.max_unavailable.resolve(members.len() as u32);
-    let unavailable = members.iter().filter(|(n, a)| a.unavailable(n)).count() as u32 + shared.unowned_unavailable;
-    let mut slots = budget::free_slots(allowed, unavailable);
     for node in candidates {
         if slots == 0 {
             break;
@@ -534,13 +559,18 @@ mod tests {
     }
 
     #[test]
-    fn the_first_control_plane_node_applies_alone_and_uncordoned() {
+    fn the_first_control_plane_node_is_drained_then_applies_alone() {
         let nodes = [cp("cp-1"), cp("cp-0"), node("w1"), node("w2")];
         let policy = Policy { max_unavailable: budget::MaxUnavailable::Count(3), ..Policy::default() };
         let p = run(&nodes, upgrade("v1.33.5"), policy.clone(), t(0));
+        assert_eq!(kinds(&p), vec![("cp-0".into(), drain())]);
+        // Drained: kubeadm upgrade apply, still cordoned.
+        let mut nodes = nodes.to_vec();
+        let draining = with_intent(cp("cp-0"), Step::Drain, "v1.34.1", "d0", t(0));
+        nodes[1] = NodeView { drain: DrainProgress::Drained, ..draining };
+        let p = run(&nodes, upgrade("v1.33.5"), policy.clone(), t(5));
         assert_eq!(kinds(&p), vec![("cp-0".into(), kubeadm(KubeadmRole::Apply))]);
         // While it runs, nothing else starts.
-        let mut nodes = nodes.to_vec();
         nodes[1] = kubeadm_intent(cp("cp-0"), KubeadmRole::Apply, "k1", t(0));
         let p = run(&nodes, upgrade("v1.33.5"), policy.clone(), t(10));
         assert!(p.actions.is_empty(), "{:?}", p.actions);
@@ -552,6 +582,39 @@ mod tests {
         // Once it does, the node is done.
         let p = run(&nodes, upgrade("v1.34.1"), policy, t(30));
         assert_eq!(kinds(&p), vec![("cp-0".into(), ActionKind::Done { target: "v1.34.1".into() })]);
+    }
+
+    /// `kubeadm upgrade apply` starts through the gates of every control-plane start: not beside another
+    /// control-plane node that is busy in any flow (another NodeVersion's, a NodeOp's) or NotReady, and not while
+    /// maxUnavailable is taken.
+    #[test]
+    fn kubeadm_upgrade_apply_waits_for_the_control_plane_gates() {
+        let policy = Policy { max_unavailable: budget::MaxUnavailable::Count(1), ..Policy::default() };
+        let started = |nodes: &[NodeView]| run(nodes, upgrade("v1.33.5"), policy.clone(), t(0));
+        assert_eq!(kinds(&started(&[cp("cp-0"), cp("cp-1"), node("w1")])), vec![("cp-0".into(), drain())]);
+        // Another control-plane node NotReady.
+        let not_ready = NodeView { ready: false, ..cp("cp-1") };
+        let p = started(&[cp("cp-0"), not_ready, node("w1")]);
+        assert!(p.actions.iter().all(|a| !a.starts_node()), "{:?}", p.actions);
+        assert!(p.hold.is_some_and(|h| h.reason == Reason::WaitingForControlPlane));
+        // Another control-plane node worked on by a NodeOp.
+        let operated = NodeView { operation: Some("reboot-all".into()), ..cp("cp-1") };
+        let p = started(&[cp("cp-0"), operated, node("w1")]);
+        assert!(p.actions.iter().all(|a| !a.starts_node()), "{:?}", p.actions);
+        // A control-plane node another NodeVersion updates.
+        let mut other = with_intent(cp("cp-9"), Step::Reboot, TARGET, "r9", t(0));
+        other.selected_by = vec![1];
+        let rollouts = [
+            Rollout { kubernetes: Some(upgrade("v1.33.5")), ..rollout_with(policy.clone()) },
+            Rollout { name: "other".into(), ..rollout_with(policy.clone()) },
+        ];
+        let p = plan(&[cp("cp-0"), other, node("w1")], &rollouts, None, t(0)).rollouts.remove(0);
+        assert!(p.actions.iter().all(|a| !a.starts_node()), "{:?}", p.actions);
+        // maxUnavailable taken by a NotReady worker.
+        let down = NodeView { ready: false, ..node("w1") };
+        let p = started(&[cp("cp-0"), cp("cp-1"), down]);
+        assert!(p.actions.iter().all(|a| !a.starts_node()), "{:?}", p.actions);
+        assert!(p.hold.is_some_and(|h| h.reason == Reason::UnavailableNodes));
     }
 
     #[test]
@@ -592,7 +655,7 @@ mod tests {
         assert!(p.kubernetes.is_some_and(|k| k.active));
         // Confirmed down: the first control-plane node starts.
         let p = plan_with(&nodes, &[rollout], &Fleet::default(), None, t(1)).rollouts.remove(0);
-        assert_eq!(kinds(&p), vec![("cp-0".into(), kubeadm(KubeadmRole::Apply))]);
+        assert_eq!(kinds(&p), vec![("cp-0".into(), drain())]);
         // Later nodes wait for it too.
         let nodes = [upgraded(cp("cp-0")), node("w1")];
         let rollout = Rollout { kubernetes: Some(upgrade("v1.34.1")), ..rollout_with(Policy::default()) };
@@ -618,6 +681,49 @@ mod tests {
         let late = t(0).checked_add(policy.stage_timeout + policy.reboot_timeout).unwrap();
         let p = run(&nodes, upgrade("v1.33.5"), policy, late);
         assert_eq!(p.actions[0].reason, Reason::KubernetesUpgradeTimedOut);
+    }
+
+    /// A node in the kubeadm step whose upgrade is no longer asked for (`kubernetesClusterVersion` removed, the
+    /// NodeVersion deleted, another version asked): it keeps its slot while kubeadm may run, and is released
+    /// (intent removed, uncordoned) once its agent finished or the step's deadline passed. Never wedged.
+    #[test]
+    fn a_kubeadm_step_no_longer_asked_for_is_released_once_it_finished_or_timed_out() {
+        let cordoned = |mut n: NodeView| {
+            n.unschedulable = true;
+            if let Ok(c) = &mut n.controller {
+                c.cordoned_by_us = true;
+            }
+            n
+        };
+        let mid = cordoned(kubeadm_intent(node("w1"), KubeadmRole::Node, "k1", t(0)));
+        let finished = with_report(mid.clone(), AgentState::Done, "k1");
+        let policy = Policy::default();
+        let late = t(0).checked_add(policy.stage_timeout + policy.reboot_timeout).unwrap();
+        let released = |p: &Plan| p.actions.iter().any(|a| a.node == "w1" && a.kind == ActionKind::Release);
+        // The version removed from the NodeVersion: the image flow plans the node.
+        let image_only = |n: &NodeView, now| plan(std::slice::from_ref(n), &[rollout_with(policy.clone())], None, now);
+        let p = image_only(&mid, t(10)).rollouts.remove(0);
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+        assert_eq!(p.counts.in_progress, 1, "it keeps its slot while kubeadm may run");
+        assert!(released(&image_only(&finished, t(20)).rollouts[0]));
+        assert!(released(&image_only(&mid, late).rollouts[0]), "released at the step's deadline");
+        assert!(ActionKind::Release.uncordons());
+        // The NodeVersion deleted: no rollout selects the node.
+        let orphan = |n: &NodeView| NodeView { selected_by: vec![], ..n.clone() };
+        let p = plan(&[orphan(&mid)], &[], None, t(10));
+        assert!(!released(&p.unowned), "{:?}", p.unowned.actions);
+        assert!(released(&plan(&[orphan(&finished)], &[], None, t(20)).unowned));
+        assert!(released(&plan(&[orphan(&mid)], &[], None, late).unowned));
+        // Another version asked for: the same.
+        let other = KubernetesSpec::Upgrade(KubernetesTarget {
+            version: "v1.35.0".parse().unwrap(),
+            components: COMPONENTS.into(),
+            hash: HASH.into(),
+            api_server: "v1.34.1".parse().unwrap(),
+        });
+        let p = run(std::slice::from_ref(&mid), other.clone(), policy.clone(), t(10));
+        assert!(!released(&p), "{:?}", p.actions);
+        assert!(released(&run(std::slice::from_ref(&finished), other, policy, t(20))));
     }
 
     #[test]

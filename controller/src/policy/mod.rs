@@ -735,12 +735,25 @@ fn assess_in_place(node: &NodeView, owner: pools::Owner, rollouts: &[Rollout], n
     let default_policy = Policy::default();
     match owner {
         pools::Owner::Rollout(i) => match rollouts.get(i).and_then(|r| r.spec.acting()) {
+            // A rollout that upgrades Kubernetes decides its nodes' kubeadm steps itself ([`kubernetes`]); to every
+            // other rollout's budget and control-plane gate, such a node is busy until then.
+            Some(_)
+                if matches!(rollouts[i].kubernetes, Some(kubernetes::KubernetesSpec::Upgrade(_)))
+                    && let Some(intent) = kubeadm_intent(node) =>
+            {
+                Assessment::new(Situation::InFlight { step: Step::KubeadmUpgrade, since: intent.since })
+            }
             Some(spec) => assess::assess(node, Owner::Rollout { target: &spec.target }, &spec.policy, now),
             None => assess::assess(node, Owner::Unknown, &default_policy, now),
         },
         pools::Owner::Nobody { reason } => assess::assess(node, Owner::Nobody { reason }, &default_policy, now),
         pools::Owner::Unknown => assess::assess(node, Owner::Unknown, &default_policy, now),
     }
+}
+
+/// The node's intent, when it is in the kubeadm step.
+fn kubeadm_intent(node: &NodeView) -> Option<&shared::protocol::Intent> {
+    node.controller.as_ref().ok()?.intent.as_ref().filter(|i| i.step == Step::KubeadmUpgrade)
 }
 
 /// Whether the node takes a slot of every rollout's budget (nodes of a rollout: when unavailable; other nodes:
