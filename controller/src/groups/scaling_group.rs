@@ -32,6 +32,14 @@ pub enum Outcome {
         /// The template image the cloud reported.
         template: String,
     },
+    /// The NodeVersion's spec holds the group back (paused, or no valid spec to act on): the template is left as
+    /// it is.
+    Held {
+        /// The template image the cloud reported.
+        template: String,
+        /// Why.
+        why: String,
+    },
     /// The template image is the NodeVersion's.
     UpToDate {
         /// The image.
@@ -90,6 +98,32 @@ pub struct Decision {
     pub next: Result<Duration, Retry>,
 }
 
+/// What a group's template should run, from its NodeVersion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Desired {
+    /// No NodeVersion of that name.
+    Nothing,
+    /// The NodeVersion holds its groups back: paused, or no valid spec (current or last valid) to act on.
+    Held(String),
+    /// The image of the NodeVersion's acting spec (validated; the last valid one while the current is invalid).
+    Image(String),
+}
+
+/// What `version` asks of its groups at `now`: only a validated, acting spec's image ever reaches a cloud, and
+/// none while the rollout is paused (a new template image is a change new instances would carry).
+pub fn desired(version: Option<&NodeVersion>, now: Timestamp) -> Desired {
+    let Some(version) = version else { return Desired::Nothing };
+    let rollout = crate::forecast::snapshot::rollout(version, now);
+    match (&rollout.spec, rollout.spec.acting()) {
+        (_, Some(spec)) if spec.policy.paused => Desired::Held(format!("NodeVersion {} is paused", rollout.name)),
+        (_, Some(spec)) => Desired::Image(spec.target.clone()),
+        (crate::policy::SpecState::Invalid { errors, .. }, None) => {
+            Desired::Held(format!("NodeVersion {} has no valid spec to act on: {}", rollout.name, errors.join("; ")))
+        }
+        (crate::policy::SpecState::Valid(_), None) => Desired::Nothing,
+    }
+}
+
 /// The image to set on a group whose template runs `template`, for a NodeVersion image `desired` (`None`: no
 /// NodeVersion or no image): `Some` only when they differ.
 pub fn image_to_set<'a>(desired: Option<&'a str>, template: &str) -> Option<&'a str> {
@@ -111,6 +145,15 @@ pub fn decide(outcome: &Outcome, node_version: &str) -> Decision {
                     "NoNodeVersion",
                     format!("NodeVersion {node_version:?} does not exist or names no image"),
                 ),
+                synced,
+            ],
+            event: None,
+            next: Ok(RESYNC),
+        },
+        Outcome::Held { template, why } => Decision {
+            image_reference: Some(template.clone()),
+            conditions: vec![
+                Wanted::unknown(OUTDATED, "NodeVersionHeld", format!("{why}: the image is left as it is")),
                 synced,
             ],
             event: None,
@@ -214,16 +257,16 @@ pub async fn run(context: Context, shutdown: CancellationToken) {
     let client = context.client.clone();
     let controller = Controller::new(Api::<ScalingGroup>::all(client.clone()), watcher::Config::default());
     let store = controller.store();
-    // The NodeVersion's status changes at every rollout step; only a new image concerns the groups.
-    let images_seen = std::sync::Mutex::new(std::collections::HashMap::<String, String>::new());
+    // The NodeVersion's status changes at every rollout step; only a new spec (its generation) concerns the groups.
+    let specs_seen = std::sync::Mutex::new(std::collections::HashMap::<String, Option<i64>>::new());
     let results = controller
         .watches(Api::<NodeVersion>::all(client), watcher::Config::default(), move |version: NodeVersion| {
             let name = version.name_any();
-            let mut seen = images_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if seen.get(&name) == Some(&version.spec.image) {
+            let mut seen = specs_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if seen.get(&name) == Some(&version.metadata.generation) {
                 return Vec::new();
             }
-            seen.insert(name.clone(), version.spec.image.clone());
+            seen.insert(name.clone(), version.metadata.generation);
             store
                 .state()
                 .iter()
@@ -241,11 +284,17 @@ async fn reconcile(group: Arc<ScalingGroup>, state: Arc<State>) -> Result<Action
     let kube_error = |source| Error::Kube { kind: "ScalingGroup", name: name.clone(), source };
     let ctx = &state.context;
     let versions: Api<NodeVersion> = Api::all(ctx.client.clone());
-    let desired = versions.get_opt(&group.spec.node_image).await.map_err(kube_error)?.map(|v| v.spec.image);
+    let version = versions.get_opt(&group.spec.node_image).await.map_err(kube_error)?;
+    let (desired, held) = match desired(version.as_ref(), Timestamp::now()) {
+        Desired::Nothing => (None, None),
+        Desired::Held(why) => (None, Some(why)),
+        Desired::Image(image) => (Some(image), None),
+    };
     let provider = &ctx.cloud.provider;
     let id = GroupId(group.spec.group_id.clone());
     let outcome = match provider.group_image(&id).await {
         Err(error) => Outcome::LookupFailed(error),
+        Ok(template) if held.is_some() => Outcome::Held { template, why: held.unwrap_or_default() },
         Ok(template) => match image_to_set(desired.as_deref(), &template) {
             None if desired.as_deref().is_none_or(str::is_empty) => Outcome::NoTarget { template },
             None => Outcome::UpToDate { template },
@@ -306,6 +355,34 @@ mod tests {
 
     fn status_of<'a>(decision: &'a Decision, type_: &str) -> Option<&'a Wanted> {
         decision.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    /// Only a validated, acting spec's image reaches a cloud, and none while the NodeVersion is paused.
+    #[test]
+    fn only_the_validated_acting_image_reaches_the_cloud_and_none_while_paused() {
+        let now = Timestamp::from_second(1_000_000).unwrap();
+        let version = |spec: serde_json::Value, last_valid: Option<serde_json::Value>| -> NodeVersion {
+            let status = last_valid.map(|spec| json!({"lastValidSpec": {"generation": 1, "spec": spec}}));
+            serde_json::from_value(json!({
+                "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
+                "metadata": {"name": "nv", "generation": 2}, "spec": spec, "status": status,
+            }))
+            .unwrap()
+        };
+        assert_eq!(desired(None, now), Desired::Nothing);
+        assert_eq!(desired(Some(&version(json!({"image": "v2"}), None)), now), Desired::Image("v2".into()));
+        let paused = version(json!({"image": "v2", "rollout": {"paused": true}}), None);
+        assert!(matches!(desired(Some(&paused), now), Desired::Held(why) if why.contains("paused")));
+        // An image no agent could read is never written to a cloud; the last valid spec's image acts meanwhile.
+        let bad = json!({"image": "v2\n; rm -rf /"});
+        assert!(
+            matches!(desired(Some(&version(bad.clone(), None)), now), Desired::Held(why) if why.contains("spec.image"))
+        );
+        let kept = version(bad, Some(json!({"image": "v1"})));
+        assert_eq!(desired(Some(&kept), now), Desired::Image("v1".into()));
+        let held = decide(&Outcome::Held { template: "v1".into(), why: "NodeVersion nv is paused".into() }, "nv");
+        assert_eq!(held.image_reference.as_deref(), Some("v1"));
+        assert!(held.event.is_none());
     }
 
     #[test]
