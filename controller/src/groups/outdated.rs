@@ -1,6 +1,9 @@
 //! The default pause request of the cluster-autoscaler: paused while a node of a ScalingGroup runs another image
 //! than the group's NodeVersion names, while any PendingNode exists, or while a NodeVersion's Kubernetes upgrade
-//! is under way (its status says `activeClusterVersionUpgrade`).
+//! is under way (its status says `activeClusterVersionUpgrade`): only while that work moves or waits only for the
+//! autoscaler. A NodeVersion the plan holds back (its `Progressing` condition False for a reason of the plan:
+//! paused, outside its window, failure budget spent, invalid spec, ...) asks no pause for its drift: autoscaling
+//! is not kept off for days by a rollout that does not move.
 //!
 //! The replacement flow in the rollout policy (issue 12 item 6) will send [`Pause`] itself; until then this
 //! driver derives it from the cluster and the cloud.
@@ -95,6 +98,18 @@ pub fn with_kubernetes_upgrades<'a>(mut pause: Pause, versions: impl IntoIterato
     pause
 }
 
+/// Why the plan holds `version` back, when it does: its `Progressing` condition, written by the plan for the
+/// current generation, is False for another reason than waiting for the autoscaler. `None` (its drift counts)
+/// while it moves, waits for the autoscaler, or the plan has not spoken for this generation yet. Pure.
+pub fn held_back(version: &NodeVersion) -> Option<String> {
+    let status = version.status.as_ref()?;
+    let progressing = status.conditions.iter().find(|c| c.type_ == crate::status::PROGRESSING)?;
+    let current = progressing.observed_generation.is_some_and(|g| Some(g) == version.metadata.generation);
+    let waiting_for_autoscaler = progressing.reason == crate::policy::Reason::WaitingForAutoscaler.to_string();
+    (current && progressing.status == "False" && !waiting_for_autoscaler)
+        .then(|| format!("{}: {}", progressing.reason, progressing.message))
+}
+
 /// Drives `pause` from the cluster until `shutdown` is cancelled.
 pub async fn drive(context: Context, pause: PauseSender, shutdown: CancellationToken) {
     let client = context.client.clone();
@@ -158,6 +173,7 @@ pub async fn drive(context: Context, pause: PauseSender, shutdown: CancellationT
                 group_id: g.spec.group_id.clone(),
                 desired: versions
                     .get(&reflector::ObjectRef::new(&g.spec.node_image))
+                    .filter(|v| held_back(v).is_none())
                     .map(|v| v.spec.image.clone())
                     .filter(|i| !i.is_empty()),
             })
@@ -176,7 +192,7 @@ pub async fn drive(context: Context, pause: PauseSender, shutdown: CancellationT
         }
         let wanted = with_kubernetes_upgrades(
             pause_for(&targets, &found, pending.state().len()),
-            versions.state().iter().map(|v| &**v),
+            versions.state().iter().map(|v| &**v).filter(|v| held_back(v).is_none()),
         );
         // With a node's group or image unknown, only a pause is certain (an unknown node cannot lift it).
         if unknown.is_empty() || wanted.wanted {
@@ -261,6 +277,36 @@ mod tests {
         let nodes: Vec<GroupNode> = (0..8).map(|i| node(&format!("a-{i}"), "a", "v1")).collect();
         let pause = pause_for(&targets, &nodes, 0);
         assert!(pause.reason.contains("8 node(s)") && pause.reason.contains("and 3 more"), "{}", pause.reason);
+    }
+
+    /// The pause follows work, not drift: a NodeVersion the plan holds back (paused, outside its window, failure
+    /// budget spent, invalid spec...) asks none; one that moves, waits only for the autoscaler, or whose current
+    /// generation the plan has not judged yet, does.
+    #[test]
+    fn a_node_version_the_plan_holds_back_asks_no_pause() {
+        let version = |generation: i64, progressing: Option<(&str, &str, i64)>| -> NodeVersion {
+            let conditions: Vec<serde_json::Value> = progressing
+                .into_iter()
+                .map(|(status, reason, observed)| {
+                    serde_json::json!({"type": "Progressing", "status": status, "reason": reason, "message": "m",
+                        "lastTransitionTime": "2026-11-29T00:00:00Z", "observedGeneration": observed})
+                })
+                .collect();
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "nv", "generation": generation},
+                "spec": {"image": "v2"},
+                "status": {"conditions": conditions},
+            }))
+            .unwrap()
+        };
+        for reason in ["Paused", "OutsideMaintenanceWindow", "FailureBudgetExhausted", "InvalidSpec", "Complete"] {
+            let held = held_back(&version(3, Some(("False", reason, 3))));
+            assert!(held.as_deref().is_some_and(|h| h.starts_with(reason)), "{reason}: {held:?}");
+        }
+        assert_eq!(held_back(&version(3, Some(("True", "RollingOut", 3)))), None);
+        assert_eq!(held_back(&version(3, Some(("False", "WaitingForAutoscaler", 3)))), None);
+        assert_eq!(held_back(&version(4, Some(("False", "Paused", 3)))), None, "a new generation not judged yet");
+        assert_eq!(held_back(&version(1, None)), None);
     }
 
     #[test]
