@@ -23,11 +23,19 @@ pub struct ClusterVersions {
     client: kube::Client,
     /// By (ConfigMap name, version): the components hash.
     valid: HashMap<(String, String), String>,
+    /// The highest version `/version` reported: mid-upgrade the Service may answer from an API server not upgraded
+    /// yet, and the version must never go backwards (the plan also takes it from the control-plane nodes).
+    highest: Option<KubeVersion>,
 }
 
 impl ClusterVersions {
     pub fn new(client: kube::Client) -> Self {
-        ClusterVersions { config_maps: Api::namespaced(client.clone(), NAMESPACE), client, valid: HashMap::new() }
+        ClusterVersions {
+            config_maps: Api::namespaced(client.clone(), NAMESPACE),
+            client,
+            valid: HashMap::new(),
+            highest: None,
+        }
     }
 
     /// The Kubernetes upgrade of each of `versions` (`None` for those that ask none).
@@ -46,7 +54,8 @@ impl ClusterVersions {
                 )),
                 (Some(wanted), Some(reference)) => {
                     if api_server.is_none() {
-                        api_server = Some(self.api_server_version().await);
+                        let read = self.api_server_version().await;
+                        api_server = Some(read.map(|v| self.never_backwards(v)));
                     }
                     let running = api_server.clone().unwrap_or_else(|| Err("not read".to_owned()));
                     Some(self.check(wanted, reference, running).await)
@@ -55,6 +64,16 @@ impl ClusterVersions {
             out.push(checked);
         }
         out
+    }
+
+    /// `read`, or the highest version read before if that is higher.
+    fn never_backwards(&mut self, read: KubeVersion) -> KubeVersion {
+        let highest = match self.highest.take() {
+            Some(highest) if highest > read => highest,
+            _ => read,
+        };
+        self.highest = Some(highest.clone());
+        highest
     }
 
     async fn api_server_version(&self) -> Result<KubeVersion, String> {

@@ -264,30 +264,30 @@ fn a_kubernetes_upgrade_runs_kubeadm_control_plane_first_then_workers_and_the_im
             .map(|n| (n.node.as_str(), n.wave, n.start_seconds, n.finish_seconds))
             .collect()
     };
-    // kubeadm upgrade apply on the first control-plane node alone (not drained), then the other one
-    // drained and upgraded, then the workers two at a time.
+    // kubeadm upgrade apply on the first control-plane node alone (drained first, as every node), then the other
+    // one drained and upgraded, then the workers two at a time.
     assert_eq!(
         phase(Phase::Kubernetes),
         vec![
-            ("cp-0", 1, 0.0, Some(30.0)),
-            ("cp-1", 2, 30.0, Some(65.0)),
-            ("w-0", 3, 65.0, Some(100.0)),
-            ("w-1", 3, 65.0, Some(100.0)),
-            ("w-2", 4, 100.0, Some(135.0)),
+            ("cp-0", 1, 0.0, Some(35.0)),
+            ("cp-1", 2, 35.0, Some(70.0)),
+            ("w-0", 3, 70.0, Some(105.0)),
+            ("w-1", 3, 70.0, Some(105.0)),
+            ("w-2", 4, 105.0, Some(140.0)),
         ]
     );
     // Then the image, in the same order, each node 35 s.
     assert_eq!(
         phase(Phase::Image),
         vec![
-            ("cp-0", 5, 135.0, Some(170.0)),
-            ("cp-1", 6, 170.0, Some(205.0)),
-            ("w-0", 7, 205.0, Some(240.0)),
-            ("w-1", 7, 205.0, Some(240.0)),
-            ("w-2", 8, 240.0, Some(275.0)),
+            ("cp-0", 5, 140.0, Some(175.0)),
+            ("cp-1", 6, 175.0, Some(210.0)),
+            ("w-0", 7, 210.0, Some(245.0)),
+            ("w-1", 7, 210.0, Some(245.0)),
+            ("w-2", 8, 245.0, Some(280.0)),
         ]
     );
-    assert_eq!(r.duration_seconds, Some(275.0));
+    assert_eq!(r.duration_seconds, Some(280.0));
     assert_eq!(
         r.waves(),
         names(&[&["cp-0"], &["cp-1"], &["w-0", "w-1"], &["w-2"], &["cp-0"], &["cp-1"], &["w-0", "w-1"], &["w-2"]])

@@ -111,6 +111,7 @@ pub(super) fn plan_rollout(
         }
         KubernetesSpec::Upgrade(target) => target,
     };
+    let target = &effective(target, members);
     let assessments: Vec<Assessment> = members
         .iter()
         .map(|(node, image)| Assessment { surge: image.surge, ..assess(node, image, target, spec, now) })
@@ -148,6 +149,20 @@ pub(super) fn plan_rollout(
     }
     select(&mut plan, &members_k, target, spec, shared, now);
     Some(plan)
+}
+
+/// `target` with the API server's version never behind what the control-plane nodes prove: `/version` through the
+/// Service may answer from an API server not upgraded yet while the control plane is half done, but a control-plane
+/// node verified on the target was upgraded only after `kubeadm upgrade apply` succeeded (no control-plane node is
+/// upgraded with `node` before). Without this, the next control-plane node would take the `apply` branch again.
+fn effective(target: &KubernetesTarget, members: &[(&NodeView, &Assessment)]) -> KubernetesTarget {
+    let mut target = target.clone();
+    // Verified nodes only: the node applying runs the target before `/version` confirms the control plane.
+    let verified = |n: &NodeView| super::kubeadm_intent(n).is_none() && runs(n, &target);
+    if target.api_server < target.version && members.iter().any(|(n, _)| n.control_plane && verified(n)) {
+        target.api_server = target.version.clone();
+    }
+    target
 }
 
 /// Starts the Kubernetes upgrade of every eligible heir (see the module docs), once the API server reports the
@@ -615,6 +630,22 @@ mod tests {
         let p = started(&[cp("cp-0"), cp("cp-1"), down]);
         assert!(p.actions.iter().all(|a| !a.starts_node()), "{:?}", p.actions);
         assert!(p.hold.is_some_and(|h| h.reason == Reason::UnavailableNodes));
+    }
+
+    /// Mid-upgrade, `/version` through the Service may answer from an API server not upgraded yet: once a
+    /// control-plane node runs the target, the API server counts as upgraded, and the next control-plane node
+    /// takes `kubeadm upgrade node`, never `apply` again.
+    #[test]
+    fn the_api_server_version_never_goes_back_behind_an_upgraded_control_plane_node() {
+        let policy = Policy { max_unavailable: budget::MaxUnavailable::Count(1), ..Policy::default() };
+        let nodes = [upgraded(cp("cp-0")), cp("cp-1"), node("w1")];
+        let p = run(&nodes, upgrade("v1.33.5"), policy.clone(), t(0));
+        assert_eq!(kinds(&p), vec![("cp-1".into(), drain())]);
+        assert_ne!(p.hold.map(|h| h.reason), Some(Reason::WaitingForApiServer));
+        let drained =
+            NodeView { drain: DrainProgress::Drained, ..with_intent(cp("cp-1"), Step::Drain, "v1.34.1", "d1", t(0)) };
+        let p = run(&[upgraded(cp("cp-0")), drained, node("w1")], upgrade("v1.33.5"), policy, t(5));
+        assert_eq!(kinds(&p), vec![("cp-1".into(), kubeadm(KubeadmRole::Node))]);
     }
 
     #[test]
