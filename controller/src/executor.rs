@@ -318,9 +318,19 @@ impl Executor {
             NodePatch::annotations(Some(&annotations), next.render().into_iter().chain(replacement_keys(action)))
                 .unschedulable(node.unschedulable(), unschedulable);
         let patch = match &action.kind {
+            ActionKind::Shield { donor } => {
+                let shield = crate::replacer::taint(&crate::policy::replacement::shield(donor));
+                let current = serde_json::to_value(&node.spec.taints).unwrap_or_default();
+                let mut want = node.spec.taints.clone();
+                if !want.iter().any(|t| t.key == shield.key) {
+                    want.push(shield);
+                }
+                patch.taints(&current, serde_json::to_value(want).unwrap_or_default())
+            }
             ActionKind::Inherit { labels, taints, .. } => {
                 let current = serde_json::to_value(&node.spec.taints).unwrap_or_default();
                 let mut want = node.spec.taints.clone();
+                want.retain(|t| t.key != crate::policy::replacement::SHIELD_TAINT);
                 want.extend(
                     taints
                         .iter()
@@ -431,6 +441,7 @@ pub fn drain_effect(kind: &ActionKind) -> DrainEffect {
         | ActionKind::Report
         | ActionKind::Replace { .. }
         | ActionKind::CreateInstance { .. }
+        | ActionKind::Shield { .. }
         | ActionKind::Inherit { .. }
         | ActionKind::ReleaseInstance { .. } => DrainEffect::None,
     }
@@ -501,6 +512,7 @@ pub fn next_state(
         ActionKind::KeepDraining
         | ActionKind::Report
         | ActionKind::CreateInstance { .. }
+        | ActionKind::Shield { .. }
         | ActionKind::Inherit { .. }
         | ActionKind::Retire { .. }
         | ActionKind::ReleaseInstance { .. } => {}

@@ -338,8 +338,14 @@ impl Run<'_> {
                 });
                 self.instances.insert(pending.clone(), self.now.checked_add(join).unwrap_or(Timestamp::MAX));
             }
+            ActionKind::Shield { donor } => {
+                if let Some(g) = self.member_mut(&action.node) {
+                    g.taints.push(crate::policy::replacement::shield(donor));
+                }
+            }
             ActionKind::Inherit { donor, labels, taints } => {
                 if let Some(g) = self.member_mut(&action.node) {
+                    g.taints.retain(|t| t.key != crate::policy::replacement::SHIELD_TAINT);
                     g.donor = Some(donor.clone());
                     g.labels.extend(labels.clone());
                     g.taints.extend(taints.iter().cloned());

@@ -207,8 +207,12 @@ pub enum ActionKind {
     /// Create one instance in the group and a joining PendingNode `pending` for it, linked to the node (the
     /// donor), with `deadline`; no Node write. Reason: [`Reason::InstanceRequested`].
     CreateInstance { group_id: String, pending: String, deadline: Timestamp },
-    /// On the heir (the action's node): write the `donor` annotations, the labels and the taints, in one
-    /// patch. Reason: [`Reason::HeirPaired`].
+    /// On a heir that joined (the action's node): add the `NoSchedule` taint
+    /// [`replacement::SHIELD_TAINT`] with the donor's name, so that nothing is scheduled on it before it
+    /// inherits. Reason: [`Reason::HeirShielded`].
+    Shield { donor: String },
+    /// On the heir (the action's node): write the `donor` annotations, the labels and the taints, and remove the
+    /// shield taint, in one patch. Reason: [`Reason::HeirPaired`].
     Inherit { donor: DonorRef, labels: std::collections::BTreeMap<String, String>, taints: Vec<TaintView> },
     /// On the donor: write the `heir` annotation and a fresh `intent=replace` (its time starts the drain
     /// timeout), cordon, then start draining. Reason: [`Reason::DrainStarted`].
@@ -248,6 +252,7 @@ impl ActionKind {
             | ActionKind::Uncordon
             | ActionKind::Report
             | ActionKind::CreateInstance { .. }
+            | ActionKind::Shield { .. }
             | ActionKind::Inherit { .. }
             | ActionKind::Retire { .. }
             | ActionKind::ReleaseInstance { .. }
@@ -272,6 +277,7 @@ impl ActionKind {
             | ActionKind::KubeadmUpgrade { .. }
             | ActionKind::Replace { .. }
             | ActionKind::CreateInstance { .. }
+            | ActionKind::Shield { .. }
             | ActionKind::Inherit { .. }
             | ActionKind::DrainDonor { .. }
             | ActionKind::Retire { .. }
@@ -295,6 +301,7 @@ impl ActionKind {
             ActionKind::Report => "Report",
             ActionKind::Replace { .. } => "Replace",
             ActionKind::CreateInstance { .. } => "CreateInstance",
+            ActionKind::Shield { .. } => "Shield",
             ActionKind::Inherit { .. } => "Inherit",
             ActionKind::DrainDonor { .. } => "DrainDonor",
             ActionKind::Retire { .. } => "Retire",
@@ -319,6 +326,7 @@ pub enum Reason {
     // A replacement's steps.
     ReplacementStarted,
     InstanceRequested,
+    HeirShielded,
     HeirPaired,
     DonorRetired,
     InstanceReleased,

@@ -49,6 +49,15 @@ const KUBERNETES_LABEL_SUFFIXES: [&str; 2] = ["kubernetes.io", "k8s.io"];
 /// Taints whose key starts with this are set by Kubernetes (NotReady, unschedulable, pressure), not by an
 /// administrator.
 const KUBERNETES_TAINT_PREFIX: &str = "node.kubernetes.io/";
+/// The `NoSchedule` taint (value: the donor's name) a heir carries from the moment its Node is seen until it
+/// inherits its donor's labels and taints: no pod that does not tolerate a dedicated node's taint lands on it
+/// before it carries that taint.
+pub const SHIELD_TAINT: &str = "update.edgeless.systems/inheriting";
+
+/// The shield taint for a heir of `donor`.
+pub fn shield(donor: &str) -> TaintView {
+    TaintView { key: SHIELD_TAINT.to_owned(), value: Some(donor.to_owned()), effect: "NoSchedule".to_owned() }
+}
 /// Prefix of the PendingNode of a donor's heir.
 const JOIN_PREFIX: &str = "heir-of-";
 /// Prefix of the PendingNode that deletes a donor's instance.
@@ -195,7 +204,7 @@ pub fn inherited_labels(donor: &BTreeMap<String, String>) -> BTreeMap<String, St
 
 /// The taints of `donor` an administrator added.
 pub fn inherited_taints(donor: &[TaintView]) -> Vec<TaintView> {
-    donor.iter().filter(|t| !t.key.starts_with(KUBERNETES_TAINT_PREFIX)).cloned().collect()
+    donor.iter().filter(|t| !t.key.starts_with(KUBERNETES_TAINT_PREFIX) && t.key != SHIELD_TAINT).cloned().collect()
 }
 
 /// A rollout's replacements, for its status.
@@ -636,6 +645,13 @@ fn donor(node: &NodeView, intent: &Intent, context: &Context<'_>, policy: &Polic
         }
         return assess::fail(node, target, Reason::HeirNotReady, message);
     }
+    // The heir's Node registered (NotReady, so nothing is scheduled on it yet): tainted at once, so that no pod
+    // lands on it between its Ready and its inheriting the donor's labels and taints (after its soak).
+    if let Some(heir) = context.nodes.node(&join.node_name)
+        && let Some(shield) = shield_heir(heir, node, in_flight())
+    {
+        return shield;
+    }
     if !join.reached_goal {
         let mut waiting = in_flight();
         waiting.waiting = Some(format!("the new instance {} to join (PendingNode {})", join.node_name, join.name));
@@ -680,6 +696,7 @@ fn donor(node: &NodeView, intent: &Intent, context: &Context<'_>, policy: &Polic
         h.donor.as_ref() == Some(&reference)
             && labels.iter().all(|(k, v)| h.labels.get(k) == Some(v))
             && taints.iter().all(|t| h.taints.contains(t))
+            && !h.taints.iter().any(|t| t.key == SHIELD_TAINT)
     });
     if !inherited {
         let message = format!(
@@ -705,6 +722,27 @@ fn donor(node: &NodeView, intent: &Intent, context: &Context<'_>, policy: &Polic
         Reason::DrainStarted,
         format!("{} replaces the node; cordoning and draining", heir.name),
     )
+}
+
+/// The shield of `heir` (see [`SHIELD_TAINT`]) as `donor`'s next step, when the heir neither carries it nor is
+/// paired with the donor already.
+fn shield_heir(heir: &NodeView, donor: &NodeView, in_flight: Assessment) -> Option<Assessment> {
+    let member = heir.group.as_ref();
+    let paired = member.and_then(|h| h.donor.as_ref()).is_some_and(|d| d.name == donor.name);
+    let shielded = member.is_some_and(|h| h.taints.iter().any(|t| t.key == SHIELD_TAINT));
+    if paired || shielded {
+        return None;
+    }
+    let message = format!("{} joined to replace the node: tainting it NoSchedule until it inherits", heir.name);
+    Some(Assessment {
+        action: Some(super::NodeAction {
+            node: heir.name.clone(),
+            kind: ActionKind::Shield { donor: donor.name.clone() },
+            reason: Reason::HeirShielded,
+            message,
+        }),
+        ..in_flight
+    })
 }
 
 /// A donor being drained (its `heir` annotation is written): the drain, then its retirement.
@@ -766,6 +804,14 @@ mod tests {
             ready_since: Some(t(-600)),
             ..Default::default()
         }
+    }
+
+    /// `heir` after its Shield: tainted NoSchedule until it inherits.
+    fn shielded(mut heir: NodeView, donor: &str) -> NodeView {
+        if let Some(m) = &mut heir.group {
+            m.taints.push(shield(donor));
+        }
+        heir
     }
 
     fn in_group(name: &str, group: &str) -> NodeView {
@@ -897,6 +943,13 @@ mod tests {
             agent: Ok(Default::default()),
             ..node("a1-new")
         };
+        // Seen: tainted NoSchedule first (before it is Ready and soaked), so that no pod lands on it before it
+        // carries the donor's taints.
+        let p = run(&[donor.clone(), heir.clone()], &f, policy(1, 1), t(20));
+        assert_eq!(kinds(&p), vec![("a1-new".into(), "Shield")]);
+        assert_eq!(p.actions[0].kind, ActionKind::Shield { donor: "a1".into() });
+        assert_eq!(p.actions[0].reason, Reason::HeirShielded);
+        let heir = shielded(heir, "a1");
         let soaking = Policy { soak_time: SignedDuration::from_secs(60), ..policy(1, 1) };
         let p = run(&[donor.clone(), heir.clone()], &f, soaking.clone(), t(20));
         assert!(p.actions.is_empty() && p.wake_at == Some(t(70)), "{:?}", kinds(&p));
@@ -908,12 +961,18 @@ mod tests {
         assert_eq!(reference.name, "a1");
         assert_eq!(labels.keys().collect::<Vec<_>>(), ["pool"]);
         assert_eq!(taints.iter().map(|t| t.key.as_str()).collect::<Vec<_>>(), ["dedicated"]);
-        // Inherited: the donor is cordoned and drained.
+        // Inherited, the shield still there: inherited again (the same patch removes it).
         let mut heir = heir;
         if let Some(m) = &mut heir.group {
             m.donor = Some(reference.clone());
             m.labels.extend(labels.clone());
             m.taints.extend(taints.clone());
+        }
+        let p = run(&[donor.clone(), heir.clone()], &f, policy(1, 1), t(80));
+        assert_eq!(kinds(&p), vec![("a1-new".into(), "Inherit")]);
+        // Inherited, the shield gone: never shielded again; the donor is cordoned and drained.
+        if let Some(m) = &mut heir.group {
+            m.taints.retain(|t| t.key != SHIELD_TAINT);
         }
         let p = run(&[donor.clone(), heir.clone()], &f, policy(1, 1), t(80));
         assert_eq!(p.actions[0].kind, ActionKind::DrainDonor { target: TARGET.into(), heir: "a1-new".into() });
@@ -1002,6 +1061,7 @@ mod tests {
             group: Some(GroupMember { image: Some(TARGET.into()), ready_since: Some(t(10)), ..member("a") }),
             ..node("a1-new")
         };
+        let heir = shielded(heir, "a1");
         let p = run(&[donor.clone(), heir.clone()], &f, VERSION, t(20));
         // The donor holds the only slot; the heir is drained for its upgrade all the same, and not paired.
         assert_eq!(kinds(&p), vec![("a1-new".into(), "Drain")]);
@@ -1097,7 +1157,7 @@ mod tests {
             group: Some(GroupMember { image: Some(TARGET.into()), ready_since: None, ..member("a") }),
             ..node("a1-new")
         };
-        let nodes = [replacing(in_group("a1", "a")), heir, in_group("a2", "a"), node("w1")];
+        let nodes = [replacing(in_group("a1", "a")), shielded(heir, "a1"), in_group("a2", "a"), node("w1")];
         // The NotReady heir does not take a maxUnavailable slot; the surge of 1 is taken, so a2 waits and the
         // in-place node takes the free slot.
         let p = run(&nodes, &f, policy(1, 2), t(0));
@@ -1134,7 +1194,7 @@ mod tests {
         // Joining: its instance is deleted and the donor released.
         let mut joining = f.clone();
         joining.pending.push(join("a1", "a1-new"));
-        let heir = NodeView { ready: false, ..in_group("a1-new", "a") };
+        let heir = shielded(NodeView { ready: false, ..in_group("a1-new", "a") }, "a1");
         let p = unowned(&[replacing(in_group("a1", "a")), heir.clone()], &joining);
         assert_eq!(
             p.actions[0].kind,

@@ -174,8 +174,13 @@ impl Sim {
                 });
                 self.join_deadlines.insert(pending.clone(), *deadline);
             }
+            ActionKind::Shield { donor } => {
+                let member = self.nodes[i].group.get_or_insert_with(Default::default);
+                member.taints.push(replacement::shield(donor));
+            }
             ActionKind::Inherit { donor, labels, taints } => {
                 let member = self.nodes[i].group.get_or_insert_with(Default::default);
+                member.taints.retain(|t| t.key != replacement::SHIELD_TAINT);
                 member.donor = Some(donor.clone());
                 member.labels.extend(labels.clone());
                 for taint in taints {
