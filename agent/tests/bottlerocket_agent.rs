@@ -132,3 +132,29 @@ async fn an_agent_restarted_while_a_prepare_holds_the_lock_stays_live_and_comple
     second.shutdown.cancel();
     second.task.await.unwrap().unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_repository_that_fails_refresh_and_prepare_for_a_while_is_retried_until_the_stage_is_done() {
+    let fake =
+        FakeBottlerocket::start(Setup { command_duration: COMMAND, ..Setup::new("1.19.0", vec!["1.21.0", "1.20.0"]) });
+    // updog cannot reach the repository: one refresh and two prepares fail (503), as the real
+    // status records them.
+    fake.fail_next_refreshes(1);
+    fake.fail_next_prepares(2);
+    let kube = FakeKube::new(NODE, BOOT_0);
+    let agent = start_agent(&fake, &kube);
+    intent(&kube, "stage", "s1", None);
+    live_until(&agent, "the stage to be done", Duration::from_secs(60 * 60), || {
+        assert!(
+            !reported(&kube, "error", "s1"),
+            "a transient repository failure failed the node: {:?}",
+            kube.annotations()
+        );
+        reported(&kube, "done", "s1")
+    })
+    .await;
+    assert_eq!(fake.count("POST /actions/prepare-update"), 3);
+    assert_eq!(fake.staged().as_deref(), Some("1.20.0"));
+    agent.shutdown.cancel();
+    agent.task.await.unwrap().unwrap();
+}

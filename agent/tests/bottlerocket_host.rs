@@ -125,20 +125,53 @@ async fn a_refresh_that_still_used_the_old_version_lock_is_repeated() {
 }
 
 #[tokio::test]
-async fn a_failing_prepare_is_reported_with_the_hosts_message_and_can_be_retried() {
+async fn a_prepare_that_could_not_download_is_a_retryable_error_with_the_hosts_message() {
     let fake = FakeBottlerocket::start(offering_two_versions());
     let host = host(&fake);
     fake.fail_next_prepares(1);
     let error = host.stage("1.20.0").await.unwrap_err();
     let message = error.to_string();
-    assert!(message.starts_with("staging 1.20.0 (download and write of the image) failed on the host: "), "{message}");
+    assert!(
+        message.starts_with(
+            "staging 1.20.0 (download and write of the image) failed on the host (the update repository may be unreachable; trying again): "
+        ),
+        "{message}"
+    );
     assert!(message.contains("503 Service Unavailable"), "{message}");
-    assert!(!error.is_retryable());
+    assert!(error.is_retryable(), "a repository that answered 503 may answer next time");
     assert_eq!(fake.state().as_deref(), Some("Available"));
 
     host.stage("1.20.0").await.unwrap();
     assert_eq!(fake.staged().as_deref(), Some("1.20.0"));
     assert_eq!(fake.count("POST /actions/prepare-update"), 2);
+}
+
+#[tokio::test]
+async fn a_refresh_that_could_not_reach_the_repository_is_retryable_not_a_target_not_offered() {
+    let fake = FakeBottlerocket::start(offering_two_versions());
+    let host = host(&fake);
+    fake.fail_next_refreshes(1);
+    let error = host.stage("1.20.0").await.unwrap_err();
+    assert!(matches!(error, HostError::RepositoryFailed { .. }), "{error:?}");
+    assert!(error.is_retryable());
+    assert!(error.to_string().contains("checking for updates failed on the host"), "{error}");
+    // As thar-be-updates leaves it: the failed command recorded, the state back to Idle.
+    assert_eq!(fake.state().as_deref(), Some("Idle"));
+
+    host.stage("1.20.0").await.unwrap();
+    assert_eq!(fake.staged().as_deref(), Some("1.20.0"));
+}
+
+#[tokio::test]
+async fn an_updater_that_cannot_work_on_this_host_is_a_permanent_error() {
+    let fake = FakeBottlerocket::start(offering_two_versions());
+    let host = host(&fake);
+    fake.set_failure_message("Failed to read OS disk partition table: unable to find the disk\n");
+    fake.fail_next_prepares(1);
+    let error = host.stage("1.20.0").await.unwrap_err();
+    assert!(matches!(error, HostError::StepFailed { .. }), "{error:?}");
+    assert!(!error.is_retryable());
+    assert!(error.to_string().contains("Failed to read OS disk partition table"), "{error}");
 }
 
 #[tokio::test]

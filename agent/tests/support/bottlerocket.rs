@@ -109,6 +109,9 @@ struct Host {
     command_duration: Duration,
     locked_answers: usize,
     prepare_failures: usize,
+    refresh_failures: usize,
+    /// The stderr of an injected failure (updog's message).
+    failure_message: Option<String>,
     version_lock: String,
     /// The version lock in the updater's rendered configuration, which refresh uses.
     rendered_version_lock: String,
@@ -175,6 +178,8 @@ impl FakeBottlerocket {
             command_duration: setup.command_duration,
             locked_answers: 0,
             prepare_failures: 0,
+            refresh_failures: 0,
+            failure_message: None,
             rendered_version_lock: version_lock.clone(),
             version_lock,
             stale_refreshes_after_commit: setup.stale_refreshes_after_commit,
@@ -221,9 +226,19 @@ impl FakeBottlerocket {
         self.host().locked_answers = n;
     }
 
-    /// The next `n` prepares fail.
+    /// The next `n` prepares fail as updog fails when the repository answers 503.
     pub fn fail_next_prepares(&self, n: usize) {
         self.host().prepare_failures = n;
+    }
+
+    /// The next `n` refreshes fail as updog fails when the repository answers 503.
+    pub fn fail_next_refreshes(&self, n: usize) {
+        self.host().refresh_failures = n;
+    }
+
+    /// Injected failures write `stderr` instead of the repository's 503.
+    pub fn set_failure_message(&self, stderr: &str) {
+        self.host().failure_message = Some(stderr.to_owned());
     }
 
     pub fn state(&self) -> Option<String> {
@@ -395,6 +410,21 @@ impl Handler for Api {
                 host.status_mut();
                 drop(host);
                 start_command(&self.host, &self.finish_now, |host| {
+                    if host.refresh_failures > 0 {
+                        // thar-be-updates `refresh`: updog failed, the command is recorded as failed
+                        // and the state moves Idle/Available to Idle (other states stay); the list
+                        // of updates and the chosen update are left as they were.
+                        host.refresh_failures -= 1;
+                        let stderr = host.failure_message.clone().unwrap_or_else(|| {
+                            format!("Manifest load error: Failed to fetch https://updates.bottlerocket.aws/2020-07-07/{VARIANT}/{ARCH}/timestamp.json: 503 Service Unavailable\n")
+                        });
+                        let status = host.status_mut();
+                        if matches!(status.state, UpdateState::Idle | UpdateState::Available) {
+                            status.state = UpdateState::Idle;
+                        }
+                        record(host, "refresh", false, &stderr);
+                        return;
+                    }
                     let chosen = host.choose();
                     if host.stale_refreshes_left > 0 {
                         host.stale_refreshes_left -= 1;
@@ -422,10 +452,11 @@ impl Handler for Api {
                 drop(host);
                 start_command(&self.host, &self.finish_now, move |host| {
                     if host.prepare_failures > 0 {
+                        // thar-be-updates `prepare`: the failure is recorded, the state stays.
                         host.prepare_failures -= 1;
-                        let stderr = format!(
+                        let stderr = host.failure_message.clone().unwrap_or_else(|| format!(
                             "Starting update to {chosen}\nFailed to fetch target 'bottlerocket-{VARIANT}-{ARCH}-{chosen}-root.ext4.lz4': 503 Service Unavailable\n"
-                        );
+                        ));
                         record(host, "prepare", false, &stderr);
                         return;
                     }

@@ -157,7 +157,14 @@ impl BottlerocketHost {
         match self.api.run_command(command, timeout).await? {
             CommandOutcome::Finished(result) if result.cmd_status == CommandStatus::Success => Ok(true),
             CommandOutcome::Finished(result) => {
-                Err(HostError::StepFailed { step: step.to_owned(), message: result.failure_message() })
+                let (step, message) = (step.to_owned(), result.failure_message());
+                match command {
+                    // updog fetches from the update repository in both: a failure there may pass.
+                    UpdateCommand::Refresh | UpdateCommand::Prepare if !updater_misconfigured(&result) => {
+                        Err(HostError::RepositoryFailed { step, message })
+                    }
+                    _ => Err(HostError::StepFailed { step, message }),
+                }
             }
             CommandOutcome::Refused { status, message } => {
                 tracing::info!(action = command.action_name(), %status, message, "refused in the current update state; reading the status again");
@@ -296,6 +303,27 @@ impl HostUpdater for BottlerocketHost {
         }
         Err(unsettled(format!("releasing {target}")))
     }
+}
+
+/// Whether a failed refresh or prepare failed for a reason another attempt cannot change: the
+/// updater's configuration, the host's partitions or trusted root. The messages are updog's (its
+/// `Error` display strings in bottlerocket-core-kit `sources/updater/updog/src/error.rs`), which
+/// `thar-be-updates` records as the command's stderr. Everything else (the repository unreachable,
+/// an HTTP error answer, a transfer cut short, metadata that failed to load) is worth retrying.
+fn updater_misconfigured(result: &api::CommandResult) -> bool {
+    const PERMANENT: &[&str] = &[
+        "Bad version string",
+        "Failed to parse config file",
+        "Failed to read config file",
+        "Unable to parse proxy setting",
+        "as a URL",
+        "Failed to open trusted root metadata file",
+        "Could not find inactive partition set",
+        "Failed to read OS disk partition table",
+        "Invalid target name",
+    ];
+    let stderr = result.stderr.as_deref().unwrap_or_default();
+    PERMANENT.iter().any(|marker| stderr.contains(marker))
 }
 
 fn unsettled(operation: String) -> HostError {
