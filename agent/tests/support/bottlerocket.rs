@@ -17,12 +17,14 @@
 //!   `stale_refreshes_after_commit` the next refreshes after a commit still use the old lock, as
 //!   when they win the race against the rendering.
 //!
-//! `GET /settings` answers the version lock and `ignore-waves`; the agent changes and restores
-//! them through its own transaction, which the settings API serves while an update command holds
-//! the update lock (the lock guards only `/updates` and `/actions`).
+//! `GET /settings` answers the version lock and `ignore-waves`; `GET /tx?tx=` answers a
+//! transaction's pending settings (`{}` when none), `DELETE /tx?tx=` discards them. The agent
+//! changes and restores the settings through its own transactions, which the settings API serves
+//! while an update command holds the update lock (the lock guards only `/updates` and `/actions`).
 //!
 //! Injected faults: a number of 423 answers before the lock "lets go" (`set_locked_answers`), and
-//! failing prepares with an updog-like stderr (`fail_next_prepares`).
+//! refreshes and prepares that fail as updog fails when the repository answers 503
+//! (`fail_next_refreshes`, `fail_next_prepares`; another message with `set_failure_message`).
 //!
 //! Stricter than the real API, to catch agent bugs: `POST /actions/reboot` is refused (409) unless
 //! the state is Ready (the real one reboots in any state). A reboot boots the staging partition,
@@ -259,6 +261,18 @@ impl FakeBottlerocket {
 
     pub fn ignore_waves(&self) -> bool {
         self.host().ignore_waves
+    }
+
+    /// The settings pending in transaction `tx`, as `key=value` (JSON values), sorted.
+    pub fn pending(&self, tx: &str) -> Vec<String> {
+        let host = self.host();
+        let mut pending: Vec<String> = host
+            .pending
+            .get(tx)
+            .map(|values| values.iter().map(|(key, value)| format!("{key}={value}")).collect())
+            .unwrap_or_default();
+        pending.sort();
+        pending
     }
 
     /// Ends the update commands running now, as if their duration had passed.
@@ -552,6 +566,21 @@ impl Handler for Api {
                     }
                 }
                 text(StatusCode::NO_CONTENT, "")
+            }
+            (Method::GET, "/tx") => {
+                // An empty Settings (`{}`) when nothing is pending.
+                match host.pending.get(&tx).filter(|pending| !pending.is_empty()) {
+                    Some(pending) => Reply::new(StatusCode::OK, json!({"updates": pending}).to_string()),
+                    None => Reply::new(StatusCode::OK, "{}"),
+                }
+            }
+            (Method::DELETE, "/tx") => {
+                let deleted: Vec<String> = host
+                    .pending
+                    .remove(&tx)
+                    .map(|pending| pending.keys().map(|key| format!("settings.updates.{key}")).collect())
+                    .unwrap_or_default();
+                Reply::new(StatusCode::OK, json!(deleted).to_string())
             }
             (Method::POST, "/tx/commit_and_apply") => {
                 let Some(pending) = host.pending.remove(&tx).filter(|pending| !pending.is_empty()) else {
