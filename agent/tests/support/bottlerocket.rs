@@ -1,11 +1,22 @@
 //! A fake Bottlerocket API on a Unix socket: a small but faithful model of the update state machine
 //! of the Bottlerocket apiserver and `thar-be-updates`.
 //!
+//! Checked against bottlerocket-os/bottlerocket-core-kit at a10182f9 (October 2024):
+//! `sources/api/apiserver/src/server/mod.rs` (routes; `GET /updates/status` takes the update lock
+//! shared and answers 423 when it cannot; `POST /tx/commit_and_apply` answers 422 with nothing
+//! pending; `PATCH /settings` and the actions answer 204), `sources/api/apiserver/src/server/error.rs`
+//! (status codes and messages), `sources/api/apiserver/src/server/controller.rs`
+//! (`dispatch_update_command`: thar-be-updates' exit status to 423, 409 or 404),
+//! `sources/api/thar-be-updates/src/main.rs` (the state machine, the exclusive lock held by the
+//! forked command until it ends, the status written whether the command succeeded or not) and
+//! `sources/api/thar-be-updates/src/status.rs` (the status document field by field, the choice of
+//! the update from the version lock). `agent/tests/bottlerocket_fake.rs` holds the fake to them.
+//!
 //! Modelled as the real one behaves:
 //! - states Idle, Available, Staged, Ready; refresh is allowed in every state (Idle/Available move
 //!   to Available when the version-locked update is offered, else Idle); prepare needs Available or
-//!   Staged (409 otherwise, 404 without a chosen update); activate needs Staged; deactivate needs
-//!   Ready;
+//!   Staged (409 otherwise, 404 without a chosen update); activate needs Staged and deactivate
+//!   Ready (409 otherwise, 404 without a staged image); the lock is checked first (423);
 //! - actions answer 204 at once and run in the background for `command_duration`, holding the
 //!   update lock: meanwhile `GET /updates/status` and every action answer 423; at the end the
 //!   command's result is written to `most_recent_command`;
@@ -329,8 +340,9 @@ impl Host {
     fn choose(&self) -> Option<String> {
         let lock = self.rendered_version_lock.trim_start_matches('v');
         if lock == "latest" {
-            // The offered list is newest first, as in the update manifest.
-            return self.offered.first().filter(|version| **version != self.running).cloned();
+            // `get_latest_update`: the offered list is newest first, as in the update manifest; the
+            // first newer than the running version. (The manifest's max_version is not modelled.)
+            return self.offered.iter().find(|version| numeric(version) > numeric(&self.running)).cloned();
         }
         if lock == self.running {
             return None;
@@ -370,6 +382,12 @@ fn record(host: &mut Host, cmd_type: &'static str, success: bool, stderr: &str) 
         stderr: stderr.to_owned(),
         timestamp: jiff::Timestamp::now().to_string(),
     });
+}
+
+/// The numbers of a version `x.y.z[-pre][+build]`, for ordering.
+fn numeric(version: &str) -> Vec<u64> {
+    let core = version.trim_start_matches('v').split(['-', '+']).next().unwrap_or_default();
+    core.split('.').map(|part| part.parse().unwrap_or(0)).collect()
 }
 
 /// `latest`, or a semantic version with an optional leading `v`.
@@ -501,8 +519,12 @@ impl Handler for Api {
                 text(StatusCode::NO_CONTENT, "")
             }
             (Method::POST, "/actions/deactivate-update") => {
-                if host.status_mut().state != UpdateState::Ready {
+                let status = host.status_mut();
+                if status.state != UpdateState::Ready {
                     return text(StatusCode::CONFLICT, "Update action not allowed according to update state");
+                }
+                if status.staging.is_none() {
+                    return text(StatusCode::NOT_FOUND, "No update image applied to staging partition");
                 }
                 drop(host);
                 start_command(&self.host, &self.finish_now, |host| {
