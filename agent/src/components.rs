@@ -13,8 +13,8 @@ use std::io::{Read, Seek, Write};
 use std::path::{Component as PathPart, Path, PathBuf};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::BodyExt;
+pub use hyper_util::client::proxy::matcher::Matcher;
 use serde::{Deserialize, Serialize};
 use shared::components::{Sha256, Source, VerifiedComponent, components_hash};
 
@@ -58,30 +58,27 @@ pub struct Installer {
     record: PathBuf,
     max_size: u64,
     timeout: Duration,
-    client: hyper_util::client::legacy::Client<
-        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-        Empty<Bytes>,
-    >,
+    fetcher: fetch::Fetcher,
 }
 
 impl Installer {
     /// An installer writing under `root`, keeping its record at `record` (a host path, e.g.
-    /// `/var/lib/update-operator/components.json`), verifying HTTPS with the system's CA certificates.
+    /// `/var/lib/update-operator/components.json`), verifying HTTPS with the system's CA certificates,
+    /// following redirects and using the proxies of the process's environment (see [`fetch`]).
     pub fn new(root: impl Into<PathBuf>, record: impl Into<PathBuf>) -> Result<Self, InstallError> {
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_native_roots()
-            .map_err(|e| InstallError::Download { url: "(any)".into(), reason: format!("CA certificates: {e}") })?
-            .https_or_http()
-            .enable_http1()
-            .build();
-        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https);
         Ok(Installer {
             root: root.into(),
             record: record.into(),
             max_size: DEFAULT_MAX_SIZE,
             timeout: Duration::from_secs(600),
-            client,
+            fetcher: fetcher(Matcher::from_env())?,
         })
+    }
+
+    /// Uses `proxies` instead of the environment's `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY`.
+    pub fn with_proxies(mut self, proxies: Matcher) -> Result<Self, InstallError> {
+        self.fetcher = fetcher(proxies)?;
+        Ok(self)
     }
 
     /// Limits each artifact to `max_size` bytes and each download to `timeout`.
@@ -170,9 +167,10 @@ impl Installer {
         let failed = |reason: String| InstallError::Download { url: url.to_owned(), reason };
         let uri: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| failed(e.to_string()))?;
         let work = async {
-            let response = self.client.get(uri).await.map_err(|e| failed(e.to_string()))?;
+            let (response, answered) = self.fetcher.get(uri.clone()).await.map_err(failed)?;
             if !response.status().is_success() {
-                return Err(failed(format!("the server answered {}", response.status())));
+                let at = if answered == uri { String::new() } else { format!(" (at {answered})") };
+                return Err(failed(format!("the server answered {}{at}", response.status())));
             }
             let mut body = response.into_body();
             let mut file = create(temp, 0o755)?;
@@ -197,6 +195,10 @@ impl Installer {
             Err(_) => Err(failed(format!("no complete answer within {:?}", self.timeout))),
         }
     }
+}
+
+fn fetcher(proxies: Matcher) -> Result<fetch::Fetcher, InstallError> {
+    fetch::Fetcher::new(proxies).map_err(|reason| InstallError::Download { url: "(any)".into(), reason })
 }
 
 /// Components fetched and verified, waiting to be installed (see [`Installer::prepare`]).
@@ -401,5 +403,6 @@ fn sync_dir(path: &Path) -> Result<(), InstallError> {
     std::fs::File::open(&dir).and_then(|d| d.sync_all()).map_err(io(&dir))
 }
 
+pub mod fetch;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -10,6 +10,13 @@
 //! - after a failed read, with backoff ([`crate::retry::FACTS`]), until a read succeeds;
 //! - every [`RECHECK`] otherwise, for what changed without a sign (an administrator updated the
 //!   host by hand).
+//!
+//! A read runs in the background ([`Tracker::begin_read`] to [`Tracker::read_ok`] or
+//! [`Tracker::read_failed`]): it may wait minutes on the host (a Bottlerocket prepare holds the
+//! update lock while it downloads), and the agent's loop must go on beating meanwhile. Decisions
+//! wait for a read that began because the facts were stale ([`Tracker::must_wait`]); a periodic
+//! re-check does not hold them up. What makes the facts stale during a read makes them stale
+//! again after it: the read may predate the change.
 
 use crate::decide::{Facts, HostView};
 use crate::retry;
@@ -35,6 +42,8 @@ pub struct Tracker {
     problem: Option<(String, bool)>,
     /// Read at the next opportunity.
     stale: bool,
+    /// A read is under way; `true` when it began because the facts were stale.
+    reading: Option<bool>,
     /// Read when this instant has passed.
     due: Option<Instant>,
     /// The intent token and kubelet boot ID of the last observation of the Node.
@@ -49,6 +58,7 @@ impl Default for Tracker {
             facts: None,
             problem: None,
             stale: true,
+            reading: None,
             due: None,
             token: None,
             kubelet_boot_id: None,
@@ -98,21 +108,34 @@ impl Tracker {
         self.due = Some(self.due.map_or(at, |due| due.min(at)));
     }
 
-    /// Whether to read now.
+    /// Whether to start a read now (none is under way, and the facts are stale or due).
     pub fn needs_read(&self, now: Instant) -> bool {
-        self.stale || self.due.is_some_and(|due| due <= now)
+        self.reading.is_none() && (self.stale || self.due.is_some_and(|due| due <= now))
     }
 
-    /// When to wake up to read, if no event comes first.
+    /// A read starts now.
+    pub fn begin_read(&mut self) {
+        self.reading = Some(self.stale);
+        self.stale = false;
+    }
+
+    /// Whether decisions wait for a read: the facts are stale, and the read that refreshes them
+    /// is due or under way.
+    pub fn must_wait(&self) -> bool {
+        self.stale || self.reading == Some(true)
+    }
+
+    /// When to wake up to read, if no event comes first; `None` while a read is under way (its
+    /// end wakes the agent).
     pub fn next_read(&self) -> Option<Instant> {
-        self.due
+        self.due.filter(|_| self.reading.is_none())
     }
 
-    /// Records a successful read.
+    /// Records a successful read. Facts made stale during it stay stale.
     pub fn read_ok(&mut self, facts: Facts, now: Instant) {
+        self.reading = None;
         self.facts = Some(facts);
         self.problem = None;
-        self.stale = false;
         self.due = Some(now + RECHECK);
         self.failures = retry::FACTS.delays();
     }
@@ -120,8 +143,8 @@ impl Tracker {
     /// Records a failed read: `problem` in words, `permanent` when trying again will not help by
     /// itself. Returns the delay before the next read.
     pub fn read_failed(&mut self, problem: String, permanent: bool, now: Instant) -> Duration {
+        self.reading = None;
         self.problem = Some((problem, permanent));
-        self.stale = false;
         let delay = self.failures.next().unwrap_or(retry::FACTS.longest);
         self.due = Some(now + delay);
         delay
@@ -152,6 +175,7 @@ mod tests {
         let now = Instant::now();
         assert!(host.needs_read(now) && host.view().is_none());
         host.observe(None, Some("k0"));
+        host.begin_read();
         host.read_ok(facts("v1"), now);
         assert!(!host.needs_read(now));
         assert_eq!(host.view(), Some(HostView::Known(&facts("v1"))));
@@ -161,14 +185,17 @@ mod tests {
         // A new intent: read.
         host.observe(Some(&tok("s1")), Some("k0"));
         assert!(host.needs_read(now));
+        host.begin_read();
         host.read_ok(facts("v1"), now);
         // The kubelet saw a new boot: read.
         host.observe(Some(&tok("s1")), Some("k1"));
         assert!(host.needs_read(now));
+        host.begin_read();
         host.read_ok(facts("v1"), now);
         // Host work ended: read.
         host.mark_stale();
         assert!(host.needs_read(now));
+        host.begin_read();
         host.read_ok(facts("v1"), now);
         // And every five minutes regardless.
         assert_eq!(host.next_read(), Some(now + RECHECK));
@@ -180,25 +207,55 @@ mod tests {
     async fn a_failed_read_is_retried_with_growing_delays_and_reported_until_one_succeeds() {
         let mut host = Tracker::default();
         let now = Instant::now();
+        host.begin_read();
         let first = host.read_failed("connection refused".into(), false, now);
         assert_eq!(host.view(), Some(HostView::Unreadable { problem: "connection refused", permanent: false }));
         assert!(!host.needs_read(now));
         assert!(host.needs_read(now + first));
         let mut last = first;
         for _ in 0..10 {
+            host.begin_read();
             last = host.read_failed("connection refused".into(), false, now);
         }
         assert!(last > first && last <= 2 * retry::FACTS.longest, "{first:?} {last:?}");
+        host.begin_read();
         host.read_ok(facts("v1"), now);
         assert_eq!(host.view(), Some(HostView::Known(&facts("v1"))));
         // The backoff starts afresh after a success.
+        host.begin_read();
         assert!(host.read_failed("again".into(), true, now) <= 2 * retry::FACTS.first);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_under_way_is_not_started_twice_and_a_change_during_it_makes_the_facts_stale_again() {
+        let mut host = Tracker::default();
+        let now = Instant::now();
+        host.begin_read();
+        host.read_ok(facts("v1"), now);
+        // A periodic re-check does not hold decisions up.
+        let later = now + RECHECK;
+        assert!(host.needs_read(later));
+        host.begin_read();
+        assert!(!host.needs_read(later) && !host.must_wait());
+        assert_eq!(host.next_read(), None, "the end of the read wakes the agent, not a time past");
+        host.read_ok(facts("v1"), later);
+        // Host work ended during a read: decisions wait, and the facts are read again after it.
+        host.mark_stale();
+        host.begin_read();
+        assert!(host.must_wait() && !host.needs_read(later));
+        host.mark_stale();
+        host.read_ok(facts("v1"), later);
+        assert!(host.must_wait() && host.needs_read(later));
+        host.begin_read();
+        host.read_failed("locked".into(), false, later);
+        assert!(!host.must_wait());
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_read_can_be_asked_for_earlier_but_not_later() {
         let mut host = Tracker::default();
         let now = Instant::now();
+        host.begin_read();
         host.read_ok(facts("v1"), now);
         host.read_by(now + POLL_WHILE_REBOOTING);
         assert_eq!(host.next_read(), Some(now + POLL_WHILE_REBOOTING));

@@ -13,10 +13,14 @@
 //!   logs them); its own malformed annotations are rewritten, since it owns them.
 //! - Nothing waits for an event that may not come: every pause has a deadline (a facts read, a
 //!   write retry) or ends with a watch event or the end of host work.
+//! - The loop never waits on the host: the host's facts are read in the background (a read may
+//!   wait minutes for a Bottlerocket update lock, longer than [`STUCK_AFTER`]), and decisions that
+//!   need fresh facts wait for them without holding up the heartbeat, the watch or host work's
+//!   progress.
 
 use crate::decide::{self, Controller, Cordon, Facts, Observation, Outcome, Phase, Running, Work};
 use crate::facts::{self, POLL_WHILE_REBOOTING};
-use crate::host::HostUpdater;
+use crate::host::{HostError, HostFacts, HostUpdater};
 use crate::metrics::{HostOpLabels, Metrics};
 use crate::nodes::{KubeNodes, NodeApi, WriteError};
 use crate::operation::{Operation, Progress};
@@ -34,6 +38,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc::{self, UnboundedSender};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -77,7 +82,8 @@ pub(crate) async fn run_with<N: NodeApi, H: HostUpdater>(
     let mut events = nodes.watch();
     tracing::info!(node = %node_name, "watching own node");
     let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
-    let mut agent = Agent::new(nodes, releases, node_name, host, metrics, progress_tx);
+    let (facts_tx, mut facts_rx) = mpsc::unbounded_channel();
+    let mut agent = Agent::new(nodes, releases, node_name, host, metrics, progress_tx, facts_tx);
     let heartbeat = health.heartbeat("agent", STUCK_AFTER);
     let mut tick = tokio::time::interval(HEARTBEAT_TICK);
     let outcome = loop {
@@ -94,6 +100,7 @@ pub(crate) async fn run_with<N: NodeApi, H: HostUpdater>(
                 Some(Ok(event)) => agent.observe(event),
             },
             Some(progress) = progress_rx.recv() => agent.progress(progress),
+            Some(read) = facts_rx.recv() => agent.facts_read(read),
             () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
             _ = tick.tick() => continue,
         }
@@ -107,6 +114,7 @@ pub(crate) async fn run_with<N: NodeApi, H: HostUpdater>(
         }
     };
     agent.stop_running("the agent is stopping").await;
+    agent.stop_reading();
     outcome
 }
 
@@ -124,6 +132,10 @@ struct Agent<N, H> {
     host: Arc<H>,
     metrics: Metrics,
     progress: UnboundedSender<Progress>,
+    /// Where the background facts reads send their results.
+    facts_results: UnboundedSender<Result<HostFacts, HostError>>,
+    /// The facts read under way.
+    facts_read: Option<JoinHandle<()>>,
     view: OwnNode,
     facts: facts::Tracker,
     underway: Option<Underway>,
@@ -145,6 +157,7 @@ impl<N: NodeApi, H: HostUpdater> Agent<N, H> {
         host: Arc<H>,
         metrics: Metrics,
         progress: UnboundedSender<Progress>,
+        facts_results: UnboundedSender<Result<HostFacts, HostError>>,
     ) -> Self {
         Agent {
             nodes,
@@ -153,6 +166,8 @@ impl<N: NodeApi, H: HostUpdater> Agent<N, H> {
             host,
             metrics,
             progress,
+            facts_results,
+            facts_read: None,
             view: OwnNode::default(),
             facts: facts::Tracker::default(),
             underway: None,
@@ -258,7 +273,11 @@ impl<N: NodeApi, H: HostUpdater> Agent<N, H> {
             self.facts.read_by(now + POLL_WHILE_REBOOTING);
         }
         if self.facts.needs_read(now) {
-            self.read_facts().await;
+            self.start_facts_read();
+        }
+        if self.facts.must_wait() {
+            // Decided again when the read ends.
+            return;
         }
         let Some(host) = self.facts.view() else { return };
         let decision = decide::decide(&Observation {
@@ -288,9 +307,28 @@ impl<N: NodeApi, H: HostUpdater> Agent<N, H> {
         }
     }
 
-    async fn read_facts(&mut self) {
+    /// Starts reading the host's facts in the background; [`Agent::facts_read`] takes the result.
+    fn start_facts_read(&mut self) {
+        self.facts.begin_read();
+        let (host, results) = (self.host.clone(), self.facts_results.clone());
+        self.facts_read = Some(tokio::spawn(async move {
+            // The receiver lives as long as the agent loop; if it is gone, the agent is stopping.
+            let _ = results.send(host.facts().await);
+        }));
+    }
+
+    /// Ends a facts read under way (the agent stops).
+    fn stop_reading(&mut self) {
+        if let Some(read) = self.facts_read.take() {
+            read.abort();
+        }
+    }
+
+    /// Takes in the result of a background facts read.
+    fn facts_read(&mut self, result: Result<HostFacts, HostError>) {
+        self.facts_read = None;
         let rebooting = self.underway.as_ref().is_some_and(|u| u.running.phase == Phase::RebootRequested);
-        match self.host.facts().await {
+        match result {
             Ok(f) => {
                 let facts = Facts {
                     os_image: f.os_image,

@@ -48,6 +48,7 @@ async fn stage_then_activate_and_reboot_moves_the_host_to_the_target() {
     assert_eq!(
         fake.writes(),
         [
+            "PATCH /settings?tx=update-operator-restore",
             "PATCH /settings?tx=update-operator",
             "POST /tx/commit_and_apply?tx=update-operator",
             "POST /actions/refresh-updates",
@@ -60,6 +61,9 @@ async fn stage_then_activate_and_reboot_moves_the_host_to_the_target() {
 
     host.activate_and_reboot("1.20.0").await.unwrap();
     assert_eq!(fake.boots(), 1);
+    // The update is over: the administrator's settings are back, the record of them consumed.
+    assert_eq!((fake.version_lock().as_str(), fake.ignore_waves()), ("latest", false));
+    assert_eq!(fake.pending("update-operator-restore"), Vec::<String>::new());
     let after = host.facts().await.unwrap();
     assert_eq!(after.os_image, "1.20.0");
     assert_ne!(after.boot_id, before.boot_id);
@@ -125,20 +129,53 @@ async fn a_refresh_that_still_used_the_old_version_lock_is_repeated() {
 }
 
 #[tokio::test]
-async fn a_failing_prepare_is_reported_with_the_hosts_message_and_can_be_retried() {
+async fn a_prepare_that_could_not_download_is_a_retryable_error_with_the_hosts_message() {
     let fake = FakeBottlerocket::start(offering_two_versions());
     let host = host(&fake);
     fake.fail_next_prepares(1);
     let error = host.stage("1.20.0").await.unwrap_err();
     let message = error.to_string();
-    assert!(message.starts_with("staging 1.20.0 (download and write of the image) failed on the host: "), "{message}");
+    assert!(
+        message.starts_with(
+            "staging 1.20.0 (download and write of the image) failed on the host (the update repository may be unreachable; trying again): "
+        ),
+        "{message}"
+    );
     assert!(message.contains("503 Service Unavailable"), "{message}");
-    assert!(!error.is_retryable());
+    assert!(error.is_retryable(), "a repository that answered 503 may answer next time");
     assert_eq!(fake.state().as_deref(), Some("Available"));
 
     host.stage("1.20.0").await.unwrap();
     assert_eq!(fake.staged().as_deref(), Some("1.20.0"));
     assert_eq!(fake.count("POST /actions/prepare-update"), 2);
+}
+
+#[tokio::test]
+async fn a_refresh_that_could_not_reach_the_repository_is_retryable_not_a_target_not_offered() {
+    let fake = FakeBottlerocket::start(offering_two_versions());
+    let host = host(&fake);
+    fake.fail_next_refreshes(1);
+    let error = host.stage("1.20.0").await.unwrap_err();
+    assert!(matches!(error, HostError::RepositoryFailed { .. }), "{error:?}");
+    assert!(error.is_retryable());
+    assert!(error.to_string().contains("checking for updates failed on the host"), "{error}");
+    // As thar-be-updates leaves it: the failed command recorded, the state back to Idle.
+    assert_eq!(fake.state().as_deref(), Some("Idle"));
+
+    host.stage("1.20.0").await.unwrap();
+    assert_eq!(fake.staged().as_deref(), Some("1.20.0"));
+}
+
+#[tokio::test]
+async fn an_updater_that_cannot_work_on_this_host_is_a_permanent_error() {
+    let fake = FakeBottlerocket::start(offering_two_versions());
+    let host = host(&fake);
+    fake.set_failure_message("Failed to read OS disk partition table: unable to find the disk\n");
+    fake.fail_next_prepares(1);
+    let error = host.stage("1.20.0").await.unwrap_err();
+    assert!(matches!(error, HostError::StepFailed { .. }), "{error:?}");
+    assert!(!error.is_retryable());
+    assert!(error.to_string().contains("Failed to read OS disk partition table"), "{error}");
 }
 
 #[tokio::test]
@@ -233,10 +270,7 @@ async fn releasing_a_staged_target_restores_the_version_lock_and_update_waves() 
 
     host.release("1.20.0").await.unwrap();
     assert_eq!((fake.version_lock().as_str(), fake.ignore_waves()), ("latest", false));
-    assert_eq!(
-        fake.writes()[staged_writes..],
-        ["PATCH /settings?tx=update-operator", "POST /tx/commit_and_apply?tx=update-operator"]
-    );
+    assert_eq!(fake.writes()[staged_writes..], ["POST /tx/commit_and_apply?tx=update-operator-restore"]);
     // The staged image stays, not activated: nothing boots it.
     assert_eq!((fake.state().as_deref(), fake.staged().as_deref()), (Some("Staged"), Some("1.20.0")));
     assert_eq!(fake.boots(), 0);
@@ -262,7 +296,7 @@ async fn the_settings_an_administrator_had_are_restored_as_they_were() {
 }
 
 #[tokio::test]
-async fn releasing_a_target_this_process_did_not_pin_changes_no_setting() {
+async fn releasing_a_target_the_agent_did_not_pin_changes_no_setting() {
     let fake = FakeBottlerocket::start(Setup { version_lock: Some("1.20.0"), ..offering_two_versions() });
     let host = host(&fake);
     host.release("1.20.0").await.unwrap();
@@ -321,4 +355,29 @@ async fn a_stage_cancelled_during_prepare_has_its_pin_restored_while_the_host_st
     assert_eq!((fake.state().as_deref(), fake.staged().as_deref()), (Some("Staged"), Some("1.20.0")));
     assert_eq!(fake.count("POST /actions/deactivate-update"), 0);
     assert_eq!(fake.boots(), 0);
+}
+
+#[tokio::test]
+async fn what_the_pin_replaced_is_kept_on_the_host_and_restored_by_a_restarted_agent() {
+    let fake =
+        FakeBottlerocket::start(Setup { version_lock: Some("v1.19.0"), ignore_waves: true, ..offering_two_versions() });
+    host(&fake).stage("1.20.0").await.unwrap();
+    assert_eq!(fake.pending("update-operator-restore"), ["ignore-waves=true", "version-lock=\"v1.19.0\""]);
+    // Another process (the agent restarted) stages again, then gives the target up.
+    let restarted = host(&fake);
+    restarted.stage("1.20.0").await.unwrap();
+    assert_eq!(fake.pending("update-operator-restore"), ["ignore-waves=true", "version-lock=\"v1.19.0\""]);
+    restarted.release("1.20.0").await.unwrap();
+    assert_eq!((fake.version_lock().as_str(), fake.ignore_waves()), ("v1.19.0", true));
+    assert_eq!(fake.pending("update-operator-restore"), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_restarted_agent_that_reboots_into_the_target_restores_the_settings_first() {
+    let fake = FakeBottlerocket::start(offering_two_versions());
+    host(&fake).stage("1.20.0").await.unwrap();
+    assert_eq!(fake.version_lock(), "1.20.0");
+    host(&fake).activate_and_reboot("1.20.0").await.unwrap();
+    assert_eq!((fake.running().as_str(), fake.boots()), ("1.20.0", 1));
+    assert_eq!((fake.version_lock().as_str(), fake.ignore_waves()), ("latest", false));
 }

@@ -30,7 +30,18 @@ pub(crate) async fn serve(files: HashMap<String, Vec<u8>>) -> String {
                     Some(body) => ("200 OK", body.clone()),
                     None => ("404 Not Found", b"not found".to_vec()),
                 };
-                let head = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+                // A body `REDIRECT <location>` answers 302 with that Location, as dl.k8s.io and
+                // GitHub's release downloads do.
+                let (status, location, body) = match body.strip_prefix(b"REDIRECT ") {
+                    Some(location) => {
+                        ("302 Found", format!("Location: {}\r\n", String::from_utf8_lossy(location)), Vec::new())
+                    }
+                    None => (status, String::new(), body),
+                };
+                let head = format!(
+                    "HTTP/1.1 {status}\r\n{location}Content-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
                 let _ = socket.write_all(head.as_bytes()).await;
                 let _ = socket.write_all(&body).await;
             });
@@ -203,4 +214,131 @@ async fn a_tampered_record_is_an_error_not_a_hash() {
     assert!(installer.installed().unwrap_err().to_string().contains("does not match"));
     std::fs::write(&path, b"not json").unwrap();
     assert!(matches!(installer.installed(), Err(InstallError::Record { .. })));
+}
+
+fn redirect(location: &str) -> Vec<u8> {
+    format!("REDIRECT {location}").into_bytes()
+}
+
+#[tokio::test]
+async fn downloads_follow_redirects_as_dl_k8s_io_and_github_releases_answer() {
+    let root = tempfile::tempdir().unwrap();
+    // The CDN and the object store: the artifacts, one behind a relative redirect of its own.
+    let cdn = serve(HashMap::from([
+        ("/release/v1.34.1/bin/linux/amd64/kubeadm".to_owned(), b"kubeadm v1.34.1".to_vec()),
+        (
+            "/moved/cni.tgz".to_owned(),
+            redirect("/assets/cni.tgz?X-Amz-Signature=abc&response-content-disposition=attachment"),
+        ),
+        (
+            "/assets/cni.tgz?X-Amz-Signature=abc&response-content-disposition=attachment".to_owned(),
+            tarball(&[("bridge", b"bridge plugin")]),
+        ),
+    ]))
+    .await;
+    // dl.k8s.io and github.com: redirects to absolute URLs of other hosts.
+    let origin = serve(HashMap::from([
+        (
+            "/v1.34.1/bin/linux/amd64/kubeadm".to_owned(),
+            redirect(&format!("{cdn}/release/v1.34.1/bin/linux/amd64/kubeadm")),
+        ),
+        (
+            "/containernetworking/plugins/releases/download/v1.5.0/cni.tgz".to_owned(),
+            redirect(&format!("{cdn}/moved/cni.tgz")),
+        ),
+    ]))
+    .await;
+    let archive = tarball(&[("bridge", b"bridge plugin")]);
+    let components = vec![
+        download(format!("{origin}/v1.34.1/bin/linux/amd64/kubeadm"), b"kubeadm v1.34.1", "/usr/local/bin/kubeadm"),
+        VerifiedComponent {
+            extract: true,
+            ..download(
+                format!("{origin}/containernetworking/plugins/releases/download/v1.5.0/cni.tgz"),
+                &archive,
+                "/opt/cni/bin",
+            )
+        },
+    ];
+    let installer = Installer::new(root.path(), RECORD).unwrap().with_proxies(Matcher::builder().build()).unwrap();
+    installer.install(&components).await.unwrap();
+    assert_eq!(std::fs::read(root.path().join("usr/local/bin/kubeadm")).unwrap(), b"kubeadm v1.34.1");
+    assert_eq!(std::fs::read(root.path().join("opt/cni/bin/bridge")).unwrap(), b"bridge plugin");
+}
+
+#[tokio::test]
+async fn redirects_are_bounded() {
+    let root = tempfile::tempdir().unwrap();
+    let base = serve(HashMap::from([("/loop".to_owned(), redirect("/loop"))])).await;
+    let installer = Installer::new(root.path(), RECORD).unwrap().with_proxies(Matcher::builder().build()).unwrap();
+    let error = installer.install(&[download(format!("{base}/loop"), b"x", "/usr/local/bin/x")]).await.unwrap_err();
+    assert!(error.to_string().contains("more than 10 redirects"), "{error}");
+    assert!(matches!(error, InstallError::Download { .. }));
+}
+
+/// An HTTP proxy on loopback: forwards requests in absolute form to their origin, refuses CONNECT
+/// (403); records every request line. Returns its URL and the record.
+async fn proxy() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&request).to_string();
+                let line = text.lines().next().unwrap_or_default().to_owned();
+                seen.lock().unwrap().push(line.clone());
+                let mut parts = line.split_whitespace();
+                let (method, target) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+                let Some(rest) = target.strip_prefix("http://").filter(|_| method == "GET") else {
+                    let _ = socket.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n").await;
+                    return;
+                };
+                let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+                let Ok(mut origin) = tokio::net::TcpStream::connect(authority).await else { return };
+                let forwarded = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+                let _ = origin.write_all(forwarded.as_bytes()).await;
+                let mut answer = Vec::new();
+                let _ = origin.read_to_end(&mut answer).await;
+                let _ = socket.write_all(&answer).await;
+            });
+        }
+    });
+    (url, record)
+}
+
+#[tokio::test]
+async fn downloads_go_through_the_configured_proxy_unless_no_proxy_names_the_host() {
+    let root = tempfile::tempdir().unwrap();
+    let base = serve(HashMap::from([("/kubeadm".to_owned(), b"kubeadm v1.34.1".to_vec())])).await;
+    let (proxy, seen) = proxy().await;
+    let proxies = || Matcher::builder().http(proxy.clone()).https(proxy.clone());
+    let component = download(format!("{base}/kubeadm"), b"kubeadm v1.34.1", "/usr/local/bin/kubeadm");
+
+    // http: through the proxy, in absolute form.
+    let installer = Installer::new(root.path(), RECORD).unwrap().with_proxies(proxies().build()).unwrap();
+    installer.install(std::slice::from_ref(&component)).await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), [format!("GET {base}/kubeadm HTTP/1.1")]);
+
+    // https: a CONNECT tunnel (this proxy refuses it: the download fails, having asked).
+    let https = download("https://dl.k8s.io.invalid/v1.34.1/kubeadm".into(), b"k", "/usr/local/bin/k");
+    let error = installer.install(std::slice::from_ref(&https)).await.unwrap_err();
+    assert!(matches!(error, InstallError::Download { .. }), "{error}");
+    assert_eq!(seen.lock().unwrap().last().map(String::as_str), Some("CONNECT dl.k8s.io.invalid:443 HTTP/1.1"));
+
+    // NO_PROXY: straight to the server.
+    let before = seen.lock().unwrap().len();
+    let direct = Installer::new(root.path(), RECORD).unwrap().with_proxies(proxies().no("127.0.0.1").build()).unwrap();
+    direct.install(&[component]).await.unwrap();
+    assert_eq!(seen.lock().unwrap().len(), before, "the proxy saw nothing");
 }

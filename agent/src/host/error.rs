@@ -35,6 +35,10 @@ pub enum HostError {
     /// A step of the update failed on the host (its updater says why).
     #[error("{step} failed on the host: {message}")]
     StepFailed { step: String, message: String },
+    /// The host's updater could not fetch from its update repository (unreachable, an error or
+    /// overload answer, a broken transfer): another attempt may pass.
+    #[error("{step} failed on the host (the update repository may be unreachable; trying again): {message}")]
+    RepositoryFailed { step: String, message: String },
     /// Activation was asked for a target that is not staged.
     #[error("cannot activate {target}: {}", staged_instead(staged.as_deref()))]
     NotStaged { target: String, staged: Option<String> },
@@ -77,7 +81,7 @@ pub const EX_TEMPFAIL: i32 = 75;
 impl HostError {
     /// Whether trying the same operation again later may succeed without anyone changing anything:
     /// transport failures, timeouts, a held update lock, an update state that another client is
-    /// still changing, a server-side error or overload (HTTP 5xx or 429), a command that exited
+    /// still changing, an update repository the host's updater could not fetch from, a server-side error or overload (HTTP 5xx or 429), a command that exited
     /// with [`EX_TEMPFAIL`], a component download that failed, and a command that could not start for want of a resource (a process
     /// slot, memory, a file descriptor) or because its program was being written. Everything else
     /// needs a different target, another configuration or a human.
@@ -86,6 +90,7 @@ impl HostError {
             HostError::Unreachable { .. }
             | HostError::TimedOut { .. }
             | HostError::Locked { .. }
+            | HostError::RepositoryFailed { .. }
             | HostError::UnexpectedState { .. } => true,
             HostError::Refused { status, .. } => *status >= 500 || *status == 429,
             HostError::CommandFailed { temporary, .. } => *temporary,

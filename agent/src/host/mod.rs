@@ -94,9 +94,9 @@ pub trait HostUpdater: Send + Sync + 'static {
     /// afterwards an unplanned reboot boots what the host runs now, and the host's update
     /// settings are as they were. Idempotent.
     /// - Bottlerocket: undoes an activation of `target` (deactivate-update) and restores
-    ///   `settings.updates.version-lock` and `ignore-waves` to the values the pin replaced. Only
-    ///   the process that pinned knows them: after an agent restart the pin stays until the next
-    ///   stage replaces it. A staged (not activated) image is left in place; it is never booted.
+    ///   `settings.updates.version-lock` and `ignore-waves` to the values the pin replaced (recorded
+    ///   on the host, so also after an agent restart; `activate_and_reboot` restores them too,
+    ///   before the reboot). A staged (not activated) image is left in place; it is never booted.
     /// - command: runs the `unstage` command with `target` as its last argument, if one is
     ///   configured.
     /// - simulated: nothing to undo (a simulated host reboots only when the agent asks, after

@@ -1,11 +1,22 @@
 //! A fake Bottlerocket API on a Unix socket: a small but faithful model of the update state machine
 //! of the Bottlerocket apiserver and `thar-be-updates`.
 //!
+//! Checked against bottlerocket-os/bottlerocket-core-kit at a10182f9 (October 2024):
+//! `sources/api/apiserver/src/server/mod.rs` (routes; `GET /updates/status` takes the update lock
+//! shared and answers 423 when it cannot; `POST /tx/commit_and_apply` answers 422 with nothing
+//! pending; `PATCH /settings` and the actions answer 204), `sources/api/apiserver/src/server/error.rs`
+//! (status codes and messages), `sources/api/apiserver/src/server/controller.rs`
+//! (`dispatch_update_command`: thar-be-updates' exit status to 423, 409 or 404),
+//! `sources/api/thar-be-updates/src/main.rs` (the state machine, the exclusive lock held by the
+//! forked command until it ends, the status written whether the command succeeded or not) and
+//! `sources/api/thar-be-updates/src/status.rs` (the status document field by field, the choice of
+//! the update from the version lock). `agent/tests/bottlerocket_fake.rs` holds the fake to them.
+//!
 //! Modelled as the real one behaves:
 //! - states Idle, Available, Staged, Ready; refresh is allowed in every state (Idle/Available move
 //!   to Available when the version-locked update is offered, else Idle); prepare needs Available or
-//!   Staged (409 otherwise, 404 without a chosen update); activate needs Staged; deactivate needs
-//!   Ready;
+//!   Staged (409 otherwise, 404 without a chosen update); activate needs Staged and deactivate
+//!   Ready (409 otherwise, 404 without a staged image); the lock is checked first (423);
 //! - actions answer 204 at once and run in the background for `command_duration`, holding the
 //!   update lock: meanwhile `GET /updates/status` and every action answer 423; at the end the
 //!   command's result is written to `most_recent_command`;
@@ -17,12 +28,14 @@
 //!   `stale_refreshes_after_commit` the next refreshes after a commit still use the old lock, as
 //!   when they win the race against the rendering.
 //!
-//! `GET /settings` answers the version lock and `ignore-waves`; the agent changes and restores
-//! them through its own transaction, which the settings API serves while an update command holds
-//! the update lock (the lock guards only `/updates` and `/actions`).
+//! `GET /settings` answers the version lock and `ignore-waves`; `GET /tx?tx=` answers a
+//! transaction's pending settings (`{}` when none), `DELETE /tx?tx=` discards them. The agent
+//! changes and restores the settings through its own transactions, which the settings API serves
+//! while an update command holds the update lock (the lock guards only `/updates` and `/actions`).
 //!
 //! Injected faults: a number of 423 answers before the lock "lets go" (`set_locked_answers`), and
-//! failing prepares with an updog-like stderr (`fail_next_prepares`).
+//! refreshes and prepares that fail as updog fails when the repository answers 503
+//! (`fail_next_refreshes`, `fail_next_prepares`; another message with `set_failure_message`).
 //!
 //! Stricter than the real API, to catch agent bugs: `POST /actions/reboot` is refused (409) unless
 //! the state is Ready (the real one reboots in any state). A reboot boots the staging partition,
@@ -109,6 +122,9 @@ struct Host {
     command_duration: Duration,
     locked_answers: usize,
     prepare_failures: usize,
+    refresh_failures: usize,
+    /// The stderr of an injected failure (updog's message).
+    failure_message: Option<String>,
     version_lock: String,
     /// The version lock in the updater's rendered configuration, which refresh uses.
     rendered_version_lock: String,
@@ -175,6 +191,8 @@ impl FakeBottlerocket {
             command_duration: setup.command_duration,
             locked_answers: 0,
             prepare_failures: 0,
+            refresh_failures: 0,
+            failure_message: None,
             rendered_version_lock: version_lock.clone(),
             version_lock,
             stale_refreshes_after_commit: setup.stale_refreshes_after_commit,
@@ -221,9 +239,19 @@ impl FakeBottlerocket {
         self.host().locked_answers = n;
     }
 
-    /// The next `n` prepares fail.
+    /// The next `n` prepares fail as updog fails when the repository answers 503.
     pub fn fail_next_prepares(&self, n: usize) {
         self.host().prepare_failures = n;
+    }
+
+    /// The next `n` refreshes fail as updog fails when the repository answers 503.
+    pub fn fail_next_refreshes(&self, n: usize) {
+        self.host().refresh_failures = n;
+    }
+
+    /// Injected failures write `stderr` instead of the repository's 503.
+    pub fn set_failure_message(&self, stderr: &str) {
+        self.host().failure_message = Some(stderr.to_owned());
     }
 
     pub fn state(&self) -> Option<String> {
@@ -244,6 +272,18 @@ impl FakeBottlerocket {
 
     pub fn ignore_waves(&self) -> bool {
         self.host().ignore_waves
+    }
+
+    /// The settings pending in transaction `tx`, as `key=value` (JSON values), sorted.
+    pub fn pending(&self, tx: &str) -> Vec<String> {
+        let host = self.host();
+        let mut pending: Vec<String> = host
+            .pending
+            .get(tx)
+            .map(|values| values.iter().map(|(key, value)| format!("{key}={value}")).collect())
+            .unwrap_or_default();
+        pending.sort();
+        pending
     }
 
     /// Ends the update commands running now, as if their duration had passed.
@@ -300,8 +340,9 @@ impl Host {
     fn choose(&self) -> Option<String> {
         let lock = self.rendered_version_lock.trim_start_matches('v');
         if lock == "latest" {
-            // The offered list is newest first, as in the update manifest.
-            return self.offered.first().filter(|version| **version != self.running).cloned();
+            // `get_latest_update`: the offered list is newest first, as in the update manifest; the
+            // first newer than the running version. (The manifest's max_version is not modelled.)
+            return self.offered.iter().find(|version| numeric(version) > numeric(&self.running)).cloned();
         }
         if lock == self.running {
             return None;
@@ -341,6 +382,12 @@ fn record(host: &mut Host, cmd_type: &'static str, success: bool, stderr: &str) 
         stderr: stderr.to_owned(),
         timestamp: jiff::Timestamp::now().to_string(),
     });
+}
+
+/// The numbers of a version `x.y.z[-pre][+build]`, for ordering.
+fn numeric(version: &str) -> Vec<u64> {
+    let core = version.trim_start_matches('v').split(['-', '+']).next().unwrap_or_default();
+    core.split('.').map(|part| part.parse().unwrap_or(0)).collect()
 }
 
 /// `latest`, or a semantic version with an optional leading `v`.
@@ -395,6 +442,21 @@ impl Handler for Api {
                 host.status_mut();
                 drop(host);
                 start_command(&self.host, &self.finish_now, |host| {
+                    if host.refresh_failures > 0 {
+                        // thar-be-updates `refresh`: updog failed, the command is recorded as failed
+                        // and the state moves Idle/Available to Idle (other states stay); the list
+                        // of updates and the chosen update are left as they were.
+                        host.refresh_failures -= 1;
+                        let stderr = host.failure_message.clone().unwrap_or_else(|| {
+                            format!("Manifest load error: Failed to fetch https://updates.bottlerocket.aws/2020-07-07/{VARIANT}/{ARCH}/timestamp.json: 503 Service Unavailable\n")
+                        });
+                        let status = host.status_mut();
+                        if matches!(status.state, UpdateState::Idle | UpdateState::Available) {
+                            status.state = UpdateState::Idle;
+                        }
+                        record(host, "refresh", false, &stderr);
+                        return;
+                    }
                     let chosen = host.choose();
                     if host.stale_refreshes_left > 0 {
                         host.stale_refreshes_left -= 1;
@@ -422,10 +484,11 @@ impl Handler for Api {
                 drop(host);
                 start_command(&self.host, &self.finish_now, move |host| {
                     if host.prepare_failures > 0 {
+                        // thar-be-updates `prepare`: the failure is recorded, the state stays.
                         host.prepare_failures -= 1;
-                        let stderr = format!(
+                        let stderr = host.failure_message.clone().unwrap_or_else(|| format!(
                             "Starting update to {chosen}\nFailed to fetch target 'bottlerocket-{VARIANT}-{ARCH}-{chosen}-root.ext4.lz4': 503 Service Unavailable\n"
-                        );
+                        ));
                         record(host, "prepare", false, &stderr);
                         return;
                     }
@@ -456,8 +519,12 @@ impl Handler for Api {
                 text(StatusCode::NO_CONTENT, "")
             }
             (Method::POST, "/actions/deactivate-update") => {
-                if host.status_mut().state != UpdateState::Ready {
+                let status = host.status_mut();
+                if status.state != UpdateState::Ready {
                     return text(StatusCode::CONFLICT, "Update action not allowed according to update state");
+                }
+                if status.staging.is_none() {
+                    return text(StatusCode::NOT_FOUND, "No update image applied to staging partition");
                 }
                 drop(host);
                 start_command(&self.host, &self.finish_now, |host| {
@@ -521,6 +588,21 @@ impl Handler for Api {
                     }
                 }
                 text(StatusCode::NO_CONTENT, "")
+            }
+            (Method::GET, "/tx") => {
+                // An empty Settings (`{}`) when nothing is pending.
+                match host.pending.get(&tx).filter(|pending| !pending.is_empty()) {
+                    Some(pending) => Reply::new(StatusCode::OK, json!({"updates": pending}).to_string()),
+                    None => Reply::new(StatusCode::OK, "{}"),
+                }
+            }
+            (Method::DELETE, "/tx") => {
+                let deleted: Vec<String> = host
+                    .pending
+                    .remove(&tx)
+                    .map(|pending| pending.keys().map(|key| format!("settings.updates.{key}")).collect())
+                    .unwrap_or_default();
+                Reply::new(StatusCode::OK, json!(deleted).to_string())
             }
             (Method::POST, "/tx/commit_and_apply") => {
                 let Some(pending) = host.pending.remove(&tx).filter(|pending| !pending.is_empty()) else {

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod bottlerocket;
+pub mod kube;
 pub mod server;
 pub mod simulated;
 

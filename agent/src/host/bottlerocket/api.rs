@@ -8,27 +8,20 @@
 //!   finishes it writes `most_recent_command` (type, status, timestamp, stderr).
 //! - `GET /updates/status` answers 404 until the first update command after boot (the status file
 //!   lives in `/run`).
-//! - Settings change through a named transaction that `POST /tx/commit_and_apply` makes live; the
-//!   commit answers 422 when the transaction holds no changes. The updater's configuration file is
-//!   rendered from them in the background after the commit, so a refresh right after it may still
-//!   use the old version lock.
+//! - The settings (the version-lock pin) are in [`super::pin`].
 
 use super::BottlerocketConfig;
 use crate::host::http::{self as transport, Answer, Endpoint, TransportError};
 use crate::host::{HostError, text};
 use ::http::{Method, StatusCode};
 use backon::{ExponentialBuilder, Retryable};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
 
 /// Names the service in error messages.
-const SERVICE: &str = "the Bottlerocket API";
-
-/// The settings transaction the agent's changes go through, so that it never commits changes
-/// someone else left pending in the default transaction.
-const TRANSACTION: &str = "update-operator";
+pub(super) const SERVICE: &str = "the Bottlerocket API";
 
 /// `GET /os` (only what the agent uses).
 #[derive(Debug, Clone, Deserialize)]
@@ -152,24 +145,6 @@ enum Attempt {
     Failed(HostError),
 }
 
-/// `settings.updates` (only what the agent sets).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
-pub(super) struct UpdatesSettings {
-    #[serde(rename = "version-lock", skip_serializing_if = "Option::is_none")]
-    pub version_lock: Option<String>,
-    #[serde(rename = "ignore-waves", skip_serializing_if = "Option::is_none")]
-    pub ignore_waves: Option<bool>,
-}
-
-/// Bottlerocket's default `settings.updates.version-lock`: the newest version offered.
-const DEFAULT_VERSION_LOCK: &str = "latest";
-
-#[derive(Debug, Default, Deserialize)]
-struct Settings {
-    #[serde(default)]
-    updates: UpdatesSettings,
-}
-
 /// A client of one host's Bottlerocket API.
 #[derive(Debug, Clone)]
 pub(super) struct Api {
@@ -183,7 +158,7 @@ impl Api {
     }
 
     /// One request, without retries.
-    async fn request(
+    pub(super) async fn request(
         &self,
         operation: &str,
         method: Method,
@@ -316,59 +291,9 @@ impl Api {
             Some(answer) => Err(answer.refusal(SERVICE, ACTION)),
         }
     }
-
-    /// Pins the version the host updates to (`settings.updates.version-lock`) to `target` and
-    /// turns off update waves (the controller paces the rollout itself; waves would only hold
-    /// back a node it already chose). Writes nothing when both are already set; otherwise returns
-    /// the values it replaced, for [`Api::restore_updates_settings`].
-    pub async fn pin_version(&self, target: &str) -> Result<Option<UpdatesSettings>, HostError> {
-        let operation = "reading the update settings (GET /settings)";
-        let path = "/settings?keys=settings.updates.version-lock,settings.updates.ignore-waves";
-        let answer = self.request(operation, Method::GET, path, None).await?;
-        let settings: Settings = expect_json(operation, &answer)?;
-        if settings.updates.version_lock.as_deref() == Some(target) && settings.updates.ignore_waves == Some(true) {
-            return Ok(None);
-        }
-        let pin = UpdatesSettings { version_lock: Some(target.to_owned()), ignore_waves: Some(true) };
-        self.set_updates_settings(&pin, "updates.version-lock").await?;
-        tracing::info!(version_lock = target, "pinned the host's update version");
-        Ok(Some(settings.updates))
-    }
-
-    /// Sets `settings.updates.version-lock` and `ignore-waves` back to `previous`, the values
-    /// [`Api::pin_version`] replaced; a value that was unset goes back to Bottlerocket's default
-    /// (`latest`, waves on).
-    pub async fn restore_updates_settings(&self, previous: &UpdatesSettings) -> Result<(), HostError> {
-        let restored = UpdatesSettings {
-            version_lock: Some(previous.version_lock.clone().unwrap_or_else(|| DEFAULT_VERSION_LOCK.to_owned())),
-            ignore_waves: Some(previous.ignore_waves.unwrap_or(false)),
-        };
-        self.set_updates_settings(&restored, "restoring updates.version-lock").await?;
-        tracing::info!(version_lock = ?restored.version_lock, ignore_waves = ?restored.ignore_waves, "restored the host's update settings");
-        Ok(())
-    }
-
-    /// Writes `settings` through the agent's own transaction and commits it.
-    async fn set_updates_settings(&self, settings: &UpdatesSettings, what: &str) -> Result<(), HostError> {
-        let operation = format!("{what} (PATCH /settings)");
-        let body = serde_json::json!({"updates": settings});
-        let path = format!("/settings?tx={TRANSACTION}");
-        let answer = self.request(&operation, Method::PATCH, &path, Some(body.to_string().into_bytes())).await?;
-        if !answer.status.is_success() {
-            return Err(answer.refusal(SERVICE, &operation));
-        }
-        let operation = format!("committing {what} (POST /tx/commit_and_apply)");
-        let path = format!("/tx/commit_and_apply?tx={TRANSACTION}");
-        let answer = self.request(&operation, Method::POST, &path, None).await?;
-        // 422: nothing pending, the values were already live.
-        if !answer.status.is_success() && answer.status != StatusCode::UNPROCESSABLE_ENTITY {
-            return Err(answer.refusal(SERVICE, &operation));
-        }
-        Ok(())
-    }
 }
 
-fn expect_json<T: serde::de::DeserializeOwned>(operation: &str, answer: &Answer) -> Result<T, HostError> {
+pub(super) fn expect_json<T: serde::de::DeserializeOwned>(operation: &str, answer: &Answer) -> Result<T, HostError> {
     if !answer.status.is_success() {
         return Err(answer.refusal(SERVICE, operation));
     }

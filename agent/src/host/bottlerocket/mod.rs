@@ -6,9 +6,10 @@
 //! `stage(target)` pins the target (`settings.updates.version-lock`), refreshes the list of
 //! updates, checks that the repository offers the target and prepares it, until the status is
 //! `Staged` with the target in the staging partition. `activate_and_reboot(target)` activates the
-//! staged target (`Ready`) and asks for the reboot. `release(target)`, when the controller gave
-//! the target up before the reboot, undoes an activation of the target and restores the version
-//! lock and update waves as they were before the pin.
+//! staged target (`Ready`), restores the version lock and update waves as they were before the
+//! pin, and asks for the reboot. `release(target)`, when the controller gave the target up before
+//! the reboot, undoes an activation of the target and restores the settings the same way. What
+//! the pin replaced is recorded on the host ([`pin`]), so a restarted agent restores it too.
 //!
 //! # Guarantees
 //! - Each method reads the update status first and decides from it, step by step
@@ -22,11 +23,11 @@
 //!   a loop.
 
 mod api;
+mod pin;
 
 use super::{HostError, HostFacts, HostUpdater, KubernetesUpgrade, check_reported_image, read_boot_id};
-use api::{Api, CommandOutcome, CommandStatus, UpdateCommand, UpdateState, UpdateStatus, UpdatesSettings};
+use api::{Api, CommandOutcome, CommandStatus, UpdateCommand, UpdateState, UpdateStatus};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// At most this many steps (status read plus action) per call. A stage from scratch needs four
@@ -105,46 +106,17 @@ impl Default for BottlerocketConfig {
     }
 }
 
-/// A Bottlerocket host, driven through its API.
+/// A Bottlerocket host, driven through its API. Holds no state of its own: what the version-lock
+/// pin replaced is recorded on the host ([`pin`]).
 #[derive(Debug, Clone)]
 pub struct BottlerocketHost {
     api: Api,
     config: BottlerocketConfig,
-    /// The pin this process set and what it replaced, until [`HostUpdater::release`] restores it.
-    pin: Arc<Mutex<Option<Pin>>>,
-}
-
-/// A version lock this process set.
-#[derive(Debug, Clone)]
-struct Pin {
-    /// The version pinned last.
-    target: String,
-    /// The settings before this process pinned anything.
-    replaced: UpdatesSettings,
 }
 
 impl BottlerocketHost {
     pub fn new(config: BottlerocketConfig) -> Self {
-        BottlerocketHost { api: Api::new(config.clone()), config, pin: Arc::default() }
-    }
-
-    /// The pin record. A panic while it was held left a whole value behind (every write is one
-    /// assignment), so a poisoned lock is used as it is.
-    fn pin(&self) -> std::sync::MutexGuard<'_, Option<Pin>> {
-        self.pin.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Pins `target`, remembering what the first pin of this process replaced. `true` when the
-    /// settings changed.
-    async fn pin_version(&self, target: &str) -> Result<bool, HostError> {
-        let Some(replaced) = self.api.pin_version(target).await? else { return Ok(false) };
-        let mut pin = self.pin();
-        match pin.as_mut() {
-            // Pinned before (another target): what is to be restored is what the first pin replaced.
-            Some(pin) => pin.target = target.to_owned(),
-            None => *pin = Some(Pin { target: target.to_owned(), replaced }),
-        }
-        Ok(true)
+        BottlerocketHost { api: Api::new(config.clone()), config }
     }
 
     /// Runs an update command to its end. `Ok(true)` when it ran and succeeded, `Ok(false)` when
@@ -157,7 +129,14 @@ impl BottlerocketHost {
         match self.api.run_command(command, timeout).await? {
             CommandOutcome::Finished(result) if result.cmd_status == CommandStatus::Success => Ok(true),
             CommandOutcome::Finished(result) => {
-                Err(HostError::StepFailed { step: step.to_owned(), message: result.failure_message() })
+                let (step, message) = (step.to_owned(), result.failure_message());
+                match command {
+                    // updog fetches from the update repository in both: a failure there may pass.
+                    UpdateCommand::Refresh | UpdateCommand::Prepare if !updater_misconfigured(&result) => {
+                        Err(HostError::RepositoryFailed { step, message })
+                    }
+                    _ => Err(HostError::StepFailed { step, message }),
+                }
             }
             CommandOutcome::Refused { status, message } => {
                 tracing::info!(action = command.action_name(), %status, message, "refused in the current update state; reading the status again");
@@ -205,7 +184,7 @@ impl HostUpdater for BottlerocketHost {
             match step {
                 StageStep::Done => return Ok(()),
                 StageStep::Pin => {
-                    progress.pin_changed = self.pin_version(target).await?;
+                    progress.pin_changed = pin::pin(&self.api, target).await?;
                     progress.pinned = true;
                 }
                 StageStep::Refresh => {
@@ -237,6 +216,9 @@ impl HostUpdater for BottlerocketHost {
             tracing::debug!(target, ?step, "activating");
             match step {
                 ActivateStep::Reboot => {
+                    // The step ends here: the activated target boots whatever the version lock
+                    // says, so the administrator's update settings are back before the reboot.
+                    pin::restore(&self.api, target).await?;
                     self.api.reboot().await?;
                     tracing::info!(target, "reboot under way");
                     return Ok(());
@@ -269,14 +251,7 @@ impl HostUpdater for BottlerocketHost {
         }
         // IMPORTANT: restore the settings before anything that needs the update lock: a cancelled
         // prepare may hold it for minutes, and the settings do not need it.
-        let ours = self.pin().clone().filter(|pin| pin.target == target);
-        if let Some(pin) = ours {
-            self.api.restore_updates_settings(&pin.replaced).await?;
-            let mut current = self.pin();
-            if current.as_ref().is_some_and(|current| current.target == target) {
-                *current = None;
-            }
-        }
+        pin::restore(&self.api, target).await?;
         let mut deactivated = false;
         for _ in 0..MAX_STEPS {
             let status = self.api.status().await?;
@@ -296,6 +271,27 @@ impl HostUpdater for BottlerocketHost {
         }
         Err(unsettled(format!("releasing {target}")))
     }
+}
+
+/// Whether a failed refresh or prepare failed for a reason another attempt cannot change: the
+/// updater's configuration, the host's partitions or trusted root. The messages are updog's (its
+/// `Error` display strings in bottlerocket-core-kit `sources/updater/updog/src/error.rs`), which
+/// `thar-be-updates` records as the command's stderr. Everything else (the repository unreachable,
+/// an HTTP error answer, a transfer cut short, metadata that failed to load) is worth retrying.
+fn updater_misconfigured(result: &api::CommandResult) -> bool {
+    const PERMANENT: &[&str] = &[
+        "Bad version string",
+        "Failed to parse config file",
+        "Failed to read config file",
+        "Unable to parse proxy setting",
+        "as a URL",
+        "Failed to open trusted root metadata file",
+        "Could not find inactive partition set",
+        "Failed to read OS disk partition table",
+        "Invalid target name",
+    ];
+    let stderr = result.stderr.as_deref().unwrap_or_default();
+    PERMANENT.iter().any(|marker| stderr.contains(marker))
 }
 
 fn unsettled(operation: String) -> HostError {

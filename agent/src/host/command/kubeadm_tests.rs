@@ -246,3 +246,21 @@ async fn an_unreachable_artifact_server_is_a_transient_error_and_installs_nothin
     assert!(fixture.kubeadm_calls().is_empty());
     assert_eq!(fixture.installed(PATCH_PATH), None);
 }
+
+#[tokio::test]
+async fn an_upgrade_whose_component_urls_redirect_as_dl_k8s_io_does_completes() {
+    let fixture = Fixture::new();
+    let files = artifacts(fixture.kubeadm(0, "ok"));
+    // The CDN serves the artifacts under another path; the origin only redirects there.
+    let cdn_files: HashMap<String, Vec<u8>> =
+        files.iter().map(|(path, body)| (format!("/release/v1.34.1/bin/linux/amd64{path}"), body.clone())).collect();
+    let cdn = serve(cdn_files).await;
+    let redirects: HashMap<String, Vec<u8>> = files
+        .keys()
+        .map(|path| (path.clone(), format!("REDIRECT {cdn}/release/v1.34.1/bin/linux/amd64{path}").into_bytes()))
+        .collect();
+    let release = release(&serve(redirects).await, &files);
+    fixture.host().upgrade_kubernetes(&upgrade(Role::Worker, &release)).await.unwrap();
+    assert_eq!(fixture.installed("/usr/local/bin/kubelet").as_deref(), Some(&b"kubelet v1.34.1"[..]));
+    assert_eq!(fixture.kubeadm_calls().len(), 1);
+}
