@@ -500,15 +500,17 @@ impl Controller {
         if patch.is_empty() {
             return true;
         }
+        // The drain stops before the node is uncordoned (the executor's rule): never evicting from a node that
+        // is schedulable again.
+        if matches!(action, Action::Release) {
+            self.drains.stop(node.name());
+        }
         let api: Api<SlimNode> = Api::all(self.context.client.clone());
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
         match term.fence(api.patch(node.name(), &params, &Patch::Merge(patch.to_json()))).await {
             Ok(Ok(mut written)) => {
                 written.trim();
                 tracing::info!(node = %node.name(), nodeop = key, ?action, "node updated");
-                if matches!(action, Action::Release) {
-                    self.drains.stop(node.name());
-                }
                 self.context.writes.record(node.name(), node.resource_version(), written);
                 true
             }

@@ -13,6 +13,8 @@ struct Context<'a> {
     /// The spec the rollout acts on (None: no valid spec is known).
     spec: Option<&'a ValidSpec>,
     counts: &'a Counts,
+    /// What the flow that asks moves nodes to, for messages: the image, or `Kubernetes vX.Y.Z`.
+    target: Option<&'a str>,
     /// Nodes blocked because their drain timed out or failed.
     drain_timeouts: usize,
     now: Timestamp,
@@ -36,14 +38,18 @@ const GATES: [fn(&Context<'_>) -> Option<Closed>; 5] = [
 ];
 
 /// The first closed gate of `rollout`, if any.
+///
+/// `target` names what the asking flow moves nodes to (`None`: the spec's image), so that a failed Kubernetes
+/// upgrade is not reported as a failed image update.
 pub(super) fn closed(
     rollout: &Rollout,
     spec: Option<&ValidSpec>,
+    target: Option<&str>,
     counts: &Counts,
     drain_timeouts: usize,
     now: Timestamp,
 ) -> Option<Closed> {
-    let context = Context { rollout, spec, counts, drain_timeouts, now };
+    let context = Context { rollout, spec, counts, target, drain_timeouts, now };
     GATES.iter().find_map(|gate| gate(&context))
 }
 
@@ -86,7 +92,9 @@ fn failure_budget(c: &Context<'_>) -> Option<Closed> {
     (c.counts.failed >= spec.policy.failure_budget).then(|| {
         let message = format!(
             "{} node(s) failed to update to {}; the failure budget is {}",
-            c.counts.failed, spec.target, spec.policy.failure_budget
+            c.counts.failed,
+            c.target.unwrap_or(&spec.target),
+            spec.policy.failure_budget
         );
         (Hold::new(Reason::FailureBudgetExhausted, message), None)
     })
@@ -112,7 +120,7 @@ mod tests {
     fn every_gate_is_open_for_a_plain_valid_spec() {
         let rollout = rollout_with(Policy::default());
         let spec = rollout.spec.acting().cloned();
-        assert_eq!(closed(&rollout, spec.as_deref(), &counts(0), 0, t(0)), None);
+        assert_eq!(closed(&rollout, spec.as_deref(), None, &counts(0), 0, t(0)), None);
     }
 
     #[test]
@@ -121,7 +129,7 @@ mod tests {
             rollout_with(Policy { paused: true, on_drain_timeout: DrainTimeoutAction::Stop, ..Policy::default() });
         let spec = rollout.spec.acting().cloned();
         // Paused, the budget spent and a drain timeout with Stop: Paused comes first.
-        let (hold, _) = closed(&rollout, spec.as_deref(), &counts(1), 1, t(0)).unwrap();
+        let (hold, _) = closed(&rollout, spec.as_deref(), None, &counts(1), 1, t(0)).unwrap();
         assert_eq!(hold.reason, Reason::Paused);
         // An invalid spec comes before everything, and says the last valid one still finishes.
         let invalid = Rollout {
@@ -129,7 +137,7 @@ mod tests {
             spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: spec.clone() },
             kubernetes: None,
         };
-        let (hold, _) = closed(&invalid, spec.as_deref(), &counts(1), 1, t(0)).unwrap();
+        let (hold, _) = closed(&invalid, spec.as_deref(), None, &counts(1), 1, t(0)).unwrap();
         assert_eq!(hold.reason, Reason::InvalidSpec);
         assert!(hold.message.contains("spec.image: bad") && hold.message.contains("generation 1"), "{}", hold.message);
         let unknown = Rollout {
@@ -137,13 +145,13 @@ mod tests {
             spec: SpecState::Invalid { errors: vec!["x".into()], last_valid: None },
             kubernetes: None,
         };
-        let (hold, _) = closed(&unknown, None, &counts(0), 0, t(0)).unwrap();
+        let (hold, _) = closed(&unknown, None, None, &counts(0), 0, t(0)).unwrap();
         assert!(hold.message.contains("touches no node"), "{}", hold.message);
     }
 
     #[test]
     fn without_a_spec_only_the_invalid_spec_gate_can_close() {
         let valid = rollout_with(Policy::default());
-        assert_eq!(closed(&valid, None, &counts(5), 5, t(0)), None);
+        assert_eq!(closed(&valid, None, None, &counts(5), 5, t(0)), None);
     }
 }

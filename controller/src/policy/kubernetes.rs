@@ -129,7 +129,8 @@ pub(super) fn plan_rollout(
     start_heirs(&mut plan, &members_k, target, now);
     let drain_timeouts =
         members_k.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
-    if let Some((hold, wake)) = gates::closed(rollout, Some(spec), &plan.counts, drain_timeouts, now)
+    let described = format!("Kubernetes {}", target.version);
+    if let Some((hold, wake)) = gates::closed(rollout, Some(spec), Some(&described), &plan.counts, drain_timeouts, now)
         && plan.counts.outdated > 0
     {
         plan.hold = Some(hold);
@@ -710,8 +711,14 @@ mod tests {
         assert!(matches!(p.actions[0].kind, ActionKind::Fail { .. }));
         let policy = Policy::default();
         let late = t(0).checked_add(policy.stage_timeout + policy.reboot_timeout).unwrap();
-        let p = run(&nodes, upgrade("v1.33.5"), policy, late);
+        let p = run(&nodes, upgrade("v1.33.5"), policy.clone(), late);
         assert_eq!(p.actions[0].reason, Reason::KubernetesUpgradeTimedOut);
+        // The failure budget spent by a failed Kubernetes upgrade says so, not "failed to update to <image>".
+        let marked = with_intent(cp("cp-0"), Step::Failed, "v1.34.1", "k1", t(0));
+        let p = run(&[marked, cp("cp-1")], upgrade("v1.33.5"), policy, late);
+        let hold = p.hold.expect("held by the failure budget");
+        assert_eq!(hold.reason, Reason::FailureBudgetExhausted);
+        assert!(hold.message.contains("failed to update to Kubernetes v1.34.1"), "{}", hold.message);
     }
 
     /// A node in the kubeadm step whose upgrade is no longer asked for (`kubernetesClusterVersion` removed, the

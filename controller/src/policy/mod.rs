@@ -860,7 +860,7 @@ fn open_gates<'r>(
 ) -> Option<&'r ValidSpec> {
     let Some(spec) = rollout.spec.acting() else {
         // Without a spec to act on the rollout selects no node; the gate says why.
-        plan.hold = gates::closed(rollout, None, &plan.counts, 0, now).map(|(hold, _)| hold);
+        plan.hold = gates::closed(rollout, None, None, &plan.counts, 0, now).map(|(hold, _)| hold);
         return None;
     };
     for (node, older) in overlap {
@@ -877,7 +877,7 @@ fn open_gates<'r>(
     }
     plan.held.sort_by(|a, b| a.node.cmp(&b.node));
 
-    match gates::closed(rollout, Some(spec), &plan.counts, drain_timeouts, now) {
+    match gates::closed(rollout, Some(spec), None, &plan.counts, drain_timeouts, now) {
         // An invalid spec is said even when nothing is outdated; the other gates matter only when
         // something would start.
         Some((hold, wake)) if plan.counts.outdated > 0 || hold.reason == Reason::InvalidSpec => {
