@@ -711,6 +711,14 @@ fn assess_node(
             replacement::wind_down(node, &context, reason, &default_policy, now)
                 .unwrap_or_else(|| assess::assess(node, Owner::Nobody { reason }, &default_policy, now))
         }
+        // A replacement in flight whose group the cloud has not told yet (a new leader's first rounds): it keeps
+        // its slot and waits for the answer; it is not a step this controller does not drive.
+        (_, None) if replacing && fleet.unresolved.contains(&node.name) => {
+            let since = node.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).map(|i| i.since);
+            let mut waiting = Assessment::new(Situation::InFlight { step: Step::Replace, since: since.unwrap_or(now) });
+            waiting.waiting = Some("the cloud to tell the node's scaling group (asked again shortly)".to_owned());
+            waiting
+        }
         // A replacement in flight finishes whoever manages the node now: its instance exists.
         (_, Some(context)) if replacing => {
             let target = node.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).map(|i| i.target.as_str());

@@ -1147,6 +1147,21 @@ mod tests {
         assert_eq!(p.hold.map(|h| h.reason), Some(Reason::WaitingForControlPlane));
     }
 
+    /// A new leader's first rounds, before the cloud told the group of a donor whose replacement is under way: the
+    /// donor keeps its slot and waits, named; no `UnsupportedStep` warning for a step this controller drives.
+    #[test]
+    fn a_donor_whose_group_is_not_known_yet_waits_in_flight_without_a_warning() {
+        let mut f = fleet(&[("a", false, TARGET)]);
+        let donor = NodeView { group: None, ..replacing(in_group("a1", "a")) };
+        f.unresolved.insert("a1".into());
+        let p = run(&[donor.clone(), node("w1")], &f, policy(1, 1), t(5));
+        assert!(p.actions.iter().all(|a| a.reason != Reason::UnsupportedStep), "{:?}", p.actions);
+        assert!(p.actions.iter().all(|a| !a.starts_node()), "its slot is held: {:?}", p.actions);
+        let waiting = p.in_flight.iter().find(|i| i.node == "a1").and_then(|i| i.waiting_on.clone());
+        assert!(waiting.is_some_and(|w| w.contains("scaling group")));
+        assert_eq!(p.counts.in_progress, 1);
+    }
+
     #[test]
     fn joining_heirs_are_extra_capacity_and_surge_is_held_until_the_old_instance_is_gone() {
         let mut f = fleet(&[("a", false, TARGET)]);
