@@ -2,8 +2,9 @@
 //! math extensions, and the Kubernetes libraries cel-rust lacks, registered as functions.
 //!
 //! Checked against kubernetes/kubernetes `staging/src/k8s.io/apiserver/pkg/cel/library/lists.go` (`isSorted`,
-//! `sum`, `min`, `max`, `indexOf`, `lastIndexOf`) and `regex.go` (`find`, `findAll`). The quantity, URL, IP, CIDR, format and semver libraries are not implemented: a rule calling them
-//! is accepted (as the real server accepts it) and fails when evaluated, so the object is refused
+//! `sum`, `min`, `max`, `indexOf`, `lastIndexOf`) and `regex.go` (`find`, `findAll`); `quantity.go` is
+//! [`super::quantity`]. The URL, IP, CIDR, format and semver libraries are not implemented: a rule calling them is
+//! accepted (as the real server accepts it) and fails when evaluated, so the object is refused
 //! (docs/dev-cluster.md).
 
 use cel::common::types::{INT_TYPE, LIST_TYPE, STRING_TYPE};
@@ -19,11 +20,12 @@ type Extension = fn(&mut Env) -> Result<(), cel::DeclarationError>;
 /// The environment every CRD rule is compiled and run in.
 pub static ENVIRONMENT: LazyLock<Arc<Env>> = LazyLock::new(|| {
     let mut env = Env::stdlib();
-    let extensions: [(&str, Extension); 4] = [
+    let extensions: [(&str, Extension); 5] = [
         ("strings", cel::extensions::strings),
         ("lists", cel::extensions::lists),
         ("math", cel::extensions::math),
         ("kubernetes lists and regex", kubernetes),
+        ("kubernetes quantity", super::quantity::register),
     ];
     for (name, extension) in extensions {
         if let Err(error) = env.add_extension(extension) {

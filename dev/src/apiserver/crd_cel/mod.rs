@@ -24,6 +24,7 @@
 
 pub mod compile;
 pub mod library;
+pub mod quantity;
 
 use crate::apiserver::schema::{ErrorKind, FieldError};
 use cel::objects::OptionalValue;

@@ -167,3 +167,20 @@ fn field_paths_normalize_as_upstream() {
     assert_eq!(normalized(spec, "['mode']").as_deref(), Some("mode"));
     assert_eq!(normalized(spec, ".nothing"), None);
 }
+
+#[test]
+fn the_kubernetes_quantity_functions_work() {
+    let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "x-kubernetes-validations": [
+        {"rule": "isQuantity(self.mem) && !isQuantity('1kk') && quantity(self.mem).isLessThan(quantity('2Gi'))"},
+        {"rule": "quantity('1k') == quantity('1000') && quantity('1Ki').asInteger() == 1024 && quantity('500m').isInteger() == false"},
+        {"rule": "quantity(self.mem).add(quantity('512Mi')).compareTo(quantity('2Gi')) == 0 && quantity('1').sub(2).sign() == -1"},
+        {"rule": "quantity('1.5').asApproximateFloat() == 1.5 && quantity(self.mem).isGreaterThan(quantity('1G'))"},
+        {"rule": "quantity(self.mem).isGreaterThan(quantity('2Gi'))", "message": "not above 2Gi"}
+    ], "properties": {"mem": {"type": "string"}}}}});
+    let found: Vec<String> =
+        validate(&schema, &json!({"spec": {"mem": "1.5Gi"}}), None).iter().map(ToString::to_string).collect();
+    assert_eq!(found, vec!["spec: Invalid value: \"object\": not above 2Gi"]);
+    let found: Vec<String> =
+        validate(&schema, &json!({"spec": {"mem": "lots"}}), None).iter().map(ToString::to_string).collect();
+    assert!(found[0].starts_with("spec: Invalid value: \"object\": failed rule: isQuantity"), "{found:?}");
+}
