@@ -9,8 +9,8 @@ use cloud::azure::{AzureConfig, AzureProvider, Credential};
 use cloud::conformance::{self, Faults, Fixture};
 use cloud::metrics::CallCounts;
 use cloud::{
-    AwsInstance, CallPolicy, CloudProvider, ClusterTag, Deletion, Error, Governed, GroupId, GroupRole, ImageUpdate,
-    InstanceState, ProviderId,
+    AwsInstance, CallPolicy, CloudProvider, ClusterTag, Creation, Deletion, Error, Governed, GroupId, GroupRole,
+    ImageUpdate, InstanceState, ProviderId,
 };
 use controller::groups::CloudOptions;
 use dev::cloud::azure::{AzureEmulator, AzureFaults, ScaleSetSpec, actions};
@@ -457,5 +457,113 @@ async fn plan_asks_the_azure_provider_only_its_vms_and_forecasts_their_replaceme
     assert!(said.contains("as the cloud told") && !said.contains("taken as outdated"), "{said}");
     let recorded: Vec<&str> = azure.emulator.actions().into_iter().collect();
     assert_eq!(recorded, ["Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read"]);
+    azure.shutdown().await;
+}
+
+/// Issue 28 defect 3: ARM IDs are case-insensitive and list calls spell the resource group otherwise (here in upper
+/// case) than cloud-provider-azure, which writes it in lower case into `spec.providerID`. The groups listed and the
+/// instances created are spelt as the Nodes' provider IDs, so that a new VM's Node is found by its provider ID
+/// (compared as a string where it cannot be parsed), whatever case the group ID was given in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_are_spelt_as_the_nodes_provider_ids_whatever_case_arm_lists_them_in() {
+    let azure = Azure::start(0, &[("workers", GroupRole::Worker, 1)]).await;
+    let provider = azure.provider();
+    let listed = provider.list_groups(&azure.tag()).await.unwrap();
+    let ids: Vec<&str> = listed.iter().map(|g| g.id.as_str()).collect();
+    assert_eq!(ids, vec![AzureEmulator::scale_set_id("workers")], "as the Nodes spell their scale set");
+    // A group ID in the list calls' spelling.
+    let upper = GroupId(
+        AzureEmulator::scale_set_id("workers")
+            .replace(dev::cloud::azure::RESOURCE_GROUP, &dev::cloud::azure::RESOURCE_GROUP.to_ascii_uppercase()),
+    );
+    let Creation::Pending(token) = provider.create_instance(&upper).await.unwrap() else {
+        panic!("Azure creations are pending")
+    };
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let created = loop {
+        if let Some(created) = provider.created_instance(&upper, &token).await.unwrap() {
+            break created;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the new VM was never named");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let spelt = created.provider_id.to_string();
+    let store = azure.cluster.store();
+    let node = support::eventually(PATIENCE, "the new VM's Node registered", || {
+        store.api::<Node>().get_opt(None, &created.node_name).ok().flatten()
+    })
+    .await;
+    assert_eq!(node.spec.and_then(|s| s.provider_id).as_deref(), Some(spelt.as_str()));
+    azure.shutdown().await;
+}
+
+/// Issue 28 defect 4: a scale set with overprovisioning on, or an Automatic or Rolling upgrade policy, is refused
+/// with a named error before anything is changed (no PATCH, no deletion); a 409 "conflict with a concurrent
+/// request" (another operation in progress) is throttling, retried, not an invalid request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_sets_with_unsupported_settings_are_refused_and_conflicts_are_retried() {
+    let azure = Azure::start(0, &[("workers", GroupRole::Worker, 1)]).await;
+    let provider = azure.provider();
+    let workers = group("workers");
+    let writes = |emulator: &AzureEmulator| {
+        emulator.calls().iter().filter(|c| c.method == "PATCH" || c.method == "POST").count()
+    };
+    for (overprovision, mode, named) in
+        [(true, "Manual", "overprovision"), (false, "Automatic", "Automatic"), (false, "Rolling", "Rolling")]
+    {
+        assert!(azure.emulator.set_scale_set_settings("workers", overprovision, mode));
+        for result in [
+            provider.create_instance(&workers).await.map(drop),
+            provider.set_group_image(&workers, V2).await.map(drop),
+            provider.group_image(&workers).await.map(drop),
+        ] {
+            match result {
+                Err(Error::Invalid { message }) => {
+                    assert!(
+                        message.contains(cloud::azure::UNSUPPORTED_SETTINGS) && message.contains(named),
+                        "{message}"
+                    )
+                }
+                other => panic!("expected the scale set refused, got {other:?}"),
+            }
+        }
+        assert_eq!(writes(&azure.emulator), 0, "nothing was changed");
+    }
+    assert!(azure.emulator.set_scale_set_settings("workers", false, "Manual"));
+    // Another operation in progress: throttling, and Governed rides it out.
+    azure.emulator.set_faults(AzureFaults { conflicts: Some(1), ..AzureFaults::default() });
+    assert!(matches!(provider.set_group_image(&workers, V2).await, Err(Error::Throttled { .. })));
+    azure.emulator.set_faults(AzureFaults { conflicts: Some(2), ..AzureFaults::default() });
+    let governed = Governed::new(provider, CallPolicy::default(), Arc::new(CallCounts::default()));
+    assert!(matches!(governed.create_instance(&workers).await, Ok(Creation::Pending(_))));
+    azure.shutdown().await;
+}
+
+/// Issue 28 defect 6: ARM pages its lists with `nextLink`; with pages of one resource the provider still lists
+/// every scale set and finds a new VM on the last page of the scale set's VMs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_answered_in_pages_of_one_are_followed_to_the_end() {
+    let azure = Azure::start(0, &[("cp", GroupRole::ControlPlane, 1), ("workers", GroupRole::Worker, 2)]).await;
+    azure.emulator.set_page_size(Some(1));
+    let provider = azure.provider();
+    let listed = provider.list_groups(&azure.tag()).await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, vec!["cp", "workers"]);
+    let lists = |emulator: &AzureEmulator, path_end: &str| {
+        emulator.calls().iter().filter(|c| c.method == "GET" && c.path.ends_with(path_end)).count()
+    };
+    assert_eq!(lists(&azure.emulator, "/virtualMachineScaleSets"), 2, "two scale sets, one a page");
+    let workers = group("workers");
+    let Creation::Pending(token) = provider.create_instance(&workers).await.unwrap() else { panic!() };
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let created = loop {
+        if let Some(created) = provider.created_instance(&workers, &token).await.unwrap() {
+            break created;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the new VM was never named");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(created.provider_id.instance(), "2", "the VM after the two there were, on the third page");
+    assert!(lists(&azure.emulator, "/virtualMachines") >= 5, "the VM lists were read page by page (2 + 3 pages)");
     azure.shutdown().await;
 }

@@ -412,3 +412,108 @@ async fn a_slow_image_change_is_in_progress_until_its_operations_are_done_withou
     emulator.shutdown();
     cluster.shutdown().await;
 }
+
+/// Issue 28 defect 1: a MIG creates an instance after `createInstances` returns. Until then the provider reports
+/// it `Creating` (not `Terminated`, which made the PendingNode give it up at once), the MIG's per-instance errors
+/// (`lastAttempt.errors`) surface as typed errors, also to a provider that did not create it (a restarted
+/// controller), and deleting it before it exists still takes it back from the MIG (`deleteInstances`), so that no
+/// instance appears later as an orphan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_the_mig_has_not_created_yet_is_creating_its_errors_surface_and_its_deletion_reaches_the_mig() {
+    let (cluster, emulator) = setup(0, 0).await;
+    emulator.set_timing(GcpTiming { create: Duration::from_millis(800), ..GcpTiming::default() });
+    let provider = provider(&emulator, emulator.adc_json()).await;
+    let workers = mig("workers");
+    emulator.fail_creations("workers", "QUOTA_EXCEEDED", "Quota 'CPUS' exceeded.  Limit: 24.0 in region europe-west3.");
+    let cloud::Creation::Created(created) = provider.create_instance(&workers).await.unwrap() else {
+        panic!("GCP names its instances")
+    };
+    let id = created.provider_id;
+    // Right after the request: the instance does not exist, the MIG lists it.
+    assert_eq!(emulator.instance_names(ZONE, "workers"), Vec::<String>::new());
+    assert_eq!(emulator.creating_names(ZONE, "workers"), vec![created.node_name.clone()]);
+    assert_eq!(provider.instance_state(&id).await.unwrap(), cloud::InstanceState::Creating);
+    // After the MIG's first failed attempt: its error, to this provider and to a new one.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    match provider.instance_state(&id).await {
+        Err(Error::QuotaExceeded { message }) => assert!(message.contains("QUOTA_EXCEEDED"), "{message}"),
+        other => panic!("expected the MIG's quota error, got {other:?}"),
+    }
+    let restarted = provider_again(&emulator).await;
+    assert!(matches!(restarted.instance_state(&id).await, Err(Error::QuotaExceeded { .. })));
+    // Deleting it reaches the MIG: it is taken back and never created.
+    assert_eq!(restarted.delete_instance(&workers, &id).await.unwrap(), cloud::Deletion::Started);
+    assert_eq!(emulator.calls().get("instanceGroupManagers.deleteInstances"), Some(&1));
+    assert_eq!(emulator.creating_names(ZONE, "workers"), Vec::<String>::new());
+    emulator.clear_faults();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(emulator.instance_names(ZONE, "workers"), Vec::<String>::new());
+    assert_eq!(restarted.instance_state(&id).await.unwrap(), cloud::InstanceState::Terminated);
+    assert_eq!(restarted.delete_instance(&workers, &id).await.unwrap(), cloud::Deletion::AlreadyGone);
+    // Without faults the MIG creates the next one: Creating, then Ready.
+    let cloud::Creation::Created(next) = provider.create_instance(&workers).await.unwrap() else { panic!() };
+    assert_eq!(restarted.instance_state(&next.provider_id).await.unwrap(), cloud::InstanceState::Creating);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match restarted.instance_state(&next.provider_id).await.unwrap() {
+            cloud::InstanceState::Ready => break,
+            cloud::InstanceState::Creating => {}
+            other => panic!("unexpected state {other:?}"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the instance never became Ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    emulator.shutdown();
+    cluster.shutdown().await;
+}
+
+/// Issue 28 defect 2: Compute answers its API rate limits with 403 and reason `rateLimitExceeded` ("Quota exceeded
+/// for quota group …"), not only 429: that is throttling, retried by `Governed`, not `PermissionDenied`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compute_rate_limits_answered_with_403_are_throttling_and_ridden_out() {
+    let (cluster, emulator) = setup(0, 0).await;
+    let provider = provider(&emulator, emulator.adc_json()).await;
+    let workers = mig("workers");
+    emulator.inject(GcpFault::RateLimited403, 1);
+    match provider.group_image(&workers).await {
+        Err(Error::Throttled { retry_after: None, message }) => {
+            assert!(message.contains("Quota exceeded for quota group"), "{message}")
+        }
+        other => panic!("expected Throttled, got {other:?}"),
+    }
+    emulator.inject(GcpFault::RateLimited403, 2);
+    let counts = Arc::new(CallCounts::default());
+    let governed = Governed::new(Arc::new(provider), CallPolicy::default(), counts);
+    assert_eq!(governed.group_image(&workers).await.unwrap(), IMAGE_V1);
+    // A 403 for a missing permission is still PermissionDenied.
+    emulator.forbid("compute.instanceGroupManagers.get");
+    assert!(matches!(governed.group_image(&workers).await, Err(Error::PermissionDenied { .. })));
+    emulator.shutdown();
+    cluster.shutdown().await;
+}
+
+/// Issue 28 defect 6: Compute pages its lists (`maxResults`, `nextPageToken`); with pages of one item the
+/// provider still sees every template, MIG and managed instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_answered_in_pages_of_one_are_followed_to_the_end() {
+    let (cluster, emulator) = setup(0, 2).await;
+    emulator.set_page_size(Some(1));
+    emulator.set_timing(GcpTiming { create: Duration::from_secs(30), ..GcpTiming::default() });
+    let provider = provider(&emulator, emulator.adc_json()).await;
+    let tag = ClusterTag { key: "constellation-uid".into(), value: UID.into() };
+    let groups = provider.list_groups(&tag).await.unwrap();
+    let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, vec!["cp", "workers"]);
+    let calls = emulator.calls();
+    assert_eq!(calls.get("instanceTemplates.list"), Some(&3), "three templates, one a page");
+    assert_eq!(calls.get("instanceGroupManagers.aggregatedList"), Some(&3), "three MIGs, one a page");
+    // The MIG lists the instance being created after its two running ones: on the third page.
+    let cloud::Creation::Created(created) = provider.create_instance(&mig("workers")).await.unwrap() else { panic!() };
+    let before = emulator.calls().get("instanceGroupManagers.listManagedInstances").copied().unwrap_or(0);
+    let restarted = provider_again(&emulator).await;
+    assert_eq!(restarted.instance_state(&created.provider_id).await.unwrap(), cloud::InstanceState::Creating);
+    let after = emulator.calls().get("instanceGroupManagers.listManagedInstances").copied().unwrap_or(0);
+    assert_eq!(after - before, 3, "three managed instances, one a page");
+    emulator.shutdown();
+    cluster.shutdown().await;
+}

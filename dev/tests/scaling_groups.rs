@@ -342,3 +342,29 @@ async fn the_autoscaler_is_paused_while_group_nodes_are_outdated_and_restored_to
     replacer.component.stop(PATIENCE).await.expect("the controller stops cleanly");
     cluster.shutdown().await;
 }
+
+/// Issue 28 defect 5: the instance's Node is found by its provider ID whatever it is named. Constellation names AWS
+/// nodes by instance ID while the cloud answers a creation with the private DNS name: a PendingNode whose
+/// `spec.nodeName` is the cloud's name still reaches its goal, and its `spec.nodeName` is corrected to the Node's
+/// name (the rollout finds the heir by it), instead of the instance being deleted at the join deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_instance_whose_node_has_another_name_is_found_by_its_provider_id() {
+    let cluster = cloud_cluster(&[("workers-a", GroupRole::Worker, 1)]).await;
+    let provider = provider(&cluster);
+    let replacer = start_controller(&cluster, Duration::from_secs(600));
+    let created = create_instance(&provider, "workers-a").await;
+    // What the cloud said the Node would be called.
+    let told = NewInstance { node_name: "ip-10-0-1-23.eu-central-1.compute.internal".into(), ..created.clone() };
+    create_pending(&cluster, &told, "workers-a", PendingNodeGoal::Join, Duration::from_secs(600)).await;
+    let api: Api<PendingNode> = Api::all(cluster.client());
+    eventually("the joining instance reaches its goal", || async {
+        let pending = api.get(&told.node_name).await.unwrap();
+        pending.status.unwrap_or_default().reached_goal
+    })
+    .await;
+    let pending = api.get(&told.node_name).await.unwrap();
+    assert_eq!(pending.spec.node_name, created.node_name, "spec.nodeName names the Node");
+    assert_eq!(provider.instance_state(&created.provider_id).await.unwrap(), InstanceState::Ready);
+    replacer.component.stop(PATIENCE).await.expect("the controller stops cleanly");
+    cluster.shutdown().await;
+}

@@ -146,6 +146,17 @@ fn is_quota(code: &str, message: &str) -> bool {
     ) || (code == "operationnotallowed" && message.to_ascii_lowercase().contains("quota"))
 }
 
+/// Whether a 409 says another operation on the resource is in progress: ARM's `Conflict` ("The request failed due
+/// to conflict with a concurrent request"), `AnotherOperationInProgress`, `OperationPreempted`, or a message naming
+/// an operation in progress.
+fn is_in_progress(code: &str, message: &str) -> bool {
+    let code = code.to_ascii_lowercase();
+    let message = message.to_ascii_lowercase();
+    matches!(code.as_str(), "conflict" | "anotheroperationinprogress" | "operationpreempted")
+        || message.contains("concurrent request")
+        || (message.contains("operation") && message.contains("in progress"))
+}
+
 /// The typed error of a non-2xx ARM answer (see the table in `docs/cloud.md`, `## Azure`).
 pub(crate) fn arm_error(status: u16, headers: &Headers, body: &[u8]) -> Error {
     let detail = serde_json::from_slice::<ErrorResponse>(body).map(|e| e.error).unwrap_or_default();
@@ -158,6 +169,11 @@ pub(crate) fn arm_error(status: u16, headers: &Headers, body: &[u8]) -> Error {
         401 | 403 => Error::PermissionDenied { message },
         404 => Error::NotFound { message },
         400 | 409 if is_quota(&code, &detail.message) => Error::QuotaExceeded { message },
+        // Another operation on the resource is in progress: nothing was done, try again (cloud-provider-azure
+        // retries these after 5 s, kubernetes-sigs/cloud-provider-azure#2386).
+        409 if is_in_progress(&code, &detail.message) => {
+            Error::Throttled { message, retry_after: retry_after(headers) }
+        }
         400 | 409 | 422 => Error::Invalid { message },
         408 | 500..=599 => Error::transient(message),
         _ => Error::permanent(message),
@@ -199,6 +215,14 @@ mod tests {
             Error::QuotaExceeded { .. }
         ));
         assert!(matches!(error(409, "OperationNotAllowed", "VM is being deleted", None), Error::Invalid { .. }));
+        assert!(matches!(
+            error(409, "Conflict", "The request failed due to conflict with a concurrent request.", None),
+            Error::Throttled { .. }
+        ));
+        assert!(matches!(
+            error(409, "OperationNotAllowed", "Another operation (Updating) is in progress, please wait", None),
+            Error::Throttled { .. }
+        ));
         assert!(matches!(error(400, "InvalidParameter", "bad", None), Error::Invalid { .. }));
         assert!(matches!(error(503, "ServiceUnavailable", "", None), Error::Transient { .. }));
         assert!(matches!(error(302, "", "", None), Error::Permanent { .. }));

@@ -295,6 +295,54 @@ fn credential(config: &AzureConfig, http: Arc<dyn HttpClient>) -> Result<Arc<dyn
     built.map_err(|e| Error::invalid(format!("Azure credentials: {e}")))
 }
 
+/// The error code that names a scale set whose settings the provider refuses to act on.
+pub const UNSUPPORTED_SETTINGS: &str = "UnsupportedScaleSetSettings";
+
+/// Refuses a scale set whose settings defeat the replacement, before anything is changed:
+/// - `overprovision` on (Azure's default when absent): a scale-out creates extra VMs and deletes the surplus, so
+///   the "lowest new instance ID" a creation is matched to may be a VM Azure deletes;
+/// - `upgradePolicy.mode` `Automatic` or `Rolling`: an image change of the model is rolled to every existing VM
+///   by Azure, behind the rollout's back (`Manual`, the default, leaves them alone).
+///
+/// (Microsoft.Compute 2024-07-01 `VirtualMachineScaleSetProperties.overprovision`, `UpgradePolicy.mode`;
+/// Constellation creates its scale sets with overprovisioning off and a manual upgrade policy.)
+fn check_settings(name: &str, scale_set: &ScaleSet) -> Result<()> {
+    let properties = &scale_set.properties;
+    let mut wrong = Vec::new();
+    if properties.overprovision != Some(false) {
+        wrong.push("overprovision is on (set properties.overprovision to false)".to_owned());
+    }
+    let mode = properties.upgrade_policy.as_ref().and_then(|p| p.mode.as_deref()).unwrap_or("Manual");
+    if !mode.eq_ignore_ascii_case("Manual") {
+        wrong.push(format!("upgradePolicy.mode is {mode} (set it to Manual)"));
+    }
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    Err(Error::invalid(format!("{UNSUPPORTED_SETTINGS}: scale set {name}: {}; nothing was changed", wrong.join(", "))))
+}
+
+/// A scale set VM's ID spelt as cloud-provider-azure writes it into `spec.providerID`: the resource group in
+/// lower case (`convertResourceGroupNameToLower`, kubernetes-sigs/cloud-provider-azure `pkg/provider/azure_wrap.go`),
+/// the rest as given. ARM IDs are case-insensitive ([`ProviderId`] compares them so), but Nodes are matched by
+/// their `spec.providerID` string in places that cannot parse it (PendingNodes' watch, the replacer's sets), so the
+/// IDs this provider hands out are spelt as the Nodes'.
+fn node_spelling(mut vm: AzureScaleSetVm) -> AzureScaleSetVm {
+    vm.resource_group = vm.resource_group.to_ascii_lowercase();
+    vm
+}
+
+/// The scale set's ID spelt as [`node_spelling`] spells its VMs'.
+fn node_spelling_of_scale_set(scale_set: &ScaleSetRef) -> String {
+    node_spelling(AzureScaleSetVm {
+        subscription: scale_set.subscription.clone(),
+        resource_group: scale_set.resource_group.clone(),
+        scale_set: scale_set.name.clone(),
+        instance_id: String::new(),
+    })
+    .scale_set_id()
+}
+
 fn azure_vm(instance: &ProviderId) -> Result<&AzureScaleSetVm> {
     match instance {
         ProviderId::Azure(vm) => Ok(vm),
@@ -377,6 +425,7 @@ impl CloudProvider for AzureProvider {
     async fn create_instance(&self, group: &GroupId) -> Result<Creation> {
         let target = ScaleSetRef::parse(group)?;
         let scale_set: ScaleSet = self.arm.get(&target.path(), "a scale set").await?;
+        check_settings(&target.name, &scale_set)?;
         let capacity = scale_set.sku.capacity.unwrap_or(0);
         let max = tag_number(&scale_set, MAX_TAG).unwrap_or(DEFAULT_MAX);
         if capacity >= u64::from(max) {
@@ -406,12 +455,12 @@ impl CloudProvider for AzureProvider {
             let Some(name) = vm.properties.os_profile.as_ref().and_then(|o| o.computer_name.as_deref()) else {
                 return Ok(None);
             };
-            let provider_id = ProviderId::Azure(AzureScaleSetVm {
+            let provider_id = ProviderId::Azure(node_spelling(AzureScaleSetVm {
                 subscription: target.subscription,
                 resource_group: target.resource_group,
                 scale_set: target.name,
                 instance_id: id.to_string(),
-            });
+            }));
             return Ok(Some(NewInstance { provider_id, node_name: name.to_ascii_lowercase() }));
         }
         if let Some(operation) = &parsed.operation {
@@ -458,6 +507,8 @@ impl CloudProvider for AzureProvider {
     async fn group_image(&self, group: &GroupId) -> Result<String> {
         let target = ScaleSetRef::parse(group)?;
         let scale_set: ScaleSet = self.arm.get(&target.path(), "a scale set").await?;
+        // Refused here too, so that the ScalingGroup's Synced condition names the settings before any change.
+        check_settings(&target.name, &scale_set)?;
         model_image(&scale_set)
             .and_then(|r| r.image())
             .ok_or_else(|| Error::permanent(format!("scale set {} has no image in its model", target.name)))
@@ -484,6 +535,7 @@ impl CloudProvider for AzureProvider {
             };
         }
         let scale_set: ScaleSet = self.arm.get(&target.path(), "a scale set").await?;
+        check_settings(&target.name, &scale_set)?;
         if model_image(&scale_set).is_some_and(|current| current.same_image(&wanted)) {
             return Ok(if succeeded(scale_set.properties.provisioning_state.as_deref()) {
                 ImageUpdate::Applied
@@ -523,8 +575,13 @@ impl CloudProvider for AzureProvider {
                     Some("control-plane" | "controlplane") => GroupRole::ControlPlane,
                     _ => GroupRole::Worker,
                 };
+                // List calls may spell the resource group in upper case: the group ID is spelt as the scale set
+                // of its Nodes' provider IDs is (`controller::groups::instances::named_group`).
+                let id = ScaleSetRef::parse(&GroupId(scale_set.id.clone()))
+                    .map(|r| GroupId(node_spelling_of_scale_set(&r)))
+                    .unwrap_or_else(|_| GroupId(scale_set.id.clone()));
                 groups.push(GroupInfo {
-                    id: GroupId(scale_set.id.clone()),
+                    id,
                     name: label(&scale_set.name),
                     role,
                     autoscaler_group_name: scale_set.name.clone(),

@@ -65,6 +65,22 @@ pub struct ScaleSetProperties {
     /// The model new VMs are created from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub virtual_machine_profile: Option<VmProfile>,
+    /// Whether Azure creates extra VMs on a scale-out and deletes the surplus (`overprovision`; Azure's default
+    /// for uniform scale sets is on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overprovision: Option<bool>,
+    /// How model changes reach existing VMs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_policy: Option<UpgradePolicy>,
+}
+
+/// A scale set's `upgradePolicy` (Microsoft.Compute 2024-07-01 `UpgradePolicy`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradePolicy {
+    /// `Manual` (the default), `Automatic` or `Rolling`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// A scale set's VM model.

@@ -10,7 +10,7 @@ use std::time::Duration;
 ///
 /// | Answer | Error |
 /// |---|---|
-/// | 429, or 403 with reason `rateLimitExceeded` / `RATE_LIMIT_EXCEEDED` / `userRateLimitExceeded` | `Throttled` (with `Retry-After`) |
+/// | 429, or 403 with reason `rateLimitExceeded` / `RATE_LIMIT_EXCEEDED` / `userRateLimitExceeded` or a rate-limit message (`Quota exceeded for quota group …`) | `Throttled` (with `Retry-After`) |
 /// | 403 with a quota message (`Quota 'CPUS' exceeded`) or reason `quotaExceeded` / `QUOTA_EXCEEDED` | `QuotaExceeded` |
 /// | other 403, 401, credentials refused | `PermissionDenied` |
 /// | 404 | `NotFound` |
@@ -66,7 +66,8 @@ fn describe(error: &google_cloud_gax::error::Error) -> String {
 /// An HTTP error status with the reasons of its `ErrorInfo` details (see [`from_gax`]).
 fn from_status(code: u16, reasons: &[String], message: String, retry_after: Option<Duration>) -> Error {
     let has = |wanted: &[&str]| reasons.iter().any(|r| wanted.iter().any(|w| r.eq_ignore_ascii_case(w)));
-    let rate_limited = has(&["rateLimitExceeded", "RATE_LIMIT_EXCEEDED", "userRateLimitExceeded"]);
+    let rate_limited =
+        has(&["rateLimitExceeded", "RATE_LIMIT_EXCEEDED", "userRateLimitExceeded"]) || is_rate_limit_message(&message);
     let quota = has(&["quotaExceeded", "QUOTA_EXCEEDED"]) || is_quota_message(&message);
     match code {
         429 => Error::Throttled { message, retry_after },
@@ -78,6 +79,20 @@ fn from_status(code: u16, reasons: &[String], message: String, retry_after: Opti
         412 | 500..=599 => Error::Transient { message, source: None },
         _ => Error::Permanent { message, source: None },
     }
+}
+
+/// Compute's API rate-limit messages. Compute answers its rate limits with 403 and the legacy reason
+/// `rateLimitExceeded` in `error.errors[]`, which the client does not keep (it parses `code`, `message`, `status` and
+/// `details` only), so the message is what is left: `Quota exceeded for quota group 'ReadGroup' and limit 'Read
+/// requests per user per 100 seconds' of service 'compute.googleapis.com' …` (hashicorp/terraform-provider-google
+/// #8360, #8955; Google's retry predicates in that provider match these texts too), `Quota exceeded for quota metric
+/// 'Queries' and limit 'Queries per minute' …`, `Rate Limit Exceeded`. Resource quotas (`Quota 'CPUS' exceeded`)
+/// are another text.
+fn is_rate_limit_message(message: &str) -> bool {
+    message.contains("Quota exceeded for quota group")
+        || message.contains("Quota exceeded for quota metric")
+        || message.contains("Rate Limit Exceeded")
+        || message.contains("User Rate Limit Exceeded")
 }
 
 /// Compute's resource-quota messages: `Quota 'CPUS' exceeded. Limit: 24.0 in region us-central1.`
@@ -111,6 +126,17 @@ pub fn from_operation(what: &str, operation: &Operation) -> Option<Error> {
     })
 }
 
+/// The error of a MIG's failed attempt to create an instance (`lastAttempt.errors`): quota and stock-outs
+/// (`QUOTA_EXCEEDED`, `ZONE_RESOURCE_POOL_EXHAUSTED*`) are `QuotaExceeded`; anything else `Transient`, since the MIG
+/// keeps retrying.
+pub fn from_creation_error(code: &str, message: String) -> Error {
+    if code == "QUOTA_EXCEEDED" || code.starts_with("ZONE_RESOURCE_POOL_EXHAUSTED") {
+        Error::QuotaExceeded { message }
+    } else {
+        Error::Transient { message, source: None }
+    }
+}
+
 /// Whether the operation's error is `RESOURCE_ALREADY_EXISTS` (an insert that an earlier call already made).
 pub fn already_exists(operation: &Operation) -> bool {
     operation
@@ -127,8 +153,20 @@ mod tests {
 
     #[test]
     fn http_answers_map_to_typed_errors() {
-        let cases: [(u16, &[&str], &str, Outcome); 12] = [
+        let cases: [(u16, &[&str], &str, Outcome); 14] = [
             (429, &[], "Rate Limit Exceeded", Outcome::Throttled),
+            (
+                403,
+                &[],
+                "x: Quota exceeded for quota group 'ReadGroup' and limit 'Read requests per 100 seconds' of service 'compute.googleapis.com' for consumer 'project_number:1'.",
+                Outcome::Throttled,
+            ),
+            (
+                403,
+                &[],
+                "x: Quota exceeded for quota metric 'Queries' and limit 'Queries per minute'",
+                Outcome::Throttled,
+            ),
             (403, &["RATE_LIMIT_EXCEEDED"], "Quota exceeded for quota metric 'Read requests'", Outcome::Throttled),
             (403, &["rateLimitExceeded"], "x", Outcome::Throttled),
             (403, &[], "Quota 'CPUS' exceeded. Limit: 24.0 in region us-central1.", Outcome::QuotaExceeded),

@@ -16,6 +16,7 @@
 //!   them.
 
 mod errors;
+mod membership;
 pub mod names;
 
 use crate::error::{Error, Result};
@@ -81,6 +82,8 @@ pub struct GcpProvider {
     image_changes: Mutex<HashMap<GroupId, Started>>,
     /// Makes instance names unique within this process.
     counter: AtomicU64,
+    /// The instances this process asked MIGs to create lately, and when (see `membership`).
+    created: Mutex<HashMap<GceInstance, (MigPath, std::time::Instant)>>,
 }
 
 macro_rules! client {
@@ -115,6 +118,7 @@ impl GcpProvider {
             project: config.project,
             image_changes: Mutex::new(HashMap::new()),
             counter: AtomicU64::new(0),
+            created: Mutex::new(HashMap::new()),
         })
     }
 
@@ -316,6 +320,35 @@ impl GcpProvider {
         format!("{}-{suffix}", mig.name[..keep].trim_end_matches('-'))
     }
 
+    /// `deleteInstances` of one instance of `mig`, lowering its target size.
+    async fn delete_from_mig(&self, mig: &MigPath, id: &GceInstance, instance: &ProviderId) -> Result<Deletion> {
+        self.forget_creation(id);
+        let body = InstanceGroupManagersDeleteInstancesRequest::new()
+            .set_instances([format!("zones/{}/instances/{}", id.zone, id.name)])
+            .set_skip_instances_on_validation_error(true);
+        let operation = self
+            .migs
+            .delete_instances()
+            .set_project(&mig.project)
+            .set_zone(&mig.zone)
+            .set_instance_group_manager(&mig.name)
+            .set_body(body)
+            .send()
+            .await;
+        match operation {
+            Ok(operation) => match errors::from_operation(&format!("deleting {instance}"), &operation) {
+                Some(Error::NotFound { .. }) => Ok(Deletion::AlreadyGone),
+                Some(error) => Err(error),
+                None => Ok(Deletion::Started),
+            },
+            Err(error) => match errors::from_gax(&format!("instanceGroupManagers.deleteInstances {}", mig.name), error)
+            {
+                Error::NotFound { .. } => Ok(Deletion::AlreadyGone),
+                other => Err(other),
+            },
+        }
+    }
+
     /// The state of an instance that is `STOPPING` or `DEPROVISIONING`: `Terminating` when its MIG is deleting it.
     async fn stopping_or_terminating(&self, id: &GceInstance, instance: &model::Instance) -> Result<InstanceState> {
         let Some(mig) = created_by(instance).and_then(|c| names::mig_of_created_by(id, &c)) else {
@@ -453,7 +486,10 @@ impl CloudProvider for GcpProvider {
         if let Some(error) = errors::from_operation(&format!("creating {name} in {group}"), &operation) {
             return Err(error);
         }
-        let provider_id = ProviderId::Gce(GceInstance { project: mig.project, zone: mig.zone, name: name.clone() });
+        // The MIG creates the instance later (module `membership`).
+        let instance = GceInstance { project: mig.project.clone(), zone: mig.zone.clone(), name: name.clone() };
+        self.remember_creation(&instance, &mig);
+        let provider_id = ProviderId::Gce(instance);
         Ok(Creation::Created(NewInstance { provider_id, node_name: name }))
     }
 
@@ -470,40 +506,25 @@ impl CloudProvider for GcpProvider {
         if !mig.holds_zone_of(id) {
             return Err(Error::invalid(format!("{instance} is not in the project and zone of {group}")));
         }
-        let Some(found) = self.find_instance(id).await? else { return Ok(Deletion::AlreadyGone) };
+        let Some(found) = self.find_instance(id).await? else {
+            // Not created yet, or gone: the MIG still creates an instance it lists (a request for one that is not
+            // created yet is taken back, and the target size lowered, only by `deleteInstances`).
+            return match self.member(&mig, id).await? {
+                membership::Member::Listed(_) => self.delete_from_mig(&mig, id, instance).await,
+                membership::Member::Absent => Ok(Deletion::AlreadyGone),
+            };
+        };
         let owner = created_by(&found).and_then(|c| names::mig_of_created_by(id, &c));
         if owner.as_ref().map(|m| &m.name) != Some(&mig.name) {
             return Err(Error::invalid(format!("{instance} is not an instance of {group}")));
         }
-        let body = InstanceGroupManagersDeleteInstancesRequest::new()
-            .set_instances([format!("zones/{}/instances/{}", id.zone, id.name)])
-            .set_skip_instances_on_validation_error(true);
-        let operation = self
-            .migs
-            .delete_instances()
-            .set_project(&mig.project)
-            .set_zone(&mig.zone)
-            .set_instance_group_manager(&mig.name)
-            .set_body(body)
-            .send()
-            .await;
-        match operation {
-            Ok(operation) => match errors::from_operation(&format!("deleting {instance}"), &operation) {
-                Some(Error::NotFound { .. }) => Ok(Deletion::AlreadyGone),
-                Some(error) => Err(error),
-                None => Ok(Deletion::Started),
-            },
-            Err(error) => match errors::from_gax(&format!("instanceGroupManagers.deleteInstances {}", mig.name), error)
-            {
-                Error::NotFound { .. } => Ok(Deletion::AlreadyGone),
-                other => Err(other),
-            },
-        }
+        self.delete_from_mig(&mig, id, instance).await
     }
 
     async fn instance_state(&self, instance: &ProviderId) -> Result<InstanceState> {
         let id = gce(instance)?;
-        let Some(found) = self.find_instance(id).await? else { return Ok(InstanceState::Terminated) };
+        let Some(found) = self.find_instance(id).await? else { return self.state_of_unknown(id).await };
+        self.forget_creation(id);
         match state_of(found.status.as_ref().and_then(|s| s.name())) {
             InstanceState::Stopping => self.stopping_or_terminating(id, &found).await,
             state => Ok(state),

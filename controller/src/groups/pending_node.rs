@@ -258,9 +258,17 @@ pub fn failed_joins<'a>(pending: impl IntoIterator<Item = &'a PendingNode>) -> u
         .count()
 }
 
+/// Whether two `spec.providerID`s name the same instance: equal strings, or equal once parsed (Azure IDs compare
+/// case-insensitively: cloud-provider-azure lowercases the resource group, ARM's answers may not).
+pub fn same_instance(a: &str, b: &str) -> bool {
+    a == b || matches!((a.parse::<ProviderId>(), b.parse::<ProviderId>()), (Ok(a), Ok(b)) if a == b)
+}
+
 /// The Node with `provider_id` among `nodes`, as a [`NodeFact`].
 pub fn node_fact<'a>(nodes: impl IntoIterator<Item = &'a Node>, provider_id: &str) -> NodeFact {
-    let node = nodes.into_iter().find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id));
+    let node = nodes.into_iter().find(|n| {
+        n.spec.as_ref().and_then(|s| s.provider_id.as_deref()).is_some_and(|p| same_instance(p, provider_id))
+    });
     match node {
         None => NodeFact::Absent,
         Some(node) => {
@@ -333,11 +341,19 @@ struct State {
     /// What the metrics counted already, by PendingNode UID and what (a reconcile may run on a copy that predates
     /// its own last status write, and must not count twice).
     counted: std::sync::Mutex<std::collections::HashSet<(String, &'static str)>>,
+    /// The name of the Node of each provider ID seen (from the Node watch): an instance's Node is found by its
+    /// provider ID whatever it is named (Constellation names AWS nodes by instance ID, the cloud answers with the
+    /// private DNS name). Entries may be stale; the Node read by name is checked against the provider ID.
+    node_names: std::sync::Mutex<std::collections::HashMap<ProviderId, String>>,
 }
 
 impl State {
     fn memo(&self) -> std::sync::MutexGuard<'_, StateMemo> {
         self.memo.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn node_names(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<ProviderId, String>> {
+        self.node_names.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// True the first time `what` happens to the PendingNode with `uid` in this process.
@@ -358,17 +374,30 @@ pub async fn run(context: Context, shutdown: CancellationToken) {
         attempts: Attempts::default(),
         memo: Default::default(),
         counted: Default::default(),
+        node_names: Default::default(),
     });
+    let names = state.clone();
     let results = controller
         // Slim Nodes: only the provider ID is read (a whole Node carries its images and status).
         .watches(Api::<SlimNode>::all(client), watcher::Config::default(), move |node: SlimNode| {
-            let provider_id = node.spec.provider_id;
-            store
+            let Some(provider_id) = node.spec.provider_id else { return Vec::new() };
+            let parsed = provider_id.parse::<ProviderId>().ok();
+            let matched: Vec<_> = store
                 .state()
                 .iter()
-                .filter(|p| provider_id.as_deref() == Some(p.spec.provider_id.as_str()))
+                .filter(|p| {
+                    p.spec.provider_id == provider_id
+                        || parsed.is_some() && p.spec.provider_id.parse::<ProviderId>().ok() == parsed
+                })
                 .map(|p| ObjectRef::from_obj(p.as_ref()))
-                .collect::<Vec<_>>()
+                .collect();
+            // Only the Nodes of instances a PendingNode waits for are remembered.
+            if !matched.is_empty()
+                && let (Some(id), Some(name)) = (parsed, node.metadata.name)
+            {
+                names.node_names().insert(id, name);
+            }
+            matched
         })
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, state);
@@ -395,7 +424,27 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
     let id: Result<ProviderId, _> = pending.spec.provider_id.parse();
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let node = nodes.get_opt(&pending.spec.node_name).await.map_err(kube_error)?;
-    let node = node_fact(node.as_ref(), &pending.spec.provider_id);
+    let mut node = node_fact(node.as_ref(), &pending.spec.provider_id);
+    let named = match &id {
+        Ok(id) if node == NodeFact::Absent => state.node_names().get(id).cloned(),
+        _ => None,
+    };
+    if let Some(named) = named.filter(|n| *n != pending.spec.node_name) {
+        // The instance's Node has another name than the cloud gave (Constellation names AWS nodes by instance
+        // ID): read it by that name, and correct `spec.nodeName` so that the rollout finds the heir by it.
+        let found = nodes.get_opt(&named).await.map_err(kube_error)?;
+        node = node_fact(found.as_ref(), &pending.spec.provider_id);
+        if node != NodeFact::Absent {
+            tracing::info!(pending = %name, was = %pending.spec.node_name, node = %named, "the instance's Node has another name; correcting spec.nodeName");
+            let patch =
+                json!({"metadata": {"resourceVersion": pending.resource_version()}, "spec": {"nodeName": named}});
+            super::fenced(ctx, api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)))
+                .await?
+                .map_err(kube_error)?;
+            // The write wakes this PendingNode again, with the name.
+            return Ok(Action::await_change());
+        }
+    }
     let key = pending.uid().unwrap_or_else(|| name.clone());
     let remembered = state.memo().fresh(&key, node, now);
     let state_result = match (&id, remembered) {
@@ -494,6 +543,9 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
         }
         state.attempts.succeeded(&name);
         state.memo().forget(&key);
+        if let Ok(id) = &id {
+            state.node_names().remove(id);
+        }
         state
             .counted
             .lock()
@@ -786,5 +838,22 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(node_fact([&ready], "simulated://g/n"), N::Ready);
+    }
+
+    /// Issue 28 defect 3: the Node's provider ID spelt as cloud-provider-azure spells it (resource group in lower
+    /// case), the PendingNode's as ARM listed it: the same instance.
+    #[test]
+    fn azure_provider_ids_match_whatever_the_case_of_their_resource_group() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "workers000002"},
+            "spec": {"providerID": "azure:///subscriptions/s-1/resourceGroups/my-rg/providers/Microsoft.Compute/virtualMachineScaleSets/workers/virtualMachines/2"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        let listed = "azure:///subscriptions/s-1/resourceGroups/MY-RG/providers/Microsoft.Compute/virtualMachineScaleSets/workers/virtualMachines/2";
+        assert_eq!(node_fact([&node], listed), N::Ready);
+        let other = listed.replace("virtualMachines/2", "virtualMachines/3");
+        assert_eq!(node_fact([&node], &other), N::Absent);
+        assert!(!same_instance("simulated://g/n", "simulated://g/m"));
     }
 }

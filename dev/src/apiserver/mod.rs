@@ -75,6 +75,7 @@ pub mod auth;
 pub mod config;
 pub mod core;
 pub mod crd;
+pub mod crd_cel;
 pub mod crd_validation;
 pub mod discovery;
 pub mod error;

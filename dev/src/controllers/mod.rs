@@ -18,6 +18,7 @@
 //! | [`kubelet`] | `kubelet` | `dev/kubelet` | pod lifecycle, node status, leases, hosts |
 //! | [`gc`] | `garbage-collector` | `dev/garbage-collector` | ownerReference cascades |
 //! | [`podgc`] | `pod-garbage-collector` | `dev/pod-garbage-collector` | pods of nodes that are gone |
+//! | [`clusterroleaggregation`] | `clusterrole-aggregation` | `dev/clusterrole-aggregation-controller` | aggregated ClusterRoles' rules |
 //!
 //! # Guarantees
 //! - A paused controller writes nothing; its cache keeps following the store, and the work that arrives
@@ -26,6 +27,7 @@
 //!   waits (bounded) until its cache shows it, so it never acts twice on a stale view of its own writes.
 //! - A failed unit of work is retried (after 20 ms on a conflict, after 500 ms otherwise); nothing is dropped.
 
+pub mod clusterroleaggregation;
 pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
@@ -53,6 +55,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use objects::{MetaOnly, NodeInfo, PodInfo, Typed};
 use queue::WorkQueue;
 use serde::Serialize;
@@ -86,8 +89,10 @@ pub mod names {
     pub const GARBAGE_COLLECTOR: &str = "garbage-collector";
     /// The pod garbage collector (pods of nodes that are gone).
     pub const POD_GARBAGE_COLLECTOR: &str = "pod-garbage-collector";
+    /// The ClusterRole aggregation controller.
+    pub const CLUSTERROLE_AGGREGATION: &str = "clusterrole-aggregation";
     /// Every name, in start order.
-    pub const ALL: [&str; 10] = [
+    pub const ALL: [&str; 11] = [
         DISRUPTION,
         DEPLOYMENT,
         REPLICASET,
@@ -98,6 +103,7 @@ pub mod names {
         KUBELET,
         GARBAGE_COLLECTOR,
         POD_GARBAGE_COLLECTOR,
+        CLUSTERROLE_AGGREGATION,
     ];
 }
 
@@ -307,6 +313,8 @@ pub struct Informers {
     pub jobs: Informer<Typed<Job>>,
     /// Node Leases and other Leases (for the garbage collector).
     pub leases: Informer<MetaOnly>,
+    /// ClusterRoles (for the aggregation controller).
+    pub cluster_roles: Informer<Typed<ClusterRole>>,
     /// Kinds only the garbage collector reads.
     pub others: Vec<Informer<MetaOnly>>,
 }
@@ -323,6 +331,7 @@ impl Informers {
             daemonsets: Informer::new(Gvr::of::<DaemonSet>()),
             jobs: Informer::new(Gvr::of::<Job>()),
             leases: Informer::new(Gvr::of::<Lease>()),
+            cluster_roles: Informer::new(Gvr::of::<ClusterRole>()),
             others: vec![
                 Informer::new(Gvr::of::<ControllerRevision>()),
                 Informer::new(Gvr::of::<ConfigMap>()),
@@ -345,6 +354,7 @@ impl Informers {
         tasks.push(tokio::spawn(self.daemonsets.clone().run(s.clone(), c.clone())));
         tasks.push(tokio::spawn(self.jobs.clone().run(s.clone(), c.clone())));
         tasks.push(tokio::spawn(self.leases.clone().run(s.clone(), c.clone())));
+        tasks.push(tokio::spawn(self.cluster_roles.clone().run(s.clone(), c.clone())));
         for other in &self.others {
             tasks.push(tokio::spawn(other.clone().run(s.clone(), c.clone())));
         }
@@ -361,6 +371,7 @@ impl Informers {
         self.daemonsets.wait_listed().await;
         self.jobs.wait_listed().await;
         self.leases.wait_listed().await;
+        self.cluster_roles.wait_listed().await;
         for other in &self.others {
             other.wait_listed().await;
         }
@@ -393,6 +404,7 @@ impl RunningControllers {
             Box::pin(kubelet::start(store, &informers, hosts, timing, kubelet_version, shutdown.clone())),
             Box::pin(gc::start(store, &informers, shutdown.clone())),
             Box::pin(podgc::start(store, &informers, timing.pod_gc_quarantine, shutdown.clone())),
+            Box::pin(clusterroleaggregation::start(store, &informers, shutdown.clone())),
         ];
         informers.spawn(store, &shutdown, &mut tasks);
         for controller in controllers {

@@ -147,6 +147,11 @@ pub fn validate_location(schema: &Value, path: &FieldPath, status_enabled: bool)
     {
         errors.push(error);
     }
+    // validation.go compiles the CEL rules only where no schema error was found (their types come from the
+    // schema); here only when the whole schema has none.
+    if errors.is_empty() {
+        errors.extend(crate::apiserver::crd_cel::schema_errors(schema, path));
+    }
     errors
 }
 
@@ -508,7 +513,7 @@ fn has_newlines(text: &str) -> bool {
     text.contains('\n') || text.contains('\r')
 }
 
-/// The form of `x-kubernetes-validations` rules (their CEL is not compiled here).
+/// The form of `x-kubernetes-validations` rules (their CEL is compiled in [`crate::apiserver::crd_cel::compile`]).
 fn validation_rules(s: &Schema, path: &FieldPath, errors: &mut Vec<FieldError>) {
     for (i, rule) in s.get("x-kubernetes-validations").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let at = path.child("x-kubernetes-validations").index(i);
@@ -517,9 +522,17 @@ fn validation_rules(s: &Schema, path: &FieldPath, errors: &mut Vec<FieldError>) 
         if expression.trim().is_empty() {
             errors.push(FieldError::required(&at.child("rule"), "rule is not specified"));
         } else if !message.is_empty() && message.trim().is_empty() {
-            errors.push(FieldError::invalid(&at.child("message"), &json!(message), "must be non-empty if specified"));
+            errors.push(FieldError::invalid(
+                &at.child("message"),
+                &json!(message),
+                "message must be non-empty if specified",
+            ));
         } else if has_newlines(message.trim()) {
-            errors.push(FieldError::invalid(&at.child("message"), &json!(message), "must not contain line breaks"));
+            errors.push(FieldError::invalid(
+                &at.child("message"),
+                &json!(message),
+                "message must not contain line breaks",
+            ));
         } else if has_newlines(expression.trim()) && message.trim().is_empty() {
             errors.push(FieldError::required(
                 &at.child("message"),
@@ -542,23 +555,28 @@ fn validation_rules(s: &Schema, path: &FieldPath, errors: &mut Vec<FieldError>) 
             errors.push(FieldError::invalid(
                 &at.child("fieldPath"),
                 &json!(field_path),
-                "must be non-empty if specified",
+                "fieldPath must be non-empty if specified",
             ));
         }
         if has_newlines(field_path) {
             errors.push(FieldError::invalid(
                 &at.child("fieldPath"),
                 &json!(field_path),
-                "must not contain line breaks",
+                "fieldPath must not contain line breaks",
             ));
         }
         if !field_path.is_empty() && !field_path_valid(s, field_path) {
-            errors.push(FieldError::invalid(&at.child("fieldPath"), &json!(field_path), "must be a valid path"));
+            errors.push(FieldError::invalid(
+                &at.child("fieldPath"),
+                &json!(field_path),
+                "fieldPath must be a valid path",
+            ));
         }
     }
 }
 
-/// A rule's `fieldPath` (`.spec.replicas`, `.labels['app']`, `.list[0]`) names fields of the schema.
+/// A rule's `fieldPath` (`.spec.replicas`, `.labels['app']`) names fields of the schema (`cel.ValidFieldPath`:
+/// `[...]` takes a single-quoted property or map key, never a list index).
 fn field_path_valid(s: &Schema, field_path: &str) -> bool {
     let mut node = s;
     let mut rest = field_path;
@@ -585,11 +603,6 @@ fn field_path_valid(s: &Schema, field_path: &str) -> bool {
                         Some(child) => child,
                         None => return false,
                     },
-                }
-            } else if inside.parse::<usize>().is_ok() {
-                match object(node, "items") {
-                    Some(child) => child,
-                    None => return false,
                 }
             } else {
                 return false;

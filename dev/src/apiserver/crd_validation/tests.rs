@@ -305,3 +305,30 @@ fn protected_groups_need_api_approval() {
     crd["metadata"]["annotations"] = json!({"api-approved.kubernetes.io": "yes"});
     assert_eq!(errors(&crd).len(), 1);
 }
+
+/// validation.go `ValidateCustomResourceDefinitionOpenAPISchema`: rules that do not compile refuse the CRD, on the
+/// rule's path with the rule as the value; a `fieldPath` may not index a list (`cel.ValidFieldPath`).
+#[test]
+fn rules_that_do_not_compile_and_list_indexes_in_field_paths_are_refused() {
+    let crd = widget(spec_with(json!({
+        "broken": {"type": "string", "x-kubernetes-validations": [{"rule": "self =="}]},
+        "fine": {"type": "string", "x-kubernetes-validations": [{"rule": "self.size() < 4", "messageExpression": "'too long: ' + self"}]}})));
+    let spec = format!("{ROOT}.properties[spec].properties");
+    let found = errors(&crd);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with(&format!(
+            "{spec}[broken].x-kubernetes-validations[0].rule: Invalid value: apiextensions.ValidationRule{{Rule:\"self ==\", Message:\"\", MessageExpression:\"\", Reason:(*apiextensions.FieldValueErrorReason)(nil), FieldPath:\"\", OptionalOldSelf:(*bool)(nil)}}: compilation failed: ERROR: <input>:1:"
+        )),
+        "{found:?}"
+    );
+    let indexed = widget(spec_with(json!({"list": {"type": "object",
+        "properties": {"items": {"type": "array", "items": {"type": "string"}}},
+        "x-kubernetes-validations": [{"rule": "true", "fieldPath": ".items[0]"}]}})));
+    assert_eq!(
+        errors(&indexed),
+        vec![format!(
+            "{spec}[list].x-kubernetes-validations[0].fieldPath: Invalid value: \".items[0]\": fieldPath must be a valid path"
+        )]
+    );
+}

@@ -264,7 +264,34 @@ pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<F
     match &rt.behavior {
         Behavior::Custom(custom) => {
             if let Some(schema) = &custom.schema {
-                errors.extend(crate::apiserver::schema::validate(schema, object));
+                // An update is ratcheted: errors in values left as they were are not reported (GA in 1.30).
+                match old {
+                    Some(old) => errors.extend(crate::apiserver::schema::validate_update(schema, object, old)),
+                    None => errors.extend(crate::apiserver::schema::validate(schema, object)),
+                }
+                // customresource/strategy.go runs the CEL rules (if the schema has any) after the schema's
+                // validation, unless an error the rules were not written for (`hasBlockingErr`: type, required,
+                // enum, size) was found.
+                let has_rules = crate::apiserver::crd_cel::has_rules(schema);
+                let blocking = errors.iter().any(|e| {
+                    matches!(
+                        e.kind,
+                        ErrorKind::NotSupported
+                            | ErrorKind::Required
+                            | ErrorKind::TooLong
+                            | ErrorKind::TooMany
+                            | ErrorKind::TypeInvalid
+                    )
+                });
+                if has_rules && blocking {
+                    errors.push(field_error(
+                        "<nil>",
+                        ErrorKind::Invalid,
+                        "Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+                    ));
+                } else if has_rules {
+                    errors.extend(crate::apiserver::crd_cel::validate(schema, object, old));
+                }
             }
         }
         Behavior::Builtin(kind) => match kind {

@@ -6,7 +6,7 @@ pub mod structural;
 mod validation;
 
 pub use pruning::{default, prune, prune_and_default};
-pub use validation::{validate, validate_value_at};
+pub use validation::{validate, validate_update, validate_value_at};
 
 use serde_json::Value;
 use std::fmt;

@@ -20,8 +20,41 @@ use serde_json::{Map, Value};
 /// field `<root>`.
 pub fn validate(schema: &Value, object: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    validate_at(schema, object, &mut String::new(), "<root>", &mut errors);
+    validate_at(schema, object, None, &mut String::new(), "<root>", &mut errors);
     errors
+}
+
+/// Checks an update of `old` to `object` with validation ratcheting (GA in 1.30; kubernetes/kubernetes
+/// `staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/validation/ratcheting.go`): the errors of a value
+/// equal to the old value correlated with it are not reported (upstream turns them into warnings). Old values are
+/// correlated through properties and map values, map-list items by their keys and other lists by index, except
+/// `x-kubernetes-list-type: set` and `atomic` lists; below a value that cannot be correlated every error counts.
+pub fn validate_update(schema: &Value, object: &Value, old: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    validate_at(schema, object, Some(old), &mut String::new(), "<root>", &mut errors);
+    errors
+}
+
+/// The old item correlated with `item`, the `index`th of a list of `schema` (`correlateOldValueForChildAtNewIndex`).
+fn correlated_item<'a>(
+    schema: &Map<String, Value>,
+    old: Option<&'a Value>,
+    item: &Value,
+    index: usize,
+) -> Option<&'a Value> {
+    let old = old?.as_array()?;
+    match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
+        Some("map") => {
+            let keys: Vec<&str> = schema
+                .get("x-kubernetes-list-map-keys")
+                .and_then(Value::as_array)
+                .map(|k| k.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            old.iter().find(|o| keys.iter().all(|k| o.get(*k) == item.get(*k)))
+        }
+        Some("set") | Some("atomic") => None,
+        _ => old.get(index),
+    }
 }
 
 /// Checks a value that sits at `base` (a schema's `default`, say) against `schema`. The errors carry `base`
@@ -29,7 +62,7 @@ pub fn validate(schema: &Value, object: &Value) -> Vec<FieldError> {
 /// do for a validator rooted at the value (` in body should be ...` at its root).
 pub fn validate_value_at(schema: &Value, value: &Value, base: &FieldPath) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    validate_at(schema, value, &mut String::new(), "", &mut errors);
+    validate_at(schema, value, None, &mut String::new(), "", &mut errors);
     for error in &mut errors {
         error.field = if error.field.is_empty() {
             base.to_string()
@@ -75,8 +108,19 @@ fn has_type(value: &Value, wanted: &str) -> bool {
     }
 }
 
-fn validate_at(schema: &Value, value: &Value, path: &mut String, root: &str, errors: &mut Vec<FieldError>) {
+fn validate_at(
+    schema: &Value,
+    value: &Value,
+    old: Option<&Value>,
+    path: &mut String,
+    root: &str,
+    errors: &mut Vec<FieldError>,
+) {
     let Some(schema) = schema.as_object() else { return };
+    if old == Some(value) {
+        // Ratcheting: nothing found in a value equal to its old value counts.
+        return;
+    }
     let field = if path.is_empty() { root.to_owned() } else { path.clone() };
     let push = |errors: &mut Vec<FieldError>, kind, message: String| {
         errors.push(FieldError { field: field.clone(), kind, message });
@@ -86,7 +130,7 @@ fn validate_at(schema: &Value, value: &Value, path: &mut String, root: &str, err
         if !flag(schema, "nullable") && schema.contains_key("type") {
             push(
                 errors,
-                ErrorKind::Invalid,
+                ErrorKind::TypeInvalid,
                 format!("Invalid value: \"null\": {field} in body must be of type {}: \"null\"", schema_type(schema)),
             );
         }
@@ -96,7 +140,7 @@ fn validate_at(schema: &Value, value: &Value, path: &mut String, root: &str, err
         if !(has_type(value, "integer") || value.is_string()) {
             push(
                 errors,
-                ErrorKind::Invalid,
+                ErrorKind::TypeInvalid,
                 format!(
                     "Invalid value: {}: {field} in body must be of type integer,string: {:?}",
                     describe(value),
@@ -110,7 +154,7 @@ fn validate_at(schema: &Value, value: &Value, path: &mut String, root: &str, err
     {
         push(
             errors,
-            ErrorKind::Invalid,
+            ErrorKind::TypeInvalid,
             format!(
                 "Invalid value: {}: {field} in body must be of type {wanted}: {:?}",
                 describe(value),
@@ -163,7 +207,7 @@ fn validate_at(schema: &Value, value: &Value, path: &mut String, root: &str, err
             {
                 push(
                     errors,
-                    ErrorKind::Invalid,
+                    ErrorKind::TypeInvalid,
                     format!("Invalid value: {s:?}: {field} in body must be of type date-time: {s:?}"),
                 );
             }
@@ -212,7 +256,7 @@ fn validate_at(schema: &Value, value: &Value, path: &mut String, root: &str, err
                 for (i, item) in items.iter().enumerate() {
                     let len = path.len();
                     path.push_str(&format!("[{i}]"));
-                    validate_at(sub, item, path, root, errors);
+                    validate_at(sub, item, correlated_item(schema, old, item, i), path, root, errors);
                     path.truncate(len);
                 }
             }
@@ -242,7 +286,7 @@ fn validate_at(schema: &Value, value: &Value, path: &mut String, root: &str, err
                     path.push('.');
                 }
                 path.push_str(key);
-                validate_at(sub, v, path, root, errors);
+                validate_at(sub, v, old.and_then(|o| o.get(key)), path, root, errors);
                 path.truncate(len);
             }
         }
@@ -255,7 +299,7 @@ fn validate_at(schema: &Value, value: &Value, path: &mut String, root: &str, err
             .iter()
             .map(|branch| {
                 let mut branch_errors = Vec::new();
-                validate_at(branch, value, &mut path.clone(), root, &mut branch_errors);
+                validate_at(branch, value, old, &mut path.clone(), root, &mut branch_errors);
                 branch_errors
             })
             .collect();
@@ -398,6 +442,35 @@ mod tests {
         assert_eq!(errors, vec!["m: Invalid value: 0: m in body should be greater than or equal to 1"]);
         let errors: Vec<String> = validate(&schema, &json!({"m": "ten"})).iter().map(ToString::to_string).collect();
         assert_eq!(errors, vec!["m: Invalid value: \"ten\": m in body should match '^[0-9]+%$'"]);
+    }
+
+    /// ratcheting.go: only values equal to their correlated old value are excused.
+    #[test]
+    fn updates_are_ratcheted_per_correlated_value() {
+        let schema = json!({"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 3},
+            "byIndex": {"type": "array", "items": {"type": "string", "maxLength": 3}},
+            "set": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string", "maxLength": 3}},
+            "byKey": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["k"],
+                "items": {"type": "object", "required": ["k"], "properties": {"k": {"type": "string"}, "v": {"type": "string", "maxLength": 3}}}},
+            "map": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}}}});
+        let old = json!({"name": "long", "byIndex": ["long"], "set": ["long"], "byKey": [{"k": "a", "v": "long"}],
+            "map": {"a": "long"}});
+        let fields =
+            |new: Value| -> Vec<String> { validate_update(&schema, &new, &old).into_iter().map(|e| e.field).collect() };
+        // Unchanged: nothing. A set's items are never correlated, but the unchanged set itself is.
+        assert!(fields(old.clone()).is_empty());
+        assert!(
+            fields(json!({"name": "long", "byIndex": ["long", "ok"], "set": ["long"], "map": {"a": "long", "b": "ok"},
+            "byKey": [{"k": "b", "v": "ok"}, {"k": "a", "v": "long"}]}))
+            .is_empty()
+        );
+        // Changed or new invalid values, and a set that changed, are reported.
+        assert_eq!(
+            fields(json!({"name": "longer", "byIndex": ["ok", "long"], "set": ["long", "ok"],
+                "byKey": [{"k": "b", "v": "long"}], "map": {"a": "long", "b": "long"}})),
+            vec!["byIndex[1]", "byKey[0].v", "map.b", "name", "set[0]"]
+        );
     }
 
     #[test]

@@ -229,6 +229,16 @@ impl AzureEmulator {
                 "An internal execution error occurred. Please retry later.",
             );
         }
+        let write = matches!(route, Route::Update { .. } | Route::DeleteVms { .. });
+        if write && let Some(times) = state.faults.conflicts {
+            state.faults.conflicts = (times > 1).then_some(times - 1);
+            return Answer::error(
+                409,
+                "Conflict",
+                "The request failed due to conflict with a concurrent request. To resolve it, please refer to \
+                 https://aka.ms/activitylog to get more details on the conflicting requests.",
+            );
+        }
         if route.subscription().is_some_and(|s| !s.eq_ignore_ascii_case(SUBSCRIPTION_ID)) {
             return Answer::error(404, "SubscriptionNotFound", "The subscription could not be found.");
         }
@@ -242,9 +252,12 @@ impl AzureEmulator {
         };
         match route {
             Route::List { .. } => {
-                let value: Vec<Value> =
-                    state.scale_sets.iter().map(|(key, s)| AzureEmulator::scale_set_json(&state, key, s)).collect();
-                Answer::json(200, json!({"value": value}))
+                let value: Vec<Value> = state
+                    .scale_sets
+                    .iter()
+                    .map(|(key, s)| listed(AzureEmulator::scale_set_json(&state, key, s)))
+                    .collect();
+                page(value, state.page_size, base, path, query)
             }
             Route::ScaleSet { name, .. } => match state.scale_sets.get(&name.to_ascii_lowercase()) {
                 Some(s) => Answer::json(200, AzureEmulator::scale_set_json(&state, &name.to_ascii_lowercase(), s)),
@@ -282,9 +295,9 @@ impl AzureEmulator {
                     .vms
                     .iter()
                     .filter(|((s, _), _)| *s == key)
-                    .map(|((_, id), vm)| AzureEmulator::vm_json(scale_set, *id, vm))
+                    .map(|((_, id), vm)| listed(AzureEmulator::vm_json(scale_set, *id, vm)))
                     .collect();
-                Answer::json(200, json!({"value": value}))
+                page(value, state.page_size, base, path, query)
             }
             Route::Vm { name, id, view, .. } => {
                 let key = name.to_ascii_lowercase();
@@ -634,4 +647,39 @@ impl<'a> Route<'a> {
             Route::Operation { .. } => None,
         }
     }
+}
+
+/// A resource as a list call answers it: its ID with the resource group in upper case. ARM IDs are
+/// case-insensitive and list calls do not keep the casing of the resource group that GETs and the Azure cloud
+/// provider use: cloud-provider-azure lowercases it in every provider ID (`convertResourceGroupNameToLower`,
+/// `pkg/provider/azure_wrap.go`), and the cluster-autoscaler's Azure provider lowercases VMSS VM IDs from the List
+/// endpoint because "their resource ID format is not consistent with Get endpoint" (kubernetes/autoscaler,
+/// `cluster-autoscaler/cloudprovider/azure/azure_scale_set.go`).
+fn listed(mut resource: Value) -> Value {
+    if let Some(id) = resource["id"].as_str() {
+        let upper = id.replace(
+            &format!("/resourceGroups/{RESOURCE_GROUP}/"),
+            &format!("/resourceGroups/{}/", RESOURCE_GROUP.to_ascii_uppercase()),
+        );
+        resource["id"] = Value::String(upper);
+    }
+    resource
+}
+
+/// One page of a list answer: the resources from `$skiptoken` on, at most `size`, and a `nextLink` (an absolute URL
+/// on this endpoint with the `api-version` and the next `$skiptoken`) while more remain. ARM's list results are
+/// `{"value": [...], "nextLink": "..."}` (Microsoft.Compute 2024-07-01 `VirtualMachineScaleSetListResult`,
+/// `VirtualMachineScaleSetVMListResult`: "The uri to fetch the next page of ... Call ListNext() with this to fetch
+/// the next page").
+fn page(value: Vec<Value>, size: Option<usize>, base: &str, path: &str, query: &[(String, String)]) -> Answer {
+    let skip = query.iter().find(|(k, _)| k == "$skiptoken").and_then(|(_, v)| v.parse::<usize>().ok()).unwrap_or(0);
+    let size = size.unwrap_or(usize::MAX);
+    let total = value.len();
+    let items: Vec<Value> = value.into_iter().skip(skip).take(size).collect();
+    let next = skip.saturating_add(size);
+    let mut body = json!({ "value": items });
+    if next < total {
+        body["nextLink"] = json!(format!("{base}{path}?api-version={API_VERSION}&%24skiptoken={next}"));
+    }
+    Answer::json(200, body)
 }

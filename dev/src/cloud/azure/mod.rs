@@ -94,6 +94,11 @@ pub struct AzureFaults {
     pub quota: Option<u32>,
     /// Operations (capacity and model changes) stay `InProgress` at least this long.
     pub slow_operations: Option<Duration>,
+    /// The next writes (capacity or model changes, VM deletions) fail with 409 `Conflict` "The request failed due
+    /// to conflict with a concurrent request", ARM's answer to a request that meets another operation in progress
+    /// on the resource (nothing was done; retried by cloud-provider-azure after 5 s,
+    /// kubernetes-sigs/cloud-provider-azure#2386).
+    pub conflicts: Option<u32>,
 }
 
 /// One recorded ARM request.
@@ -134,6 +139,10 @@ struct ScaleSet {
     etag: u64,
     /// The operation that changes the model, while it runs.
     updating: Option<String>,
+    /// `properties.overprovision` (the emulator creates no extra VMs either way).
+    overprovision: bool,
+    /// `properties.upgradePolicy.mode`: `Manual`, `Automatic` or `Rolling` (the emulator never rolls VMs).
+    upgrade_mode: String,
 }
 
 #[derive(Debug, Clone)]
@@ -164,6 +173,8 @@ struct State {
     denied: BTreeSet<&'static str>,
     calls: Vec<Call>,
     next_operation: u64,
+    /// List calls answer at most this many resources a page, with a `nextLink` to the rest (`None`: all at once).
+    page_size: Option<usize>,
 }
 
 struct Inner {
@@ -263,6 +274,8 @@ impl AzureEmulator {
                     next_id: u64::from(spec.size),
                     etag: 1,
                     updating: None,
+                    overprovision: false,
+                    upgrade_mode: "Manual".into(),
                 },
             );
             for id in 0..u64::from(spec.size) {
@@ -298,6 +311,25 @@ impl AzureEmulator {
             .map_err(|e| format!("registering node {name}: {e}"))
     }
 
+    /// List calls (scale sets, a scale set's VMs) answer at most `size` resources a page from now on, with a
+    /// `nextLink` (carrying `$skiptoken`) to the next page, as ARM pages its lists; `None` answers all at once.
+    pub fn set_page_size(&self, size: Option<usize>) {
+        self.inner.state.lock().page_size = size.map(|s| s.max(1));
+    }
+
+    /// Sets a scale set's `properties.overprovision` and `properties.upgradePolicy.mode` (`Manual`, `Automatic`,
+    /// `Rolling`), as an administrator may have created it; returns false for an unknown scale set.
+    pub fn set_scale_set_settings(&self, name: &str, overprovision: bool, upgrade_mode: &str) -> bool {
+        let mut state = self.inner.state.lock();
+        match state.scale_sets.get_mut(&name.to_ascii_lowercase()) {
+            Some(scale_set) => {
+                scale_set.overprovision = overprovision;
+                scale_set.upgrade_mode = upgrade_mode.to_owned();
+                true
+            }
+            None => false,
+        }
+    }
     /// Replaces the faults.
     pub fn set_faults(&self, faults: AzureFaults) {
         self.inner.state.lock().faults = faults;
@@ -430,8 +462,8 @@ impl AzureEmulator {
             "properties": {
                 "provisioningState": if updating { "Updating" } else { "Succeeded" },
                 "orchestrationMode": "Uniform",
-                "upgradePolicy": {"mode": "Manual"},
-                "overprovision": false,
+                "upgradePolicy": {"mode": scale_set.upgrade_mode},
+                "overprovision": scale_set.overprovision,
                 "uniqueId": format!("{:032x}", scale_set.name.len()),
                 "virtualMachineProfile": {
                     "osProfile": {"computerNamePrefix": scale_set.name.to_ascii_lowercase(), "adminUsername": "azureuser"},

@@ -1,7 +1,7 @@
 //! The emulator's HTTP server: routes of Compute's `compute/v1` REST API, the OAuth token endpoint and the metadata
 //! server's token, with Compute's error format.
 
-use super::{ApiError, ApiResult, GcpEmulator, permissions};
+use super::{ApiError, ApiResult, GcpEmulator, Paging, permissions};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -177,24 +177,30 @@ async fn answer(emulator: GcpEmulator, request: Request<Incoming>) -> Response<F
         return error_response(&error);
     }
     let filter = query_param(&request, "filter");
+    let max_results = match query_param(&request, "maxResults").map(|m| m.parse::<usize>()) {
+        None => None,
+        Some(Ok(max)) => Some(max),
+        Some(Err(_)) => return error_response(&ApiError::invalid("Invalid value for field 'maxResults'.")),
+    };
+    let paging = Paging { max_results, page_token: query_param(&request, "pageToken") };
     let body = match body_of(request).await.and_then(|b| json_body(&b)) {
         Ok(body) => body,
         Err(error) => return error_response(&error),
     };
     let result: ApiResult = match segments.as_slice() {
-        ["aggregated", "instanceGroupManagers"] => emulator.aggregated_migs(),
+        ["aggregated", "instanceGroupManagers"] => emulator.aggregated_migs(&paging),
         ["zones", zone, "instanceGroupManagers", mig] => emulator.get_mig(zone, mig),
         ["zones", zone, "instanceGroupManagers", mig, "createInstances"] => emulator.create_instances(zone, mig, &body),
         ["zones", zone, "instanceGroupManagers", mig, "deleteInstances"] => emulator.delete_instances(zone, mig, &body),
         ["zones", zone, "instanceGroupManagers", mig, "listManagedInstances"] => {
-            emulator.list_managed_instances(zone, mig)
+            emulator.list_managed_instances(zone, mig, &paging)
         }
         ["zones", zone, "instanceGroupManagers", mig, "setInstanceTemplate"] => {
             emulator.set_instance_template(zone, mig, &body)
         }
         ["zones", zone, "instances", name] => emulator.get_instance(zone, name),
         ["zones", zone, "disks", name] => emulator.get_disk(zone, name),
-        ["global", "instanceTemplates"] if method == Method::GET => emulator.list_templates(filter.as_deref()),
+        ["global", "instanceTemplates"] if method == Method::GET => emulator.list_templates(filter.as_deref(), &paging),
         ["global", "instanceTemplates"] => emulator.insert_template(&body),
         ["global", "instanceTemplates", name] if method == Method::GET => emulator.get_template(name),
         ["global", "instanceTemplates", name] => emulator.delete_template(name),

@@ -10,14 +10,17 @@
 //!   metadata server's `GET /computeMetadata/v1/instance/service-accounts/default/token` (header
 //!   `Metadata-Flavor: Google`). Otherwise 401.
 //! - Operations are `RUNNING` until the operation time passed, then `DONE`; their effect (a template inserted or
-//!   deleted, a MIG's template set) is visible only then. `createInstances` and `deleteInstances` act at once: the
-//!   instance exists `PROVISIONING` (a simplification: real MIGs create it shortly after), then `RUNNING` after the
+//!   deleted, a MIG's template set) is visible only then. `createInstances` records the instances in the MIG and returns:
+//!   the MIG creates each one later ([`GcpTiming::create`]; until then `instances.get` is 404 and
+//!   `listManagedInstances` lists it `CREATING`), retrying failed attempts with `lastAttempt.errors`
+//!   ([`GcpEmulator::fail_creations`], module `creation`). A created instance is `PROVISIONING`, `RUNNING` after the
 //!   provisioning time, its host boots and its kubelet registers the Node (NotReady, Ready once booted) after the
 //!   join time; a deleted one is `STOPPING` (MIG action `DELETING`, host down) for the termination time, then gone:
 //!   its Node is deleted, its host retired.
 //! - Each request records the IAM permissions Compute checks for it ([`permissions`]), before faults apply.
 //! - No lock is held across an await.
 
+mod creation;
 mod http;
 mod permissions;
 
@@ -45,6 +48,10 @@ const REFRESH_TOKEN: &str = "emulator-refresh-token";
 /// How long things take in the emulator.
 #[derive(Debug, Clone, Copy)]
 pub struct GcpTiming {
+    /// `createInstances` to the instance's existence (the MIG creates it after the request; until then
+    /// `instances.get` answers 404 and `listManagedInstances` lists it `CREATING` without a status); also the
+    /// interval of the MIG's retries of a failed creation.
+    pub create: Duration,
     /// `PROVISIONING` to `RUNNING`.
     pub provision: Duration,
     /// `RUNNING` to the Node's registration.
@@ -61,6 +68,7 @@ impl Default for GcpTiming {
     /// Fast, for tests.
     fn default() -> Self {
         GcpTiming {
+            create: Duration::from_millis(150),
             provision: Duration::from_millis(200),
             join: Duration::from_millis(200),
             ready: Duration::from_millis(300),
@@ -77,6 +85,10 @@ pub enum GcpFault {
     Throttled { retry_after_seconds: u64 },
     /// This 5xx status with reason `backendError`.
     ServerError { status: u16 },
+    /// Compute's API rate limit as it answers it: 403, reason `rateLimitExceeded` (domain `usageLimits`), message
+    /// `Quota exceeded for quota group 'ReadGroup' and limit '…' of service 'compute.googleapis.com' …`, no
+    /// `Retry-After` (as reported in hashicorp/terraform-provider-google#8360 and #8955).
+    RateLimited403,
 }
 
 #[derive(Default)]
@@ -87,6 +99,9 @@ struct Faults {
     forbidden: BTreeSet<String>,
     /// The next `createInstances` of these MIGs ends in an operation with `QUOTA_EXCEEDED`.
     quota: BTreeSet<String>,
+    /// Every attempt of these MIGs to create an instance fails with this error code and message (the MIG keeps
+    /// retrying and reports it in `lastAttempt.errors`).
+    creation_errors: BTreeMap<String, (String, String)>,
 }
 
 #[derive(Clone)]
@@ -138,12 +153,46 @@ struct State {
     /// Names taken by templates whose insertion runs.
     reserved_templates: BTreeSet<String>,
     instances: BTreeMap<(String, String), Instance>,
+    /// Instances a MIG was asked to create that do not exist yet, by zone and name.
+    creating: BTreeMap<(String, String), creation::Creating>,
     operations: BTreeMap<String, Op>,
     tokens: BTreeSet<String>,
     faults: Faults,
     calls: BTreeMap<String, u64>,
     permissions: BTreeSet<String>,
     next_id: u64,
+    /// List calls answer at most this many items a page unless `maxResults` asks for fewer (Compute's default
+    /// and maximum is 500).
+    page_size: Option<usize>,
+}
+
+/// A list request's paging parameters (`maxResults`, `pageToken`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Paging {
+    pub max_results: Option<usize>,
+    pub page_token: Option<String>,
+}
+
+/// One page of `items` and the `nextPageToken` of the rest (an opaque offset), as Compute's list methods answer:
+/// `maxResults` "the maximum number of results per page … (Default: 500)", `nextPageToken` "use this value as the
+/// pageToken for the next list request" (compute v1, e.g. `instanceGroupManagers.listManagedInstances`).
+fn page_of(
+    items: Vec<Value>,
+    paging: &Paging,
+    page_size: Option<usize>,
+) -> Result<(Vec<Value>, Option<String>), ApiError> {
+    let skip = match paging.page_token.as_deref().filter(|t| !t.is_empty()) {
+        None => 0,
+        Some(token) => token
+            .strip_prefix("page-")
+            .and_then(|n| n.parse::<usize>().ok())
+            .ok_or_else(|| ApiError::invalid(format!("Invalid value for field 'pageToken': '{token}'.")))?,
+    };
+    let size = paging.max_results.unwrap_or(500).clamp(1, 500).min(page_size.unwrap_or(500));
+    let total = items.len();
+    let page: Vec<Value> = items.into_iter().skip(skip).take(size).collect();
+    let next = skip.saturating_add(size);
+    Ok((page, (next < total).then(|| format!("page-{next}"))))
 }
 
 struct Inner {
@@ -344,6 +393,12 @@ impl GcpEmulator {
     /// Requests so far by Compute method (`instanceGroupManagers.get`, ...).
     pub fn calls(&self) -> BTreeMap<String, u64> {
         self.inner.state.lock().calls.clone()
+    }
+
+    /// List calls (`aggregatedList`, `listManagedInstances`, `instanceTemplates.list`) answer at most `size`
+    /// items a page from now on, with a `nextPageToken`; `None`: Compute's default of 500.
+    pub fn set_page_size(&self, size: Option<usize>) {
+        self.inner.state.lock().page_size = size.map(|s| s.max(1));
     }
 
     /// The template a MIG uses now.
@@ -595,8 +650,10 @@ impl GcpEmulator {
         let project = &self.inner.project;
         let (zone, name) = (&mig.zone, &mig.name);
         let template = format!("{COMPUTE_URL}projects/{project}/global/instanceTemplates/{}", mig.template);
+        let being_created = state.creating.iter().filter(|((z, _), c)| z == zone && c.mig == *name).count();
         let actions = |action: &str| {
             state.instances.values().filter(|i| i.zone == *zone && i.mig == *name && i.action == action).count()
+                + if action == "CREATING" { being_created } else { 0 }
         };
         json!({
             "kind": "compute#instanceGroupManager",
@@ -632,21 +689,28 @@ impl GcpEmulator {
         Ok(self.mig_json(mig, &state))
     }
 
-    pub(crate) fn aggregated_migs(&self) -> ApiResult {
+    pub(crate) fn aggregated_migs(&self, paging: &Paging) -> ApiResult {
         let mut state = self.inner.state.lock();
         self.advance(&mut state);
+        let all: Vec<Value> = state.migs.values().map(|mig| self.mig_json(mig, &state)).collect();
+        let (page, next) = page_of(all, paging, state.page_size)?;
         let mut items: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-        for mig in state.migs.values() {
-            items.entry(format!("zones/{}", mig.zone)).or_default().push(self.mig_json(mig, &state));
+        for mig in page {
+            let zone = mig["zone"].as_str().and_then(|z| z.rsplit('/').next()).unwrap_or_default().to_owned();
+            items.entry(format!("zones/{zone}")).or_default().push(mig);
         }
         let items: serde_json::Map<String, Value> =
             items.into_iter().map(|(scope, migs)| (scope, json!({"instanceGroupManagers": migs}))).collect();
-        Ok(json!({
+        let mut list = json!({
             "kind": "compute#instanceGroupManagerAggregatedList",
             "id": format!("projects/{}/aggregated/instanceGroupManagers", self.inner.project),
             "items": items,
             "selfLink": format!("{COMPUTE_URL}projects/{}/aggregated/instanceGroupManagers", self.inner.project),
-        }))
+        });
+        if let Some(next) = next {
+            list["nextPageToken"] = json!(next);
+        }
+        Ok(list)
     }
 
     pub(crate) fn create_instances(&self, zone: &str, name: &str, body: &Value) -> ApiResult {
@@ -668,7 +732,10 @@ impl GcpEmulator {
                     "Invalid value for field 'resource.instances[].name': '{bad}'. Must be a match of regex '[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?'"
                 )));
             }
-            if let Some(taken) = names.iter().find(|n| state.instances.contains_key(&(zone.to_owned(), (*n).clone()))) {
+            if let Some(taken) = names.iter().find(|n| {
+                let key = (zone.to_owned(), (*n).clone());
+                state.instances.contains_key(&key) || state.creating.contains_key(&key)
+            }) {
                 return Err(ApiError::new(
                     409,
                     "alreadyExists",
@@ -691,12 +758,11 @@ impl GcpEmulator {
                 );
                 return Ok(op);
             }
-            for instance_name in &names {
-                let instance = self
-                    .new_instance(&mut state, &mig, "PROVISIONING")
-                    .map_err(|e| ApiError::new(500, "backendError", e))?;
-                state.instances.insert((zone.to_owned(), instance_name.clone()), instance);
+            if !state.templates.contains_key(&mig.template) {
+                return Err(ApiError::new(500, "backendError", format!("no template {}", mig.template)));
             }
+            // The MIG creates them later (see `creation`).
+            self.start_creations(&mut state, &mig, &names);
             if let Some(m) = state.migs.get_mut(&(zone.to_owned(), name.to_owned())) {
                 m.target_size += names.len() as i64;
             }
@@ -709,11 +775,6 @@ impl GcpEmulator {
                 None,
             )
         };
-        let provision = self.timing().provision;
-        for instance_name in names {
-            let zone = zone.to_owned();
-            self.after(provision, move |emulator| emulator.provisioned(&zone, &instance_name));
-        }
         Ok(created)
     }
 
@@ -724,6 +785,7 @@ impl GcpEmulator {
             .map(|list| list.iter().filter_map(|i| i.as_str().map(str::to_owned)).collect())
             .unwrap_or_default();
         let mut deleting = Vec::new();
+        let mut cancelled = 0_i64;
         let op = {
             let mut state = self.inner.state.lock();
             self.advance(&mut state);
@@ -739,7 +801,14 @@ impl GcpEmulator {
                         )));
                     }
                 };
-                match state.instances.get_mut(&(zone.to_owned(), instance.to_owned())) {
+                let key = (zone.to_owned(), instance.to_owned());
+                if state.creating.get(&key).is_some_and(|c| c.mig == name) {
+                    // Not created yet: the MIG does not create it (and lowers its target size).
+                    state.creating.remove(&key);
+                    cancelled += 1;
+                    continue;
+                }
+                match state.instances.get_mut(&key) {
                     Some(i) if i.mig == name => {
                         if i.action != "DELETING" {
                             i.status = "STOPPING";
@@ -757,7 +826,7 @@ impl GcpEmulator {
                 }
             }
             if let Some(m) = state.migs.get_mut(&(zone.to_owned(), name.to_owned())) {
-                m.target_size -= deleting.len() as i64;
+                m.target_size -= deleting.len() as i64 + cancelled;
             }
             let target = format!("projects/{}/zones/{zone}/instanceGroupManagers/{name}", self.inner.project);
             self.operation(
@@ -781,11 +850,17 @@ impl GcpEmulator {
         Ok(op)
     }
 
-    pub(crate) fn list_managed_instances(&self, zone: &str, name: &str) -> ApiResult {
+    pub(crate) fn list_managed_instances(&self, zone: &str, name: &str, paging: &Paging) -> ApiResult {
         let mut state = self.inner.state.lock();
         self.advance(&mut state);
         self.mig(&state, zone, name)?;
         let project = &self.inner.project;
+        let template = self.mig(&state, zone, name)?.template.clone();
+        let creating = state
+            .creating
+            .iter()
+            .filter(|((z, _), c)| z == zone && c.mig == name)
+            .map(|((_, n), c)| self.creating_json(zone, n, &template, c));
         let managed: Vec<Value> = state
             .instances
             .iter()
@@ -800,8 +875,14 @@ impl GcpEmulator {
                     "version": {"instanceTemplate": format!("{COMPUTE_URL}projects/{project}/global/instanceTemplates/{}", i.template)},
                 })
             })
+            .chain(creating)
             .collect();
-        Ok(json!({"managedInstances": managed}))
+        let (managed, next) = page_of(managed, paging, state.page_size)?;
+        let mut list = json!({"managedInstances": managed});
+        if let Some(next) = next {
+            list["nextPageToken"] = json!(next);
+        }
+        Ok(list)
     }
 
     pub(crate) fn set_instance_template(&self, zone: &str, name: &str, body: &Value) -> ApiResult {
@@ -892,7 +973,7 @@ impl GcpEmulator {
     }
 
     /// Lists templates; `filter` may be empty or `name eq REGEX` (RE2, the whole name), as Compute's list filters.
-    pub(crate) fn list_templates(&self, filter: Option<&str>) -> ApiResult {
+    pub(crate) fn list_templates(&self, filter: Option<&str>, paging: &Paging) -> ApiResult {
         let pattern = match filter.map(str::trim).filter(|f| !f.is_empty()) {
             None => None,
             Some(filter) => {
@@ -916,12 +997,17 @@ impl GcpEmulator {
             .filter(|(name, _)| pattern.as_ref().is_none_or(|p| p.is_match(name)))
             .map(|(_, t)| t.clone())
             .collect();
-        Ok(json!({
+        let (items, next) = page_of(items, paging, state.page_size)?;
+        let mut list = json!({
             "kind": "compute#instanceTemplateList",
             "id": format!("projects/{}/global/instanceTemplates", self.inner.project),
             "items": items,
             "selfLink": format!("{COMPUTE_URL}projects/{}/global/instanceTemplates", self.inner.project),
-        }))
+        });
+        if let Some(next) = next {
+            list["nextPageToken"] = json!(next);
+        }
+        Ok(list)
     }
 
     pub(crate) fn insert_template(&self, body: &Value) -> ApiResult {
@@ -1040,6 +1126,14 @@ impl GcpEmulator {
                 retry_after: Some(retry_after_seconds),
                 ..ApiError::new(429, "rateLimitExceeded", "Rate Limit Exceeded")
             },
+            GcpFault::RateLimited403 => ApiError::new(
+                403,
+                "rateLimitExceeded",
+                format!(
+                    "Quota exceeded for quota group 'ReadGroup' and limit 'Read requests per user per 100 seconds' of service 'compute.googleapis.com' for consumer 'project_number:{}'.",
+                    self.inner.project_number
+                ),
+            ),
             GcpFault::ServerError { status } => ApiError::new(
                 status,
                 "backendError",

@@ -1,0 +1,120 @@
+//! What a MIG says about an instance that Compute does not know (yet): managed instance groups create instances
+//! asynchronously, so `instances.get` answers 404 between `createInstances` and the instance's creation, and for as
+//! long as the MIG fails to create it (it retries; quota and stock-out errors are reported per managed instance in
+//! `lastAttempt.errors`, never on the `createInstances` operation).
+//!
+//! Published definition (compute v1 `ManagedInstance`, as generated into `google-cloud-compute-v1` 3.4
+//! `model::ManagedInstance`): `name` "always exists even if the instance has not yet been created"; `instanceStatus`
+//! and `id` are "empty when the instance does not exist"; `currentAction` `CREATING`: "If the group fails to create
+//! this instance, it will try again until it is successful". Constellation's node operator
+//! (`operators/constellation-node-operator/internal/cloud/gcp/client/pendingnode.go`, `GetNodeState`) reads any 404
+//! as terminated, the defect this module avoids.
+
+use super::{GcpProvider, errors, state_of};
+use crate::error::{Error, Result};
+use crate::provider::InstanceState;
+use crate::provider_id::GceInstance;
+use google_cloud_compute_v1::model::{self, managed_instance};
+use std::time::{Duration, Instant};
+
+use super::names::MigPath;
+
+/// How long an instance this process asked a MIG to create counts as being created while neither Compute nor the
+/// MIG lists it yet (the MIG's list may lag the `createInstances` request).
+pub(super) const CREATE_GRACE: Duration = Duration::from_secs(120);
+
+/// A MIG's view of one of its instances.
+#[derive(Debug)]
+pub(super) enum Member {
+    /// The MIG does not list it.
+    Absent,
+    /// The MIG lists it, with its managed-instance record.
+    Listed(Box<model::ManagedInstance>),
+}
+
+impl GcpProvider {
+    /// Remembers that `instance` was asked of `mig` now.
+    pub(super) fn remember_creation(&self, instance: &GceInstance, mig: &MigPath) {
+        let mut created = self.created.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        created.retain(|_, (_, at)| now.duration_since(*at) < CREATE_GRACE);
+        created.insert(instance.clone(), (mig.clone(), now));
+    }
+
+    /// Forgets a creation once the instance exists or is being deleted: from then on a 404 means it is gone.
+    pub(super) fn forget_creation(&self, instance: &GceInstance) {
+        self.created.lock().unwrap_or_else(|e| e.into_inner()).remove(instance);
+    }
+
+    /// The MIG that was asked to create `instance`: the one this process asked (remembered for [`CREATE_GRACE`]),
+    /// else the MIG its name says (`MIG-xxxxx`, as `create_instance` names instances), so that a restarted
+    /// controller still finds it. `None` when neither applies.
+    pub(super) fn creator_of(&self, instance: &GceInstance) -> (Option<MigPath>, bool) {
+        let created = self.created.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((mig, at)) = created.get(instance) {
+            return (Some(mig.clone()), at.elapsed() < CREATE_GRACE);
+        }
+        let guessed = instance.name.rsplit_once('-').filter(|(base, suffix)| {
+            suffix.len() == 5
+                && suffix.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                && !base.is_empty()
+        });
+        let mig = guessed.map(|(base, _)| MigPath {
+            project: instance.project.clone(),
+            zone: instance.zone.clone(),
+            name: base.to_owned(),
+        });
+        (mig, false)
+    }
+
+    /// Whether `mig` lists `instance` (every page of `listManagedInstances`). An unknown MIG lists nothing.
+    pub(super) async fn member(&self, mig: &MigPath, instance: &GceInstance) -> Result<Member> {
+        let listed = match self.managed_instances(mig).await {
+            Ok(listed) => listed,
+            Err(Error::NotFound { .. }) => return Ok(Member::Absent),
+            Err(error) => return Err(error),
+        };
+        Ok(listed
+            .into_iter()
+            .find(|m| m.name.as_deref() == Some(instance.name.as_str()))
+            .map_or(Member::Absent, |m| Member::Listed(Box::new(m))))
+    }
+
+    /// The state of an instance `instances.get` does not know: `Creating` while its MIG lists it as being created
+    /// (or this process asked for it less than [`CREATE_GRACE`] ago), the error of the MIG's last failed attempt
+    /// (`QuotaExceeded` for quota and stock-outs: the MIG retries, the caller's deadline decides), else
+    /// `Terminated`.
+    pub(super) async fn state_of_unknown(&self, instance: &GceInstance) -> Result<InstanceState> {
+        let (mig, recent) = self.creator_of(instance);
+        let Some(mig) = mig else { return Ok(InstanceState::Terminated) };
+        match self.member(&mig, instance).await? {
+            Member::Absent if recent => Ok(InstanceState::Creating),
+            Member::Absent => Ok(InstanceState::Terminated),
+            Member::Listed(managed) => {
+                if let Some(error) = last_attempt_error(&mig, instance, &managed) {
+                    return Err(error);
+                }
+                Ok(match (&managed.current_action, managed.instance_status.as_ref().and_then(|s| s.name())) {
+                    (Some(managed_instance::CurrentAction::Deleting), _) => InstanceState::Terminating,
+                    // Listed with a status: Compute's `instances.get` lags the MIG; its status says.
+                    (_, Some(status)) => state_of(Some(status)),
+                    _ => InstanceState::Creating,
+                })
+            }
+        }
+    }
+}
+
+/// The error of the MIG's last failed attempt to create `instance`, if any.
+fn last_attempt_error(mig: &MigPath, instance: &GceInstance, managed: &model::ManagedInstance) -> Option<Error> {
+    let errors = managed.last_attempt.as_ref()?.errors.as_ref()?;
+    let first = errors.errors.first()?;
+    let code = first.code.clone().unwrap_or_default();
+    let message = format!(
+        "the managed instance group {} could not create {} yet (it retries): {code}: {}",
+        mig.name,
+        instance.name,
+        first.message.as_deref().unwrap_or("")
+    );
+    Some(errors::from_creation_error(&code, message))
+}
