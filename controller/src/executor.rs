@@ -231,7 +231,10 @@ impl Executor {
             }
             ActionKind::Retire { remove_etcd_member, heir, join_pending } => {
                 self.drains.stop(&action.node);
-                match replacer.retire(term, node, nodes.get(heir), *remove_etcd_member, join_pending.as_deref()).await {
+                match replacer
+                    .retire(term, node, (heir, nodes.get(heir)), *remove_etcd_member, join_pending.as_deref())
+                    .await
+                {
                     Ok(()) => Ok(()),
                     // Named where users look (an Event on the node and the NodeVersion, once per message): the
                     // donor stays, drained, until its member can be removed.

@@ -9,7 +9,7 @@
 //!   not yet recorded is remembered, so the next attempt records it instead of creating another.
 //! - Every write (cloud or API) starts only within the caller's leadership term.
 
-use crate::etcd::{EtcdClient, NodeRef, Removal};
+use crate::etcd::{Members, NodeRef, Removal};
 use crate::groups::pending_node::JOIN_FAILED;
 use crate::leadership::Term;
 use crate::nodes::SlimNode;
@@ -64,9 +64,8 @@ pub struct Replacer {
     groups: Store<shared::crd::ScalingGroup>,
     pending: Store<PendingNode>,
     strategies: Store<shared::crd::AutoscalingStrategy>,
-    etcd: Option<EtcdClient>,
-    /// Whether control-plane donors have etcd members to remove, and whether they can be.
-    etcd_access: EtcdAccess,
+    /// Where control-plane donors' etcd members are, and how they are removed.
+    etcd: Members,
     /// What the cloud said about each instance.
     instances: Instances,
     /// Nodes whose group the cloud has not told (yet, or the last time asked).
@@ -90,14 +89,9 @@ impl Replacer {
         groups: Store<shared::crd::ScalingGroup>,
         pending: Store<PendingNode>,
         strategies: Store<shared::crd::AutoscalingStrategy>,
-        etcd: crate::etcd::Members,
+        etcd: Members,
         instances: Instances,
     ) -> Replacer {
-        let (etcd, etcd_access) = match etcd {
-            crate::etcd::Members::Client(client) => (Some(*client), EtcdAccess::Client),
-            crate::etcd::Members::External => (None, EtcdAccess::External),
-            crate::etcd::Members::Unconfigured => (None, EtcdAccess::Unconfigured),
-        };
         Replacer {
             provider,
             pending_api: Api::all(client.clone()),
@@ -106,7 +100,6 @@ impl Replacer {
             pending,
             strategies,
             etcd,
-            etcd_access,
             instances,
             unresolved: Mutex::default(),
             created: Mutex::default(),
@@ -141,7 +134,11 @@ impl Replacer {
             pending,
             unresolved: self.unresolved.lock().clone(),
             autoscaler_running,
-            etcd: self.etcd_access,
+            etcd: match self.etcd {
+                Members::Client(_) => EtcdAccess::Client,
+                Members::External => EtcdAccess::External,
+                Members::Unconfigured => EtcdAccess::Unconfigured,
+            },
         }
     }
 
@@ -364,28 +361,28 @@ impl Replacer {
         Ok(())
     }
 
-    /// Deletes `donor`'s joining PendingNode, removes its etcd member when asked (once the member of `heir`, when
-    /// known, is a healthy voter), and deletes its Node. The Node is never deleted while its member may remain.
+    /// Deletes `donor`'s joining PendingNode, removes its etcd member when asked (once the member of its heir
+    /// `heir`, found by name and, when its Node is in `heir_node`, by its addresses, is a healthy voter), and deletes
+    /// its Node. The Node is never deleted while its member may remain.
     pub async fn retire(
         &self,
         term: &Term,
         donor: &SlimNode,
-        heir: Option<&SlimNode>,
+        (heir, heir_node): (&str, Option<&SlimNode>),
         remove_etcd_member: bool,
         join_pending: Option<&str>,
     ) -> Result<(), RetireError> {
         if remove_etcd_member {
-            let Some(etcd) = &self.etcd else {
+            let Members::Client(etcd) = &self.etcd else {
                 return Err(RetireError::Etcd(format!(
                     "the etcd member of {} cannot be removed: no etcd client is configured",
                     donor.name()
                 )));
             };
-            let (donor_addresses, heir_addresses) = (donor.addresses(), heir.map(SlimNode::addresses));
+            let (donor_addresses, heir_addresses) = (donor.addresses(), heir_node.map(SlimNode::addresses));
             let donor_ref = NodeRef { name: donor.name(), addresses: &donor_addresses };
-            let heir_ref =
-                heir.zip(heir_addresses.as_deref()).map(|(h, addresses)| NodeRef { name: h.name(), addresses });
-            match within(term, etcd.remove_node_member(donor_ref, heir_ref)).await.map_err(RetireError::Other)? {
+            let heir_ref = NodeRef { name: heir, addresses: heir_addresses.as_deref().unwrap_or_default() };
+            match within(term, etcd.remove_node_member(donor_ref, Some(heir_ref))).await.map_err(RetireError::Other)? {
                 Ok(Removal::Removed { id, name }) => {
                     tracing::info!(node = donor.name(), id, member = %name, "removed the etcd member")
                 }

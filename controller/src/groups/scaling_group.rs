@@ -285,18 +285,15 @@ async fn reconcile(group: Arc<ScalingGroup>, state: Arc<State>) -> Result<Action
     let ctx = &state.context;
     let versions: Api<NodeVersion> = Api::all(ctx.client.clone());
     let version = versions.get_opt(&group.spec.node_image).await.map_err(kube_error)?;
-    let (desired, held) = match desired(version.as_ref(), Timestamp::now()) {
-        Desired::Nothing => (None, None),
-        Desired::Held(why) => (None, Some(why)),
-        Desired::Image(image) => (Some(image), None),
-    };
+    let desired = desired(version.as_ref(), Timestamp::now());
     let provider = &ctx.cloud.provider;
     let id = GroupId(group.spec.group_id.clone());
-    let outcome = match provider.group_image(&id).await {
-        Err(error) => Outcome::LookupFailed(error),
-        Ok(template) if held.is_some() => Outcome::Held { template, why: held.unwrap_or_default() },
-        Ok(template) => match image_to_set(desired.as_deref(), &template) {
-            None if desired.as_deref().is_none_or(str::is_empty) => Outcome::NoTarget { template },
+    let outcome = match (provider.group_image(&id).await, desired) {
+        (Err(error), _) => Outcome::LookupFailed(error),
+        (Ok(template), Desired::Held(why)) => Outcome::Held { template, why },
+        (Ok(template), Desired::Nothing) => Outcome::NoTarget { template },
+        (Ok(template), Desired::Image(image)) => match image_to_set(Some(&image), &template) {
+            None if image.is_empty() => Outcome::NoTarget { template },
             None => Outcome::UpToDate { template },
             Some(to) => match super::fenced(ctx, provider.set_group_image(&id, to)).await? {
                 Ok(ImageUpdate::Applied) => Outcome::ImageSet { from: template, to: to.to_owned() },

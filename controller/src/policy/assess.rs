@@ -485,7 +485,7 @@ pub(super) fn kubeadm_wind_down(
     now: Timestamp,
 ) -> Assessment {
     let finished = agent.and_then(|a| a.finished(&intent.token));
-    let timeout = policy.stage_timeout.checked_add(policy.reboot_timeout).unwrap_or(policy.stage_timeout);
+    let timeout = kubeadm_timeout(policy);
     let until = deadline(intent.since, timeout);
     let why = match finished {
         Some(state) => format!("its kubeadm step finished ({})", state.as_str()),
@@ -501,6 +501,11 @@ pub(super) fn kubeadm_wind_down(
         reason,
         format!("no Kubernetes upgrade to {} is asked for any more and {why}; releasing the node", intent.target),
     )
+}
+
+/// How long the kubeadm step may take: `stageTimeout + rebootTimeout` (it installs, then restarts the kubelet).
+pub(super) fn kubeadm_timeout(policy: &Policy) -> SignedDuration {
+    policy.stage_timeout.checked_add(policy.reboot_timeout).unwrap_or(policy.stage_timeout)
 }
 
 pub(super) fn fail(node: &NodeView, target: String, reason: Reason, message: String) -> Assessment {

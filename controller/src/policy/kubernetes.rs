@@ -370,8 +370,7 @@ fn kubeadm(
         );
         return if soak { done.wake(assess::deadline(now, spec.policy.soak_time)) } else { done };
     }
-    let timeout =
-        spec.policy.stage_timeout.checked_add(spec.policy.reboot_timeout).unwrap_or(spec.policy.stage_timeout);
+    let timeout = assess::kubeadm_timeout(&spec.policy);
     let until = assess::deadline(intent.since, timeout);
     if now >= until {
         let message = format!(
