@@ -19,6 +19,7 @@ pub mod nodes;
 pub mod notices;
 pub mod own_writes;
 pub mod policy;
+pub mod reason;
 pub mod reconciler;
 pub mod release;
 pub mod replacer;

@@ -17,6 +17,8 @@ struct Context<'a> {
     target: Option<&'a str>,
     /// Nodes blocked because their drain timed out or failed.
     drain_timeouts: usize,
+    /// Why the asking flow's starts wait for the cluster-autoscaler (`None`: they need not).
+    autoscaler: Option<&'a str>,
     now: Timestamp,
 }
 
@@ -24,7 +26,7 @@ struct Context<'a> {
 type Closed = (Hold, Option<Timestamp>);
 
 /// The gates, in the order they are checked (the first closed one wins):
-const GATES: [fn(&Context<'_>) -> Option<Closed>; 5] = [
+const GATES: [fn(&Context<'_>) -> Option<Closed>; 6] = [
     // the current spec is invalid: nothing new until it is fixed;
     invalid_spec,
     // spec.rollout.paused;
@@ -33,23 +35,27 @@ const GATES: [fn(&Context<'_>) -> Option<Closed>; 5] = [
     outside_window,
     // as many nodes failed for this target as the failure budget allows;
     failure_budget,
-    // a drain timed out and onDrainTimeout is Stop.
+    // a drain timed out and onDrainTimeout is Stop;
     stop_on_drain_timeout,
+    // the flow's new nodes would race a cluster-autoscaler not confirmed down.
+    waiting_for_autoscaler,
 ];
 
 /// The first closed gate of `rollout`, if any.
 ///
 /// `target` names what the asking flow moves nodes to (`None`: the spec's image), so that a failed Kubernetes
-/// upgrade is not reported as a failed image update.
+/// upgrade is not reported as a failed image update. `autoscaler` says why the flow's starts wait for the
+/// cluster-autoscaler, if they do.
 pub(super) fn closed(
     rollout: &Rollout,
     spec: Option<&ValidSpec>,
     target: Option<&str>,
     counts: &Counts,
     drain_timeouts: usize,
+    autoscaler: Option<&str>,
     now: Timestamp,
 ) -> Option<Closed> {
-    let context = Context { rollout, spec, counts, target, drain_timeouts, now };
+    let context = Context { rollout, spec, counts, target, drain_timeouts, autoscaler, now };
     GATES.iter().find_map(|gate| gate(&context))
 }
 
@@ -107,6 +113,15 @@ fn stop_on_drain_timeout(c: &Context<'_>) -> Option<Closed> {
     })
 }
 
+fn waiting_for_autoscaler(c: &Context<'_>) -> Option<Closed> {
+    c.spec?;
+    let why = c.autoscaler?;
+    let what = c.target.unwrap_or("the update");
+    let message =
+        format!("{why}; no node starts its upgrade to {what} before (a node it adds would join on the old one)");
+    Some((Hold::new(Reason::WaitingForAutoscaler, message), None))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,7 +135,7 @@ mod tests {
     fn every_gate_is_open_for_a_plain_valid_spec() {
         let rollout = rollout_with(Policy::default());
         let spec = rollout.spec.acting().cloned();
-        assert_eq!(closed(&rollout, spec.as_deref(), None, &counts(0), 0, t(0)), None);
+        assert_eq!(closed(&rollout, spec.as_deref(), None, &counts(0), 0, None, t(0)), None);
     }
 
     #[test]
@@ -129,7 +144,7 @@ mod tests {
             rollout_with(Policy { paused: true, on_drain_timeout: DrainTimeoutAction::Stop, ..Policy::default() });
         let spec = rollout.spec.acting().cloned();
         // Paused, the budget spent and a drain timeout with Stop: Paused comes first.
-        let (hold, _) = closed(&rollout, spec.as_deref(), None, &counts(1), 1, t(0)).unwrap();
+        let (hold, _) = closed(&rollout, spec.as_deref(), None, &counts(1), 1, None, t(0)).unwrap();
         assert_eq!(hold.reason, Reason::Paused);
         // An invalid spec comes before everything, and says the last valid one still finishes.
         let invalid = Rollout {
@@ -137,7 +152,7 @@ mod tests {
             spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: spec.clone() },
             kubernetes: None,
         };
-        let (hold, _) = closed(&invalid, spec.as_deref(), None, &counts(1), 1, t(0)).unwrap();
+        let (hold, _) = closed(&invalid, spec.as_deref(), None, &counts(1), 1, None, t(0)).unwrap();
         assert_eq!(hold.reason, Reason::InvalidSpec);
         assert!(hold.message.contains("spec.image: bad") && hold.message.contains("generation 1"), "{}", hold.message);
         let unknown = Rollout {
@@ -145,13 +160,27 @@ mod tests {
             spec: SpecState::Invalid { errors: vec!["x".into()], last_valid: None },
             kubernetes: None,
         };
-        let (hold, _) = closed(&unknown, None, None, &counts(0), 0, t(0)).unwrap();
+        let (hold, _) = closed(&unknown, None, None, &counts(0), 0, None, t(0)).unwrap();
         assert!(hold.message.contains("touches no node"), "{}", hold.message);
+    }
+
+    #[test]
+    fn a_flow_that_waits_for_the_autoscaler_is_held_after_every_other_gate() {
+        let rollout = rollout_with(Policy::default());
+        let spec = rollout.spec.acting().cloned();
+        let waiting = Some("the cluster-autoscaler is not confirmed down");
+        let (hold, wake) =
+            closed(&rollout, spec.as_deref(), Some("Kubernetes v1.34.1"), &counts(0), 0, waiting, t(0)).unwrap();
+        assert_eq!((hold.reason, wake), (Reason::WaitingForAutoscaler, None));
+        assert!(hold.message.contains("not confirmed down") && hold.message.contains("Kubernetes v1.34.1"));
+        // The failure budget comes first.
+        let (hold, _) = closed(&rollout, spec.as_deref(), None, &counts(1), 0, waiting, t(0)).unwrap();
+        assert_eq!(hold.reason, Reason::FailureBudgetExhausted);
     }
 
     #[test]
     fn without_a_spec_only_the_invalid_spec_gate_can_close() {
         let valid = rollout_with(Policy::default());
-        assert_eq!(closed(&valid, None, None, &counts(5), 5, t(0)), None);
+        assert_eq!(closed(&valid, None, None, &counts(5), 5, None, t(0)), None);
     }
 }

@@ -33,8 +33,8 @@
 //!   no NodeVersion asks for one.
 
 use super::assess::{Assessment, Situation};
+use super::pipeline::{self, Pool};
 use super::replacement::{self, Records};
-use super::selection::{self, Pool};
 use super::{ClusterPlan, Counts, Fleet, NodeView, Plan, Rollout, SpecState, pools};
 use jiff::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
@@ -85,7 +85,7 @@ struct Entry {
 /// What one rollout's plan (or the plan of the nodes no rollout manages) reads of its members' assessments.
 #[derive(Debug, Default, Clone)]
 struct Tally {
-    /// Its members' counts, as [`summarize`](super::summarize) counts them.
+    /// Its members' counts, as [`summarize`](super::image::summarize) counts them.
     counts: Counts,
     /// Outdated members made ready to start by their own write.
     preparing: u32,
@@ -98,7 +98,7 @@ struct Tally {
     wakes: BTreeSet<(Timestamp, String)>,
     /// Members the plan lists: in flight, failed, blocked, or held back for a reason of their own.
     listed: BTreeSet<String>,
-    /// Eligible outdated members, in the order they start ([`selection::order`]).
+    /// Eligible outdated members, in the order they start ([`pipeline::order`]).
     candidates: BTreeSet<(bool, bool, String)>,
     /// Of those, the ones updated in place.
     in_place_candidates: BTreeSet<(bool, bool, String)>,
@@ -352,11 +352,11 @@ impl Planner {
                     count(&mut tally.preparing, on);
                 }
                 if *eligible {
-                    set(&mut tally.candidates, selection::order(node, own_node), on);
+                    set(&mut tally.candidates, pipeline::order(node, own_node), on);
                     if a.replace {
                         count(&mut tally.replaced_candidates, on);
                     } else {
-                        set(&mut tally.in_place_candidates, selection::order(node, own_node), on);
+                        set(&mut tally.in_place_candidates, pipeline::order(node, own_node), on);
                     }
                 }
                 if held.is_some() {
@@ -386,7 +386,7 @@ impl Planner {
         if a.unavailable(node) {
             set(&mut tally.unavailable, name.to_owned(), on);
         }
-        if selection::control_plane_pending(node, a) {
+        if pipeline::control_plane_pending(node, a) {
             set(&mut tally.control_plane_pending, name.to_owned(), on);
         }
     }
@@ -394,7 +394,7 @@ impl Planner {
     /// The plan from the indexes: what [`plan_with`](super::plan_with) composes from every assessment.
     fn compose(&self, now: Timestamp) -> ClusterPlan {
         let records = self.records();
-        let mut shared = selection::Shared {
+        let mut shared = pipeline::Shared {
             control_plane_busy: self.control_plane_busy > 0 || records.control_plane_active(),
             unowned_unavailable: self.unowned_unavailable,
         };
@@ -403,7 +403,7 @@ impl Planner {
             let mut plan = self.own_progress(tally);
             let listed: Vec<(&NodeView, &Assessment)> =
                 tally.listed.iter().filter_map(|name| member(&self.nodes, name)).collect();
-            super::summarize(&mut plan, &listed);
+            super::image::summarize(&mut plan, &listed);
             plan.counts = tally.counts;
             plan.preparing = tally.preparing > 0;
             let member = |name: &str| self.nodes.get(name).is_some_and(|e| e.owner == pools::Owner::Rollout(index));
@@ -422,9 +422,9 @@ impl Planner {
                 })
                 .collect();
             let drain_timeouts = tally.drain_timeouts as usize;
-            if let Some(spec) = super::open_gates(rollout, &mut plan, &overlap, drain_timeouts, now) {
+            if let Some(spec) = super::image::open_image_gates(rollout, &mut plan, &overlap, drain_timeouts, now) {
                 let allowed = spec.policy.max_surge.resolve(tally.replaced);
-                let mut surge = selection::Surge {
+                let mut surge = pipeline::Surge {
                     free: allowed.saturating_sub(records.surge_used_of(member)),
                     allowed,
                     control_plane_active: records.control_plane_active(),
@@ -432,8 +432,9 @@ impl Planner {
                     moving: records.moving(),
                 };
                 let pool = Indexed { tally, nodes: &self.nodes };
-                let selected = selection::select(&pool, spec, &mut shared, &mut surge);
-                super::start(&mut plan, spec, selected, now);
+                let flow = pipeline::Flow::Image { target: spec.target.clone() };
+                let selected = pipeline::select(&pool, spec, &flow, &mut shared, &mut surge);
+                pipeline::start(&mut plan, &flow, selected, now);
             }
             cluster.rollouts.push(plan);
         }

@@ -1009,7 +1009,7 @@ struct Counting {
     read: std::cell::Cell<usize>,
 }
 
-impl<'a> selection::Pool<'a> for &'a Counting {
+impl<'a> pipeline::Pool<'a> for &'a Counting {
     fn candidates(&self) -> Box<dyn Iterator<Item = (&'a NodeView, bool)> + '_> {
         Box::new(self.members.iter().map(|(n, a)| (n, a.replace)).inspect(|_| self.read.set(self.read.get() + 1)))
     }
@@ -1055,28 +1055,30 @@ fn while_the_surge_is_taken_selection_reads_only_the_nodes_updated_in_place() {
     members.push((node("w"), eligible(false)));
     let pool = Counting { members, read: Default::default() };
     let spec = valid_spec(TARGET, 1, Policy { max_unavailable: MaxUnavailable::Count(5), ..Policy::default() });
-    let mut shared = selection::Shared::default();
-    let start = |surge: &mut selection::Surge, shared: &mut selection::Shared| {
+    let mut shared = pipeline::Shared::default();
+    let start = |surge: &mut pipeline::Surge, shared: &mut pipeline::Shared| {
         pool.read.set(0);
-        let selected = selection::select(&&pool, &spec, shared, surge);
+        let flow = pipeline::Flow::Image { target: TARGET.into() };
+        let selected = pipeline::select(&&pool, &spec, &flow, shared, surge);
         let names: Vec<(&str, bool)> = selected.starts.iter().map(|(n, r)| (n.name.as_str(), *r)).collect();
         (names.iter().map(|(n, r)| ((*n).to_owned(), *r)).collect::<Vec<_>>(), selected.hold)
     };
     // No surge left: the node updated in place starts, after reading it alone (and the first, to see there is one).
-    let mut surge = selection::Surge { free: 0, allowed: 10, moving: true, ..Default::default() };
+    let mut surge = pipeline::Surge { free: 0, allowed: 10, moving: true, ..Default::default() };
     let (starts, hold) = start(&mut surge, &mut shared);
     assert_eq!(starts, [("w".to_owned(), false)]);
     assert!(hold.is_none());
     assert_eq!(pool.read.get(), 2);
     // Surge left: the replaced ones first, in order.
-    let mut surge = selection::Surge { free: 2, allowed: 10, ..Default::default() };
+    let mut surge = pipeline::Surge { free: 2, allowed: 10, ..Default::default() };
     let (starts, _) = start(&mut surge, &mut shared);
     let names: Vec<&str> = starts.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["g0000", "g0001", "w"]);
     // Nothing in place, no surge, nothing moving: said, as when every replaced node was read.
     let pool = Counting { members: pool.members[..3].to_vec(), read: Default::default() };
-    let mut surge = selection::Surge { free: 0, allowed: 1, ..Default::default() };
-    let selected = selection::select(&&pool, &spec, &mut shared, &mut surge);
+    let mut surge = pipeline::Surge { free: 0, allowed: 1, ..Default::default() };
+    let flow = pipeline::Flow::Image { target: TARGET.into() };
+    let selected = pipeline::select(&&pool, &spec, &flow, &mut shared, &mut surge);
     assert!(selected.starts.is_empty());
     assert_eq!(selected.hold.map(|h| h.reason), Some(Reason::SurgeExhausted));
 }

@@ -35,9 +35,7 @@
 //! gates nor the control-plane order hold it back: it is part of a replacement in flight.
 
 use super::assess::{self, Assessment, Situation};
-use super::{
-    ActionKind, DrainProgress, Hold, InFlight, NodeView, Plan, Reason, Rollout, ValidSpec, budget, gates, selection,
-};
+use super::{ActionKind, DrainProgress, Hold, InFlight, NodeView, Plan, Reason, Rollout, ValidSpec, pipeline};
 use jiff::Timestamp;
 use shared::protocol::{AgentReport, AgentState, ControllerAnnotations, Intent, KubeadmIntent, KubeadmRole, Step};
 use shared::version::KubeVersion;
@@ -86,6 +84,7 @@ impl Progress {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 /// The plan of `rollout` while its Kubernetes upgrade is under way; `None` once every node runs the target (the
 /// image flow plans then).
 pub(super) fn plan_rollout(
@@ -93,8 +92,9 @@ pub(super) fn plan_rollout(
     kubernetes: &KubernetesSpec,
     spec: &ValidSpec,
     members: &[(&NodeView, &Assessment)],
-    shared: &mut selection::Shared,
+    shared: &mut pipeline::Shared,
     autoscaler_running: Option<&str>,
+    own_node: Option<&str>,
     now: Timestamp,
 ) -> Option<Plan> {
     let target = match kubernetes {
@@ -105,7 +105,7 @@ pub(super) fn plan_rollout(
                 plan.actions.extend(a.action.clone());
                 plan.wake(a.wake_at);
             }
-            super::summarize(&mut plan, members);
+            super::image::summarize(&mut plan, members);
             plan.hold = Some(Hold::new(Reason::KubernetesUpgradeRefused, message.clone()));
             return Some(plan);
         }
@@ -125,30 +125,13 @@ pub(super) fn plan_rollout(
         plan.actions.extend(a.action.clone());
         plan.wake(a.wake_at);
     }
-    super::summarize(&mut plan, &members_k);
+    super::image::summarize(&mut plan, &members_k);
     start_heirs(&mut plan, &members_k, target, now);
     let drain_timeouts =
         members_k.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
-    let described = format!("Kubernetes {}", target.version);
-    if let Some((hold, wake)) = gates::closed(rollout, Some(spec), Some(&described), &plan.counts, drain_timeouts, now)
-        && plan.counts.outdated > 0
-    {
-        plan.hold = Some(hold);
-        plan.wake(wake);
-        return Some(plan);
+    if pipeline::open(rollout, &mut plan, Some(&flow(target)), drain_timeouts, autoscaler_running, now).is_some() {
+        select(&mut plan, &members_k, target, spec, shared, own_node, now);
     }
-    if let Some(why) = autoscaler_running
-        && members_k.iter().any(|(_, a)| matches!(a.situation, Situation::Outdated { eligible: true, .. }) && !a.surge)
-    {
-        plan.hold = Some(Hold::new(
-            Reason::WaitingForAutoscaler,
-            format!(
-                "{why}; no node starts its Kubernetes upgrade before (a node it adds would join on the old version)"
-            ),
-        ));
-        return Some(plan);
-    }
-    select(&mut plan, &members_k, target, spec, shared, now);
     Some(plan)
 }
 
@@ -388,119 +371,57 @@ fn kubeadm(
     Assessment::new(Situation::InFlight { step: Step::KubeadmUpgrade, since: intent.since }).wake(until)
 }
 
-/// Starts nodes in the order of the module docs.
+/// The flow's part in the [`pipeline`]: the version, and whether the API server is still to be upgraded.
+fn flow(target: &KubernetesTarget) -> pipeline::Flow {
+    pipeline::Flow::Kubernetes { version: target.version.to_string(), apply: target.api_server < target.version }
+}
+
+/// Starts nodes through the [`pipeline`]: heirs are not candidates (their donors hold the slots), a control-plane
+/// node keeps the workers waiting until it runs the version, and while the API server is not upgraded the only
+/// candidate is the first control-plane node, alone.
 fn select(
     plan: &mut Plan,
     members: &[(&NodeView, &Assessment)],
     target: &KubernetesTarget,
     spec: &ValidSpec,
-    shared: &mut selection::Shared,
+    shared: &mut pipeline::Shared,
+    own_node: Option<&str>,
     now: Timestamp,
 ) {
-    let version = target.version.to_string();
-    // Heirs start in `start_heirs`.
-    let eligible = |n: &&(&NodeView, &Assessment)| {
-        matches!(n.1.situation, Situation::Outdated { eligible: true, .. }) && !n.1.surge
+    let flow = &flow(target);
+    // A control-plane member busy in this flow's own view is busy for every rollout.
+    shared.control_plane_busy |= members.iter().any(|(n, a)| n.control_plane && a.unavailable(n));
+    let mut pool = pipeline::Members {
+        members,
+        own_node,
+        candidate: |_, a| !a.surge,
+        limit: usize::MAX,
+        barrier: |_, a| a.situation != Situation::UpToDate,
     };
-    let mut candidates: Vec<&NodeView> = members.iter().filter(eligible).map(|(n, _)| *n).collect();
-    candidates.sort_by_key(|n| (!n.control_plane, n.name.clone()));
-    let busy = members.iter().any(|(_, a)| a.in_flight());
-    let control_plane_busy = members.iter().any(|(n, a)| n.control_plane && a.unavailable(n));
-    let allowed = spec.policy.max_unavailable.resolve(members.len() as u32);
-    let unavailable = members.iter().filter(|(n, a)| a.unavailable(n)).count() as u32 + shared.unowned_unavailable;
-    let mut slots = budget::free_slots(allowed, unavailable);
-    let start = |plan: &mut Plan, node: &NodeView, kind: ActionKind, step: Step, reason: Reason, message: String| {
-        plan.counts.outdated -= 1;
-        plan.counts.in_progress += 1;
-        plan.in_flight.push(InFlight { node: node.name.clone(), step, since: now, waiting_on: None });
-        plan.actions.push(super::NodeAction { node: node.name.clone(), kind, reason, message });
-    };
-    if target.api_server < target.version {
-        if busy {
+    if let pipeline::Flow::Kubernetes { apply: true, .. } = flow {
+        let api_server = &target.api_server;
+        if members.iter().any(|(_, a)| a.in_flight()) {
             if !members.iter().any(|(n, a)| n.control_plane && a.in_flight()) {
-                plan.hold = Some(Hold::new(
-                    Reason::WaitingForApiServer,
-                    format!("the API server reports {}; the control plane is upgraded first", target.api_server),
-                ));
+                let message = format!("the API server reports {api_server}; the control plane is upgraded first");
+                plan.hold = Some(Hold::new(Reason::WaitingForApiServer, message));
             }
             return;
         }
-        let Some(first) = candidates.iter().find(|n| n.control_plane).copied() else {
-            plan.hold = Some(Hold::new(
-                Reason::WaitingForApiServer,
-                format!(
-                    "the API server reports {}: no control-plane node of this NodeVersion can run kubeadm upgrade \
-                     apply now",
-                    target.api_server
-                ),
-            ));
-            return;
-        };
-        // The same gates as every control-plane start (see the module docs).
-        if control_plane_busy || shared.control_plane_busy {
-            plan.hold = Some(Hold::new(
-                Reason::WaitingForControlPlane,
-                format!(
-                    "kubeadm upgrade apply on {} waits: another control-plane node is busy (being updated, \
-                     NotReady, cordoned, or worked on by a NodeOp)",
-                    first.name
-                ),
-            ));
+        let eligible = |a: &Assessment| matches!(a.situation, Situation::Outdated { eligible: true, .. }) && !a.surge;
+        if !members.iter().any(|(n, a)| n.control_plane && eligible(a)) {
+            let message = format!(
+                "the API server reports {api_server}: no control-plane node of this NodeVersion can run kubeadm \
+                 upgrade apply now"
+            );
+            plan.hold = Some(Hold::new(Reason::WaitingForApiServer, message));
             return;
         }
-        if slots == 0 {
-            plan.hold = Some(Hold::new(
-                Reason::UnavailableNodes,
-                format!("maxUnavailable ({allowed}) is taken by nodes unavailable for other reasons"),
-            ));
-            return;
-        }
-        shared.control_plane_busy = true;
-        start(
-            plan,
-            first,
-            ActionKind::Drain { target: version.clone() },
-            Step::Drain,
-            Reason::KubernetesUpgradeStarted,
-            format!(
-                "cordoning and draining before upgrading the control plane to Kubernetes {version} with kubeadm upgrade apply"
-            ),
-        );
-        return;
+        pool.candidate = |n, a| n.control_plane && !a.surge;
+        pool.limit = 1;
     }
-    let control_plane_outdated =
-        members.iter().any(|(n, a)| n.control_plane && !matches!(a.situation, Situation::UpToDate));
-    for node in candidates {
-        if slots == 0 {
-            break;
-        }
-        if node.control_plane {
-            if control_plane_busy || shared.control_plane_busy {
-                break;
-            }
-            shared.control_plane_busy = true;
-        } else if control_plane_outdated {
-            if !busy {
-                plan.hold = Some(Hold::new(
-                    Reason::WaitingForControlPlane,
-                    format!("workers wait until every control-plane node runs Kubernetes {version}"),
-                ));
-            }
-            break;
-        }
-        slots -= 1;
-        start(
-            plan,
-            node,
-            ActionKind::Drain { target: version.clone() },
-            Step::Drain,
-            Reason::KubernetesUpgradeStarted,
-            format!("cordoning and draining before the Kubernetes upgrade to {version}"),
-        );
-        if node.control_plane {
-            break;
-        }
-    }
+    let mut surge = pipeline::Surge { free: u32::MAX, ..pipeline::Surge::default() };
+    let selected = pipeline::select(&pool, spec, flow, shared, &mut surge);
+    pipeline::start(plan, flow, selected, now);
 }
 
 #[cfg(test)]
@@ -607,9 +528,14 @@ mod tests {
         let policy = Policy { max_unavailable: budget::MaxUnavailable::Count(1), ..Policy::default() };
         let started = |nodes: &[NodeView]| run(nodes, upgrade("v1.33.5"), policy.clone(), t(0));
         assert_eq!(kinds(&started(&[cp("cp-0"), cp("cp-1"), node("w1")])), vec![("cp-0".into(), drain())]);
-        // Another control-plane node NotReady.
+        // Another control-plane node NotReady: it takes the one slot of maxUnavailable, and with a second slot
+        // free the one-at-a-time rule holds the start, named.
         let not_ready = NodeView { ready: false, ..cp("cp-1") };
-        let p = started(&[cp("cp-0"), not_ready, node("w1")]);
+        let p = started(&[cp("cp-0"), not_ready.clone(), node("w1")]);
+        assert!(p.actions.iter().all(|a| !a.starts_node()), "{:?}", p.actions);
+        assert!(p.hold.is_some_and(|h| h.reason == Reason::UnavailableNodes && h.message.contains("cp-1 (NotReady)")));
+        let two = Policy { max_unavailable: budget::MaxUnavailable::Count(2), ..policy.clone() };
+        let p = run(&[cp("cp-0"), not_ready, node("w1")], upgrade("v1.33.5"), two, t(0));
         assert!(p.actions.iter().all(|a| !a.starts_node()), "{:?}", p.actions);
         assert!(p.hold.is_some_and(|h| h.reason == Reason::WaitingForControlPlane));
         // Another control-plane node worked on by a NodeOp.

@@ -44,15 +44,17 @@
 //! - Every outdated node that is not started has a reason: its own ([`Plan::held`]) or its
 //!   rollout's ([`Plan::hold`]), or it waits for a free slot while others are in flight.
 
+mod action;
 mod assess;
 pub mod budget;
 pub mod cron;
 mod gates;
+mod image;
 pub mod incremental;
 pub mod kubernetes;
+mod pipeline;
 mod pools;
 pub mod replacement;
-mod selection;
 pub mod settings;
 pub mod window;
 
@@ -63,16 +65,15 @@ mod simulation;
 #[cfg(test)]
 mod tests;
 
+pub use crate::reason::Reason;
+pub use action::{ActionKind, NodeAction};
 pub use incremental::Planner;
 pub use replacement::{DonorRef, EtcdAccess, Fleet, GroupMember, TaintView};
 pub use settings::{NodeSelector, Policy, ValidSpec};
 
 use assess::{Assessment, Owner, Situation};
 use jiff::Timestamp;
-use shared::protocol::{
-    AgentReport, BootId, ControllerAnnotations, KubeadmIntent, ProtocolError, Step, UnreadableKeys,
-};
-use std::fmt;
+use shared::protocol::{AgentReport, ControllerAnnotations, ProtocolError, Step, UnreadableKeys};
 use std::sync::Arc;
 
 /// A node as the policy sees it.
@@ -147,281 +148,6 @@ impl SpecState {
             SpecState::Valid(spec) => Some(spec),
             SpecState::Invalid { last_valid, .. } => last_valid.as_ref(),
         }
-    }
-}
-
-/// One thing to do to one node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeAction {
-    pub node: String,
-    pub kind: ActionKind,
-    pub reason: Reason,
-    pub message: String,
-}
-
-impl NodeAction {
-    /// Whether the action starts a node (it takes a free slot): an image stage, a replacement, or the
-    /// first step of a node's Kubernetes upgrade. The executor writes these only after every other
-    /// write of the plan.
-    pub fn starts_node(&self) -> bool {
-        matches!(self.kind, ActionKind::Stage { .. } | ActionKind::Replace { .. })
-            || self.reason == Reason::KubernetesUpgradeStarted
-    }
-}
-
-/// The kinds of node actions. Each one that writes is a single merge patch of the Node; those that
-/// write an intent are named after its [`Step`] (see [`ActionKind::step`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ActionKind {
-    /// Write `intent=stage` for `target` with a fresh token. Reason: [`Reason::StageRequested`].
-    Stage { target: String },
-    /// Cordon (recording `cordoned-by` unless someone else had cordoned it), write
-    /// `intent=drain`, then start draining. Reason: [`Reason::DrainStarted`].
-    Drain { target: String },
-    /// Make sure a drain task runs for the node in the drain step (no write). Reason:
-    /// [`Reason::Draining`].
-    KeepDraining,
-    /// Write `intent=reboot` with the boot ID the node has now. Reason:
-    /// [`Reason::RebootRequested`].
-    Reboot { target: String, boot_id_before: BootId },
-    /// Write `intent=kubeadm-upgrade` for Kubernetes version `target` with the components and role of
-    /// `kubeadm`; the cordon is left as it is. Reason: [`Reason::KubernetesUpgradeRequested`].
-    KubeadmUpgrade { target: String, kubeadm: KubeadmIntent },
-    /// Write `intent=done` and uncordon if the controller cordoned it. Reason:
-    /// [`Reason::Verified`].
-    Done { target: String },
-    /// Write `intent=failed` with the message, uncordon if the controller cordoned it.
-    Fail { target: String },
-    /// Write `intent=blocked` with the message, uncordon if the controller cordoned it, stop the
-    /// drain.
-    Block { target: String },
-    /// Remove the intent, uncordon if the controller cordoned it, stop the drain.
-    Release,
-    /// Uncordon a node the controller cordoned but no longer works on. Reason:
-    /// [`Reason::LeftoverCordon`].
-    Uncordon,
-    /// Touch nothing; report the problem (a Warning Event, once per distinct message).
-    Report,
-    /// Write `intent=replace` for `target` with a fresh token. Reason: [`Reason::ReplacementStarted`].
-    Replace { target: String },
-    /// Create one instance in the group and a joining PendingNode `pending` for it, linked to the node (the
-    /// donor), with `deadline`; no Node write. Reason: [`Reason::InstanceRequested`].
-    CreateInstance { group_id: String, pending: String, deadline: Timestamp },
-    /// On a heir that joined (the action's node): add the `NoSchedule` taint
-    /// [`replacement::SHIELD_TAINT`] with the donor's name, so that nothing is scheduled on it before it
-    /// inherits. Reason: [`Reason::HeirShielded`].
-    Shield { donor: String },
-    /// On the heir (the action's node): write the `donor` annotations, the labels and the taints, and remove the
-    /// shield taint, in one patch. Reason: [`Reason::HeirPaired`].
-    Inherit { donor: DonorRef, labels: std::collections::BTreeMap<String, String>, taints: Vec<TaintView> },
-    /// On the donor: write the `heir` annotation and a fresh `intent=replace` (its time starts the drain
-    /// timeout), cordon, then start draining. Reason: [`Reason::DrainStarted`].
-    DrainDonor { target: String, heir: String },
-    /// On a drained donor: delete its joining PendingNode `join_pending`, remove its etcd member if
-    /// `remove_etcd_member` (only once the member of `heir` is a healthy voter), delete the Node. Reason:
-    /// [`Reason::DonorRetired`].
-    Retire { remove_etcd_member: bool, heir: String, join_pending: Option<String> },
-    /// On the heir, once the donor's Node is gone: create the leaving PendingNode `pending` for the donor's
-    /// instance with `deadline`, then remove the heir's `donor` annotations. Reason: [`Reason::InstanceReleased`].
-    ReleaseInstance { pending: String, donor: DonorRef, deadline: Timestamp },
-    /// On a donor no NodeVersion moves any more whose heir is not a Ready node yet: switch its joining
-    /// PendingNode `join_pending` to `Leave` (with `deadline`) and delete that instance, then release the donor
-    /// as [`ActionKind::Release`] does. Reason: the wind-down's ([`Reason::NoNodeVersion`], [`Reason::NotSelected`]).
-    AbandonReplacement { join_pending: Option<String>, deadline: Timestamp },
-}
-
-impl ActionKind {
-    /// Whether the action writes anything (the Node, a PendingNode, the cloud).
-    pub fn writes(&self) -> bool {
-        !matches!(self, ActionKind::KeepDraining | ActionKind::Report)
-    }
-
-    /// The step of the intent the action writes.
-    pub fn step(&self) -> Option<Step> {
-        match self {
-            ActionKind::Stage { .. } => Some(Step::Stage),
-            ActionKind::Drain { .. } => Some(Step::Drain),
-            ActionKind::Reboot { .. } => Some(Step::Reboot),
-            ActionKind::KubeadmUpgrade { .. } => Some(Step::KubeadmUpgrade),
-            ActionKind::Done { .. } => Some(Step::Done),
-            ActionKind::Fail { .. } => Some(Step::Failed),
-            ActionKind::Block { .. } => Some(Step::Blocked),
-            ActionKind::Replace { .. } | ActionKind::DrainDonor { .. } => Some(Step::Replace),
-            ActionKind::KeepDraining
-            | ActionKind::Release
-            | ActionKind::Uncordon
-            | ActionKind::Report
-            | ActionKind::CreateInstance { .. }
-            | ActionKind::Shield { .. }
-            | ActionKind::Inherit { .. }
-            | ActionKind::Retire { .. }
-            | ActionKind::ReleaseInstance { .. }
-            | ActionKind::AbandonReplacement { .. } => None,
-        }
-    }
-
-    /// Whether the action lifts the controller's cordon (if it holds one).
-    pub fn uncordons(&self) -> bool {
-        match self {
-            ActionKind::Done { .. }
-            | ActionKind::Fail { .. }
-            | ActionKind::Block { .. }
-            | ActionKind::Release
-            | ActionKind::AbandonReplacement { .. }
-            | ActionKind::Uncordon => true,
-            ActionKind::Stage { .. }
-            | ActionKind::Drain { .. }
-            | ActionKind::KeepDraining
-            | ActionKind::Reboot { .. }
-            | ActionKind::Report
-            | ActionKind::KubeadmUpgrade { .. }
-            | ActionKind::Replace { .. }
-            | ActionKind::CreateInstance { .. }
-            | ActionKind::Shield { .. }
-            | ActionKind::Inherit { .. }
-            | ActionKind::DrainDonor { .. }
-            | ActionKind::Retire { .. }
-            | ActionKind::ReleaseInstance { .. } => false,
-        }
-    }
-
-    /// The action's name, as the `action` of its Events.
-    pub fn name(&self) -> &'static str {
-        match self {
-            ActionKind::Stage { .. } => "Stage",
-            ActionKind::Drain { .. } => "Drain",
-            ActionKind::KeepDraining => "KeepDraining",
-            ActionKind::Reboot { .. } => "Reboot",
-            ActionKind::KubeadmUpgrade { .. } => "KubeadmUpgrade",
-            ActionKind::Done { .. } => "Done",
-            ActionKind::Fail { .. } => "Fail",
-            ActionKind::Block { .. } => "Block",
-            ActionKind::Release => "Release",
-            ActionKind::Uncordon => "Uncordon",
-            ActionKind::Report => "Report",
-            ActionKind::Replace { .. } => "Replace",
-            ActionKind::CreateInstance { .. } => "CreateInstance",
-            ActionKind::Shield { .. } => "Shield",
-            ActionKind::Inherit { .. } => "Inherit",
-            ActionKind::DrainDonor { .. } => "DrainDonor",
-            ActionKind::Retire { .. } => "Retire",
-            ActionKind::ReleaseInstance { .. } => "ReleaseInstance",
-            ActionKind::AbandonReplacement { .. } => "AbandonReplacement",
-        }
-    }
-}
-
-/// Why the controller does (or does not do) something. The same value is the Event reason, the
-/// condition reason, a metric label and a log field; `Display` is PascalCase, at most 128 bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Reason {
-    // A node's steps, named after what the controller does.
-    StageRequested,
-    DrainStarted,
-    Draining,
-    RebootRequested,
-    KubernetesUpgradeStarted,
-    KubernetesUpgradeRequested,
-    Verified,
-    // A replacement's steps.
-    ReplacementStarted,
-    InstanceRequested,
-    HeirShielded,
-    HeirPaired,
-    DonorRetired,
-    InstanceReleased,
-    // A node's failures.
-    StageFailed,
-    StageTimedOut,
-    RebootFailed,
-    RebootTimedOut,
-    DrainTimedOut,
-    DrainFailed,
-    KubernetesUpgradeFailed,
-    KubernetesUpgradeTimedOut,
-    UncordonedWhileDraining,
-    MalformedAnnotations,
-    UnsupportedStep,
-    HeirNotReady,
-    /// A drained control-plane donor is not deleted: its etcd member cannot be removed (no etcd access, etcd
-    /// unreachable, or the heir's member not yet a healthy voter).
-    EtcdUnavailable,
-    // Clean-ups.
-    TargetChanged,
-    NotSelected,
-    NoNodeVersion,
-    LeftoverCordon,
-    UnreadableIntent,
-    Recovered,
-    // Why an outdated node does not start: its own reason.
-    NoAgentReport,
-    NodeNotReady,
-    CordonedByOther,
-    SelectorOverlap,
-    GroupImagePending,
-    ImageUnknown,
-    NodeOperation,
-    // Why no new node of a rollout starts.
-    Paused,
-    OutsideMaintenanceWindow,
-    FailureBudgetExhausted,
-    StoppedOnDrainTimeout,
-    InvalidSpec,
-    KubernetesUpgradeRefused,
-    WaitingForApiServer,
-    WaitingForControlPlane,
-    WaitingForAutoscaler,
-    UnavailableNodes,
-    SurgeExhausted,
-    // Rollout summary.
-    RollingOut,
-    Complete,
-    NodesHeldBack,
-    AllNodesUpToDate,
-    NodesOutdated,
-    NodesFailed,
-    NoFailures,
-    NodesBlocked,
-    NoBlockedNodes,
-    NoOverlap,
-}
-
-impl Reason {
-    /// Whether an Event with this reason is a Warning.
-    pub fn is_warning(self) -> bool {
-        matches!(
-            self,
-            Reason::StageFailed
-                | Reason::StageTimedOut
-                | Reason::RebootFailed
-                | Reason::RebootTimedOut
-                | Reason::DrainTimedOut
-                | Reason::DrainFailed
-                | Reason::KubernetesUpgradeFailed
-                | Reason::KubernetesUpgradeTimedOut
-                | Reason::KubernetesUpgradeRefused
-                | Reason::UncordonedWhileDraining
-                | Reason::MalformedAnnotations
-                | Reason::UnsupportedStep
-                | Reason::HeirNotReady
-                | Reason::EtcdUnavailable
-                | Reason::ImageUnknown
-                | Reason::UnreadableIntent
-                | Reason::NoAgentReport
-                | Reason::NodeNotReady
-                | Reason::CordonedByOther
-                | Reason::SelectorOverlap
-                | Reason::FailureBudgetExhausted
-                | Reason::StoppedOnDrainTimeout
-                | Reason::InvalidSpec
-        )
-    }
-}
-
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The variant names are the PascalCase reasons.
-        fmt::Debug::fmt(self, f)
     }
 }
 
@@ -559,7 +285,7 @@ pub fn plan_with(
 
     // What every rollout's budget shares: nodes no NodeVersion selects that still finish a reboot,
     // and whether a control-plane node anywhere is busy.
-    let mut shared = selection::Shared::default();
+    let mut shared = pipeline::Shared::default();
     for ((node, owner), a) in nodes.iter().zip(&owners).zip(&assessments) {
         let busy = busy(node, *owner, a);
         if busy && !matches!(owner, pools::Owner::Rollout(_)) {
@@ -801,19 +527,19 @@ fn plan_rollout(
     rollout: &Rollout,
     members: &[(&NodeView, &Assessment)],
     overlap: &[(&NodeView, &str)],
-    shared: &mut selection::Shared,
+    shared: &mut pipeline::Shared,
     records: &replacement::Records<'_>,
     autoscaler: Option<&str>,
     own_node: Option<&str>,
     now: Timestamp,
 ) -> Plan {
     let upgrade = rollout.kubernetes.as_ref().zip(rollout.spec.acting());
-    let kubernetes_plan =
-        upgrade.and_then(|(k, spec)| kubernetes::plan_rollout(rollout, k, spec, members, shared, autoscaler, now));
+    let kubernetes_plan = upgrade
+        .and_then(|(k, spec)| kubernetes::plan_rollout(rollout, k, spec, members, shared, autoscaler, own_node, now));
     let refused = matches!(rollout.kubernetes, Some(kubernetes::KubernetesSpec::Refused(_)));
     let active = kubernetes_plan.is_some() && !refused;
     let mut plan = kubernetes_plan
-        .unwrap_or_else(|| plan_image_rollout(rollout, members, overlap, shared, records, own_node, now));
+        .unwrap_or_else(|| image::plan_image_rollout(rollout, members, overlap, shared, records, own_node, now));
     plan.replacements = records.listing(members);
     if rollout.kubernetes.is_some() {
         plan.kubernetes = Some(kubernetes::Progress::of(active, members));
@@ -821,143 +547,3 @@ fn plan_rollout(
     plan
 }
 
-/// The image flow of one rollout: its members' own progress, then the gates, then the selection.
-fn plan_image_rollout(
-    rollout: &Rollout,
-    members: &[(&NodeView, &Assessment)],
-    overlap: &[(&NodeView, &str)],
-    shared: &mut selection::Shared,
-    records: &replacement::Records<'_>,
-    own_node: Option<&str>,
-    now: Timestamp,
-) -> Plan {
-    let mut plan = Plan::default();
-    for (_, a) in members {
-        plan.actions.extend(a.action.clone());
-        plan.wake(a.wake_at);
-    }
-    summarize(&mut plan, members);
-    plan.replacements = records.listing(members);
-    let drain_timeouts =
-        members.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
-    let Some(spec) = open_gates(rollout, &mut plan, overlap, drain_timeouts, now) else { return plan };
-    let replaced = members.iter().filter(|(_, a)| a.replace).count() as u32;
-    let allowed = spec.policy.max_surge.resolve(replaced);
-    let mut surge = selection::Surge {
-        free: allowed.saturating_sub(records.surge_used(members)),
-        allowed,
-        control_plane_active: records.control_plane_active(),
-        worker_active: records.worker_active(),
-        moving: records.moving(),
-    };
-    let pool = selection::Members { members, own_node };
-    let selected = selection::select(&pool, spec, shared, &mut surge);
-    start(&mut plan, spec, selected, now);
-    plan
-}
-
-/// The part of a rollout's image flow after its members are summarized in `plan`: the nodes an older
-/// NodeVersion manages (`overlap`), then the gates. Returns the spec to select under when every gate is open and
-/// a node is outdated; otherwise `plan.hold` says why not, if anything.
-fn open_gates<'r>(
-    rollout: &'r Rollout,
-    plan: &mut Plan,
-    overlap: &[(&NodeView, &str)],
-    drain_timeouts: usize,
-    now: Timestamp,
-) -> Option<&'r ValidSpec> {
-    let Some(spec) = rollout.spec.acting() else {
-        // Without a spec to act on the rollout selects no node; the gate says why.
-        plan.hold = gates::closed(rollout, None, None, &plan.counts, 0, now).map(|(hold, _)| hold);
-        return None;
-    };
-    for (node, older) in overlap {
-        plan.counts.total += 1;
-        if assess::image(node.agent.as_ref().ok()) == Some(spec.target.as_str()) {
-            plan.counts.up_to_date += 1;
-        } else {
-            plan.counts.outdated += 1;
-            plan.counts.held_back += 1;
-            let message = format!("also selected by the older NodeVersion {older}, which manages it");
-            plan.held.push(Held { node: node.name.clone(), hold: Hold::new(Reason::SelectorOverlap, message) });
-        }
-        plan.overlap.push((node.name.clone(), (*older).to_owned()));
-    }
-    plan.held.sort_by(|a, b| a.node.cmp(&b.node));
-
-    match gates::closed(rollout, Some(spec), None, &plan.counts, drain_timeouts, now) {
-        // An invalid spec is said even when nothing is outdated; the other gates matter only when
-        // something would start.
-        Some((hold, wake)) if plan.counts.outdated > 0 || hold.reason == Reason::InvalidSpec => {
-            plan.hold = Some(hold);
-            plan.wake(wake);
-            None
-        }
-        _ if plan.counts.outdated == 0 => None,
-        _ => {
-            plan.wake(gates::next_change(&spec.policy, now));
-            Some(spec)
-        }
-    }
-}
-
-/// Starts the selected nodes: their actions, and each counted in flight.
-fn start(plan: &mut Plan, spec: &ValidSpec, selected: selection::Selection<'_>, now: Timestamp) {
-    plan.hold = selected.hold;
-    for (node, replace) in selected.starts {
-        let (step, kind, reason, message) = if replace {
-            let kind = ActionKind::Replace { target: spec.target.clone() };
-            (
-                Step::Replace,
-                kind,
-                Reason::ReplacementStarted,
-                format!("replacing the node by a new one with {}", spec.target),
-            )
-        } else {
-            let kind = ActionKind::Stage { target: spec.target.clone() };
-            (Step::Stage, kind, Reason::StageRequested, format!("staging {}", spec.target))
-        };
-        plan.counts.outdated -= 1;
-        plan.counts.in_progress += 1;
-        plan.in_flight.push(InFlight { node: node.name.clone(), step, since: now, waiting_on: None });
-        plan.actions.push(NodeAction { node: node.name.clone(), kind, reason, message });
-    }
-}
-
-/// Counts each member in its situation, and lists those in flight, failed, blocked and held.
-fn summarize(plan: &mut Plan, members: &[(&NodeView, &Assessment)]) {
-    for (node, a) in members {
-        let name = node.name.clone();
-        match &a.situation {
-            Situation::UpToDate => plan.counts.up_to_date += 1,
-            Situation::Outdated { held, eligible } => {
-                plan.counts.outdated += 1;
-                plan.preparing |= !eligible && held.is_none() && a.action.as_ref().is_some_and(|x| x.kind.writes());
-                if let Some(hold) = held {
-                    plan.counts.held_back += 1;
-                    plan.held.push(Held { node: name, hold: hold.clone() });
-                }
-            }
-            Situation::InFlight { step, since } => {
-                plan.counts.in_progress += 1;
-                let waiting_on = match &node.drain {
-                    DrainProgress::Running { waiting_on } if matches!(*step, Step::Drain | Step::Replace) => {
-                        waiting_on.clone()
-                    }
-                    _ => None,
-                };
-                let waiting_on = waiting_on.or_else(|| a.waiting.clone());
-                plan.in_flight.push(InFlight { node: name, step: *step, since: *since, waiting_on });
-            }
-            Situation::Failed { message } => {
-                plan.counts.failed += 1;
-                plan.failed.push(Problem { node: name, message: message.clone() });
-            }
-            Situation::Blocked { message, .. } => {
-                plan.counts.blocked += 1;
-                plan.blocked.push(Problem { node: name, message: message.clone() });
-            }
-        }
-    }
-    plan.counts.total = members.len() as u32;
-}

@@ -378,7 +378,7 @@ impl Sim {
                 let target = intent.as_ref().map_or(TARGET.to_owned(), |i| i.target.clone());
                 n.ready = true;
                 n.kubelet_boot_id = Some(new.clone());
-                agent.boot_id = Some(BootId::parse("k", &new).unwrap());
+                agent.boot_id = Some(shared::protocol::BootId::parse("k", &new).unwrap());
                 agent.os_image = Some(target.clone());
                 if let Some(intent) = intent.filter(|i| i.step == Step::Reboot) {
                     agent.token = Some(intent.token.clone());

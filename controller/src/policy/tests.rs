@@ -477,6 +477,11 @@ fn node_pools_roll_out_side_by_side_each_within_its_budget() {
     let busy = NodeView { selected_by: vec![0], ..with_intent(cp("cp-a"), Step::Stage, TARGET, "s", t(0)) };
     let p = plan(&[busy, NodeView { selected_by: vec![1], ..cp("cp-b") }], &rollouts, None, t(1));
     assert!(p.rollouts[1].actions.is_empty());
+    // ... and says so: a rollout that does not move is never held silently (it was, when its only outdated node was
+    // a control-plane node kept waiting by another rollout's).
+    let hold = p.rollouts[1].hold.as_ref().expect("a hold");
+    assert_eq!(hold.reason, Reason::WaitingForControlPlane);
+    assert!(hold.message.contains("one at a time"), "{}", hold.message);
 }
 
 #[test]

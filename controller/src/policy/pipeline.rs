@@ -1,0 +1,423 @@
+//! The pipeline: which node moves next, and why every other one waits.
+//!
+//! Every flow that moves a rollout's nodes contributes its *candidates* (eligible outdated nodes, each with how it
+//! starts) and a [`Flow`] (what it moves them to, and the action that starts one): the image in place, the image by
+//! replacement through a scaling group ([`super::replacement`]), and the Kubernetes upgrade with kubeadm
+//! ([`super::kubernetes`]). One function ([`select`]), after one set of rollout-wide gates ([`open`]), decides
+//! for all of them, with one budget that counts every disrupted node whichever flow (or NodeOp) disrupted it.
+//! The incremental [`Planner`](super::incremental::Planner) runs the same two functions over its indexes (a
+//! [`Pool`] is the members as [`select`] reads them).
+//!
+//! # The gates, in order
+//! Before the pipeline, each node's own progress ([`super::assess`]) holds back a node for a reason of its own:
+//! no agent report (the agent policy), NotReady, cordoned by someone else, its annotations malformed, another
+//! owner (an older NodeVersion: `SelectorOverlap`; a NodeOp: `NodeOperation`), its group's image not known. Then,
+//! for the rollout as a whole, the first closed gate is the rollout's hold ([`open`], each gate in
+//! [`super::gates`]):
+//! 1. **spec valid** (`InvalidSpec`): nodes in flight finish under the last valid spec, nothing new starts;
+//! 2. **paused** (`Paused`);
+//! 3. **maintenance window** (`OutsideMaintenanceWindow`);
+//! 4. **failure budget** (`FailureBudgetExhausted`);
+//! 5. **drain timeout with `onDrainTimeout: Stop`** (`StoppedOnDrainTimeout`);
+//! 6. **cluster-autoscaler** (`WaitingForAutoscaler`), for flows whose new nodes must not race it (a Kubernetes
+//!    upgrade: a node the autoscaler adds meanwhile would join with the old components).
+//!
+//! Then, node by node in order — control-plane nodes first, then workers by name, the controller's own node
+//! last ([`order`]) — [`select`] applies:
+//! 7. **the budget** (`UnavailableNodes`): `maxUnavailable` over the rollout's members, minus every member
+//!    unavailable for any reason (in any flow's step, NotReady, cordoned, worked on by a NodeOp) and every node no
+//!    rollout manages that is still busy;
+//! 8. **one control-plane node at a time** (`WaitingForControlPlane`), across every rollout, flow and NodeOp: none
+//!    starts while another control-plane node is in flight, unavailable, NotReady or worked on by a NodeOp;
+//! 9. **control plane first** (`WaitingForControlPlane`): no worker starts while a control-plane node of the
+//!    rollout is pending in the flow's sense ([`Pool::control_plane_pending`]: not yet updated for an image, not
+//!    yet running the version for Kubernetes, since a kubelet may not be newer than an API server);
+//! 10. **`maxSurge`** (`SurgeExhausted`) for nodes replaced: a new instance per replacement in flight, and no
+//!     control-plane replacement beside a worker's (nor a worker's beside a control-plane one's).
+//!
+//! A flow may narrow its candidates before [`select`] (Kubernetes: while the API server is not upgraded, only
+//! the first control-plane node, alone: `WaitingForApiServer`), never widen them. Nodes that are part of a
+//! replacement in flight (a heir's own Kubernetes upgrade) are not candidates: their donor holds the slots.
+//!
+//! NodeOps ([`crate::nodeop`]) decide in their own controller under the same rules: they take slots of the
+//! rollouts' budgets ([`super::budgets`], through [`crate::disruption`]), keep control-plane nodes one at a time
+//! across rollouts and NodeOps, and their nodes count as unavailable in every rollout's budget (rule 7).
+
+use super::assess::{Assessment, Situation};
+use super::gates;
+use super::{ActionKind, Hold, InFlight, NodeAction, NodeView, Plan, Reason, Rollout, ValidSpec, budget};
+use jiff::Timestamp;
+use shared::protocol::Step;
+
+/// What a flow moves nodes to, and how it starts one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Flow {
+    /// The image, in place or (for a node of a known scaling group) by replacement.
+    Image { target: String },
+    /// The Kubernetes version with kubeadm; `apply`: the API server is not upgraded yet, so the start is the first
+    /// control-plane node's, which runs `kubeadm upgrade apply`.
+    Kubernetes { version: String, apply: bool },
+}
+
+impl Flow {
+    /// What the flow moves nodes to, for messages.
+    pub(super) fn described(&self) -> String {
+        match self {
+            Flow::Image { target } => target.clone(),
+            Flow::Kubernetes { version, .. } => format!("Kubernetes {version}"),
+        }
+    }
+
+    /// The step, action, reason and message that start `node` (`replace`: by replacement).
+    fn start(&self, replace: bool) -> (Step, ActionKind, Reason, String) {
+        match self {
+            Flow::Image { target } if replace => (
+                Step::Replace,
+                ActionKind::Replace { target: target.clone() },
+                Reason::ReplacementStarted,
+                format!("replacing the node by a new one with {target}"),
+            ),
+            Flow::Image { target } => (
+                Step::Stage,
+                ActionKind::Stage { target: target.clone() },
+                Reason::StageRequested,
+                format!("staging {target}"),
+            ),
+            Flow::Kubernetes { version, apply } => {
+                let message = if *apply {
+                    format!(
+                        "cordoning and draining before upgrading the control plane to Kubernetes {version} with \
+                         kubeadm upgrade apply"
+                    )
+                } else {
+                    format!("cordoning and draining before the Kubernetes upgrade to {version}")
+                };
+                (Step::Drain, ActionKind::Drain { target: version.clone() }, Reason::KubernetesUpgradeStarted, message)
+            }
+        }
+    }
+}
+
+/// Gates 1–6 of the module docs for `rollout`, whose members are summarized in `plan`: returns the spec to select
+/// under when every gate is open and a member is outdated; otherwise `plan.hold` says why not, if anything.
+/// `autoscaler` says why the flow's starts must wait for the cluster-autoscaler (`None`: they need not).
+pub(super) fn open<'r>(
+    rollout: &'r Rollout,
+    plan: &mut Plan,
+    flow: Option<&Flow>,
+    drain_timeouts: usize,
+    autoscaler: Option<&str>,
+    now: Timestamp,
+) -> Option<&'r ValidSpec> {
+    let Some(spec) = rollout.spec.acting() else {
+        // Without a spec to act on the rollout selects no node; the gate says why.
+        plan.hold = gates::closed(rollout, None, None, &plan.counts, 0, None, now).map(|(hold, _)| hold);
+        return None;
+    };
+    let described = flow.map(Flow::described);
+    match gates::closed(rollout, Some(spec), described.as_deref(), &plan.counts, drain_timeouts, autoscaler, now) {
+        // An invalid spec is said even when nothing is outdated; the other gates matter only when
+        // something would start.
+        Some((hold, wake)) if plan.counts.outdated > 0 || hold.reason == Reason::InvalidSpec => {
+            plan.hold = Some(hold);
+            plan.wake(wake);
+            None
+        }
+        _ if plan.counts.outdated == 0 => None,
+        _ => {
+            plan.wake(gates::next_change(&spec.policy, now));
+            Some(spec)
+        }
+    }
+}
+
+/// Starts the selected nodes with the flow's action: each counted in flight.
+pub(super) fn start(plan: &mut Plan, flow: &Flow, selected: Selection<'_>, now: Timestamp) {
+    plan.hold = selected.hold;
+    for (node, replace) in selected.starts {
+        let (step, kind, reason, message) = flow.start(replace);
+        plan.counts.outdated -= 1;
+        plan.counts.in_progress += 1;
+        plan.in_flight.push(InFlight { node: node.name.clone(), step, since: now, waiting_on: None });
+        plan.actions.push(NodeAction { node: node.name.clone(), kind, reason, message });
+    }
+}
+
+/// How many names a hold message lists before it says "and N more".
+const MAX_NAMED: usize = 5;
+
+/// What the rollouts of one plan share, updated as each one selects.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Shared {
+    /// A control-plane node (of any rollout, or of none) is in flight or unavailable.
+    pub control_plane_busy: bool,
+    /// Nodes no rollout selects that still hold a slot (a reboot finishing): every rollout counts
+    /// them, since the node was some rollout's.
+    pub unowned_unavailable: u32,
+}
+
+/// What bounds replacements while one rollout selects.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Surge {
+    /// Instances the rollout may still add (`maxSurge` minus those its replacements hold).
+    pub free: u32,
+    /// The `maxSurge` allowance, for messages.
+    pub allowed: u32,
+    /// A control-plane replacement is in progress: workers wait.
+    pub control_plane_active: bool,
+    /// A worker replacement is in progress: no control-plane node is replaced beside it.
+    pub worker_active: bool,
+    /// An instance of a replacement is joining or being deleted: a taken surge frees up on its own.
+    pub moving: bool,
+}
+
+/// The nodes to start (each with whether it is replaced), and why not more.
+pub(super) struct Selection<'a> {
+    pub starts: Vec<(&'a NodeView, bool)>,
+    pub hold: Option<Hold>,
+}
+
+/// A rollout's members, as selection reads them: kept as a list by [`plan`](super::plan), as indexes by the
+/// incremental [`Planner`](super::incremental::Planner). Only [`Pool::candidates`] is read in full; the lists
+/// are asked for only to name nodes in a hold.
+pub(super) trait Pool<'a> {
+    /// The eligible outdated members, in the order they start (control plane first, then by name, the
+    /// controller's own node last), each with whether it is replaced.
+    fn candidates(&self) -> Box<dyn Iterator<Item = (&'a NodeView, bool)> + '_>;
+    /// Those of [`Pool::candidates`] updated in place, in the same order: what selection reads while no surge is
+    /// left.
+    fn in_place_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_>;
+    /// Whether one of [`Pool::candidates`] is replaced.
+    fn any_replaced_candidate(&self) -> bool;
+    /// How many members the rollout has.
+    fn size(&self) -> u32;
+    /// How many members count against the budget ([`Assessment::unavailable`]).
+    fn unavailable_count(&self) -> u32;
+    /// Those members.
+    fn unavailable(&self) -> Vec<(&'a NodeView, &'a Assessment)>;
+    /// Whether a member is in flight ([`Situation::InFlight`]).
+    fn any_in_flight(&self) -> bool;
+    /// Control-plane members outdated, in flight or holding a slot.
+    fn control_plane_pending(&self) -> Vec<(&'a NodeView, &'a Assessment)>;
+}
+
+/// The members of a rollout as a list, with the flow's rules of which are candidates and which control-plane
+/// members keep the workers waiting.
+pub(super) struct Members<'a, 'm> {
+    pub members: &'m [(&'a NodeView, &'a Assessment)],
+    pub own_node: Option<&'m str>,
+    /// Which eligible outdated members the flow starts here.
+    pub candidate: fn(&NodeView, &Assessment) -> bool,
+    /// At most this many candidates are read (the flow's narrowing: see the module docs).
+    pub limit: usize,
+    /// Which control-plane members keep the workers waiting (rule 9).
+    pub barrier: fn(&NodeView, &Assessment) -> bool,
+}
+
+impl<'a, 'm> Members<'a, 'm> {
+    /// The image flow's view: every eligible outdated member is a candidate, and a control-plane node keeps the
+    /// workers waiting while it is outdated, in flight or holding a slot.
+    pub(super) fn image(members: &'m [(&'a NodeView, &'a Assessment)], own_node: Option<&'m str>) -> Self {
+        Members { members, own_node, candidate: |_, _| true, limit: usize::MAX, barrier: control_plane_pending }
+    }
+}
+
+impl<'a> Pool<'a> for Members<'a, '_> {
+    fn candidates(&self) -> Box<dyn Iterator<Item = (&'a NodeView, bool)> + '_> {
+        let mut candidates: Vec<(&'a NodeView, bool)> = self
+            .members
+            .iter()
+            .filter(|(n, a)| {
+                matches!(a.situation, Situation::Outdated { eligible: true, .. }) && (self.candidate)(n, a)
+            })
+            .map(|(n, a)| (*n, a.replace))
+            .collect();
+        candidates.sort_by_key(|(n, _)| order(n, self.own_node));
+        candidates.truncate(self.limit);
+        Box::new(candidates.into_iter())
+    }
+
+    fn in_place_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
+        Box::new(self.candidates().filter(|(_, replace)| !replace).map(|(n, _)| n))
+    }
+
+    fn any_replaced_candidate(&self) -> bool {
+        self.candidates().any(|(_, replace)| replace)
+    }
+
+    fn size(&self) -> u32 {
+        self.members.len() as u32
+    }
+
+    fn unavailable_count(&self) -> u32 {
+        self.members.iter().filter(|(n, a)| a.unavailable(n)).count() as u32
+    }
+
+    fn unavailable(&self) -> Vec<(&'a NodeView, &'a Assessment)> {
+        self.members.iter().filter(|(n, a)| a.unavailable(n)).copied().collect()
+    }
+
+    fn any_in_flight(&self) -> bool {
+        self.members.iter().any(|(_, a)| matches!(a.situation, Situation::InFlight { .. }))
+    }
+
+    fn control_plane_pending(&self) -> Vec<(&'a NodeView, &'a Assessment)> {
+        self.members.iter().filter(|(n, a)| n.control_plane && (self.barrier)(n, a)).copied().collect()
+    }
+}
+
+/// The order in which eligible nodes start: control plane first, the controller's own node last, by name.
+pub(super) fn order(node: &NodeView, own_node: Option<&str>) -> (bool, bool, String) {
+    (!node.control_plane, own_node == Some(node.name.as_str()), node.name.clone())
+}
+
+/// Whether `node` is a control-plane node that keeps the workers of its rollout waiting: outdated, in flight or
+/// holding a slot.
+pub(super) fn control_plane_pending(node: &NodeView, a: &Assessment) -> bool {
+    node.control_plane
+        && matches!(
+            a.situation,
+            Situation::Outdated { .. } | Situation::InFlight { .. } | Situation::Blocked { holds_slot: true, .. }
+        )
+}
+
+/// Picks the nodes to start among the rollout's members in `pool`.
+pub(super) fn select<'a>(
+    pool: &impl Pool<'a>,
+    spec: &ValidSpec,
+    flow: &Flow,
+    shared: &mut Shared,
+    surge: &mut Surge,
+) -> Selection<'a> {
+    let mut selection = Selection { starts: Vec::new(), hold: None };
+    if pool.candidates().next().is_none() {
+        return selection;
+    }
+
+    let allowed = spec.policy.max_unavailable.resolve(pool.size());
+    let mut slots = budget::free_slots(allowed, pool.unavailable_count() + shared.unowned_unavailable);
+    if slots == 0 {
+        if !pool.any_in_flight() {
+            // Nothing is being updated, yet nothing may start: nodes down, cordoned for other
+            // reasons or holding a slot take the whole budget. Say which, or it just looks stuck.
+            let mut names: Vec<String> = pool
+                .unavailable()
+                .iter()
+                .map(|(n, a)| {
+                    let why = if a.in_flight() {
+                        "unreadable intent"
+                    } else if !n.ready {
+                        "NotReady"
+                    } else {
+                        "cordoned"
+                    };
+                    format!("{} ({why})", n.name)
+                })
+                .collect();
+            if shared.unowned_unavailable > 0 {
+                names
+                    .push(format!("{} node(s) no NodeVersion selects, finishing a reboot", shared.unowned_unavailable));
+            }
+            let message = format!(
+                "maxUnavailable ({allowed}) is taken by nodes unavailable for other reasons: {}",
+                name_some(names)
+            );
+            selection.hold = Some(Hold::new(Reason::UnavailableNodes, message));
+        }
+        return selection;
+    }
+
+    let control_plane_pending = pool.control_plane_pending();
+    let mut surge_taken = false;
+    let mut control_plane_waits = false;
+    let candidates = if surge.free == 0 {
+        // No replaced node can start: only those updated in place are read. Had it read them all, it would have
+        // passed every replaced one whenever the surge matters below (nothing started, no hold).
+        surge_taken = pool.any_replaced_candidate();
+        Box::new(pool.in_place_candidates().map(|n| (n, false)))
+    } else {
+        pool.candidates()
+    };
+    for (node, replace) in candidates {
+        if slots == 0 {
+            break;
+        }
+        if replace && (surge.free == 0 || (node.control_plane && surge.worker_active)) {
+            surge_taken |= surge.free == 0;
+            continue;
+        }
+        if !node.control_plane && surge.control_plane_active {
+            selection.hold = Some(Hold::new(
+                Reason::WaitingForControlPlane,
+                "workers wait until the replacement of a control-plane node is done (its old instance deleted)",
+            ));
+            break;
+        }
+        if node.control_plane {
+            if shared.control_plane_busy {
+                control_plane_waits = true;
+                continue;
+            }
+            shared.control_plane_busy = true;
+        } else if !control_plane_pending.is_empty() {
+            selection.hold = Some(waiting_for_control_plane(&control_plane_pending, &flow.described()));
+            break;
+        }
+        slots -= 1;
+        if replace {
+            surge.free -= 1;
+            surge.control_plane_active |= node.control_plane;
+            surge.worker_active |= !node.control_plane;
+        }
+        selection.starts.push((node, replace));
+    }
+    let busy = surge.moving || pool.any_in_flight();
+    if control_plane_waits && selection.starts.is_empty() && selection.hold.is_none() && !pool.any_in_flight() {
+        // Nothing of the rollout moves, and a control-plane node of another flow, rollout or NodeOp keeps it so.
+        selection.hold = Some(Hold::new(
+            Reason::WaitingForControlPlane,
+            "control-plane nodes go one at a time, and another control-plane node is busy (being updated, NotReady, \
+             cordoned, or worked on by a NodeOp)",
+        ));
+    }
+    if surge_taken && selection.starts.is_empty() && selection.hold.is_none() && !busy {
+        // Nothing moves, and only the instances of replacements that cannot finish keep it so: say it.
+        let message = format!(
+            "maxSurge ({}) is taken by replacements that hold an instance (a donor blocked or an instance being deleted)",
+            surge.allowed
+        );
+        selection.hold = Some(Hold::new(Reason::SurgeExhausted, message));
+    }
+    selection
+}
+
+/// Workers wait for the control plane; a control-plane node that is itself held back is named, so
+/// that a stalled control plane never stalls every worker silently.
+fn waiting_for_control_plane(pending: &[(&NodeView, &Assessment)], target: &str) -> Hold {
+    let held: Vec<String> = pending
+        .iter()
+        .filter_map(|(n, a)| match &a.situation {
+            Situation::Outdated { held: Some(hold), .. } => {
+                Some(format!("{} ({}: {})", n.name, hold.reason, hold.message))
+            }
+            Situation::Blocked { message, .. } | Situation::Failed { message } => {
+                Some(format!("{} ({message})", n.name))
+            }
+            Situation::UpToDate | Situation::Outdated { held: None, .. } | Situation::InFlight { .. } => None,
+        })
+        .collect();
+    let mut message = format!("workers wait until every control-plane node runs {target}");
+    if !held.is_empty() {
+        message.push_str(&format!("; held back: {}", name_some(held)));
+    }
+    Hold::new(Reason::WaitingForControlPlane, message)
+}
+
+/// The first few of `names`, sorted, and how many more.
+fn name_some(mut names: Vec<String>) -> String {
+    names.sort();
+    let more = names.len().saturating_sub(MAX_NAMED);
+    names.truncate(MAX_NAMED);
+    let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
+    format!("{}{tail}", names.join(", "))
+}

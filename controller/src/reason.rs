@@ -1,0 +1,118 @@
+//! The one vocabulary of why the controller does (or does not do) something: every flow's reasons — rollouts,
+//! replacements, Kubernetes upgrades, NodeOps and scaling groups — are one typed [`Reason`].
+
+use std::fmt;
+
+/// Why the controller does (or does not do) something. The same value is the Event reason, the
+/// condition reason, a metric label and a log field; `Display` is PascalCase, at most 128 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    // A node's steps, named after what the controller does.
+    StageRequested,
+    DrainStarted,
+    Draining,
+    RebootRequested,
+    KubernetesUpgradeStarted,
+    KubernetesUpgradeRequested,
+    Verified,
+    // A replacement's steps.
+    ReplacementStarted,
+    InstanceRequested,
+    HeirShielded,
+    HeirPaired,
+    DonorRetired,
+    InstanceReleased,
+    // A node's failures.
+    StageFailed,
+    StageTimedOut,
+    RebootFailed,
+    RebootTimedOut,
+    DrainTimedOut,
+    DrainFailed,
+    KubernetesUpgradeFailed,
+    KubernetesUpgradeTimedOut,
+    UncordonedWhileDraining,
+    MalformedAnnotations,
+    UnsupportedStep,
+    HeirNotReady,
+    /// A drained control-plane donor is not deleted: its etcd member cannot be removed (no etcd access, etcd
+    /// unreachable, or the heir's member not yet a healthy voter).
+    EtcdUnavailable,
+    // Clean-ups.
+    TargetChanged,
+    NotSelected,
+    NoNodeVersion,
+    LeftoverCordon,
+    UnreadableIntent,
+    Recovered,
+    // Why an outdated node does not start: its own reason.
+    NoAgentReport,
+    NodeNotReady,
+    CordonedByOther,
+    SelectorOverlap,
+    GroupImagePending,
+    ImageUnknown,
+    NodeOperation,
+    // Why no new node of a rollout starts.
+    Paused,
+    OutsideMaintenanceWindow,
+    FailureBudgetExhausted,
+    StoppedOnDrainTimeout,
+    InvalidSpec,
+    KubernetesUpgradeRefused,
+    WaitingForApiServer,
+    WaitingForControlPlane,
+    WaitingForAutoscaler,
+    UnavailableNodes,
+    SurgeExhausted,
+    // Rollout summary.
+    RollingOut,
+    Complete,
+    NodesHeldBack,
+    AllNodesUpToDate,
+    NodesOutdated,
+    NodesFailed,
+    NoFailures,
+    NodesBlocked,
+    NoBlockedNodes,
+    NoOverlap,
+}
+
+impl Reason {
+    /// Whether an Event with this reason is a Warning.
+    pub fn is_warning(self) -> bool {
+        matches!(
+            self,
+            Reason::StageFailed
+                | Reason::StageTimedOut
+                | Reason::RebootFailed
+                | Reason::RebootTimedOut
+                | Reason::DrainTimedOut
+                | Reason::DrainFailed
+                | Reason::KubernetesUpgradeFailed
+                | Reason::KubernetesUpgradeTimedOut
+                | Reason::KubernetesUpgradeRefused
+                | Reason::UncordonedWhileDraining
+                | Reason::MalformedAnnotations
+                | Reason::UnsupportedStep
+                | Reason::HeirNotReady
+                | Reason::EtcdUnavailable
+                | Reason::ImageUnknown
+                | Reason::UnreadableIntent
+                | Reason::NoAgentReport
+                | Reason::NodeNotReady
+                | Reason::CordonedByOther
+                | Reason::SelectorOverlap
+                | Reason::FailureBudgetExhausted
+                | Reason::StoppedOnDrainTimeout
+                | Reason::InvalidSpec
+        )
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The variant names are the PascalCase reasons.
+        fmt::Debug::fmt(self, f)
+    }
+}
