@@ -92,16 +92,15 @@ impl Events {
         message: String,
         action: &str,
     ) {
-        self.publish_named(reference, related, &reason.to_string(), reason.is_warning(), message, action);
+        self.publish_named(reference, related, reason, reason.is_warning(), message, action);
     }
 
-    /// Queues an Event with a reason that is not a rollout [`Reason`] (the scaling-group controllers'):
-    /// `reason` in PascalCase, at most 128 characters.
+    /// Queues an Event whose severity is not its reason's own (a NodeOp's, a scaling group's, the preflight's).
     pub fn publish_named(
         &self,
         reference: ObjectReference,
         related: Option<ObjectReference>,
-        reason: &str,
+        reason: Reason,
         warning: bool,
         message: String,
         action: &str,
@@ -115,7 +114,7 @@ impl Events {
             regarding: reference,
             related,
             warning,
-            reason: reason.to_owned(),
+            reason: reason.to_string(),
             action: action.to_owned(),
             note: shared::protocol::cut(&message, MAX_NOTE).to_owned(),
         };

@@ -65,6 +65,40 @@ pub enum Reason {
     WaitingForAutoscaler,
     UnavailableNodes,
     SurgeExhausted,
+    // A NodeOp's steps, failures and holds (the steps it shares with rollouts use their reasons: `DrainStarted`,
+    // `RebootRequested`, `DrainFailed`, `DrainTimedOut`, `RebootFailed`, `RebootTimedOut`,
+    // `UncordonedWhileDraining`, `WaitingForControlPlane`, `InvalidSpec`, `NodesFailed`, `NoFailures`).
+    OperationStarted,
+    OperationSucceeded,
+    OperationFailed,
+    PreflightStarted,
+    PreflightSkipped,
+    PreflightFailed,
+    JobCreated,
+    JobNameTaken,
+    NoAgent,
+    RebootRefused,
+    AllNodesAtOnce,
+    Deleting,
+    StoppedOnFailure,
+    WaitingForRolloutBudget,
+    Running,
+    Idle,
+    Completed,
+    NotHeld,
+    // Scaling groups, their instances (PendingNodes) and the cluster-autoscaler.
+    GroupImageSet,
+    GroupImageLookupFailed,
+    GroupImageUpdateFailed,
+    Joined,
+    JoinFailed,
+    Left,
+    LeaveDeadlineExceeded,
+    InstanceDeleteFailed,
+    AutoscalerPaused,
+    AutoscalerRestored,
+    // The preflight: one Warning Event per blocker found before a rollout starts.
+    PreflightBlocker,
     // Rollout summary.
     RollingOut,
     Complete,
@@ -106,6 +140,18 @@ impl Reason {
                 | Reason::FailureBudgetExhausted
                 | Reason::StoppedOnDrainTimeout
                 | Reason::InvalidSpec
+                | Reason::OperationFailed
+                | Reason::PreflightFailed
+                | Reason::JobNameTaken
+                | Reason::NoAgent
+                | Reason::RebootRefused
+                | Reason::AllNodesAtOnce
+                | Reason::JoinFailed
+                | Reason::LeaveDeadlineExceeded
+                | Reason::InstanceDeleteFailed
+                | Reason::GroupImageLookupFailed
+                | Reason::GroupImageUpdateFailed
+                | Reason::PreflightBlocker
         )
     }
 }

@@ -61,8 +61,10 @@ pub fn compute(
     } else {
         (true, Reason::NodesBlocked, name_problems(&plan.blocked, "blocked"))
     };
+    let progressing = progressing(plan, target);
+    let complete = progressing.1 == Reason::Complete;
     let conditions = [
-        (PROGRESSING, progressing(plan, target)),
+        (PROGRESSING, progressing),
         (UP_TO_DATE, up_to_date),
         (FAILED, failed),
         (BLOCKED, blocked),
@@ -70,8 +72,12 @@ pub fn compute(
     ]
     .into_iter()
     .map(|(type_, (status, reason, message))| condition(type_, status, reason, message, generation, previous, now))
-    // The preflight's condition is written by the preflight (see `forecast::preflight`) and kept.
-    .chain(previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == PREFLIGHT)).cloned())
+    // The preflight's condition is written by the preflight (see `forecast::preflight`) and kept, until the
+    // rollout is complete: what it found before the rollout started no longer holds anything back.
+    .chain(previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == PREFLIGHT)).map(|c| match complete {
+        true => crate::forecast::preflight::settled(c, generation, now),
+        false => c.clone(),
+    }))
     .collect();
     let mut in_flight: Vec<InFlightNode> = plan
         .in_flight
@@ -310,6 +316,30 @@ mod tests {
             failed: vec![Problem { node: "w3".into(), message: "StageFailed: sha256 mismatch".into() }],
             ..Default::default()
         }
+    }
+
+    /// Blockers the preflight found before the rollout started are kept in the `Preflight` condition while it
+    /// runs, and no longer said to hold it back once it is complete (they were, for group nodes, after the fact).
+    #[test]
+    fn the_preflight_condition_stops_naming_blockers_once_the_rollout_is_complete() {
+        let blockers = crate::forecast::preflight::condition(&[], Some(3), now());
+        let found = Condition {
+            status: "True".into(),
+            reason: "BlockersFound".into(),
+            message: "1 blocker(s): x".into(),
+            ..blockers
+        };
+        let mut previous = compute(&rolling(), &rollout(), Some(3), None, now());
+        crate::forecast::preflight::set_condition(&mut previous, found);
+        let s = compute(&rolling(), &rollout(), Some(3), Some(&previous), now());
+        assert_eq!(get(&s, PREFLIGHT).reason, "BlockersFound", "kept while the rollout runs");
+        let done = plan(Counts { total: 4, up_to_date: 4, ..Default::default() });
+        let s = compute(&done, &rollout(), Some(3), Some(&previous), now());
+        let preflight = get(&s, PREFLIGHT);
+        assert_eq!((preflight.status.as_str(), preflight.reason.as_str()), ("False", "RolloutComplete"));
+        assert!(preflight.message.contains("1 blocker(s): x"), "{}", preflight.message);
+        // Stable from then on.
+        assert_eq!(compute(&done, &rollout(), Some(3), Some(&s), now()), s);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::snapshot::Workloads;
 use crate::events::{Events, node_reference};
 use crate::leadership::Term;
 use crate::policy::{ClusterPlan, NodeView, Rollout};
-use crate::status::PREFLIGHT;
+use crate::status::{PREFLIGHT, PROGRESSING};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ListParams};
@@ -24,7 +24,7 @@ use std::sync::Arc;
 /// How many blockers the condition's message names before it says "and N more".
 const MAX_NAMED: usize = 5;
 /// The reason of the preflight's Events.
-pub const EVENT_REASON: &str = "PreflightBlocker";
+pub const EVENT_REASON: crate::reason::Reason = crate::reason::Reason::PreflightBlocker;
 
 /// The preflights done, by NodeVersion UID: the generation and the condition found.
 #[derive(Debug, Default)]
@@ -110,10 +110,16 @@ impl Preflight {
 
     /// Puts the condition of this process's preflight of `version`'s generation into `status` (the
     /// status computed from a cache that may not show it yet).
+    /// Not once the rollout is complete (see [`settled`]).
     pub fn annotate(&self, version: &NodeVersion, status: &mut NodeVersionStatus) {
         let uid = version.uid().unwrap_or_default();
+        let complete = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == PROGRESSING && c.reason == crate::policy::Reason::Complete.to_string());
         if let Some((generation, condition)) = self.done.get(&uid)
             && version.metadata.generation == Some(*generation)
+            && !complete
         {
             set_condition(status, condition.clone());
         }
@@ -131,6 +137,23 @@ pub fn set_condition(status: &mut NodeVersionStatus, mut condition: Condition) {
             *existing = condition;
         }
         None => status.conditions.push(condition),
+    }
+}
+
+/// The `Preflight` condition once the rollout is complete: blockers found before it started (`BlockersFound`)
+/// held nothing back in the end, and a condition that still named them would mislead; any other condition is
+/// kept as it is.
+pub fn settled(condition: &Condition, generation: Option<i64>, now: Timestamp) -> Condition {
+    if condition.status != "True" {
+        return condition.clone();
+    }
+    Condition {
+        type_: PREFLIGHT.to_owned(),
+        status: "False".to_owned(),
+        reason: "RolloutComplete".to_owned(),
+        message: format!("the rollout is complete; before it started, the preflight found: {}", condition.message),
+        observed_generation: generation,
+        last_transition_time: Time(shared::protocol::truncate_to_seconds(now)),
     }
 }
 

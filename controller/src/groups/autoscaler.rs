@@ -3,6 +3,7 @@
 
 use super::scaling_group::EventSpec;
 use super::{Context, Error};
+use crate::reason::Reason;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Patch, PatchParams};
@@ -156,7 +157,7 @@ pub fn decide(
             "spec": {"replicas": 0}
         });
         event = Some(EventSpec {
-            reason: "AutoscalerPaused",
+            reason: Reason::AutoscalerPaused,
             warning: false,
             message: format!("scaled the cluster-autoscaler from {} to 0 replicas: {why}", deployment.replicas),
         });
@@ -172,12 +173,12 @@ pub fn decide(
         });
         event = Some(match warning {
             None => EventSpec {
-                reason: "AutoscalerRestored",
+                reason: Reason::AutoscalerRestored,
                 warning: false,
                 message: format!("restored the cluster-autoscaler to {restore} replicas"),
             },
             Some(problem) => EventSpec {
-                reason: "AutoscalerRestored",
+                reason: Reason::AutoscalerRestored,
                 warning: true,
                 message: format!("{problem}; restored the cluster-autoscaler to 1 replica"),
             },
@@ -338,7 +339,7 @@ mod tests {
             Some(json!({"metadata": {"annotations": {REMEMBERED_REPLICAS: null}}, "spec": {"replicas": 3}}))
         );
         assert!(decision.status.enabled);
-        assert_eq!(decision.event.unwrap().reason, "AutoscalerRestored");
+        assert_eq!(decision.event.unwrap().reason, Reason::AutoscalerRestored);
         // A remembered 0 is restored as 0.
         let decision = decide(&spec(true), &Pause::default(), &deployment(0, 0, Some("0")), &[]);
         assert_eq!(decision.patch.unwrap()["spec"]["replicas"], 0);

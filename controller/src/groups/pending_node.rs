@@ -5,6 +5,7 @@ use super::condition::{self, Wanted};
 use super::scaling_group::EventSpec;
 use super::{Attempts, Context, Error, GroupLabels, retry_delay};
 use crate::nodes::SlimNode;
+use crate::reason::Reason;
 use cloud::{Deletion, GroupId, InstanceState, ProviderId, Retry};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
@@ -169,15 +170,18 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
                 Some(why) => {
                     conditions.push(Wanted::new(JOIN_FAILED, true, why.as_str(), join_failure_message(why, facts)));
                     let event = EventSpec {
-                        reason: "JoinFailed",
+                        reason: Reason::JoinFailed,
                         warning: true,
                         message: format!("{}; deleting the instance", join_failure_message(why, facts)),
                     };
                     decision(Step::GiveUp(why), conditions, Some(event), Some(Duration::ZERO))
                 }
                 None if facts.node == NodeFact::Ready && state == Some(InstanceState::Ready) => {
-                    let event =
-                        EventSpec { reason: "Joined", warning: false, message: "the instance's Node is Ready".into() };
+                    let event = EventSpec {
+                        reason: Reason::Joined,
+                        warning: false,
+                        message: "the instance's Node is Ready".into(),
+                    };
                     decision(Step::Joined, conditions, Some(event), None)
                 }
                 None => decision(Step::Wait, conditions, None, timer(facts.deadline)),
@@ -185,7 +189,8 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
         }
         PendingNodeGoal::Leave => match state {
             Some(InstanceState::Terminated) => {
-                let event = EventSpec { reason: "Left", warning: false, message: "the instance is terminated".into() };
+                let event =
+                    EventSpec { reason: Reason::Left, warning: false, message: "the instance is terminated".into() };
                 decision(Step::Remove, conditions, Some(event), None)
             }
             _ if past_deadline => {
@@ -197,7 +202,7 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
                 );
                 conditions.push(Wanted::new(LEAVE_OVERDUE, true, "DeadlineExceeded", message.clone()));
                 let event = (!facts.leave_overdue).then_some(EventSpec {
-                    reason: "LeaveDeadlineExceeded",
+                    reason: Reason::LeaveDeadlineExceeded,
                     warning: true,
                     message,
                 });
@@ -233,7 +238,7 @@ pub fn delete_failed(error: &cloud::Error) -> (Wanted, EventSpec) {
     let message = format!("deleting the instance: {error}");
     (
         Wanted::new(SYNCED, false, error.outcome().as_str(), message.clone()),
-        EventSpec { reason: "InstanceDeleteFailed", warning: true, message },
+        EventSpec { reason: Reason::InstanceDeleteFailed, warning: true, message },
     )
 }
 
@@ -648,7 +653,7 @@ mod tests {
                 assert_eq!(decision.step == Step::Joined, joined, "{node:?} {state:?}");
                 if joined {
                     assert_eq!(decision.wake, None, "nothing more to poll");
-                    assert_eq!(decision.event.as_ref().map(|e| e.reason), Some("Joined"));
+                    assert_eq!(decision.event.as_ref().map(|e| e.reason), Some(Reason::Joined));
                 } else {
                     assert_eq!(decision.step, Step::Wait);
                     assert!(decision.wake.is_some());
@@ -677,7 +682,7 @@ mod tests {
                     let failed = condition(&decision, JOIN_FAILED).unwrap();
                     assert_eq!((failed.status, failed.reason.as_str()), ("True", why.as_str()));
                     let event = decision.event.unwrap();
-                    assert!(event.warning && event.reason == "JoinFailed");
+                    assert!(event.warning && event.reason == Reason::JoinFailed);
                     assert_eq!(decision.wake, Some(Duration::ZERO));
                 }
                 None => assert!(matches!(decision.step, Step::Wait | Step::Joined), "{now} {node:?} {state:?}"),
@@ -741,7 +746,7 @@ mod tests {
                         assert_eq!(condition(&decision, LEAVE_OVERDUE).unwrap().status, "True");
                         assert_eq!(
                             decision.event.as_ref().map(|e| (e.reason, e.warning)),
-                            Some(("LeaveDeadlineExceeded", true))
+                            Some((Reason::LeaveDeadlineExceeded, true))
                         );
                     }
                 }

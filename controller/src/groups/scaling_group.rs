@@ -2,6 +2,7 @@
 
 use super::condition::{self, Wanted};
 use super::{Attempts, Context, Error, retry_delay};
+use crate::reason::Reason;
 use cloud::{GroupId, ImageUpdate, Retry};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -75,8 +76,8 @@ pub enum Outcome {
 /// An Event to publish about the group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventSpec {
-    /// PascalCase reason.
-    pub reason: &'static str,
+    /// Why: PascalCase in the Event.
+    pub reason: Reason,
     /// Warning rather than Normal.
     pub warning: bool,
     /// The note.
@@ -185,7 +186,7 @@ pub fn decide(outcome: &Outcome, node_version: &str) -> Decision {
                 synced,
             ],
             event: Some(EventSpec {
-                reason: "GroupImageSet",
+                reason: Reason::GroupImageSet,
                 warning: false,
                 message: format!("new instances get {to} (was {from}), the image of NodeVersion {node_version:?}"),
             }),
@@ -204,7 +205,7 @@ pub fn decide(outcome: &Outcome, node_version: &str) -> Decision {
             image_reference: None,
             conditions: vec![failed("reading the group's image", error)],
             event: Some(EventSpec {
-                reason: "GroupImageLookupFailed",
+                reason: Reason::GroupImageLookupFailed,
                 warning: true,
                 message: format!("reading the group's image: {error}"),
             }),
@@ -217,7 +218,7 @@ pub fn decide(outcome: &Outcome, node_version: &str) -> Decision {
                 failed(&format!("setting the group's image to {to}"), error),
             ],
             event: Some(EventSpec {
-                reason: "GroupImageUpdateFailed",
+                reason: Reason::GroupImageUpdateFailed,
                 warning: true,
                 message: format!("setting the group's image to {to}: {error}"),
             }),
@@ -400,7 +401,7 @@ mod tests {
                 Some("False"),
                 Some("True"),
                 Some("v2"),
-                Some(("GroupImageSet", false)),
+                Some((Reason::GroupImageSet, false)),
             ),
             (
                 Outcome::ImageSetting { from: "v1".into(), to: "v2".into() },
@@ -414,14 +415,14 @@ mod tests {
                 None,
                 Some("False"),
                 None,
-                Some(("GroupImageLookupFailed", true)),
+                Some((Reason::GroupImageLookupFailed, true)),
             ),
             (
                 Outcome::SetFailed { template: "v1".into(), to: "v2".into(), error: throttled() },
                 Some("True"),
                 Some("False"),
                 Some("v1"),
-                Some(("GroupImageUpdateFailed", true)),
+                Some((Reason::GroupImageUpdateFailed, true)),
             ),
         ];
         for (outcome, outdated, synced, image, event) in cases {

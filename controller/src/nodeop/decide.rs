@@ -28,6 +28,7 @@
 
 use crate::policy::DrainProgress;
 use crate::policy::budget::LazyBudgets;
+use crate::reason::Reason;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use shared::crd::nodeop::{NodeOpNodeStatus, NodeOpPhase, NodeOpSpec, RebootStatus};
@@ -40,7 +41,7 @@ pub const DEFAULT_DRAIN_TIMEOUT: SignedDuration = crate::policy::settings::DEFAU
 pub const REBOOT_TIMEOUT: SignedDuration = crate::policy::settings::DEFAULT_REBOOT_TIMEOUT;
 
 /// The reason of the Event of a node's start (its notice marks the decisions that start a node).
-pub const STARTED: &str = "OperationStarted";
+pub const STARTED: Reason = Reason::OperationStarted;
 
 /// A node's Job as the cluster shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,7 +128,7 @@ pub enum Action {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notice {
     /// PascalCase.
-    pub reason: &'static str,
+    pub reason: Reason,
     pub warning: bool,
     pub message: String,
 }
@@ -148,7 +149,7 @@ pub struct Decision {
     pub nodes: Vec<NodeDecision>,
     pub phase: NodeOpPhase,
     /// Why no further node starts: (reason, message).
-    pub hold: Option<(&'static str, String)>,
+    pub hold: Option<(Reason, String)>,
     /// Plan again at this time even if nothing changes (a timeout).
     pub wake_at: Option<Timestamp>,
     /// Counts for the conditions: nodes targeted, finished, failed, in progress.
@@ -328,7 +329,7 @@ impl Started<'_> {
     }
 
     /// The node failed: recorded, then released (or kept cordoned and marked without `uncordonOnFailure`).
-    fn fail(&self, message: String, reason: &'static str, reboot: RebootStatus) -> NodeDecision {
+    fn fail(&self, message: String, reason: Reason, reboot: RebootStatus) -> NodeDecision {
         let status = self.finished(NodeOpPhase::Failed, message.clone(), reboot);
         let action = if self.options.uncordon_on_failure {
             Some(Action::Release)
@@ -348,7 +349,7 @@ impl Started<'_> {
         self.decided(
             Some(Action::Release),
             status,
-            Some(Notice { reason: "OperationSucceeded", warning: false, message }),
+            Some(Notice { reason: Reason::OperationSucceeded, warning: false, message }),
         )
     }
 }
@@ -389,12 +390,12 @@ fn in_progress(
     match &node.job {
         Some(JobState::Foreign) => started.fail(
             "a Job of the name this NodeOp gives the node's Job exists and is not this NodeOp's".into(),
-            "JobNameTaken",
+            Reason::JobNameTaken,
             started.cancelled(),
         ),
         Some(JobState::Active) => started.decided(None, started.running("the Job is running"), None),
         Some(JobState::Failed { message }) => {
-            started.fail(format!("the Job failed: {message}"), "OperationFailed", started.cancelled())
+            started.fail(format!("the Job failed: {message}"), Reason::OperationFailed, started.cancelled())
         }
         Some(JobState::Succeeded) if !options.reboot => {
             started.succeed("the Job completed", RebootStatus::NotRequested)
@@ -410,7 +411,7 @@ fn before_job(started: &Started<'_>, now: Timestamp, decision: &mut Decision) ->
     let uncordoned = || {
         started.fail(
             "the node was uncordoned while it was drained".into(),
-            "UncordonedWhileDraining",
+            Reason::UncordonedWhileDraining,
             started.cancelled(),
         )
     };
@@ -431,7 +432,7 @@ fn before_job(started: &Started<'_>, now: Timestamp, decision: &mut Decision) ->
             started.decided(Some(Action::CreateJob), started.running("drained; creating the Job"), None)
         }
         DrainProgress::Failed { message } => {
-            started.fail(format!("the drain failed: {message}"), "DrainFailed", started.cancelled())
+            started.fail(format!("the drain failed: {message}"), Reason::DrainFailed, started.cancelled())
         }
         DrainProgress::Uncordoned => uncordoned(),
         DrainProgress::Running { waiting_on } if now >= deadline => {
@@ -440,13 +441,13 @@ fn before_job(started: &Started<'_>, now: Timestamp, decision: &mut Decision) ->
                 "the drain did not finish within {}s{waiting}; the node was released without running the operation",
                 options.drain_timeout.as_secs()
             );
-            started.fail(message, "DrainTimedOut", started.cancelled())
+            started.fail(message, Reason::DrainTimedOut, started.cancelled())
         }
         DrainProgress::Running { .. } | DrainProgress::NotRunning => {
             decision.wake_at = Some(decision.wake_at.map_or(deadline, |w| w.min(deadline)));
             let status = NodeOpNodeStatus { drain_started_at: Some(Time(since)), ..started.running("draining") };
             let notice = started.previous.drain_started_at.is_none().then(|| Notice {
-                reason: "DrainStarted",
+                reason: Reason::DrainStarted,
                 warning: false,
                 message: format!("draining {}", node.name),
             });
@@ -462,14 +463,14 @@ fn reboot(started: &Started<'_>, now: Timestamp, decision: &mut Decision) -> Nod
         let agent = node.agent.as_ref().and_then(|a| Some((a.os_image.clone()?, a.boot_id.clone()?)));
         let Some((target, boot_id_before)) = agent else {
             let message = "the node has no update-operator agent (no os-image and boot-id report): not rebooted";
-            return started.fail(message.into(), "NoAgent", RebootStatus::NoAgent);
+            return started.fail(message.into(), Reason::NoAgent, RebootStatus::NoAgent);
         };
         if node.unschedulable && !cordoned_by_us(node) {
             let message = "the node is cordoned by someone else; the agent reboots only nodes the controller cordoned";
-            return started.fail(message.into(), "RebootRefused", RebootStatus::Cancelled);
+            return started.fail(message.into(), Reason::RebootRefused, RebootStatus::Cancelled);
         }
         let notice = Notice {
-            reason: "RebootRequested",
+            reason: Reason::RebootRequested,
             warning: false,
             message: format!("the Job on {} succeeded; rebooting it through its agent", node.name),
         };
@@ -504,14 +505,14 @@ fn reboot(started: &Started<'_>, now: Timestamp, decision: &mut Decision) -> Nod
         }
         Some((AgentState::Error, message)) if !agent_rebooted => {
             let message = format!("the reboot failed: {}", message.unwrap_or_default());
-            started.fail(message, "RebootFailed", RebootStatus::Cancelled)
+            started.fail(message, Reason::RebootFailed, RebootStatus::Cancelled)
         }
         _ if now >= deadline => started.fail(
             format!(
                 "the node was not Ready after a new boot within {}s of the reboot request",
                 REBOOT_TIMEOUT.as_secs()
             ),
-            "RebootTimedOut",
+            Reason::RebootTimedOut,
             RebootStatus::Cancelled,
         ),
         _ => {
@@ -592,15 +593,15 @@ fn start_waiting(
         let verdict = match node.preflight.as_ref().filter(|_| options.preflight) {
             Some(Preflight::Skip { message }) => {
                 let message = format!("Skipped by preflight: {message}");
-                Some((NodeOpPhase::Completed, message, "PreflightSkipped", false))
+                Some((NodeOpPhase::Completed, message, Reason::PreflightSkipped, false))
             }
             Some(Preflight::Failed { message }) => {
-                Some((NodeOpPhase::Failed, format!("Preflight failed: {message}"), "PreflightFailed", true))
+                Some((NodeOpPhase::Failed, format!("Preflight failed: {message}"), Reason::PreflightFailed, true))
             }
             Some(Preflight::Foreign) => {
                 let message = "Preflight failed: a Job of the name this NodeOp gives the node's preflight check \
                                exists and is not this NodeOp's";
-                Some((NodeOpPhase::Failed, message.to_owned(), "JobNameTaken", true))
+                Some((NodeOpPhase::Failed, message.to_owned(), Reason::JobNameTaken, true))
             }
             Some(Preflight::Running | Preflight::Proceed) | None => None,
         };
@@ -621,10 +622,10 @@ fn start_waiting(
             .filter(|n| control_plane.is_none_or(|cp| control_planes.contains(n.node.as_str()) == cp))
             .count()
     };
-    let mut hold: Option<(&'static str, String)> = if inputs.deleting {
-        Some(("Deleting", "the NodeOp is being deleted".into()))
+    let mut hold: Option<(Reason, String)> = if inputs.deleting {
+        Some((Reason::Deleting, "the NodeOp is being deleted".into()))
     } else if decision.failed > 0 && options.stop_on_failure {
-        Some(("StoppedOnFailure", "a node failed and stopOnFailure is set: no further node starts".into()))
+        Some((Reason::StoppedOnFailure, "a node failed and stopOnFailure is set: no further node starts".into()))
     } else {
         None
     };
@@ -656,7 +657,8 @@ fn start_waiting(
         } else if let Some(why) = control_plane_busy.as_ref().filter(|_| node.control_plane) {
             Err(why.clone())
         } else if !node.control_plane && control_plane_pending {
-            hold = hold.or(Some(("WaitingForControlPlane", "control-plane nodes go first, one at a time".into())));
+            hold =
+                hold.or(Some((Reason::WaitingForControlPlane, "control-plane nodes go first, one at a time".into())));
             Err("waiting: control-plane nodes go first".into())
         } else if !options.preflight || passed {
             // Only the start disrupts the node: the check is read-only.
@@ -682,7 +684,7 @@ fn start_waiting(
             Ok(()) if options.preflight && !passed => {
                 running += 1;
                 let notice = Notice {
-                    reason: "PreflightStarted",
+                    reason: Reason::PreflightStarted,
                     warning: false,
                     message: format!("running the preflight check on {}", node.name),
                 };
@@ -708,7 +710,7 @@ fn start_waiting(
     }
     // A full rollout budget holds the NodeOp back only when no node could start: another node may count in
     // another budget.
-    decision.hold = hold.or(over_budget.filter(|_| !started).map(|why| ("WaitingForRolloutBudget", why)));
+    decision.hold = hold.or(over_budget.filter(|_| !started).map(|why| (Reason::WaitingForRolloutBudget, why)));
 }
 
 #[cfg(test)]
@@ -816,7 +818,7 @@ mod tests {
         let spec = spec(serde_json::json!({"cordon": true}));
         let d = run(&spec, &BTreeMap::new(), &[node("w1"), node("cp2"), node("cp1")], 0);
         assert_eq!(actions(&d), vec![start("cp1")]);
-        assert_eq!(d.hold.as_ref().map(|h| h.0), Some("WaitingForControlPlane"));
+        assert_eq!(d.hold.as_ref().map(|h| h.0), Some(Reason::WaitingForControlPlane));
         let d = run(&spec, &recorded(&[("cp1", NodeOpPhase::Running)]), &[node("w1"), node("cp2"), started("cp1")], 0);
         assert!(actions(&d).iter().all(|(n, _)| n == "cp1"), "{:?}", actions(&d));
         let done = recorded(&[("cp1", NodeOpPhase::Completed), ("cp2", NodeOpPhase::Completed)]);
@@ -835,7 +837,7 @@ mod tests {
         job_running.job = Some(JobState::Active);
         let d = run(&spec, &recorded(&first_done), &[node("cp1"), job_running, node("w1")], 0);
         assert!(actions(&d).iter().all(|(n, _)| n != "w1"), "a worker started beside a Job: {:?}", actions(&d));
-        assert_eq!(d.hold.as_ref().map(|h| h.0), Some("WaitingForControlPlane"));
+        assert_eq!(d.hold.as_ref().map(|h| h.0), Some(Reason::WaitingForControlPlane));
         let mut rebooting = started("cp2");
         rebooting.job = Some(JobState::Succeeded);
         let d = run(&spec, &recorded(&first_done), &[node("cp1"), rebooting, node("w1")], 0);
@@ -850,7 +852,7 @@ mod tests {
         let spec = spec(serde_json::json!({"cordon": true, "stopOnFailure": true, "concurrency": 1}));
         let d = run(&spec, &recorded(&[("w1", NodeOpPhase::Failed)]), &[node("w1"), node("w2"), node("w3")], 0);
         assert!(actions(&d).is_empty(), "{:?}", actions(&d));
-        assert_eq!(d.hold.as_ref().map(|h| h.0), Some("StoppedOnFailure"));
+        assert_eq!(d.hold.as_ref().map(|h| h.0), Some(Reason::StoppedOnFailure));
         assert_eq!(d.phase, NodeOpPhase::Failed);
         // Without it, the next node starts.
         let spec = NodeOpSpec { stop_on_failure: None, ..spec };
@@ -866,7 +868,7 @@ mod tests {
         let d = run(&spec, &recorded(&[("w1", NodeOpPhase::Running)]), &[failing.clone(), node("w2")], 0);
         assert_eq!(actions(&d), vec![("w1".into(), Action::Release)], "released, and w2 not started");
         assert_eq!(of(&d, "w1").status.phase, NodeOpPhase::Failed);
-        assert_eq!(of(&d, "w1").notice.as_ref().map(|n| (n.reason, n.warning)), Some(("OperationFailed", true)));
+        assert_eq!(of(&d, "w1").notice.as_ref().map(|n| (n.reason, n.warning)), Some((Reason::OperationFailed, true)));
         let keep = NodeOpSpec { uncordon_on_failure: Some(false), ..spec };
         let d = run(&keep, &recorded(&[("w1", NodeOpPhase::Running)]), &[failing, node("w2")], 0);
         assert!(actions(&d).is_empty(), "kept cordoned and marked: {:?}", actions(&d));
@@ -908,7 +910,7 @@ mod tests {
         );
         let d = run(&spec, &record, &[draining], 60);
         assert_eq!(actions(&d), vec![("w1".into(), Action::Release)]);
-        assert_eq!(of(&d, "w1").notice.as_ref().map(|n| n.reason), Some("DrainTimedOut"));
+        assert_eq!(of(&d, "w1").notice.as_ref().map(|n| n.reason), Some(Reason::DrainTimedOut));
         assert!(of(&d, "w1").status.message.contains("pod demo/a"), "{}", of(&d, "w1").status.message);
         // Drained: the Job.
         let drained = NodeFacts { drain: DrainProgress::Drained, ..started("w1") };
@@ -973,10 +975,10 @@ mod tests {
         // An error without a new boot is a failed reboot.
         let refused = AgentReport { boot_id: Some(boot("b0")), os_image: Some("v1".into()), ..other_image };
         let d = run(&spec, &BTreeMap::new(), &[NodeFacts { agent: Some(refused), ..rebooting.clone() }], 10);
-        assert_eq!(of(&d, "w1").notice.as_ref().map(|n| n.reason), Some("RebootFailed"));
+        assert_eq!(of(&d, "w1").notice.as_ref().map(|n| n.reason), Some(Reason::RebootFailed));
         // Never back: timed out.
         let d = run(&spec, &BTreeMap::new(), &[rebooting], REBOOT_TIMEOUT.as_secs());
-        assert_eq!(of(&d, "w1").notice.as_ref().map(|n| n.reason), Some("RebootTimedOut"));
+        assert_eq!(of(&d, "w1").notice.as_ref().map(|n| n.reason), Some(Reason::RebootTimedOut));
         // No agent: reported, not rebooted.
         let no_agent = NodeFacts { agent: None, ..succeeded };
         let d = run(&spec, &BTreeMap::new(), &[no_agent], 0);
@@ -1111,7 +1113,7 @@ mod tests {
         // Nothing can start: the NodeOp says it is held by the budget.
         let d = decide(inputs(&recorded), &nodes[..3], &mut LazyBudgets::ready(Budgets::new(limits(2), members())));
         assert!(actions(&d).is_empty());
-        assert_eq!(d.hold.map(|h| h.0), Some("WaitingForRolloutBudget"));
+        assert_eq!(d.hold.map(|h| h.0), Some(Reason::WaitingForRolloutBudget));
 
         // A node no rollout manages counts in every budget; a rollout with nothing to do (no limit) in none.
         let unowned = vec![("u1".to_owned(), None, false)];
@@ -1171,7 +1173,7 @@ mod tests {
             (phase(&d, "w1"), of(&d, "w1").status.message.as_str()),
             (NodeOpPhase::Failed, "Preflight failed: DeadlineExceeded")
         );
-        assert_eq!(of(&d, "w1").notice.as_ref().map(|n| n.reason), Some("PreflightFailed"));
+        assert_eq!(of(&d, "w1").notice.as_ref().map(|n| n.reason), Some(Reason::PreflightFailed));
 
         // A passed node waits for the gates and keeps its slot; a check recorded but not seen is created again.
         let blocked = NodeFacts { ready: false, ..checked("w1", Preflight::Proceed) };
@@ -1186,7 +1188,7 @@ mod tests {
         let nodes = [checked("w1", Preflight::Failed { message: "exit 3".into() }), node("w2")];
         let d = run(&stop, &recorded(&[("w1", NodeOpPhase::Preflight)]), &nodes, 1);
         assert_eq!(of(&d, "w2").action, None);
-        assert_eq!(d.hold.map(|h| h.0), Some("StoppedOnFailure"));
+        assert_eq!(d.hold.map(|h| h.0), Some(Reason::StoppedOnFailure));
         assert_eq!(d.phase, NodeOpPhase::Failed);
         // A check still running under that hold keeps its phase and is not said to have passed.
         let nodes = [checked("w1", Preflight::Failed { message: "exit 3".into() }), checked("w3", Preflight::Running)];

@@ -28,6 +28,7 @@ use crate::own_writes::OwnWrites;
 use crate::policy::NodeSelector;
 use crate::policy::budget::{Budgets, LazyBudgets};
 use crate::policy::{DrainProgress, Rollout};
+use crate::reason::Reason;
 use decide::{Action, Decision, Inputs, JobState, NodeFacts};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
@@ -323,7 +324,7 @@ impl Controller {
         let selector = match op.spec.node_selector.as_ref().map(NodeSelector::from_label_selector).transpose() {
             Ok(selector) => selector,
             Err(error) => {
-                self.warn_once(&uid, "invalid", &reference, "InvalidSpec", format!("spec.nodeSelector: {error}"));
+                self.warn_once(&uid, "invalid", &reference, Reason::InvalidSpec, format!("spec.nodeSelector: {error}"));
                 return None;
             }
         };
@@ -415,13 +416,13 @@ impl Controller {
         if op.spec.concurrency == 0 && !finished {
             let message = "concurrency is 0: the operation runs on every selected node at once (control-plane nodes \
                            first, one at a time); set concurrency to limit how many nodes are disrupted together";
-            self.warn_once(uid, "all", reference, "AllNodesAtOnce", message.into());
+            self.warn_once(uid, "all", reference, Reason::AllNodesAtOnce, message.into());
         }
     }
 
-    fn warn_once(&self, uid: &str, what: &str, reference: &ObjectReference, reason: &str, message: String) {
+    fn warn_once(&self, uid: &str, what: &str, reference: &ObjectReference, reason: Reason, message: String) {
         if self.warned.lock().insert(format!("{uid}/{what}")) {
-            tracing::warn!(nodeop = ?reference.name, reason, message, "NodeOp warning");
+            tracing::warn!(nodeop = ?reference.name, %reason, message, "NodeOp warning");
             self.context.events.publish_named(reference.clone(), None, reason, true, message, "NodeOp");
         }
     }
@@ -463,7 +464,7 @@ impl Controller {
                 self.context.events.publish_named(
                     nodeop_reference(op),
                     Some(node_reference(node, None)),
-                    "JobCreated",
+                    Reason::JobCreated,
                     false,
                     format!("created Job {} on {node}", job.metadata.name.unwrap_or_default()),
                     "NodeOp",
@@ -761,13 +762,13 @@ pub fn next_status(
     let summary = format!("{done} of {total} nodes completed, {failed} failed, {running} in progress");
     let hold = decision.hold.as_ref();
     let conditions = [
-        ("Progressing", running > 0, if running > 0 { "Running" } else { "Idle" }, summary.clone()),
-        ("Complete", decision.phase.finished() && failed == 0, "Completed", summary.clone()),
-        ("Failed", failed > 0, if failed > 0 { "NodesFailed" } else { "NoFailures" }, summary),
+        ("Progressing", running > 0, if running > 0 { Reason::Running } else { Reason::Idle }, summary.clone()),
+        ("Complete", decision.phase.finished() && failed == 0, Reason::Completed, summary.clone()),
+        ("Failed", failed > 0, if failed > 0 { Reason::NodesFailed } else { Reason::NoFailures }, summary),
         (
             "Held",
             hold.is_some(),
-            hold.map_or("NotHeld", |(reason, _)| reason),
+            hold.map_or(Reason::NotHeld, |(reason, _)| *reason),
             hold.map(|(_, message)| message.clone()).unwrap_or_default(),
         ),
     ];
@@ -780,7 +781,7 @@ pub fn next_status(
             Condition {
                 type_: type_.to_owned(),
                 status: status.to_owned(),
-                reason: reason.to_owned(),
+                reason: reason.to_string(),
                 message,
                 observed_generation: generation,
                 last_transition_time: since,

@@ -546,4 +546,3 @@ fn plan_rollout(
     }
     plan
 }
-
