@@ -344,6 +344,7 @@ impl Sim {
             (Some(Step::Stage), _) if agent.token.as_ref() != intent.as_ref().map(|i| &i.token) => "stage",
             (_, Some(Fault::DrainStuck)) if matches!(n.drain, DrainProgress::Running { .. }) => return false,
             (Some(Step::Drain | Step::Replace), _) if matches!(n.drain, DrainProgress::Running { .. }) => "drained",
+            (Some(Step::KubeadmUpgrade), _) if agent.token.as_ref() != intent.as_ref().map(|i| &i.token) => "kubeadm",
             (Some(Step::Reboot), _) if n.ready && agent.token.as_ref() != intent.as_ref().map(|i| &i.token) => "down",
             (Some(Step::Reboot), _) if !n.ready => "back",
             _ => return false,
@@ -363,6 +364,23 @@ impl Sim {
                     agent.state = Some(AgentState::Done);
                     format!("world: the agent of {name} staged {}", intent.target)
                 }
+            }
+            ("kubeadm", Some(intent)) => {
+                // kubeadm upgrades the node: the kubelet restarts on the version, the agent reports the components.
+                agent.token = Some(intent.token.clone());
+                agent.state = Some(AgentState::Done);
+                agent.components_hash = Some(shared::protocol::ComponentsHash::parse("k", COMPONENTS_HASH).unwrap());
+                n.kubelet_version = Some(intent.target.clone());
+                let applied = intent.kubeadm.as_ref().is_some_and(|k| k.role == shared::protocol::KubeadmRole::Apply);
+                if applied {
+                    for rollout in &mut self.rollouts {
+                        if let Some(kubernetes::KubernetesSpec::Upgrade(target)) = &mut rollout.kubernetes {
+                            target.api_server = target.version.clone();
+                        }
+                    }
+                }
+                let how = if applied { "kubeadm upgrade apply" } else { "kubeadm upgrade node" };
+                format!("world: {name} ran {how} to {}", intent.target)
             }
             ("drained", _) => {
                 n.drain = DrainProgress::Drained;
@@ -757,4 +775,77 @@ fn a_replacement_rollout_tells_its_story() {
     sim.fleet = fleet;
     sim.run(|_, _| {});
     golden("replacement", sim.story.as_deref().unwrap_or_default());
+}
+
+// ---- Kubernetes upgrades ----
+
+const COMPONENTS_HASH: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+
+fn kubernetes_rollout(policy: Policy) -> Vec<Rollout> {
+    let target = kubernetes::KubernetesTarget {
+        version: "v1.34.1".parse().unwrap(),
+        components: "k8s-components".into(),
+        hash: COMPONENTS_HASH.into(),
+        api_server: "v1.33.5".parse().unwrap(),
+    };
+    vec![Rollout { kubernetes: Some(kubernetes::KubernetesSpec::Upgrade(target)), ..one_rollout(policy).remove(0) }]
+}
+
+fn on_old_kubernetes(mut n: NodeView) -> NodeView {
+    n.kubelet_version = Some("v1.33.5".into());
+    n
+}
+
+/// A whole Kubernetes upgrade (and the image after it) through the one pipeline, in any order of events, with a
+/// worker NotReady for a while: after every plan that starts a node, no more nodes are disrupted than
+/// maxUnavailable allows; never two control-plane nodes at once; no worker in a Kubernetes step while a
+/// control-plane node does not run the version; every node ends on the version and the image, uncordoned.
+#[test]
+fn whole_kubernetes_upgrades_keep_every_invariant_in_any_order() {
+    for seed in 0..20 {
+        for max in [1, 3] {
+            let policy = Policy {
+                max_unavailable: budget::MaxUnavailable::Count(max),
+                failure_budget: 100,
+                ..Policy::default()
+            };
+            let nodes = cluster_of_fifteen().into_iter().map(on_old_kubernetes).collect();
+            let mut sim = Sim::new(seed, nodes, kubernetes_rollout(policy));
+            sim.faults.insert("w05".into(), Fault::RebootLate { back_at: t(40) });
+            sim.nodes[8].ready = false;
+            let last = sim.run(|sim, cluster| {
+                let starts = cluster.rollouts[0].actions.iter().any(NodeAction::starts_node);
+                let disrupted = sim.disrupted();
+                assert!(
+                    !starts || disrupted.len() as u32 <= max,
+                    "seed {seed}: a start with {} nodes disrupted and max {max}",
+                    disrupted.len()
+                );
+                assert!(
+                    disrupted.iter().filter(|n| n.control_plane).count() <= 1,
+                    "seed {seed}: two control-plane nodes"
+                );
+                let control_plane_done = sim
+                    .nodes
+                    .iter()
+                    .filter(|n| n.control_plane)
+                    .all(|n| n.kubelet_version.as_deref() == Some("v1.34.1"));
+                let kubernetes_step = |n: &NodeView| {
+                    n.controller
+                        .as_ref()
+                        .is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.target == "v1.34.1" && i.step.disrupts()))
+                };
+                assert!(
+                    control_plane_done || !sim.nodes.iter().any(|n| !n.control_plane && kubernetes_step(n)),
+                    "seed {seed}: a worker upgraded before the control plane"
+                );
+            });
+            let p = last.rollouts.into_iter().next().unwrap();
+            assert_eq!(p.counts.up_to_date, 15, "seed {seed}: {:?}", p.counts);
+            for n in &sim.nodes {
+                assert_eq!(n.kubelet_version.as_deref(), Some("v1.34.1"), "seed {seed}: {}", n.name);
+                assert!(!n.unschedulable, "seed {seed}: {} left cordoned", n.name);
+            }
+        }
+    }
 }
