@@ -312,11 +312,11 @@ impl DrainTask {
                 Cordon::Cordoned => {
                     self.look_up(&store, &mut state).await;
                     match self.step(&store, &mut state, &mut running, &limit) {
-                        Step::Done(progress) => {
+                        Pass::Done(progress) => {
                             self.finish(progress);
                             return;
                         }
-                        Step::Waiting(waiting_on) => waiting_on,
+                        Pass::Waiting(waiting_on) => waiting_on,
                     }
                 }
             };
@@ -396,7 +396,7 @@ impl DrainTask {
         state: &mut DrainState,
         running: &mut JoinSet<(String, Option<Outcome>)>,
         limit: &Arc<Semaphore>,
-    ) -> Step {
+    ) -> Pass {
         let pods = store.state();
         let verdicts: Vec<(&Arc<Pod>, PodVerdict)> = pods
             .iter()
@@ -421,7 +421,7 @@ impl DrainTask {
                 })
                 .collect();
             if !blocking.is_empty() {
-                return Step::Done(DrainProgress::Failed { message: blocking.join("; ") });
+                return Pass::Done(DrainProgress::Failed { message: blocking.join("; ") });
             }
             let unlisted = pods
                 .iter()
@@ -433,10 +433,10 @@ impl DrainTask {
                 _ => None,
             });
             if let Some(why) = undecided {
-                return Step::Waiting(Some(why));
+                return Pass::Waiting(Some(why));
             }
             if let Some(namespace) = unlisted {
-                return Step::Waiting(Some(format!("the PodDisruptionBudgets of namespace {namespace} to be listed")));
+                return Pass::Waiting(Some(format!("the PodDisruptionBudgets of namespace {namespace} to be listed")));
             }
             state.cleared = true;
             state.budgets.clear();
@@ -475,9 +475,9 @@ impl DrainTask {
             }
         }
         if remaining == 0 {
-            return Step::Done(DrainProgress::Drained);
+            return Pass::Done(DrainProgress::Drained);
         }
-        Step::Waiting(waiting_on)
+        Pass::Waiting(waiting_on)
     }
 
     /// Evicts `pod` once a slot is free, if the node is still cordoned and the term still valid
@@ -537,7 +537,7 @@ impl DrainTask {
 }
 
 /// Where a pass over the pods left the drain.
-enum Step {
+enum Pass {
     Done(DrainProgress),
     Waiting(Option<String>),
 }

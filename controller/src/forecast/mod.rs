@@ -447,7 +447,16 @@ impl Run<'_> {
             Step::Drain if matches!(n.drain, DrainProgress::Running { .. }) => self.durations.drain,
             Step::Reboot if !answered => self.durations.reboot,
             Step::KubeadmUpgrade if !answered => self.durations.kubeadm_upgrade,
-            _ => return None,
+            // Waiting for the controller (an answered step, a drain not running), or a step the world does not
+            // end (done, failed, blocked; a replacement's drain is handled above).
+            Step::Stage
+            | Step::Drain
+            | Step::Reboot
+            | Step::KubeadmUpgrade
+            | Step::Replace
+            | Step::Done
+            | Step::Failed
+            | Step::Blocked => return None,
         };
         intent.since.checked_add(took).ok()
     }
@@ -510,7 +519,8 @@ impl Run<'_> {
                         }
                     }
                 }
-                _ => {}
+                // Handled above, or ended by the controller, not the world.
+                Step::Replace | Step::Done | Step::Failed | Step::Blocked => {}
             }
         }
     }

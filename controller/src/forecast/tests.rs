@@ -353,7 +353,7 @@ fn replacing(replace: i64, retire: i64, release: i64) -> Durations {
 #[test]
 fn group_nodes_are_replaced_within_max_surge_and_the_others_updated_in_place_under_one_budget() {
     let nodes = [member("a-0", "a"), member("a-1", "a"), member("a-2", "a"), node("w-0")];
-    let policy = Policy { max_surge: MaxUnavailable::Count(2), ..max(3) };
+    let policy = Policy { max_surge: crate::policy::budget::MaxSurge::Count(2), ..max(3) };
     let f = forecast(&nodes, &[rollout(policy)], &groups(&["a"], "v2"), None, t(0), &replacing(40, 15, 5));
     let r = &f.rollouts[0];
     assert_eq!(r.ending, Ending::Complete, "{r:#?}");
@@ -370,7 +370,7 @@ fn group_nodes_are_replaced_within_max_surge_and_the_others_updated_in_place_und
     assert_eq!(f.first.rollouts[0].counts.total, 4);
 
     // maxSurge 1: one replacement at a time.
-    let policy = Policy { max_surge: MaxUnavailable::Count(1), ..max(3) };
+    let policy = Policy { max_surge: crate::policy::budget::MaxSurge::Count(1), ..max(3) };
     let f = forecast(&nodes, &[rollout(policy)], &groups(&["a"], "v2"), None, t(0), &replacing(40, 15, 5));
     let waves: Vec<(&str, u32)> = f.rollouts[0].nodes.iter().map(|n| (n.node.as_str(), n.wave)).collect();
     assert_eq!(waves, vec![("a-0", 1), ("w-0", 1), ("a-1", 2), ("a-2", 3)]);
@@ -380,7 +380,11 @@ fn group_nodes_are_replaced_within_max_surge_and_the_others_updated_in_place_und
 #[test]
 fn the_soak_time_is_part_of_the_measured_replace_step_and_a_group_without_the_image_holds_its_nodes() {
     // The measured `replace` step includes the soak: the drain starts `replace` after the intent all the same.
-    let policy = Policy { soak_time: SignedDuration::from_secs(30), max_surge: MaxUnavailable::Count(1), ..max(1) };
+    let policy = Policy {
+        soak_time: SignedDuration::from_secs(30),
+        max_surge: crate::policy::budget::MaxSurge::Count(1),
+        ..max(1)
+    };
     let f =
         forecast(&[member("a-0", "a")], &[rollout(policy)], &groups(&["a"], "v2"), None, t(0), &replacing(40, 15, 5));
     assert_eq!(f.rollouts[0].duration_seconds, Some(60.0), "{:#?}", f.rollouts[0]);

@@ -82,9 +82,9 @@ pub struct Facts<'a> {
     pub leave_overdue: bool,
 }
 
-/// What to do about a PendingNode.
+/// What to do about a PendingNode (not a node's step: see `shared::protocol::Step`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub enum Move {
     /// Nothing at the cloud; record what was seen and look again at the decision's `wake`.
     Wait,
     /// The Node is Ready and the instance running: set `reachedGoal`; nothing more to watch.
@@ -97,11 +97,11 @@ pub enum Step {
     RetryDelete,
 }
 
-/// A [`Step`] with the status and Event that go with it and when to look again.
+/// A [`Move`] with the status and Event that go with it and when to look again.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     /// The step.
-    pub step: Step,
+    pub step: Move,
     /// `status.cspState`, when the cloud answered.
     pub csp_state: Option<CspState>,
     /// Conditions to set.
@@ -157,7 +157,7 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
     let decision =
         |step, conditions, event, wake| Decision { step, csp_state: state.map(csp_state), conditions, event, wake };
     match facts.goal {
-        PendingNodeGoal::Join if facts.reached_goal => decision(Step::Wait, conditions, None, None),
+        PendingNodeGoal::Join if facts.reached_goal => decision(Move::Wait, conditions, None, None),
         PendingNodeGoal::Join => {
             let failure = match state {
                 Some(InstanceState::Failed) => Some(JoinFailure::InstanceFailed),
@@ -174,7 +174,7 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
                         warning: true,
                         message: format!("{}; deleting the instance", join_failure_message(why, facts)),
                     };
-                    decision(Step::GiveUp(why), conditions, Some(event), Some(Duration::ZERO))
+                    decision(Move::GiveUp(why), conditions, Some(event), Some(Duration::ZERO))
                 }
                 None if facts.node == NodeFact::Ready && state == Some(InstanceState::Ready) => {
                     let event = EventSpec {
@@ -182,16 +182,16 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
                         warning: false,
                         message: "the instance's Node is Ready".into(),
                     };
-                    decision(Step::Joined, conditions, Some(event), None)
+                    decision(Move::Joined, conditions, Some(event), None)
                 }
-                None => decision(Step::Wait, conditions, None, timer(facts.deadline)),
+                None => decision(Move::Wait, conditions, None, timer(facts.deadline)),
             }
         }
         PendingNodeGoal::Leave => match state {
             Some(InstanceState::Terminated) => {
                 let event =
                     EventSpec { reason: Reason::Left, warning: false, message: "the instance is terminated".into() };
-                decision(Step::Remove, conditions, Some(event), None)
+                decision(Move::Remove, conditions, Some(event), None)
             }
             _ if past_deadline => {
                 let overdue = until(facts.deadline, facts.now);
@@ -209,9 +209,9 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
                 // Retries of the deletion slow down as the instance stays overdue: a tenth of the time since the
                 // deadline, between 1 s and 5 min.
                 let wake = (overdue / 10).clamp(Duration::from_secs(1), Duration::from_secs(300)).max(poll);
-                decision(Step::RetryDelete, conditions, event, Some(wake))
+                decision(Move::RetryDelete, conditions, event, Some(wake))
             }
-            _ => decision(Step::Wait, conditions, None, timer(facts.deadline)),
+            _ => decision(Move::Wait, conditions, None, timer(facts.deadline)),
         },
     }
 }
@@ -484,14 +484,14 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
     let mut spec_patch = None;
     let mut cloud_failed = None;
     let mut events: Vec<EventSpec> = decision.event.take().into_iter().collect();
-    if decision.step == Step::RetryDelete && !leave_overdue && state.first_time(pending.uid(), "overdue") {
+    if decision.step == Move::RetryDelete && !leave_overdue && state.first_time(pending.uid(), "overdue") {
         ctx.cloud.metrics.overdue_leaves.get_or_create(&labels).inc();
     }
     match decision.step {
-        Step::Wait => {}
+        Move::Wait => {}
         // Nothing more to ask the cloud.
-        Step::Joined => state.memo().forget(&key),
-        Step::GiveUp(_) | Step::RetryDelete => {
+        Move::Joined => state.memo().forget(&key),
+        Move::GiveUp(_) | Move::RetryDelete => {
             // The deletion changes the instance's state: the next reconcile asks the cloud.
             state.memo().forget(&key);
             let deleted = match &id {
@@ -501,7 +501,7 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
             match deleted {
                 Ok(deletion) => {
                     tracing::info!(pending = %name, ?deletion, step = ?decision.step, "deleted the instance");
-                    if matches!(decision.step, Step::GiveUp(_)) {
+                    if matches!(decision.step, Move::GiveUp(_)) {
                         let leave_by = now.saturating_add(
                             SignedDuration::try_from(ctx.cloud.leave_timeout).unwrap_or(SignedDuration::MAX),
                         );
@@ -515,7 +515,7 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
                     let (synced, event) = delete_failed(&error);
                     decision.conditions.retain(|c| c.type_ != SYNCED && c.type_ != JOIN_FAILED);
                     decision.conditions.push(synced);
-                    if matches!(decision.step, Step::GiveUp(_)) {
+                    if matches!(decision.step, Move::GiveUp(_)) {
                         // Not given up yet: the JoinFailed Event comes with the deletion that succeeds.
                         events.clear();
                     }
@@ -524,7 +524,7 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
                 }
             }
         }
-        Step::Remove => {}
+        Move::Remove => {}
     }
     for event in &events {
         ctx.events.publish_named(
@@ -536,7 +536,7 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
             "ReplaceNode",
         );
     }
-    if decision.step == Step::Remove {
+    if decision.step == Move::Remove {
         let params = DeleteParams {
             preconditions: Some(Preconditions { uid: pending.uid(), resource_version: None }),
             ..DeleteParams::default()
@@ -569,7 +569,7 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
         status.csp_state = csp;
         changed = true;
     }
-    if decision.step == Step::Joined && !status.reached_goal {
+    if decision.step == Move::Joined && !status.reached_goal {
         status.reached_goal = true;
         changed = true;
     }
@@ -650,12 +650,12 @@ mod tests {
             for state in [S::Creating, S::Ready, S::Stopping, S::Stopped] {
                 let decision = decide(&facts(Join, 60, node, state));
                 let joined = node == N::Ready && state == S::Ready;
-                assert_eq!(decision.step == Step::Joined, joined, "{node:?} {state:?}");
+                assert_eq!(decision.step == Move::Joined, joined, "{node:?} {state:?}");
                 if joined {
                     assert_eq!(decision.wake, None, "nothing more to poll");
                     assert_eq!(decision.event.as_ref().map(|e| e.reason), Some(Reason::Joined));
                 } else {
-                    assert_eq!(decision.step, Step::Wait);
+                    assert_eq!(decision.step, Move::Wait);
                     assert!(decision.wake.is_some());
                 }
                 assert_eq!(decision.csp_state, Some(csp_state(state)));
@@ -678,14 +678,14 @@ mod tests {
             let decision = decide(&facts(Join, now, node, state));
             match expected {
                 Some(why) => {
-                    assert_eq!(decision.step, Step::GiveUp(why), "{now} {node:?} {state:?}");
+                    assert_eq!(decision.step, Move::GiveUp(why), "{now} {node:?} {state:?}");
                     let failed = condition(&decision, JOIN_FAILED).unwrap();
                     assert_eq!((failed.status, failed.reason.as_str()), ("True", why.as_str()));
                     let event = decision.event.unwrap();
                     assert!(event.warning && event.reason == Reason::JoinFailed);
                     assert_eq!(decision.wake, Some(Duration::ZERO));
                 }
-                None => assert!(matches!(decision.step, Step::Wait | Step::Joined), "{now} {node:?} {state:?}"),
+                None => assert!(matches!(decision.step, Move::Wait | Move::Joined), "{now} {node:?} {state:?}"),
             }
         }
     }
@@ -696,12 +696,12 @@ mod tests {
         let mut f = facts(Join, 1900, N::Absent, S::Creating);
         f.state = Err(&error);
         let decision = decide(&f);
-        assert_eq!(decision.step, Step::GiveUp(JoinFailure::DeadlineExceeded));
+        assert_eq!(decision.step, Move::GiveUp(JoinFailure::DeadlineExceeded));
         assert_eq!(decision.csp_state, None, "cspState is not guessed");
         assert_eq!(condition(&decision, SYNCED).unwrap().reason, "Transient");
         f.now = at(100);
         let decision = decide(&f);
-        assert_eq!(decision.step, Step::Wait);
+        assert_eq!(decision.step, Move::Wait);
         assert_eq!(condition(&decision, SYNCED).unwrap().status, "False");
     }
 
@@ -710,7 +710,7 @@ mod tests {
         let mut f = facts(Join, 5000, N::Absent, S::Terminated);
         f.reached_goal = true;
         let decision = decide(&f);
-        assert_eq!((decision.step, decision.wake), (Step::Wait, None));
+        assert_eq!((decision.step, decision.wake), (Move::Wait, None));
     }
 
     #[test]
@@ -735,14 +735,14 @@ mod tests {
                 for now in [60, 1800, 2400] {
                     let decision = decide(&facts(Leave, now, node, state));
                     let expected = if state == S::Terminated {
-                        Step::Remove
+                        Move::Remove
                     } else if now >= 1800 {
-                        Step::RetryDelete
+                        Move::RetryDelete
                     } else {
-                        Step::Wait
+                        Move::Wait
                     };
                     assert_eq!(decision.step, expected, "{node:?} {state:?} {now}");
-                    if expected == Step::RetryDelete {
+                    if expected == Move::RetryDelete {
                         assert_eq!(condition(&decision, LEAVE_OVERDUE).unwrap().status, "True");
                         assert_eq!(
                             decision.event.as_ref().map(|e| (e.reason, e.warning)),

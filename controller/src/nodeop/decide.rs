@@ -195,8 +195,9 @@ impl Options {
     }
 }
 
-/// Where a node is, derived from the facts and the record.
-enum Situation {
+/// Where a node is in its turn under the NodeOp, derived from the facts and the record (what the node itself is
+/// doing is the protocol's `Step`).
+enum Turn {
     /// Not targeted, or finished and released: nothing to do.
     Idle,
     /// Selected and not started.
@@ -217,27 +218,27 @@ pub fn decide(inputs: Inputs<'_>, nodes: &[NodeFacts], budgets: &mut LazyBudgets
         let recorded = inputs.recorded.get(&node.name);
         let ours = node.mark.as_deref() == Some(inputs.key);
         let finished = recorded.is_some_and(|r| r.phase.finished());
-        let situation = match (ours, finished) {
-            (true, true) => Situation::Finished,
-            (true, false) => Situation::InProgress,
-            (false, true) => Situation::Idle,
-            (false, false) if node.job.as_ref().is_some_and(|j| *j != JobState::Foreign) => Situation::InProgress,
-            (false, false) if node.selected => Situation::Waiting,
-            (false, false) => Situation::Idle,
+        let turn = match (ours, finished) {
+            (true, true) => Turn::Finished,
+            (true, false) => Turn::InProgress,
+            (false, true) => Turn::Idle,
+            (false, false) if node.job.as_ref().is_some_and(|j| *j != JobState::Foreign) => Turn::InProgress,
+            (false, false) if node.selected => Turn::Waiting,
+            (false, false) => Turn::Idle,
         };
-        let node_decision = match situation {
-            Situation::Idle => {
+        let node_decision = match turn {
+            Turn::Idle => {
                 if let Some(recorded) = recorded {
                     count(&mut decision, recorded.phase);
                 }
                 continue;
             }
-            Situation::Waiting => {
+            Turn::Waiting => {
                 waiting.push(node);
                 continue;
             }
-            Situation::Finished => finished_node(node, recorded, &options),
-            Situation::InProgress => in_progress(node, recorded, ours, &options, inputs.now, &mut decision),
+            Turn::Finished => finished_node(node, recorded, &options),
+            Turn::InProgress => in_progress(node, recorded, ours, &options, inputs.now, &mut decision),
         };
         count(&mut decision, node_decision.status.phase);
         decision.nodes.push(node_decision);

@@ -285,21 +285,30 @@ fn wind_down(
 ) -> Assessment {
     let base = Assessment::outdated_for_now();
     let intent = controller.intent.as_ref();
-    match (intent, reason) {
-        (Some(intent), _) if intent.step == Step::Reboot => reboot(node, intent, agent, None, policy, now),
-        (Some(intent), reason) if intent.step == Step::KubeadmUpgrade => {
+    let Some(intent) = intent else {
+        return if reason.is_some() { leftover_cordon(base, node, controller) } else { base };
+    };
+    match intent.step {
+        Step::Reboot => reboot(node, intent, agent, None, policy, now),
+        Step::KubeadmUpgrade => {
             kubeadm_wind_down(node, intent, agent, reason.unwrap_or(Reason::TargetChanged), policy, now)
         }
-        (_, None) => base,
-        (Some(intent), Some(reason)) if matches!(intent.step, Step::Stage | Step::Drain) => {
-            let why = if reason == Reason::NotSelected {
-                "no NodeVersion's selector selects it any more"
-            } else {
-                "there is no NodeVersion"
-            };
-            base.act(node, ActionKind::Release, reason, format!("releasing the node: {why}"))
-        }
-        _ => leftover_cordon(base, node, controller),
+        Step::Stage | Step::Drain => match reason {
+            None => base,
+            Some(reason) => {
+                let why = if reason == Reason::NotSelected {
+                    "no NodeVersion's selector selects it any more"
+                } else {
+                    "there is no NodeVersion"
+                };
+                base.act(node, ActionKind::Release, reason, format!("releasing the node: {why}"))
+            }
+        },
+        // Another owner's step (a replacement: see `replacement::wind_down`), or a mark: the cordon we left goes.
+        Step::Replace | Step::Done | Step::Failed | Step::Blocked => match reason {
+            None => base,
+            Some(_) => leftover_cordon(base, node, controller),
+        },
     }
 }
 

@@ -29,6 +29,40 @@ impl MaxUnavailable {
     }
 }
 
+/// `maxSurge` as validated: how many instances a rollout's replacements may add beyond the groups' sizes at once,
+/// a count or a percentage of the nodes it replaces (rounded up, as [`MaxUnavailable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxSurge {
+    Count(u32),
+    /// 1 to 100.
+    Percent(u32),
+}
+
+impl Default for MaxSurge {
+    fn default() -> Self {
+        MaxSurge::Count(1)
+    }
+}
+
+impl From<MaxUnavailable> for MaxSurge {
+    fn from(amount: MaxUnavailable) -> Self {
+        match amount {
+            MaxUnavailable::Count(n) => MaxSurge::Count(n),
+            MaxUnavailable::Percent(p) => MaxSurge::Percent(p),
+        }
+    }
+}
+
+impl MaxSurge {
+    /// The number of instances the replacement of `replaced` nodes may add at once.
+    pub fn resolve(self, replaced: u32) -> u32 {
+        match self {
+            MaxSurge::Count(n) => n,
+            MaxSurge::Percent(p) => MaxUnavailable::Percent(p).resolve(replaced),
+        }
+    }
+}
+
 /// How many new nodes may start: the allowance minus the nodes already unavailable.
 pub fn free_slots(allowed: u32, unavailable: u32) -> u32 {
     allowed.saturating_sub(unavailable)

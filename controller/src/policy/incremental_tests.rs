@@ -67,20 +67,20 @@ fn configurations() -> Vec<Vec<Rollout>> {
         ],
         vec![rollout("pool-one", valid_spec("v3", 1, Policy { selector: pool_one, ..policy(1) }))],
         vec![],
-        vec![rollout("nv", valid_spec(TARGET, 9, Policy { max_surge: MaxUnavailable::Count(2), ..policy(3) }))],
+        vec![rollout("nv", valid_spec(TARGET, 9, Policy { max_surge: budget::MaxSurge::Count(2), ..policy(3) }))],
         vec![rollout(
             "nv",
             valid_spec(
                 TARGET,
                 10,
                 Policy {
-                    max_surge: MaxUnavailable::Percent(50),
+                    max_surge: budget::MaxSurge::Percent(50),
                     soak_time: SignedDuration::from_secs(60),
                     ..policy(2)
                 },
             ),
         )],
-        vec![rollout("nv", valid_spec(TARGET, 11, Policy { max_surge: MaxUnavailable::Count(0), ..policy(2) }))],
+        vec![rollout("nv", valid_spec(TARGET, 11, Policy { max_surge: budget::MaxSurge::Count(0), ..policy(2) }))],
     ]
 }
 
@@ -727,7 +727,7 @@ fn apply_to(planner: &mut Planner, fleet: &mut Fleet, plan: &ClusterPlan, now: T
 fn one_node_changing_in_a_replacement_assesses_that_node_and_the_replacements_not_the_cluster() {
     let policy = Policy {
         max_unavailable: MaxUnavailable::Count(10),
-        max_surge: MaxUnavailable::Count(10),
+        max_surge: budget::MaxSurge::Count(10),
         ..Policy::default()
     };
     let rollouts =
@@ -847,7 +847,7 @@ fn with_a_kubernetes_upgrade_the_planner_decides_with_the_full_plan() {
 fn replacement_rollout(size: usize, surge: u32) -> (usize, usize, usize, usize, usize) {
     let policy = Policy {
         max_unavailable: MaxUnavailable::Count(surge),
-        max_surge: MaxUnavailable::Count(surge),
+        max_surge: budget::MaxSurge::Count(surge),
         ..Policy::default()
     };
     let rollouts =

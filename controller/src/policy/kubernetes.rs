@@ -258,7 +258,9 @@ fn ours(
             };
             assess::leftover_cordon(Assessment::new(situation), node, controller)
         }
-        _ => return None,
+        // A step of the image flow to this version's name (none: its targets are images), or a verified mark
+        // whose node does not run the version (any more): not this flow's to decide.
+        Step::Stage | Step::Reboot | Step::Replace | Step::Done => return None,
     })
 }
 

@@ -832,7 +832,7 @@ mod tests {
 
     fn policy(surge: u32, max: u32) -> Policy {
         Policy {
-            max_surge: MaxUnavailable::Count(surge),
+            max_surge: crate::policy::budget::MaxSurge::Count(surge),
             max_unavailable: MaxUnavailable::Count(max),
             ..Policy::default()
         }
@@ -879,7 +879,7 @@ mod tests {
     #[test]
     fn a_percentage_of_surge_counts_the_nodes_to_be_replaced_rounding_up() {
         let nodes: Vec<NodeView> = (0..5).map(|i| in_group(&format!("a{i}"), "a")).collect();
-        let policy = Policy { max_surge: MaxUnavailable::Percent(30), ..policy(1, 5) };
+        let policy = Policy { max_surge: crate::policy::budget::MaxSurge::Percent(30), ..policy(1, 5) };
         let p = run(&nodes, &fleet(&[("a", false, TARGET)]), policy, t(0));
         assert_eq!(p.actions.len(), 2, "30% of 5 is 2: {:?}", kinds(&p));
     }

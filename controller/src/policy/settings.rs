@@ -8,7 +8,7 @@
 //!   ([`shared::protocol::parse_target`]): the controller never writes an intent the agent cannot
 //!   read.
 
-use super::budget::MaxUnavailable;
+use super::budget::{MaxSurge, MaxUnavailable};
 use super::cron::Cron;
 use super::window::{Window, WindowState};
 use jiff::{SignedDuration, Timestamp};
@@ -81,7 +81,7 @@ impl ValidSpec {
 pub struct Policy {
     pub max_unavailable: MaxUnavailable,
     /// Extra instances replacements may add at once (`maxSurge`, same count-or-percent form).
-    pub max_surge: MaxUnavailable,
+    pub max_surge: MaxSurge,
     pub join_timeout: SignedDuration,
     pub leave_timeout: SignedDuration,
     pub soak_time: SignedDuration,
@@ -100,7 +100,7 @@ impl Default for Policy {
     fn default() -> Self {
         Policy {
             max_unavailable: MaxUnavailable::default(),
-            max_surge: MaxUnavailable::default(),
+            max_surge: MaxSurge::default(),
             join_timeout: DEFAULT_JOIN_TIMEOUT,
             leave_timeout: DEFAULT_LEAVE_TIMEOUT,
             soak_time: SignedDuration::ZERO,
@@ -141,7 +141,7 @@ impl Policy {
             },
         };
         policy.max_unavailable = amount("maxUnavailable", &spec.max_unavailable).unwrap_or_default();
-        policy.max_surge = amount("maxSurge", &spec.max_surge).unwrap_or_default();
+        policy.max_surge = amount("maxSurge", &spec.max_surge).map(MaxSurge::from).unwrap_or_default();
         let mut duration = |field: &str, value: &Option<kube::core::Duration>, default: SignedDuration| match value {
             None => default,
             Some(d) if d.is_negative() => {
@@ -297,7 +297,7 @@ mod tests {
         assert_eq!(p.drain_timeout, SignedDuration::from_mins(10));
         assert!(p.soak_time.is_zero() && !p.paused && p.window.is_none());
         assert_eq!(p.on_drain_timeout, DrainTimeoutAction::Continue);
-        assert_eq!(p.max_surge, MaxUnavailable::Count(1));
+        assert_eq!(p.max_surge, MaxSurge::Count(1));
         assert_eq!((p.join_timeout, p.leave_timeout), (SignedDuration::from_mins(30), SignedDuration::from_mins(5)));
     }
 
@@ -322,7 +322,7 @@ mod tests {
         assert_eq!(p.stage_timeout, SignedDuration::from_mins(5));
         assert_eq!(p.reboot_timeout, SignedDuration::from_mins(7));
         assert_eq!(p.failure_budget, 3);
-        assert_eq!(p.max_surge, MaxUnavailable::Percent(50));
+        assert_eq!(p.max_surge, MaxSurge::Percent(50));
         assert_eq!((p.join_timeout, p.leave_timeout), (SignedDuration::from_mins(20), SignedDuration::from_mins(2)));
         assert!(p.paused && p.drain.force && p.drain.delete_empty_dir_data);
         assert_eq!(p.window.as_ref().unwrap().zone_name, "Europe/Berlin");

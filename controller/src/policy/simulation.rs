@@ -654,7 +654,7 @@ fn mixed_cluster() -> (Vec<NodeView>, Fleet) {
 fn surge_policy(surge: u32, max: u32) -> Policy {
     Policy {
         max_unavailable: budget::MaxUnavailable::Count(max),
-        max_surge: budget::MaxUnavailable::Count(surge),
+        max_surge: budget::MaxSurge::Count(surge),
         failure_budget: 100,
         ..Policy::default()
     }
