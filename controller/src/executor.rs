@@ -14,6 +14,7 @@
 //!   API server returned for it ([`OwnWrites`], shared with the NodeOp controller), so it never acts twice on a
 //!   stale view, nor misses a node the NodeOp controller just started.
 
+use crate::cloud_steps::{CloudSteps, Failure, Poll};
 use crate::drain::Drains;
 use crate::events::{Events, node_reference};
 use crate::leadership::Term;
@@ -72,6 +73,10 @@ pub struct Executor {
     reported: Mutex<HashMap<String, String>>,
     /// The cloud side of replacements; without it, replacement steps fail (and are retried).
     replacer: Option<Arc<Replacer>>,
+    /// The replacement steps running in the background (with a replacer).
+    steps: Option<CloudSteps>,
+    /// Node writes that follow background steps, by node.
+    follow_ups: Mutex<HashMap<String, FollowUp>>,
 }
 
 impl Executor {
@@ -85,12 +90,16 @@ impl Executor {
             writes: Arc::default(),
             reported: Mutex::default(),
             replacer: None,
+            steps: None,
+            follow_ups: Mutex::default(),
         }
     }
 
-    /// Applies the replacement's cloud and PendingNode steps with `replacer`.
-    pub fn with_replacer(mut self, replacer: Arc<Replacer>) -> Self {
+    /// Applies the replacement's cloud and PendingNode steps with `replacer`, in the background; `reconcile` is
+    /// woken when one ends.
+    pub fn with_replacer(mut self, replacer: Arc<Replacer>, reconcile: Arc<tokio::sync::Notify>) -> Self {
         self.replacer = Some(replacer);
+        self.steps = Some(CloudSteps::new(reconcile));
         self
     }
 
@@ -137,6 +146,18 @@ impl Executor {
             .flat_map(|batch| batch.actions.iter().map(move |action| (action, batch)))
             .partition(|(a, _)| a.starts_node());
         let mut applied = Applied::default();
+        self.follow_up(term, nodes, now, &mut applied).await;
+        if let Some(steps) = &self.steps {
+            let asked: std::collections::HashSet<(&str, String)> = others
+                .iter()
+                .filter(|(a, _)| is_cloud_step(&a.kind))
+                .map(|(a, _)| (a.node.as_str(), step_key(a)))
+                .collect();
+            let follow_ups = self.follow_ups.lock();
+            steps.retain(|node, step| {
+                asked.contains(&(node, step.to_owned())) || follow_ups.get(node).is_some_and(|f| f.step == step)
+            });
+        }
         self.apply_phase(term, &others, nodes, now, &mut applied).await;
         if applied.conflicts + applied.errors == 0 {
             self.apply_phase(term, &starts, nodes, now, &mut applied).await;
@@ -144,6 +165,28 @@ impl Executor {
             tracing::debug!(held = starts.len(), "not starting new nodes: a write that frees their slots failed");
         }
         applied
+    }
+
+    /// Writes the Node writes of background steps that succeeded since the last apply; forgets those whose step
+    /// is no longer known (the plan asks for it again if it still must be done).
+    async fn follow_up(&self, term: &Term, nodes: &HashMap<String, SlimNode>, now: Timestamp, applied: &mut Applied) {
+        let Some(steps) = &self.steps else { return };
+        let due: Vec<FollowUp> = {
+            let mut follow_ups = self.follow_ups.lock();
+            follow_ups.retain(|node, f| steps.knows(node, &f.step));
+            let done: Vec<String> =
+                follow_ups.iter().filter(|(node, f)| steps.take_done(node, &f.step)).map(|(n, _)| n.clone()).collect();
+            done.iter().filter_map(|node| follow_ups.remove(node)).collect()
+        };
+        for f in due {
+            let Some(node) = nodes.get(&f.action.node) else { continue };
+            match self.write(term, node, &f.action, f.version.as_ref(), now, f.drain).await {
+                WriteResult::Written => applied.writes += 1,
+                WriteResult::Unchanged | WriteResult::Fenced => {}
+                WriteResult::Conflict => applied.conflicts += 1,
+                WriteResult::Failed => applied.errors += 1,
+            }
+        }
     }
 
     async fn apply_phase(
@@ -160,10 +203,7 @@ impl Executor {
             match &action.kind {
                 ActionKind::KeepDraining => self.drains.ensure(&action.node, batch.drain, term),
                 ActionKind::Report => self.report_problem(node, action, batch.version),
-                ActionKind::CreateInstance { .. }
-                | ActionKind::Retire { .. }
-                | ActionKind::ReleaseInstance { .. }
-                | ActionKind::AbandonReplacement { .. } => writes.push(Box::pin(self.replacement_step(
+                kind if is_cloud_step(kind) => writes.push(Box::pin(self.replacement_step(
                     term,
                     node,
                     nodes,
@@ -201,8 +241,9 @@ impl Executor {
         }
     }
 
-    /// A replacement step that is not (only) a Node write: the cloud and PendingNode side through the replacer,
-    /// then, for a released instance, the heir's annotations.
+    /// A replacement step that is not (only) a Node write: the cloud, etcd and PendingNode side through the replacer,
+    /// run in the background ([`crate::cloud_steps`]), then, once it is done and the plan asks for the step again,
+    /// the Node write of an abandoned or released instance. Returns without waiting on the cloud.
     #[allow(clippy::too_many_arguments)]
     async fn replacement_step(
         &self,
@@ -214,65 +255,111 @@ impl Executor {
         now: Timestamp,
         drain: DrainOptions,
     ) -> WriteResult {
-        let Some(replacer) = &self.replacer else {
+        let Some((replacer, steps)) = self.replacer.as_ref().zip(self.steps.as_ref()) else {
             tracing::error!(node = %action.node, reason = %action.reason, "a replacement step without a cloud configured");
             return WriteResult::Failed;
         };
-        let done = match &action.kind {
-            ActionKind::CreateInstance { group_id, pending, deadline } => {
-                let request = InstanceRequest { donor: node, group_id, pending, deadline: *deadline };
-                replacer.create_instance(term, request, nodes, now).await
-            }
-            ActionKind::AbandonReplacement { join_pending, deadline } => {
-                match replacer.abandon(term, &action.node, join_pending.as_deref(), *deadline).await {
-                    Ok(()) => return self.write(term, node, action, version, now, drain).await,
-                    Err(error) => Err(error),
+        match steps.poll(&action.node, &step_key(action), term) {
+            Poll::Start => {
+                if matches!(action.kind, ActionKind::AbandonReplacement { .. } | ActionKind::ReleaseInstance { .. }) {
+                    let follow_up =
+                        FollowUp { step: step_key(action), action: action.clone(), version: version.cloned(), drain };
+                    self.follow_ups.lock().insert(action.node.clone(), follow_up);
                 }
+                self.start_step(replacer, steps, term, node, nodes, action, now);
+                return WriteResult::Unchanged;
             }
-            ActionKind::Retire { remove_etcd_member, heir, join_pending } => {
-                self.drains.stop(&action.node);
-                match replacer
-                    .retire(term, node, (heir, nodes.get(heir)), *remove_etcd_member, join_pending.as_deref())
-                    .await
-                {
-                    Ok(()) => Ok(()),
+            Poll::Running | Poll::Settling => return WriteResult::Unchanged,
+            Poll::Failed { failure, .. } => {
+                if failure.etcd {
                     // Named where users look (an Event on the node and the NodeVersion, once per message): the
                     // donor stays, drained, until its member can be removed.
-                    Err(RetireError::Etcd(message)) => {
-                        let hold = NodeAction {
-                            node: action.node.clone(),
-                            kind: ActionKind::Report,
-                            reason: Reason::EtcdUnavailable,
-                            message: message.clone(),
-                        };
-                        self.report_problem(node, &hold, version);
-                        Err(message)
-                    }
-                    Err(RetireError::Other(message)) => Err(message),
+                    let hold = NodeAction {
+                        node: action.node.clone(),
+                        kind: ActionKind::Report,
+                        reason: Reason::EtcdUnavailable,
+                        message: failure.message,
+                    };
+                    self.report_problem(node, &hold, version);
                 }
+                return WriteResult::Unchanged;
             }
-            ActionKind::ReleaseInstance { pending, donor, deadline } => {
-                match replacer.release_instance(term, pending, donor, *deadline).await {
-                    Ok(()) => return self.write(term, node, action, version, now, drain).await,
-                    Err(error) => Err(error),
-                }
+            Poll::Done => {}
+        }
+        match &action.kind {
+            ActionKind::AbandonReplacement { .. } | ActionKind::ReleaseInstance { .. } => {
+                self.follow_ups.lock().remove(&action.node);
+                self.write(term, node, action, version, now, drain).await
             }
-            _ => Ok(()),
-        };
-        let labels = |result| ActionLabels { reason: action.reason.to_string(), result };
-        match done {
-            Ok(()) => {
-                self.metrics.actions.get_or_create(&labels("ok")).inc();
+            _ => {
                 tracing::info!(node = %action.node, reason = %action.reason, detail = %action.message, "replacement step done");
                 self.announce(node, action, version);
                 WriteResult::Written
             }
-            Err(error) => {
-                self.metrics.actions.get_or_create(&labels("error")).inc();
-                tracing::warn!(node = %action.node, reason = %action.reason, %error, "replacement step failed; will retry");
-                WriteResult::Failed
-            }
         }
+    }
+
+    /// Starts the cloud, etcd and PendingNode side of `action` in the background.
+    #[allow(clippy::too_many_arguments)]
+    fn start_step(
+        &self,
+        replacer: &Arc<Replacer>,
+        steps: &CloudSteps,
+        term: &Term,
+        node: &SlimNode,
+        nodes: &HashMap<String, SlimNode>,
+        action: &NodeAction,
+        now: Timestamp,
+    ) {
+        let (replacer, owned_term, donor) = (replacer.clone(), term.clone(), node.clone());
+        let other = |message: String| Failure { message, etcd: false };
+        let work: futures::future::BoxFuture<'static, Result<(), Failure>> = match &action.kind {
+            ActionKind::CreateInstance { group_id, pending, deadline } => {
+                // What the creation reads of other nodes: those of the group (an unrecorded request, a node to adopt).
+                let group = replacer.group_nodes(nodes, group_id);
+                let (group_id, pending, deadline) = (group_id.clone(), pending.clone(), *deadline);
+                Box::pin(async move {
+                    let request = InstanceRequest { donor: &donor, group_id: &group_id, pending: &pending, deadline };
+                    replacer.create_instance(&owned_term, request, &group, now).await.map_err(other)
+                })
+            }
+            ActionKind::AbandonReplacement { join_pending, deadline } => {
+                let (join_pending, deadline) = (join_pending.clone(), *deadline);
+                Box::pin(async move {
+                    replacer.abandon(&owned_term, donor.name(), join_pending.as_deref(), deadline).await.map_err(other)
+                })
+            }
+            ActionKind::Retire { remove_etcd_member, heir, join_pending } => {
+                self.drains.stop(&action.node);
+                let (heir, heir_node) = (heir.clone(), nodes.get(heir).cloned());
+                let (remove, join_pending) = (*remove_etcd_member, join_pending.clone());
+                Box::pin(async move {
+                    let heir = (heir.as_str(), heir_node.as_ref());
+                    match replacer.retire(&owned_term, &donor, heir, remove, join_pending.as_deref()).await {
+                        Ok(()) => Ok(()),
+                        Err(RetireError::Etcd(message)) => Err(Failure { message, etcd: true }),
+                        Err(RetireError::Other(message)) => Err(other(message)),
+                    }
+                })
+            }
+            ActionKind::ReleaseInstance { pending, donor: donor_ref, deadline } => {
+                let (pending, donor_ref, deadline) = (pending.clone(), donor_ref.clone(), *deadline);
+                Box::pin(async move {
+                    replacer.release_instance(&owned_term, &pending, &donor_ref, deadline).await.map_err(other)
+                })
+            }
+            _ => return,
+        };
+        let (metrics, node_name, reason) = (self.metrics.clone(), action.node.clone(), action.reason);
+        steps.start(&action.node, &step_key(action), term, async move {
+            let outcome = work.await;
+            let result = if outcome.is_ok() { "ok" } else { "error" };
+            metrics.actions.get_or_create(&ActionLabels { reason: reason.to_string(), result }).inc();
+            if let Err(failure) = &outcome {
+                tracing::warn!(node = %node_name, %reason, error = %failure.message, "replacement step failed; will retry");
+            }
+            outcome
+        });
     }
 
     /// Publishes the Events of an action done: on the node, and on the NodeVersion if there is one.
@@ -395,6 +482,44 @@ enum WriteResult {
     Failed,
     /// Not written: the leadership term ended.
     Fenced,
+}
+
+/// Whether the action is a replacement step run in the background ([`crate::cloud_steps`]).
+fn is_cloud_step(kind: &ActionKind) -> bool {
+    matches!(
+        kind,
+        ActionKind::CreateInstance { .. }
+            | ActionKind::Retire { .. }
+            | ActionKind::ReleaseInstance { .. }
+            | ActionKind::AbandonReplacement { .. }
+    )
+}
+
+/// A background step's key: its kind with what it acts on, not its deadline (which the plan computes anew each
+/// round): the same step asked for again has the same key.
+fn step_key(action: &NodeAction) -> String {
+    match &action.kind {
+        ActionKind::CreateInstance { group_id, pending, .. } => format!("CreateInstance/{group_id}/{pending}"),
+        ActionKind::AbandonReplacement { join_pending, .. } => {
+            format!("AbandonReplacement/{}", join_pending.as_deref().unwrap_or_default())
+        }
+        ActionKind::Retire { remove_etcd_member, heir, join_pending } => {
+            format!("Retire/{heir}/{remove_etcd_member}/{}", join_pending.as_deref().unwrap_or_default())
+        }
+        ActionKind::ReleaseInstance { pending, donor, .. } => format!("ReleaseInstance/{pending}/{}", donor.name),
+        other => other.name().to_owned(),
+    }
+}
+
+/// The Node write that follows a background step once it succeeded (the release of an abandoned donor, the heir's
+/// `donor` annotations removed after its donor's instance is released): written on the next apply whatever the
+/// plan asks then, since the plan, seeing the cloud's side done, may not ask for the step again.
+#[derive(Debug, Clone)]
+struct FollowUp {
+    step: String,
+    action: NodeAction,
+    version: Option<ObjectReference>,
+    drain: DrainOptions,
 }
 
 /// The replacement's annotations an action writes beside the controller annotations: the heir on a donor being
@@ -548,97 +673,5 @@ impl Tokens {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::policy::Reason;
-    use shared::protocol::BootId;
-
-    fn action(kind: ActionKind) -> NodeAction {
-        NodeAction { node: "n".into(), kind, reason: Reason::DrainStarted, message: "m".into() }
-    }
-
-    fn now() -> Timestamp {
-        "2026-11-21T10:00:00.700Z".parse().unwrap()
-    }
-
-    fn tok() -> Token {
-        Token::parse("k", "t").unwrap()
-    }
-
-    #[test]
-    fn cordon_records_ownership_only_when_it_cordons() {
-        let (next, unsched) = next_state(
-            &ControllerAnnotations::default(),
-            false,
-            &action(ActionKind::Drain { target: "v2".into() }),
-            tok(),
-            now(),
-        );
-        assert!(unsched && next.cordoned_by_us);
-        assert_eq!(next.intent.as_ref().unwrap().step, Step::Drain);
-        assert_eq!(next.intent.unwrap().since, "2026-11-21T10:00:00.700Z".parse::<Timestamp>().unwrap());
-        let (next, unsched) = next_state(
-            &ControllerAnnotations::default(),
-            true,
-            &action(ActionKind::Drain { target: "v2".into() }),
-            tok(),
-            now(),
-        );
-        assert!(unsched && !next.cordoned_by_us, "someone else's cordon is not claimed");
-    }
-
-    #[test]
-    fn finishing_actions_uncordon_only_what_the_controller_cordoned() {
-        let ours = ControllerAnnotations { intent: None, cordoned_by_us: true };
-        for kind in [
-            ActionKind::Done { target: "v2".into() },
-            ActionKind::Fail { target: "v2".into() },
-            ActionKind::Block { target: "v2".into() },
-            ActionKind::Release,
-            ActionKind::Uncordon,
-        ] {
-            let (next, unsched) = next_state(&ours, true, &action(kind.clone()), tok(), now());
-            assert!(!unsched && !next.cordoned_by_us, "{kind:?}");
-            let (next, unsched) =
-                next_state(&ControllerAnnotations::default(), true, &action(kind.clone()), tok(), now());
-            assert!(unsched && !next.cordoned_by_us, "{kind:?} lifted a foreign cordon");
-        }
-    }
-
-    #[test]
-    fn failures_record_reason_and_message() {
-        let (next, _) = next_state(
-            &ControllerAnnotations::default(),
-            false,
-            &NodeAction {
-                node: "n".into(),
-                kind: ActionKind::Fail { target: "v2".into() },
-                reason: Reason::StageTimedOut,
-                message: "slow".into(),
-            },
-            tok(),
-            now(),
-        );
-        assert_eq!(next.intent.unwrap().message.as_deref(), Some("StageTimedOut: slow"));
-    }
-
-    #[test]
-    fn a_reboot_intent_carries_the_boot_id() {
-        let boot = BootId::parse("k", "b0").unwrap();
-        let (next, _) = next_state(
-            &ControllerAnnotations::default(),
-            true,
-            &action(ActionKind::Reboot { target: "v2".into(), boot_id_before: boot.clone() }),
-            tok(),
-            now(),
-        );
-        assert_eq!(next.intent.unwrap().boot_id_before, Some(boot));
-    }
-
-    #[test]
-    fn tokens_do_not_repeat() {
-        let tokens = Tokens::new();
-        let drawn: std::collections::HashSet<Token> = (0..10_000).map(|_| tokens.next()).collect();
-        assert_eq!(drawn.len(), 10_000);
-    }
-}
+#[path = "executor_tests.rs"]
+mod tests;

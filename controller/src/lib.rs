@@ -2,6 +2,7 @@
 //! drives rollouts through the node annotation protocol while it holds the leader lease.
 
 pub mod agent_policy;
+pub mod cloud_steps;
 pub mod cluster_version;
 pub mod disruption;
 pub mod drain;
@@ -23,6 +24,7 @@ pub mod reason;
 pub mod reconciler;
 pub mod release;
 pub mod replacer;
+pub mod specs;
 pub mod status;
 
 pub use metrics::Metrics;
@@ -211,7 +213,7 @@ pub async fn run(
         executor::Executor::new(Api::all(client.clone()), events.clone(), drains.clone(), metrics.clone())
             .with_writes(writes);
     if let Some(replacer) = &replacer {
-        executor = executor.with_replacer(replacer.clone());
+        executor = executor.with_replacer(replacer.clone(), trigger.clone());
     }
     let mut reconciler = reconciler::Reconciler::new(
         nodes,

@@ -301,6 +301,15 @@ impl Replacer {
         self.record(term, pending, donor.name(), spec).await
     }
 
+    /// The nodes of `nodes` in the group `group_id`, as the cloud told them.
+    pub fn group_nodes(&self, nodes: &HashMap<String, SlimNode>, group_id: &str) -> HashMap<String, SlimNode> {
+        nodes
+            .iter()
+            .filter(|(_, n)| self.group_of(n).as_deref() == Some(group_id))
+            .map(|(name, n)| (name.clone(), n.clone()))
+            .collect()
+    }
+
     /// The cloud's group of `node`, when learned.
     fn group_of(&self, node: &SlimNode) -> Option<String> {
         let id = node.spec.provider_id.as_ref()?;

@@ -271,6 +271,39 @@ fn cordoned(node: &Node) -> bool {
     node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)
 }
 
+/// A throttled cloud stalls nothing else: the creation of a donor's instance waits out the cloud's `Retry-After`
+/// (the governed client waits up to a minute per call, and the call is tried again after it failed) in the
+/// background, while the node updated in place beside it goes through all its steps. It did not: the creation
+/// ran inside the reconcile, which held every decision (and the disruption gate) until the cloud answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_cloud_does_not_stall_the_nodes_updated_in_place() {
+    let cluster = small_cluster().await;
+    // Three throttled answers of 50 s each: the first call waits one out and gives up before the second (its wait
+    // budget is 60 s); the next call, a second later, waits out the third. About 100 s in all.
+    let throttled =
+        InjectedFailure { code: ErrorCode::Throttled, message: None, times: Some(3), retry_after_seconds: Some(50.0) };
+    let faults = GroupFaults { create_failure: Some(throttled), ..Default::default() };
+    cluster.cloud().set_group_faults("workers-a", faults).unwrap();
+    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
+    let controller = controller(&cluster, "c1");
+    create_version(&cluster.store(), "v2", json!({"maxUnavailable": 2, "maxSurge": 1}));
+
+    wait_status(&cluster, "a donor's replacement to start", |s| s.counts.in_progress >= 1 && !s.donors.is_empty())
+        .await;
+    let status = wait_status(&cluster, "the node updated in place to be verified", |s| s.counts.up_to_date >= 1).await;
+    assert!(
+        pending(&cluster).is_empty(),
+        "the in-place node was verified only after the throttled creation returned:\n{}",
+        describe(&cluster)
+    );
+    assert_eq!(status.counts.up_to_date, 1, "{}", describe(&cluster));
+    // The creation goes through once the cloud lets it.
+    support::eventually(ROLLOUT, "the instance to be created", || (!pending(&cluster).is_empty()).then_some(())).await;
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    stop_all(agents).await;
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_instance_that_never_joins_is_deleted_counted_and_the_rollout_stops_at_the_budget() {
     let cluster = small_cluster().await;

@@ -14,11 +14,15 @@
 //! - A NodeOpUpgrade gets exactly one NodeOp, of its own name, created once and owned by it.
 
 pub mod decide;
+mod facts;
 pub mod job;
+mod node_write;
+mod start;
+mod status;
 pub mod upgrade;
 
 use crate::disruption::DisruptionGate;
-use crate::drain::{DrainContext, DrainSettings, Drains};
+use crate::drain::{DrainContext, Drains};
 use crate::events::{Events, node_reference};
 use crate::executor::FIELD_MANAGER;
 use crate::leadership::{Leadership, Term};
@@ -29,23 +33,22 @@ use crate::policy::NodeSelector;
 use crate::policy::budget::{Budgets, LazyBudgets};
 use crate::policy::{DrainProgress, Rollout};
 use crate::reason::Reason;
-use decide::{Action, Decision, Inputs, JobState, NodeFacts};
+use decide::{Action, Decision, Inputs, NodeFacts};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::json;
-use shared::crd::DrainOptions;
-use shared::crd::nodeop::{NodeOp, NodeOpNodeStatus, NodeOpPhase, NodeOpStatus, NodeOpUpgrade};
+use shared::crd::nodeop::{NodeOp, NodeOpPhase, NodeOpUpgrade};
 use shared::protocol::patch::NodePatch;
-use shared::protocol::{AgentReport, ControllerAnnotations, Intent, Step, Token, keys, parse_target};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use shared::protocol::{ControllerAnnotations, keys, parse_target};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
@@ -626,227 +629,9 @@ fn nodeop_reference(op: &NodeOp) -> ObjectReference {
     }
 }
 
-/// The drain options of a NodeOp as the shared drain takes them.
-/// The drain a NodeOp asks for: a negative `gracePeriodSeconds` (or none) leaves each pod its own, as
-/// `kubectl drain --grace-period` does; `ignoreDaemonSets` defaults to true, as in the Kairos operator.
-fn drain_options(op: &NodeOp) -> DrainSettings {
-    let drain = op.spec.drain_options.clone().unwrap_or_default();
-    let options = DrainOptions {
-        delete_empty_dir_data: drain.delete_empty_dir_data.unwrap_or(false),
-        force: drain.force.unwrap_or(false),
-    };
-    DrainSettings {
-        options,
-        grace_period_seconds: drain.grace_period_seconds.filter(|g| *g >= 0).map(i64::from),
-        ignore_daemon_sets: drain.ignore_daemon_sets.unwrap_or(true),
-    }
-}
-
-/// A node as a NodeOp's decision sees it.
-fn facts_of(
-    node: &SlimNode,
-    selector: Option<&NodeSelector>,
-    drain: crate::policy::DrainProgress,
-    job: Option<JobState>,
-) -> NodeFacts {
-    let empty = BTreeMap::new();
-    let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
-    let labels = node.metadata.labels.as_ref();
-    let agent = AgentReport::parse(annotations).ok().filter(|a| a.os_image.is_some() && a.boot_id.is_some());
-    NodeFacts {
-        name: node.name().to_owned(),
-        control_plane: labels.is_some_and(|l| l.contains_key(crate::nodes::CONTROL_PLANE_LABEL)),
-        selected: selector.is_none_or(|s| s.matches(labels)),
-        ready: node.ready(),
-        unschedulable: node.unschedulable(),
-        kubelet_boot_id: node.status.node_info.as_ref().map(|i| i.boot_id.clone()).filter(|b| !b.is_empty()),
-        mark: annotations.get(keys::NODE_OPERATION).cloned(),
-        controller: ControllerAnnotations::read(annotations).ok(),
-        agent,
-        drain,
-        job,
-        preflight: None,
-    }
-}
-
-/// The controller annotations, the mark and `spec.unschedulable` that `action` leads to, for the NodeOp of mark
-/// `key`; `None` when the action writes nothing on the node.
-pub fn next_node_state(
-    current: &ControllerAnnotations,
-    unschedulable: bool,
-    key: &str,
-    action: &Action,
-    now: Timestamp,
-) -> Option<(ControllerAnnotations, Option<String>, bool)> {
-    let mut next = current.clone();
-    let mut want_unschedulable = unschedulable;
-    let mut cordon = |next: &mut ControllerAnnotations| {
-        // Someone else's cordon stays theirs: no record, so it is never lifted by us.
-        if !unschedulable {
-            next.cordoned_by_us = true;
-            want_unschedulable = true;
-        }
-    };
-    let ours_reboot = current.intent.as_ref().is_some_and(|i| i.step == Step::Reboot);
-    let mark = match action {
-        Action::Start { cordon: wanted } => {
-            if *wanted {
-                cordon(&mut next);
-            }
-            Some(key.to_owned())
-        }
-        Action::Reboot { target, boot_id_before } => {
-            cordon(&mut next);
-            let seed = format!("{key}/{}", now.as_nanosecond());
-            let token = Token::from_u64(
-                seed.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)),
-            );
-            next.intent = Some(Intent {
-                step: Step::Reboot,
-                target: target.clone(),
-                token,
-                since: shared::protocol::truncate_to_millis(now),
-                boot_id_before: Some(boot_id_before.clone()),
-                kubeadm: None,
-                message: None,
-            });
-            Some(key.to_owned())
-        }
-        Action::Release => {
-            if ours_reboot {
-                next.intent = None;
-            }
-            if next.cordoned_by_us {
-                next.cordoned_by_us = false;
-                want_unschedulable = false;
-            }
-            None
-        }
-        Action::ClearIntent => {
-            if ours_reboot {
-                next.intent = None;
-            }
-            Some(key.to_owned())
-        }
-        Action::Drain | Action::CreateJob | Action::CreatePreflight => return None,
-    };
-    Some((next, mark, want_unschedulable))
-}
-
-/// The NodeOp status after `decision`: node statuses (with `lastUpdated` moved only when they changed), phase,
-/// conditions (`Progressing`, `Complete`, `Failed`, `Held`; their transition times kept while their status stays).
-pub fn next_status(
-    current: &NodeOpStatus,
-    decision: &Decision,
-    generation: Option<i64>,
-    now: Timestamp,
-) -> NodeOpStatus {
-    let mut next = current.clone();
-    let mut changed = false;
-    for node in &decision.nodes {
-        let previous = current.node_statuses.get(&node.node);
-        let mut status =
-            NodeOpNodeStatus { last_updated: previous.and_then(|p| p.last_updated.clone()), ..node.status.clone() };
-        if previous.is_none_or(|p| {
-            NodeOpNodeStatus { last_updated: None, ..p.clone() }
-                != NodeOpNodeStatus { last_updated: None, ..status.clone() }
-        }) {
-            status.last_updated = Some(Time(now));
-            changed = true;
-        }
-        next.node_statuses.insert(node.node.clone(), status);
-    }
-    next.phase = decision.phase;
-    next.observed_generation = generation;
-    let (total, done, failed, running) = (decision.total, decision.completed, decision.failed, decision.running);
-    let summary = format!("{done} of {total} nodes completed, {failed} failed, {running} in progress");
-    let hold = decision.hold.as_ref();
-    let conditions = [
-        ("Progressing", running > 0, if running > 0 { Reason::Running } else { Reason::Idle }, summary.clone()),
-        ("Complete", decision.phase.finished() && failed == 0, Reason::Completed, summary.clone()),
-        ("Failed", failed > 0, if failed > 0 { Reason::NodesFailed } else { Reason::NoFailures }, summary),
-        (
-            "Held",
-            hold.is_some(),
-            hold.map_or(Reason::NotHeld, |(reason, _)| *reason),
-            hold.map(|(_, message)| message.clone()).unwrap_or_default(),
-        ),
-    ];
-    next.conditions = conditions
-        .into_iter()
-        .map(|(type_, holds, reason, message)| {
-            let status = if holds { "True" } else { "False" };
-            let previous = current.conditions.iter().find(|c| c.type_ == type_);
-            let since = previous.filter(|c| c.status == status).map_or(Time(now), |c| c.last_transition_time.clone());
-            Condition {
-                type_: type_.to_owned(),
-                status: status.to_owned(),
-                reason: reason.to_string(),
-                message,
-                observed_generation: generation,
-                last_transition_time: since,
-            }
-        })
-        .collect();
-    changed |= next.conditions != current.conditions || next.phase != current.phase;
-    if changed {
-        next.last_updated = Some(Time(now));
-    }
-    next
-}
+use facts::{drain_options, facts_of};
+pub use node_write::next_node_state;
+pub use status::next_status;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use shared::protocol::BootId;
-
-    fn now() -> Timestamp {
-        "2026-11-24T10:00:00Z".parse().unwrap()
-    }
-
-    #[test]
-    fn starting_cordons_with_the_ownership_record_only_a_schedulable_node() {
-        let start = Action::Start { cordon: true };
-        let (next, mark, unschedulable) =
-            next_node_state(&ControllerAnnotations::default(), false, "ns/op@u", &start, now()).unwrap();
-        assert!(next.cordoned_by_us && unschedulable);
-        assert_eq!(mark.as_deref(), Some("ns/op@u"));
-        let (next, _, unschedulable) =
-            next_node_state(&ControllerAnnotations::default(), true, "ns/op@u", &start, now()).unwrap();
-        assert!(unschedulable && !next.cordoned_by_us, "someone else's cordon is not claimed");
-    }
-
-    #[test]
-    fn releasing_removes_the_reboot_intent_and_only_our_cordon() {
-        let reboot = Action::Reboot { target: "v1".into(), boot_id_before: BootId::parse("k", "b0").unwrap() };
-        let (rebooting, _, unschedulable) =
-            next_node_state(&ControllerAnnotations::default(), false, "ns/op@u", &reboot, now()).unwrap();
-        assert!(unschedulable && rebooting.cordoned_by_us);
-        assert_eq!(rebooting.intent.as_ref().map(|i| i.step), Some(Step::Reboot));
-        let (released, mark, unschedulable) =
-            next_node_state(&rebooting, true, "ns/op@u", &Action::Release, now()).unwrap();
-        assert_eq!((released, mark, unschedulable), (ControllerAnnotations::default(), None, false));
-        let foreign = ControllerAnnotations::default();
-        let (_, _, unschedulable) = next_node_state(&foreign, true, "ns/op@u", &Action::Release, now()).unwrap();
-        assert!(unschedulable, "a cordon without our record stays");
-    }
-
-    #[test]
-    fn the_status_moves_last_updated_only_for_what_changed() {
-        let status = NodeOpNodeStatus { phase: shared::crd::nodeop::NodeOpPhase::Running, ..Default::default() };
-        let decision = Decision {
-            nodes: vec![decide::NodeDecision { node: "w1".into(), action: None, status, notice: None }],
-            phase: shared::crd::nodeop::NodeOpPhase::Running,
-            total: 1,
-            running: 1,
-            ..Default::default()
-        };
-        let first = next_status(&NodeOpStatus::default(), &decision, Some(1), now());
-        assert_eq!(first.node_statuses["w1"].last_updated, Some(Time(now())));
-        let later: Timestamp = "2026-11-24T10:05:00Z".parse().unwrap();
-        let again = next_status(&first, &decision, Some(1), later);
-        assert_eq!(again, first, "nothing changed, nothing to write");
-        let progressing = first.conditions.iter().find(|c| c.type_ == "Progressing").unwrap();
-        assert_eq!(progressing.status, "True");
-    }
-}
+mod tests;

@@ -48,6 +48,7 @@ mod action;
 mod assess;
 pub mod budget;
 pub mod cron;
+mod fleet;
 mod gates;
 mod image;
 pub mod incremental;

@@ -1,0 +1,246 @@
+use super::*;
+
+const T0: i64 = 1_700_000_000;
+
+fn at(seconds: i64) -> Timestamp {
+    Timestamp::from_second(T0 + seconds).unwrap()
+}
+
+fn facts(goal: PendingNodeGoal, now: i64, node: NodeFact, state: InstanceState) -> Facts<'static> {
+    Facts {
+        goal,
+        reached_goal: false,
+        deadline: at(1800),
+        created: at(0),
+        now: at(now),
+        node,
+        state: Ok(state),
+        leave_overdue: false,
+    }
+}
+
+fn condition<'a>(decision: &'a Decision, type_: &str) -> Option<&'a Wanted> {
+    decision.conditions.iter().find(|c| c.type_ == type_)
+}
+
+use InstanceState as S;
+use NodeFact as N;
+use PendingNodeGoal::{Join, Leave};
+
+#[test]
+fn a_joining_instance_reaches_its_goal_only_with_a_ready_node_and_a_ready_instance() {
+    for node in [N::Absent, N::NotReady, N::Ready] {
+        for state in [S::Creating, S::Ready, S::Stopping, S::Stopped] {
+            let decision = decide(&facts(Join, 60, node, state));
+            let joined = node == N::Ready && state == S::Ready;
+            assert_eq!(decision.step == Move::Joined, joined, "{node:?} {state:?}");
+            if joined {
+                assert_eq!(decision.wake, None, "nothing more to poll");
+                assert_eq!(decision.event.as_ref().map(|e| e.reason), Some(Reason::Joined));
+            } else {
+                assert_eq!(decision.step, Move::Wait);
+                assert!(decision.wake.is_some());
+            }
+            assert_eq!(decision.csp_state, Some(csp_state(state)));
+        }
+    }
+}
+
+#[test]
+fn a_joining_instance_is_given_up_at_its_deadline_or_when_the_cloud_failed_it() {
+    for (now, node, state, expected) in [
+        (1800, N::Absent, S::Creating, Some(JoinFailure::DeadlineExceeded)),
+        (1801, N::NotReady, S::Ready, Some(JoinFailure::DeadlineExceeded)),
+        (1799, N::NotReady, S::Ready, None),
+        (60, N::Absent, S::Failed, Some(JoinFailure::InstanceFailed)),
+        (60, N::NotReady, S::Terminated, Some(JoinFailure::InstanceGone)),
+        (60, N::Absent, S::Terminating, Some(JoinFailure::InstanceGone)),
+        // Ready at the deadline: joined, not failed.
+        (5000, N::Ready, S::Ready, None),
+    ] {
+        let decision = decide(&facts(Join, now, node, state));
+        match expected {
+            Some(why) => {
+                assert_eq!(decision.step, Move::GiveUp(why), "{now} {node:?} {state:?}");
+                let failed = condition(&decision, JOIN_FAILED).unwrap();
+                assert_eq!((failed.status, failed.reason.as_str()), ("True", why.as_str()));
+                let event = decision.event.unwrap();
+                assert!(event.warning && event.reason == Reason::JoinFailed);
+                assert_eq!(decision.wake, Some(Duration::ZERO));
+            }
+            None => assert!(matches!(decision.step, Move::Wait | Move::Joined), "{now} {node:?} {state:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_deadline_holds_even_when_the_cloud_cannot_be_asked() {
+    let error = cloud::Error::transient("503");
+    let mut f = facts(Join, 1900, N::Absent, S::Creating);
+    f.state = Err(&error);
+    let decision = decide(&f);
+    assert_eq!(decision.step, Move::GiveUp(JoinFailure::DeadlineExceeded));
+    assert_eq!(decision.csp_state, None, "cspState is not guessed");
+    assert_eq!(condition(&decision, SYNCED).unwrap().reason, "Transient");
+    f.now = at(100);
+    let decision = decide(&f);
+    assert_eq!(decision.step, Move::Wait);
+    assert_eq!(condition(&decision, SYNCED).unwrap().status, "False");
+}
+
+#[test]
+fn a_joined_pending_node_is_left_alone() {
+    let mut f = facts(Join, 5000, N::Absent, S::Terminated);
+    f.reached_goal = true;
+    let decision = decide(&f);
+    assert_eq!((decision.step, decision.wake), (Move::Wait, None));
+}
+
+#[test]
+fn timers_wake_at_the_deadline_or_the_next_poll_whichever_is_first() {
+    // Young: polled every second.
+    assert_eq!(decide(&facts(Join, 5, N::Absent, S::Creating)).wake, Some(Duration::from_secs(1)));
+    // Older: a tenth of its age.
+    assert_eq!(decide(&facts(Join, 100, N::Absent, S::Creating)).wake, Some(Duration::from_secs(10)));
+    // Old: at most every 30 s.
+    assert_eq!(decide(&facts(Join, 1000, N::Absent, S::Creating)).wake, Some(Duration::from_secs(30)));
+    // Close to the deadline: at the deadline.
+    assert_eq!(decide(&facts(Join, 1790, N::Absent, S::Creating)).wake, Some(Duration::from_secs(10)));
+    assert_eq!(decide(&facts(Leave, 1790, N::Absent, S::Terminating)).wake, Some(Duration::from_secs(10)));
+    assert_eq!(poll_interval(Duration::ZERO), Duration::from_secs(1));
+    assert_eq!(poll_interval(Duration::from_secs(86_400)), Duration::from_secs(30));
+}
+
+#[test]
+fn a_leaving_instance_is_removed_once_terminated_and_its_deletion_retried_past_the_deadline() {
+    for node in [N::Absent, N::NotReady, N::Ready] {
+        for state in [S::Creating, S::Ready, S::Stopping, S::Stopped, S::Terminating, S::Failed, S::Terminated] {
+            for now in [60, 1800, 2400] {
+                let decision = decide(&facts(Leave, now, node, state));
+                let expected = if state == S::Terminated {
+                    Move::Remove
+                } else if now >= 1800 {
+                    Move::RetryDelete
+                } else {
+                    Move::Wait
+                };
+                assert_eq!(decision.step, expected, "{node:?} {state:?} {now}");
+                if expected == Move::RetryDelete {
+                    assert_eq!(condition(&decision, LEAVE_OVERDUE).unwrap().status, "True");
+                    assert_eq!(
+                        decision.event.as_ref().map(|e| (e.reason, e.warning)),
+                        Some((Reason::LeaveDeadlineExceeded, true))
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn overdue_deletions_back_off_and_warn_once() {
+    let just = decide(&facts(Leave, 1800, N::Absent, S::Terminating));
+    assert_eq!(just.wake, Some(Duration::from_secs(30)), "at least the poll interval");
+    let mut later = facts(Leave, 1800 + 3600, N::Absent, S::Terminating);
+    later.leave_overdue = true;
+    let later = decide(&later);
+    assert_eq!(later.wake, Some(Duration::from_secs(300)));
+    assert_eq!(later.event, None, "the Warning came when it became overdue");
+}
+
+#[test]
+fn a_state_read_is_reused_until_its_poll_is_due_or_the_node_changed() {
+    let mut memo = StateMemo::default();
+    assert_eq!(memo.fresh("p", N::Absent, at(0)), None);
+    memo.record("p", N::Absent, S::Creating, at(100), Duration::from_secs(10));
+    // Node events and the controller's own writes within the poll interval: no new call.
+    assert_eq!(memo.fresh("p", N::Absent, at(100)), Some(S::Creating));
+    assert_eq!(memo.fresh("p", N::Absent, at(109)), Some(S::Creating));
+    // The timer that polls next: due.
+    assert_eq!(memo.fresh("p", N::Absent, at(110)), None);
+    // The Node registered, or became Ready, or left: asked again at once.
+    assert_eq!(memo.fresh("p", N::NotReady, at(101)), None);
+    assert_eq!(memo.fresh("p", N::Ready, at(101)), None);
+    // Another PendingNode, or one whose instance was deleted: nothing kept.
+    assert_eq!(memo.fresh("q", N::Absent, at(101)), None);
+    memo.forget("p");
+    assert_eq!(memo.fresh("p", N::Absent, at(101)), None);
+}
+
+#[test]
+fn expired_states_are_dropped_as_new_ones_are_recorded() {
+    let mut memo = StateMemo::default();
+    memo.record("a", N::Absent, S::Creating, at(0), Duration::from_secs(1));
+    memo.record("b", N::Ready, S::Ready, at(0), Duration::from_secs(30));
+    memo.record("c", N::Absent, S::Creating, at(5), Duration::from_secs(1));
+    assert_eq!(memo.len(), 2, "a expired");
+    memo.record("d", N::Absent, S::Creating, at(40), Duration::from_secs(1));
+    assert_eq!(memo.len(), 1);
+    assert!(!memo.is_empty());
+}
+
+#[test]
+fn a_failed_deletion_names_the_error() {
+    let (synced, event) = delete_failed(&cloud::Error::transient("connection reset"));
+    assert_eq!((synced.status, synced.reason.as_str()), ("False", "Transient"));
+    assert!(event.warning);
+    assert!(event.message.contains("connection reset"));
+}
+
+#[test]
+fn deadlines_default_to_the_goal_timeout_from_creation() {
+    let mut pending = PendingNode::new("p", Default::default());
+    let join = Duration::from_secs(1800);
+    let leave = Duration::from_secs(300);
+    assert_eq!(deadline_of(&pending, at(0), join, leave), at(1800));
+    pending.spec.goal = Leave;
+    assert_eq!(deadline_of(&pending, at(0), join, leave), at(300));
+    pending.spec.deadline = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(42)));
+    assert_eq!(deadline_of(&pending, at(0), join, leave), at(42));
+}
+
+#[test]
+fn failed_joins_are_counted_from_the_condition() {
+    let mut failed = PendingNode::new("a", Default::default());
+    let mut status = shared::crd::PendingNodeStatus::default();
+    condition::set(&mut status.conditions, &Wanted::new(JOIN_FAILED, true, "DeadlineExceeded", ""), None, at(0));
+    failed.status = Some(status);
+    let fine = PendingNode::new("b", Default::default());
+    assert_eq!(failed_joins([&failed, &fine]), 1);
+}
+
+#[test]
+fn the_node_is_found_by_its_provider_id_and_its_ready_condition() {
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "n"},
+        "spec": {"providerID": "simulated://g/n"},
+        "status": {"conditions": [{"type": "Ready", "status": "False"}]}
+    }))
+    .unwrap();
+    assert_eq!(node_fact([&node], "simulated://g/n"), N::NotReady);
+    assert_eq!(node_fact([&node], "simulated://g/other"), N::Absent);
+    let ready: Node = serde_json::from_value(json!({
+        "metadata": {"name": "n"},
+        "spec": {"providerID": "simulated://g/n"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .unwrap();
+    assert_eq!(node_fact([&ready], "simulated://g/n"), N::Ready);
+}
+
+/// Issue 28 defect 3: the Node's provider ID spelt as cloud-provider-azure spells it (resource group in lower
+/// case), the PendingNode's as ARM listed it: the same instance.
+#[test]
+fn azure_provider_ids_match_whatever_the_case_of_their_resource_group() {
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "workers000002"},
+        "spec": {"providerID": "azure:///subscriptions/s-1/resourceGroups/my-rg/providers/Microsoft.Compute/virtualMachineScaleSets/workers/virtualMachines/2"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .unwrap();
+    let listed = "azure:///subscriptions/s-1/resourceGroups/MY-RG/providers/Microsoft.Compute/virtualMachineScaleSets/workers/virtualMachines/2";
+    assert_eq!(node_fact([&node], listed), N::Ready);
+    let other = listed.replace("virtualMachines/2", "virtualMachines/3");
+    assert_eq!(node_fact([&node], &other), N::Absent);
+    assert!(!same_instance("simulated://g/n", "simulated://g/m"));
+}

@@ -1,0 +1,211 @@
+//! Which of a NodeOp's waiting nodes start now. The NodeOp's part in the one set of rules every flow keeps
+//! (`crate::policy::pipeline`), checked in this order for each waiting node, control-plane nodes first and then
+//! workers by name:
+//! 1. the NodeOp's own holds: being deleted (`Deleting`), a node failed under `stopOnFailure` (`StoppedOnFailure`);
+//! 2. the node's own: another owner (another NodeOp's mark, a rollout's step), its annotations malformed, NotReady;
+//! 3. `concurrency`;
+//! 4. one control-plane node at a time, across this NodeOp, the others and every rollout;
+//! 5. control plane first: no worker while a selected control-plane node has not finished
+//!    (`WaitingForControlPlane`);
+//! 6. the budget of every rollout the node counts in (`WaitingForRolloutBudget`): a start takes a slot of each.
+//!
+//! With a preflight, a node's check runs first (read-only, outside the budget) and its verdict is recorded whatever
+//! the gates.
+
+use super::decide::{Action, Decision, Inputs, NodeDecision, NodeFacts, Notice, Options, Preflight, STARTED, count};
+use crate::policy::budget::LazyBudgets;
+use crate::reason::Reason;
+use shared::crd::nodeop::{NodeOpNodeStatus, NodeOpPhase, RebootStatus};
+use shared::protocol::Step;
+use std::collections::BTreeSet;
+
+/// Why a waiting node may not start now, if it may not.
+fn blocked(node: &NodeFacts) -> Option<String> {
+    if let Some(other) = &node.mark {
+        return Some(format!("the NodeOp {other} works on the node"));
+    }
+    if node.controller.is_none() {
+        return Some("the node's update-operator annotations are malformed".into());
+    }
+    if let Some(step) = rollout_step(node) {
+        return Some(format!("a rollout works on the node (step {step})"));
+    }
+    if !node.ready {
+        return Some("the node is not Ready".into());
+    }
+    None
+}
+
+/// The rollout step that stages or disrupts the node, if it is in one.
+pub(super) fn rollout_step(node: &NodeFacts) -> Option<Step> {
+    let intent = node.controller.as_ref()?.intent.as_ref()?;
+    matches!(intent.step, Step::Stage | Step::Drain | Step::Reboot | Step::KubeadmUpgrade | Step::Replace)
+        .then_some(intent.step)
+}
+
+/// Why no control-plane node may start now because of another one, if that is so: a control-plane node other than
+/// this NodeOp's is in a rollout step, cordoned, NotReady or under another NodeOp. The rollouts keep one
+/// control-plane node in flight or unavailable at a time; a NodeOp keeps to the same rule.
+pub(super) fn control_plane_busy(nodes: &[NodeFacts], key: &str) -> Option<String> {
+    nodes.iter().filter(|n| n.control_plane && n.mark.as_deref() != Some(key)).find_map(|n| {
+        let why = if let Some(step) = rollout_step(n) {
+            format!("a rollout works on it (step {step})")
+        } else if let Some(other) = &n.mark {
+            format!("the NodeOp {other} works on it")
+        } else if n.unschedulable {
+            "it is cordoned".to_owned()
+        } else if !n.ready {
+            "it is not Ready".to_owned()
+        } else {
+            return None;
+        };
+        Some(format!("waiting: control-plane nodes go one at a time, and control-plane node {} is busy: {why}", n.name))
+    })
+}
+
+/// Starts the waiting nodes the gates allow: control plane first and alone, then workers by name, within the
+/// concurrency; nothing once a node failed under `stopOnFailure` or while the NodeOp is deleted. With a preflight,
+/// a node's start is its check first: its verdict is recorded whatever the gates (a skip completes the node, a
+/// failure fails it), a check running or passed holds a concurrency slot, and a passed node starts when the gates
+/// allow.
+pub(super) fn start_waiting(
+    decision: &mut Decision,
+    mut waiting: Vec<&NodeFacts>,
+    control_planes: &BTreeSet<&str>,
+    control_plane_busy: Option<String>,
+    inputs: &Inputs<'_>,
+    options: &Options,
+    budgets: &mut LazyBudgets<'_>,
+) {
+    waiting.sort_by(|a, b| b.control_plane.cmp(&a.control_plane).then_with(|| a.name.cmp(&b.name)));
+    let pending = |phase: NodeOpPhase, message: String| NodeOpNodeStatus {
+        phase,
+        message,
+        reboot_status: if options.reboot { RebootStatus::Pending } else { RebootStatus::NotRequested },
+        ..Default::default()
+    };
+    // Verdicts first: they are recorded whatever the gates, and a failure counts for `stopOnFailure`.
+    let mut undecided = Vec::new();
+    for node in waiting {
+        let verdict = match node.preflight.as_ref().filter(|_| options.preflight) {
+            Some(Preflight::Skip { message }) => {
+                let message = format!("Skipped by preflight: {message}");
+                Some((NodeOpPhase::Completed, message, Reason::PreflightSkipped, false))
+            }
+            Some(Preflight::Failed { message }) => {
+                Some((NodeOpPhase::Failed, format!("Preflight failed: {message}"), Reason::PreflightFailed, true))
+            }
+            Some(Preflight::Foreign) => {
+                let message = "Preflight failed: a Job of the name this NodeOp gives the node's preflight check \
+                               exists and is not this NodeOp's";
+                Some((NodeOpPhase::Failed, message.to_owned(), Reason::JobNameTaken, true))
+            }
+            Some(Preflight::Running | Preflight::Proceed) | None => None,
+        };
+        let Some((phase, message, reason, warning)) = verdict else {
+            undecided.push(node);
+            continue;
+        };
+        let notice = Notice { reason, warning, message: format!("{}: {message}", node.name) };
+        let status = NodeOpNodeStatus { reboot_status: RebootStatus::NotRequested, ..pending(phase, message) };
+        let decided = NodeDecision { node: node.name.clone(), action: None, status, notice: Some(notice) };
+        count(decision, decided.status.phase);
+        decision.nodes.push(decided);
+    }
+    let in_flight = |d: &Decision, control_plane: Option<bool>| {
+        d.nodes
+            .iter()
+            .filter(|n| matches!(n.status.phase, NodeOpPhase::Running | NodeOpPhase::Preflight))
+            .filter(|n| control_plane.is_none_or(|cp| control_planes.contains(n.node.as_str()) == cp))
+            .count()
+    };
+    let mut hold: Option<(Reason, String)> = if inputs.deleting {
+        Some((Reason::Deleting, "the NodeOp is being deleted".into()))
+    } else if decision.failed > 0 && options.stop_on_failure {
+        Some((Reason::StoppedOnFailure, "a node failed and stopOnFailure is set: no further node starts".into()))
+    } else {
+        None
+    };
+    // A check running (or to be created again: recorded, its Job not seen) or passed holds its slot.
+    let checking = |node: &NodeFacts| {
+        options.preflight
+            && (node.preflight.is_some()
+                || inputs.recorded.get(&node.name).is_some_and(|r| r.phase == NodeOpPhase::Preflight))
+    };
+    let mut running = in_flight(decision, None) + undecided.iter().filter(|n| checking(n)).count();
+    let (mut started, mut over_budget) = (false, None);
+    // The control-plane barrier (docs/nodeop.md): no worker starts while a selected control-plane node has not
+    // finished, waiting or under way (its check, its drain, its Job, its reboot).
+    let control_plane_pending = undecided.iter().any(|n| n.control_plane) || in_flight(decision, Some(true)) > 0;
+    for node in undecided {
+        let checked = checking(node);
+        let passed = node.preflight == Some(Preflight::Proceed);
+        let gate = if let Some((_, why)) = &hold {
+            Err(why.clone())
+        } else if checked && !passed {
+            // The check runs: its verdict is awaited (its Job created again if it is not seen).
+            Ok(())
+        } else if let Some(why) = blocked(node) {
+            Err(why)
+        } else if !checked && options.concurrency.is_some_and(|c| running >= c) {
+            Err("waiting for a free slot".into())
+        } else if node.control_plane && in_flight(decision, Some(true)) > 0 {
+            Err("waiting: control-plane nodes go one at a time".into())
+        } else if let Some(why) = control_plane_busy.as_ref().filter(|_| node.control_plane) {
+            Err(why.clone())
+        } else if !node.control_plane && control_plane_pending {
+            hold =
+                hold.or(Some((Reason::WaitingForControlPlane, "control-plane nodes go first, one at a time".into())));
+            Err("waiting: control-plane nodes go first".into())
+        } else if !options.preflight || passed {
+            // Only the start disrupts the node: the check is read-only.
+            budgets.get().room(&node.name).map_err(|why| {
+                let message = format!("waiting: {why}");
+                over_budget.get_or_insert(why);
+                message
+            })
+        } else {
+            Ok(())
+        };
+        let (action, status, notice) = match gate {
+            Err(why) if passed => {
+                (None, pending(NodeOpPhase::Preflight, format!("the preflight check passed; {why}")), None)
+            }
+            // A check held by the NodeOp's own hold (deleted, stopped) keeps its phase; it has not passed.
+            Err(why) if checked => (None, pending(NodeOpPhase::Preflight, why), None),
+            Err(why) => (None, pending(NodeOpPhase::Pending, why), None),
+            Ok(()) if checked && !passed => {
+                let action = (node.preflight.is_none()).then_some(Action::CreatePreflight);
+                (action, pending(NodeOpPhase::Preflight, "the preflight check runs".into()), None)
+            }
+            Ok(()) if options.preflight && !passed => {
+                running += 1;
+                let notice = Notice {
+                    reason: Reason::PreflightStarted,
+                    warning: false,
+                    message: format!("running the preflight check on {}", node.name),
+                };
+                let status = pending(NodeOpPhase::Preflight, "the preflight check runs".into());
+                (Some(Action::CreatePreflight), status, Some(notice))
+            }
+            Ok(()) => {
+                budgets.get().take(&node.name);
+                started = true;
+                running += usize::from(!checked);
+                let notice = Notice {
+                    reason: STARTED,
+                    warning: false,
+                    message: format!("starting the operation on {}", node.name),
+                };
+                let status = pending(NodeOpPhase::Running, "started".into());
+                (Some(Action::Start { cordon: options.cordons() }), status, Some(notice))
+            }
+        };
+        let decided = NodeDecision { node: node.name.clone(), action, status, notice };
+        count(decision, decided.status.phase);
+        decision.nodes.push(decided);
+    }
+    // A full rollout budget holds the NodeOp back only when no node could start: another node may count in
+    // another budget.
+    decision.hold = hold.or(over_budget.filter(|_| !started).map(|why| (Reason::WaitingForRolloutBudget, why)));
+}

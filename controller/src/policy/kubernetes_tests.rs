@@ -1,0 +1,272 @@
+use super::super::tests::{TARGET, cp, node, rollout_with, t, with_intent, with_report};
+use super::super::{Fleet, Policy, budget, plan, plan_with};
+use super::*;
+use shared::protocol::ComponentsHash;
+
+const HASH: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+const COMPONENTS: &str = "k8s-components-sha256-1111111111111111111111111111111111111111111111111111111111111111";
+
+fn upgrade(api_server: &str) -> KubernetesSpec {
+    KubernetesSpec::Upgrade(KubernetesTarget {
+        version: "v1.34.1".parse().unwrap(),
+        components: COMPONENTS.into(),
+        hash: HASH.into(),
+        api_server: api_server.parse().unwrap(),
+    })
+}
+
+fn run(nodes: &[NodeView], kubernetes: KubernetesSpec, policy: Policy, now: Timestamp) -> Plan {
+    let rollout = Rollout { kubernetes: Some(kubernetes), ..rollout_with(policy) };
+    plan(nodes, &[rollout], None, now).rollouts.remove(0)
+}
+
+fn kinds(plan: &Plan) -> Vec<(String, ActionKind)> {
+    plan.actions.iter().map(|a| (a.node.clone(), a.kind.clone())).collect()
+}
+
+/// Runs v1.34.1 with the components of the ConfigMap on the image `TARGET`... or not.
+fn upgraded(mut n: NodeView) -> NodeView {
+    n.kubelet_version = Some("v1.34.1".into());
+    if let Ok(a) = &mut n.agent {
+        a.components_hash = Some(ComponentsHash::parse("k", HASH).unwrap());
+        a.os_image = Some(TARGET.into());
+    }
+    n
+}
+
+fn kubeadm_intent(n: NodeView, role: KubeadmRole, token: &str, since: Timestamp) -> NodeView {
+    let mut n = with_intent(n, Step::KubeadmUpgrade, "v1.34.1", token, since);
+    if let Ok(c) = &mut n.controller
+        && let Some(i) = &mut c.intent
+    {
+        i.kubeadm = Some(KubeadmIntent { components: COMPONENTS.into(), role });
+    }
+    n
+}
+
+fn kubeadm(role: KubeadmRole) -> ActionKind {
+    ActionKind::KubeadmUpgrade {
+        target: "v1.34.1".into(),
+        kubeadm: KubeadmIntent { components: COMPONENTS.into(), role },
+    }
+}
+
+fn drain() -> ActionKind {
+    ActionKind::Drain { target: "v1.34.1".into() }
+}
+
+#[test]
+fn a_refused_upgrade_touches_no_node_and_says_why() {
+    let nodes = [cp("cp-0"), node("w1")];
+    let p = run(&nodes, KubernetesSpec::Refused("v1.36.0 is two minors past v1.34.0".into()), Policy::default(), t(0));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    let hold = p.hold.unwrap();
+    assert_eq!(hold.reason, Reason::KubernetesUpgradeRefused);
+    assert!(hold.message.contains("two minors"));
+}
+
+#[test]
+fn the_first_control_plane_node_is_drained_then_applies_alone() {
+    let nodes = [cp("cp-1"), cp("cp-0"), node("w1"), node("w2")];
+    let policy = Policy { max_unavailable: budget::MaxUnavailable::Count(3), ..Policy::default() };
+    let p = run(&nodes, upgrade("v1.33.5"), policy.clone(), t(0));
+    assert_eq!(kinds(&p), vec![("cp-0".into(), drain())]);
+    // Drained: kubeadm upgrade apply, still cordoned.
+    let mut nodes = nodes.to_vec();
+    let draining = with_intent(cp("cp-0"), Step::Drain, "v1.34.1", "d0", t(0));
+    nodes[1] = NodeView { drain: DrainProgress::Drained, ..draining };
+    let p = run(&nodes, upgrade("v1.33.5"), policy.clone(), t(5));
+    assert_eq!(kinds(&p), vec![("cp-0".into(), kubeadm(KubeadmRole::Apply))]);
+    // While it runs, nothing else starts.
+    nodes[1] = kubeadm_intent(cp("cp-0"), KubeadmRole::Apply, "k1", t(0));
+    let p = run(&nodes, upgrade("v1.33.5"), policy.clone(), t(10));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    // The agent is done and the kubelet runs the target, but /version does not say so yet: not verified.
+    nodes[1] =
+        upgraded(with_report(kubeadm_intent(cp("cp-0"), KubeadmRole::Apply, "k1", t(0)), AgentState::Done, "k1"));
+    let p = run(&nodes, upgrade("v1.33.5"), policy.clone(), t(20));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    // Once it does, the node is done.
+    let p = run(&nodes, upgrade("v1.34.1"), policy, t(30));
+    assert_eq!(kinds(&p), vec![("cp-0".into(), ActionKind::Done { target: "v1.34.1".into() })]);
+}
+
+/// `kubeadm upgrade apply` starts through the gates of every control-plane start: not beside another
+/// control-plane node that is busy in any flow (another NodeVersion's, a NodeOp's) or NotReady, and not while
+/// maxUnavailable is taken.
+#[test]
+fn kubeadm_upgrade_apply_waits_for_the_control_plane_gates() {
+    let policy = Policy { max_unavailable: budget::MaxUnavailable::Count(1), ..Policy::default() };
+    let started = |nodes: &[NodeView]| run(nodes, upgrade("v1.33.5"), policy.clone(), t(0));
+    assert_eq!(kinds(&started(&[cp("cp-0"), cp("cp-1"), node("w1")])), vec![("cp-0".into(), drain())]);
+    // Another control-plane node NotReady: it takes the one slot of maxUnavailable, and with a second slot
+    // free the one-at-a-time rule holds the start, named.
+    let not_ready = NodeView { ready: false, ..cp("cp-1") };
+    let p = started(&[cp("cp-0"), not_ready.clone(), node("w1")]);
+    assert!(p.actions.iter().all(|a| !a.starts_node()), "{:?}", p.actions);
+    assert!(p.hold.is_some_and(|h| h.reason == Reason::UnavailableNodes && h.message.contains("cp-1 (NotReady)")));
+    let two = Policy { max_unavailable: budget::MaxUnavailable::Count(2), ..policy.clone() };
+    let p = run(&[cp("cp-0"), not_ready, node("w1")], upgrade("v1.33.5"), two, t(0));
+    assert!(p.actions.iter().all(|a| !a.starts_node()), "{:?}", p.actions);
+    assert!(p.hold.is_some_and(|h| h.reason == Reason::WaitingForControlPlane));
+    // Another control-plane node worked on by a NodeOp.
+    let operated = NodeView { operation: Some("reboot-all".into()), ..cp("cp-1") };
+    let p = started(&[cp("cp-0"), operated, node("w1")]);
+    assert!(p.actions.iter().all(|a| !a.starts_node()), "{:?}", p.actions);
+    // A control-plane node another NodeVersion updates.
+    let mut other = with_intent(cp("cp-9"), Step::Reboot, TARGET, "r9", t(0));
+    other.selected_by = vec![1];
+    let rollouts = [
+        Rollout { kubernetes: Some(upgrade("v1.33.5")), ..rollout_with(policy.clone()) },
+        Rollout { name: "other".into(), ..rollout_with(policy.clone()) },
+    ];
+    let p = plan(&[cp("cp-0"), other, node("w1")], &rollouts, None, t(0)).rollouts.remove(0);
+    assert!(p.actions.iter().all(|a| !a.starts_node()), "{:?}", p.actions);
+    // maxUnavailable taken by a NotReady worker.
+    let down = NodeView { ready: false, ..node("w1") };
+    let p = started(&[cp("cp-0"), cp("cp-1"), down]);
+    assert!(p.actions.iter().all(|a| !a.starts_node()), "{:?}", p.actions);
+    assert!(p.hold.is_some_and(|h| h.reason == Reason::UnavailableNodes));
+}
+
+/// Mid-upgrade, `/version` through the Service may answer from an API server not upgraded yet: once a
+/// control-plane node runs the target, the API server counts as upgraded, and the next control-plane node
+/// takes `kubeadm upgrade node`, never `apply` again.
+#[test]
+fn the_api_server_version_never_goes_back_behind_an_upgraded_control_plane_node() {
+    let policy = Policy { max_unavailable: budget::MaxUnavailable::Count(1), ..Policy::default() };
+    let nodes = [upgraded(cp("cp-0")), cp("cp-1"), node("w1")];
+    let p = run(&nodes, upgrade("v1.33.5"), policy.clone(), t(0));
+    assert_eq!(kinds(&p), vec![("cp-1".into(), drain())]);
+    assert_ne!(p.hold.map(|h| h.reason), Some(Reason::WaitingForApiServer));
+    let drained =
+        NodeView { drain: DrainProgress::Drained, ..with_intent(cp("cp-1"), Step::Drain, "v1.34.1", "d1", t(0)) };
+    let p = run(&[upgraded(cp("cp-0")), drained, node("w1")], upgrade("v1.33.5"), policy, t(5));
+    assert_eq!(kinds(&p), vec![("cp-1".into(), kubeadm(KubeadmRole::Node))]);
+}
+
+#[test]
+fn then_the_other_control_plane_nodes_one_at_a_time_drained_then_the_workers_under_max_unavailable() {
+    let policy = Policy { max_unavailable: budget::MaxUnavailable::Count(2), ..Policy::default() };
+    let nodes = [upgraded(cp("cp-0")), cp("cp-1"), cp("cp-2"), node("w1"), node("w2"), node("w3")];
+    let p = run(&nodes, upgrade("v1.34.1"), policy.clone(), t(0));
+    assert_eq!(kinds(&p), vec![("cp-1".into(), drain())]);
+    // Drained: kubeadm upgrade node, still cordoned.
+    let draining = with_intent(cp("cp-1"), Step::Drain, "v1.34.1", "d1", t(0));
+    let drained = NodeView { drain: DrainProgress::Drained, ..draining };
+    let p = run(&[nodes[0].clone(), drained, cp("cp-2"), node("w1")], upgrade("v1.34.1"), policy.clone(), t(5));
+    assert_eq!(kinds(&p), vec![("cp-1".into(), kubeadm(KubeadmRole::Node))]);
+    // Every control-plane node upgraded: two workers at once.
+    let done = [upgraded(cp("cp-0")), upgraded(cp("cp-1")), upgraded(cp("cp-2"))];
+    let mut nodes: Vec<NodeView> = done.to_vec();
+    nodes.extend([node("w1"), node("w2"), node("w3")]);
+    let p = run(&nodes, upgrade("v1.34.1"), policy, t(10));
+    assert_eq!(kinds(&p), vec![("w1".into(), drain()), ("w2".into(), drain())]);
+    // Starts are written after the writes that free slots.
+    assert!(p.actions.iter().all(|a| a.starts_node()));
+}
+
+#[test]
+fn no_node_starts_before_the_autoscaler_is_confirmed_down() {
+    let nodes = [cp("cp-0"), node("w1")];
+    let rollout = Rollout { kubernetes: Some(upgrade("v1.33.5")), ..rollout_with(Policy::default()) };
+    let running =
+        Fleet { autoscaler_running: Some("the cluster-autoscaler is not confirmed down".into()), ..Fleet::default() };
+    let p = plan_with(&nodes, std::slice::from_ref(&rollout), &running, None, t(0)).rollouts.remove(0);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    let hold = p.hold.unwrap();
+    assert_eq!(hold.reason, Reason::WaitingForAutoscaler);
+    assert!(hold.message.contains("not confirmed down"), "{}", hold.message);
+    // The status says the upgrade is under way already: that is what pauses the autoscaler.
+    assert!(p.kubernetes.is_some_and(|k| k.active));
+    // Confirmed down: the first control-plane node starts.
+    let p = plan_with(&nodes, &[rollout], &Fleet::default(), None, t(1)).rollouts.remove(0);
+    assert_eq!(kinds(&p), vec![("cp-0".into(), drain())]);
+    // Later nodes wait for it too.
+    let nodes = [upgraded(cp("cp-0")), node("w1")];
+    let rollout = Rollout { kubernetes: Some(upgrade("v1.34.1")), ..rollout_with(Policy::default()) };
+    let p = plan_with(&nodes, std::slice::from_ref(&rollout), &running, None, t(2)).rollouts.remove(0);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    let p = plan_with(&nodes, &[rollout], &Fleet::default(), None, t(3)).rollouts.remove(0);
+    assert_eq!(kinds(&p), vec![("w1".into(), drain())]);
+}
+
+#[test]
+fn an_agent_error_fails_the_node_and_a_silent_agent_times_out() {
+    let nodes = [kubeadm_intent(cp("cp-0"), KubeadmRole::Apply, "k1", t(0))];
+    let mut failed = nodes.clone();
+    failed[0] = with_report(failed[0].clone(), AgentState::Error, "k1");
+    if let Ok(a) = &mut failed[0].agent {
+        a.message = Some("installing the Kubernetes components: ... nothing was installed".into());
+    }
+    let p = run(&failed, upgrade("v1.33.5"), Policy::default(), t(10));
+    assert_eq!(p.actions[0].reason, Reason::KubernetesUpgradeFailed);
+    assert!(p.actions[0].message.contains("nothing was installed"), "{}", p.actions[0].message);
+    assert!(matches!(p.actions[0].kind, ActionKind::Fail { .. }));
+    let policy = Policy::default();
+    let late = t(0).checked_add(policy.stage_timeout + policy.reboot_timeout).unwrap();
+    let p = run(&nodes, upgrade("v1.33.5"), policy.clone(), late);
+    assert_eq!(p.actions[0].reason, Reason::KubernetesUpgradeTimedOut);
+    // The failure budget spent by a failed Kubernetes upgrade says so, not "failed to update to <image>".
+    let marked = with_intent(cp("cp-0"), Step::Failed, "v1.34.1", "k1", t(0));
+    let p = run(&[marked, cp("cp-1")], upgrade("v1.33.5"), policy, late);
+    let hold = p.hold.expect("held by the failure budget");
+    assert_eq!(hold.reason, Reason::FailureBudgetExhausted);
+    assert!(hold.message.contains("failed to update to Kubernetes v1.34.1"), "{}", hold.message);
+}
+
+/// A node in the kubeadm step whose upgrade is no longer asked for (`kubernetesClusterVersion` removed, the
+/// NodeVersion deleted, another version asked): it keeps its slot while kubeadm may run, and is released
+/// (intent removed, uncordoned) once its agent finished or the step's deadline passed. Never wedged.
+#[test]
+fn a_kubeadm_step_no_longer_asked_for_is_released_once_it_finished_or_timed_out() {
+    let cordoned = |mut n: NodeView| {
+        n.unschedulable = true;
+        if let Ok(c) = &mut n.controller {
+            c.cordoned_by_us = true;
+        }
+        n
+    };
+    let mid = cordoned(kubeadm_intent(node("w1"), KubeadmRole::Node, "k1", t(0)));
+    let finished = with_report(mid.clone(), AgentState::Done, "k1");
+    let policy = Policy::default();
+    let late = t(0).checked_add(policy.stage_timeout + policy.reboot_timeout).unwrap();
+    let released = |p: &Plan| p.actions.iter().any(|a| a.node == "w1" && a.kind == ActionKind::Release);
+    // The version removed from the NodeVersion: the image flow plans the node.
+    let image_only = |n: &NodeView, now| plan(std::slice::from_ref(n), &[rollout_with(policy.clone())], None, now);
+    let p = image_only(&mid, t(10)).rollouts.remove(0);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert_eq!(p.counts.in_progress, 1, "it keeps its slot while kubeadm may run");
+    assert!(released(&image_only(&finished, t(20)).rollouts[0]));
+    assert!(released(&image_only(&mid, late).rollouts[0]), "released at the step's deadline");
+    assert!(ActionKind::Release.uncordons());
+    // The NodeVersion deleted: no rollout selects the node.
+    let orphan = |n: &NodeView| NodeView { selected_by: vec![], ..n.clone() };
+    let p = plan(&[orphan(&mid)], &[], None, t(10));
+    assert!(!released(&p.unowned), "{:?}", p.unowned.actions);
+    assert!(released(&plan(&[orphan(&finished)], &[], None, t(20)).unowned));
+    assert!(released(&plan(&[orphan(&mid)], &[], None, late).unowned));
+    // Another version asked for: the same.
+    let other = KubernetesSpec::Upgrade(KubernetesTarget {
+        version: "v1.35.0".parse().unwrap(),
+        components: COMPONENTS.into(),
+        hash: HASH.into(),
+        api_server: "v1.34.1".parse().unwrap(),
+    });
+    let p = run(std::slice::from_ref(&mid), other.clone(), policy.clone(), t(10));
+    assert!(!released(&p), "{:?}", p.actions);
+    assert!(released(&run(std::slice::from_ref(&finished), other, policy, t(20))));
+}
+
+#[test]
+fn once_every_node_runs_the_version_the_image_flow_plans() {
+    let nodes = [upgraded(cp("cp-0")), upgraded(node("w1"))];
+    let mut nodes = nodes.to_vec();
+    for n in &mut nodes {
+        if let Ok(a) = &mut n.agent {
+            a.os_image = Some("v1".into());
+        }
+    }
+    let p = run(&nodes, upgrade("v1.34.1"), Policy::default(), t(0));
+    assert_eq!(kinds(&p), vec![("cp-0".into(), ActionKind::Stage { target: TARGET.into() })]);
+}
