@@ -211,6 +211,12 @@ fn budgets(nodes: &[SlimNode], rollouts: Option<&[Rollout]>, now: Timestamp) -> 
     crate::policy::budgets(&views, rollouts, now)
 }
 
+/// Forgets the warnings given to NodeOps that are gone (`warned` holds `uid/what`; `live` the uids there are), so
+/// that the set is bounded by the NodeOps there are.
+fn forget_warnings(warned: &mut HashSet<String>, live: &HashSet<String>) {
+    warned.retain(|key| key.split_once('/').is_some_and(|(uid, _)| live.contains(uid)));
+}
+
 /// Our own write the watch has not delivered yet: the object the API server returned, and the resourceVersion
 /// it superseded.
 struct Written<K> {
@@ -260,6 +266,7 @@ impl Controller {
             }
         }
         let live: HashSet<String> = ops.iter().filter_map(|op| op.uid()).collect();
+        forget_warnings(&mut self.warned.lock(), &live);
         for stale in self.jobs.state().iter().filter(|j| !j.owner_references().iter().any(|r| live.contains(&r.uid))) {
             self.delete_orphan(term, &**stale).await;
         }
@@ -801,6 +808,16 @@ mod tests {
 
     fn now() -> Timestamp {
         "2026-11-24T10:00:00Z".parse().unwrap()
+    }
+
+    /// Issue 27 item 3k: the warnings' memory is bounded by the NodeOps there are.
+    #[test]
+    fn warnings_of_nodeops_that_are_gone_are_forgotten() {
+        let mut warned: HashSet<String> = ["u1/all", "u2/all", "u2/other"].map(String::from).into();
+        forget_warnings(&mut warned, &["u2".to_owned(), "u3".to_owned()].into());
+        assert_eq!(warned, ["u2/all", "u2/other"].map(String::from).into());
+        forget_warnings(&mut warned, &HashSet::new());
+        assert!(warned.is_empty());
     }
 
     #[test]
