@@ -31,9 +31,7 @@ use shared::crd::DrainOptions;
 use shared::protocol::patch::NodePatch;
 use shared::protocol::{ControllerAnnotations, Intent, Step, Token, UnreadableKeys, keys, parse_target};
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Field manager of the controller's writes.
 pub const FIELD_MANAGER: &str = "update-operator-controller";
@@ -66,7 +64,6 @@ pub struct Executor {
     events: Events,
     drains: Arc<Drains>,
     metrics: Metrics,
-    tokens: Tokens,
     writes: Arc<OwnWrites>,
     /// The last problem reported per node, so each distinct problem is reported once.
     reported: Mutex<HashMap<String, String>>,
@@ -76,16 +73,7 @@ pub struct Executor {
 
 impl Executor {
     pub fn new(nodes: Api<SlimNode>, events: Events, drains: Arc<Drains>, metrics: Metrics) -> Self {
-        Executor {
-            nodes,
-            events,
-            drains,
-            metrics,
-            tokens: Tokens::new(),
-            writes: Arc::default(),
-            reported: Mutex::default(),
-            replacer: None,
-        }
+        Executor { nodes, events, drains, metrics, writes: Arc::default(), reported: Mutex::default(), replacer: None }
     }
 
     /// Applies the replacement's cloud and PendingNode steps with `replacer`.
@@ -308,7 +296,7 @@ impl Executor {
             // The policy never acts on malformed annotations; if they turned malformed since, do not.
             Err(_) => return WriteResult::Conflict,
         };
-        let (next, unschedulable) = next_state(&current, node.unschedulable(), action, self.tokens.next(), now);
+        let (next, unschedulable) = next_state(&current, node.unschedulable(), action, Token::fresh(), now);
         // IMPORTANT: never write an intent the agent cannot read: the node would hold an intent
         // nobody acts on (and, before this check, its budget slot was lost).
         if let Some(intent) = &next.intent
@@ -523,30 +511,6 @@ pub fn next_state(
     (next, want_unschedulable)
 }
 
-/// Fresh intent tokens: unique within this process by a counter, and across restarts by a random
-/// per-process seed.
-struct Tokens {
-    seed: u64,
-    counter: AtomicU64,
-}
-
-impl Tokens {
-    fn new() -> Self {
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_i128(Timestamp::now().as_nanosecond());
-        Tokens { seed: hasher.finish(), counter: AtomicU64::new(0) }
-    }
-
-    fn next(&self) -> Token {
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        // splitmix64: distinct inputs give distinct outputs.
-        let mut z = self.seed.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        Token::from_u64(z ^ (z >> 31))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -633,12 +597,5 @@ mod tests {
             now(),
         );
         assert_eq!(next.intent.unwrap().boot_id_before, Some(boot));
-    }
-
-    #[test]
-    fn tokens_do_not_repeat() {
-        let tokens = Tokens::new();
-        let drawn: std::collections::HashSet<Token> = (0..10_000).map(|_| tokens.next()).collect();
-        assert_eq!(drawn.len(), 10_000);
     }
 }
