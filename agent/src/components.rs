@@ -219,6 +219,9 @@ impl Installer {
                     file.write_all(&chunk).await.map_err(io(temp))?;
                 }
             }
+            // tokio's sync_all keeps a failed background write to itself (tokio src/fs/file.rs:
+            // complete_inflight stores it in last_write_err); flush returns it.
+            file.flush().await.map_err(io(temp))?;
             file.sync_all().await.map_err(io(temp))?;
             Ok(hasher.finish())
         };
