@@ -384,3 +384,36 @@ fn an_extraction_leaves_the_single_threaded_runtime_free() {
     assert_eq!(std::fs::read(out.join("bin/tool")).unwrap(), b"tool v2");
     assert_eq!(std::fs::read(out.join("lib/plugin")).unwrap().len(), 256 * 1024);
 }
+
+/// Components installed with `install_where` stay when the rest is dropped unfinished; what was staged and not
+/// installed is removed (on the blocking pool, so it is waited for here) and nothing is recorded.
+#[tokio::test]
+async fn dropping_a_preparation_removes_only_what_was_not_installed() {
+    let root = tempfile::tempdir().unwrap();
+    let inline = |content: &[u8], path: &str| VerifiedComponent {
+        source: Source::Inline(content.to_vec()),
+        hash: Sha256::of(content),
+        install_path: path.into(),
+        extract: false,
+    };
+    let archive = tarball(&[("bridge", b"bridge plugin")]);
+    let components = vec![
+        inline(b"kubeadm v1.34.1", "/usr/local/bin/kubeadm"),
+        inline(b"kubelet v1.34.1", "/usr/local/bin/kubelet"),
+        VerifiedComponent { extract: true, ..inline(&archive, "/opt/cni/bin") },
+    ];
+    let installer = Installer::new(root.path(), RECORD).unwrap();
+    let mut prepared = installer.prepare(&components).await.unwrap();
+    prepared.install_where(|c| c.install_path.ends_with("kubeadm")).await.unwrap();
+    drop(prepared);
+    let mut left = files(root.path());
+    for _ in 0..600 {
+        if left == ["usr/local/bin/kubeadm"] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        left = files(root.path());
+    }
+    assert_eq!(left, ["usr/local/bin/kubeadm"]);
+    assert_eq!(installer.installed().unwrap(), None);
+}
