@@ -8,8 +8,12 @@
 //! atomic; archives are extracted into a temporary directory first and their files renamed one by one), and only
 //! then the record is replaced. The components hash the agent reports is computed from that record, so it says
 //! what is really installed, never what was asked for.
+//!
+//! The agent runs on a single-threaded runtime: every blocking file operation (extraction, decompression,
+//! `fsync`, renames, writes of downloads) runs on tokio's blocking pool ([`tokio::task::spawn_blocking`] or
+//! `tokio::fs`), so the node's reports and watches go on while a 100 MB archive is extracted.
 
-use std::io::{Read, Seek, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Component as PathPart, Path, PathBuf};
 use std::time::Duration;
 
@@ -39,6 +43,9 @@ pub enum InstallError {
     Io { path: String, source: std::io::Error },
     #[error("the record of installed components {path}: {reason}")]
     Record { path: String, reason: String },
+    /// A file operation on the blocking pool did not finish (it panicked, or the runtime is shutting down).
+    #[error("a file operation did not finish: {0}")]
+    Interrupted(String),
 }
 
 /// What is installed, as recorded on the host after the last successful install.
@@ -105,41 +112,48 @@ impl Installer {
     /// Fetches and verifies every component, then installs them all and records them. On any error before the
     /// installation, nothing on the host changed.
     pub async fn install(&self, components: &[VerifiedComponent]) -> Result<Record, InstallError> {
-        self.prepare(components).await?.finish()
+        self.prepare(components).await?.finish().await
     }
 
     /// Phase one: fetches and verifies every component into temporary files next to their destinations. On
     /// any error every temporary file is removed and nothing on the host changed. Dropping the result without
     /// [`Prepared::finish`] removes what was not installed yet.
-    pub async fn prepare<'a>(&'a self, components: &[VerifiedComponent]) -> Result<Prepared<'a>, InstallError> {
+    pub async fn prepare(&self, components: &[VerifiedComponent]) -> Result<Prepared, InstallError> {
         let mut staged: Vec<(VerifiedComponent, Staged)> = Vec::with_capacity(components.len());
         for component in components {
             match self.stage(component).await {
                 Ok(s) => staged.push((component.clone(), s)),
                 Err(error) => {
-                    for (_, s) in staged {
-                        s.discard();
-                    }
+                    let discarded = blocking(move || {
+                        staged.into_iter().for_each(|(_, s)| s.discard());
+                        Ok(())
+                    });
+                    let _ = discarded.await;
                     return Err(error);
                 }
             }
         }
-        Ok(Prepared { installer: self, components: components.to_vec(), staged })
+        Ok(Prepared { record: self.record_path(), components: components.to_vec(), staged })
     }
+
     async fn stage(&self, component: &VerifiedComponent) -> Result<Staged, InstallError> {
         let target = self.host_path(&component.install_path);
         let parent = if component.extract { target.clone() } else { parent_of(&target)? };
-        std::fs::create_dir_all(&parent).map_err(io(&parent))?;
         let temp = temp_path(&parent, &target);
         let what = match &component.source {
             Source::Download(url) => url.clone(),
             Source::Inline(_) => format!("the inline content for {}", component.install_path),
         };
         let result = async {
+            blocking({
+                let parent = parent.clone();
+                move || std::fs::create_dir_all(&parent).map_err(io(&parent))
+            })
+            .await?;
             let actual = match &component.source {
                 Source::Inline(bytes) => {
-                    write_file(&temp, bytes, 0o755)?;
-                    Sha256::of(bytes)
+                    let (temp, bytes) = (temp.clone(), bytes.clone());
+                    blocking(move || write_file(&temp, &bytes, 0o755).map(|()| Sha256::of(&bytes))).await?
                 }
                 Source::Download(url) => self.download(url, &temp).await?,
             };
@@ -148,16 +162,25 @@ impl Installer {
             }
             if component.extract {
                 let dir = temp.with_extension("d");
-                extract(&temp, &dir, &component.install_path)?;
-                let _ = std::fs::remove_file(&temp);
+                extract_in_background(temp.clone(), dir.clone(), component.install_path.clone()).await?;
+                let temp = temp.clone();
+                blocking(move || {
+                    let _ = std::fs::remove_file(&temp);
+                    Ok(())
+                })
+                .await?;
                 return Ok(Staged::Directory { temp: dir, target: target.clone() });
             }
             Ok(Staged::File { temp: temp.clone(), target: target.clone() })
         }
         .await;
         if result.is_err() {
-            let _ = std::fs::remove_file(&temp);
-            let _ = std::fs::remove_dir_all(temp.with_extension("d"));
+            let _ = blocking(move || {
+                let _ = std::fs::remove_file(&temp);
+                let _ = std::fs::remove_dir_all(temp.with_extension("d"));
+                Ok(())
+            })
+            .await;
         }
         result
     }
@@ -166,6 +189,7 @@ impl Installer {
     async fn download(&self, url: &str, temp: &Path) -> Result<Sha256, InstallError> {
         let failed = |reason: String| InstallError::Download { url: url.to_owned(), reason };
         let uri: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| failed(e.to_string()))?;
+        use tokio::io::AsyncWriteExt;
         let work = async {
             let (response, answered) = self.fetcher.get(uri.clone()).await.map_err(failed)?;
             if !response.status().is_success() {
@@ -173,7 +197,15 @@ impl Installer {
                 return Err(failed(format!("the server answered {}{at}", response.status())));
             }
             let mut body = response.into_body();
-            let mut file = create(temp, 0o755)?;
+            // tokio's file: every write and the sync run on the blocking pool.
+            let mut file = tokio::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o755)
+                .open(temp)
+                .await
+                .map_err(io(temp))?;
             let mut hasher = Sha256::hasher();
             let mut size: u64 = 0;
             while let Some(frame) = body.frame().await {
@@ -184,10 +216,13 @@ impl Installer {
                         return Err(InstallError::TooLarge { what: url.to_owned(), limit: self.max_size });
                     }
                     hasher.update(&chunk);
-                    file.write_all(&chunk).map_err(io(temp))?;
+                    file.write_all(&chunk).await.map_err(io(temp))?;
                 }
             }
-            file.sync_all().map_err(io(temp))?;
+            // tokio's sync_all keeps a failed background write to itself (tokio src/fs/file.rs:
+            // complete_inflight stores it in last_write_err); flush returns it.
+            file.flush().await.map_err(io(temp))?;
+            file.sync_all().await.map_err(io(temp))?;
             Ok(hasher.finish())
         };
         match tokio::time::timeout(self.timeout, work).await {
@@ -202,52 +237,75 @@ fn fetcher(proxies: Matcher) -> Result<fetch::Fetcher, InstallError> {
 }
 
 /// Components fetched and verified, waiting to be installed (see [`Installer::prepare`]).
-pub struct Prepared<'a> {
-    installer: &'a Installer,
+pub struct Prepared {
+    /// Where the record is, seen from this process.
+    record: PathBuf,
     components: Vec<VerifiedComponent>,
     /// Those not installed yet.
     staged: Vec<(VerifiedComponent, Staged)>,
 }
 
-impl Prepared<'_> {
+impl Prepared {
     /// Installs the prepared components for which `which` is true (each by an atomic rename); the others
     /// wait for a later call or [`Prepared::finish`].
-    pub fn install_where(&mut self, which: impl Fn(&VerifiedComponent) -> bool) -> Result<(), InstallError> {
+    pub async fn install_where(&mut self, which: impl Fn(&VerifiedComponent) -> bool) -> Result<(), InstallError> {
         let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.staged).into_iter().partition(|(c, _)| which(c));
         self.staged = later;
-        let mut now = now.into_iter();
-        for (_, staged) in now.by_ref() {
-            if let Err(error) = staged.commit() {
-                now.for_each(|(_, rest)| rest.discard());
-                return Err(error);
+        blocking(move || {
+            let mut now = now.into_iter();
+            for (_, staged) in now.by_ref() {
+                if let Err(error) = staged.commit() {
+                    now.for_each(|(_, rest)| rest.discard());
+                    return Err(error);
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
+        .await
     }
 
     /// Installs what is left and then records every prepared component as installed.
-    pub fn finish(mut self) -> Result<Record, InstallError> {
-        self.install_where(|_| true)?;
+    pub async fn finish(mut self) -> Result<Record, InstallError> {
+        self.install_where(|_| true).await?;
         let component_hashes: Vec<String> = self.components.iter().map(|c| c.hash.to_string()).collect();
         let record = Record {
             hash: components_hash(component_hashes.iter().map(String::as_str)).to_string(),
             component_hashes,
             install_paths: self.components.iter().map(|c| c.install_path.clone()).collect(),
         };
-        let path = self.installer.record_path();
+        let path = self.record.clone();
         let json = serde_json::to_vec_pretty(&record)
             .map_err(|e| InstallError::Record { path: path.display().to_string(), reason: e.to_string() })?;
-        write_atomically(&path, &json, 0o644)?;
+        blocking(move || write_atomically(&path, &json, 0o644)).await?;
         Ok(record)
     }
 }
 
-impl Drop for Prepared<'_> {
+impl Drop for Prepared {
+    /// Removes what was not installed: on the blocking pool when dropped within a runtime.
     fn drop(&mut self) {
-        for (_, staged) in std::mem::take(&mut self.staged) {
-            staged.discard();
+        let staged = std::mem::take(&mut self.staged);
+        if staged.is_empty() {
+            return;
+        }
+        let discard = move || staged.into_iter().for_each(|(_, s)| s.discard());
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(discard)),
+            Err(_) => discard(),
         }
     }
+}
+
+/// Runs `work` on tokio's blocking pool, so that the (single-threaded) runtime goes on meanwhile.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, InstallError> + Send + 'static,
+) -> Result<T, InstallError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|error| Err(InstallError::Interrupted(error.to_string())))
+}
+
+/// [`extract`] on the blocking pool.
+async fn extract_in_background(archive: PathBuf, dir: PathBuf, install_path: String) -> Result<(), InstallError> {
+    blocking(move || extract(&archive, &dir, &install_path)).await
 }
 
 /// The record of what is installed at `path` (the host path of the record under the host root), `None` when
@@ -266,6 +324,11 @@ pub fn installed_at(path: &Path) -> Result<Option<Record>, InstallError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(InstallError::Io { path: path.display().to_string(), source: e }),
     }
+}
+
+/// [`installed_at`] on the blocking pool.
+pub async fn installed_in_background(path: PathBuf) -> Result<Option<Record>, InstallError> {
+    blocking(move || installed_at(&path)).await
 }
 
 /// A verified component waiting to be moved into place.
@@ -317,10 +380,10 @@ fn move_tree(from: &Path, to: &Path) -> Result<(), InstallError> {
 /// entry a relative path without `..`, so nothing lands outside `dir`.
 fn extract(archive: &Path, dir: &Path, install_path: &str) -> Result<(), InstallError> {
     let bad = |reason: String| InstallError::Archive { path: install_path.to_owned(), reason };
-    let mut file = std::fs::File::open(archive).map_err(io(archive))?;
-    let mut magic = [0u8; 2];
-    let gzip = file.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
-    file.rewind().map_err(io(archive))?;
+    let file = std::fs::File::open(archive).map_err(io(archive))?;
+    // The gzip magic, peeked without seeking (the archive is read as a stream).
+    let mut file = BufReader::new(file);
+    let gzip = file.fill_buf().map_err(io(archive))?.starts_with(&[0x1f, 0x8b]);
     let reader: Box<dyn Read> = if gzip { Box::new(flate2::read::GzDecoder::new(file)) } else { Box::new(file) };
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let mut tar = tar::Archive::new(reader);

@@ -32,9 +32,7 @@ use shared::crd::DrainOptions;
 use shared::protocol::patch::NodePatch;
 use shared::protocol::{ControllerAnnotations, Intent, Step, Token, UnreadableKeys, keys, parse_target};
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Field manager of the controller's writes.
 pub const FIELD_MANAGER: &str = "update-operator-controller";
@@ -67,7 +65,6 @@ pub struct Executor {
     events: Events,
     drains: Arc<Drains>,
     metrics: Metrics,
-    tokens: Tokens,
     writes: Arc<OwnWrites>,
     /// The last problem reported per node, so each distinct problem is reported once.
     reported: Mutex<HashMap<String, String>>,
@@ -86,7 +83,6 @@ impl Executor {
             events,
             drains,
             metrics,
-            tokens: Tokens::new(),
             writes: Arc::default(),
             reported: Mutex::default(),
             replacer: None,
@@ -395,7 +391,7 @@ impl Executor {
             // The policy never acts on malformed annotations; if they turned malformed since, do not.
             Err(_) => return WriteResult::Conflict,
         };
-        let (next, unschedulable) = next_state(&current, node.unschedulable(), action, self.tokens.next(), now);
+        let (next, unschedulable) = next_state(&current, node.unschedulable(), action, Token::fresh(), now);
         // IMPORTANT: never write an intent the agent cannot read: the node would hold an intent
         // nobody acts on (and, before this check, its budget slot was lost).
         if let Some(intent) = &next.intent
@@ -646,30 +642,6 @@ pub fn next_state(
         | ActionKind::ReleaseInstance { .. } => {}
     }
     (next, want_unschedulable)
-}
-
-/// Fresh intent tokens: unique within this process by a counter, and across restarts by a random
-/// per-process seed.
-struct Tokens {
-    seed: u64,
-    counter: AtomicU64,
-}
-
-impl Tokens {
-    fn new() -> Self {
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_i128(Timestamp::now().as_nanosecond());
-        Tokens { seed: hasher.finish(), counter: AtomicU64::new(0) }
-    }
-
-    fn next(&self) -> Token {
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        // splitmix64: distinct inputs give distinct outputs.
-        let mut z = self.seed.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        Token::from_u64(z ^ (z >> 31))
-    }
 }
 
 #[cfg(test)]

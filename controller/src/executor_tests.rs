@@ -82,10 +82,3 @@ fn a_reboot_intent_carries_the_boot_id() {
     );
     assert_eq!(next.intent.unwrap().boot_id_before, Some(boot));
 }
-
-#[test]
-fn tokens_do_not_repeat() {
-    let tokens = Tokens::new();
-    let drawn: std::collections::HashSet<Token> = (0..10_000).map(|_| tokens.next()).collect();
-    assert_eq!(drawn.len(), 10_000);
-}

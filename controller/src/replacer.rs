@@ -111,13 +111,17 @@ impl Replacer {
     /// Has the cloud asked (in the background, see [`Instances`]) for the group and image of every node of this
     /// cloud not known yet; forgets instances gone. The nodes not known yet are [`Fleet::unresolved`] until an
     /// answer comes (each answer wakes the reconcile). Returns whether some answer failed (plan again later).
+    ///
+    /// `nodes` are all the cluster's nodes: what is remembered for a node that is gone is forgotten (see
+    /// [`forget_gone`]).
     pub fn learn<'a>(&self, nodes: impl IntoIterator<Item = &'a SlimNode>) -> bool {
+        let nodes: Vec<&SlimNode> = nodes.into_iter().collect();
         let unknown = self.instances.refresh(
-            nodes
-                .into_iter()
-                .filter_map(|n| Some(Instance { node: n.name(), provider_id: n.spec.provider_id.as_deref()? })),
+            nodes.iter().filter_map(|n| Some(Instance { node: n.name(), provider_id: n.spec.provider_id.as_deref()? })),
         );
         *self.unresolved.lock() = unknown.nodes;
+        let names: BTreeSet<&str> = nodes.iter().map(|n| n.name()).collect();
+        forget_gone(&names, &mut self.claimed.lock(), &mut self.unnamed.lock(), &mut self.created.lock());
         unknown.failed
     }
 
@@ -488,6 +492,25 @@ pub fn group_view(g: &shared::crd::ScalingGroup) -> GroupView {
     }
 }
 
+/// Bounds what the replacer remembers per node by the nodes there are (`names`): a node adopted (`claimed`) is
+/// forgotten once it is gone (it cannot be adopted again then), and a creation not yet named (`unnamed`) or not
+/// yet recorded (`created`), kept by the joining PendingNode's name, once its donor is gone (only a donor's
+/// replacement records it; nothing would ever read it again).
+fn forget_gone<T, U>(
+    names: &BTreeSet<&str>,
+    claimed: &mut BTreeSet<String>,
+    unnamed: &mut HashMap<String, T>,
+    created: &mut HashMap<String, U>,
+) {
+    claimed.retain(|node| names.contains(node.as_str()));
+    if unnamed.is_empty() && created.is_empty() {
+        return;
+    }
+    let joins: BTreeSet<String> = names.iter().map(|donor| join_name(donor)).collect();
+    unnamed.retain(|pending, _| joins.contains(pending));
+    created.retain(|pending, _| joins.contains(pending));
+}
+
 /// What the policy needs of `node`, a member of `group_id` created from `image` (when known).
 pub fn member_of(node: &SlimNode, group_id: String, image: Option<String>) -> GroupMember {
     let annotations = node.metadata.annotations.clone().unwrap_or_default();
@@ -571,5 +594,25 @@ fn gone_is_fine<T>(result: Result<T, kube::Error>) -> Result<(), String> {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(error) => Err(error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 27 item 3k: the replacer's per-node memories are bounded by the nodes there are.
+    #[test]
+    fn what_is_remembered_for_a_node_is_forgotten_when_it_is_gone() {
+        let mut claimed: BTreeSet<String> = ["heir-a", "heir-b"].map(String::from).into();
+        let mut unnamed: HashMap<String, u8> = HashMap::from([(join_name("donor-a"), 1), (join_name("donor-b"), 2)]);
+        let mut created: HashMap<String, u8> = HashMap::from([(join_name("donor-a"), 1), (join_name("donor-c"), 3)]);
+        let names: BTreeSet<&str> = ["heir-a", "donor-a", "other"].into();
+        forget_gone(&names, &mut claimed, &mut unnamed, &mut created);
+        assert_eq!(claimed, BTreeSet::from(["heir-a".to_owned()]));
+        assert_eq!(unnamed, HashMap::from([(join_name("donor-a"), 1)]));
+        assert_eq!(created, HashMap::from([(join_name("donor-a"), 1)]));
+        forget_gone(&BTreeSet::new(), &mut claimed, &mut unnamed, &mut created);
+        assert!(claimed.is_empty() && unnamed.is_empty() && created.is_empty());
     }
 }

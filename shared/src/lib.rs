@@ -6,4 +6,5 @@ pub mod components;
 pub mod crd;
 pub mod health;
 pub mod protocol;
+pub mod selector;
 pub mod version;

@@ -342,3 +342,78 @@ async fn downloads_go_through_the_configured_proxy_unless_no_proxy_names_the_hos
     direct.install(&[component]).await.unwrap();
     assert_eq!(seen.lock().unwrap().len(), before, "the proxy saw nothing");
 }
+
+/// Issue 27 item 3k: the agent runs on a single-threaded runtime, so an extraction run inline would stall its
+/// reports and watches until it ended. The archive here is a named pipe that another task of the same runtime
+/// feeds: the extraction can only finish if that task runs while the extraction is under way. No timing is
+/// asserted: inline, the runtime's only thread would block in the extraction forever (the 60 s are a bound for
+/// the test, not a measurement).
+#[test]
+fn an_extraction_leaves_the_single_threaded_runtime_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipe = dir.path().join("archive.tgz");
+    let made = std::process::Command::new("mkfifo").arg(&pipe).status().unwrap();
+    assert!(made.success(), "mkfifo: {made}");
+    let archive = tarball(&[("bin/tool", b"tool v2"), ("lib/plugin", &[7u8; 256 * 1024])]);
+    let out = dir.path().join("out");
+    let (done, finished) = std::sync::mpsc::channel();
+    let (feed_pipe, feed, extract_to) = (pipe.clone(), archive.clone(), out.clone());
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let result = runtime.block_on(async move {
+            let feeder = tokio::spawn(async move {
+                let mut writer = tokio::fs::OpenOptions::new().write(true).open(&feed_pipe).await?;
+                writer.write_all(&feed).await?;
+                writer.flush().await
+            });
+            let extracted = extract_in_background(pipe, extract_to, "/opt/tool".to_owned()).await;
+            (extracted, feeder.await)
+        });
+        let _ = done.send(result);
+    });
+    let Ok((extracted, fed)) = finished.recv_timeout(Duration::from_secs(60)) else {
+        // Unblock the stuck extraction so that its thread ends, then fail.
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.path().join("archive.tgz"))
+            .map(|mut w| w.write_all(&archive));
+        panic!("the extraction did not let the runtime's other task feed its archive: it blocked the runtime's thread");
+    };
+    extracted.unwrap();
+    fed.unwrap().unwrap();
+    assert_eq!(std::fs::read(out.join("bin/tool")).unwrap(), b"tool v2");
+    assert_eq!(std::fs::read(out.join("lib/plugin")).unwrap().len(), 256 * 1024);
+}
+
+/// Components installed with `install_where` stay when the rest is dropped unfinished; what was staged and not
+/// installed is removed (on the blocking pool, so it is waited for here) and nothing is recorded.
+#[tokio::test]
+async fn dropping_a_preparation_removes_only_what_was_not_installed() {
+    let root = tempfile::tempdir().unwrap();
+    let inline = |content: &[u8], path: &str| VerifiedComponent {
+        source: Source::Inline(content.to_vec()),
+        hash: Sha256::of(content),
+        install_path: path.into(),
+        extract: false,
+    };
+    let archive = tarball(&[("bridge", b"bridge plugin")]);
+    let components = vec![
+        inline(b"kubeadm v1.34.1", "/usr/local/bin/kubeadm"),
+        inline(b"kubelet v1.34.1", "/usr/local/bin/kubelet"),
+        VerifiedComponent { extract: true, ..inline(&archive, "/opt/cni/bin") },
+    ];
+    let installer = Installer::new(root.path(), RECORD).unwrap();
+    let mut prepared = installer.prepare(&components).await.unwrap();
+    prepared.install_where(|c| c.install_path.ends_with("kubeadm")).await.unwrap();
+    drop(prepared);
+    let mut left = files(root.path());
+    for _ in 0..600 {
+        if left == ["usr/local/bin/kubeadm"] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        left = files(root.path());
+    }
+    assert_eq!(left, ["usr/local/bin/kubeadm"]);
+    assert_eq!(installer.installed().unwrap(), None);
+}

@@ -11,7 +11,6 @@
 //! ([`classify_with`]) is blocked by the pods of an existing DaemonSet instead of skipping them.
 
 use super::DrainSettings;
-use crate::policy::NodeSelector;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -169,9 +168,7 @@ pub fn budgets_selecting(budgets: &[PodDisruptionBudget], pod: &Pod) -> Vec<Stri
         .filter(|b| b.metadata.namespace == pod.metadata.namespace)
         .filter(|b| {
             let Some(selector) = b.spec.as_ref().and_then(|s| s.selector.as_ref()) else { return false };
-            let empty = selector.match_labels.as_ref().is_none_or(|l| l.is_empty())
-                && selector.match_expressions.as_ref().is_none_or(|e| e.is_empty());
-            empty || NodeSelector::from_label_selector(selector).is_ok_and(|s| s.matches(pod.metadata.labels.as_ref()))
+            shared::selector::parse(selector).is_ok_and(|s| shared::selector::matches(&s, pod.metadata.labels.as_ref()))
         })
         .filter_map(|b| b.metadata.name.clone())
         .collect();

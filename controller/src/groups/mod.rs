@@ -216,15 +216,24 @@ where
 }
 
 /// When to try again after a cloud error, on the `attempt`th failure in a row (from 1): the API's
-/// `Retry-After`; exponential backoff from 1 s doubling to 5 min; a quota refusal not before 5 min; an error a
-/// retry does not cure after 10 min (the object or its permissions may be fixed meanwhile).
+/// `Retry-After`; exponential backoff from 1 s doubling to 150 s with jitter (`backon`'s: up to the delay again,
+/// so objects that failed together do not retry together), at most 5 min; a quota refusal not before 5 min; an
+/// error a retry does not cure after 10 min (the object or its permissions may be fixed meanwhile).
 pub fn retry_delay(retry: Retry, attempt: u32) -> Duration {
     const MAX: Duration = Duration::from_secs(300);
     match retry {
         Retry::After(after) => after.max(Duration::from_millis(100)),
         Retry::Backoff => {
-            let factor = 1u64 << attempt.saturating_sub(1).min(16);
-            Duration::from_secs(factor).min(MAX)
+            use backon::BackoffBuilder;
+            let mut delays = backon::ExponentialBuilder::default()
+                .with_min_delay(Duration::from_secs(1))
+                .with_max_delay(MAX / 2)
+                .with_jitter()
+                .without_max_times()
+                .build();
+            // The delay of the attempt-th failure: past 9 doublings the delay is the longest.
+            let steps = attempt.saturating_sub(1).min(10) as usize;
+            delays.nth(steps).unwrap_or(MAX).min(MAX)
         }
         Retry::Later => MAX,
         Retry::Never => Duration::from_secs(600),
@@ -258,12 +267,28 @@ mod tests {
     fn retries_follow_what_the_error_says() {
         assert_eq!(retry_delay(Retry::After(Duration::from_secs(7)), 1), Duration::from_secs(7));
         assert_eq!(retry_delay(Retry::After(Duration::ZERO), 3), Duration::from_millis(100));
-        assert_eq!(retry_delay(Retry::Backoff, 1), Duration::from_secs(1));
-        assert_eq!(retry_delay(Retry::Backoff, 2), Duration::from_secs(2));
-        assert_eq!(retry_delay(Retry::Backoff, 5), Duration::from_secs(16));
-        assert_eq!(retry_delay(Retry::Backoff, 40), Duration::from_secs(300));
+        let within = |attempt: u32, low: u64, high: u64| {
+            let delay = retry_delay(Retry::Backoff, attempt);
+            assert!(delay >= Duration::from_secs(low) && delay <= Duration::from_secs(high), "{attempt}: {delay:?}");
+        };
+        within(1, 1, 2);
+        within(2, 2, 4);
+        within(5, 16, 32);
+        within(40, 150, 300);
+        within(u32::MAX, 150, 300);
         assert_eq!(retry_delay(Retry::Later, 1), Duration::from_secs(300));
         assert_eq!(retry_delay(Retry::Never, 1), Duration::from_secs(600));
+    }
+
+    /// Issue 27 item 5: the backoff has jitter, so that the objects a cloud outage failed together do not all
+    /// retry in the same second.
+    #[test]
+    fn backoff_delays_are_spread_by_jitter() {
+        for attempt in [1, 3, 12] {
+            let drawn: std::collections::HashSet<Duration> =
+                (0..50).map(|_| retry_delay(Retry::Backoff, attempt)).collect();
+            assert!(drawn.len() > 1, "attempt {attempt}: always {drawn:?}");
+        }
     }
 
     #[test]

@@ -215,6 +215,12 @@ fn budgets(nodes: &[SlimNode], rollouts: Option<&[Rollout]>, now: Timestamp) -> 
     crate::policy::budgets(&views, rollouts, now)
 }
 
+/// Forgets the warnings given to NodeOps that are gone (`warned` holds `uid/what`; `live` the uids there are), so
+/// that the set is bounded by the NodeOps there are.
+fn forget_warnings(warned: &mut HashSet<String>, live: &HashSet<String>) {
+    warned.retain(|key| key.split_once('/').is_some_and(|(uid, _)| live.contains(uid)));
+}
+
 /// Our own write the watch has not delivered yet: the object the API server returned, and the resourceVersion
 /// it superseded.
 struct Written<K> {
@@ -264,6 +270,7 @@ impl Controller {
             }
         }
         let live: HashSet<String> = ops.iter().filter_map(|op| op.uid()).collect();
+        forget_warnings(&mut self.warned.lock(), &live);
         for stale in self.jobs.state().iter().filter(|j| !j.owner_references().iter().any(|r| live.contains(&r.uid))) {
             self.delete_orphan(term, &**stale).await;
         }

@@ -32,14 +32,10 @@ pub fn next_node_state(
         }
         Action::Reboot { target, boot_id_before } => {
             cordon(&mut next);
-            let seed = format!("{key}/{}", now.as_nanosecond());
-            let token = Token::from_u64(
-                seed.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)),
-            );
             next.intent = Some(Intent {
                 step: Step::Reboot,
                 target: target.clone(),
-                token,
+                token: Token::fresh(),
                 since: shared::protocol::truncate_to_millis(now),
                 boot_id_before: Some(boot_id_before.clone()),
                 kubeadm: None,

@@ -6,6 +6,16 @@ fn now() -> Timestamp {
     "2026-11-24T10:00:00Z".parse().unwrap()
 }
 
+/// Issue 27 item 3k: the warnings' memory is bounded by the NodeOps there are.
+#[test]
+fn warnings_of_nodeops_that_are_gone_are_forgotten() {
+    let mut warned: HashSet<String> = ["u1/all", "u2/all", "u2/other"].map(String::from).into();
+    forget_warnings(&mut warned, &["u2".to_owned(), "u3".to_owned()].into());
+    assert_eq!(warned, ["u2/all", "u2/other"].map(String::from).into());
+    forget_warnings(&mut warned, &HashSet::new());
+    assert!(warned.is_empty());
+}
+
 #[test]
 fn starting_cordons_with_the_ownership_record_only_a_schedulable_node() {
     let start = Action::Start { cordon: true };

@@ -12,10 +12,11 @@ use super::budget::{MaxSurge, MaxUnavailable};
 use super::cron::Cron;
 use super::window::{Window, WindowState};
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use shared::crd::{DrainOptions, DrainTimeoutAction, LastValidSpec, NodeVersionSpec, RolloutPolicy};
 use shared::protocol::{ProtocolError, keys, parse_target};
+use shared::selector::Selector;
 use std::collections::BTreeMap;
 
 /// Defaults, chosen to be safe rather than fast.
@@ -213,66 +214,33 @@ impl Policy {
     }
 }
 
-/// A validated label selector over nodes.
+/// A validated label selector over nodes: kube's [`Selector`] read as the API server reads it (see
+/// [`shared::selector`]), never empty.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSelector {
-    requirements: Vec<Requirement>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Requirement {
-    Equals(String, String),
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-    Exists(String),
-    DoesNotExist(String),
+    selector: Selector,
 }
 
 impl Default for NodeSelector {
     /// The opt-in label.
     fn default() -> Self {
-        NodeSelector { requirements: vec![Requirement::Equals(keys::MANAGED_LABEL.into(), keys::MANAGED_VALUE.into())] }
+        NodeSelector { selector: Selector::from_iter([(keys::MANAGED_LABEL, keys::MANAGED_VALUE)]) }
     }
 }
 
 impl NodeSelector {
     pub fn from_label_selector(selector: &LabelSelector) -> Result<Self, String> {
-        let mut requirements: Vec<Requirement> = Vec::new();
-        for (k, v) in selector.match_labels.iter().flatten() {
-            requirements.push(Requirement::Equals(k.clone(), v.clone()));
-        }
-        for LabelSelectorRequirement { key, operator, values } in selector.match_expressions.iter().flatten() {
-            let values = values.clone().unwrap_or_default();
-            let requirement = match operator.as_str() {
-                "In" | "NotIn" if values.is_empty() => return Err(format!("{operator} on {key:?} needs values")),
-                "In" => Requirement::In(key.clone(), values),
-                "NotIn" => Requirement::NotIn(key.clone(), values),
-                "Exists" | "DoesNotExist" if !values.is_empty() => {
-                    return Err(format!("{operator} on {key:?} takes no values"));
-                }
-                "Exists" => Requirement::Exists(key.clone()),
-                "DoesNotExist" => Requirement::DoesNotExist(key.clone()),
-                other => return Err(format!("unknown operator {other:?} (In, NotIn, Exists, DoesNotExist)")),
-            };
-            requirements.push(requirement);
-        }
-        if requirements.is_empty() {
+        let selector = shared::selector::parse(selector).map_err(|e| e.to_string())?;
+        if selector.selects_all() {
             // An empty selector would select every node of the cluster, agent or not: almost
             // certainly a mistake, and a dangerous one.
             return Err("an empty selector would select every node; leave it out to select the opt-in label".into());
         }
-        Ok(NodeSelector { requirements })
+        Ok(NodeSelector { selector })
     }
 
     pub fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
-        let get = |k: &str| labels.and_then(|l| l.get(k));
-        self.requirements.iter().all(|r| match r {
-            Requirement::Equals(k, v) => get(k) == Some(v),
-            Requirement::In(k, vs) => get(k).is_some_and(|v| vs.contains(v)),
-            Requirement::NotIn(k, vs) => get(k).is_none_or(|v| !vs.contains(v)),
-            Requirement::Exists(k) => get(k).is_some(),
-            Requirement::DoesNotExist(k) => get(k).is_none(),
-        })
+        shared::selector::matches(&self.selector, labels)
     }
 }
 

@@ -627,7 +627,7 @@ impl Hosts {
         let installer =
             agent::components::Installer::new(&root, agent::components::DEFAULT_RECORD).map_err(install_error)?;
         let mut prepared = installer.prepare(&components).await.map_err(install_error)?;
-        prepared.install_where(|c| !agent::kubeadm::replaced_after_kubeadm(c)).map_err(install_error)?;
+        prepared.install_where(|c| !agent::kubeadm::replaced_after_kubeadm(c)).await.map_err(install_error)?;
         if let Some(output) = self.running(node, |host| host.faults.kubeadm_failure.clone())?.0 {
             return Err(HostError::KubeadmFailed { output });
         }
@@ -635,7 +635,7 @@ impl Hosts {
         if apply && let Some(upgraded) = self.inner.on_apply.read().clone() {
             upgraded(&version.to_string());
         }
-        let record = prepared.finish().map_err(install_error)?;
+        let record = prepared.finish().await.map_err(install_error)?;
         {
             let mut hosts = self.inner.hosts.lock();
             let host = hosts.get_mut(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;

@@ -386,3 +386,20 @@ fn a_kubeadm_intent_without_its_components_or_role_is_an_error_naming_the_key() 
         assert!(matches!(error, ProtocolError::Malformed { key: keys::INTENT_COMPONENTS, .. }), "{name:?}: {error}");
     }
 }
+
+/// Issue 27 item 5: one random token generator for every writer; its tokens are valid annotation values and do
+/// not repeat, also across threads (each thread has its own generator, seeded by the operating system).
+#[test]
+fn fresh_tokens_are_valid_and_do_not_repeat() {
+    let drawn: Vec<Token> = std::thread::scope(|scope| {
+        let threads: Vec<_> =
+            (0..4).map(|_| scope.spawn(|| (0..5_000).map(|_| Token::fresh()).collect::<Vec<_>>())).collect();
+        threads.into_iter().flat_map(|t| t.join().unwrap()).collect()
+    });
+    for token in &drawn {
+        assert_eq!(token.as_str().len(), Token::FRESH_LEN);
+        assert_eq!(Token::parse(keys::INTENT_TOKEN, token.as_str()).as_ref(), Ok(token));
+    }
+    let distinct: std::collections::HashSet<&Token> = drawn.iter().collect();
+    assert_eq!(distinct.len(), drawn.len());
+}

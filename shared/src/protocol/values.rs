@@ -26,8 +26,19 @@ impl Token {
         Ok(Token(value.to_owned()))
     }
 
-    /// A token from a number (base 36), for writers that draw tokens from a random or counting
-    /// source.
+    /// The length of a [`Token::fresh`] token: 20 characters of 36 (about 103 random bits).
+    pub const FRESH_LEN: usize = 20;
+
+    /// A fresh random token of [`Token::FRESH_LEN`] characters drawn from `rand`'s thread-local generator
+    /// (ChaCha seeded by the operating system): unique across writers and restarts without any shared state.
+    pub fn fresh() -> Self {
+        use rand::Rng;
+        const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+        let mut rng = rand::rng();
+        Token((0..Self::FRESH_LEN).map(|_| char::from(DIGITS[rng.random_range(0..DIGITS.len())])).collect())
+    }
+
+    /// A token from a number (base 36), for deterministic writers (simulations and tests) that count tokens.
     pub fn from_u64(mut n: u64) -> Self {
         const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
         let mut out = Vec::with_capacity(13);

@@ -133,7 +133,7 @@ async fn the_first_control_plane_node_plans_and_applies_with_its_patches_then_re
     let files = artifacts(fixture.kubeadm(0, "ok"));
     let release = release(&serve(files.clone()).await, &files);
     let host = fixture.host();
-    assert_eq!(host.components_hash().unwrap(), None);
+    assert_eq!(host.components_hash().await.unwrap(), None);
     host.upgrade_kubernetes(&upgrade(Role::FirstControlPlane, &release)).await.unwrap();
 
     let kubeadm = fixture.root.path().join("usr/local/bin/kubeadm").display().to_string();
@@ -156,7 +156,7 @@ async fn the_first_control_plane_node_plans_and_applies_with_its_patches_then_re
     );
     assert_eq!(fixture.installed("/usr/local/bin/kubectl").as_deref(), Some(&b"kubectl v1.34.1"[..]));
     // The reported hash is the record's, which is the release's.
-    let facts_hash = host.components_hash().unwrap().unwrap();
+    let facts_hash = host.components_hash().await.unwrap().unwrap();
     assert_eq!(facts_hash.as_str(), release.hash.to_string());
 }
 
@@ -196,7 +196,7 @@ async fn a_hash_mismatch_installs_nothing_and_runs_nothing() {
     assert_eq!(fixture.installed("/usr/local/bin/kubeadm"), None);
     assert_eq!(fixture.installed(PATCH_PATH), None);
     assert_eq!(fixture.installed("/usr/local/bin/kubelet").as_deref(), Some(&b"kubelet v1.33.5"[..]));
-    assert_eq!(host.components_hash().unwrap(), None);
+    assert_eq!(host.components_hash().await.unwrap(), None);
 }
 
 #[tokio::test]
@@ -212,7 +212,7 @@ async fn a_failing_kubeadm_is_reported_with_its_output_and_the_kubelet_is_not_re
     assert_eq!(fixture.kubeadm_calls().len(), 1, "apply does not run after plan failed");
     assert!(fixture.read("restart.calls").is_empty());
     assert_eq!(fixture.installed("/usr/local/bin/kubelet").as_deref(), Some(&b"kubelet v1.33.5"[..]));
-    assert_eq!(host.components_hash().unwrap(), None, "no record: the components are not all installed");
+    assert_eq!(host.components_hash().await.unwrap(), None, "no record: the components are not all installed");
 }
 
 #[tokio::test]

@@ -32,7 +32,7 @@ mod run;
 pub use config::{CommandConfig, MAX_TIMEOUT_SECONDS};
 
 use super::{EX_TEMPFAIL, HostError, HostFacts, HostUpdater, KubernetesUpgrade, check_reported_image, read_boot_id};
-use crate::components::{Installer, installed_at};
+use crate::components::{Installer, installed_in_background};
 use crate::kubeadm;
 use config::{CommandSpec, KubernetesConfig};
 use namespaces::Namespaces;
@@ -160,10 +160,10 @@ impl CommandHost {
 
     /// The components hash from the record of installed components; `None` without a `kubernetes` section
     /// or a record.
-    fn components_hash(&self) -> Result<Option<ComponentsHash>, HostError> {
+    async fn components_hash(&self) -> Result<Option<ComponentsHash>, HostError> {
         let Some(kubernetes) = &self.config.kubernetes else { return Ok(None) };
         let path = kubernetes.host_root.join(kubernetes.record.strip_prefix("/").unwrap_or(&kubernetes.record));
-        let Some(record) = installed_at(&path)? else { return Ok(None) };
+        let Some(record) = installed_in_background(path.clone()).await? else { return Ok(None) };
         ComponentsHash::parse("the record's hash", &record.hash).map(Some).map_err(|error| {
             crate::components::InstallError::Record { path: path.display().to_string(), reason: error.to_string() }
                 .into()
@@ -264,7 +264,7 @@ impl HostUpdater for CommandHost {
             os_image: self.os_image().await?,
             boot_id: read_boot_id(&self.boot_id_path).await?,
             staged_image: self.staged_image().await?,
-            components_hash: self.components_hash()?,
+            components_hash: self.components_hash().await?,
         })
     }
 
@@ -280,7 +280,7 @@ impl HostUpdater for CommandHost {
         let installer = Installer::new(&kubernetes.host_root, &kubernetes.record)?;
         // Everything is downloaded and verified before anything is installed.
         let mut prepared = installer.prepare(&upgrade.components).await?;
-        prepared.install_where(|component| !kubeadm::replaced_after_kubeadm(component))?;
+        prepared.install_where(|component| !kubeadm::replaced_after_kubeadm(component)).await?;
         let kubeadm_timeout = kubernetes.kubeadm_timeout_seconds.map_or(DEFAULT_KUBEADM_TIMEOUT, Duration::from_secs);
         for mut argv in commands {
             if !self.config.nsenter {
@@ -289,7 +289,7 @@ impl HostUpdater for CommandHost {
             }
             self.run_upgrade_command("kubeadm", argv, kubeadm_timeout).await?;
         }
-        prepared.finish()?;
+        prepared.finish().await?;
         let default_restart = || {
             kubeadm::RESTART_KUBELET
                 .iter()
