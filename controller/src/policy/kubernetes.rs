@@ -117,7 +117,7 @@ pub(super) fn plan_rollout(
         .map(|(node, image)| Assessment { surge: image.surge, ..assess(node, image, target, spec, now) })
         .collect();
     let members_k: Vec<(&NodeView, &Assessment)> = members.iter().map(|(n, _)| *n).zip(assessments.iter()).collect();
-    if assessments.iter().all(|a| a.situation == Situation::UpToDate && a.action.is_none()) {
+    if finished(members, target, spec, now) {
         return None;
     }
     let mut plan = Plan::default();
@@ -133,6 +133,25 @@ pub(super) fn plan_rollout(
         select(&mut plan, &members_k, target, spec, shared, own_node, now);
     }
     Some(plan)
+}
+
+/// Whether the upgrade is over for every member, so that the image flow plans: each runs the version and none is in
+/// a step of this flow (a verified node soaking still is, and a kubeadm step of any version). Not merely "nothing
+/// to do this round": while the image flow's steps run, this flow would otherwise plan in its place, start no
+/// image step, and lift with a separate `LeftoverCordon` write the cordon that the image flow's verification lifts.
+fn finished(members: &[(&NodeView, &Assessment)], target: &KubernetesTarget, spec: &ValidSpec, now: Timestamp) -> bool {
+    let version = target.version.to_string();
+    members.iter().all(|(node, _)| {
+        let intent = node.controller.as_ref().ok().and_then(|c| c.intent.as_ref());
+        let open = intent.is_some_and(|i| match i.step {
+            Step::KubeadmUpgrade => true,
+            Step::Done => i.target == version && now < assess::deadline(i.since, spec.policy.soak_time),
+            Step::Stage | Step::Drain | Step::Reboot | Step::Replace | Step::Failed | Step::Blocked => {
+                i.target == version
+            }
+        });
+        runs(node, target) && !open
+    })
 }
 
 /// `target` with the API server's version never behind what the control-plane nodes prove: `/version` through the
