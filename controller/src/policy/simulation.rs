@@ -51,6 +51,16 @@ struct Sim {
     created: u64,
     /// The deadline of each joining PendingNode.
     join_deadlines: HashMap<String, Timestamp>,
+    /// A NodeOp beside the rollouts, decided after each plan as the NodeOp controller decides after the reconciler.
+    nodeop: Option<SimOp>,
+}
+
+/// A NodeOp, its recorded node statuses and its nodes' Jobs.
+struct SimOp {
+    key: String,
+    spec: shared::crd::nodeop::NodeOpSpec,
+    recorded: std::collections::BTreeMap<String, shared::crd::nodeop::NodeOpNodeStatus>,
+    jobs: HashMap<String, crate::nodeop::decide::JobState>,
 }
 
 impl Sim {
@@ -73,6 +83,7 @@ impl Sim {
             extra_instances: 0,
             created: 0,
             join_deadlines: HashMap::new(),
+            nodeop: None,
         }
     }
 
@@ -116,7 +127,7 @@ impl Sim {
             let draining = n.controller.as_ref().is_ok_and(|c| {
                 c.intent.as_ref().is_some_and(|i| i.step == Step::Drain || (i.step == Step::Replace && donor_draining))
             });
-            if !draining {
+            if !draining && n.operation.is_none() {
                 n.drain = DrainProgress::NotRunning;
             }
         }
@@ -338,6 +349,23 @@ impl Sim {
         let intent = controller.intent.clone();
         let Ok(agent) = &mut n.agent else { return false };
         let step = intent.as_ref().map(|i| i.step);
+        if n.operation.is_some() && matches!(n.drain, DrainProgress::Running { .. }) {
+            if act {
+                n.drain = DrainProgress::Drained;
+                let line = format!("world: the NodeOp's drain of {} finished", n.name);
+                self.tell(line);
+            }
+            return true;
+        }
+        let job = self.nodeop.as_ref().and_then(|op| op.jobs.get(&n.name)).cloned();
+        if job == Some(crate::nodeop::decide::JobState::Active) {
+            if act && let Some(op) = &mut self.nodeop {
+                op.jobs.insert(n.name.clone(), crate::nodeop::decide::JobState::Succeeded);
+                let line = format!("world: the NodeOp's Job on {} succeeded", n.name);
+                self.tell(line);
+            }
+            return true;
+        }
         let event = match (step, &fault) {
             (_, Some(Fault::RebootLate { back_at })) if !n.ready && now >= *back_at => "back",
             (_, Some(Fault::RebootLate { .. })) if !n.ready => return false,
@@ -413,8 +441,19 @@ impl Sim {
     /// the last plan.
     fn run(&mut self, mut check: impl FnMut(&Sim, &ClusterPlan)) -> ClusterPlan {
         for _ in 0..20_000 {
-            let cluster = self.plan_and_apply();
+            let mut cluster = self.plan_and_apply();
             check(self, &cluster);
+            let (started, acted) = self.decide_nodeop();
+            if started {
+                // The NodeOp's starts are checked as the rollouts' are.
+                cluster.unowned.actions.push(NodeAction {
+                    node: String::new(),
+                    kind: ActionKind::Report,
+                    reason: Reason::OperationStarted,
+                    message: String::new(),
+                });
+                check(self, &cluster);
+            }
             let pending = self.pending();
             if !pending.is_empty() {
                 for _ in 0..(1 + self.random(3)) {
@@ -428,8 +467,16 @@ impl Sim {
                 self.now = self.now.checked_add(SignedDuration::from_secs(1)).unwrap();
                 continue;
             }
-            let moves =
-                cluster.rollouts.iter().chain([&cluster.unowned]).any(|p| p.actions.iter().any(|a| a.kind.writes()));
+            let operating = self.nodes.iter().any(|n| n.operation.is_some())
+                || self.nodeop.as_ref().is_some_and(|op| {
+                    self.nodes.iter().any(|n| {
+                        op.recorded.get(&n.name).is_none_or(|r| !r.phase.finished())
+                            && n.controller.as_ref().is_ok_and(|c| c.intent.is_none())
+                    })
+                });
+            let moves = operating
+                || acted
+                || cluster.rollouts.iter().chain([&cluster.unowned]).any(|p| p.actions.iter().any(|a| a.kind.writes()));
             if moves {
                 self.now = self.now.checked_add(SignedDuration::from_secs(1)).unwrap();
                 continue;
@@ -443,6 +490,75 @@ impl Sim {
             }
         }
         panic!("the rollout did not settle within 20000 rounds");
+    }
+
+    /// The NodeOp's round, under the budgets the rollouts leave (as the NodeOp controller decides after the
+    /// reconciler, through the disruption gate); its writes applied as its controller makes them. Whether it
+    /// started a node, and whether it did anything.
+    fn decide_nodeop(&mut self) -> (bool, bool) {
+        use crate::nodeop::decide::{Action, Inputs, JobState, NodeFacts, decide};
+        let Some(op) = self.nodeop.take() else { return (false, false) };
+        let facts: Vec<NodeFacts> = self
+            .nodes
+            .iter()
+            .map(|n| NodeFacts {
+                name: n.name.clone(),
+                control_plane: n.control_plane,
+                selected: true,
+                ready: n.ready,
+                unschedulable: n.unschedulable,
+                kubelet_boot_id: n.kubelet_boot_id.clone(),
+                mark: n.operation.clone(),
+                controller: n.controller.as_ref().ok().cloned(),
+                agent: n.agent.as_ref().ok().cloned(),
+                drain: n.drain.clone(),
+                job: op.jobs.get(&n.name).cloned(),
+                preflight: None,
+            })
+            .collect();
+        let budgets = budgets(&self.nodes, &self.rollouts, self.now);
+        let inputs = Inputs { key: &op.key, spec: &op.spec, recorded: &op.recorded, deleting: false, now: self.now };
+        let decision = decide(inputs, &facts, &mut budget::LazyBudgets::ready(budgets));
+        let mut op = op;
+        let (mut started, mut acted) = (false, false);
+        for d in decision.nodes {
+            op.recorded.insert(d.node.clone(), d.status.clone());
+            let Some(n) = self.nodes.iter_mut().find(|n| n.name == d.node) else { continue };
+            let Some(action) = d.action else { continue };
+            let Ok(controller) = &mut n.controller else { continue };
+            acted = true;
+            match action {
+                Action::Start { cordon } => {
+                    started = true;
+                    n.operation = Some(op.key.clone());
+                    if cordon && !n.unschedulable {
+                        n.unschedulable = true;
+                        controller.cordoned_by_us = true;
+                    }
+                }
+                Action::Drain => {
+                    if n.drain == DrainProgress::NotRunning {
+                        n.drain = DrainProgress::Running { waiting_on: None };
+                    }
+                }
+                Action::CreateJob => {
+                    op.jobs.entry(n.name.clone()).or_insert(JobState::Active);
+                }
+                Action::Release => {
+                    n.operation = None;
+                    n.drain = DrainProgress::NotRunning;
+                    if controller.cordoned_by_us {
+                        controller.cordoned_by_us = false;
+                        n.unschedulable = false;
+                    }
+                }
+                Action::CreatePreflight | Action::Reboot { .. } | Action::ClearIntent => {}
+            }
+            let line = format!("nodeop: {} {:?}", n.name, action);
+            self.tell(line);
+        }
+        self.nodeop = Some(op);
+        (started, acted)
     }
 
     fn disrupted(&self) -> Vec<&NodeView> {
@@ -853,5 +969,68 @@ fn whole_kubernetes_upgrades_keep_every_invariant_in_any_order() {
                 assert!(!n.unschedulable, "seed {seed}: {} left cordoned", n.name);
             }
         }
+    }
+}
+
+// ---- a NodeOp beside the rollouts ----
+
+/// A NodeOp (cordon, drain, a Job; `concurrency: 2`) on every node beside a rollout that replaces the group nodes
+/// and updates the others in place, in any order of events: after every decision of either that starts a node, no
+/// more nodes are disrupted than the rollout's maxUnavailable; never two control-plane nodes at once across the
+/// flows; every node ends updated, operated on once and uncordoned.
+#[test]
+fn a_nodeop_beside_replacements_and_in_place_updates_keeps_every_invariant() {
+    use shared::crd::nodeop::{NodeOpDrainOptions, NodeOpSpec};
+    for seed in 0..20 {
+        let max = 3;
+        let (nodes, fleet) = mixed_cluster();
+        let total = nodes.len();
+        let mut sim = Sim::new(seed, nodes, one_rollout(surge_policy(1, max)));
+        sim.fleet = fleet;
+        let spec = NodeOpSpec {
+            command: vec!["true".into()],
+            cordon: Some(true),
+            drain_options: Some(NodeOpDrainOptions { enabled: Some(true), ..Default::default() }),
+            concurrency: 2,
+            ..Default::default()
+        };
+        sim.nodeop =
+            Some(SimOp { key: "default/op@u1".into(), spec, recorded: Default::default(), jobs: HashMap::new() });
+        let last = sim.run(|sim, cluster| {
+            let starts = cluster
+                .rollouts
+                .iter()
+                .chain([&cluster.unowned])
+                .any(|p| p.actions.iter().any(|a| a.starts_node() || a.reason == Reason::OperationStarted));
+            let joining: Vec<&str> =
+                sim.fleet.pending.iter().filter(|p| !p.reached_goal).map(|p| p.node_name.as_str()).collect();
+            let disrupted: Vec<&NodeView> =
+                sim.disrupted().into_iter().filter(|n| !joining.contains(&n.name.as_str())).collect();
+            assert!(
+                !starts || disrupted.len() as u32 <= max,
+                "seed {seed}: a start with {} nodes disrupted and max {max}: {:?}",
+                disrupted.len(),
+                disrupted.iter().map(|n| &n.name).collect::<Vec<_>>()
+            );
+            let control_planes: Vec<&String> = disrupted.iter().filter(|n| n.control_plane).map(|n| &n.name).collect();
+            assert!(control_planes.len() <= 1, "seed {seed}: control-plane nodes {control_planes:?} at once");
+        });
+        let p = last.rollouts.into_iter().next().unwrap();
+        assert_eq!(
+            p.counts.up_to_date as usize,
+            p.counts.total as usize,
+            "seed {seed}: {:?} {:?} {:?} {:?}",
+            p.counts,
+            p.hold,
+            p.held,
+            sim.nodes.iter().map(|n| (&n.name, &n.operation, n.unschedulable)).collect::<Vec<_>>()
+        );
+        assert!(sim.nodes.iter().all(|n| !n.unschedulable && n.operation.is_none()), "seed {seed}: left cordoned");
+        // Every node there is at the end was operated on (a donor may have been operated on and then replaced).
+        let op = sim.nodeop.as_ref().unwrap();
+        let completed =
+            |name: &str| op.recorded.get(name).is_some_and(|r| r.phase == shared::crd::nodeop::NodeOpPhase::Completed);
+        let missed: Vec<&String> = sim.nodes.iter().map(|n| &n.name).filter(|n| !completed(n)).collect();
+        assert!(missed.is_empty(), "seed {seed}: not operated on: {missed:?} (of {total} at the start)");
     }
 }
