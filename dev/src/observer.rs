@@ -7,17 +7,18 @@
 //! (what never happened, over the whole run rather than at one instant).
 //!
 //! A node counts as disrupted as the policy counts it against `maxUnavailable`: cordoned,
-//! NotReady, in the `stage`, `drain`, `reboot`, `kubeadm-upgrade` or `replace` step, or verified (`done`)
-//! less than the soak time ago; a node that joins as a new instance (its joining PendingNode has not reached
+//! NotReady, in the `drain`, `reboot`, `kubeadm-upgrade` or `replace` step, or verified (`done`)
+//! less than the soak time ago (a node in the `stage` step is staged ahead of its turn, not disrupted: with
+//! [`Limits::max_staging`] the observer checks that no more are staged at once, and that the controller never
+//! cordons one before its turn); a node that joins as a new instance (its joining PendingNode has not reached
 //! its goal) is extra capacity, not disrupted, and so is a heir that joined but is not paired with its donor yet
 //! (no `donor` annotation: its donor still serves and holds the replacement's slot; the policy upgrades such a heir's
 //! Kubernetes then). With [`Limits::surge`] it also checks replacements at every
 //! event: at most `maxSurge` extra instances, never a control-plane and a worker replacement at once, and never
 //! a replaced node deleted while its heir is not Ready; and always: never an instance of a replacement deleted
 //! (a leaving PendingNode) while its node is Ready and schedulable. Nodes can turn NotReady or be cordoned
-//! without the controller, so the budget is checked when the controller starts a node (a node enters `stage`
-//! or `replace`, or `drain` or `kubeadm-upgrade` without coming from the step before it): that is the moment
-//! the policy answers for.
+//! without the controller, so the budget is checked when the controller starts a node (its turn: a node enters
+//! `replace`, `drain`, or `kubeadm-upgrade` without coming from a drain): that is the moment the policy answers for.
 
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -48,6 +49,8 @@ pub struct Limits {
     /// Replacements: at most this many instances beyond `baseline` (the instances of the scaling groups at the
     /// start), counting the Nodes with a provider ID and the PendingNodes' instances without a Node.
     pub surge: Option<Surge>,
+    /// Nodes that may be in the `stage` step at once (`maxStaging`), checked when a node enters it.
+    pub max_staging: Option<usize>,
 }
 
 /// The instance bound of replacements.
@@ -61,7 +64,14 @@ impl Limits {
     /// At most `max_disrupted` nodes disrupted, no soak time, readable intents, PDBs checked if
     /// `check_pdbs`.
     pub fn new(max_disrupted: usize, check_pdbs: bool) -> Limits {
-        Limits { max_disrupted, check_pdbs, soak: Duration::ZERO, readable_intents: true, surge: None }
+        Limits {
+            max_disrupted,
+            check_pdbs,
+            soak: Duration::ZERO,
+            readable_intents: true,
+            surge: None,
+            max_staging: None,
+        }
     }
 }
 
@@ -72,6 +82,8 @@ pub struct NodeState {
     pub cordoned: bool,
     pub ready: bool,
     pub step: Option<Step>,
+    /// The controller cordoned the node (its `cordoned-by` record).
+    pub cordoned_by_us: bool,
     pub target: Option<String>,
     /// When the controller wrote the intent.
     pub since: Option<Timestamp>,
@@ -87,8 +99,8 @@ pub struct NodeState {
 }
 
 impl NodeState {
-    /// Cordoned, NotReady, in a step that stages, drains or reboots it, or soaking (verified less
-    /// than `soak` before `now`): as the policy counts nodes against `maxUnavailable`.
+    /// Cordoned, NotReady, in a step that drains or reboots it, or soaking (verified less than `soak` before
+    /// `now`): as the policy counts nodes against `maxUnavailable`. Staging ahead does not disrupt a node.
     pub fn disrupted(&self, soak: Duration, now: Timestamp) -> bool {
         let soaking = self.step == Some(Step::Done)
             && !soak.is_zero()
@@ -96,10 +108,7 @@ impl NodeState {
         self.cordoned
             || !self.ready
             || soaking
-            || matches!(
-                self.step,
-                Some(Step::Stage | Step::Drain | Step::Reboot | Step::KubeadmUpgrade | Step::Replace)
-            )
+            || matches!(self.step, Some(Step::Drain | Step::Reboot | Step::KubeadmUpgrade | Step::Replace))
     }
 }
 
@@ -114,6 +123,8 @@ pub struct Observed {
     pub unreadable: std::collections::BTreeSet<String>,
     pub max_disrupted_seen: usize,
     pub max_control_plane_disrupted_seen: usize,
+    /// The most nodes seen in the `stage` step at once.
+    pub max_staging_seen: usize,
     pub events: u64,
     /// The PendingNodes by name: node name, joining and not joined yet, donor, joining for a donor (a heir's).
     pending: BTreeMap<String, (String, bool, Option<String>, bool)>,
@@ -275,12 +286,16 @@ fn changes<K>(event: Event<K>) -> Vec<(K, bool)> {
 }
 
 impl Observed {
-    /// Records `node`; true when the controller just started it (it entered `stage`).
+    /// Records `node`; true when the controller just started it (its turn).
     fn observe_node(&mut self, node: &Node, limits: &Limits) -> bool {
         let name = node.name_any();
         let annotations = node.metadata.annotations.clone().unwrap_or_default();
+        let mut cordoned_by_us = false;
         let intent = match ControllerAnnotations::read(&annotations) {
-            Ok(c) => c.intent,
+            Ok(c) => {
+                cordoned_by_us = c.cordoned_by_us;
+                c.intent
+            }
             Err(unreadable) => {
                 if unreadable.intent_present {
                     self.unreadable.insert(name.clone());
@@ -300,6 +315,7 @@ impl Observed {
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
             step: intent.as_ref().map(|i| i.step),
+            cordoned_by_us,
             since: intent.as_ref().map(|i| i.since),
             target: intent.map(|i| i.target),
             os_image: annotations.get(keys::OS_IMAGE).cloned(),
@@ -316,14 +332,18 @@ impl Observed {
         };
         self.roles.insert(name.clone(), state.control_plane);
         let previous = self.nodes.get(&name).and_then(|n| n.step);
-        // A start: the first step of a node's update (kubeadm-upgrade follows a drain, a drain a stage).
+        // A start: the node's turn (a drain, after staging ahead or not; a replacement; kubeadm-upgrade follows a
+        // drain).
         let started = state.step != previous
             && match state.step {
-                Some(Step::Stage | Step::Replace) => true,
-                Some(Step::Drain) => previous != Some(Step::Stage),
+                Some(Step::Replace | Step::Drain) => true,
                 Some(Step::KubeadmUpgrade) => previous != Some(Step::Drain),
                 _ => false,
             };
+        if state.step == Some(Step::Stage) && state.cordoned_by_us {
+            self.violation(format!("{name} was cordoned by the controller while staged ahead of its turn"));
+        }
+        let staging_started = state.step == Some(Step::Stage) && previous != Some(Step::Stage);
         if let Some(step) = state.step {
             let steps = self.timeline.entry(name.clone()).or_default();
             if steps.last().map(|(_, s)| *s) != Some(step) {
@@ -331,6 +351,14 @@ impl Observed {
             }
         }
         self.nodes.insert(name, state);
+        let staging = self.nodes.values().filter(|n| n.step == Some(Step::Stage)).count();
+        self.max_staging_seen = self.max_staging_seen.max(staging);
+        if let Some(max) = limits.max_staging
+            && staging_started
+            && staging > max
+        {
+            self.violation(format!("{staging} nodes staging at once (maxStaging {max})"));
+        }
         started
     }
 
@@ -521,7 +549,7 @@ mod tests {
             (state(None, true, false), during, false),
             (state(None, false, false), during, true),
             (state(None, true, true), during, true),
-            (state(Some(Step::Stage), true, false), during, true),
+            (state(Some(Step::Stage), true, false), during, false),
             (state(Some(Step::Done), true, false), during, true),
             (state(Some(Step::Done), true, false), after, false),
             (state(Some(Step::Failed), true, false), during, false),
@@ -535,12 +563,25 @@ mod tests {
     fn a_start_over_the_budget_is_a_violation_and_a_node_going_down_is_not() {
         let limits = Limits::new(2, false);
         let mut o = Observed::default();
-        see(&mut o, &limits, node("a", true, false, Some(("stage", "v2"))));
+        see(&mut o, &limits, node("a", true, false, Some(("drain", "v2"))));
         see(&mut o, &limits, node("b", false, false, None));
         assert!(o.violations.is_empty(), "a node going NotReady is not the controller's doing");
-        see(&mut o, &limits, node("c", true, false, Some(("stage", "v2"))));
+        see(&mut o, &limits, node("x", true, false, Some(("stage", "v2"))));
+        assert!(o.violations.is_empty(), "staging ahead disrupts nothing");
+        see(&mut o, &limits, node("c", true, false, Some(("drain", "v2"))));
         assert_eq!(o.violations, vec!["3 nodes disrupted at once (max 2): a, b, c".to_string()]);
         assert_eq!(o.max_disrupted_seen, 3);
+    }
+
+    #[test]
+    fn more_nodes_staging_than_max_staging_is_a_violation() {
+        let limits = Limits { max_staging: Some(1), ..Limits::new(1, false) };
+        let mut o = Observed::default();
+        see(&mut o, &limits, node("a", true, false, Some(("stage", "v2"))));
+        assert!(o.violations.is_empty());
+        see(&mut o, &limits, node("b", true, false, Some(("stage", "v2"))));
+        assert_eq!(o.violations, vec!["2 nodes staging at once (maxStaging 1)".to_string()]);
+        assert_eq!(o.max_staging_seen, 2);
     }
 
     #[test]

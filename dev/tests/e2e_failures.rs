@@ -30,7 +30,9 @@ async fn settled(
 ) -> NodeVersionStatus {
     eventually(Duration::from_secs(240), what, || {
         let s = current(store);
-        (s.in_flight.is_empty() && done(&s)).then_some(s)
+        // Nothing moves: nodes staged ahead of their turn wait (behind a closed gate, say).
+        let moving = s.in_flight.iter().any(|f| !(f.step == "stage" && f.waiting_on.is_some()));
+        (!moving && done(&s)).then_some(s)
     })
     .await
 }

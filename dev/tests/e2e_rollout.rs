@@ -16,7 +16,8 @@ use support::{create_version, eventually, full_cluster, node_names, rolled_out, 
 async fn a_rollout_updates_every_node_without_breaking_an_invariant() {
     let cluster = full_cluster().await;
     let store = cluster.store();
-    let observer = Observer::start(cluster.client(), Limits::new(2, true));
+    // Nodes are staged ahead of their turn, three at most (maxStaging), outside maxUnavailable.
+    let observer = Observer::start(cluster.client(), Limits { max_staging: Some(3), ..Limits::new(2, true) });
     let agents = start_agents(&cluster);
     let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     let pods_before: Vec<(String, String)> = store
@@ -27,7 +28,7 @@ async fn a_rollout_updates_every_node_without_breaking_an_invariant() {
         .iter()
         .map(|p| (p.name_any(), p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default()))
         .collect();
-    create_version(&store, "v2", json!({"maxUnavailable": 2}));
+    create_version(&store, "v2", json!({"maxUnavailable": 2, "maxStaging": 3}));
 
     let status = eventually(Duration::from_secs(240), "the rollout", || rolled_out(&store, 13)).await;
     assert_eq!(status.counts.failed + status.counts.blocked, 0);
@@ -77,6 +78,7 @@ async fn a_rollout_updates_every_node_without_breaking_an_invariant() {
     assert_eq!(observed.violations, Vec::<String>::new());
     assert_eq!(observed.max_control_plane_disrupted_seen, 1);
     assert!(observed.max_disrupted_seen >= 2, "the budget was never used in full");
+    assert_eq!(observed.max_staging_seen, 3, "nodes were not staged ahead as far as maxStaging allows");
     let (controller_writes, agent_writes) = harness::node_writes(&cluster.server().metrics());
     assert!(controller_writes + agent_writes <= 8 * 13 + 13, "{controller_writes} + {agent_writes} Node writes");
     // Each agent reports its host once at start, then three times per update: an agent that

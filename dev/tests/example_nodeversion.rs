@@ -2,7 +2,7 @@
 //! controller's policy, and means what its comments say.
 
 use controller::policy::Policy;
-use controller::policy::budget::MaxUnavailable;
+use controller::policy::budget::{MaxSurge, MaxUnavailable};
 use shared::crd::{DrainTimeoutAction, NodeVersion};
 
 #[test]
@@ -27,7 +27,8 @@ fn the_example_nodeversion_is_accepted_and_read_as_documented() {
     assert_eq!(policy.failure_budget, 1);
     assert_eq!(policy.window.as_ref().unwrap().zone_name, "Europe/Berlin");
     assert!(!policy.paused && !policy.drain.force);
-    assert_eq!(policy.max_surge, MaxUnavailable::Count(2));
+    assert_eq!(policy.max_surge, MaxSurge::Count(2));
+    assert_eq!(policy.max_staging, Some(MaxUnavailable::Percent(20)));
     assert_eq!(
         (policy.join_timeout, policy.leave_timeout),
         (jiff::SignedDuration::from_mins(30), jiff::SignedDuration::from_mins(5))

@@ -86,12 +86,15 @@ async fn a_bad_image_and_a_bad_cron_mid_rollout_across_a_new_leader_start_nothin
     let done_before: BTreeSet<String> =
         names.iter().filter(|n| intent(&store, n).as_deref() == Some("done")).map(|n| n.to_string()).collect();
 
-    // The nodes in flight finish under the recorded spec (its selector), and nothing else starts.
+    // The nodes in flight finish under the recorded spec (its selector), and nothing else starts: a node staged
+    // ahead of its turn stays staged (its turn would be a new disruption), nothing is staged anew.
+    let waits = |f: &shared::crd::InFlightNode| f.step == "stage" && f.waiting_on.is_some();
     let finished = eventually(Duration::from_secs(60), "the nodes in flight to finish", || {
         let s = status_of(&store, VERSION);
-        s.in_flight.is_empty().then_some(s)
+        s.in_flight.iter().all(waits).then_some(s)
     })
     .await;
+    let staged: BTreeSet<String> = finished.in_flight.iter().map(|f| f.name.clone()).collect();
     assert_eq!(finished.last_valid_spec.as_ref().map(|l| l.generation), Some(1));
     let (status, reason, _) = condition_of(&finished, "Progressing").unwrap();
     assert_eq!((status.as_str(), reason.as_str()), ("False", "InvalidSpec"));
@@ -99,7 +102,10 @@ async fn a_bad_image_and_a_bad_cron_mid_rollout_across_a_new_leader_start_nothin
         for name in names {
             let steps: Vec<Step> =
                 o.timeline.get(name).map(|t| t.iter().map(|(_, s)| *s).collect()).unwrap_or_default();
-            if in_flight.contains(name) {
+            if staged.contains(name) {
+                assert_eq!(steps.last(), Some(&Step::Stage), "{name} left its stage step: {steps:?}");
+                assert!(in_flight.contains(name), "{name} was staged under the invalid spec");
+            } else if in_flight.contains(name) {
                 assert_eq!(steps.last(), Some(&Step::Done), "{name} did not finish: {steps:?}");
             } else if !done_before.contains(name) {
                 assert!(steps.is_empty(), "{name} was touched under the invalid spec: {steps:?}");

@@ -213,7 +213,8 @@ async fn plan_forecasts_the_replacement_of_group_nodes_within_max_surge_and_the_
     for (node, steps) in &seen.timeline {
         // (The observer's first sight of a node's `done` of the last rollout may come after `since`.)
         let after: Vec<&(Timestamp, Step)> = steps.iter().filter(|(at, _)| *at >= since).collect();
-        let Some(start) = after.iter().position(|(_, s)| matches!(s, Step::Stage | Step::Replace)) else { continue };
+        // A node starts at its turn (its drain, staged ahead before; its replacement), as the forecast counts it.
+        let Some(start) = after.iter().position(|(_, s)| matches!(s, Step::Drain | Step::Replace)) else { continue };
         starts.push((node.clone(), after[start].0));
         if let Some((at, _)) = after[start..].iter().find(|(_, s)| *s == Step::Done) {
             finishes.insert(node.clone(), *at);

@@ -186,6 +186,9 @@ impl Durations {
     }
 }
 
+/// The step a node stages in (ahead of its turn), as the status names it.
+const STAGE_STEP: &str = "stage";
+
 /// The step durations to publish: those of `previous`, with a sample for each node that left a step
 /// between `previous` (its `inFlight` and `replacing`) and `plan`, at `now`. `same_target`: `previous` describes
 /// the same target, so a node gone from the nodes in flight after its reboot was verified.
@@ -221,6 +224,17 @@ pub fn measure(
                 add_sample(&mut durations, REPLACE, retiring.since.0.duration_since(started));
             }
             continue;
+        }
+        if before.step == STAGE_STEP {
+            if before.waiting_on.is_some() {
+                // Staged ahead already, waiting for its turn: its staging was measured when it was staged.
+                continue;
+            }
+            if now_in.is_some_and(|f| f.step.as_str() == STAGE_STEP && f.waiting_on.is_some()) {
+                // Staged ahead of its turn: the staging ends here, not when the turn comes.
+                add_sample(&mut durations, STAGE_STEP, now.duration_since(started).max(SignedDuration::ZERO));
+                continue;
+            }
         }
         let ended = match now_in {
             Some(now_in) if now_in.step.as_str() != before.step && follows(&before.step, now_in.step.as_str()) => {
@@ -329,6 +343,25 @@ mod tests {
         plan.failed.push(Problem { node: "c".into(), message: "x".into() });
         assert_eq!(measure(Some(&previous), &plan, true, t(4_000)).len(), 1);
         assert_eq!(measure(Some(&previous), &Plan::default(), false, t(4_000)), vec![]);
+    }
+
+    /// A node staged ahead of its turn: its staging ends when it is staged (its in-flight entry starts to say what
+    /// its turn waits for), not when its turn comes; the wait is measured in no step.
+    #[test]
+    fn a_staging_ahead_of_the_turn_is_measured_until_the_node_is_staged() {
+        let previous = NodeVersionStatus { in_flight: vec![published("a", "stage", t(0))], ..Default::default() };
+        let mut plan = Plan::default();
+        let waiting = Some("its turn: staged".to_owned());
+        plan.in_flight.push(InFlight { node: "a".into(), step: Step::Stage, since: t(0), waiting_on: waiting.clone() });
+        let measured = measure(Some(&previous), &plan, true, t(1_500));
+        assert_eq!(measured, vec![StepDuration { step: "stage".into(), samples: 1, mean_millis: 1_500 }]);
+        // Its turn comes much later: no second sample of its staging.
+        let staged = InFlightNode { waiting_on: waiting, ..published("a", "stage", t(0)) };
+        let previous =
+            NodeVersionStatus { in_flight: vec![staged], step_durations: measured.clone(), ..Default::default() };
+        let mut plan = Plan::default();
+        plan.in_flight.push(InFlight { node: "a".into(), step: Step::Drain, since: t(60_000), waiting_on: None });
+        assert_eq!(measure(Some(&previous), &plan, true, t(60_000)), measured);
     }
 
     #[test]

@@ -29,7 +29,8 @@
 //!   forecast says why), or at [`HORIZON`] of virtual time.
 //! - A node's wave is one more than the highest wave of the nodes that finished before it started
 //!   (the first nodes are wave 1): the same definition applies to an observed rollout
-//!   ([`waves_of`]), so a forecast and what followed compare exactly.
+//!   ([`waves_of`]), so a forecast and what followed compare exactly. A node starts when its turn comes (it
+//!   takes a slot of `maxUnavailable`), not when it is staged ahead of it.
 
 pub mod blockers;
 pub mod durations;
@@ -224,8 +225,8 @@ struct Run<'a> {
     fleet: Fleet,
     /// When the instance of each PendingNode (by name) of a replacement joins Ready, or is gone.
     instances: BTreeMap<String, Timestamp>,
-    /// When each node started a phase (its first stage, replacement or Kubernetes step), whether it
-    /// is replaced, and its wave.
+    /// When each node started a phase (its turn: the drain of a node staged ahead, its replacement, its Kubernetes
+    /// upgrade's drain), whether it is replaced, and its wave.
     started: BTreeMap<Key, (Timestamp, bool, u32)>,
     finished: BTreeMap<Key, Timestamp>,
     /// The rollout (index) each started node belongs to.
@@ -286,7 +287,9 @@ impl Run<'_> {
     fn record(&mut self, index: usize, action: &NodeAction) {
         let phase = if action.reason == Reason::KubernetesUpgradeStarted { Phase::Kubernetes } else { Phase::Image };
         let key = (action.node.clone(), phase);
-        if action.starts_node() && !self.started.contains_key(&key) {
+        // A node starts when its turn comes (it takes a slot of the budget), not when it stages ahead.
+        let turn = action.starts_node() && !matches!(action.kind, ActionKind::Stage { .. });
+        if turn && !self.started.contains_key(&key) {
             let wave = self
                 .finished
                 .iter()

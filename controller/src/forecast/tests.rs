@@ -74,19 +74,21 @@ fn the_control_plane_goes_first_one_at_a_time_then_workers_in_waves_by_name() {
             .map(|w| w.into_iter().map(String::from).collect::<Vec<_>>())
             .collect::<Vec<_>>()
     );
-    // Five waves of 35 s each: the next node starts in the round that verifies the last.
-    assert_eq!(r.duration_seconds, Some(175.0));
-    assert_eq!(r.nodes[2].start_seconds, 70.0);
-    assert_eq!(r.nodes[2].finish_seconds, Some(105.0));
-    // The first plan is what the controller would do now: stage cp-0.
-    assert_eq!(f.first.rollouts[0].actions.len(), 1);
+    // One staging (10 s), then five waves of 25 s each (drain and reboot; the next nodes are staged meanwhile):
+    // the next node starts in the round that verifies the last.
+    assert_eq!(r.duration_seconds, Some(135.0));
+    assert_eq!(r.nodes[2].start_seconds, 60.0);
+    assert_eq!(r.nodes[2].finish_seconds, Some(85.0));
+    // The first plan is what the controller would do now: stage cp-0 and cp-1 ahead (maxStaging is maxUnavailable).
+    assert_eq!(f.first.rollouts[0].actions.len(), 2);
 }
 
 #[test]
 fn a_soak_keeps_the_slot_and_a_closed_window_waits_for_it_to_open() {
     let policy = Policy { soak_time: SignedDuration::from_secs(30), ..max(1) };
     let f = forecast(&[node("a"), node("b")], &[rollout(policy)], &Fleet::default(), None, t(0), &secs(1, 1, 1));
-    assert_eq!(f.rollouts[0].duration_seconds, Some(66.0));
+    // b is staged while a drains, reboots and soaks: 3 s for a, 30 s of soak, 2 s for b, 30 s of soak.
+    assert_eq!(f.rollouts[0].duration_seconds, Some(65.0));
     assert_eq!(f.rollouts[0].waves().len(), 2);
 
     let mut policy = max(1);
@@ -100,8 +102,8 @@ fn a_soak_keeps_the_slot_and_a_closed_window_waits_for_it_to_open() {
     let f = forecast(&[node("a")], &rollouts, &Fleet::default(), None, t(0), &secs(1, 1, 1));
     let r = &f.rollouts[0];
     assert_eq!(r.ending, Ending::Complete);
-    // 08:00 UTC now: the window opens at 03:00 the next day.
-    assert_eq!(r.nodes[0].start_seconds, 19.0 * 3600.0, "{r:?}");
+    // 08:00 UTC now: the window opens at 03:00 the next day; the node's turn comes once it is staged (1 s).
+    assert_eq!(r.nodes[0].start_seconds, 19.0 * 3600.0 + 1.0, "{r:?}");
     let found = blockers::find(&refs(&[node("a")]), &rollouts, &f.first, &Workloads::default(), &[]);
     let kinds: Vec<BlockerKind> = found.iter().map(|b| b.kind).collect();
     assert_eq!(kinds, vec![BlockerKind::WindowClosed], "{found:?}");
@@ -276,18 +278,18 @@ fn a_kubernetes_upgrade_runs_kubeadm_control_plane_first_then_workers_and_the_im
             ("w-2", 4, 105.0, Some(140.0)),
         ]
     );
-    // Then the image, in the same order, each node 35 s.
+    // Then the image, in the same order, each node's turn 25 s (the next ones staged meanwhile).
     assert_eq!(
         phase(Phase::Image),
         vec![
-            ("cp-0", 5, 140.0, Some(175.0)),
-            ("cp-1", 6, 175.0, Some(210.0)),
-            ("w-0", 7, 210.0, Some(245.0)),
-            ("w-1", 7, 210.0, Some(245.0)),
-            ("w-2", 8, 245.0, Some(280.0)),
+            ("cp-0", 5, 150.0, Some(175.0)),
+            ("cp-1", 6, 175.0, Some(200.0)),
+            ("w-0", 7, 200.0, Some(225.0)),
+            ("w-1", 7, 200.0, Some(225.0)),
+            ("w-2", 8, 225.0, Some(250.0)),
         ]
     );
-    assert_eq!(r.duration_seconds, Some(280.0));
+    assert_eq!(r.duration_seconds, Some(250.0));
     assert_eq!(
         r.waves(),
         names(&[&["cp-0"], &["cp-1"], &["w-0", "w-1"], &["w-2"], &["cp-0"], &["cp-1"], &["w-0", "w-1"], &["w-2"]])
@@ -306,8 +308,9 @@ fn a_kubernetes_upgrade_runs_kubeadm_control_plane_first_then_workers_and_the_im
     let kubernetes: Vec<&str> =
         r.nodes.iter().filter(|n| n.phase == Phase::Kubernetes).map(|n| n.node.as_str()).collect();
     assert_eq!(kubernetes, vec!["w-0"]);
-    // w-0 drains (5 s) and upgrades (30 s); then the image: the control-plane node alone, then w-0.
-    assert_eq!(r.duration_seconds, Some(105.0), "{r:#?}");
+    // w-0 drains (5 s) and upgrades (30 s); then the image: both staged at once (10 s), the control-plane node's
+    // turn alone (25 s), then w-0's (25 s).
+    assert_eq!(r.duration_seconds, Some(95.0), "{r:#?}");
 }
 
 #[test]

@@ -16,12 +16,14 @@ pub struct NodeAction {
 }
 
 impl NodeAction {
-    /// Whether the action starts a node (it takes a free slot): an image stage, a replacement, or the
-    /// first step of a node's Kubernetes upgrade. The executor writes these only after every other
+    /// Whether the action starts a node (it takes a free slot of the budget or of `maxStaging`): an image stage
+    /// ahead of the node's turn, a staged node's drain, a replacement, or the first step of a node's Kubernetes
+    /// upgrade. The executor writes these only after every other
     /// write of the plan.
     pub fn starts_node(&self) -> bool {
         matches!(self.kind, ActionKind::Stage { .. } | ActionKind::Replace { .. })
             || self.reason == Reason::KubernetesUpgradeStarted
+            || (matches!(self.kind, ActionKind::Drain { .. }) && self.reason == Reason::DrainStarted)
     }
 }
 

@@ -28,6 +28,15 @@ pub(super) enum Situation {
         eligible: bool,
         held: Option<Hold>,
     },
+    /// In the stage step, ahead of its turn: staging (`staged` false), or staged and waiting for a slot of the
+    /// budget to be cordoned and drained. Not disrupted: outside `maxUnavailable`, within `maxStaging`.
+    /// `eligible` when staged and it may be drained now; otherwise `held` says why, if it is its own reason.
+    Staging {
+        since: Timestamp,
+        staged: bool,
+        eligible: bool,
+        held: Option<Hold>,
+    },
     /// Being updated (or soaking after its update, in `done`); keeps its slot.
     InFlight {
         step: Step,
@@ -140,7 +149,7 @@ pub(super) fn assess(node: &NodeView, owner: Owner<'_>, policy: &Policy, now: Ti
             Reason::TargetChanged,
             format!("the target changed from {} to {target}; releasing the node", intent.target),
         ),
-        Step::Stage => stage(node, intent, agent, policy, now),
+        Step::Stage => stage(node, controller, intent, agent, policy, now),
         Step::Drain => drain(node, intent, agent, policy, now),
         Step::Reboot => reboot(node, intent, agent, Some(target), policy, now),
         Step::Done if current && image(agent) == Some(target) => {
@@ -259,7 +268,7 @@ fn idle(node: &NodeView, controller: &ControllerAnnotations, agent: Option<&Agen
 pub(super) fn leftover_cordon(base: Assessment, node: &NodeView, controller: &ControllerAnnotations) -> Assessment {
     if controller.cordoned_by_us && base.action.is_none() {
         let mut base = base;
-        if let Situation::Outdated { eligible, .. } = &mut base.situation {
+        if let Situation::Outdated { eligible, .. } | Situation::Staging { eligible, .. } = &mut base.situation {
             *eligible = false;
         }
         return base.act(
@@ -312,15 +321,32 @@ fn wind_down(
     }
 }
 
-fn stage(node: &NodeView, intent: &Intent, agent: Option<&AgentReport>, policy: &Policy, now: Timestamp) -> Assessment {
+/// A node in the stage step: staging, or staged and waiting for its turn (the [`super::pipeline`] drains it when a
+/// slot of the budget is free).
+fn stage(
+    node: &NodeView,
+    controller: &ControllerAnnotations,
+    intent: &Intent,
+    agent: Option<&AgentReport>,
+    policy: &Policy,
+    now: Timestamp,
+) -> Assessment {
     let target = intent.target.clone();
     match agent.and_then(|a| a.finished(&intent.token)) {
-        Some(AgentState::Done) => Assessment::new(Situation::InFlight { step: Step::Drain, since: now }).act(
-            node,
-            ActionKind::Drain { target: target.clone() },
-            Reason::DrainStarted,
-            format!("{target} is staged; cordoning and draining"),
-        ),
+        Some(AgentState::Done) => {
+            let held = if !node.ready {
+                Some(Hold::new(Reason::NodeNotReady, "the node is NotReady"))
+            } else if node.unschedulable && !controller.cordoned_by_us {
+                Some(Hold::new(
+                    Reason::CordonedByOther,
+                    "someone else cordoned the node; it starts once it is uncordoned",
+                ))
+            } else {
+                None
+            };
+            let staged = Situation::Staging { since: intent.since, staged: true, eligible: held.is_none(), held };
+            leftover_cordon(Assessment::new(staged), node, controller)
+        }
         Some(_) => {
             let message = format!("the agent could not stage {target}: {}", agent_message(agent));
             fail(node, target, Reason::StageFailed, message)
@@ -335,7 +361,8 @@ fn stage(node: &NodeView, intent: &Intent, agent: Option<&AgentReport>, policy: 
                 );
                 return fail(node, target, Reason::StageTimedOut, message);
             }
-            Assessment::new(Situation::InFlight { step: Step::Stage, since: intent.since }).wake(until)
+            let staging = Situation::Staging { since: intent.since, staged: false, eligible: false, held: None };
+            leftover_cordon(Assessment::new(staging), node, controller).wake(until)
         }
     }
 }

@@ -27,7 +27,9 @@ pub(super) fn plan_image_rollout(
     plan.replacements = records.listing(members);
     let drain_timeouts =
         members.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
-    let Some(spec) = open_image_gates(rollout, &mut plan, overlap, drain_timeouts, now) else { return plan };
+    let staged = members.iter().filter(|(_, a)| matches!(a.situation, Situation::Staging { eligible: true, .. }));
+    let waiting = (drain_timeouts, staged.count() as u32);
+    let Some(spec) = open_image_gates(rollout, &mut plan, overlap, waiting, now) else { return plan };
     let replaced = members.iter().filter(|(_, a)| a.replace).count() as u32;
     let allowed = spec.policy.max_surge.resolve(replaced);
     let mut surge = pipeline::Surge {
@@ -51,7 +53,7 @@ pub(super) fn open_image_gates<'r>(
     rollout: &'r Rollout,
     plan: &mut Plan,
     overlap: &[(&NodeView, &str)],
-    drain_timeouts: usize,
+    waiting: (usize, u32),
     now: Timestamp,
 ) -> Option<&'r ValidSpec> {
     if let Some(spec) = rollout.spec.acting() {
@@ -69,7 +71,7 @@ pub(super) fn open_image_gates<'r>(
         }
         plan.held.sort_by(|a, b| a.node.cmp(&b.node));
     }
-    pipeline::open(rollout, plan, None, drain_timeouts, None, now)
+    pipeline::open(rollout, plan, None, waiting, None, now)
 }
 
 /// Counts each member in its situation, and lists those in flight, failed, blocked and held.
@@ -85,6 +87,19 @@ pub(super) fn summarize(plan: &mut Plan, members: &[(&NodeView, &Assessment)]) {
                     plan.counts.held_back += 1;
                     plan.held.push(Held { node: name, hold: hold.clone() });
                 }
+            }
+            Situation::Staging { since, staged, held, .. } => {
+                // In the stage step: in progress, not disrupted; a staged node says what its turn waits for.
+                plan.counts.in_progress += 1;
+                plan.staged += u32::from(*staged);
+                let waiting_on = match held {
+                    Some(hold) => Some(format!("{}: {}", hold.reason, hold.message)),
+                    None if *staged => {
+                        Some("its turn: staged, it is drained when a slot of maxUnavailable is free".into())
+                    }
+                    None => None,
+                };
+                plan.in_flight.push(InFlight { node: name, step: Step::Stage, since: *since, waiting_on });
             }
             Situation::InFlight { step, since } => {
                 plan.counts.in_progress += 1;

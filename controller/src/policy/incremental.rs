@@ -102,8 +102,16 @@ struct Tally {
     candidates: BTreeSet<(bool, bool, String)>,
     /// Of those, the ones updated in place.
     in_place_candidates: BTreeSet<(bool, bool, String)>,
-    /// How many of them are replaced.
-    replaced_candidates: u32,
+    /// Of those, the ones replaced.
+    replaced_candidates: BTreeSet<(bool, bool, String)>,
+    /// Members staged ahead and eligible to be drained, in the order they start.
+    staged_candidates: BTreeSet<(bool, bool, String)>,
+    /// Members in the stage step (staging or staged).
+    staging: u32,
+    /// Of those, the ones staged (waiting for their turn).
+    staged: u32,
+    /// Members in flight ([`Situation::InFlight`]).
+    in_flight: u32,
     /// Members counted against the budget.
     unavailable: BTreeSet<String>,
     /// Control-plane members the workers wait for.
@@ -354,7 +362,7 @@ impl Planner {
                 if *eligible {
                     set(&mut tally.candidates, pipeline::order(node, own_node), on);
                     if a.replace {
-                        count(&mut tally.replaced_candidates, on);
+                        set(&mut tally.replaced_candidates, pipeline::order(node, own_node), on);
                     } else {
                         set(&mut tally.in_place_candidates, pipeline::order(node, own_node), on);
                     }
@@ -364,8 +372,20 @@ impl Planner {
                 }
                 held.is_some()
             }
+            Situation::Staging { eligible, staged, .. } => {
+                count(&mut counts.in_progress, on);
+                count(&mut tally.staging, on);
+                if *staged {
+                    count(&mut tally.staged, on);
+                }
+                if *eligible {
+                    set(&mut tally.staged_candidates, pipeline::order(node, own_node), on);
+                }
+                true
+            }
             Situation::InFlight { .. } => {
                 count(&mut counts.in_progress, on);
+                count(&mut tally.in_flight, on);
                 true
             }
             Situation::Failed { .. } => {
@@ -406,6 +426,7 @@ impl Planner {
             super::image::summarize(&mut plan, &listed);
             plan.counts = tally.counts;
             plan.preparing = tally.preparing > 0;
+            plan.staged = tally.staged;
             let member = |name: &str| self.nodes.get(name).is_some_and(|e| e.owner == pools::Owner::Rollout(index));
             plan.replacements = records.listing_of(member);
             let overlap: Vec<(&NodeView, &str)> = tally
@@ -422,7 +443,8 @@ impl Planner {
                 })
                 .collect();
             let drain_timeouts = tally.drain_timeouts as usize;
-            if let Some(spec) = super::image::open_image_gates(rollout, &mut plan, &overlap, drain_timeouts, now) {
+            let waiting = (drain_timeouts, tally.staged_candidates.len() as u32);
+            if let Some(spec) = super::image::open_image_gates(rollout, &mut plan, &overlap, waiting, now) {
                 let allowed = spec.policy.max_surge.resolve(tally.replaced);
                 let mut surge = pipeline::Surge {
                     free: allowed.saturating_sub(records.surge_used_of(member)),
@@ -431,7 +453,7 @@ impl Planner {
                     worker_active: records.worker_active(),
                     moving: records.moving(),
                 };
-                let pool = Indexed { tally, nodes: &self.nodes };
+                let pool = Indexed { tally, nodes: &self.nodes, own_node: self.own_node.as_deref() };
                 let flow = pipeline::Flow::Image { target: spec.target.clone() };
                 let selected = pipeline::select(&pool, spec, &flow, &mut shared, &mut surge);
                 pipeline::start(&mut plan, &flow, selected, now);
@@ -477,6 +499,7 @@ impl replacement::Lookup for ByName<'_> {
 struct Indexed<'a> {
     tally: &'a Tally,
     nodes: &'a BTreeMap<String, Entry>,
+    own_node: Option<&'a str>,
 }
 
 impl<'a> Pool<'a> for Indexed<'a> {
@@ -493,8 +516,26 @@ impl<'a> Pool<'a> for Indexed<'a> {
         Box::new(self.tally.in_place_candidates.iter().filter_map(move |(_, _, name)| Some(&nodes.get(name)?.view)))
     }
 
+    fn replaced_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
+        let nodes = self.nodes;
+        Box::new(self.tally.replaced_candidates.iter().filter_map(move |(_, _, name)| Some(&nodes.get(name)?.view)))
+    }
+
     fn any_replaced_candidate(&self) -> bool {
-        self.tally.replaced_candidates > 0
+        !self.tally.replaced_candidates.is_empty()
+    }
+
+    fn staged_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
+        let nodes = self.nodes;
+        Box::new(self.tally.staged_candidates.iter().filter_map(move |(_, _, name)| Some(&nodes.get(name)?.view)))
+    }
+
+    fn staging_count(&self) -> u32 {
+        self.tally.staging
+    }
+
+    fn own_node(&self) -> Option<&str> {
+        self.own_node
     }
 
     fn size(&self) -> u32 {
@@ -510,7 +551,7 @@ impl<'a> Pool<'a> for Indexed<'a> {
     }
 
     fn any_in_flight(&self) -> bool {
-        self.tally.counts.in_progress > 0
+        self.tally.in_flight > 0
     }
 
     fn control_plane_pending(&self) -> Vec<(&'a NodeView, &'a Assessment)> {

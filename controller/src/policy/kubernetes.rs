@@ -129,7 +129,8 @@ pub(super) fn plan_rollout(
     start_heirs(&mut plan, &members_k, target, now);
     let drain_timeouts =
         members_k.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
-    if pipeline::open(rollout, &mut plan, Some(&flow(target)), drain_timeouts, autoscaler_running, now).is_some() {
+    let gates = (drain_timeouts, 0);
+    if pipeline::open(rollout, &mut plan, Some(&flow(target)), gates, autoscaler_running, now).is_some() {
         select(&mut plan, &members_k, target, spec, shared, own_node, now);
     }
     Some(plan)

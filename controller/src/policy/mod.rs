@@ -220,6 +220,8 @@ pub struct Plan {
     pub overlap: Vec<(String, String)>,
     /// An outdated node is made ready to start by this round's write (a release, an uncordon).
     pub preparing: bool,
+    /// Nodes staged ahead and waiting for their turn (counted in progress, but not moving).
+    pub staged: u32,
     /// When to plan again even if nothing changes (a deadline, the end of a soak, a window).
     pub wake_at: Option<Timestamp>,
     /// Replacements: the rollout's donors and heirs, the PendingNodes of its replacements, and replaced nodes
@@ -237,10 +239,11 @@ impl Plan {
         }
     }
 
-    /// Whether the rollout moves: nodes in flight (started now or before), or an outdated node
-    /// readied for the next round. Marking a node failed or clearing a mark moves nothing.
+    /// Whether the rollout moves: nodes in flight (started now or before) other than staged nodes waiting for
+    /// their turn, or an outdated node readied for the next round. Marking a node failed or clearing a mark moves
+    /// nothing.
     pub fn moves(&self) -> bool {
-        self.counts.in_progress > 0 || self.preparing
+        self.counts.in_progress > self.staged || self.preparing
     }
 }
 

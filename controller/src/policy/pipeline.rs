@@ -68,21 +68,37 @@ impl Flow {
         }
     }
 
-    /// The step, action, reason and message that start `node` (`replace`: by replacement).
-    fn start(&self, replace: bool) -> (Step, ActionKind, Reason, String) {
+    /// Whether the flow stages its in-place nodes ahead of their turn, outside the budget (the image: its
+    /// download and write by the host's updater do not disrupt the node). A Kubernetes upgrade has nothing to
+    /// stage ahead yet (its components are fetched in the kubeadm step), nor has a replacement (its new instance
+    /// is created once the donor's turn comes).
+    fn stages_ahead(&self) -> bool {
+        matches!(self, Flow::Image { .. })
+    }
+
+    /// The step, action, reason and message that start a node.
+    fn start(&self, start: Start) -> (Step, ActionKind, Reason, String) {
         match self {
-            Flow::Image { target } if replace => (
-                Step::Replace,
-                ActionKind::Replace { target: target.clone() },
-                Reason::ReplacementStarted,
-                format!("replacing the node by a new one with {target}"),
-            ),
-            Flow::Image { target } => (
-                Step::Stage,
-                ActionKind::Stage { target: target.clone() },
-                Reason::StageRequested,
-                format!("staging {target}"),
-            ),
+            Flow::Image { target } => match start {
+                Start::Replace => (
+                    Step::Replace,
+                    ActionKind::Replace { target: target.clone() },
+                    Reason::ReplacementStarted,
+                    format!("replacing the node by a new one with {target}"),
+                ),
+                Start::InPlace => (
+                    Step::Stage,
+                    ActionKind::Stage { target: target.clone() },
+                    Reason::StageRequested,
+                    format!("staging {target} ahead of the node's turn"),
+                ),
+                Start::Staged => (
+                    Step::Drain,
+                    ActionKind::Drain { target: target.clone() },
+                    Reason::DrainStarted,
+                    format!("{target} is staged; the node's turn: cordoning and draining"),
+                ),
+            },
             Flow::Kubernetes { version, apply } => {
                 let message = if *apply {
                     format!(
@@ -98,14 +114,27 @@ impl Flow {
     }
 }
 
+/// How a selected node starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Start {
+    /// The flow's own start of a node updated in place: the image flow stages it ahead of its turn (outside the
+    /// budget); the Kubernetes flow cordons and drains it.
+    InPlace,
+    /// A node staged ahead: its turn, cordoned and drained (it takes a slot of the budget from here).
+    Staged,
+    /// Replaced by a new instance of its scaling group.
+    Replace,
+}
+
 /// Gates 1–6 of the module docs for `rollout`, whose members are summarized in `plan`: returns the spec to select
-/// under when every gate is open and a member is outdated; otherwise `plan.hold` says why not, if anything.
-/// `autoscaler` says why the flow's starts must wait for the cluster-autoscaler (`None`: they need not).
+/// under when every gate is open and a member is outdated or staged and waiting for its turn (`staged`);
+/// otherwise `plan.hold` says why not, if anything. `autoscaler` says why the flow's starts must wait for the
+/// cluster-autoscaler (`None`: they need not).
 pub(super) fn open<'r>(
     rollout: &'r Rollout,
     plan: &mut Plan,
     flow: Option<&Flow>,
-    drain_timeouts: usize,
+    (drain_timeouts, staged): (usize, u32),
     autoscaler: Option<&str>,
     now: Timestamp,
 ) -> Option<&'r ValidSpec> {
@@ -118,12 +147,12 @@ pub(super) fn open<'r>(
     match gates::closed(rollout, Some(spec), described.as_deref(), &plan.counts, drain_timeouts, autoscaler, now) {
         // An invalid spec is said even when nothing is outdated; the other gates matter only when
         // something would start.
-        Some((hold, wake)) if plan.counts.outdated > 0 || hold.reason == Reason::InvalidSpec => {
+        Some((hold, wake)) if plan.counts.outdated > 0 || staged > 0 || hold.reason == Reason::InvalidSpec => {
             plan.hold = Some(hold);
             plan.wake(wake);
             None
         }
-        _ if plan.counts.outdated == 0 => None,
+        _ if plan.counts.outdated == 0 && staged == 0 => None,
         _ => {
             plan.wake(gates::next_change(&spec.policy, now));
             Some(spec)
@@ -131,14 +160,23 @@ pub(super) fn open<'r>(
     }
 }
 
-/// Starts the selected nodes with the flow's action: each counted in flight.
+/// Starts the selected nodes with the flow's action: each counted in flight (a staged node was already).
 pub(super) fn start(plan: &mut Plan, flow: &Flow, selected: Selection<'_>, now: Timestamp) {
     plan.hold = selected.hold;
-    for (node, replace) in selected.starts {
-        let (step, kind, reason, message) = flow.start(replace);
-        plan.counts.outdated -= 1;
-        plan.counts.in_progress += 1;
-        plan.in_flight.push(InFlight { node: node.name.clone(), step, since: now, waiting_on: None });
+    for (node, how) in selected.starts {
+        let (step, kind, reason, message) = flow.start(how);
+        let entry = InFlight { node: node.name.clone(), step, since: now, waiting_on: None };
+        match plan.in_flight.iter_mut().find(|f| f.node == node.name).filter(|_| how == Start::Staged) {
+            Some(staged) => {
+                *staged = entry;
+                plan.staged = plan.staged.saturating_sub(1);
+            }
+            None => {
+                plan.counts.outdated -= 1;
+                plan.counts.in_progress += 1;
+                plan.in_flight.push(entry);
+            }
+        }
         plan.actions.push(NodeAction { node: node.name.clone(), kind, reason, message });
     }
 }
@@ -171,9 +209,9 @@ pub(super) struct Surge {
     pub moving: bool,
 }
 
-/// The nodes to start (each with whether it is replaced), and why not more.
+/// The nodes to start (each with how), and why not more.
 pub(super) struct Selection<'a> {
-    pub starts: Vec<(&'a NodeView, bool)>,
+    pub starts: Vec<(&'a NodeView, Start)>,
     pub hold: Option<Hold>,
 }
 
@@ -187,8 +225,16 @@ pub(super) trait Pool<'a> {
     /// Those of [`Pool::candidates`] updated in place, in the same order: what selection reads while no surge is
     /// left.
     fn in_place_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_>;
+    /// Those of [`Pool::candidates`] replaced, in the same order.
+    fn replaced_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_>;
     /// Whether one of [`Pool::candidates`] is replaced.
     fn any_replaced_candidate(&self) -> bool;
+    /// The members staged ahead and eligible to be drained now ([`Situation::Staging`]), in start order.
+    fn staged_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_>;
+    /// How many members are in the stage step (staging or staged): what `maxStaging` bounds.
+    fn staging_count(&self) -> u32;
+    /// The controller's own node (it starts last).
+    fn own_node(&self) -> Option<&str>;
     /// How many members the rollout has.
     fn size(&self) -> u32;
     /// How many members count against the budget ([`Assessment::unavailable`]).
@@ -241,8 +287,31 @@ impl<'a> Pool<'a> for Members<'a, '_> {
         Box::new(self.candidates().filter(|(_, replace)| !replace).map(|(n, _)| n))
     }
 
+    fn replaced_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
+        Box::new(self.candidates().filter(|(_, replace)| *replace).map(|(n, _)| n))
+    }
+
     fn any_replaced_candidate(&self) -> bool {
         self.candidates().any(|(_, replace)| replace)
+    }
+
+    fn staged_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
+        let mut staged: Vec<&'a NodeView> = self
+            .members
+            .iter()
+            .filter(|(n, a)| matches!(a.situation, Situation::Staging { eligible: true, .. }) && (self.candidate)(n, a))
+            .map(|(n, _)| *n)
+            .collect();
+        staged.sort_by_key(|n| order(n, self.own_node));
+        Box::new(staged.into_iter())
+    }
+
+    fn staging_count(&self) -> u32 {
+        self.members.iter().filter(|(_, a)| matches!(a.situation, Situation::Staging { .. })).count() as u32
+    }
+
+    fn own_node(&self) -> Option<&str> {
+        self.own_node
     }
 
     fn size(&self) -> u32 {
@@ -277,11 +346,15 @@ pub(super) fn control_plane_pending(node: &NodeView, a: &Assessment) -> bool {
     node.control_plane
         && matches!(
             a.situation,
-            Situation::Outdated { .. } | Situation::InFlight { .. } | Situation::Blocked { holds_slot: true, .. }
+            Situation::Outdated { .. }
+                | Situation::Staging { .. }
+                | Situation::InFlight { .. }
+                | Situation::Blocked { holds_slot: true, .. }
         )
 }
 
-/// Picks the nodes to start among the rollout's members in `pool`.
+/// Picks the nodes to start among the rollout's members in `pool`: the disruptive starts under the budget and the
+/// control-plane rules (rules 7–10), then, for a flow that stages ahead, the next nodes staged within `maxStaging`.
 pub(super) fn select<'a>(
     pool: &impl Pool<'a>,
     spec: &ValidSpec,
@@ -290,8 +363,54 @@ pub(super) fn select<'a>(
     surge: &mut Surge,
 ) -> Selection<'a> {
     let mut selection = Selection { starts: Vec::new(), hold: None };
-    if pool.candidates().next().is_none() {
-        return selection;
+    disrupt(pool, spec, flow, shared, surge, &mut selection);
+    if flow.stages_ahead() {
+        let allowed = spec.policy.max_staging.unwrap_or(spec.policy.max_unavailable).resolve(pool.size());
+        let free = allowed.saturating_sub(pool.staging_count()) as usize;
+        selection.starts.extend(pool.in_place_candidates().take(free).map(|n| (n, Start::InPlace)));
+    }
+    selection
+}
+
+/// The starts that disrupt a node (rules 7–10): a staged node's turn or a replacement (a flow that stages ahead),
+/// or the flow's in-place start (one that does not), in start order.
+fn disrupt<'a>(
+    pool: &impl Pool<'a>,
+    spec: &ValidSpec,
+    flow: &Flow,
+    shared: &mut Shared,
+    surge: &mut Surge,
+    selection: &mut Selection<'a>,
+) {
+    let stages = flow.stages_ahead();
+    let mut surge_taken = false;
+    let candidates: Box<dyn Iterator<Item = (&'a NodeView, Start)> + '_> = match (stages, surge.free) {
+        (true, 0) => {
+            // No replaced node can start: only the staged ones are read.
+            surge_taken = pool.any_replaced_candidate();
+            Box::new(pool.staged_candidates().map(|n| (n, Start::Staged)))
+        }
+        (true, _) => Box::new(in_order(
+            pool.staged_candidates().map(|n| (n, Start::Staged)),
+            pool.replaced_candidates().map(|n| (n, Start::Replace)),
+            pool_order(pool),
+        )),
+        (false, 0) => {
+            // Had it read the replaced ones, it would have passed every one of them whenever the surge matters below
+            // (nothing started, no hold).
+            surge_taken = pool.any_replaced_candidate();
+            Box::new(pool.in_place_candidates().map(|n| (n, Start::InPlace)))
+        }
+        (false, _) => {
+            Box::new(pool.candidates().map(|(n, replace)| (n, if replace { Start::Replace } else { Start::InPlace })))
+        }
+    };
+    let mut candidates = candidates.peekable();
+    if candidates.peek().is_none() {
+        if surge_taken {
+            surge_hold(pool, surge, selection);
+        }
+        return;
     }
 
     let allowed = spec.policy.max_unavailable.resolve(pool.size());
@@ -324,24 +443,16 @@ pub(super) fn select<'a>(
             );
             selection.hold = Some(Hold::new(Reason::UnavailableNodes, message));
         }
-        return selection;
+        return;
     }
 
     let control_plane_pending = pool.control_plane_pending();
-    let mut surge_taken = false;
     let mut control_plane_waits = false;
-    let candidates = if surge.free == 0 {
-        // No replaced node can start: only those updated in place are read. Had it read them all, it would have
-        // passed every replaced one whenever the surge matters below (nothing started, no hold).
-        surge_taken = pool.any_replaced_candidate();
-        Box::new(pool.in_place_candidates().map(|n| (n, false)))
-    } else {
-        pool.candidates()
-    };
-    for (node, replace) in candidates {
+    for (node, start) in candidates {
         if slots == 0 {
             break;
         }
+        let replace = start == Start::Replace;
         if replace && (surge.free == 0 || (node.control_plane && surge.worker_active)) {
             surge_taken |= surge.free == 0;
             continue;
@@ -369,9 +480,8 @@ pub(super) fn select<'a>(
             surge.control_plane_active |= node.control_plane;
             surge.worker_active |= !node.control_plane;
         }
-        selection.starts.push((node, replace));
+        selection.starts.push((node, start));
     }
-    let busy = surge.moving || pool.any_in_flight();
     if control_plane_waits && selection.starts.is_empty() && selection.hold.is_none() && !pool.any_in_flight() {
         // Nothing of the rollout moves, and a control-plane node of another flow, rollout or NodeOp keeps it so.
         selection.hold = Some(Hold::new(
@@ -380,15 +490,46 @@ pub(super) fn select<'a>(
              cordoned, or worked on by a NodeOp)",
         ));
     }
-    if surge_taken && selection.starts.is_empty() && selection.hold.is_none() && !busy {
-        // Nothing moves, and only the instances of replacements that cannot finish keep it so: say it.
+    if surge_taken {
+        surge_hold(pool, surge, selection);
+    }
+}
+
+/// When nothing moves and only the instances of replacements that cannot finish keep it so: says it.
+fn surge_hold<'a>(pool: &impl Pool<'a>, surge: &Surge, selection: &mut Selection<'a>) {
+    let busy = surge.moving || pool.any_in_flight();
+    if selection.starts.is_empty() && selection.hold.is_none() && !busy {
         let message = format!(
             "maxSurge ({}) is taken by replacements that hold an instance (a donor blocked or an instance being deleted)",
             surge.allowed
         );
         selection.hold = Some(Hold::new(Reason::SurgeExhausted, message));
     }
-    selection
+}
+
+/// The start order of the pool's members.
+fn pool_order<'a, 'p>(pool: &'p impl Pool<'a>) -> impl Fn(&NodeView) -> (bool, bool, String) + 'p {
+    move |n| order(n, pool.own_node())
+}
+
+/// Two sequences in start order merged into one, lazily.
+fn in_order<'a, T: Copy>(
+    a: impl Iterator<Item = (&'a NodeView, T)>,
+    b: impl Iterator<Item = (&'a NodeView, T)>,
+    key: impl Fn(&NodeView) -> (bool, bool, String),
+) -> impl Iterator<Item = (&'a NodeView, T)> {
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some((x, _)), Some((y, _))) => {
+            if key(x) <= key(y) {
+                a.next()
+            } else {
+                b.next()
+            }
+        }
+        (Some(_), None) => a.next(),
+        (None, _) => b.next(),
+    })
 }
 
 /// Workers wait for the control plane; a control-plane node that is itself held back is named, so
@@ -397,13 +538,16 @@ fn waiting_for_control_plane(pending: &[(&NodeView, &Assessment)], target: &str)
     let held: Vec<String> = pending
         .iter()
         .filter_map(|(n, a)| match &a.situation {
-            Situation::Outdated { held: Some(hold), .. } => {
+            Situation::Outdated { held: Some(hold), .. } | Situation::Staging { held: Some(hold), .. } => {
                 Some(format!("{} ({}: {})", n.name, hold.reason, hold.message))
             }
             Situation::Blocked { message, .. } | Situation::Failed { message } => {
                 Some(format!("{} ({message})", n.name))
             }
-            Situation::UpToDate | Situation::Outdated { held: None, .. } | Situation::InFlight { .. } => None,
+            Situation::UpToDate
+            | Situation::Outdated { held: None, .. }
+            | Situation::Staging { held: None, .. }
+            | Situation::InFlight { .. } => None,
         })
         .collect();
     let mut message = format!("workers wait until every control-plane node runs {target}");

@@ -1,7 +1,7 @@
 use super::*;
 use crate::policy::budget::MaxUnavailable;
 use crate::policy::tests::{TARGET, node, rollout_with, t, with_intent};
-use crate::policy::{Plan, plan_with};
+use crate::policy::{NodeAction, Plan, plan_with};
 use jiff::SignedDuration;
 
 fn member(group: &str) -> GroupMember {
@@ -71,13 +71,17 @@ fn join(donor: &str, heir: &str) -> PendingView {
 fn group_nodes_are_replaced_and_the_others_updated_in_place_under_one_budget() {
     let nodes = [in_group("a1", "a"), in_group("a2", "a"), in_group("a3", "a"), node("w1")];
     let p = run(&nodes, &fleet(&[("a", false, TARGET)]), policy(2, 3), t(0));
-    // maxUnavailable 3 would allow three, maxSurge 2 allows two replacements; the in-place node takes the
-    // third slot.
+    // maxUnavailable 3 would allow three, maxSurge 2 allows two replacements; the in-place node stages ahead of
+    // its turn (outside the budget).
     assert_eq!(kinds(&p), vec![("a1".into(), "Replace"), ("a2".into(), "Replace"), ("w1".into(), "Stage")]);
     assert_eq!(p.in_flight.iter().filter(|f| f.step == Step::Replace).count(), 2);
-    // maxUnavailable holds over both kinds.
+    // maxUnavailable holds over both kinds: the staged node's turn waits for the replacement's slot.
     let p = run(&nodes, &fleet(&[("a", false, TARGET)]), policy(5, 1), t(0));
-    assert_eq!(kinds(&p), vec![("a1".into(), "Replace")]);
+    assert_eq!(kinds(&p), vec![("a1".into(), "Replace"), ("w1".into(), "Stage")]);
+    let staged = crate::policy::tests::staged(node("w1"));
+    let nodes = [replacing(in_group("a1", "a")), in_group("a2", "a"), staged];
+    let p = run(&nodes, &fleet(&[("a", false, TARGET)]), policy(5, 1), t(1));
+    assert!(p.actions.iter().all(|a| !a.starts_node()), "{:?}", kinds(&p));
 }
 
 #[test]
@@ -334,7 +338,7 @@ fn a_control_plane_and_a_worker_are_never_replaced_at_once() {
     // A control-plane donor gone while its instance is deleted: workers (of both kinds) wait.
     let mut f = f.clone();
     f.pending.push(PendingView { goal: Goal::Leave, group_id: "cp".into(), ..join("cp0", "cp0") });
-    let p = run(&[in_group("a1", "a"), node("w1")], &f, policy(3, 3), t(0));
+    let p = run(&[in_group("a1", "a"), crate::policy::tests::staged(node("w1"))], &f, policy(3, 3), t(0));
     assert!(p.actions.is_empty(), "{:?}", kinds(&p));
     assert_eq!(p.hold.map(|h| h.reason), Some(Reason::WaitingForControlPlane));
 }
@@ -348,10 +352,12 @@ fn a_donor_whose_group_is_not_known_yet_waits_in_flight_without_a_warning() {
     f.unresolved.insert("a1".into());
     let p = run(&[donor.clone(), node("w1")], &f, policy(1, 1), t(5));
     assert!(p.actions.iter().all(|a| a.reason != Reason::UnsupportedStep), "{:?}", p.actions);
-    assert!(p.actions.iter().all(|a| !a.starts_node()), "its slot is held: {:?}", p.actions);
+    // w1 stages ahead (no slot), but is not drained: the donor's slot is held.
+    let disruptive = |a: &&NodeAction| a.starts_node() && !matches!(a.kind, ActionKind::Stage { .. });
+    assert!(!p.actions.iter().any(|a| disruptive(&a)), "its slot is held: {:?}", p.actions);
     let waiting = p.in_flight.iter().find(|i| i.node == "a1").and_then(|i| i.waiting_on.clone());
     assert!(waiting.is_some_and(|w| w.contains("scaling group")));
-    assert_eq!(p.counts.in_progress, 1);
+    assert_eq!(p.counts.in_progress, 2, "the donor, and w1 staging");
 }
 
 #[test]

@@ -81,6 +81,8 @@ impl ValidSpec {
 #[derive(Debug, Clone)]
 pub struct Policy {
     pub max_unavailable: MaxUnavailable,
+    /// Nodes staged ahead of their turn at once (`maxStaging`); `None`: as many as `maxUnavailable`.
+    pub max_staging: Option<MaxUnavailable>,
     /// Extra instances replacements may add at once (`maxSurge`, same count-or-percent form).
     pub max_surge: MaxSurge,
     pub join_timeout: SignedDuration,
@@ -101,6 +103,7 @@ impl Default for Policy {
     fn default() -> Self {
         Policy {
             max_unavailable: MaxUnavailable::default(),
+            max_staging: None,
             max_surge: MaxSurge::default(),
             join_timeout: DEFAULT_JOIN_TIMEOUT,
             leave_timeout: DEFAULT_LEAVE_TIMEOUT,
@@ -142,6 +145,7 @@ impl Policy {
             },
         };
         policy.max_unavailable = amount("maxUnavailable", &spec.max_unavailable).unwrap_or_default();
+        policy.max_staging = amount("maxStaging", &spec.max_staging);
         policy.max_surge = amount("maxSurge", &spec.max_surge).map(MaxSurge::from).unwrap_or_default();
         let mut duration = |field: &str, value: &Option<kube::core::Duration>, default: SignedDuration| match value {
             None => default,
@@ -278,7 +282,7 @@ mod tests {
                 "maintenanceWindow": {"schedule": "0 22 * * *", "duration": "4h", "timeZone": "Europe/Berlin"},
                 "nodeSelector": {"matchLabels": {"pool": "a"}},
                 "drain": {"deleteEmptyDirData": true, "force": true},
-                "maxSurge": "50%", "joinTimeout": "20m", "leaveTimeout": "2m"
+                "maxSurge": "50%", "joinTimeout": "20m", "leaveTimeout": "2m", "maxStaging": 4
             })),
             now(),
         )
@@ -291,6 +295,7 @@ mod tests {
         assert_eq!(p.reboot_timeout, SignedDuration::from_mins(7));
         assert_eq!(p.failure_budget, 3);
         assert_eq!(p.max_surge, MaxSurge::Percent(50));
+        assert_eq!(p.max_staging, Some(MaxUnavailable::Count(4)));
         assert_eq!((p.join_timeout, p.leave_timeout), (SignedDuration::from_mins(20), SignedDuration::from_mins(2)));
         assert!(p.paused && p.drain.force && p.drain.delete_empty_dir_data);
         assert_eq!(p.window.as_ref().unwrap().zone_name, "Europe/Berlin");
@@ -304,7 +309,7 @@ mod tests {
         let errors = Policy::from_spec(
             &spec(serde_json::json!({
                 "maxUnavailable": "0%", "failureBudget": 0, "drainTimeout": "0s",
-                "maxSurge": 0, "joinTimeout": "0s", "leaveTimeout": "0s",
+                "maxSurge": 0, "joinTimeout": "0s", "leaveTimeout": "0s", "maxStaging": "0%",
                 "maintenanceWindow": {"schedule": "0 25 * * *", "duration": "200h", "timeZone": "Mars/Olympus"},
                 "nodeSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}
             })),
@@ -320,6 +325,7 @@ mod tests {
             "spec.rollout.maintenanceWindow.duration",
             "spec.rollout.nodeSelector",
             "spec.rollout.maxSurge",
+            "spec.rollout.maxStaging",
             "spec.rollout.joinTimeout",
             "spec.rollout.leaveTimeout",
         ] {

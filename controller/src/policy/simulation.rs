@@ -567,9 +567,7 @@ impl Sim {
             .filter(|n| {
                 n.unschedulable
                     || !n.ready
-                    || n.controller
-                        .as_ref()
-                        .is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step.disrupts() || i.step == Step::Stage))
+                    || n.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step.disrupts()))
             })
             .collect()
     }
@@ -718,7 +716,9 @@ fn an_invalid_spec_mid_rollout_lets_nodes_in_flight_finish_and_starts_nothing() 
         assert_eq!(has_intent, in_flight.contains(&n.name), "{}", n.name);
     }
     assert_eq!(last.rollouts[0].hold.as_ref().map(|h| h.reason), Some(Reason::InvalidSpec));
-    assert_eq!(last.rollouts[0].counts.in_progress, 0);
+    // Nothing is disrupted; nodes staged ahead keep their staged image until their turn.
+    assert!(last.rollouts[0].in_flight.iter().all(|f| f.step == Step::Stage), "{:?}", last.rollouts[0].in_flight);
+    assert!(sim.nodes.iter().all(|n| !n.unschedulable), "a node left cordoned");
     sim.rollouts[0].spec = SpecState::Valid(valid_spec(TARGET, 3, two_at_a_time()));
     sim.tell("the spec is fixed".into());
     let last = sim.run(|_, _| {});

@@ -122,6 +122,15 @@ fn stage(name: &str) -> (String, ActionKind) {
     (name.into(), ActionKind::Stage { target: TARGET.into() })
 }
 
+/// Staged ahead of its turn: `intent=stage` for the target, its agent done. Its turn (the drain) is under the budget.
+pub(super) fn staged(n: NodeView) -> NodeView {
+    with_report(with_intent(n, Step::Stage, TARGET, "s0", t(0)), AgentState::Done, "s0")
+}
+
+fn drain(name: &str) -> (String, ActionKind) {
+    (name.into(), ActionKind::Drain { target: TARGET.into() })
+}
+
 fn max(n: u32) -> Policy {
     Policy { max_unavailable: budget::MaxUnavailable::Count(n), ..policy() }
 }
@@ -133,15 +142,15 @@ fn a_node_a_node_operation_works_on_is_held_and_left_alone() {
     let op = Some("default/op@u1".to_owned());
     // Cordoned by the NodeOp, with its reboot intent: the rollout neither verifies, releases nor uncordons it.
     let rebooting = NodeView { operation: op.clone(), ..with_intent(node("w1"), Step::Reboot, OLD, "k1", t(0)) };
-    let nodes = [rebooting, node("w2"), node("w3")];
+    let nodes = [rebooting, staged(node("w2")), staged(node("w3"))];
     let p = run(&nodes, &max(2), t(0));
-    assert_eq!(kinds(&p), vec![stage("w2")], "the cordoned node takes one of the two slots");
+    assert_eq!(kinds(&p), vec![drain("w2")], "the cordoned node takes one of the two slots");
     assert_eq!(p.held.len(), 1);
     assert_eq!(p.held[0].node, "w1");
     assert_eq!(p.held[0].hold.reason, Reason::NodeOperation);
     // A control-plane node under a NodeOp keeps every other control-plane node from starting.
     let cp_busy = NodeView { operation: op, ..cp("cp1") };
-    let p = run(&[cp_busy, cp("cp2")], &max(2), t(0));
+    let p = run(&[cp_busy, staged(cp("cp2"))], &max(2), t(0));
     assert!(p.actions.is_empty(), "{:?}", p.actions);
     // Nobody's node: no release of the NodeOp's intent, no uncordon.
     let unowned = NodeView {
@@ -157,8 +166,8 @@ fn a_node_a_node_operation_works_on_is_held_and_left_alone() {
 fn a_node_under_a_node_operation_takes_a_slot_even_before_it_is_cordoned() {
     // Marked by a NodeOp, still schedulable and Ready: the NodeOp may cordon, drain or reboot it at any moment.
     let marked = NodeView { operation: Some("default/op@u1".into()), ..node("w1") };
-    let p = run(&[marked, node("w2"), node("w3")], &max(2), t(0));
-    assert_eq!(kinds(&p), vec![stage("w2")], "one of the two slots is the NodeOp's");
+    let p = run(&[marked, staged(node("w2")), staged(node("w3"))], &max(2), t(0));
+    assert_eq!(kinds(&p), vec![drain("w2")], "one of the two slots is the NodeOp's");
 }
 
 #[test]
@@ -197,16 +206,16 @@ fn max_unavailable_counts_nodes_already_unavailable() {
     down.ready = false;
     let mut cordoned = node("w1");
     cordoned.unschedulable = true;
-    let nodes = [down, cordoned, node("w2"), node("w3"), node("w4")];
+    let nodes = [down, cordoned, staged(node("w2")), staged(node("w3")), staged(node("w4"))];
     let p = run(&nodes, &max(3), t(0));
-    assert_eq!(kinds(&p), vec![stage("w2")]);
+    assert_eq!(kinds(&p), vec![drain("w2")]);
 }
 
 #[test]
 fn a_budget_taken_by_unavailable_nodes_says_which() {
     let mut down = node("w0");
     down.ready = false;
-    let p = run(&[down, node("w1")], &policy(), t(0));
+    let p = run(&[down, staged(node("w1"))], &policy(), t(0));
     assert!(p.actions.is_empty());
     let hold = p.hold.unwrap();
     assert_eq!(hold.reason, Reason::UnavailableNodes);
@@ -225,24 +234,55 @@ fn percentages_resolve_against_the_nodes_the_rollout_manages() {
 
 #[test]
 fn control_plane_goes_first_and_alone() {
-    let nodes = [cp("cp1"), cp("cp2"), node("w1")];
+    let nodes = [staged(cp("cp1")), staged(cp("cp2")), staged(node("w1"))];
     let p = run(&nodes, &max(10), t(0));
-    assert_eq!(kinds(&p), vec![stage("cp1")]);
+    assert_eq!(kinds(&p), vec![drain("cp1")]);
     assert_eq!(p.hold.as_ref().map(|h| h.reason), Some(Reason::WaitingForControlPlane));
-    // With cp1 in flight, neither cp2 nor the worker starts.
-    let nodes = [with_intent(cp("cp1"), Step::Stage, TARGET, "a", t(0)), cp("cp2"), node("w1")];
-    assert!(run(&nodes, &max(10), t(1)).actions.is_empty());
+    // With cp1 in flight, neither cp2 nor the worker is drained.
+    let nodes = [with_intent(cp("cp1"), Step::Drain, TARGET, "a", t(0)), staged(cp("cp2")), staged(node("w1"))];
+    let p = run(&nodes, &max(10), t(1));
+    assert!(p.actions.iter().all(|a| a.node == "cp1"), "{:?}", p.actions);
     // A control-plane node that is down for other reasons blocks the others too.
     let mut down = cp("cp1");
     down.ready = false;
-    assert!(run(&[down, cp("cp2")], &max(10), t(1)).actions.is_empty());
+    assert!(run(&[down, staged(cp("cp2"))], &max(10), t(1)).actions.is_empty());
+}
+
+/// Staging does not disrupt a node: the next nodes stage ahead of their turn, outside maxUnavailable and within
+/// maxStaging (default: maxUnavailable), workers too while the control plane is updated; a staged node is
+/// drained only when the budget and the control-plane rules let it.
+#[test]
+fn nodes_stage_ahead_outside_the_budget_within_max_staging() {
+    let nodes = [cp("cp1"), cp("cp2"), node("w1"), node("w2")];
+    let p = run(&nodes, &max(2), t(0));
+    assert_eq!(kinds(&p), vec![stage("cp1"), stage("cp2")], "maxStaging defaults to maxUnavailable");
+    let wide = Policy { max_staging: Some(budget::MaxUnavailable::Count(3)), ..max(1) };
+    let p = run(&nodes, &wide, t(0));
+    assert_eq!(kinds(&p), vec![stage("cp1"), stage("cp2"), stage("w1")]);
+    assert_eq!(p.counts.in_progress, 3);
+    // Staging counts no slot: with cp1 draining (the one slot of maxUnavailable 1), the others still stage.
+    let nodes = [with_intent(cp("cp1"), Step::Drain, TARGET, "d", t(0)), cp("cp2"), node("w1"), node("w2")];
+    let p = run(&nodes, &wide, t(1));
+    assert_eq!(kinds(&p), vec![("cp1".into(), ActionKind::KeepDraining), stage("cp2"), stage("w1"), stage("w2")]);
+    // Staged nodes wait for their turn, uncordoned, and are drained in order as slots free up.
+    let nodes = [on_image(cp("cp1"), TARGET), staged(cp("cp2")), staged(node("w1")), staged(node("w2"))];
+    let p = run(&nodes, &wide, t(2));
+    assert_eq!(kinds(&p), vec![drain("cp2")]);
+    let waiting = p.in_flight.iter().find(|f| f.node == "w1").expect("w1 is listed");
+    assert_eq!(waiting.step, Step::Stage);
+    assert!(waiting.waiting_on.as_deref().is_some_and(|w| w.contains("its turn")), "{waiting:?}");
+    // maxStaging is never exceeded: two staged nodes take the two places.
+    let narrow = Policy { max_staging: Some(budget::MaxUnavailable::Count(2)), ..max(1) };
+    let nodes = [staged(node("w1")), staged(node("w2")), node("w3"), node("w4")];
+    let p = run(&nodes, &narrow, t(3));
+    assert_eq!(kinds(&p), vec![drain("w1")]);
 }
 
 #[test]
 fn workers_start_once_the_control_plane_is_up_to_date() {
     let done = on_image(cp("cp1"), TARGET);
-    let p = run(&[done, node("w1"), node("w2"), node("w3")], &max(2), t(0));
-    assert_eq!(kinds(&p), vec![stage("w1"), stage("w2")]);
+    let p = run(&[done.clone(), staged(node("w1")), staged(node("w2")), staged(node("w3"))], &max(2), t(0));
+    assert_eq!(kinds(&p), vec![drain("w1"), drain("w2")]);
 }
 
 #[test]
@@ -273,7 +313,7 @@ fn a_held_back_control_plane_node_is_named_in_the_workers_hold() {
     // without being named.
     let mut agentless = cp("cp0");
     agentless.agent = Ok(AgentReport::default());
-    let p = run(&[agentless, node("w1"), node("w2")], &max(2), t(0));
+    let p = run(&[agentless, staged(node("w1")), staged(node("w2"))], &max(2), t(0));
     assert!(p.actions.is_empty());
     let hold = p.hold.unwrap();
     assert_eq!(hold.reason, Reason::WaitingForControlPlane);
@@ -291,11 +331,15 @@ fn the_controllers_own_node_goes_last() {
 
 #[test]
 fn gates_hold_new_nodes_but_let_in_flight_nodes_finish() {
-    let in_flight = with_report(with_intent(node("a"), Step::Stage, TARGET, "s1", t(0)), AgentState::Done, "s1");
-    let nodes = [in_flight, node("b")];
+    let in_flight = with_report(with_intent(node("a"), Step::Drain, TARGET, "d1", t(0)), AgentState::Done, "s1");
+    let drained = NodeView { drain: DrainProgress::Drained, ..in_flight };
+    let nodes = [drained, staged(node("b")), node("c")];
     let paused = Policy { paused: true, ..policy() };
     let p = run(&nodes, &paused, t(1));
-    assert_eq!(kinds(&p), vec![("a".into(), ActionKind::Drain { target: TARGET.into() })]);
+    // The node in flight goes on; the staged one is not drained (its turn is a new disruption), nothing stages.
+    assert_eq!(kinds(&p).len(), 1, "{:?}", p.actions);
+    assert_eq!(p.actions[0].node, "a");
+    assert!(matches!(p.actions[0].kind, ActionKind::Reboot { .. }));
     assert_eq!(p.hold.unwrap().reason, Reason::Paused);
 
     let windowed = Policy {
@@ -440,7 +484,12 @@ fn the_reproduced_budget_break_cannot_happen() {
     // control-plane-0 held an unreadable intent; with maxUnavailable 2, three workers and the
     // control plane got intent=stage at once. Now the control-plane node is released first and no
     // worker starts while it is outdated.
-    let nodes = [unreadable_intent(cp("control-plane-0"), Step::Stage, false), node("w1"), node("w2"), node("w3")];
+    let nodes = [
+        unreadable_intent(cp("control-plane-0"), Step::Stage, false),
+        staged(node("w1")),
+        staged(node("w2")),
+        staged(node("w3")),
+    ];
     let p = run(&nodes, &max(2), t(1));
     assert_eq!(kinds(&p), vec![("control-plane-0".into(), ActionKind::Release)]);
     assert_eq!(p.hold.map(|h| h.reason), Some(Reason::WaitingForControlPlane));
@@ -454,12 +503,12 @@ fn a_node_with_garbage_in_its_intent_keeps_its_slot() {
         intent_present: true,
         ours: None,
     });
-    let p = run(&[garbage.clone(), node("b")], &policy(), t(0));
+    let p = run(&[garbage.clone(), staged(node("b"))], &policy(), t(0));
     assert_eq!(kinds(&p), vec![("a".into(), ActionKind::Report)]);
     let hold = p.hold.unwrap();
     assert_eq!(hold.reason, Reason::UnavailableNodes);
     assert!(hold.message.contains("a (unreadable intent)"), "{}", hold.message);
-    assert_eq!(run(&[garbage, node("b")], &max(2), t(0)).actions.len(), 2);
+    assert_eq!(run(&[garbage, staged(node("b"))], &max(2), t(0)).actions.len(), 2);
 }
 
 // ---- several NodeVersions ----
@@ -474,8 +523,8 @@ fn node_pools_roll_out_side_by_side_each_within_its_budget() {
     assert_eq!(kinds(&p.rollouts[1]), vec![stage("b1")]);
     assert_eq!(p.rollouts[1].counts.total, 2);
     // A control-plane node in flight in one pool keeps the other pool's control plane waiting.
-    let busy = NodeView { selected_by: vec![0], ..with_intent(cp("cp-a"), Step::Stage, TARGET, "s", t(0)) };
-    let p = plan(&[busy, NodeView { selected_by: vec![1], ..cp("cp-b") }], &rollouts, None, t(1));
+    let busy = NodeView { selected_by: vec![0], ..with_intent(cp("cp-a"), Step::Drain, TARGET, "s", t(0)) };
+    let p = plan(&[busy, NodeView { selected_by: vec![1], ..staged(cp("cp-b")) }], &rollouts, None, t(1));
     assert!(p.rollouts[1].actions.is_empty());
     // ... and says so: a rollout that does not move is never held silently (it was, when its only outdated node was
     // a control-plane node kept waiting by another rollout's).
@@ -596,12 +645,12 @@ fn a_verified_node_soaks_in_its_slot() {
     if let Ok(c) = &mut done.controller {
         c.cordoned_by_us = false;
     }
-    let p = run(&[done.clone(), node("b")], &pol, t(30));
+    let p = run(&[done.clone(), staged(node("b"))], &pol, t(30));
     assert!(p.actions.is_empty(), "{:?}", p.actions);
     assert_eq!(p.wake_at, Some(t(60)));
     assert_eq!(p.in_flight[0].step, Step::Done);
-    let p = run(&[done, node("b")], &pol, t(60));
-    assert_eq!(kinds(&p), vec![stage("b")]);
+    let p = run(&[done, staged(node("b"))], &pol, t(60));
+    assert_eq!(kinds(&p), vec![drain("b")]);
 }
 
 #[test]
@@ -741,17 +790,29 @@ proptest! {
         let pol = Policy { max_unavailable: budget::MaxUnavailable::Count(max), failure_budget: 100, ..policy() };
         let cluster = plan(&nodes, &[rollout_with(pol)], None, t(0));
         let p = &cluster.rollouts[0];
-        let starts: Vec<&NodeAction> = p.actions.iter().filter(|a| matches!(a.kind, ActionKind::Stage { .. })).collect();
+        // The starts that disrupt (a staged node's turn), and those that stage ahead.
+        let starts: Vec<&NodeAction> =
+            p.actions.iter().filter(|a| a.starts_node() && !matches!(a.kind, ActionKind::Stage { .. })).collect();
+        let stages: Vec<&NodeAction> = p.actions.iter().filter(|a| matches!(a.kind, ActionKind::Stage { .. })).collect();
         let by_name = |name: &str| nodes.iter().find(|n| n.name == name).unwrap();
+        let intent_of = |n: &NodeView| n.controller.as_ref().ok().and_then(|c| c.intent.clone());
         for s in &starts {
             let n = by_name(&s.node);
-            prop_assert!(!n.selected_by.is_empty() && n.ready && !n.unschedulable, "started an ineligible node {}", n.name);
-            prop_assert!(n.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_none_or(|i| i.target != TARGET || matches!(i.step, Step::Done))));
+            prop_assert!(!n.selected_by.is_empty() && n.ready && !n.unschedulable, "drained an ineligible node {}", n.name);
+            prop_assert!(intent_of(n).is_some_and(|i| i.target == TARGET && i.step == Step::Stage), "drained an unstaged node");
         }
+        for s in &stages {
+            let n = by_name(&s.node);
+            prop_assert!(!n.selected_by.is_empty() && n.ready && !n.unschedulable, "staged an ineligible node {}", n.name);
+            prop_assert!(intent_of(n).is_none_or(|i| i.target != TARGET || matches!(i.step, Step::Done)));
+        }
+        // maxStaging (here maxUnavailable) bounds the nodes in the stage step after the plan.
+        let staging = p.in_flight.iter().filter(|f| f.step == Step::Stage).count() as u32;
+        prop_assert!(stages.is_empty() || staging <= max, "{staging} staging > {max}");
         if !starts.is_empty() {
             // Everything unavailable after the plan, started nodes included, fits the budget;
-            // so do the nodes nobody selects that still hold a slot.
-            let in_flight = p.in_flight.len() as u32;
+            // so do the nodes nobody selects that still hold a slot. Nodes staging are not unavailable.
+            let in_flight = p.in_flight.iter().filter(|f| f.step != Step::Stage).count() as u32;
             let other_unavailable = nodes.iter().filter(|n| {
                 let counted = if n.selected_by.is_empty() {
                     // Still rebooting: neither verified nor failed by this plan.
@@ -762,13 +823,15 @@ proptest! {
                     let garbage = n.controller.as_ref().is_err_and(|u| u.intent_present && u.ours.is_none());
                     !n.ready || n.unschedulable && !released || garbage
                 };
-                counted && !p.in_flight.iter().any(|f| f.node == n.name)
+                counted && !p.in_flight.iter().any(|f| f.node == n.name && f.step != Step::Stage)
             }).count() as u32;
             prop_assert!(in_flight + other_unavailable <= max, "{in_flight} in flight + {other_unavailable} unavailable > {max}");
             let cp_starts = starts.iter().filter(|s| by_name(&s.node).control_plane).count();
             prop_assert!(cp_starts <= 1);
             if cp_starts == 1 {
-                let cp_busy = p.in_flight.iter().filter(|f| by_name(&f.node).control_plane).count();
+                // Control-plane nodes staged ahead wait; only one is disrupted.
+                let cp_busy =
+                    p.in_flight.iter().filter(|f| by_name(&f.node).control_plane && f.step != Step::Stage).count();
                 prop_assert_eq!(cp_busy, 1, "a control-plane node started next to another");
             }
             let worker_starts = starts.len() - cp_starts;

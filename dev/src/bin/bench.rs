@@ -1,9 +1,10 @@
 //! The rollout benchmark (`make bench`): rolls a simulated cluster of 1000 nodes with
 //! `maxUnavailable` 10 and fixed simulated step durations, and prints JSON:
 //!
-//! - wall time against the ideal (the sum of the simulated step durations divided by the
-//!   concurrency) and their ratio;
-//! - hand-off latency (a node verified done → the intent written on the next node);
+//! - wall time against two ideals and their ratios: every step's simulated duration divided by the concurrency
+//!   (`ideal_seconds`), and the disruption ideal (`disruption_ideal_seconds`: only the drains and reboots take
+//!   `maxUnavailable`'s slots, the next nodes staged ahead meanwhile, plus one staging at the start);
+//! - hand-off latency (a node verified done → the next node's turn: its drain intent);
 //! - Node writes per node update by the controller and by the agents (evictions apart), and API
 //!   requests by verb;
 //! - Node writes during ten simulated minutes of kubelet heartbeats with nothing to update;
@@ -145,6 +146,8 @@ fn seconds(s: f64) -> Duration {
 struct Recorded {
     /// (time, node) of every new stage intent.
     stages: Vec<(Instant, String)>,
+    /// When each node's turn came (its drain: it takes a slot of maxUnavailable).
+    turns: Vec<(Instant, String)>,
     /// (time, node) of every agent report that finished a reboot intent (the node verified).
     verified: Vec<(Instant, String)>,
     /// (time, node) of every done intent.
@@ -249,7 +252,10 @@ fn record(rec: &mut Recorded, node: &Value, at: Instant) -> Option<String> {
         rec.timeline.entry(name.clone()).or_default().push((at, intent.clone()));
         match intent.as_str() {
             "stage" => rec.stages.push((at, name.clone())),
-            "drain" => drain_started = Some(name.clone()),
+            "drain" => {
+                rec.turns.push((at, name.clone()));
+                drain_started = Some(name.clone());
+            }
             "replace" => rec.replaces.push((at, name.clone())),
             "done" => rec.done.push((at, name.clone())),
             _ => {}
@@ -534,6 +540,12 @@ async fn main() -> anyhow::Result<()> {
     let simulated_total = updated as f64 * (args.stage_seconds + args.reboot_seconds)
         + drains_with_pods as f64 * args.pod_termination_seconds;
     let in_place_ideal = simulated_total / args.max_unavailable as f64;
+    // The disruption ideal: nodes staged ahead of their turn (outside maxUnavailable), so only the drains and
+    // reboots take the budget's slots, plus one staging at the start.
+    let disruption_total =
+        updated as f64 * args.reboot_seconds + drains_with_pods as f64 * args.pod_termination_seconds;
+    let disruption_ideal =
+        disruption_total / args.max_unavailable as f64 + if updated > 0 { args.stage_seconds } else { 0.0 };
     // A replacement holds a surge slot from the new instance's creation until its donor's instance is gone:
     // provisioning, join, Ready, the donor's drain and the instance's termination.
     let donor_names: HashSet<&str> = donors_gone.iter().map(|(_, n)| n.as_str()).collect();
@@ -563,15 +575,15 @@ async fn main() -> anyhow::Result<()> {
         .max()
         .unwrap_or(0);
 
-    // Hand-off: each stage intent after the first wave takes the slot of the oldest verified node
-    // not yet handed off.
+    // Hand-off: each node's turn (its drain, the node staged ahead) after the first wave takes the slot of the
+    // oldest verified node not yet handed off.
     let mut pending: VecDeque<Instant> = rec.verified.iter().map(|(t, _)| *t).collect();
-    let mut stages: Vec<Instant> = rec.stages.iter().map(|(t, _)| *t).collect();
-    stages.sort();
+    let mut turns: Vec<Instant> = rec.turns.iter().map(|(t, _)| *t).collect();
+    turns.sort();
     let mut handoffs: Vec<f64> = Vec::new();
-    for stage in stages.iter().skip(args.max_unavailable) {
+    for turn in turns.iter().skip(args.max_unavailable) {
         if let Some(verified) = pending.pop_front() {
-            handoffs.push(stage.saturating_duration_since(verified).as_secs_f64() * 1000.0);
+            handoffs.push(turn.saturating_duration_since(verified).as_secs_f64() * 1000.0);
         }
     }
     handoffs.sort_by(f64::total_cmp);
@@ -660,6 +672,8 @@ async fn main() -> anyhow::Result<()> {
         "wall_seconds": round2(wall),
         "ideal_seconds": round2(ideal),
         "ratio": round4(ratio),
+        "disruption_ideal_seconds": round2(disruption_ideal + replacement_ideal),
+        "ratio_to_disruption_ideal": round4(if disruption_ideal + replacement_ideal > 0.0 { wall / (disruption_ideal + replacement_ideal) } else { f64::NAN }),
         "handoff_ms": {
             "count": handoffs.len(),
             "p50": round2(quantile(&handoffs, 0.5)),

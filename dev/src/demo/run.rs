@@ -12,11 +12,13 @@ pub enum Ending {
 }
 
 /// Whether the rollout to `target` is over, judged from the NodeVersion status: complete, or
-/// stopped (nothing in flight, and either a hold that needs a human or only failed and blocked
-/// nodes left).
+/// stopped (nothing in flight but nodes staged ahead, and either a hold that needs a human or only failed and
+/// blocked nodes left).
 pub fn ending(status: &NodeVersionStatus, target: &str) -> Option<Ending> {
+    // A node staged ahead of its turn (in the stage step, waiting on its turn or its own hold) does not move.
+    let moving = status.in_flight.iter().any(|f| !(f.step == "stage" && f.waiting_on.is_some()));
     if status.target_image.as_deref() != Some(target)
-        || !status.in_flight.is_empty()
+        || moving
         || status.counts.total == 0
         || status.active_cluster_version_upgrade
     {

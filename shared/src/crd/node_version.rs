@@ -138,6 +138,14 @@ pub struct RolloutPolicy {
     /// Start no new node while true; nodes in flight finish.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// How many nodes may be staged ahead of their turn at once (the image downloaded and written by the host's
+    /// updater while the node still serves): a count of at least 1 or a percentage of the nodes, rounded up.
+    /// Staging does not disrupt a node, so it is outside `maxUnavailable`: a node counts against `maxUnavailable`
+    /// from its cordon to its verification, and the next nodes stage while earlier ones drain and reboot. Default:
+    /// `maxUnavailable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "max_unavailable_schema")]
+    pub max_staging: Option<IntOrString>,
     /// How many extra instances replacements may add at once (nodes of a ScalingGroup are replaced by new
     /// instances, not updated in place): a count of at least 1 or a percentage (`"10%"`) of the nodes to be
     /// replaced, rounded up. Default 1. The nodes a replacement drains count against `maxUnavailable`.
