@@ -56,7 +56,6 @@ mod namespaces;
 mod node_pools;
 mod openapi_and_yaml;
 mod operator_identities;
-mod plan;
 mod plan_replacement;
 mod protobuf;
 mod runtime_clients;
