@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the test PKI of controller/tests/etcd.rs, laid out as kubeadm lays out an etcd PKI: a CA, a server
+# Regenerates the test PKI of controller/tests/it/etcd.rs, laid out as kubeadm lays out an etcd PKI: a CA, a server
 # certificate for the members (serverAuth and clientAuth, as kubeadm's etcd/server.crt; etcd's JSON gateway dials
 # its own listener with it) valid for 127.0.0.1 and localhost, and a client certificate (the apiserver's). Test
 # keys only: they protect etcd clusters on loopback ports that live for one test.

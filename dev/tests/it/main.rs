@@ -1,0 +1,69 @@
+//! The dev cluster's integration tests.
+//!
+//! One test binary for the crate (issue 31): each file of this directory is one module, as each was its own
+//! binary before, so the crate's tests link once. Tests of one process share its globals: see each module.
+
+mod accept_backoff;
+mod admission_policy;
+mod authorization;
+#[cfg(feature = "aws")]
+mod aws_support;
+mod bad_input;
+mod cloud;
+#[cfg(feature = "aws")]
+mod cloud_aws;
+#[cfg(feature = "azure")]
+mod cloud_azure;
+#[cfg(feature = "gcp")]
+mod cloud_gcp;
+mod cluster_role_aggregation;
+mod cluster_support;
+mod common;
+mod conformance_eviction;
+mod conformance_list_watch;
+mod conformance_misc;
+mod conformance_writes;
+mod controller_events;
+mod crd_cel;
+mod crds_and_tables;
+mod custom_resources;
+mod demo;
+mod disruption;
+mod disruption_math;
+mod drain;
+mod e2e_agent;
+mod e2e_crashes;
+mod e2e_failures;
+mod e2e_kubeadm;
+mod e2e_nodeop;
+mod e2e_replacement;
+mod e2e_rollout;
+mod event_store;
+mod example_nodeversion;
+mod fail_closed;
+mod faults_and_metrics;
+mod field_validation;
+mod garbage_collector;
+mod held_back;
+mod hosts;
+mod install_manifests;
+mod jobs;
+mod kubectl;
+mod kubelet;
+mod leader_election;
+mod leader_fencing;
+mod namespaces;
+mod node_pools;
+mod openapi_and_yaml;
+mod operator_identities;
+mod plan_replacement;
+mod protobuf;
+mod runtime_clients;
+mod scaling_groups;
+mod scheduler;
+mod services_and_priorities;
+mod smoke_rollout;
+mod store_api;
+mod support;
+mod uninstall;
+mod workloads;

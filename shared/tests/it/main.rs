@@ -1,0 +1,7 @@
+//! The shared crate's integration tests.
+//!
+//! One test binary for the crate (issue 31): each file of this directory is one module, as each was its own
+//! binary before, so the crate's tests link once. Tests of one process share its globals: see each module.
+
+mod crds;
+mod protocol_doc;
