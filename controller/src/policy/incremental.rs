@@ -110,6 +110,8 @@ struct Tally {
     staging: u32,
     /// Of those, the ones staged (waiting for their turn).
     staged: u32,
+    /// Members still staging and Ready ([`pipeline::staging_barrier`]), in start order.
+    staging_unstaged: BTreeSet<(bool, bool, String)>,
     /// Members in flight ([`Situation::InFlight`]).
     in_flight: u32,
     /// Members counted against the budget.
@@ -378,6 +380,9 @@ impl Planner {
                 if *staged {
                     count(&mut tally.staged, on);
                 }
+                if pipeline::staging_barrier(node, a) {
+                    set(&mut tally.staging_unstaged, pipeline::order(node, own_node), on);
+                }
                 if *eligible {
                     set(&mut tally.staged_candidates, pipeline::order(node, own_node), on);
                 }
@@ -532,6 +537,10 @@ impl<'a> Pool<'a> for Indexed<'a> {
 
     fn staging_count(&self) -> u32 {
         self.tally.staging
+    }
+
+    fn first_staging(&self) -> Option<(bool, bool, String)> {
+        self.tally.staging_unstaged.first().cloned()
     }
 
     fn own_node(&self) -> Option<&str> {

@@ -1062,6 +1062,10 @@ impl<'a> pipeline::Pool<'a> for &'a Counting {
         0
     }
 
+    fn first_staging(&self) -> Option<(bool, bool, String)> {
+        None
+    }
+
     fn own_node(&self) -> Option<&str> {
         None
     }

@@ -233,6 +233,9 @@ pub(super) trait Pool<'a> {
     fn staged_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_>;
     /// How many members are in the stage step (staging or staged): what `maxStaging` bounds.
     fn staging_count(&self) -> u32;
+    /// The start order of the first member still staging (not staged yet): no later node takes its turn before it,
+    /// so that nodes take their turns in start order whatever the jitter of their staging.
+    fn first_staging(&self) -> Option<(bool, bool, String)>;
     /// The controller's own node (it starts last).
     fn own_node(&self) -> Option<&str>;
     /// How many members the rollout has.
@@ -310,6 +313,14 @@ impl<'a> Pool<'a> for Members<'a, '_> {
         self.members.iter().filter(|(_, a)| matches!(a.situation, Situation::Staging { .. })).count() as u32
     }
 
+    fn first_staging(&self) -> Option<(bool, bool, String)> {
+        self.members
+            .iter()
+            .filter(|(n, a)| staging_barrier(n, a) && (self.candidate)(n, a))
+            .map(|(n, _)| order(n, self.own_node))
+            .min()
+    }
+
     fn own_node(&self) -> Option<&str> {
         self.own_node
     }
@@ -338,6 +349,12 @@ impl<'a> Pool<'a> for Members<'a, '_> {
 /// The order in which eligible nodes start: control plane first, the controller's own node last, by name.
 pub(super) fn order(node: &NodeView, own_node: Option<&str>) -> (bool, bool, String) {
     (!node.control_plane, own_node == Some(node.name.as_str()), node.name.clone())
+}
+
+/// Whether `node` is still staging and keeps the later nodes from their turn ([`Pool::first_staging`]): a Ready
+/// node not staged yet (a NotReady one might never finish: it does not hold the others up).
+pub(super) fn staging_barrier(node: &NodeView, a: &Assessment) -> bool {
+    node.ready && matches!(a.situation, Situation::Staging { staged: false, .. })
 }
 
 /// Whether `node` is a control-plane node that keeps the workers of its rollout waiting: outdated, in flight or
@@ -448,8 +465,13 @@ fn disrupt<'a>(
 
     let control_plane_pending = pool.control_plane_pending();
     let mut control_plane_waits = false;
+    let staging_first = if stages { pool.first_staging() } else { None };
     for (node, start) in candidates {
         if slots == 0 {
+            break;
+        }
+        if staging_first.as_ref().is_some_and(|first| *first < order(node, pool.own_node())) {
+            // A node earlier in the order is still staging: it takes its turn first (it is moving, no hold).
             break;
         }
         let replace = start == Start::Replace;

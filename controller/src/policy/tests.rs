@@ -271,6 +271,14 @@ fn nodes_stage_ahead_outside_the_budget_within_max_staging() {
     let waiting = p.in_flight.iter().find(|f| f.node == "w1").expect("w1 is listed");
     assert_eq!(waiting.step, Step::Stage);
     assert!(waiting.waiting_on.as_deref().is_some_and(|w| w.contains("its turn")), "{waiting:?}");
+    // Turns go in start order whatever the jitter of staging: w2, staged, waits for w1, still staging; unless w1
+    // is NotReady (it might never finish staging).
+    let staging = with_intent(node("w1"), Step::Stage, TARGET, "s1", t(2));
+    let p = run(&[staging.clone(), staged(node("w2"))], &max(2), t(3));
+    assert!(p.actions.iter().all(|a| !a.starts_node()), "{:?}", p.actions);
+    let down = NodeView { ready: false, ..staging };
+    let p = run(&[down, staged(node("w2"))], &max(2), t(3));
+    assert_eq!(kinds(&p), vec![drain("w2")]);
     // maxStaging is never exceeded: two staged nodes take the two places.
     let narrow = Policy { max_staging: Some(budget::MaxUnavailable::Count(2)), ..max(1) };
     let nodes = [staged(node("w1")), staged(node("w2")), node("w3"), node("w4")];
