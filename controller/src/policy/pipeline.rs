@@ -233,8 +233,8 @@ pub(super) trait Pool<'a> {
     fn staged_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_>;
     /// How many members are in the stage step (staging or staged): what `maxStaging` bounds.
     fn staging_count(&self) -> u32;
-    /// The start order of the first member still staging (not staged yet): no later node takes its turn before it,
-    /// so that nodes take their turns in start order whatever the jitter of their staging.
+    /// The start order of the first member still staging (not staged yet): no later staged node takes its turn
+    /// before it, so that nodes take their turns in start order whatever the jitter of their staging.
     fn first_staging(&self) -> Option<(bool, bool, String)>;
     /// The controller's own node (it starts last).
     fn own_node(&self) -> Option<&str>;
@@ -470,9 +470,10 @@ fn disrupt<'a>(
         if slots == 0 {
             break;
         }
-        if staging_first.as_ref().is_some_and(|first| *first < order(node, pool.own_node())) {
-            // A node earlier in the order is still staging: it takes its turn first (it is moving, no hold).
-            break;
+        if start == Start::Staged && staging_first.as_ref().is_some_and(|first| *first < order(node, pool.own_node())) {
+            // A node earlier in the order is still staging: it takes its turn first (it is moving, no hold). A
+            // replacement has nothing to stage and does not wait for it.
+            continue;
         }
         let replace = start == Start::Replace;
         if replace && (surge.free == 0 || (node.control_plane && surge.worker_active)) {
