@@ -159,7 +159,8 @@ async fn a_leader_whose_renewals_are_slowed_failed_or_hung_never_acts_after_the_
     eprintln!("{:?} phases done", started.elapsed());
     rolling.abort();
     let _ = rolling.await;
-    eventually(Duration::from_secs(180), "the last rollout", || rolled_out(&store, NODES)).await;
+    // As long as the other whole rollouts may take on a loaded 2-core machine (it took 46 s alone).
+    eventually(Duration::from_secs(240), "the last rollout", || rolled_out(&store, NODES)).await;
     eprintln!("{:?} rolled out", started.elapsed());
     let entries = log.entries();
     assert_eq!(log.dropped(), 0);
