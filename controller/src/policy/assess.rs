@@ -247,20 +247,25 @@ fn idle(node: &NodeView, controller: &ControllerAnnotations, agent: Option<&Agen
                     Reason::NoAgentReport,
                     "its agent never reported the node's image and boot ID: is the agent running on it?",
                 ))
-            } else if !node.ready {
-                Some(Hold::new(Reason::NodeNotReady, "the node is NotReady"))
-            } else if node.unschedulable && !controller.cordoned_by_us {
-                Some(Hold::new(
-                    Reason::CordonedByOther,
-                    "someone else cordoned the node; it starts once it is uncordoned",
-                ))
             } else {
-                None
+                own_hold(node, controller)
             };
             Assessment::new(Situation::Outdated { eligible: held.is_none(), held })
         }
     };
     leftover_cordon(base, node, controller)
+}
+
+/// Why a node whose agent reports may not start (or take its turn) now, for a reason of its own: NotReady, or
+/// cordoned by someone else.
+pub(super) fn own_hold(node: &NodeView, controller: &ControllerAnnotations) -> Option<Hold> {
+    if !node.ready {
+        Some(Hold::new(Reason::NodeNotReady, "the node is NotReady"))
+    } else if node.unschedulable && !controller.cordoned_by_us {
+        Some(Hold::new(Reason::CordonedByOther, "someone else cordoned the node; it starts once it is uncordoned"))
+    } else {
+        None
+    }
 }
 
 /// Uncordons a node the controller cordoned but is not working on (left over by a crash between
@@ -334,16 +339,7 @@ fn stage(
     let target = intent.target.clone();
     match agent.and_then(|a| a.finished(&intent.token)) {
         Some(AgentState::Done) => {
-            let held = if !node.ready {
-                Some(Hold::new(Reason::NodeNotReady, "the node is NotReady"))
-            } else if node.unschedulable && !controller.cordoned_by_us {
-                Some(Hold::new(
-                    Reason::CordonedByOther,
-                    "someone else cordoned the node; it starts once it is uncordoned",
-                ))
-            } else {
-                None
-            };
+            let held = own_hold(node, controller);
             let staged = Situation::Staging { since: intent.since, staged: true, eligible: held.is_none(), held };
             leftover_cordon(Assessment::new(staged), node, controller)
         }

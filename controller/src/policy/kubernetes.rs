@@ -288,12 +288,8 @@ fn ours(
 fn idle(node: &NodeView, controller: &ControllerAnnotations, agent: Option<&AgentReport>) -> Assessment {
     let held = if agent.is_none_or(|a| a.boot_id.is_none()) {
         Some(Hold::new(Reason::NoAgentReport, "its agent never reported on the node: is the agent running on it?"))
-    } else if !node.ready {
-        Some(Hold::new(Reason::NodeNotReady, "the node is NotReady"))
-    } else if node.unschedulable && !controller.cordoned_by_us {
-        Some(Hold::new(Reason::CordonedByOther, "someone else cordoned the node; it starts once it is uncordoned"))
     } else {
-        None
+        assess::own_hold(node, controller)
     };
     Assessment::new(Situation::Outdated { eligible: held.is_none(), held })
 }
