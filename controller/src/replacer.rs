@@ -260,12 +260,17 @@ impl Replacer {
         let since = requested.round(second).unwrap_or(requested);
         let recorded: BTreeSet<String> =
             self.pending.state().iter().flat_map(|p| [p.spec.node_name.clone(), p.spec.provider_id.clone()]).collect();
+        // The instance requested runs the group's image (the request is made only once that is the target): a
+        // node of another image (an outdated node registered in the same second, say) is not it.
+        let image = self.groups.state().iter().find(|g| g.spec.group_id == group_id).and_then(|g| group_view(g).image);
         let mut candidates: Vec<&SlimNode> = nodes
             .values()
             .filter(|n| {
                 let annotations = n.annotations();
+                let cloud = n.spec.provider_id.as_ref().and_then(|id| self.instances.get(id).flatten());
                 n.name() != donor.name()
-                    && self.group_of(n).as_deref() == Some(group_id)
+                    && cloud.as_ref().is_some_and(|(group, _)| group == group_id)
+                    && cloud.as_ref().is_some_and(|(_, runs)| image.as_ref() == Some(runs))
                     && n.metadata.creation_timestamp.as_ref().is_some_and(|t| t.0 >= since)
                     && !recorded.contains(n.name())
                     && !n.spec.provider_id.as_ref().is_some_and(|id| recorded.contains(id))

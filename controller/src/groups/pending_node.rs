@@ -16,6 +16,7 @@ use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use shared::crd::{CspState, PendingNode, PendingNodeGoal};
+use shared::protocol::keys;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -23,6 +24,8 @@ use tokio_util::sync::CancellationToken;
 /// Condition type: True once a joining instance was given up (it did not join by its deadline, or the cloud
 /// failed it) and deleted: a failed replacement. Stays True after the goal switched to `Leave`.
 pub const JOIN_FAILED: &str = "JoinFailed";
+/// How often a failed join's terminated record looks again whether its donor has seen the failure.
+const DONOR_RECHECK: Duration = Duration::from_secs(2);
 /// Condition type: True when a leaving instance was not terminated by its deadline.
 pub const LEAVE_OVERDUE: &str = "LeaveOverdue";
 /// Condition type: True when the last cloud calls for the instance succeeded; False names the error.
@@ -80,6 +83,10 @@ pub struct Facts<'a> {
     pub state: Result<InstanceState, &'a cloud::Error>,
     /// Whether `LeaveOverdue` is True already (the overdue Event and metric come once).
     pub leave_overdue: bool,
+    /// The instance failed to join and its donor still waits for it (`intent=replace` of this attempt, not yet
+    /// marked failed): the record stays until the rollout has seen the failure, so that the donor is counted
+    /// failed instead of taking the missing record for an unrecorded request.
+    pub donor_waits: bool,
 }
 
 /// What to do about a PendingNode (not a node's step: see `shared::protocol::Step`).
@@ -188,6 +195,9 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
             }
         }
         PendingNodeGoal::Leave => match state {
+            Some(InstanceState::Terminated) if facts.donor_waits => {
+                decision(Move::Wait, conditions, None, Some(DONOR_RECHECK))
+            }
             Some(InstanceState::Terminated) => {
                 let event =
                     EventSpec { reason: Reason::Left, warning: false, message: "the instance is terminated".into() };
@@ -214,6 +224,34 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
             _ => decision(Move::Wait, conditions, None, timer(facts.deadline)),
         },
     }
+}
+
+/// Whether `pending` records a failed join whose donor (its `donor` annotation) still has the `intent=replace` of
+/// this attempt (since before the record was created, to the second) and no heir: the rollout has not marked it
+/// failed yet. Asked only of a leaving record whose join failed.
+async fn donor_waits(pending: &PendingNode, nodes: &Api<Node>) -> Result<bool, kube::Error> {
+    let join_failed = pending
+        .status
+        .as_ref()
+        .and_then(|s| condition::status_of(&s.conditions, JOIN_FAILED))
+        .is_some_and(|s| s == "True");
+    let created = pending.meta().creation_timestamp.as_ref().map(|t| t.0);
+    let Some(donor) = pending.annotations().get(keys::DONOR).filter(|_| join_failed) else { return Ok(false) };
+    if pending.spec.goal != PendingNodeGoal::Leave {
+        return Ok(false);
+    }
+    let Some(node) = nodes.get_opt(donor).await? else { return Ok(false) };
+    Ok(attempt_waits(node.annotations(), created))
+}
+
+/// Whether a donor with `annotations` still waits for the joining record created at `created`: its intent is
+/// `replace`, began no later than the record's second, and no heir was paired. Pure.
+pub fn attempt_waits(annotations: &std::collections::BTreeMap<String, String>, created: Option<Timestamp>) -> bool {
+    let Ok(controller) = shared::protocol::ControllerAnnotations::read(annotations) else { return false };
+    let Some(intent) = controller.intent else { return false };
+    intent.step == shared::protocol::Step::Replace
+        && !annotations.contains_key(keys::HEIR)
+        && created.is_some_and(|c| shared::protocol::truncate_to_seconds(intent.since) <= c)
 }
 
 fn join_failure_message(why: JoinFailure, facts: &Facts<'_>) -> String {
@@ -468,7 +506,12 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
         .as_ref()
         .and_then(|s| condition::status_of(&s.conditions, LEAVE_OVERDUE))
         .is_some_and(|s| s == "True");
+    let donor_waits = match state_result {
+        Ok(InstanceState::Terminated) => donor_waits(&pending, &nodes).await.map_err(kube_error)?,
+        _ => false,
+    };
     let facts = Facts {
+        donor_waits,
         goal: pending.spec.goal,
         reached_goal,
         deadline,

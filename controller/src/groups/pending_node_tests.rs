@@ -16,6 +16,7 @@ fn facts(goal: PendingNodeGoal, now: i64, node: NodeFact, state: InstanceState) 
         node,
         state: Ok(state),
         leave_overdue: false,
+        donor_waits: false,
     }
 }
 
@@ -243,4 +244,41 @@ fn azure_provider_ids_match_whatever_the_case_of_their_resource_group() {
     let other = listed.replace("virtualMachines/2", "virtualMachines/3");
     assert_eq!(node_fact([&node], &other), N::Absent);
     assert!(!same_instance("simulated://g/n", "simulated://g/m"));
+}
+
+#[test]
+fn a_failed_join_stays_recorded_until_its_donor_is_marked_then_goes() {
+    // Terminated, but the donor still waits for it: kept (looked at again shortly), so the rollout sees the
+    // failure instead of taking the missing record for an unrecorded request.
+    let waiting = Facts { donor_waits: true, ..facts(Leave, 60, N::Absent, S::Terminated) };
+    let decision = decide(&waiting);
+    assert_eq!(decision.step, Move::Wait);
+    assert_eq!(decision.wake, Some(DONOR_RECHECK));
+    assert_eq!(decide(&facts(Leave, 60, N::Absent, S::Terminated)).step, Move::Remove);
+    // Not terminated yet: as any leaving instance.
+    assert_eq!(decide(&Facts { donor_waits: true, ..facts(Leave, 60, N::Absent, S::Terminating) }).step, Move::Wait);
+}
+
+#[test]
+fn a_donor_waits_for_the_record_of_its_own_attempt_only() {
+    use std::collections::BTreeMap;
+    let intent = |step: &str, since: &str| {
+        BTreeMap::from([
+            (keys::INTENT.to_owned(), step.to_owned()),
+            (keys::INTENT_TARGET.to_owned(), "v2".to_owned()),
+            (keys::INTENT_SINCE.to_owned(), since.to_owned()),
+            (keys::INTENT_TOKEN.to_owned(), "t1".to_owned()),
+        ])
+    };
+    let created: Timestamp = "2026-11-29T10:30:10Z".parse().unwrap();
+    // Written in the second the record was created (creationTimestamp drops the fraction): this attempt's.
+    assert!(attempt_waits(&intent("replace", "2026-11-29T10:30:10.805Z"), Some(created)));
+    assert!(attempt_waits(&intent("replace", "2026-11-29T10:30:09.100Z"), Some(created)));
+    // Marked failed, or a later attempt (an administrator retried it), or paired with a heir: not waiting.
+    assert!(!attempt_waits(&intent("failed", "2026-11-29T10:30:10.805Z"), Some(created)));
+    assert!(!attempt_waits(&intent("replace", "2026-11-29T10:30:11.000Z"), Some(created)));
+    let mut paired = intent("replace", "2026-11-29T10:30:10.805Z");
+    paired.insert(keys::HEIR.to_owned(), "n-new".to_owned());
+    assert!(!attempt_waits(&paired, Some(created)));
+    assert!(!attempt_waits(&BTreeMap::new(), Some(created)));
 }

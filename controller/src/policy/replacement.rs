@@ -481,7 +481,8 @@ fn donor(node: &NodeView, intent: &Intent, context: &Context<'_>, policy: &Polic
     };
     if let Some(why) = &join.join_failed {
         let message = format!("the new instance {} did not become a Ready node: {why}", join.node_name);
-        if join.created.is_some_and(|created| created < intent.since) {
+        // creationTimestamp keeps whole seconds: a PendingNode created in the second of the intent is this attempt's.
+        if join.created.is_some_and(|created| created < shared::protocol::truncate_to_seconds(intent.since)) {
             // Left by an earlier attempt: its instance is being deleted; the name is free once it is gone.
             return in_flight();
         }

@@ -307,6 +307,12 @@ fn a_heir_that_never_joined_fails_its_donor_and_a_stuck_drain_blocks_it() {
     assert_eq!(p.actions[0].kind, ActionKind::Fail { target: TARGET.into() });
     assert_eq!(p.actions[0].reason, Reason::HeirNotReady);
     assert_eq!(p.counts.failed, 1);
+    // The record's creationTimestamp keeps whole seconds: one created in the second the intent was written (at
+    // 1.805 s, recorded 1 s) is this attempt's, not an earlier one's.
+    let since = t(1).checked_add(jiff::SignedDuration::from_millis(805)).unwrap();
+    let same_second = with_intent(in_group("a1", "a"), Step::Replace, TARGET, "t1", since);
+    let p = run(&[same_second], &f, policy(1, 1), t(10));
+    assert_eq!(p.actions.first().map(|a| a.reason), Some(Reason::HeirNotReady), "{:?}", kinds(&p));
     // A failed join left by an earlier attempt only makes a new attempt wait for its instance to go.
     let later = with_intent(in_group("a1", "a"), Step::Replace, TARGET, "t3", t(20));
     let p = run(&[later], &f, policy(1, 1), t(30));
