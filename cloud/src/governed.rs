@@ -15,8 +15,8 @@
 use crate::error::{Outcome, Result, Retry};
 use crate::metrics::{CallObserver, NoObserver};
 use crate::provider::{
-    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, ImageUpdate, InstanceState,
-    NewInstance, Operation,
+    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupMembers, ImageUpdate,
+    InstanceState, NewInstance, Operation,
 };
 use crate::provider_id::{Cloud, ProviderId};
 use async_trait::async_trait;
@@ -209,6 +209,10 @@ impl<P: CloudProvider> CloudProvider for Governed<P> {
 
     async fn list_groups(&self, cluster: &ClusterTag) -> Result<Vec<GroupInfo>> {
         self.call(Operation::ListGroups, || self.inner.list_groups(cluster)).await
+    }
+
+    async fn group_instances(&self, group: &GroupId) -> Result<GroupMembers> {
+        self.call(Operation::GroupInstances, || self.inner.group_instances(group)).await
     }
 
     fn autoscaler_group_name(&self, group: &GroupId) -> Result<String> {

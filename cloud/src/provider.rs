@@ -81,6 +81,31 @@ pub struct NewInstance {
     pub node_name: String,
 }
 
+/// One instance of a group as [`CloudProvider::group_instances`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupInstance {
+    /// As its Node's `spec.providerID` carries it.
+    pub provider_id: ProviderId,
+    /// The name its Node has or will have, as far as the list tells it (AWS: the instance ID, the name
+    /// Constellation gives AWS nodes; the PendingNode controller corrects it from the Node with the provider ID).
+    pub node_name: String,
+    /// Its state.
+    pub state: InstanceState,
+    /// The image it was created from, when the list tells it (the simulated cloud, Azure's VM list; AWS and GCP
+    /// list a launch template version or instance template instead: `None`).
+    pub image: Option<String>,
+}
+
+/// A group's members as one list request shows them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GroupMembers {
+    /// Every instance the group lists, in every state.
+    pub instances: Vec<GroupInstance>,
+    /// Creations the group accepted but does not list yet (AWS: desired capacity above the instances listed;
+    /// Azure: capacity above the VMs listed). 0 proves that every instance the group will create is listed.
+    pub unlisted: u32,
+}
+
 /// A handle on a creation whose instance the cloud has not named yet (see [`CloudProvider::create_instance`]).
 /// The string is opaque, at most 1024 bytes, and may be persisted (an annotation) to resume after a restart.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -228,6 +253,19 @@ pub trait CloudProvider: Send + Sync {
     /// The groups tagged with `cluster`, in a stable order. Groups of other clusters are never listed.
     async fn list_groups(&self, cluster: &ClusterTag) -> Result<Vec<GroupInfo>>;
 
+    /// The members of `group` and their states, in one list request (AWS `DescribeAutoScalingGroups`, Azure the
+    /// scale set's VM list, GCP `listManagedInstances`): an instance request whose answer was lost is resolved
+    /// from it (the unknown instance adopted, or none made and a new one requested).
+    ///
+    /// # Errors
+    /// [`crate::Error::NotFound`] for an unknown group; [`crate::Error::Invalid`] from a provider that cannot list
+    /// a group's members (the default: the caller then waits for the instance's Node instead).
+    async fn group_instances(&self, group: &GroupId) -> Result<GroupMembers> {
+        Err(crate::Error::Invalid {
+            message: format!("{group}: listing a group's instances is not supported by the {} provider", self.cloud()),
+        })
+    }
+
     /// The name the cluster-autoscaler knows `group` by (its `--nodes=min:max:NAME` argument). No request: it
     /// is derived from the ID.
     ///
@@ -268,6 +306,9 @@ impl<P: CloudProvider + ?Sized> CloudProvider for Arc<P> {
     async fn list_groups(&self, cluster: &ClusterTag) -> Result<Vec<GroupInfo>> {
         (**self).list_groups(cluster).await
     }
+    async fn group_instances(&self, group: &GroupId) -> Result<GroupMembers> {
+        (**self).group_instances(group).await
+    }
     fn autoscaler_group_name(&self, group: &GroupId) -> Result<String> {
         (**self).autoscaler_group_name(group)
     }
@@ -294,11 +335,13 @@ pub enum Operation {
     SetGroupImage,
     /// [`CloudProvider::list_groups`].
     ListGroups,
+    /// [`CloudProvider::group_instances`].
+    GroupInstances,
 }
 
 impl Operation {
     /// Every operation that reaches the cloud.
-    pub const ALL: [Operation; 9] = [
+    pub const ALL: [Operation; 10] = [
         Operation::InstanceImage,
         Operation::InstanceGroup,
         Operation::CreateInstance,
@@ -308,6 +351,7 @@ impl Operation {
         Operation::GroupImage,
         Operation::SetGroupImage,
         Operation::ListGroups,
+        Operation::GroupInstances,
     ];
 
     /// Whether repeating the call after an unknown outcome is safe (everything but creating an instance).
@@ -327,6 +371,7 @@ impl Operation {
             Operation::GroupImage => "group_image",
             Operation::SetGroupImage => "set_group_image",
             Operation::ListGroups => "list_groups",
+            Operation::GroupInstances => "group_instances",
         }
     }
 }

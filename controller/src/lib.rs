@@ -213,6 +213,7 @@ pub async fn run(
         executor::Executor::new(Api::all(client.clone()), events.clone(), drains.clone(), metrics.clone())
             .with_writes(writes);
     if let Some(replacer) = &replacer {
+        replacer.set_events(events.clone());
         executor = executor.with_replacer(replacer.clone(), trigger.clone());
     }
     let mut reconciler = reconciler::Reconciler::new(

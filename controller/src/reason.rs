@@ -18,6 +18,10 @@ pub enum Reason {
     // A replacement's steps.
     ReplacementStarted,
     InstanceRequested,
+    /// An instance request whose answer was lost resolved from the group's member list: its instance adopted.
+    InstanceAdopted,
+    /// An instance request whose answer was lost resolved from the group's member list: none was made, asked again.
+    InstanceRequestedAgain,
     HeirShielded,
     HeirPaired,
     DonorRetired,

@@ -10,12 +10,13 @@
 //! - Every write (cloud or API) starts only within the caller's leadership term.
 
 use crate::etcd::{Members, NodeRef, Removal};
+use crate::events::{Events, node_reference};
 use crate::groups::pending_node::JOIN_FAILED;
 use crate::leadership::Term;
 use crate::nodes::SlimNode;
 use crate::policy::EtcdAccess;
 use crate::policy::replacement::{Goal, GroupView, PendingView, join_name};
-use crate::policy::{DonorRef, Fleet, GroupMember, TaintView};
+use crate::policy::{DonorRef, Fleet, GroupMember, Reason, TaintView};
 use cloud::{CloudProvider, Creation, CreationToken, GroupId, NewInstance, ProviderId};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Taint};
@@ -30,6 +31,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::groups::instances::{Instance, Instances};
+use crate::groups::unrecorded::{self, Named, Resolution};
 
 /// One instance requested for a donor, as [`Replacer::create_instance`] records it.
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +78,11 @@ pub struct Replacer {
     unnamed: Mutex<HashMap<String, CreationToken>>,
     /// Nodes adopted for an unrecorded instance request (never adopted twice).
     claimed: Mutex<BTreeSet<String>>,
+    /// The provider IDs the cluster names: every Node's, and the donors' an heir names (a retired donor's instance
+    /// until it is released). An instance of a group's list that none of these nor a PendingNode names is unknown.
+    named: Mutex<Vec<(String, Option<Timestamp>)>>,
+    /// Where the resolution of an unrecorded request is told (set once the controller publishes Events).
+    events: std::sync::OnceLock<Events>,
 }
 
 impl Replacer {
@@ -105,7 +112,14 @@ impl Replacer {
             created: Mutex::default(),
             unnamed: Mutex::default(),
             claimed: Mutex::default(),
+            named: Mutex::default(),
+            events: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Publishes the resolution of unrecorded instance requests as Events on the donor through `events`.
+    pub fn set_events(&self, events: Events) {
+        let _ = self.events.set(events);
     }
 
     /// Has the cloud asked (in the background, see [`Instances`]) for the group and image of every node of this
@@ -120,6 +134,15 @@ impl Replacer {
             nodes.iter().filter_map(|n| Some(Instance { node: n.name(), provider_id: n.spec.provider_id.as_deref()? })),
         );
         *self.unresolved.lock() = unknown.nodes;
+        *self.named.lock() = nodes
+            .iter()
+            .flat_map(|n| {
+                let created = n.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                let own = n.spec.provider_id.clone().map(|id| (id, created));
+                let donor = n.annotations().get(keys::DONOR_PROVIDER_ID).map(|id| (id.clone(), None));
+                own.into_iter().chain(donor)
+            })
+            .collect();
         let names: BTreeSet<&str> = nodes.iter().map(|n| n.name()).collect();
         forget_gone(&names, &mut self.claimed.lock(), &mut self.unnamed.lock(), &mut self.created.lock());
         unknown.failed
@@ -186,8 +209,10 @@ impl Replacer {
                         None => return Ok(()),
                     },
                     None => {
-                        if let Some(requested) = requested(donor) {
-                            return self.adopt(term, request, nodes, requested, now).await;
+                        if let Some(requested) = requested(donor)
+                            && !self.adopt(term, request, nodes, requested, now).await?
+                        {
+                            return Ok(());
                         }
                         if let Some(other) = nodes.values().find(|n| {
                             let join = join_name(n.name());
@@ -244,7 +269,10 @@ impl Replacer {
     }
 
     /// The unrecorded request of `donor`'s instance at `requested`: records the group's node that registered
-    /// since as its joining PendingNode, waits for one until the join timeout, then requests again.
+    /// since as its joining PendingNode; else reads the group's member list once (see [`unrecorded`]): adopts the
+    /// instance no one names, or answers `true` (request again now) when the list proves none was made. Only while
+    /// neither can be told (creations accepted but not listed yet, a provider that cannot list) does it wait for a
+    /// node, until the join timeout.
     async fn adopt(
         &self,
         term: &Term,
@@ -252,7 +280,7 @@ impl Replacer {
         nodes: &HashMap<String, SlimNode>,
         requested: Timestamp,
         now: Timestamp,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let InstanceRequest { donor, group_id, pending, deadline } = request;
         let join_timeout = deadline.duration_since(now);
         // creationTimestamp has whole seconds: a node created in the second of the request may be its.
@@ -280,34 +308,132 @@ impl Replacer {
             })
             .collect();
         candidates.sort_by_key(|n| (n.metadata.creation_timestamp.as_ref().map(|t| t.0), n.name().to_owned()));
-        let Some(heir) = candidates.first() else {
-            if now < requested.checked_add(join_timeout).unwrap_or(Timestamp::MAX) {
-                tracing::info!(node = donor.name(), %requested, "an instance was requested but not recorded; waiting for its node to register");
-                return Ok(());
-            }
-            tracing::warn!(
+        if let Some(heir) = candidates.first() {
+            let Some(provider_id) = heir.spec.provider_id.clone() else { return Ok(false) };
+            self.claimed.lock().insert(heir.name().to_owned());
+            tracing::info!(
                 node = donor.name(),
-                group = group_id,
-                %requested,
-                "the instance requested for the node was not recorded and no node of the group registered within the join timeout; requesting a new one (check the group for an instance that never joined)"
+                heir = heir.name(),
+                "adopting the node that registered after the unrecorded request"
             );
-            return self.mark_requested(term, donor, None).await;
-        };
-        let Some(provider_id) = heir.spec.provider_id.clone() else { return Ok(()) };
-        self.claimed.lock().insert(heir.name().to_owned());
-        tracing::info!(
+            let spec = PendingNodeSpec {
+                provider_id,
+                group_id: group_id.to_owned(),
+                node_name: heir.name().to_owned(),
+                goal: PendingNodeGoal::Join,
+                deadline: Some(Time(deadline)),
+            };
+            return self.record(term, pending, donor.name(), spec).await.map(|()| false);
+        }
+        match self.resolve_from_list(term, request, since).await? {
+            Some(again) => return Ok(again),
+            None if now < requested.checked_add(join_timeout).unwrap_or(Timestamp::MAX) => {
+                tracing::info!(node = donor.name(), %requested, "an instance was requested but not recorded; waiting for its node to register");
+                return Ok(false);
+            }
+            None => {}
+        }
+        tracing::warn!(
             node = donor.name(),
-            heir = heir.name(),
-            "adopting the node that registered after the unrecorded request"
+            group = group_id,
+            %requested,
+            "the instance requested for the node was not recorded and no node of the group registered within the join timeout; requesting a new one (check the group for an instance that never joined)"
         );
-        let spec = PendingNodeSpec {
-            provider_id,
-            group_id: group_id.to_owned(),
-            node_name: heir.name().to_owned(),
-            goal: PendingNodeGoal::Join,
-            deadline: Some(Time(deadline)),
+        self.mark_requested(term, donor, None).await.map(|()| false)
+    }
+
+    /// [`Replacer::adopt`] from the group's member list (one call): `Some(false)` when an instance was adopted,
+    /// `Some(true)` when none was made (request again), `None` when the list cannot tell.
+    async fn resolve_from_list(
+        &self,
+        term: &Term,
+        request: InstanceRequest<'_>,
+        since: Timestamp,
+    ) -> Result<Option<bool>, String> {
+        let InstanceRequest { donor, group_id, pending, deadline } = request;
+        // A creation of this process that the cloud has not named yet may be an unknown instance of the list.
+        if !self.unnamed.lock().is_empty() {
+            return Ok(None);
+        }
+        let members = match within(term, self.provider.group_instances(&GroupId::from(group_id))).await? {
+            Ok(members) => members,
+            Err(cloud::Error::Invalid { message }) => {
+                tracing::debug!(group = group_id, %message, "the group's members cannot be listed");
+                return Ok(None);
+            }
+            Err(error) => return Err(format!("cannot list the instances of group {group_id}: {error}")),
         };
-        self.record(term, pending, donor.name(), spec).await
+        let mut named: HashMap<ProviderId, Named> = HashMap::new();
+        for (id, created) in self.named.lock().iter() {
+            if let Ok(id) = id.parse::<ProviderId>() {
+                named.insert(id, Named::Node(*created));
+            }
+        }
+        let recorded = self.pending.state().iter().map(|p| p.spec.provider_id.clone()).collect::<Vec<_>>();
+        let creating = self.created.lock().values().map(|(_, i)| i.provider_id.to_string()).collect::<Vec<_>>();
+        for id in recorded.iter().chain(&creating) {
+            if let Ok(id) = id.parse::<ProviderId>() {
+                named.insert(id, Named::Recorded);
+            }
+        }
+        let claimed = self.claimed.lock().clone();
+        match unrecorded::resolve(members, &named, since, &claimed) {
+            Resolution::Adopt { instance, others } => {
+                if !others.is_empty() {
+                    let others: Vec<&str> = others.iter().map(|i| i.node_name.as_str()).collect();
+                    tracing::warn!(
+                        group = group_id,
+                        ?others,
+                        "more instances of the group than requests unknown to the cluster; left alone"
+                    );
+                }
+                self.claimed.lock().insert(instance.node_name.clone());
+                let message = format!(
+                    "the instance requested at {since} for {} was not recorded: adopted {} ({}, {}) from the member list of group {group_id}",
+                    donor.name(),
+                    instance.node_name,
+                    instance.provider_id,
+                    instance.state
+                );
+                tracing::info!(node = donor.name(), heir = %instance.node_name, "{message}");
+                let spec = PendingNodeSpec {
+                    provider_id: instance.provider_id.to_string(),
+                    group_id: group_id.to_owned(),
+                    node_name: instance.node_name,
+                    goal: PendingNodeGoal::Join,
+                    deadline: Some(Time(deadline)),
+                };
+                self.record(term, pending, donor.name(), spec).await?;
+                self.tell(donor, Reason::InstanceAdopted, message);
+                Ok(Some(false))
+            }
+            Resolution::NoneMade => {
+                let message = format!(
+                    "the instance requested at {since} for {} was not recorded and group {group_id} lists no instance it may have made: requesting a new one",
+                    donor.name()
+                );
+                tracing::info!(node = donor.name(), "{message}");
+                self.tell(donor, Reason::InstanceRequestedAgain, message);
+                Ok(Some(true))
+            }
+            Resolution::Unlisted(n) => {
+                tracing::info!(
+                    node = donor.name(),
+                    group = group_id,
+                    unlisted = n,
+                    "the group accepted creations it does not list yet"
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    /// An Event on `donor` (when the controller publishes Events).
+    fn tell(&self, donor: &SlimNode, reason: Reason, message: String) {
+        if let Some(events) = self.events.get() {
+            let reference = node_reference(donor.name(), donor.uid());
+            events.publish(reference, None, reason, message, "Replace");
+        }
     }
 
     /// The nodes of `nodes` in the group `group_id`, as the cloud told them.

@@ -11,8 +11,8 @@ pub mod wire;
 
 use crate::error::{Error, Result};
 use crate::provider::{
-    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, ImageUpdate, InstanceState,
-    NewInstance,
+    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupInstance, GroupMembers,
+    ImageUpdate, InstanceState, NewInstance,
 };
 use crate::provider_id::{Cloud, ProviderId, is_rfc1035};
 use async_trait::async_trait;
@@ -226,6 +226,18 @@ impl CloudProvider for SimulatedProvider {
                 max: group.max,
             })
             .collect())
+    }
+
+    async fn group_instances(&self, group: &GroupId) -> Result<GroupMembers> {
+        let (_, answer): (_, wire::InstanceList) =
+            self.request(Method::GET, &["groups", group.as_str(), "instances"], None).await?;
+        let mut instances = Vec::with_capacity(answer.instances.len());
+        for instance in answer.instances {
+            let (state, image) = (instance.state, Some(instance.image.clone()));
+            let NewInstance { provider_id, node_name } = new_instance(instance)?;
+            instances.push(GroupInstance { provider_id, node_name, state, image });
+        }
+        Ok(GroupMembers { instances, unlisted: answer.unlisted })
     }
 
     fn autoscaler_group_name(&self, group: &GroupId) -> Result<String> {

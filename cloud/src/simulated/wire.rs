@@ -58,6 +58,16 @@ pub struct Instance {
 }
 
 /// `PUT /groups/{group}/image`.
+/// The answer of `GET /groups/{group}/instances`: every instance of the group, in every state but never-created
+/// names, with pending token creations counted as `unlisted` (the simulated cloud lists an instance as soon as it
+/// exists, so 0).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceList {
+    pub instances: Vec<Instance>,
+    #[serde(default)]
+    pub unlisted: u32,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageBody {
     /// The image.

@@ -4,13 +4,16 @@
 //! # Guarantees
 //! - An instance is asked about at most once while it exists (both answers are fixed for an instance), by one
 //!   request at a time however many readers want it; a failed answer is asked again after [`RETRY`].
-//! - The group is taken from the provider ID when the ID names it (Azure scale set VMs, the simulated cloud), so
-//!   such an instance costs one call (its image) instead of two.
+//! - The group is taken from the provider ID when the ID names it (Azure scale set VMs, the simulated cloud), and
+//!   the image from the group's member list where it shows images ([`GroupLists`], shared with the PendingNode
+//!   controller's state polls): one list answers every instance of the group, including heirs listed by a state
+//!   poll before their Node registered. Otherwise one call (the image) or two (group and image) per instance.
 //! - Readers never wait for the cloud: [`Instances::refresh`] returns at once with the nodes not known yet, and
 //!   every answer bumps [`Instances::subscribe`] so that they look again.
 //! - At most [`CONCURRENCY`] questions are in flight; the provider's own rate limit still applies to each call.
 
-use cloud::{CloudProvider, GroupId, ProviderId};
+use super::group_lists::GroupLists;
+use cloud::{CloudProvider, GroupId, GroupInstance, ProviderId};
 use futures::StreamExt;
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -67,6 +70,7 @@ struct State {
 #[derive(Clone)]
 pub struct Instances {
     provider: Arc<dyn CloudProvider>,
+    lists: GroupLists,
     state: Arc<Mutex<State>>,
     queue: mpsc::UnboundedSender<ProviderId>,
     answered: Arc<watch::Sender<u64>>,
@@ -76,7 +80,9 @@ impl Instances {
     /// Starts the background asker, which stops with `shutdown`.
     pub fn start(provider: Arc<dyn CloudProvider>, shutdown: CancellationToken) -> Instances {
         let (queue, questions) = mpsc::unbounded_channel();
-        let instances = Instances { provider, state: Arc::default(), queue, answered: Arc::new(watch::channel(0).0) };
+        let lists = GroupLists::new(provider.clone());
+        let instances =
+            Instances { provider, lists, state: Arc::default(), queue, answered: Arc::new(watch::channel(0).0) };
         let asker = instances.clone();
         tokio::spawn(async move {
             tokio::select! {
@@ -85,6 +91,11 @@ impl Instances {
             }
         });
         instances
+    }
+
+    /// The groups' member lists this cache reads (shared with the PendingNode controller).
+    pub fn lists(&self) -> &GroupLists {
+        &self.lists
     }
 
     /// Bumped after every answer (or failure).
@@ -136,7 +147,7 @@ impl Instances {
     async fn ask_all(&self, mut questions: mpsc::UnboundedReceiver<ProviderId>) {
         let answers = futures::stream::poll_fn(move |cx| questions.poll_recv(cx))
             .map(|id| async move {
-                let answer = ask(self.provider.as_ref(), &id).await;
+                let answer = ask_listed(&self.lists, self.provider.as_ref(), &id).await;
                 (id, answer)
             })
             .buffer_unordered(CONCURRENCY);
@@ -172,6 +183,30 @@ impl Instances {
             self.answered.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
+}
+
+/// [`ask`], answered from a list of the group that shows `id` with its image where the provider ID names the group
+/// and the provider's lists show images (one list of a group answers all its instances).
+pub async fn ask_listed(
+    lists: &GroupLists,
+    provider: &dyn CloudProvider,
+    id: &ProviderId,
+) -> Result<Learned, cloud::Error> {
+    if let Some(group) = named_group(id)
+        && !lists.unsupported()
+    {
+        let listed = |l: &super::group_lists::Listed| l.find(id).is_some_and(|i| i.image.is_some());
+        match lists.list(&group, listed).await {
+            Ok(listed) => {
+                if let Some(GroupInstance { image: Some(image), .. }) = listed.find(id) {
+                    return Ok(Some((group.0, image.clone())));
+                }
+            }
+            Err(cloud::Error::Invalid { .. }) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    ask(provider, id).await
 }
 
 /// Asks the cloud for the group and image of `id`: one call when the provider ID names the group, else two.

@@ -2,10 +2,12 @@
 
 pub mod autoscaler;
 pub mod condition;
+pub mod group_lists;
 pub mod instances;
 pub mod outdated;
 pub mod pending_node;
 pub mod scaling_group;
+pub mod unrecorded;
 
 use crate::events::Events;
 use crate::leadership::{Leadership, Term};

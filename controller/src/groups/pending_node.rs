@@ -326,6 +326,27 @@ pub fn node_fact<'a>(nodes: impl IntoIterator<Item = &'a Node>, provider_id: &st
     }
 }
 
+/// How old a group's list a timer's poll may take (a read after a change takes only a list started after it).
+pub const LIST_REUSE: Duration = Duration::from_secs(1);
+
+/// The state of `id` from one list of its group shared by every PendingNode of the group ([`GroupLists`]: one
+/// request per group per poll), or the instance's own state where the provider cannot list or the list cannot
+/// tell. `polled`: a timer's poll, which takes a list up to [`LIST_REUSE`] old.
+async fn read_state(
+    instances: &super::instances::Instances,
+    provider: &dyn cloud::CloudProvider,
+    group: &str,
+    id: &ProviderId,
+    polled: bool,
+) -> Result<InstanceState, cloud::Error> {
+    let now = tokio::time::Instant::now();
+    let since = if polled { now.checked_sub(LIST_REUSE).unwrap_or(now) } else { now };
+    match instances.lists().state(&GroupId(group.to_owned()), id, since).await? {
+        Some(state) => Ok(state),
+        None => provider.instance_state(id).await,
+    }
+}
+
 /// The instance states the cloud gave, by PendingNode, so that a reconcile that changes nothing the state depends
 /// on does not ask again. A reconcile runs on every event of the instance's Node (its agent's and kubelet's
 /// writes) and on the controller's own status writes; the state is asked again only when it is older than the
@@ -356,8 +377,16 @@ impl StateMemo {
     /// Records what the cloud said for `key` at `at`, while its Node was `node`, to be used for `valid_for`
     /// (the poll interval: the timer that polls next finds it expired); forgets what expired.
     pub fn record(&mut self, key: &str, node: NodeFact, state: InstanceState, at: Timestamp, valid_for: Duration) {
-        self.seen.retain(|_, s| !matches!(Duration::try_from(at.duration_since(s.at)), Ok(age) if age >= s.valid_for));
+        // Kept for twice their validity: [`StateMemo::polled`] tells a timer poll from a change after expiry.
+        self.seen
+            .retain(|_, s| !matches!(Duration::try_from(at.duration_since(s.at)), Ok(age) if age >= 2 * s.valid_for));
         self.seen.insert(key.to_owned(), Seen { state, node, at, valid_for });
+    }
+
+    /// Whether a state was read for `key` while its Node was `node` (expired or not): a read now is a timer's
+    /// poll, which may take a group list read up to [`LIST_REUSE`] ago, rather than a read after a change.
+    pub fn polled(&self, key: &str, node: NodeFact) -> bool {
+        self.seen.get(key).is_some_and(|s| s.node == node)
     }
 
     /// Forgets `key` (its instance was deleted, or its PendingNode is done).
@@ -492,8 +521,13 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
     let remembered = state.memo().fresh(&key, node, now);
     let state_result = match (&id, remembered) {
         (Ok(_), Some(remembered)) => Ok(remembered),
+        // A Ready Node with the instance's provider ID answers for the instance: its kubelet runs on it.
+        (Ok(_), None) if pending.spec.goal == PendingNodeGoal::Join && node == NodeFact::Ready => {
+            Ok(InstanceState::Ready)
+        }
         (Ok(id), None) => {
-            let read = provider.instance_state(id).await;
+            let polled = state.memo().polled(&key, node);
+            let read = read_state(&ctx.instances, provider.as_ref(), &pending.spec.group_id, id, polled).await;
             if let Ok(read) = &read {
                 state.memo().record(&key, node, *read, now, poll_interval(until(created, now)));
             }

@@ -173,9 +173,13 @@ fn expired_states_are_dropped_as_new_ones_are_recorded() {
     let mut memo = StateMemo::default();
     memo.record("a", N::Absent, S::Creating, at(0), Duration::from_secs(1));
     memo.record("b", N::Ready, S::Ready, at(0), Duration::from_secs(30));
+    // Kept for twice their validity, so that a poll after expiry is told from a read after a change.
     memo.record("c", N::Absent, S::Creating, at(5), Duration::from_secs(1));
-    assert_eq!(memo.len(), 2, "a expired");
+    assert_eq!(memo.len(), 2, "a expired twice over");
+    assert!(memo.polled("c", N::Absent) && !memo.polled("c", N::Ready) && !memo.polled("a", N::Absent));
     memo.record("d", N::Absent, S::Creating, at(40), Duration::from_secs(1));
+    assert_eq!(memo.len(), 2, "b is kept until 60 s");
+    memo.record("e", N::Absent, S::Creating, at(70), Duration::from_secs(1));
     assert_eq!(memo.len(), 1);
     assert!(!memo.is_empty());
 }

@@ -107,6 +107,7 @@ impl CloudRoutes {
                 let status = if answer.as_ref().is_ok_and(|a| a.token.is_some()) { 202 } else { 201 };
                 api(answer, status)
             }
+            (["groups", group, "instances"], Method::GET) => api(cloud.group_instances(group).await, 200),
             (["groups", group, "creations", token], Method::GET) => api(cloud.creation(group, token).await, 200),
             (["groups", group, "instances", name], Method::DELETE) => {
                 api(cloud.delete_instance(group, name).await, 200)

@@ -656,6 +656,23 @@ impl SimulatedCloud {
         })
     }
 
+    /// Every instance of a group, in every state (terminated ones stay listed, as the cloud keeps them known); an
+    /// instance is listed from its creation on, so nothing is `unlisted`.
+    pub async fn group_instances(&self, group: &str) -> Result<wire::InstanceList, ErrorBody> {
+        self.begin(Operation::GroupInstances, Target::Group(group)).await?;
+        let state = self.inner.state.lock();
+        if !state.groups.contains_key(group) {
+            return Err(not_found(format!("group {group}")));
+        }
+        let instances = state
+            .instances
+            .iter()
+            .filter(|(_, i)| i.group == group)
+            .map(|(name, i)| SimulatedCloud::instance_wire(name, i))
+            .collect();
+        Ok(wire::InstanceList { instances, unlisted: 0 })
+    }
+
     /// The instance of a pending creation, once named.
     pub async fn creation(&self, group: &str, token: &str) -> Result<wire::CreateAnswer, ErrorBody> {
         self.begin(Operation::CreatedInstance, Target::Group(group)).await?;

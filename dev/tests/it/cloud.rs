@@ -188,6 +188,35 @@ async fn a_new_instance_registers_its_node_not_ready_then_ready_and_leaves_with_
     cluster.shutdown().await;
 }
 
+/// `group_instances` (issue 28): one request lists every instance of the group with its state and image,
+/// terminated ones too; an unknown group is `NotFound`; counted as its own operation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_instances_are_listed_with_their_states_and_images_in_one_call() {
+    let cluster = cloud_cluster(&[("cp", GroupRole::ControlPlane, 1)]).await;
+    let provider = provider(&cluster);
+    let group = GroupId::from("cp");
+    let before = provider.group_instances(&group).await.unwrap();
+    assert_eq!(before.unlisted, 0);
+    assert_eq!(before.instances.len(), 1, "{before:?}");
+    let old = before.instances[0].clone();
+    assert_eq!(old.state, InstanceState::Ready);
+    provider.set_group_image(&group, "v2").await.unwrap();
+    let new = create(&provider, "cp").await;
+    provider.delete_instance(&group, &old.provider_id).await.unwrap();
+    let listed = provider.group_instances(&group).await.unwrap();
+    let find = |id: &ProviderId| listed.instances.iter().find(|i| i.provider_id == *id).cloned().unwrap();
+    let (old_now, new_now) = (find(&old.provider_id), find(&new.provider_id));
+    assert_eq!((old_now.state, old_now.image.as_deref()), (InstanceState::Terminating, old.image.as_deref()));
+    assert_eq!(
+        (new_now.state, new_now.image.as_deref(), new_now.node_name),
+        (InstanceState::Creating, Some("v2"), new.node_name)
+    );
+    let unknown = provider.group_instances(&GroupId::from("nope")).await.unwrap_err();
+    assert!(matches!(unknown, Error::NotFound { .. }), "{unknown:?}");
+    assert_eq!(cluster.cloud().calls().get(&Operation::GroupInstances).copied(), Some(3));
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_that_never_join_or_fail_to_boot_stay_so() {
     let cluster = cloud_cluster(&[("workers", GroupRole::Worker, 1)]).await;

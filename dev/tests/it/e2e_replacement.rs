@@ -201,14 +201,17 @@ async fn a_mixed_cluster_replaces_its_group_nodes_and_updates_the_others_in_plac
     let observed = observer.stop().await;
     assert_eq!(observed.violations, Vec::<String>::new());
     assert_eq!(observed.max_surge_seen, 2, "maxSurge was used in full");
-    // The cloud was asked about each instance once (the replacer and the autoscaler's pause driver share the
-    // answers), and never for the group its provider ID names.
+    // The cloud was asked about each instance at most once (the replacer and the autoscaler's pause driver share
+    // the answers), never for the group its provider ID names, and mostly not at all: one list of a group answers
+    // the image of all its instances, heirs included (issue 28). The states are read from lists too.
     let instances: BTreeSet<String> =
         before.iter().chain(&after).filter_map(|n| n.spec.as_ref()?.provider_id.clone()).collect();
     let calls = cluster.cloud().calls();
+    eprintln!("cloud calls: {calls:?}");
     assert_eq!(calls.get(&cloud::Operation::InstanceGroup), None, "{calls:?}");
     let images = calls.get(&cloud::Operation::InstanceImage).copied().unwrap_or(0);
-    assert!(images >= 14 && images as usize <= instances.len(), "{images} image calls for {instances:?}");
+    assert!(images as usize <= instances.len() / 2, "{images} image calls for {instances:?}");
+    assert!(calls.contains_key(&cloud::Operation::GroupInstances), "{calls:?}");
     controller.stop(Duration::from_secs(15)).await.unwrap();
     stop_all(agents).await;
     cluster.shutdown().await;
@@ -649,6 +652,95 @@ async fn an_instance_created_but_not_recorded_before_a_crash_is_adopted_not_crea
     cluster.faults().remove(fault);
     let second = controller(&cluster, "c-1");
 
+    wait_rolled_out(&cluster, "v2", 3).await;
+    assert_eq!(created_instances(&cluster), 2, "a second instance was created for a donor");
+    assert!(instances_match_nodes(&cluster, "workers-a"), "{}", describe(&cluster));
+    assert_eq!(observer.stop().await.violations, Vec::<String>::new());
+    second.stop(Duration::from_secs(15)).await.unwrap();
+    stop_all(agents).await;
+    cluster.shutdown().await;
+}
+
+/// The messages of the Events with `reason` about `node`.
+fn node_events(cluster: &Cluster, reason: &str, node: Option<&str>) -> Vec<String> {
+    use k8s_openapi::api::events::v1::Event;
+    let events = cluster.store().api::<Event>().list(None, &Default::default()).unwrap();
+    events
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter(|e| node.is_none() || e.regarding.as_ref().and_then(|r| r.name.as_deref()) == node)
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+/// Issue 28 defect 7: a request whose outcome is unknown (a 500 from the create: the instance may or may not have
+/// been made) and whose instance does not exist was waited on for the join timeout (30 min by default here), the
+/// group stalled; the group's member list proves none was made and a new instance is requested at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_request_that_made_no_instance_is_requested_again_from_the_group_list_not_after_the_join_timeout() {
+    let cluster = small_cluster().await;
+    let store = cluster.store();
+    let failure =
+        InjectedFailure { code: ErrorCode::Internal, message: None, times: Some(1), retry_after_seconds: None };
+    cluster
+        .cloud()
+        .set_group_faults("workers-a", GroupFaults { create_failure: Some(failure), ..Default::default() })
+        .unwrap();
+    let limits = Limits { surge: Some(Surge { baseline: 2, max_surge: 1 }), ..Limits::new(1, false) };
+    let observer = Observer::start(cluster.client(), limits);
+    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
+    let controller = controller(&cluster, "c1");
+    // The default join timeout (30 min): the rollout finishes within minutes only if nothing waits for it.
+    create_version(&store, "v2", json!({"maxUnavailable": 1, "maxSurge": 1}));
+    wait_rolled_out(&cluster, "v2", 3).await;
+    // Three create calls: the one answered 500 (nothing made) and one per donor.
+    assert_eq!(created_instances(&cluster), 3, "{}", describe(&cluster));
+    assert!(instances_match_nodes(&cluster, "workers-a"), "{}", describe(&cluster));
+    let told = node_events(&cluster, "InstanceRequestedAgain", None);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0].contains("lists no instance it may have made"), "{told:?}");
+    assert_eq!(observer.stop().await.violations, Vec::<String>::new());
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    stop_all(agents).await;
+    cluster.shutdown().await;
+}
+
+/// Issue 28 defect 7: an instance created but not recorded before a crash, whose node has not registered (it takes
+/// a minute here), is adopted from the group's member list within a poll, not when (or if) its node registers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_created_but_not_recorded_whose_node_has_not_registered_is_adopted_from_the_group_list() {
+    use dev::apiserver::{ErrorFault, RequestMatch, Verb};
+    let cluster = small_cluster().await;
+    let store = cluster.store();
+    let slow = GroupFaults { join_seconds: Some(Duration::from_secs(60)), ..Default::default() };
+    cluster.cloud().set_group_faults("workers-a", slow).unwrap();
+    let records =
+        RequestMatch { verbs: vec![Verb::Create], resource: Some("pendingnodes".into()), ..Default::default() };
+    let fault = cluster.faults().inject(ErrorFault::new(records, 500));
+    let limits = Limits { surge: Some(Surge { baseline: 2, max_surge: 1 }), ..Limits::new(1, false) };
+    let observer = Observer::start(cluster.client(), limits);
+    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
+    let first = controller(&cluster, "c-0");
+    create_version(&store, "v2", json!({"maxUnavailable": 1, "maxSurge": 1}));
+    support::eventually(ROLLOUT, "an instance created", || (created_instances(&cluster) == 1).then_some(())).await;
+    first.crash().await;
+    cluster.faults().remove(fault);
+    let donors = group_nodes(&cluster, "workers-a");
+    let mut created = cluster.cloud().instances_of("workers-a");
+    created.retain(|i| !donors.contains(i));
+    assert_eq!(created.len(), 1, "{created:?}");
+    let second = controller(&cluster, "c-1");
+    // Recorded while its node has not registered yet (60 s after its creation).
+    let adopted = support::eventually(Duration::from_secs(40), "the instance adopted", || {
+        pending(&cluster).into_iter().find(|p| p.spec.goal == shared::crd::PendingNodeGoal::Join)
+    })
+    .await;
+    assert!(adopted.spec.provider_id.ends_with(&format!("/{}", created[0])), "{:?}", adopted.spec);
+    assert_eq!(group_nodes(&cluster, "workers-a"), donors, "adopted only once its node registered");
+    let told = node_events(&cluster, "InstanceAdopted", None);
+    assert!(told.iter().any(|m| m.contains(&created[0])), "{told:?}");
+    cluster.cloud().set_group_faults("workers-a", GroupFaults::default()).unwrap();
     wait_rolled_out(&cluster, "v2", 3).await;
     assert_eq!(created_instances(&cluster), 2, "a second instance was created for a donor");
     assert!(instances_match_nodes(&cluster, "workers-a"), "{}", describe(&cluster));

@@ -1,0 +1,148 @@
+//! An instance request whose answer was lost — the controller stopped, or the cloud's answer failed, between the
+//! donor's `instance-requested` mark and the record of its joining PendingNode — resolved from one list of the
+//! group's members (issue 28 defect 7): the unknown instance is the request's, or the list proves none was made.
+//!
+//! # Guarantees
+//! - An instance that may be the request's is never taken as "none made": any live instance of the list that no
+//!   PendingNode, no creation of this process and no Node older than the request names is adopted instead.
+//! - "None made" only when the list shows every creation the group accepted (`unlisted == 0`).
+//! - Pure: the replacer reads the list and writes the result.
+
+use cloud::{GroupInstance, GroupMembers, InstanceState, ProviderId};
+use jiff::Timestamp;
+use std::collections::{BTreeSet, HashMap};
+
+/// What the cluster says about a provider ID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Named {
+    /// A PendingNode, or an instance this process created and is recording, names it.
+    Recorded,
+    /// A Node has it, created at this time (`None`: named only by an heir as its donor's, a retired donor's
+    /// instance until it is released).
+    Node(Option<Timestamp>),
+}
+
+/// What the group's list says about an unrecorded request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// `instance` is the request's (the first unknown live instance by node name); `others` were unknown too (not
+    /// adopted: one request makes one instance).
+    Adopt { instance: GroupInstance, others: Vec<GroupInstance> },
+    /// The group lists every creation it accepted and none unknown: the request made no instance.
+    NoneMade,
+    /// Nothing unknown is listed, but the group accepted this many creations it does not list yet: ask again.
+    Unlisted(u32),
+}
+
+/// Resolves the request made at `since` (truncated to the second, as `creationTimestamp` is) from `members`;
+/// `named` maps the provider IDs the cluster knows, `claimed` the node names adopted already (never twice).
+pub fn resolve(
+    members: GroupMembers,
+    named: &HashMap<ProviderId, Named>,
+    since: Timestamp,
+    claimed: &BTreeSet<String>,
+) -> Resolution {
+    let mut unknown: Vec<GroupInstance> = members
+        .instances
+        .into_iter()
+        .filter(|i| !matches!(i.state, InstanceState::Terminating | InstanceState::Terminated))
+        .filter(|i| !claimed.contains(&i.node_name))
+        .filter(|i| match named.get(&i.provider_id) {
+            None => true,
+            Some(Named::Recorded) => false,
+            // A node registered since the request is the request's instance (it may not have a group answer yet).
+            Some(Named::Node(created)) => created.is_some_and(|t| t >= since),
+        })
+        .collect();
+    unknown.sort_by(|a, b| a.node_name.cmp(&b.node_name));
+    if !unknown.is_empty() {
+        let instance = unknown.remove(0);
+        return Resolution::Adopt { instance, others: unknown };
+    }
+    match members.unlisted {
+        0 => Resolution::NoneMade,
+        n => Resolution::Unlisted(n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance(name: &str, state: InstanceState) -> GroupInstance {
+        GroupInstance {
+            provider_id: format!("simulated://g/{name}").parse().unwrap(),
+            node_name: name.to_owned(),
+            state,
+            image: None,
+        }
+    }
+
+    fn id(name: &str) -> ProviderId {
+        format!("simulated://g/{name}").parse().unwrap()
+    }
+
+    #[test]
+    fn the_unknown_live_instance_is_adopted_and_a_list_without_one_proves_none_made() {
+        let since: Timestamp = "2026-11-29T08:00:00Z".parse().unwrap();
+        let before: Timestamp = "2026-11-29T07:00:00Z".parse().unwrap();
+        let named = HashMap::from([
+            (id("old"), Named::Node(Some(before))),
+            (id("heir"), Named::Recorded),
+            (id("retired"), Named::Node(None)),
+            (id("registered"), Named::Node(Some(since))),
+        ]);
+        let members = |extra: Vec<GroupInstance>, unlisted| {
+            let mut instances = vec![
+                instance("old", InstanceState::Ready),
+                instance("heir", InstanceState::Creating),
+                instance("retired", InstanceState::Ready),
+                instance("gone", InstanceState::Terminated),
+                instance("going", InstanceState::Terminating),
+            ];
+            instances.extend(extra);
+            GroupMembers { instances, unlisted }
+        };
+        let none = BTreeSet::new();
+        assert_eq!(resolve(members(vec![], 0), &named, since, &none), Resolution::NoneMade);
+        assert_eq!(resolve(members(vec![], 1), &named, since, &none), Resolution::Unlisted(1));
+        // An instance no one names, in any live state, is the request's, listed or not listed besides.
+        for state in [InstanceState::Creating, InstanceState::Ready, InstanceState::Failed] {
+            let new = instance("new", state);
+            assert_eq!(
+                resolve(members(vec![new.clone()], 1), &named, since, &none),
+                Resolution::Adopt { instance: new, others: vec![] }
+            );
+        }
+        // A node that registered since the request (its group not known yet) is the request's too.
+        let registered = instance("registered", InstanceState::Ready);
+        let two = members(vec![instance("zz", InstanceState::Creating), registered.clone()], 0);
+        assert_eq!(
+            resolve(two, &named, since, &none),
+            Resolution::Adopt { instance: registered, others: vec![instance("zz", InstanceState::Creating)] }
+        );
+        // Never adopted twice.
+        let claimed = BTreeSet::from(["new".to_owned()]);
+        assert_eq!(
+            resolve(members(vec![instance("new", InstanceState::Ready)], 0), &named, since, &claimed),
+            Resolution::NoneMade
+        );
+    }
+
+    #[test]
+    fn azure_ids_listed_in_another_case_are_the_nodes() {
+        let node: ProviderId = "azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/ss/virtualMachines/1".parse().unwrap();
+        let listed: ProviderId = "azure:///subscriptions/s/resourceGroups/RG/providers/Microsoft.Compute/virtualMachineScaleSets/ss/virtualMachines/1".parse().unwrap();
+        let named = HashMap::from([(node, Named::Node(None))]);
+        let members = GroupMembers {
+            instances: vec![GroupInstance {
+                provider_id: listed,
+                node_name: "ss000001".into(),
+                state: InstanceState::Ready,
+                image: None,
+            }],
+            unlisted: 0,
+        };
+        assert_eq!(resolve(members, &named, Timestamp::UNIX_EPOCH, &BTreeSet::new()), Resolution::NoneMade);
+    }
+}
