@@ -115,6 +115,10 @@ struct Args {
     /// The controller's `--cloud-rate-limit` (cloud API requests per second) for the scaling groups.
     #[arg(long, default_value_t = 10)]
     cloud_rate_limit: u32,
+    /// The controller's `--log-level` (an EnvFilter directive, e.g. `warn,controller::replacer=debug`); its log is
+    /// `controller.log` in the work directory.
+    #[arg(long, default_value = "warn")]
+    controller_log_level: String,
 }
 
 impl Args {
@@ -406,7 +410,7 @@ async fn main() -> anyhow::Result<()> {
         "--metrics-addr",
         &controller_metrics,
         "--log-level",
-        "warn",
+        args.controller_log_level.as_str(),
     ]
     .map(String::from)
     .to_vec();
