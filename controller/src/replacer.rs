@@ -78,6 +78,9 @@ pub struct Replacer {
     unnamed: Mutex<HashMap<String, CreationToken>>,
     /// Nodes adopted for an unrecorded instance request (never adopted twice).
     claimed: Mutex<BTreeSet<String>>,
+    /// The instance requests this process made or resolved, by joining PendingNode name: a donor's mark that one of
+    /// them wrote is not an unrecorded request (see [`Own`]).
+    own: Mutex<HashMap<String, Own>>,
     /// The provider IDs the cluster names: every Node's, and the donors' an heir names (a retired donor's instance
     /// until it is released). An instance of a group's list that none of these nor a PendingNode names is unknown.
     named: Mutex<Vec<(String, Option<Timestamp>)>>,
@@ -112,6 +115,7 @@ impl Replacer {
             created: Mutex::default(),
             unnamed: Mutex::default(),
             claimed: Mutex::default(),
+            own: Mutex::default(),
             named: Mutex::default(),
             events: std::sync::OnceLock::new(),
         }
@@ -145,6 +149,10 @@ impl Replacer {
             .collect();
         let names: BTreeSet<&str> = nodes.iter().map(|n| n.name()).collect();
         forget_gone(&names, &mut self.claimed.lock(), &mut self.unnamed.lock(), &mut self.created.lock());
+        if !self.own.lock().is_empty() {
+            let joins: BTreeSet<String> = names.iter().map(|donor| join_name(donor)).collect();
+            self.own.lock().retain(|pending, _| joins.contains(pending));
+        }
         unknown.failed
     }
 
@@ -214,10 +222,16 @@ impl Replacer {
                         {
                             return Ok(());
                         }
+                        // Another donor's request whose outcome no one knows (a controller stopped before recording
+                        // it) is resolved first, so that what is adopted for it is its instance. A request this
+                        // process made (its answer coming, or recorded but not yet in the store) is not one of
+                        // them: waiting for it only delays this donor (and, with nothing else to wake the plan,
+                        // stalled the last donors of a group).
                         if let Some(other) = nodes.values().find(|n| {
                             let join = join_name(n.name());
                             n.name() != donor.name()
-                                && requested(n).is_some()
+                                && requested(n)
+                                    .is_some_and(|at| self.own.lock().get(&join).is_none_or(|o| o.marked != at))
                                 && self.group_of(n).as_deref() == Some(group_id)
                                 && !self.created.lock().contains_key(&join)
                                 && !self.unnamed.lock().contains_key(&join)
@@ -230,14 +244,23 @@ impl Replacer {
                             );
                             return Ok(());
                         }
+                        let asking = Asking::new(&self.own, pending, group_id, now);
                         self.mark_requested(term, donor, Some(now)).await?;
                         match within(term, self.provider.create_instance(&group)).await? {
-                            Ok(creation) => creation,
+                            Ok(creation) => {
+                                let instance = match &creation {
+                                    Creation::Created(instance) => Some(instance.provider_id.to_string()),
+                                    Creation::Pending(_) => None,
+                                };
+                                asking.answered(instance);
+                                creation
+                            }
                             Err(error) => {
                                 if nothing_created(&error) {
                                     // Nothing to adopt: the next attempt may ask again at once.
                                     self.mark_requested(term, donor, None).await?;
                                 }
+                                // Dropping `asking` forgets the request: an answer lost is an unrecorded request.
                                 return Err(error.to_string());
                             }
                         }
@@ -245,6 +268,9 @@ impl Replacer {
                 };
                 match creation {
                     Creation::Created(instance) => {
+                        if let Some(own) = self.own.lock().get_mut(pending) {
+                            own.instance = Some(instance.provider_id.to_string());
+                        }
                         self.unnamed.lock().remove(pending);
                         self.created.lock().insert(pending.to_owned(), (group_id.to_owned(), instance.clone()));
                         instance
@@ -311,6 +337,7 @@ impl Replacer {
         if let Some(heir) = candidates.first() {
             let Some(provider_id) = heir.spec.provider_id.clone() else { return Ok(false) };
             self.claimed.lock().insert(heir.name().to_owned());
+            self.resolved(pending, group_id, requested, &provider_id);
             tracing::info!(
                 node = donor.name(),
                 heir = heir.name(),
@@ -351,10 +378,17 @@ impl Replacer {
         since: Timestamp,
     ) -> Result<Option<bool>, String> {
         let InstanceRequest { donor, group_id, pending, deadline } = request;
-        // A creation of this process that the cloud has not named yet may be an unknown instance of the list.
-        if !self.unnamed.lock().is_empty() {
+        // A creation of this process that the cloud has not named yet, or whose answer has not come, may be an
+        // unknown instance of the list.
+        if !self.unnamed.lock().is_empty() || self.own.lock().values().any(|o| o.group == group_id && !o.answered) {
             return Ok(None);
         }
+        // The instance requested runs the group's image: one listed with another is not it (see `adopt`).
+        let Some(image) =
+            self.groups.state().iter().find(|g| g.spec.group_id == group_id).and_then(|g| group_view(g).image)
+        else {
+            return Ok(None);
+        };
         let members = match within(term, self.provider.group_instances(&GroupId::from(group_id))).await? {
             Ok(members) => members,
             Err(cloud::Error::Invalid { message }) => {
@@ -370,14 +404,16 @@ impl Replacer {
             }
         }
         let recorded = self.pending.state().iter().map(|p| p.spec.provider_id.clone()).collect::<Vec<_>>();
-        let creating = self.created.lock().values().map(|(_, i)| i.provider_id.to_string()).collect::<Vec<_>>();
+        let mut creating = self.created.lock().values().map(|(_, i)| i.provider_id.to_string()).collect::<Vec<_>>();
+        // Recorded by this process, perhaps not in the store yet.
+        creating.extend(self.own.lock().values().filter_map(|o| o.instance.clone()));
         for id in recorded.iter().chain(&creating) {
             if let Ok(id) = id.parse::<ProviderId>() {
                 named.insert(id, Named::Recorded);
             }
         }
         let claimed = self.claimed.lock().clone();
-        match unrecorded::resolve(members, &named, since, &claimed) {
+        match unrecorded::resolve(members, &named, since, &claimed, &image) {
             Resolution::Adopt { instance, others } => {
                 if !others.is_empty() {
                     let others: Vec<&str> = others.iter().map(|i| i.node_name.as_str()).collect();
@@ -388,6 +424,9 @@ impl Replacer {
                     );
                 }
                 self.claimed.lock().insert(instance.node_name.clone());
+                if let Some(marked) = requested(donor) {
+                    self.resolved(pending, group_id, marked, &instance.provider_id.to_string());
+                }
                 let message = format!(
                     "the instance requested at {since} for {} was not recorded: adopted {} ({}, {}) from the member list of group {group_id}",
                     donor.name(),
@@ -426,6 +465,13 @@ impl Replacer {
                 Ok(None)
             }
         }
+    }
+
+    /// Remembers that the request marked `marked` on the donor of `pending` is resolved: `instance` is recorded for
+    /// it by this process (the store may show the record a moment later).
+    fn resolved(&self, pending: &str, group_id: &str, marked: Timestamp, instance: &str) {
+        let own = Own { group: group_id.to_owned(), marked, instance: Some(instance.to_owned()), answered: true };
+        self.own.lock().insert(pending.to_owned(), own);
     }
 
     /// An Event on `donor` (when the controller publishes Events).
@@ -595,6 +641,56 @@ impl Replacer {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
             Err(error) => Err(format!("cannot create PendingNode {name}: {error}")),
+        }
+    }
+}
+
+/// An instance request this process made (or resolved from an unrecorded one), as [`Replacer`] remembers it until
+/// its donor is gone.
+#[derive(Debug, Clone)]
+struct Own {
+    /// The donor's scaling group.
+    group: String,
+    /// The donor's [`keys::INSTANCE_REQUESTED`] mark of the request (as [`requested`] reads it).
+    marked: Timestamp,
+    /// The provider ID of its instance, once known.
+    instance: Option<String>,
+    /// Whether the cloud answered the request (an instance, or a creation token); until then the group may list
+    /// its instance as no one's.
+    answered: bool,
+}
+
+/// A creation being asked of the cloud, remembered in `own` from before the donor's mark is written until the
+/// cloud answers ([`Asking::answered`]); dropped first (the call failed with an unknown outcome, the term ended,
+/// the task was cancelled), the request is forgotten, and the mark left on the donor is an unrecorded request.
+struct Asking<'a> {
+    own: &'a Mutex<HashMap<String, Own>>,
+    pending: &'a str,
+    answered: bool,
+}
+
+impl<'a> Asking<'a> {
+    fn new(own: &'a Mutex<HashMap<String, Own>>, pending: &'a str, group: &str, now: Timestamp) -> Asking<'a> {
+        // The mark as written (milliseconds) and read back.
+        let marked = shared::protocol::truncate_to_millis(now);
+        own.lock().insert(pending.to_owned(), Own { group: group.to_owned(), marked, instance: None, answered: false });
+        Asking { own, pending, answered: false }
+    }
+
+    /// The cloud answered, naming `instance` or not yet (a creation token).
+    fn answered(mut self, instance: Option<String>) {
+        if let Some(own) = self.own.lock().get_mut(self.pending) {
+            own.answered = true;
+            own.instance = instance;
+        }
+        self.answered = true;
+    }
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.own.lock().remove(self.pending);
         }
     }
 }

@@ -6,6 +6,9 @@
 //! - An instance that may be the request's is never taken as "none made": any live instance of the list that no
 //!   PendingNode, no creation of this process and no Node older than the request names is adopted instead.
 //! - "None made" only when the list shows every creation the group accepted (`unlisted == 0`).
+//! - An instance the list shows with another image than the group's is never the request's (the request is made
+//!   only once the group's image is the target; an outdated instance is someone else's), as for a node adopted by
+//!   its registration.
 //! - Pure: the replacer reads the list and writes the result.
 
 use cloud::{GroupInstance, GroupMembers, InstanceState, ProviderId};
@@ -35,17 +38,21 @@ pub enum Resolution {
 }
 
 /// Resolves the request made at `since` (truncated to the second, as `creationTimestamp` is) from `members`;
-/// `named` maps the provider IDs the cluster knows, `claimed` the node names adopted already (never twice).
+/// `named` maps the provider IDs the cluster knows, `claimed` the node names adopted already (never twice), `image`
+/// is the group's image (an instance listed with another one is not the request's; one listed without an image is
+/// judged by the rest).
 pub fn resolve(
     members: GroupMembers,
     named: &HashMap<ProviderId, Named>,
     since: Timestamp,
     claimed: &BTreeSet<String>,
+    image: &str,
 ) -> Resolution {
     let mut unknown: Vec<GroupInstance> = members
         .instances
         .into_iter()
         .filter(|i| !matches!(i.state, InstanceState::Terminating | InstanceState::Terminated))
+        .filter(|i| i.image.as_deref().is_none_or(|runs| runs == image))
         .filter(|i| !claimed.contains(&i.node_name))
         .filter(|i| match named.get(&i.provider_id) {
             None => true,
@@ -68,6 +75,8 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const IMAGE: &str = "v2";
 
     fn instance(name: &str, state: InstanceState) -> GroupInstance {
         GroupInstance {
@@ -104,13 +113,13 @@ mod tests {
             GroupMembers { instances, unlisted }
         };
         let none = BTreeSet::new();
-        assert_eq!(resolve(members(vec![], 0), &named, since, &none), Resolution::NoneMade);
-        assert_eq!(resolve(members(vec![], 1), &named, since, &none), Resolution::Unlisted(1));
+        assert_eq!(resolve(members(vec![], 0), &named, since, &none, IMAGE), Resolution::NoneMade);
+        assert_eq!(resolve(members(vec![], 1), &named, since, &none, IMAGE), Resolution::Unlisted(1));
         // An instance no one names, in any live state, is the request's, listed or not listed besides.
         for state in [InstanceState::Creating, InstanceState::Ready, InstanceState::Failed] {
             let new = instance("new", state);
             assert_eq!(
-                resolve(members(vec![new.clone()], 1), &named, since, &none),
+                resolve(members(vec![new.clone()], 1), &named, since, &none, IMAGE),
                 Resolution::Adopt { instance: new, others: vec![] }
             );
         }
@@ -118,14 +127,40 @@ mod tests {
         let registered = instance("registered", InstanceState::Ready);
         let two = members(vec![instance("zz", InstanceState::Creating), registered.clone()], 0);
         assert_eq!(
-            resolve(two, &named, since, &none),
+            resolve(two, &named, since, &none, IMAGE),
             Resolution::Adopt { instance: registered, others: vec![instance("zz", InstanceState::Creating)] }
         );
         // Never adopted twice.
         let claimed = BTreeSet::from(["new".to_owned()]);
         assert_eq!(
-            resolve(members(vec![instance("new", InstanceState::Ready)], 0), &named, since, &claimed),
+            resolve(members(vec![instance("new", InstanceState::Ready)], 0), &named, since, &claimed, IMAGE),
             Resolution::NoneMade
+        );
+    }
+
+    #[test]
+    fn an_instance_listed_with_another_image_than_the_groups_is_not_the_requests() {
+        let since: Timestamp = "2026-11-29T08:00:00Z".parse().unwrap();
+        let with = |name: &str, image: Option<&str>| GroupInstance {
+            image: image.map(str::to_owned),
+            ..instance(name, InstanceState::Ready)
+        };
+        // Registered in the second of the request, but of the old image (an outdated node): not adopted.
+        let named = HashMap::from([(id("outdated"), Named::Node(Some(since)))]);
+        let members = |instances| GroupMembers { instances, unlisted: 0 };
+        let none = BTreeSet::new();
+        assert_eq!(
+            resolve(members(vec![with("outdated", Some("v1"))]), &named, since, &none, IMAGE),
+            Resolution::NoneMade
+        );
+        assert_eq!(
+            resolve(members(vec![with("outdated", Some("v1")), with("new", Some(IMAGE))]), &named, since, &none, IMAGE),
+            Resolution::Adopt { instance: with("new", Some(IMAGE)), others: vec![] }
+        );
+        // A list that shows no images (AWS, GCP) judges by the rest.
+        assert_eq!(
+            resolve(members(vec![with("new", None)]), &named, since, &none, IMAGE),
+            Resolution::Adopt { instance: with("new", None), others: vec![] }
         );
     }
 
@@ -143,6 +178,6 @@ mod tests {
             }],
             unlisted: 0,
         };
-        assert_eq!(resolve(members, &named, Timestamp::UNIX_EPOCH, &BTreeSet::new()), Resolution::NoneMade);
+        assert_eq!(resolve(members, &named, Timestamp::UNIX_EPOCH, &BTreeSet::new(), IMAGE), Resolution::NoneMade);
     }
 }

@@ -20,6 +20,7 @@
 pub mod azure;
 pub mod gcp;
 mod http;
+pub mod schema;
 
 pub use self::http::CloudRoutes;
 
@@ -165,6 +166,10 @@ pub struct GroupFaults {
     /// Calls on the group or its instances take this long.
     #[serde(default, with = "crate::hosts::seconds", skip_serializing_if = "Option::is_none")]
     pub slow_seconds: Option<Duration>,
+    /// Creates in the group are answered this long after the instance was made (a slow answer, other calls not
+    /// slowed).
+    #[serde(default, with = "crate::hosts::seconds", skip_serializing_if = "Option::is_none")]
+    pub create_seconds: Option<Duration>,
     /// This group's provisioning time.
     #[serde(default, with = "crate::hosts::seconds", skip_serializing_if = "Option::is_none")]
     pub provision_seconds: Option<Duration>,
@@ -602,7 +607,7 @@ impl SimulatedCloud {
     /// Adds an instance to a group (see [`GroupFaults::create_returns_token`]).
     pub async fn create_instance(&self, group: &str) -> Result<wire::CreateAnswer, ErrorBody> {
         self.begin(Operation::CreateInstance, Target::Group(group)).await?;
-        let (name, token, provision) = {
+        let (name, token, provision, answer_after) = {
             let mut guard = self.inner.state.lock();
             let state = &mut *guard;
             let g = state.groups.get_mut(group).ok_or_else(|| not_found(format!("group {group}")))?;
@@ -612,6 +617,7 @@ impl SimulatedCloud {
             apply_due_image(g);
             let (image, max, returns_token) = (g.image.clone(), g.max, g.faults.create_returns_token);
             let (never_joins, fails_to_boot) = (g.faults.never_joins, g.faults.fails_to_boot);
+            let answer_after = g.faults.create_seconds;
             let alive =
                 state.instances.values().filter(|i| i.group == group && i.state != InstanceState::Terminated).count();
             if alive >= max as usize {
@@ -643,9 +649,15 @@ impl SimulatedCloud {
                     .insert(token.clone(), Creation { group: group.to_owned(), instance: name.clone(), named_at });
                 token
             });
-            (name, token, provision)
+            (name, token, provision, answer_after)
         };
         self.after(provision, &name, 0, SimulatedCloud::provisioned);
+        if let Some(delay) = answer_after {
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = self.inner.shutdown.cancelled() => return Err(ErrorBody::new(ErrorCode::Internal, "shutting down")),
+            }
+        }
         let state = self.inner.state.lock();
         Ok(match token {
             Some(token) => wire::CreateAnswer { instance: None, token: Some(token) },

@@ -750,6 +750,53 @@ async fn an_instance_created_but_not_recorded_whose_node_has_not_registered_is_a
     cluster.shutdown().await;
 }
 
+/// The bench's stall of the last donors of a group (issue 28): a donor whose replacement started while another
+/// donor's instance request of the same group was in flight in this very controller took that request for one a
+/// stopped controller left unrecorded, and waited for it (its step "succeeded" without creating, and with nothing
+/// else to wake the plan it was never asked again). A request this controller made is not waited for: the second
+/// donor's instance is requested while the first one's creation is still being answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_donor_does_not_wait_for_another_donors_request_in_flight_in_the_same_controller() {
+    let cluster = small_cluster().await;
+    let store = cluster.store();
+    let donors = group_nodes(&cluster, "workers-a");
+    let (first, second) = (donors[0].clone(), donors[1].clone());
+    // The second donor is held (cordoned by someone else) until the first one's request is in flight; the cloud
+    // answers creates 15 s after it made the instance (the client waits up to 30 s).
+    let cordon = |on: bool| {
+        let patch = dev::apiserver::Patch::Merge(json!({"spec": {"unschedulable": on}}));
+        store.api::<Node>().patch(None, &second, &patch, &Default::default()).unwrap();
+    };
+    cordon(true);
+    let slow = GroupFaults { create_seconds: Some(Duration::from_secs(15)), ..Default::default() };
+    cluster.cloud().set_group_faults("workers-a", slow).unwrap();
+    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
+    let controller = controller(&cluster, "c1");
+    create_version(&store, "v2", json!({"maxUnavailable": 2, "maxSurge": 2}));
+    let requested =
+        |name: &str| node(&cluster, name).is_some_and(|n| n.annotations().contains_key(keys::INSTANCE_REQUESTED));
+    support::eventually(ROLLOUT, "the first donor's instance requested", || requested(&first).then_some(())).await;
+    assert!(pending(&cluster).is_empty(), "the first creation was answered already:\n{}", describe(&cluster));
+    cordon(false);
+    // Whichever comes first: the second donor's request, or the first one's record (its creation answered).
+    let second_first = support::eventually(ROLLOUT, "the second request or the first record", || {
+        if requested(&second) { Some(true) } else { (!pending(&cluster).is_empty()).then_some(false) }
+    })
+    .await;
+    assert!(
+        second_first,
+        "the second donor's request waited for the first one's answer and record:\n{}",
+        describe(&cluster)
+    );
+    cluster.cloud().set_group_faults("workers-a", GroupFaults::default()).unwrap();
+    wait_rolled_out(&cluster, "v2", 3).await;
+    assert_eq!(created_instances(&cluster), 2, "{}", describe(&cluster));
+    assert!(instances_match_nodes(&cluster, "workers-a"), "{}", describe(&cluster));
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    stop_all(agents).await;
+    cluster.shutdown().await;
+}
+
 /// The steps of a replacement as the cluster shows them; a crash test kills the controller as each is first seen.
 const STEPS: [&str; 8] = [
     "intent=replace written",
