@@ -326,24 +326,36 @@ pub fn node_fact<'a>(nodes: impl IntoIterator<Item = &'a Node>, provider_id: &st
     }
 }
 
-/// How old a group's list a timer's poll may take (a read after a change takes only a list started after it).
+/// How old a group's list a read may take (never one started before the PendingNode's first look, see
+/// [`StateMemo::list_since`]).
 pub const LIST_REUSE: Duration = Duration::from_secs(1);
 
 /// The state of `id` from one list of its group shared by every PendingNode of the group ([`GroupLists`]: one
-/// request per group per poll), or the instance's own state where the provider cannot list or the list cannot
-/// tell. `polled`: a timer's poll, which takes a list up to [`LIST_REUSE`] old.
+/// request per group per poll) started at `since` or later, or the instance's own state where the provider cannot
+/// list or the list cannot tell.
 async fn read_state(
     instances: &super::instances::Instances,
     provider: &dyn cloud::CloudProvider,
     group: &str,
     id: &ProviderId,
-    polled: bool,
+    since: tokio::time::Instant,
 ) -> Result<InstanceState, cloud::Error> {
-    let now = tokio::time::Instant::now();
-    let since = if polled { now.checked_sub(LIST_REUSE).unwrap_or(now) } else { now };
     match instances.lists().state(&GroupId(group.to_owned()), id, since).await? {
         Some(state) => Ok(state),
         None => provider.instance_state(id).await,
+    }
+}
+
+/// How young a PendingNode's first look is taken for one right after the replacer's cloud call (see [`first_look`]).
+pub const FIRST_LOOK: Duration = Duration::from_secs(5);
+
+/// What a PendingNode's instance is taken to be at its first look, before its first poll: a joining instance was
+/// just created (`Creating`), a leaving one is being deleted (`Terminating`). Neither state decides anything but to
+/// wait for the poll (or the deadline).
+pub fn first_look(goal: PendingNodeGoal) -> InstanceState {
+    match goal {
+        PendingNodeGoal::Join => InstanceState::Creating,
+        PendingNodeGoal::Leave => InstanceState::Terminating,
     }
 }
 
@@ -363,6 +375,9 @@ struct Seen {
     node: NodeFact,
     at: Timestamp,
     valid_for: Duration,
+    /// The first look at the PendingNode (after its instance was created, or deleted by this controller): no list
+    /// started before it answers for the instance.
+    anchor: tokio::time::Instant,
 }
 
 impl StateMemo {
@@ -377,19 +392,32 @@ impl StateMemo {
     /// Records what the cloud said for `key` at `at`, while its Node was `node`, to be used for `valid_for`
     /// (the poll interval: the timer that polls next finds it expired); forgets what expired.
     pub fn record(&mut self, key: &str, node: NodeFact, state: InstanceState, at: Timestamp, valid_for: Duration) {
-        // Kept for twice their validity: [`StateMemo::polled`] tells a timer poll from a change after expiry.
-        self.seen
-            .retain(|_, s| !matches!(Duration::try_from(at.duration_since(s.at)), Ok(age) if age >= 2 * s.valid_for));
-        self.seen.insert(key.to_owned(), Seen { state, node, at, valid_for });
+        let anchor = self.seen.get(key).map_or_else(tokio::time::Instant::now, |s| s.anchor);
+        // Kept for twice their validity (or LIST_REUSE): [`StateMemo::list_since`] needs the first look's time.
+        self.seen.retain(|_, s| {
+            !matches!(Duration::try_from(at.duration_since(s.at)), Ok(age) if age >= 2 * s.valid_for.max(LIST_REUSE))
+        });
+        self.seen.insert(key.to_owned(), Seen { state, node, at, valid_for, anchor });
     }
 
-    /// Whether a state was read for `key` while its Node was `node` (expired or not): a read now is a timer's
-    /// poll, which may take a group list read up to [`LIST_REUSE`] ago, rather than a read after a change.
-    pub fn polled(&self, key: &str, node: NodeFact) -> bool {
-        self.seen.get(key).is_some_and(|s| s.node == node)
+    /// The earliest start of a group list that may answer for `key` at `now`: [`LIST_REUSE`] ago, but never before
+    /// the PendingNode's first look (a list from before its instance was created does not show it). `None` at the
+    /// first look (nothing recorded for `key`: a new PendingNode, or its instance just deleted by this controller).
+    pub fn list_since(&self, key: &str, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        let seen = self.seen.get(key)?;
+        Some(now.checked_sub(LIST_REUSE).unwrap_or(now).max(seen.anchor))
     }
 
-    /// Forgets `key` (its instance was deleted, or its PendingNode is done).
+    /// Records that this controller deleted `key`'s instance at `at`: nothing is remembered of its state, and the
+    /// next read takes only a list started after the deletion.
+    pub fn deleted(&mut self, key: &str, at: Timestamp) {
+        let anchor = tokio::time::Instant::now();
+        let seen =
+            Seen { state: InstanceState::Terminating, node: NodeFact::Absent, at, valid_for: Duration::ZERO, anchor };
+        self.seen.insert(key.to_owned(), seen);
+    }
+
+    /// Forgets `key` (its PendingNode is done or gone).
     pub fn forget(&mut self, key: &str) {
         self.seen.remove(key);
     }
@@ -519,20 +547,35 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
     }
     let key = pending.uid().unwrap_or_else(|| name.clone());
     let remembered = state.memo().fresh(&key, node, now);
+    let mut assumed = false;
+    // Bound first: the memo's lock is not held across the read.
+    let since = state.memo().list_since(&key, tokio::time::Instant::now());
     let state_result = match (&id, remembered) {
         (Ok(_), Some(remembered)) => Ok(remembered),
         // A Ready Node with the instance's provider ID answers for the instance: its kubelet runs on it.
         (Ok(_), None) if pending.spec.goal == PendingNodeGoal::Join && node == NodeFact::Ready => {
             Ok(InstanceState::Ready)
         }
-        (Ok(id), None) => {
-            let polled = state.memo().polled(&key, node);
-            let read = read_state(&ctx.instances, provider.as_ref(), &pending.spec.group_id, id, polled).await;
-            if let Ok(read) = &read {
-                state.memo().record(&key, node, *read, now, poll_interval(until(created, now)));
+        (Ok(id), None) => match since {
+            // The first look at a new PendingNode: the replacer has just had the cloud create or delete its
+            // instance, so it is not asked before the first poll, [`LIST_REUSE`] later, which every PendingNode of
+            // the group then answers from one list (a fresh list per new PendingNode cost one request per instance).
+            // An older one (a restarted controller) or one past its deadline is asked at once.
+            None if until(created, now) < FIRST_LOOK && now < deadline => {
+                let looked = first_look(pending.spec.goal);
+                state.memo().record(&key, node, looked, now, LIST_REUSE);
+                assumed = true;
+                Ok(looked)
             }
-            read
-        }
+            since => {
+                let since = since.unwrap_or_else(tokio::time::Instant::now);
+                let read = read_state(&ctx.instances, provider.as_ref(), &pending.spec.group_id, id, since).await;
+                if let Ok(read) = &read {
+                    state.memo().record(&key, node, *read, now, poll_interval(until(created, now)));
+                }
+                read
+            }
+        },
         (Err(error), _) => Err(cloud::Error::invalid(format!("spec.providerID: {error}"))),
     };
     let leave_overdue = pending
@@ -556,7 +599,12 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
         leave_overdue,
     };
     let mut decision = decide(&facts);
-    tracing::debug!(pending = %name, ?facts, ?decision, "PendingNode decided");
+    if assumed {
+        // Not the cloud's word: not shown as `cspState`, and the first poll comes LIST_REUSE later.
+        decision.csp_state = None;
+        decision.wake = Some(decision.wake.map_or(LIST_REUSE, |wake| wake.min(LIST_REUSE)));
+    }
+    tracing::debug!(pending = %name, ?facts, ?decision, assumed, "PendingNode decided");
     let group = GroupId(pending.spec.group_id.clone());
     let mut spec_patch = None;
     let mut cloud_failed = None;
@@ -569,8 +617,8 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
         // Nothing more to ask the cloud.
         Move::Joined => state.memo().forget(&key),
         Move::GiveUp(_) | Move::RetryDelete => {
-            // The deletion changes the instance's state: the next reconcile asks the cloud.
-            state.memo().forget(&key);
+            // The deletion changes the instance's state: the next reconcile asks the cloud, a list started after it.
+            state.memo().deleted(&key, now);
             let deleted = match &id {
                 Ok(id) => super::fenced(ctx, provider.delete_instance(&group, id)).await?,
                 Err(error) => Err(cloud::Error::invalid(format!("spec.providerID: {error}"))),

@@ -173,10 +173,11 @@ fn expired_states_are_dropped_as_new_ones_are_recorded() {
     let mut memo = StateMemo::default();
     memo.record("a", N::Absent, S::Creating, at(0), Duration::from_secs(1));
     memo.record("b", N::Ready, S::Ready, at(0), Duration::from_secs(30));
-    // Kept for twice their validity, so that a poll after expiry is told from a read after a change.
+    // Kept for twice their validity, so that a read after expiry still knows the PendingNode's first look.
     memo.record("c", N::Absent, S::Creating, at(5), Duration::from_secs(1));
     assert_eq!(memo.len(), 2, "a expired twice over");
-    assert!(memo.polled("c", N::Absent) && !memo.polled("c", N::Ready) && !memo.polled("a", N::Absent));
+    let now = tokio::time::Instant::now();
+    assert!(memo.list_since("c", now).is_some() && memo.list_since("a", now).is_none());
     memo.record("d", N::Absent, S::Creating, at(40), Duration::from_secs(1));
     assert_eq!(memo.len(), 2, "b is kept until 60 s");
     memo.record("e", N::Absent, S::Creating, at(70), Duration::from_secs(1));
@@ -285,4 +286,30 @@ fn a_donor_waits_for_the_record_of_its_own_attempt_only() {
     paired.insert(keys::HEIR.to_owned(), "n-new".to_owned());
     assert!(!attempt_waits(&paired, Some(created)));
     assert!(!attempt_waits(&BTreeMap::new(), Some(created)));
+}
+
+/// Issue 28, one list per group per poll: a PendingNode's first look asks nothing (its instance was just created or
+/// deleted), and no list started before that look answers for it later (it would not show a new instance).
+#[tokio::test(start_paused = true)]
+async fn lists_older_than_a_pending_nodes_first_look_never_answer_for_it() {
+    use tokio::time::Instant;
+    let mut memo = StateMemo::default();
+    assert_eq!(memo.list_since("p", Instant::now()), None, "the first look");
+    assert_eq!((first_look(Join), first_look(Leave)), (S::Creating, S::Terminating));
+    let first = Instant::now();
+    memo.record("p", N::Absent, first_look(Join), at(0), LIST_REUSE);
+    tokio::time::advance(Duration::from_millis(400)).await;
+    assert_eq!(memo.list_since("p", Instant::now()), Some(first), "never a list from before the first look");
+    tokio::time::advance(Duration::from_secs(2)).await;
+    memo.record("p", N::NotReady, S::Creating, at(2), Duration::from_secs(1));
+    let now = Instant::now();
+    assert_eq!(memo.list_since("p", now), Some(now - LIST_REUSE), "later, a list up to LIST_REUSE old");
+    // Its instance deleted by the controller: nothing remembered, and only a list started since is taken.
+    memo.deleted("p", at(3));
+    assert_eq!(memo.fresh("p", N::NotReady, at(3)), None);
+    assert_eq!(memo.list_since("p", now), Some(now), "a list started after the deletion");
+    tokio::time::advance(Duration::from_secs(5)).await;
+    assert_eq!(memo.list_since("p", Instant::now()), Some(Instant::now() - LIST_REUSE));
+    memo.forget("p");
+    assert_eq!(memo.list_since("p", now), None, "done: nothing kept");
 }
