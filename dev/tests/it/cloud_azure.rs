@@ -32,15 +32,15 @@ const V2: &str = "/CommunityGalleries/constellation-cvm-1234/Images/constellatio
 
 /// A dev cluster (one in-place worker unless `nodes` says otherwise), an emulator with `scale_sets` serving on
 /// a loopback port, and the token file of the workload identity.
-struct Azure {
-    cluster: Cluster,
-    emulator: AzureEmulator,
+pub(crate) struct Azure {
+    pub(crate) cluster: Cluster,
+    pub(crate) emulator: AzureEmulator,
     endpoint: dev::cloud::azure::Endpoint,
     token_file: tempfile::NamedTempFile,
 }
 
 impl Azure {
-    async fn start(nodes: usize, scale_sets: &[(&str, GroupRole, u32)]) -> Azure {
+    pub(crate) async fn start(nodes: usize, scale_sets: &[(&str, GroupRole, u32)]) -> Azure {
         let config = ClusterConfig {
             nodes,
             control_planes: 0,
@@ -76,7 +76,7 @@ impl Azure {
         }
     }
 
-    fn provider(&self) -> AzureProvider {
+    pub(crate) fn provider(&self) -> AzureProvider {
         AzureProvider::new(self.config()).expect("the provider is configured")
     }
 
@@ -84,13 +84,13 @@ impl Azure {
         self.cluster.cloud().cluster_tag().clone()
     }
 
-    async fn shutdown(self) {
+    pub(crate) async fn shutdown(self) {
         self.emulator.shutdown();
         self.cluster.shutdown().await;
     }
 }
 
-fn group(name: &str) -> GroupId {
+pub(crate) fn group(name: &str) -> GroupId {
     GroupId(AzureEmulator::scale_set_id(name))
 }
 
@@ -173,6 +173,8 @@ async fn the_azure_provider_passes_the_conformance_suite_and_needs_exactly_the_r
     // Every call the provider makes was made, and the README's role is exactly what they needed.
     let recorded: BTreeSet<String> = azure.emulator.actions().into_iter().map(str::to_owned).collect();
     assert_eq!(recorded, readme_actions(), "the README's role vs the recorded calls");
+    // Every request passed the published definition (a refused one fails a check above) and every answer fits it.
+    assert_eq!(azure.emulator.spec_violations(), Vec::<String>::new());
     azure.shutdown().await;
 }
 

@@ -14,8 +14,12 @@ mod cloud;
 mod cloud_aws;
 #[cfg(feature = "azure")]
 mod cloud_azure;
+#[cfg(feature = "azure")]
+mod cloud_azure_spec;
 #[cfg(feature = "gcp")]
 mod cloud_gcp;
+#[cfg(feature = "gcp")]
+mod cloud_gcp_spec;
 mod cluster_role_aggregation;
 mod cluster_support;
 mod common;

@@ -10,6 +10,7 @@
 //! | `GET .../virtualMachineScaleSets/{ss}/virtualMachines[/{id}[/instanceView]]` | VMs, a VM, its instance view |
 //! | `GET /subscriptions/{sub}/providers/Microsoft.Compute/locations/{loc}/operations/{id}` | `{"name", "status", "startTime", "endTime", "error"}` |
 
+use super::spec::ArmSpec;
 use super::{
     API_VERSION, AzureEmulator, CLIENT_ID, Call, FEDERATED_TOKEN, LOCATION, Provisioning, RESOURCE_GROUP,
     SUBSCRIPTION_ID, State, TENANT_ID, Vm, actions, computer_name,
@@ -109,18 +110,57 @@ impl AzureEmulator {
             Ok(body) => body.to_bytes(),
             Err(_) => return respond(Answer::error(413, "RequestTooLarge", "the body is too large")),
         };
-        let path = parts.uri.path().to_owned();
-        let query: Vec<(String, String)> =
-            parts.uri.query().map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default();
         let header =
             |name: header::HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let (authorization, if_match) = (header(header::AUTHORIZATION), header(header::IF_MATCH));
+        respond(self.answer(base, &parts.method, parts.uri.path(), parts.uri.query(), authorization, if_match, &body))
+    }
+
+    /// One request as the HTTPS server receives it, without the transport (`path_and_query` as in a request line,
+    /// `authorization` the header's value): its status and JSON body. For tests that send what no client would.
+    pub fn exchange(
+        &self,
+        method: &Method,
+        path_and_query: &str,
+        authorization: Option<&str>,
+        body: &[u8],
+    ) -> (u16, Option<Value>) {
+        let (path, query) = match path_and_query.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (path_and_query, None),
+        };
+        let answer =
+            self.answer("https://127.0.0.1", method, path, query, authorization.map(str::to_owned), None, body);
+        (answer.status, answer.body)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn answer(
+        &self,
+        base: &str,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        authorization: Option<String>,
+        if_match: Option<String>,
+        body: &[u8],
+    ) -> Answer {
+        let query: Vec<(String, String)> =
+            query.map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-        if parts.method == Method::POST && segments.len() == 4 && segments[1..] == ["oauth2", "v2.0", "token"] {
-            return respond(self.token(segments[0], &body));
+        if *method == Method::POST && segments.len() == 4 && segments[1..] == ["oauth2", "v2.0", "token"] {
+            return self.token(segments[0], body);
         }
-        let authorization = header(header::AUTHORIZATION);
-        let if_match = header(header::IF_MATCH);
-        respond(self.arm(base, &parts.method, &path, &segments, &query, authorization, if_match, &body))
+        let answer = self.arm(base, method, path, &segments, &query, authorization, if_match, body);
+        // Every answer of an operation of the definition is held to its response schema (recorded for the tests).
+        let spec = ArmSpec::get();
+        if let Some(operation) = spec.operation(&method.as_str().to_ascii_lowercase(), path) {
+            let violations = spec.check_response(operation, answer.status, answer.body.as_ref());
+            if !violations.is_empty() {
+                self.inner.state.lock().violations.extend(violations);
+            }
+        }
+        answer
     }
 
     /// Entra ID's client-credentials grant with a client assertion (the workload-identity exchange).
@@ -184,7 +224,8 @@ impl AzureEmulator {
                     "The api-version query parameter (?api-version=) is required for all requests.",
                 );
             }
-            Some(API_VERSION) => {}
+            // The definition's version (`info.version` of the fixture, the provider's pinned API_VERSION).
+            Some(version) if version == ArmSpec::get().version() => {}
             Some(other) => {
                 return Answer::error(
                     400,
@@ -210,6 +251,13 @@ impl AzureEmulator {
                      please refresh your credentials."
                 ),
             );
+        }
+        // The definition's parameters and body schema, before anything is done (see `spec`).
+        let spec = ArmSpec::get();
+        if let Some(operation) = spec.operation(&method.as_str().to_ascii_lowercase(), path)
+            && let Err(refusal) = spec.check_request(operation, query, body)
+        {
+            return Answer::error(refusal.status, refusal.code, refusal.message);
         }
         if let Some((times, retry_after)) = state.faults.throttle {
             state.faults.throttle = (times > 1).then_some((times - 1, retry_after));

@@ -18,6 +18,7 @@
 //! - No lock is held across an await or an API server write.
 
 mod http;
+mod spec;
 
 use crate::apiserver::store::Store;
 use crate::hosts::Hosts;
@@ -175,6 +176,8 @@ struct State {
     next_operation: u64,
     /// List calls answer at most this many resources a page, with a `nextLink` to the rest (`None`: all at once).
     page_size: Option<usize>,
+    /// What the emulator answered that the published definition does not allow (see `spec`).
+    violations: Vec<String>,
 }
 
 struct Inner {
@@ -348,6 +351,12 @@ impl AzureEmulator {
     /// The ARM requests served so far (authenticated ones, faulted or not).
     pub fn calls(&self) -> Vec<Call> {
         self.inner.state.lock().calls.clone()
+    }
+
+    /// What the emulator answered that Microsoft.Compute 2024-07-01 does not allow (each answer of an operation
+    /// of the definition is checked against its response schema): empty, or the emulator drifted from Azure.
+    pub fn spec_violations(&self) -> Vec<String> {
+        self.inner.state.lock().violations.clone()
     }
 
     /// The RBAC actions of the requests served so far.

@@ -1,6 +1,7 @@
 //! The emulator's HTTP server: routes of Compute's `compute/v1` REST API, the OAuth token endpoint and the metadata
 //! server's token, with Compute's error format.
 
+use super::spec::DiscoverySpec;
 use super::{ApiError, ApiResult, GcpEmulator, Paging, permissions};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -183,7 +184,22 @@ async fn answer(emulator: GcpEmulator, request: Request<Incoming>) -> Response<F
         Some(Err(_)) => return error_response(&ApiError::invalid("Invalid value for field 'maxResults'.")),
     };
     let paging = Paging { max_results, page_token: query_param(&request, "pageToken") };
-    let body = match body_of(request).await.and_then(|b| json_body(&b)) {
+    let query: Vec<(String, String)> =
+        request.uri().query().map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default();
+    let raw = match body_of(request).await {
+        Ok(raw) => raw,
+        Err(error) => return error_response(&error),
+    };
+    // The definition's parameters and request schema, before anything is done (see `spec`).
+    let spec = DiscoverySpec::get();
+    let described =
+        path.strip_prefix(&format!("/{}", spec.service_path())).and_then(|under| spec.method(method.as_str(), under));
+    if let Some(described) = described
+        && let Err(error) = spec.check_request(described, &query, &raw)
+    {
+        return error_response(&error);
+    }
+    let body = match json_body(&raw) {
         Ok(body) => body,
         Err(error) => return error_response(&error),
     };
@@ -211,7 +227,13 @@ async fn answer(emulator: GcpEmulator, request: Request<Incoming>) -> Response<F
         _ => Err(ApiError::new(404, "notFound", format!("The emulator does not serve {method} {path}"))),
     };
     match result {
-        Ok(value) => respond(200, &value, None),
+        Ok(value) => {
+            // Every successful answer is held to the method's response schema (recorded for the tests).
+            if let Some(described) = described {
+                emulator.record_violations(spec.check_response(described, &value));
+            }
+            respond(200, &value, None)
+        }
         Err(error) => error_response(&error),
     }
 }

@@ -23,6 +23,7 @@
 mod creation;
 mod http;
 mod permissions;
+mod spec;
 
 use crate::apiserver::store::Store;
 use crate::hosts::{HostError, Hosts};
@@ -164,6 +165,8 @@ struct State {
     /// List calls answer at most this many items a page unless `maxResults` asks for fewer (Compute's default
     /// and maximum is 500).
     page_size: Option<usize>,
+    /// What the emulator answered that the published definition does not allow (see `spec`).
+    violations: Vec<String>,
 }
 
 /// A list request's paging parameters (`maxResults`, `pageToken`).
@@ -388,6 +391,19 @@ impl GcpEmulator {
     /// The IAM permissions of every request so far.
     pub fn recorded_permissions(&self) -> BTreeSet<String> {
         self.inner.state.lock().permissions.clone()
+    }
+
+    /// What the emulator answered that the Compute v1 discovery document does not allow (each successful answer of
+    /// a method of the definition is checked against its response schema): empty, or the emulator drifted from GCE.
+    pub fn spec_violations(&self) -> Vec<String> {
+        self.inner.state.lock().violations.clone()
+    }
+
+    /// Records answers the definition does not allow.
+    fn record_violations(&self, violations: Vec<String>) {
+        if !violations.is_empty() {
+            self.inner.state.lock().violations.extend(violations);
+        }
     }
 
     /// Requests so far by Compute method (`instanceGroupManagers.get`, ...).
