@@ -300,6 +300,7 @@ impl Reconciler {
         // `crate::disruption`): each sees the other's starts, so together they keep to every budget.
         let mut gate = self.disruption.enter().await;
         gate.rollouts = Some(rollouts.clone());
+        gate.replacer.clone_from(&self.replacer);
         let selectors: Vec<Option<&policy::NodeSelector>> =
             rollouts.iter().map(|r| r.spec.acting().map(|s| &s.policy.selector)).collect();
         // The node views live in the planner between reconciles; taken out while this one uses them.
