@@ -3,9 +3,12 @@
 //!
 //! Checked against kubernetes/kubernetes `staging/src/k8s.io/apiserver/pkg/cel/library/lists.go` (`isSorted`,
 //! `sum`, `min`, `max`, `indexOf`, `lastIndexOf`) and `regex.go` (`find`, `findAll`); `quantity.go` is
-//! [`super::quantity`]. The URL, IP, CIDR, format and semver libraries are not implemented: a rule calling them is
-//! accepted (as the real server accepts it) and fails when evaluated, so the object is refused
-//! (docs/dev-cluster.md).
+//! [`super::quantity`], `urls.go` [`super::url`], `ip.go` and `cidr.go` [`super::ip`], `format.go`
+//! [`super::format`]. Which libraries a CRD rule may use is `staging/src/k8s.io/apiserver/pkg/cel/environment/
+//! base.go`: URLs, regex and lists always, quantity since 1.28, IP and CIDR since 1.30, format since 1.31, semver
+//! since 1.33. A new rule is compiled in the environment of the previous minor version
+//! (`DefaultCompatibilityVersion`), so on the 1.33 the dev server reports, semver is not declared for it
+//! ([`super::compile`] refuses such a rule as cel-go does); it is not implemented here.
 
 use cel::common::types::{INT_TYPE, LIST_TYPE, STRING_TYPE};
 use cel::common::value::CowVal;
@@ -20,12 +23,15 @@ type Extension = fn(&mut Env) -> Result<(), cel::DeclarationError>;
 /// The environment every CRD rule is compiled and run in.
 pub static ENVIRONMENT: LazyLock<Arc<Env>> = LazyLock::new(|| {
     let mut env = Env::stdlib();
-    let extensions: [(&str, Extension); 5] = [
+    let extensions: [(&str, Extension); 8] = [
         ("strings", cel::extensions::strings),
         ("lists", cel::extensions::lists),
         ("math", cel::extensions::math),
         ("kubernetes lists and regex", kubernetes),
         ("kubernetes quantity", super::quantity::register),
+        ("kubernetes urls", super::url::register),
+        ("kubernetes ip and cidr", super::ip::register),
+        ("kubernetes format", super::format::register),
     ];
     for (name, extension) in extensions {
         if let Err(error) = env.add_extension(extension) {
