@@ -14,14 +14,17 @@
 //!
 //! # What the estimate covers
 //! This is a **lower bound** of upstream's estimate, so that nothing upstream accepts is refused:
-//! - each identifier costs 1 (accumulators 0), a field selection on an object node 1, `size`, `!`, unary minus,
-//!   `*`, `/`, `%`, `-` and indexing 1, `&&`/`||` the sum of their sides, `?:` the condition and the dearer
-//!   branch, and every other function or comparison 0 beyond its arguments;
+//! - each identifier costs 1 (the macros' accumulators too: cel-rust expands `all`, `exists`, `exists_one`, `map`
+//!   and `filter` as cel-go's `parser/macro.go` does), a field selection on an object node 1, `size`, `!`, unary
+//!   minus, `*`, `/`, `%`, `-`, indexing and the macros' `@not_strictly_false` 1, `+` on an accumulator and
+//!   `<`/`<=`/`>`/`>=` with a number 1, `&&`/`||` the sum of their sides, `?:` the condition and the dearer
+//!   branch, and every other function, comparison or literal 0 beyond its arguments (list literals cost 10 and
+//!   string comparisons by length upstream);
 //! - `matches`, `contains`, `startsWith`, `endsWith` with a literal argument on a string reached from `self` cost
 //!   as cel-go estimates them (`0.1` per character, `0.25` per regex character);
 //! - a comprehension (`all`, `exists`, `exists_one`, `map`, `filter`) iterating a list or map reached from `self`
-//!   (or from an enclosing comprehension's variable) costs its size times (its body's cost + 1), nested ones
-//!   multiply; iterating anything else (a literal list, a function's result) counts as zero iterations;
+//!   (or from an enclosing comprehension's variable) costs its size times the cost of its loop condition and step,
+//!   nested ones multiply; iterating anything else (a literal list, a function's result) counts as zero iterations;
 //! - minimal serialized sizes are upstream's (`""` 2, numbers 1, `true` 4, `{}`/`[]` 2 plus required properties) or above
 //!   them (formatted strings 64), which can only lower the counts.
 //!
@@ -208,7 +211,7 @@ impl<'s> Estimator<'s> {
     fn cost(&mut self, e: &IdedExpr) -> u64 {
         match &e.expr {
             Expr::Literal(_) | Expr::Unspecified => 0,
-            Expr::Ident(name) => u64::from(!self.accumulators.contains(name)),
+            Expr::Ident(_) => 1,
             Expr::Select(select) => {
                 let operand = self.cost(&select.operand);
                 let object =
@@ -241,7 +244,11 @@ impl<'s> Estimator<'s> {
                     ("startsWith" | "endsWith", Some(_), [affix]) => {
                         string_literal(affix).map_or(0, |l| ceil_factor(l, 0.1))
                     }
-                    ("size" | "!_" | "-_" | "_*_" | "_/_" | "_%_" | "_-_" | "_[_]", _, _) => 1,
+                    ("size" | "!_" | "-_" | "_*_" | "_/_" | "_%_" | "_-_" | "_[_]" | "@not_strictly_false", _, _) => 1,
+                    // The accumulator of `exists_one` (an int) or `map`/`filter` (a list): O(1) additions.
+                    ("_+_", None, [a, b]) if [a, b].iter().any(|x| self.is_accumulator(x)) => 1,
+                    // Numeric comparisons are O(1); string ones cost by length (possibly 0).
+                    ("_<_" | "_<=_" | "_>_" | "_>=_", None, [a, b]) if self.numeric(a) || self.numeric(b) => 1,
                     _ => 0,
                 };
                 args.saturating_add(own)
@@ -271,7 +278,7 @@ impl<'s> Estimator<'s> {
                     self.push(var2, second);
                 }
                 self.accumulators.push(c.accu_var.clone());
-                let per_iteration = self.cost(&c.loop_cond).saturating_add(self.cost(&c.loop_step)).saturating_add(1);
+                let per_iteration = self.cost(&c.loop_cond).saturating_add(self.cost(&c.loop_step));
                 self.accumulators.pop();
                 self.pop(&c.iter_var);
                 if let Some(var2) = &c.iter_var2 {
@@ -283,6 +290,16 @@ impl<'s> Estimator<'s> {
                 range.saturating_add(init).saturating_add(result).saturating_add(count.saturating_mul(per_iteration))
             }
         }
+    }
+
+    fn is_accumulator(&self, e: &IdedExpr) -> bool {
+        matches!(&e.expr, Expr::Ident(name) if self.accumulators.contains(name))
+    }
+
+    /// An int, uint or double literal, or a node of an integer or number schema.
+    fn numeric(&self, e: &IdedExpr) -> bool {
+        matches!(&e.expr, Expr::Literal(LiteralValue::Int(_) | LiteralValue::UInt(_) | LiteralValue::Double(_)))
+            || self.node(e).is_some_and(|n| matches!(text(n, "type"), Some("integer" | "number")))
     }
 
     fn entries<'e>(&mut self, entries: impl Iterator<Item = &'e EntryExpr>) -> u64 {
@@ -354,6 +371,12 @@ mod tests {
         // A regex over an unbounded string: 0.1 per character times 0.25 per pattern character.
         let text = json!({"type": "object", "properties": {"s": {"type": "string"}}});
         assert!(cost("self.s.matches('^[a-z]+$')", &text) >= ceil_factor(MAX_REQUEST - 1, 0.1) * 2);
+        // Three integer comparisons per item of an unbounded list of objects: per item the loop condition
+        // `@not_strictly_false(@result)` (2) and step `@result && ...` (1 + 3 x (x 1, .a 1, > 1)), as cel-go counts;
+        // plus `self.items` (2) and the result `@result` (1).
+        let objects = json!({"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}}}}}});
+        assert_eq!(cost("self.items.all(x, x.a > 0 && x.b > 0 && x.c > 0)", &objects), n * 12 + 3);
         // Iterating what no schema bounds counts nothing.
         assert!(cost("[1, 2, 3].all(x, x > 0)", &unbounded) < 10);
     }
