@@ -528,3 +528,28 @@ async fn kubectl_meets_the_cost_limit_and_the_libraries() {
     assert!(ok, "{out}{err}");
     server.shutdown().await;
 }
+
+/// cel-go's `ext.Sets` is in the CRD environment since 1.29 (`environment/base.go`): a CRD using it is accepted
+/// and its rule judges objects.
+#[tokio::test]
+async fn the_sets_library_is_available_to_rules() {
+    let server = server().await;
+    let client = server.client();
+    establish(
+        &client,
+        gadget_crd(json!({"type": "object", "properties": {
+            "zones": {"type": "array", "maxItems": 8, "items": {"type": "string", "maxLength": 16}}},
+            "x-kubernetes-validations": [{"rule": "sets.contains(['a', 'b', 'c'], self.zones)", "message": "unknown zone"}]})),
+    )
+    .await;
+    let api = gadgets(&client);
+    api.create(&PostParams::default(), &gadget("known", json!({"zones": ["a", "c"]}))).await.expect("known zones pass");
+    let status = refusal(
+        api.create(&PostParams::default(), &gadget("unknown", json!({"zones": ["a", "d"]}))).await.unwrap_err(),
+    );
+    assert_eq!(
+        status.message,
+        "Gadget.example.com \"unknown\" is invalid: spec: Invalid value: \"object\": unknown zone"
+    );
+    server.shutdown().await;
+}

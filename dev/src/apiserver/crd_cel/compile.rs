@@ -42,7 +42,7 @@ const GLOBALS: [&str; 13] =
 
 /// Namespaces of functions (`lists.range(3)`, `ip.isCanonical(s)`, `format.named(n)`): a name only as the receiver
 /// of a call, which cel-go resolves as one qualified function name.
-pub const NAMESPACES: [&str; 7] = ["lists", "math", "strings", "optional", "cel", "ip", "format"];
+pub const NAMESPACES: [&str; 8] = ["lists", "math", "strings", "optional", "cel", "ip", "format", "sets"];
 
 /// Functions of the base environment that new rules of a 1.33 server may not call: the semver library is in the
 /// 1.33 environment, but a new rule is compiled in `DefaultCompatibilityVersion` (1.32), where cel-go reports

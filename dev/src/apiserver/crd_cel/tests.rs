@@ -268,3 +268,18 @@ fn the_kubernetes_format_functions_work() {
         ]
     );
 }
+
+#[test]
+fn the_sets_functions_work() {
+    // cel-go ext/sets.go's documented examples.
+    let schema = spec_rules(
+        json!([
+            {"rule": "sets.contains(self.l, [1, 2]) && sets.contains([], []) && sets.contains([1], []) && !sets.contains([1], [2])"},
+            {"rule": "sets.contains([1, 2, 3], [3.0, 1u]) && sets.equivalent([1, 2, 2], [2, 1]) && !sets.equivalent([1], [1, 2])"},
+            {"rule": "sets.intersects([1], [1, 2]) && !sets.intersects([], [1]) && !sets.intersects([1], [2])"},
+            {"rule": "sets.contains(self.l, [4])", "message": "no 4"}
+        ]),
+        json!({"l": {"type": "array", "items": {"type": "integer"}}}),
+    );
+    assert_eq!(found(&schema, json!({"l": [1, 2, 3]})), vec!["spec: Invalid value: \"object\": no 4"]);
+}
