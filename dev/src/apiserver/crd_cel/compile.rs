@@ -296,8 +296,15 @@ impl Walker {
             }
         }
         let message_expression = rule.get("messageExpression").and_then(Value::as_str).unwrap_or_default();
+        // A messageExpression is checked against the same schema (its own result type is not checked here).
+        let checked = |source: &str| {
+            program(source).and_then(|compiled| match typecheck::type_error(&compiled, source, schema, resource_root) {
+                Some(TypeError::Checker(detail)) => Err(detail),
+                _ => Ok(compiled),
+            })
+        };
         if !message_expression.trim().is_empty()
-            && let Err(detail) = program(message_expression)
+            && let Err(detail) = checked(message_expression)
         {
             self.errors.push(invalid_rule(
                 &at.child("messageExpression"),
@@ -407,6 +414,16 @@ mod tests {
             "items": {"type": "string", "x-kubernetes-validations": [{"rule": "self.matches('^[a-z]+$')"}]}}}}));
         let found = messages(&items);
         assert!(found[0].starts_with("spec.validation.openAPIV3Schema.properties[spec].properties[tags].items.x-kubernetes-validations[0].rule: Forbidden: estimated rule cost exceeds budget by factor of more than 100x"), "{found:?}");
+        // A messageExpression naming a field the schema lacks does not compile either.
+        let message = spec_schema(json!({"type": "object", "properties": {"min": {"type": "integer"}},
+            "x-kubernetes-validations": [{"rule": "self.min > 0", "messageExpression": "'min is ' + string(self.mni)"}]}));
+        let found = messages(&message);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with("spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].messageExpression: Invalid value: apiextensions.ValidationRule{")
+                && found[0].contains("}: messageExpression compilation failed: ERROR: <input>:1:24: undefined field 'mni'"),
+            "{found:?}"
+        );
         // Just above the limit: 12 per item of ~1M items (cost.rs), a factor Go prints with `%f`.
         let objects = spec_schema(json!({"type": "object",
             "x-kubernetes-validations": [{"rule": "self.items.all(x, x.a > 0 && x.b > 0 && x.c > 0)"}],
