@@ -18,8 +18,8 @@
 //!   and `filter` as cel-go's `parser/macro.go` does), a field selection on an object node 1, `size`, `!`, unary
 //!   minus, `*`, `/`, `%`, `-`, indexing and the macros' `@not_strictly_false` 1, `+` on an accumulator and
 //!   `<`/`<=`/`>`/`>=` with a number 1, `&&`/`||` the sum of their sides, `?:` the condition and the dearer
-//!   branch, and every other function, comparison or literal 0 beyond its arguments (list literals cost 10 and
-//!   string comparisons by length upstream);
+//!   branch, a list literal 10, a map literal 30 (cel-go `common/cost.go`), and every other function, comparison
+//!   or literal 0 beyond its arguments (string comparisons cost by length upstream);
 //! - `matches`, `contains`, `startsWith`, `endsWith` with a literal argument on a string reached from `self` cost
 //!   as cel-go estimates them (`0.1` per character, `0.25` per regex character);
 //! - a comprehension (`all`, `exists`, `exists_one`, `map`, `filter`) iterating a list or map reached from `self`
@@ -218,9 +218,10 @@ impl<'s> Estimator<'s> {
                     !select.test && self.node(&select.operand).is_some_and(|n| text(n, "type") == Some("object"));
                 operand + u64::from(object)
             }
-            Expr::List(list) => list.elements.iter().map(|x| self.cost(x)).fold(0, u64::saturating_add),
-            Expr::Map(map) => self.entries(map.entries.iter().map(|e| &e.expr)),
-            Expr::Struct(s) => self.entries(s.entries.iter().map(|e| &e.expr)),
+            // `common.ListCreateBaseCost`, `MapCreateBaseCost`, `StructCreateBaseCost`.
+            Expr::List(list) => list.elements.iter().map(|x| self.cost(x)).fold(10, u64::saturating_add),
+            Expr::Map(map) => self.entries(map.entries.iter().map(|e| &e.expr)).saturating_add(30),
+            Expr::Struct(s) => self.entries(s.entries.iter().map(|e| &e.expr)).saturating_add(40),
             Expr::Call(call) => {
                 // `lists.range(3)`: cel-go resolves a namespaced function by name, with no identifier to cost.
                 let namespace = matches!(call.target.as_deref(), Some(IdedExpr { expr: Expr::Ident(name), .. })
@@ -377,7 +378,12 @@ mod tests {
         let objects = json!({"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object",
             "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}}}}}});
         assert_eq!(cost("self.items.all(x, x.a > 0 && x.b > 0 && x.c > 0)", &objects), n * 12 + 3);
+        // Literal lists and maps have a base cost; `map` builds a one-element list per item.
+        assert_eq!(cost("[1, 2] == [1] && {'a': 1} == {}", &unbounded), 10 + 10 + 30 + 30);
+        let mapped = cost("self.items.map(x, x).size() > 0", &unbounded);
+        // Per item: step `@result + [x]` = `+` 1, `@result` 1, the list 10 and `x` 1; condition `true` 0.
+        assert_eq!(mapped, n * 13 + (1 + 1) + 10 + 1 + 1 + 1);
         // Iterating what no schema bounds counts nothing.
-        assert!(cost("[1, 2, 3].all(x, x > 0)", &unbounded) < 10);
+        assert!(cost("[1, 2, 3].all(x, x > 0)", &unbounded) < 20);
     }
 }
