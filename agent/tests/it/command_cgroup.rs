@@ -159,6 +159,34 @@ async fn what_a_command_leaves_running_is_killed_with_its_cgroup() {
 }
 
 #[tokio::test]
+async fn a_cancelled_command_is_killed_with_everything_in_its_cgroup() {
+    let Some(mount) = hierarchy() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let parent = Parent::new(&mount, "cancelled");
+    // The daemon escapes the command's process group (which cancelling kills); the command then hangs.
+    let script = format!(
+        "setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $! > {}/daemon.pid; sleep 600",
+        dir.path().display()
+    );
+    let host = host(dir.path(), &parent, &script, json!(null), false);
+    let daemon_pid = dir.path().join("daemon.pid");
+    let cancelled = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        tokio::select! {
+            _ = host.stage("img-v2") => panic!("the hanging apply ended"),
+            _ = async {
+                while !std::fs::read_to_string(&daemon_pid).is_ok_and(|pid| pid.ends_with('\n')) {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            } => {}
+        }
+    });
+    cancelled.await.unwrap();
+    let pid = std::fs::read_to_string(&daemon_pid).unwrap().trim().to_owned();
+    wait_for(&format!("the daemon {pid} to be killed"), || process_is_gone(&pid)).await;
+    wait_for("the command's cgroup to be removed", || parent.children().is_empty()).await;
+}
+
+#[tokio::test]
 async fn the_cgroups_an_earlier_agent_left_are_emptied_and_removed_before_the_first_command() {
     let Some(mount) = hierarchy() else { return };
     let dir = tempfile::tempdir().unwrap();
