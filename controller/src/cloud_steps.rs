@@ -13,7 +13,9 @@
 //!   again for [`SETTLE`] while the plan still asks for it (the plan decides on watched objects, which show the
 //!   step's writes a moment later).
 //! - A failed step starts again only after a pause that doubles from [`FIRST_RETRY`] to [`LAST_RETRY`]; the
-//!   reconciler is woken when the pause ends and when a task ends.
+//!   reconciler is woken when the pause ends, when a task ends, and when a step that succeeded stops settling while
+//!   the plan still asks for it (a step may succeed without finishing: a creation the cloud has not named yet, one
+//!   that waits for another donor's; with nothing else to wake the plan, it was never asked again).
 
 use crate::leadership::Term;
 use parking_lot::Mutex;
@@ -151,9 +153,22 @@ impl CloudSteps {
                 }
             }
             reconcile.notify_one();
-            if let Some(at) = retry_at {
-                tokio::time::sleep_until(at).await;
-                reconcile.notify_one();
+            match retry_at {
+                Some(at) => {
+                    tokio::time::sleep_until(at).await;
+                    reconcile.notify_one();
+                }
+                None => {
+                    tokio::time::sleep(SETTLE).await;
+                    // Still kept: the plan asked for it since (it is forgotten once the plan no longer asks).
+                    let settled = entries
+                        .lock()
+                        .get(&node)
+                        .is_some_and(|e| e.step == step && matches!(e.state, State::Done { .. }));
+                    if settled {
+                        reconcile.notify_one();
+                    }
+                }
             }
         });
     }
@@ -256,6 +271,30 @@ mod tests {
         assert_eq!(retry_at - Instant::now(), FIRST_RETRY * 2, "the pause doubles");
         // Another step of the node is not paused by this one's failures.
         assert_eq!(steps.poll("a", "retire", &term), Poll::Start);
+    }
+
+    /// The stall of the last donors of a group (issue 28 bench): a creation step that succeeded without creating
+    /// (it waited for another donor's request) settled, and with no other event nothing planned again.
+    #[tokio::test(start_paused = true)]
+    async fn a_step_that_succeeded_wakes_the_reconciler_when_it_stops_settling_if_still_asked_for() {
+        let reconcile = Arc::new(Notify::new());
+        let steps = CloudSteps::new(reconcile.clone());
+        let term = term();
+        steps.start("a", "create", &term, async { Ok(()) });
+        reconcile.notified().await;
+        assert_eq!(steps.poll("a", "create", &term), Poll::Done);
+        assert_eq!(steps.poll("a", "create", &term), Poll::Settling);
+        let started = Instant::now();
+        let woken = tokio::time::timeout(SETTLE * 2, reconcile.notified()).await;
+        assert!(woken.is_ok(), "not woken when settling ended: nothing would plan again");
+        assert_eq!(Instant::now() - started, SETTLE, "woken when settling ends");
+        assert_eq!(steps.poll("a", "create", &term), Poll::Start);
+        // A step the plan no longer asks for is forgotten, and nothing wakes for it.
+        steps.start("b", "create", &term, async { Ok(()) });
+        reconcile.notified().await;
+        steps.retain(|node, _| node != "b");
+        let woken = tokio::time::timeout(SETTLE * 2, reconcile.notified()).await;
+        assert!(woken.is_err(), "no wake for a forgotten step");
     }
 
     #[tokio::test(start_paused = true)]
