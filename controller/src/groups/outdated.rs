@@ -115,7 +115,7 @@ pub fn with_nodes_upgrading(mut pause: Pause, mut upgrading: Vec<&str>) -> Pause
 
 /// Whether a Node's annotations say it is in a Kubernetes upgrade's step.
 fn upgrading_kubernetes(annotations: &std::collections::BTreeMap<String, String>) -> bool {
-    annotations.get(keys::INTENT).is_some_and(|step| step == "kubeadm-upgrade")
+    annotations.get(keys::INTENT).is_some_and(|step| step == shared::protocol::Step::KubeadmUpgrade.as_str())
         || annotations.contains_key(keys::INTENT_KUBEADM)
         || annotations.contains_key(keys::INTENT_COMPONENTS)
 }

@@ -366,16 +366,21 @@ fn a_donor_whose_group_is_not_known_yet_waits_in_flight_without_a_warning() {
     assert_eq!(p.counts.in_progress, 2, "the donor, and w1 staging");
 }
 
+/// A heir of group `a` that registered and is not Ready yet.
+fn joining_heir(name: &str) -> NodeView {
+    NodeView {
+        ready: false,
+        agent: Ok(Default::default()),
+        group: Some(GroupMember { image: Some(TARGET.into()), ready_since: None, ..member("a") }),
+        ..node(name)
+    }
+}
+
 #[test]
 fn joining_heirs_are_extra_capacity_and_surge_is_held_until_the_old_instance_is_gone() {
     let mut f = fleet(&[("a", false, TARGET)]);
     f.pending.push(join("a1", "a1-new"));
-    let heir = NodeView {
-        ready: false,
-        agent: Ok(Default::default()),
-        group: Some(GroupMember { image: Some(TARGET.into()), ready_since: None, ..member("a") }),
-        ..node("a1-new")
-    };
+    let heir = joining_heir("a1-new");
     let nodes = [replacing(in_group("a1", "a")), shielded(heir, "a1"), in_group("a2", "a"), node("w1")];
     // The NotReady heir does not take a maxUnavailable slot; the surge of 1 is taken, so a2 waits and the
     // in-place node takes the free slot.
@@ -486,12 +491,7 @@ fn derived_names_are_stable_and_fit_an_object_name() {
 fn a_node_operations_budget_counts_a_joining_heir_as_extra_capacity_as_the_rollout_does() {
     let mut f = fleet(&[("a", false, TARGET)]);
     f.pending.push(join("a1", "a1-new"));
-    let heir = NodeView {
-        ready: false,
-        agent: Ok(Default::default()),
-        group: Some(GroupMember { image: Some(TARGET.into()), ready_since: None, ..member("a") }),
-        ..node("a1-new")
-    };
+    let heir = joining_heir("a1-new");
     let nodes = [replacing(in_group("a1", "a")), shielded(heir, "a1"), node("w1"), node("w2")];
     let rollouts = [rollout_with(policy(1, 2))];
     // The donor holds one of the two slots; the NotReady heir is a new instance, not a node out.
