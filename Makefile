@@ -13,6 +13,16 @@ IMAGE_ARCHIVE ?= target/update-operator-image.tar
 CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
 # The static binary: glibc's static libraries on the gnu target.
 TARGET ?= x86_64-unknown-linux-gnu
+# The image's second platform, cross-compiled: Debian's gcc-aarch64-linux-gnu links it (and compiles ring's C
+# code) against libc6-dev-arm64-cross's static glibc; `rustup target add aarch64-unknown-linux-gnu` first.
+ARM64_TARGET ?= aarch64-unknown-linux-gnu
+ARM64_CC ?= aarch64-linux-gnu-gcc
+# IMAGE_ARM64=no: `make image` packs the $(TARGET) binary alone (what `make kind-load` does: a local kind cluster
+# runs on the build machine, which then needs no cross compiler).
+IMAGE_ARM64 ?= yes
+ifeq ($(IMAGE_ARM64),yes)
+ARM64_PLATFORM = --platform arm64=target/$(ARM64_TARGET)/release/update-operator
+endif
 KIND_CLUSTER ?= update-operator-dev
 KIND_IMAGE ?= update-operator:dev
 # make dev-rollout: the update-operator binary it runs, and where it keeps pids and logs.
@@ -57,11 +67,17 @@ bench:
 	$(CARGO) build --profile harness --locked -p dev --bin bench
 	./target/harness/bench --binary ./target/$(TARGET)/release/update-operator $(ARGS)
 
-## image: the container image as an OCI archive (docker load / kind load image-archive), no container engine
+## image: the container image for amd64 and arm64 as an OCI archive holding an image index (kind load
+## image-archive, skopeo copy --all, ctr import; docker load takes the amd64 image), no container engine
 image:
 	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release --locked --target $(TARGET) --bin update-operator
-	$(CARGO) run --quiet --release --locked -p oci-image -- --binary target/$(TARGET)/release/update-operator \
-		--ca-bundle $(CA_BUNDLE) --reference $(IMAGE) --output $(IMAGE_ARCHIVE)
+ifeq ($(IMAGE_ARM64),yes)
+	CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=$(ARM64_CC) CC_aarch64_unknown_linux_gnu=$(ARM64_CC) \
+		RUSTFLAGS="-C target-feature=+crt-static" \
+		$(CARGO) build --release --locked --target $(ARM64_TARGET) --bin update-operator
+endif
+	$(CARGO) run --quiet --release --locked -p oci-image -- --platform amd64=target/$(TARGET)/release/update-operator \
+		$(ARM64_PLATFORM) --ca-bundle $(CA_BUNDLE) --reference $(IMAGE) --output $(IMAGE_ARCHIVE)
 
 ## kind-cluster: a local kind cluster (dev/kind-cluster.yml: a control plane and two workers, opted in)
 kind-cluster:
@@ -69,7 +85,7 @@ kind-cluster:
 
 ## kind-load: build the image as $(KIND_IMAGE) and load it into the kind cluster
 kind-load:
-	$(MAKE) image IMAGE=$(KIND_IMAGE)
+	$(MAKE) image IMAGE=$(KIND_IMAGE) IMAGE_ARM64=no
 	$(KIND) load image-archive $(IMAGE_ARCHIVE) --name $(KIND_CLUSTER)
 
 ## deploy-dev: create or update the operator on the current cluster with the dev settings (dev/kustomization.yaml)

@@ -11,14 +11,28 @@
 //! - The gate is a `tokio` mutex: a decider whose leadership term ends is cancelled and releases it at once.
 
 use crate::policy::Rollout;
+use crate::replacer::Replacer;
 use std::sync::Arc;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// What the gate keeps between decisions.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Known {
     /// The rollouts as the reconciler last planned them, oldest first; `None` before its first plan.
     pub rollouts: Option<Vec<Rollout>>,
+    /// The replacement's view of the cloud the reconciler plans with (`None` without a cloud): the scaling groups,
+    /// the PendingNodes and each node's group, so that the budgets a NodeOp keeps to count replacements as the
+    /// rollouts count them.
+    pub replacer: Option<Arc<Replacer>>,
+}
+
+impl std::fmt::Debug for Known {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Known")
+            .field("rollouts", &self.rollouts.as_ref().map(Vec::len))
+            .field("replacer", &self.replacer.is_some())
+            .finish()
+    }
 }
 
 /// The gate, shared by the deciders of one controller process.
@@ -39,7 +53,9 @@ impl DisruptionGate {
 
     /// Forgets the rollouts (the reconciler's term ended): until it plans again, nothing new is started.
     pub async fn forget(&self) {
-        self.enter().await.rollouts = None;
+        let mut known = self.enter().await;
+        known.rollouts = None;
+        known.replacer = None;
     }
 }
 

@@ -202,10 +202,24 @@ pub async fn run(
         nodes: nodes.clone(),
         node_changes: node_rx,
         instances,
+        pause: Arc::new(groups::autoscaler::pause_channel().0),
     });
     let replacer = match (&options.cloud, &groups_context) {
         (Some(cloud), Some(context)) => {
-            Some(Arc::new(start_replacer(&client, cloud, context.instances.clone(), trigger.clone(), &shutdown).await?))
+            let replacer =
+                start_replacer(&client, cloud, context.instances.clone(), trigger.clone(), &shutdown).await?;
+            // A changed pause request may open or close the rollouts' autoscaler gate: plan again.
+            let (mut pause, trigger, stop) = (context.pause.subscribe(), trigger.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        changed = pause.changed() => if changed.is_err() { return },
+                    }
+                    trigger.notify_one();
+                }
+            });
+            Some(Arc::new(replacer.with_pause(context.pause.subscribe())))
         }
         _ => None,
     };

@@ -1,5 +1,7 @@
-//! The controller's own Node writes that the watch has not delivered yet, shared by every part of the
-//! controller that writes Nodes (the rollouts' executor and the NodeOp controller).
+//! The controller's own writes that the watch has not delivered yet: of Nodes, shared by every part of the
+//! controller that writes them (the rollouts' executor and the NodeOp controller), and of NodeVersion statuses
+//! (the reconciler's: a status is computed from the previous one, so computing it from a cache that missed the
+//! last write would undo that write, losing a step's duration sample, say).
 //!
 //! # Guarantees
 //! - Until the watch delivers a write, [`OwnWrites::freshest`] gives the object the API server returned for it,
@@ -9,49 +11,54 @@
 //!   resourceVersion (ours, or a later change), the watched object is the newest and the entry goes.
 
 use crate::nodes::SlimNode;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 
-/// One node's writes not delivered yet: the last object the API server returned, and every resourceVersion the
+/// One object's writes not delivered yet: the last object the API server returned, and every resourceVersion the
 /// writes superseded.
-#[derive(Default)]
-struct Entry {
+struct Entry<K> {
     superseded: Vec<String>,
-    node: Option<SlimNode>,
+    node: Option<K>,
 }
 
-/// The writes, by node name.
-#[derive(Default)]
-pub struct OwnWrites {
-    entries: Mutex<HashMap<String, Entry>>,
+/// The writes, by object name (of a cluster-scoped kind).
+pub struct OwnWrites<K = SlimNode> {
+    entries: Mutex<HashMap<String, Entry<K>>>,
 }
 
-impl OwnWrites {
+impl<K> Default for OwnWrites<K> {
+    fn default() -> Self {
+        OwnWrites { entries: Mutex::default() }
+    }
+}
+
+impl<K: Resource + Clone> OwnWrites<K> {
     pub fn new() -> Self {
         OwnWrites::default()
     }
 
     /// Records a write of `name` that superseded the version `superseded` and returned `written`.
-    pub fn record(&self, name: &str, superseded: Option<String>, written: SlimNode) {
+    pub fn record(&self, name: &str, superseded: Option<String>, written: K) {
         let mut entries = self.entries.lock();
-        let entry = entries.entry(name.to_owned()).or_default();
+        let entry = entries.entry(name.to_owned()).or_insert_with(|| Entry { superseded: Vec::new(), node: None });
         entry.superseded.extend(superseded);
         entry.node = Some(written);
     }
 
     /// The newest version of `node` the controller knows of: its own write if the watch has not caught up with
     /// it, else the watched object.
-    pub fn freshest(&self, node: SlimNode) -> SlimNode {
+    pub fn freshest(&self, node: K) -> K {
         let mut entries = self.entries.lock();
-        let Some(entry) = entries.get(node.name()) else { return node };
+        let name = node.name_any();
+        let Some(entry) = entries.get(&name) else { return node };
         let rv = node.resource_version().unwrap_or_default();
         if entry.superseded.contains(&rv)
             && let Some(ours) = &entry.node
         {
             return ours.clone();
         }
-        entries.remove(node.name());
+        entries.remove(&name);
         node
     }
 

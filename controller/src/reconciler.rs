@@ -118,6 +118,8 @@ pub struct Reconciler {
     preflight: crate::forecast::preflight::Preflight,
     /// The gate this reconciler and the NodeOp controller take their start decisions through.
     pub disruption: crate::disruption::DisruptionGate,
+    /// The statuses written that the watch has not delivered yet: each status is computed from the last one.
+    status_writes: crate::own_writes::OwnWrites<NodeVersion>,
 }
 
 impl Reconciler {
@@ -156,6 +158,7 @@ impl Reconciler {
             views: NodeViews::default(),
             preflight: Default::default(),
             disruption: Default::default(),
+            status_writes: Default::default(),
         }
     }
 
@@ -270,8 +273,11 @@ impl Reconciler {
         let now = self.clock.now();
         // A NodeVersion being deleted is planned without: its nodes wind down as nodes no
         // NodeVersion moves, and its finalizer goes once they are released (see `release`).
+        // Each with the status last written if the watch has not delivered it yet: a status computed from an older
+        // one would undo the newer (its step duration samples, say).
+        let freshest = |v: Arc<NodeVersion>| Arc::new(self.status_writes.freshest(Arc::unwrap_or_clone(v)));
         let (deleting, mut versions): (Vec<_>, Vec<_>) =
-            self.versions.state().into_iter().partition(|v| v.metadata.deletion_timestamp.is_some());
+            self.versions.state().into_iter().map(freshest).partition(|v| v.metadata.deletion_timestamp.is_some());
         // Oldest first: a node several NodeVersions select belongs to the oldest.
         versions.sort_by(|a, b| {
             (a.metadata.creation_timestamp.as_ref().map(|t| t.0), a.name_any())
@@ -290,6 +296,7 @@ impl Reconciler {
         }
         self.specs.retain(|uid| versions.iter().chain(&deleting).any(|v| v.uid().as_deref() == Some(uid)));
         self.finalizers_added.retain(|uid| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));
+        self.status_writes.retain(|name| versions.iter().chain(&deleting).any(|v| v.name_any() == name));
         // IMPORTANT: no node is touched for a NodeVersion without the finalizer, or deleting it
         // could leave that node cordoned or mid-step.
         if !self.add_finalizers(term, &versions).await || !self.record_valid_specs(term, &versions, &rollouts).await {
@@ -300,6 +307,7 @@ impl Reconciler {
         // `crate::disruption`): each sees the other's starts, so together they keep to every budget.
         let mut gate = self.disruption.enter().await;
         gate.rollouts = Some(rollouts.clone());
+        gate.replacer.clone_from(&self.replacer);
         let selectors: Vec<Option<&policy::NodeSelector>> =
             rollouts.iter().map(|r| r.spec.acting().map(|s| &s.policy.selector)).collect();
         // The node views live in the planner between reconciles; taken out while this one uses them.
@@ -523,7 +531,10 @@ impl Reconciler {
             })]);
         let (params, patch) = (PatchParams::default(), Patch::<()>::Json(patch));
         match term.fence(self.versions_api.patch_status(&name, &params, &patch)).await {
-            Ok(Ok(_)) => true,
+            Ok(Ok(written)) => {
+                self.status_writes.record(&name, version.resource_version(), written);
+                true
+            }
             Ok(Err(error)) => {
                 tracing::warn!(nodeversion = %name, %error, "could not write the NodeVersion status");
                 false

@@ -141,6 +141,16 @@ fn version(spec: Value, status: Value) -> Value {
 /// A reconciler over `nodes` and `versions` (kept in its caches as given) and the fake API,
 /// with the leadership whose terms fence it.
 fn reconciler(fake: &FakeApi, nodes: &[Value], versions: &[Value]) -> (Reconciler, Leadership) {
+    let (reconciler, leadership, _) = reconciler_with_node_cache(fake, nodes, versions);
+    (reconciler, leadership)
+}
+
+/// [`reconciler`], with the writer of its Node cache: the test plays the Node watch's deliveries.
+fn reconciler_with_node_cache(
+    fake: &FakeApi,
+    nodes: &[Value],
+    versions: &[Value],
+) -> (Reconciler, Leadership, reflector::store::Writer<SlimNode>) {
     let client = fake.client();
     let (node_store, mut node_writer) = reflector::store::<SlimNode>();
     for n in nodes {
@@ -172,7 +182,7 @@ fn reconciler(fake: &FakeApi, nodes: &[Value], versions: &[Value]) -> (Reconcile
     let mut reconciler =
         Reconciler::new(node_store, version_store, Api::all(client), executor, drains, metrics, None, trigger, events);
     reconciler.clock = Clock::tokio(wall());
-    (reconciler, leadership)
+    (reconciler, leadership, node_writer)
 }
 
 /// The reconciler running as the leader in the background.
@@ -330,5 +340,63 @@ async fn a_new_leader_with_an_invalid_spec_keeps_the_recorded_policy_for_nodes_i
     tokio::time::advance(Duration::from_secs(30 * 60)).await;
     settle().await;
     assert_eq!(fake.node_patches("a1").len(), 1);
+    leading.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_status_is_computed_from_the_last_one_written_while_the_watch_has_not_delivered_it() {
+    // The NodeVersion cache keeps the status as it was before the first write (a watch that lags): the second
+    // round must still see w1 in its reboot step, or its reboot is not measured and the first round's sample is
+    // written over.
+    let fake = FakeApi::default();
+    let intent = |annotations: &mut Value, step: &str, since: &str| {
+        for (k, v) in [
+            ("update.edgeless.systems/intent", step),
+            ("update.edgeless.systems/intent-target", "v2"),
+            ("update.edgeless.systems/intent-token", "t1"),
+            ("update.edgeless.systems/intent-since", since),
+            ("update.edgeless.systems/boot-id-before", "b0"),
+        ] {
+            annotations[k] = json!(v);
+        }
+    };
+    let mut rebooting = agent_reported("v1");
+    intent(&mut rebooting, "reboot", WALL);
+    rebooting["update.edgeless.systems/state"] = json!("busy");
+    rebooting["update.edgeless.systems/state-token"] = json!("t1");
+    let managed = json!({"update.edgeless.systems/managed": "true"});
+    let mut w1 = node("w1", managed.clone(), rebooting);
+    w1["spec"]["unschedulable"] = json!(true);
+    let draining = json!({"targetImage": "v2", "inFlight": [{"name": "w1", "step": "drain", "since": "2026-11-21T09:59:50.000000Z"}]});
+    let versions = [version(json!({"image": "v2"}), draining)];
+    let (reconciler, leadership, mut nodes) = reconciler_with_node_cache(&fake, &[w1.clone()], &versions);
+    let leading = Leading::start((reconciler, leadership));
+    settle().await;
+    let first = fake.last_status();
+    assert_eq!(first["stepDurations"], json!([{"step": "drain", "samples": 1, "meanMillis": 10_000}]), "{first}");
+    assert_eq!(first["inFlight"][0]["step"], "reboot", "{first}");
+
+    // Thirty seconds later w1 comes back on v2 with a new boot ID; the NodeVersion watch still shows the first status.
+    tokio::time::advance(Duration::from_secs(30)).await;
+    let mut verified = w1.clone();
+    let annotations = &mut verified["metadata"]["annotations"];
+    annotations["update.edgeless.systems/state"] = json!("done");
+    annotations["update.edgeless.systems/os-image"] = json!("v2");
+    annotations["update.edgeless.systems/boot-id"] = json!("b1");
+    verified["status"]["nodeInfo"]["bootID"] = json!("b1");
+    verified["metadata"]["resourceVersion"] = json!("2");
+    let mut slim: SlimNode = serde_json::from_value(verified).unwrap();
+    slim.trim();
+    nodes.apply_watcher_event(&watcher::Event::Apply(slim));
+    leading.trigger.notify_one();
+    settle().await;
+    let second = fake.last_status();
+    let durations = second["stepDurations"].as_array().unwrap();
+    assert_eq!(durations.len(), 2, "{second}");
+    assert_eq!(durations[0], json!({"step": "drain", "samples": 1, "meanMillis": 10_000}), "{second}");
+    assert_eq!(durations[1]["step"], "reboot", "{second}");
+    let reboot = durations[1]["meanMillis"].as_i64().unwrap();
+    assert!((30_000..31_000).contains(&reboot), "{second}");
+    assert!(second["inFlight"].as_array().is_none_or(Vec::is_empty), "{second}");
     leading.stop().await;
 }

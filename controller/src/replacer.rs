@@ -86,6 +86,8 @@ pub struct Replacer {
     named: Mutex<Vec<(String, Option<Timestamp>)>>,
     /// Where the resolution of an unrecorded request is told (set once the controller publishes Events).
     events: std::sync::OnceLock<Events>,
+    /// The autoscaler's pause request (`None`: none read, as in `plan`, where only the strategies' status counts).
+    pause: Option<tokio::sync::watch::Receiver<Option<crate::groups::autoscaler::Pause>>>,
 }
 
 impl Replacer {
@@ -118,12 +120,21 @@ impl Replacer {
             own: Mutex::default(),
             named: Mutex::default(),
             events: std::sync::OnceLock::new(),
+            pause: None,
         }
     }
 
     /// Publishes the resolution of unrecorded instance requests as Events on the donor through `events`.
     pub fn set_events(&self, events: Events) {
         let _ = self.events.set(events);
+    }
+
+    /// This replacer with the autoscaler's pause request: while none is wanted, an autoscaler that its strategy
+    /// would run is taken as running, even if the strategy's status still says it is down (it is about to be
+    /// restored).
+    pub fn with_pause(mut self, pause: tokio::sync::watch::Receiver<Option<crate::groups::autoscaler::Pause>>) -> Self {
+        self.pause = Some(pause);
+        self
     }
 
     /// Has the cloud asked (in the background, see [`Instances`]) for the group and image of every node of this
@@ -160,9 +171,20 @@ impl Replacer {
     pub fn fleet(&self) -> Fleet {
         let groups = self.groups.state().iter().map(|g| group_view(g)).collect();
         let pending = self.pending.state().iter().map(|p| pending_view(p)).collect();
-        let autoscaler_running =
-            self.strategies.state().iter().find(|s| !crate::groups::autoscaler::confirmed_down(s)).map(|s| {
-                format!("the cluster-autoscaler of AutoscalingStrategy {} is not confirmed down", s.name_any())
+        let lifted = self.pause.as_ref().is_some_and(|p| !p.borrow().as_ref().is_some_and(|p| p.wanted));
+        let strategies = self.strategies.state();
+        let autoscaler_running = strategies
+            .iter()
+            .find(|s| !crate::groups::autoscaler::confirmed_down(s))
+            .map(|s| format!("the cluster-autoscaler of AutoscalingStrategy {} is not confirmed down", s.name_any()))
+            .or_else(|| {
+                // Down, but no pause is asked for now: it is being restored (the strategy's status follows).
+                strategies.iter().find(|s| lifted && s.spec.enabled).map(|s| {
+                    format!(
+                        "the cluster-autoscaler of AutoscalingStrategy {} is to be restored (no pause is asked for now)",
+                        s.name_any()
+                    )
+                })
             });
         Fleet {
             groups,

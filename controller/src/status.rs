@@ -173,6 +173,16 @@ fn progressing(plan: &Plan, target: Option<&str>) -> (bool, Reason, String) {
     if let Some(Hold { reason, message }) = &plan.hold {
         return (false, *reason, message.clone());
     }
+    let releasing = &plan.replacements.obsolete;
+    if c.up_to_date == c.total && !releasing.is_empty() {
+        // Every node runs the target, but replaced nodes' old instances are still to be deleted: not complete yet.
+        let named = name_some(releasing.clone(), ", ");
+        let message = format!(
+            "every node is up to date; releasing the old instance of {} replaced node(s): {named}",
+            releasing.len()
+        );
+        return (true, Reason::RollingOut, message);
+    }
     if c.up_to_date == c.total {
         let message = match (c.total, target) {
             (0, _) => "the node selector selects no node".to_owned(),
@@ -388,6 +398,12 @@ mod tests {
         let (status, reason, message) = progressing(&settled(3, 1, 0, 0));
         assert_eq!((status.as_str(), reason.as_str()), ("False", "NodesHeldBack"), "{message}");
         assert_eq!(progressing(&settled(0, 0, 0, 0)).2, "the node selector selects no node");
+        // Every node up to date, but a replaced node's old instance still to be released: still moving.
+        let mut releasing = settled(4, 0, 0, 0);
+        releasing.replacements.obsolete = vec!["w9".into()];
+        let (status, reason, message) = progressing(&releasing);
+        assert_eq!((status.as_str(), reason.as_str()), ("True", "RollingOut"), "{message}");
+        assert!(message.contains("releasing the old instance of 1 replaced node(s): w9"), "{message}");
     }
 
     #[test]

@@ -335,7 +335,7 @@ async fn with_nsenter_the_agent_enters_the_namespaces_itself_before_the_command_
     let message = missing.facts().await.unwrap_err().to_string();
     assert!(message.starts_with("cannot start the check command"), "{message}");
     assert!(message.contains("cannot open the namespace"), "{message}");
-    assert!(message.contains("no-such-ns/ipc"), "{message}");
+    assert!(message.contains("no-such-ns/cgroup"), "{message}");
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@
 mod bottlerocket_agent;
 mod bottlerocket_fake;
 mod bottlerocket_host;
+mod command_cgroup;
 mod command_host;
 mod liveness;
 mod simulated_host;

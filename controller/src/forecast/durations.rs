@@ -5,7 +5,8 @@
 //! # Measuring
 //! A step's duration is from its intent's `since` to the next step's (`stage` to `drain`, `drain` to
 //! `reboot` or `kubeadm-upgrade`), and for `reboot` and `kubeadm-upgrade` to the round that verifies the node. The start comes from the
-//! published status and the end from the plan, both to the millisecond. (Whole seconds are not
+//! last status written (the reconciler's own write while the watch has not delivered it: a status computed from an
+//! older one would miss the steps between them) and the end from the plan, both to the millisecond. (Whole seconds are not
 //! enough: a rollout's steps keep the same phase within the second, so truncation would bias every
 //! sample the same way, by up to a second.) Each NodeVersion keeps a
 //! running mean per step that weighs the last [`MEAN_OVER`] samples the most.

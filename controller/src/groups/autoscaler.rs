@@ -254,6 +254,26 @@ async fn reconcile(strategy: Arc<AutoscalingStrategy>, state: Arc<State>) -> Res
             decide(&strategy.spec, &pause, &DeploymentFacts::of(&deployment), &groups)
         }
     };
+    let write_status = || async {
+        if strategy.status.as_ref() == Some(&decision.status) {
+            return Ok(());
+        }
+        let api: Api<AutoscalingStrategy> = Api::all(ctx.client.clone());
+        super::fenced(
+            ctx,
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": decision.status }))),
+        )
+        .await?
+        .map_err(kube_error)
+        .map(drop)
+    };
+    // IMPORTANT: a pause is lifted in the status first: the rollouts' gate (`confirmed_down`) closes before the first
+    // autoscaler pod can exist. (A pause is confirmed in the status after the Deployment is scaled down, from the
+    // pods observed.)
+    let restoring = decision.status.enabled && strategy.status.as_ref().is_some_and(|s| !s.enabled);
+    if restoring {
+        write_status().await?;
+    }
     if let Some(patch) = &decision.patch {
         super::fenced(
             ctx,
@@ -273,14 +293,8 @@ async fn reconcile(strategy: Arc<AutoscalingStrategy>, state: Arc<State>) -> Res
             "ScaleAutoscaler",
         );
     }
-    if strategy.status.as_ref() != Some(&decision.status) {
-        let api: Api<AutoscalingStrategy> = Api::all(ctx.client.clone());
-        super::fenced(
-            ctx,
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": decision.status }))),
-        )
-        .await?
-        .map_err(kube_error)?;
+    if !restoring {
+        write_status().await?;
     }
     Ok(Action::await_change())
 }

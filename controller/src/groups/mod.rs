@@ -133,6 +133,10 @@ pub struct Context {
     pub node_changes: tokio::sync::watch::Receiver<u64>,
     /// What the cloud said about the instances (shared with the rollout's replacer).
     pub instances: instances::Instances,
+    /// The autoscaler's pause request, one for the process: the pause driver ([`outdated::drive`]) sends it, the
+    /// AutoscalingStrategy controller follows it, and the rollouts' replacer reads it (a pause being lifted closes
+    /// their autoscaler gate at once, before the strategy's status says so). Reset to unknown with each term.
+    pub pause: Arc<autoscaler::PauseSender>,
 }
 
 /// Runs `write` (an API or cloud call that changes something) only while the context's term is valid, and
@@ -156,7 +160,9 @@ pub async fn run(context: Context, leadership: Leadership, shutdown: Cancellatio
         let context = Context { term: Some(term.clone()), ..context.clone() };
         tracing::info!("leading: starting the ScalingGroup, PendingNode and AutoscalingStrategy controllers");
         let term_tasks = shutdown.child_token();
-        let (pause, pause_rx) = autoscaler::pause_channel();
+        // Unknown until the driver of this term knows: no replica count changes, and the rollouts' gate is closed.
+        context.pause.send_replace(None);
+        let (pause, pause_rx) = (context.pause.clone(), context.pause.subscribe());
         let tasks = [
             tokio::spawn(scaling_group::run(context.clone(), term_tasks.clone())),
             tokio::spawn(pending_node::run(context.clone(), term_tasks.clone())),

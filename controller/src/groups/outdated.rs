@@ -15,6 +15,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use shared::crd::{NodeVersion, PendingNode, ScalingGroup};
+use shared::protocol::keys;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -98,6 +99,47 @@ pub fn with_kubernetes_upgrades<'a>(mut pause: Pause, versions: impl IntoIterato
     pause
 }
 
+/// `pause`, and paused too while a node is in a Kubernetes upgrade's step (its intent carries the components or
+/// the kubeadm command): whatever the NodeVersions' conditions say between two nodes, the autoscaler is not
+/// restored under a node that is being upgraded. `upgrading` names those nodes. Pure.
+pub fn with_nodes_upgrading(mut pause: Pause, mut upgrading: Vec<&str>) -> Pause {
+    if upgrading.is_empty() {
+        return pause;
+    }
+    upgrading.sort_unstable();
+    let reason = format!("Kubernetes upgrade of node(s) in progress: {}", upgrading.join(", "));
+    pause.reason = if pause.wanted { format!("{}; {reason}", pause.reason) } else { reason };
+    pause.wanted = true;
+    pause
+}
+
+/// Whether a Node's annotations say it is in a Kubernetes upgrade's step.
+fn upgrading_kubernetes(annotations: &std::collections::BTreeMap<String, String>) -> bool {
+    annotations.get(keys::INTENT).is_some_and(|step| step == shared::protocol::Step::KubeadmUpgrade.as_str())
+        || annotations.contains_key(keys::INTENT_KUBEADM)
+        || annotations.contains_key(keys::INTENT_COMPONENTS)
+}
+
+/// Whether a `Progressing` reason says the rollout only waits between two nodes (for the autoscaler, the control
+/// plane, the API server, a slot, a node coming back, the cloud's answer): its work goes on, and so does the
+/// pause, rather than restoring the autoscaler for the moment between two nodes.
+fn between_nodes(reason: &str) -> bool {
+    use crate::policy::Reason;
+    [
+        Reason::WaitingForAutoscaler,
+        Reason::WaitingForControlPlane,
+        Reason::WaitingForApiServer,
+        Reason::UnavailableNodes,
+        Reason::SurgeExhausted,
+        Reason::NodesHeldBack,
+        Reason::NodeNotReady,
+        Reason::ImageUnknown,
+        Reason::GroupImagePending,
+    ]
+    .iter()
+    .any(|r| r.to_string() == reason)
+}
+
 /// Why the plan holds `version` back, when it does: its `Progressing` condition, written by the plan for the
 /// current generation, is False for another reason than waiting for the autoscaler. `None` (its drift counts)
 /// while it moves, waits for the autoscaler, or the plan has not spoken for this generation yet. Pure.
@@ -105,13 +147,12 @@ pub fn held_back(version: &NodeVersion) -> Option<String> {
     let status = version.status.as_ref()?;
     let progressing = status.conditions.iter().find(|c| c.type_ == crate::status::PROGRESSING)?;
     let current = progressing.observed_generation.is_some_and(|g| Some(g) == version.metadata.generation);
-    let waiting_for_autoscaler = progressing.reason == crate::policy::Reason::WaitingForAutoscaler.to_string();
-    (current && progressing.status == "False" && !waiting_for_autoscaler)
+    (current && progressing.status == "False" && !between_nodes(&progressing.reason))
         .then(|| format!("{}: {}", progressing.reason, progressing.message))
 }
 
 /// Drives `pause` from the cluster until `shutdown` is cancelled.
-pub async fn drive(context: Context, pause: PauseSender, shutdown: CancellationToken) {
+pub async fn drive(context: Context, pause: Arc<PauseSender>, shutdown: CancellationToken) {
     let client = context.client.clone();
     let changed = Arc::new(Notify::new());
     let versions = watch_store::<NodeVersion>(Api::all(client.clone()), changed.clone(), shutdown.clone());
@@ -190,9 +231,17 @@ pub async fn drive(context: Context, pause: PauseSender, shutdown: CancellationT
                 found.push(GroupNode { name: name.clone(), group_id, image, reported });
             }
         }
-        let wanted = with_kubernetes_upgrades(
-            pause_for(&targets, &found, pending.state().len()),
-            versions.state().iter().map(|v| &**v).filter(|v| held_back(v).is_none()),
+        let upgrading: Vec<&str> = state
+            .iter()
+            .filter(|n| upgrading_kubernetes(n.annotations()))
+            .filter_map(|n| n.metadata.name.as_deref())
+            .collect();
+        let wanted = with_nodes_upgrading(
+            with_kubernetes_upgrades(
+                pause_for(&targets, &found, pending.state().len()),
+                versions.state().iter().map(|v| &**v).filter(|v| held_back(v).is_none()),
+            ),
+            upgrading,
         );
         // With a node's group or image unknown, only a pause is certain (an unknown node cannot lift it).
         if unknown.is_empty() || wanted.wanted {
@@ -304,7 +353,9 @@ mod tests {
             assert!(held.as_deref().is_some_and(|h| h.starts_with(reason)), "{reason}: {held:?}");
         }
         assert_eq!(held_back(&version(3, Some(("True", "RollingOut", 3)))), None);
-        assert_eq!(held_back(&version(3, Some(("False", "WaitingForAutoscaler", 3)))), None);
+        for between in ["WaitingForAutoscaler", "WaitingForControlPlane", "NodesHeldBack", "UnavailableNodes"] {
+            assert_eq!(held_back(&version(3, Some(("False", between, 3)))), None, "{between}: between two nodes");
+        }
         assert_eq!(held_back(&version(4, Some(("False", "Paused", 3)))), None, "a new generation not judged yet");
         assert_eq!(held_back(&version(1, None)), None);
     }
@@ -329,5 +380,26 @@ mod tests {
             both.reason,
             "1 PendingNode(s) joining or leaving; Kubernetes upgrade under way: b (Kubernetes v1.34.1)"
         );
+    }
+
+    #[test]
+    fn a_node_in_a_kubernetes_step_keeps_the_autoscaler_paused_whatever_the_conditions_say() {
+        use std::collections::BTreeMap;
+        let step = |intent: &str, extra: &[(&str, &str)]| {
+            let mut a = BTreeMap::from([(keys::INTENT.to_owned(), intent.to_owned())]);
+            a.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+            a
+        };
+        assert!(upgrading_kubernetes(&step("kubeadm-upgrade", &[])));
+        assert!(upgrading_kubernetes(&step("kubeadm-upgrade", &[(keys::INTENT_KUBEADM, "node")])));
+        assert!(!upgrading_kubernetes(&step("reboot", &[])));
+        assert!(!upgrading_kubernetes(&BTreeMap::new()));
+        // The plan holds its NodeVersion back between two nodes (no pause from it): the node upgrading keeps it.
+        let pause = with_nodes_upgrading(pause_for(&[], &[], 0), vec!["w2", "cp1"]);
+        assert!(pause.wanted);
+        assert_eq!(pause.reason, "Kubernetes upgrade of node(s) in progress: cp1, w2");
+        assert!(!with_nodes_upgrading(pause_for(&[], &[], 0), Vec::new()).wanted);
+        let both = with_nodes_upgrading(pause_for(&[], &[], 1), vec!["w2"]);
+        assert_eq!(both.reason, "1 PendingNode(s) joining or leaving; Kubernetes upgrade of node(s) in progress: w2");
     }
 }

@@ -11,7 +11,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
@@ -228,20 +228,20 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
 
 /// Whether `pending` records a failed join whose donor (its `donor` annotation) still has the `intent=replace` of
 /// this attempt (since before the record was created, to the second) and no heir: the rollout has not marked it
-/// failed yet. Asked only of a leaving record whose join failed.
-async fn donor_waits(pending: &PendingNode, nodes: &Api<Node>) -> Result<bool, kube::Error> {
+/// failed yet. Asked only of a leaving record whose join failed. The donor is read from the controller's Node
+/// cache: a cache that lags shows the donor still waiting, and the record is looked at again shortly.
+fn donor_waits(pending: &PendingNode, nodes: &Store<SlimNode>) -> bool {
     let join_failed = pending
         .status
         .as_ref()
         .and_then(|s| condition::status_of(&s.conditions, JOIN_FAILED))
         .is_some_and(|s| s == "True");
     let created = pending.meta().creation_timestamp.as_ref().map(|t| t.0);
-    let Some(donor) = pending.annotations().get(keys::DONOR).filter(|_| join_failed) else { return Ok(false) };
+    let Some(donor) = pending.annotations().get(keys::DONOR).filter(|_| join_failed) else { return false };
     if pending.spec.goal != PendingNodeGoal::Leave {
-        return Ok(false);
+        return false;
     }
-    let Some(node) = nodes.get_opt(donor).await? else { return Ok(false) };
-    Ok(attempt_waits(node.annotations(), created))
+    nodes.get(&ObjectRef::new(donor)).is_some_and(|node| attempt_waits(node.annotations(), created))
 }
 
 /// Whether a donor with `annotations` still waits for the joining record created at `created`: its intent is
@@ -251,7 +251,7 @@ pub fn attempt_waits(annotations: &std::collections::BTreeMap<String, String>, c
     let Some(intent) = controller.intent else { return false };
     intent.step == shared::protocol::Step::Replace
         && !annotations.contains_key(keys::HEIR)
-        && created.is_some_and(|c| shared::protocol::truncate_to_seconds(intent.since) <= c)
+        && created.is_some_and(|c| crate::policy::replacement::of_attempt(c, intent.since))
 }
 
 fn join_failure_message(why: JoinFailure, facts: &Facts<'_>) -> String {
@@ -584,7 +584,7 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
         .and_then(|s| condition::status_of(&s.conditions, LEAVE_OVERDUE))
         .is_some_and(|s| s == "True");
     let donor_waits = match state_result {
-        Ok(InstanceState::Terminated) => donor_waits(&pending, &nodes).await.map_err(kube_error)?,
+        Ok(InstanceState::Terminated) => donor_waits(&pending, &ctx.nodes),
         _ => false,
     };
     let facts = Facts {

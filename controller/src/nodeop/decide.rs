@@ -244,8 +244,7 @@ pub fn decide(inputs: Inputs<'_>, nodes: &[NodeFacts], budgets: &mut LazyBudgets
         decision.nodes.push(node_decision);
     }
     let control_planes: BTreeSet<&str> = nodes.iter().filter(|n| n.control_plane).map(|n| n.name.as_str()).collect();
-    let busy = super::start::control_plane_busy(nodes, inputs.key);
-    super::start::start_waiting(&mut decision, waiting, &control_planes, busy, &inputs, &options, budgets);
+    super::start::start_waiting(&mut decision, waiting, &control_planes, &inputs, &options, budgets);
     decision.phase = if decision.total == 0 {
         NodeOpPhase::Pending
     } else if decision.running > 0 {

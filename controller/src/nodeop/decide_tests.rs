@@ -287,38 +287,43 @@ fn a_node_a_rollout_or_another_nodeop_works_on_waits() {
 }
 
 #[test]
-fn a_control_plane_node_waits_while_another_is_busy_with_a_rollout() {
+fn a_control_plane_node_waits_while_the_one_pipeline_names_another_busy() {
+    use crate::policy::budget::BusyControlPlane;
     let spec = spec(serde_json::json!({"cordon": true}));
-    let intent = |step| Intent {
-        step,
-        target: "v2".into(),
-        token: Token::parse("k", "t").unwrap(),
-        since: t(0),
-        boot_id_before: None,
-        kubeadm: None,
-        message: None,
+    let busy = |mark: Option<&str>| {
+        Budgets::default().with_control_plane(vec![BusyControlPlane {
+            node: Some("cp1".into()),
+            why: "a rollout works on it (step drain)".into(),
+            mark: mark.map(Into::into),
+        }])
     };
-    let rolling = |step| NodeFacts {
-        controller: Some(ControllerAnnotations { intent: Some(intent(step)), cordoned_by_us: true }),
-        unschedulable: step != Step::Stage,
-        ..node("cp1")
-    };
-    for busy in [rolling(Step::Stage), rolling(Step::Drain), rolling(Step::Reboot)] {
-        let d = run(&spec, &BTreeMap::new(), &[busy, node("cp2"), node("w1")], 0);
-        assert!(actions(&d).is_empty(), "{:?}", actions(&d));
-        assert!(
-            of(&d, "cp2").status.message.contains("control-plane node cp1 is busy"),
-            "{}",
-            of(&d, "cp2").status.message
-        );
-    }
-    let cordoned = NodeFacts { unschedulable: true, ..node("cp1") };
-    let d = run(&spec, &BTreeMap::new(), &[cordoned, node("cp2")], 0);
-    assert!(actions(&d).is_empty());
-    // A control-plane node done with its rollout (uncordoned) does not hold the others.
-    let done = NodeFacts { unschedulable: false, ..rolling(Step::Done) };
-    let d = run(&spec, &BTreeMap::new(), &[done, node("cp2")], 0);
-    assert_eq!(actions(&d), vec![start("cp1")]);
+    let recorded = BTreeMap::new();
+    let inputs = Inputs { key: KEY, spec: &spec, recorded: &recorded, deleting: false, now: t(0) };
+    let nodes = [node("cp2"), node("w1")];
+    let d = decide(inputs, &nodes, &mut LazyBudgets::ready(busy(None)));
+    assert!(actions(&d).is_empty(), "{:?}", actions(&d));
+    let message = &of(&d, "cp2").status.message;
+    assert!(message.contains("control-plane node cp1 is busy: a rollout works on it (step drain)"), "{message}");
+    // Another NodeOp's control-plane node holds it too; this NodeOp's own does not (it keeps its own one at a time).
+    let d = decide(inputs, &nodes, &mut LazyBudgets::ready(busy(Some("default/other@u2"))));
+    assert!(actions(&d).is_empty(), "{:?}", actions(&d));
+    let d = decide(inputs, &nodes, &mut LazyBudgets::ready(busy(Some(KEY))));
+    assert_eq!(actions(&d), vec![start("cp2")]);
+    // A control-plane replacement in progress (no node of its own left) holds it as well.
+    let replacing = Budgets::default().with_control_plane(vec![BusyControlPlane {
+        node: None,
+        why: "a control-plane node's replacement is in progress".into(),
+        mark: None,
+    }]);
+    let d = decide(inputs, &nodes, &mut LazyBudgets::ready(replacing));
+    assert!(of(&d, "cp2").status.message.contains("replacement is in progress"), "{}", of(&d, "cp2").status.message);
+    // Started here, the node is busy for the NodeOps that decide after it in the round.
+    let mut budgets = LazyBudgets::ready(Budgets::default());
+    let d = decide(inputs, &[node("cp2")], &mut budgets);
+    assert_eq!(actions(&d), vec![start("cp2")]);
+    let other = "default/other@u2";
+    let after = budgets.get().control_plane_busy(other).unwrap_or_default();
+    assert!(after.contains("control-plane node cp2 is busy: the NodeOp default/op@u1 works on it"), "{after}");
 }
 
 #[test]

@@ -33,6 +33,7 @@ use crate::policy::NodeSelector;
 use crate::policy::budget::{Budgets, LazyBudgets};
 use crate::policy::{DrainProgress, Rollout};
 use crate::reason::Reason;
+use crate::replacer::Replacer;
 use decide::{Action, Decision, Inputs, NodeFacts};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
@@ -203,16 +204,22 @@ pub async fn run(mut context: Context, leadership: Leadership, shutdown: Cancell
     }
 }
 
-/// The rollouts' budgets for the NodeOps' starts on `nodes`; before the reconciler planned once (`None`), every
-/// node is held back.
-fn budgets(nodes: &[SlimNode], rollouts: Option<&[Rollout]>, now: Timestamp) -> Budgets {
+/// The rollouts' budgets for the NodeOps' starts on `nodes`, with the replacements the cloud's view (`replacer`)
+/// shows counted as the rollouts count them; before the reconciler planned once (`None`), every node is held back.
+fn budgets(nodes: &[SlimNode], rollouts: Option<&[Rollout]>, replacer: Option<&Replacer>, now: Timestamp) -> Budgets {
     let Some(rollouts) = rollouts else { return Budgets::unknown() };
-    if rollouts.is_empty() {
-        return Budgets::default();
-    }
+    // Without rollouts, no budget: still the one control-plane rule (rule 8 of `crate::policy::pipeline`).
     let selectors: Vec<_> = rollouts.iter().map(|r| r.spec.acting().map(|s| &s.policy.selector)).collect();
-    let views: Vec<_> = nodes.iter().map(|n| n.view(selectors.iter().copied(), DrainProgress::NotRunning)).collect();
-    crate::policy::budgets(&views, rollouts, now)
+    let views: Vec<_> = nodes
+        .iter()
+        .map(|n| {
+            let mut view = n.view(selectors.iter().copied(), DrainProgress::NotRunning);
+            view.group = replacer.and_then(|r| r.member(n));
+            view
+        })
+        .collect();
+    let fleet = replacer.map(Replacer::fleet).unwrap_or_default();
+    crate::policy::budgets(&views, rollouts, &fleet, now)
 }
 
 /// Forgets the warnings given to NodeOps that are gone (`warned` holds `uid/what`; `live` the uids there are), so
@@ -284,7 +291,8 @@ impl Controller {
         let gate = self.context.disruption.enter().await;
         let nodes: Vec<SlimNode> = self.context.nodes.state().iter().map(fresh).collect();
         let rollouts = gate.rollouts.clone();
-        let mut budgets = LazyBudgets::new(|| budgets(&nodes, rollouts.as_deref(), now));
+        let replacer = gate.replacer.clone();
+        let mut budgets = LazyBudgets::new(|| budgets(&nodes, rollouts.as_deref(), replacer.as_deref(), now));
         let mut draining = HashSet::new();
         let mut wake_at: Option<Timestamp> = None;
         let mut ordered: Vec<&NodeOp> = ops.iter().collect();

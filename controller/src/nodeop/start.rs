@@ -4,7 +4,9 @@
 //! 1. the NodeOp's own holds: being deleted (`Deleting`), a node failed under `stopOnFailure` (`StoppedOnFailure`);
 //! 2. the node's own: another owner (another NodeOp's mark, a rollout's step), its annotations malformed, NotReady;
 //! 3. `concurrency`;
-//! 4. one control-plane node at a time, across this NodeOp, the others and every rollout;
+//! 4. one control-plane node at a time, across this NodeOp, the others and every rollout: the rollouts' rule 8
+//!    (`crate::policy::pipeline`), read from the budgets (`crate::policy::budgets`), which name the busy
+//!    control-plane nodes as the rollouts' plan counts them, replacements included;
 //! 5. control plane first: no worker while a selected control-plane node has not finished
 //!    (`WaitingForControlPlane`);
 //! 6. the budget of every rollout the node counts in (`WaitingForRolloutBudget`): a start takes a slot of each.
@@ -43,26 +45,6 @@ pub(super) fn rollout_step(node: &NodeFacts) -> Option<Step> {
         .then_some(intent.step)
 }
 
-/// Why no control-plane node may start now because of another one, if that is so: a control-plane node other than
-/// this NodeOp's is in a rollout step, cordoned, NotReady or under another NodeOp. The rollouts keep one
-/// control-plane node in flight or unavailable at a time; a NodeOp keeps to the same rule.
-pub(super) fn control_plane_busy(nodes: &[NodeFacts], key: &str) -> Option<String> {
-    nodes.iter().filter(|n| n.control_plane && n.mark.as_deref() != Some(key)).find_map(|n| {
-        let why = if let Some(step) = rollout_step(n) {
-            format!("a rollout works on it (step {step})")
-        } else if let Some(other) = &n.mark {
-            format!("the NodeOp {other} works on it")
-        } else if n.unschedulable {
-            "it is cordoned".to_owned()
-        } else if !n.ready {
-            "it is not Ready".to_owned()
-        } else {
-            return None;
-        };
-        Some(format!("waiting: control-plane nodes go one at a time, and control-plane node {} is busy: {why}", n.name))
-    })
-}
-
 /// Starts the waiting nodes the gates allow: control plane first and alone, then workers by name, within the
 /// concurrency; nothing once a node failed under `stopOnFailure` or while the NodeOp is deleted. With a preflight,
 /// a node's start is its check first: its verdict is recorded whatever the gates (a skip completes the node, a
@@ -72,7 +54,6 @@ pub(super) fn start_waiting(
     decision: &mut Decision,
     mut waiting: Vec<&NodeFacts>,
     control_planes: &BTreeSet<&str>,
-    control_plane_busy: Option<String>,
     inputs: &Inputs<'_>,
     options: &Options,
     budgets: &mut LazyBudgets<'_>,
@@ -151,8 +132,9 @@ pub(super) fn start_waiting(
             Err("waiting for a free slot".into())
         } else if node.control_plane && in_flight(decision, Some(true)) > 0 {
             Err("waiting: control-plane nodes go one at a time".into())
-        } else if let Some(why) = control_plane_busy.as_ref().filter(|_| node.control_plane) {
-            Err(why.clone())
+        } else if let Some(why) = node.control_plane.then(|| budgets.get().control_plane_busy(inputs.key)).flatten() {
+            // Rule 8 of the one pipeline, as the rollouts keep it (`crate::policy::budgets`).
+            Err(why)
         } else if !node.control_plane && control_plane_pending {
             hold =
                 hold.or(Some((Reason::WaitingForControlPlane, "control-plane nodes go first, one at a time".into())));
@@ -190,6 +172,9 @@ pub(super) fn start_waiting(
             }
             Ok(()) => {
                 budgets.get().take(&node.name);
+                if node.control_plane {
+                    budgets.get().take_control_plane(&node.name, inputs.key);
+                }
                 started = true;
                 running += usize::from(!checked);
                 let notice = Notice {

@@ -86,12 +86,55 @@ pub struct Budgets {
     nodes: std::collections::HashMap<String, (Option<usize>, bool)>,
     /// The rollouts are not known yet (the reconciler has not planned since the controller started).
     unknown: bool,
+    /// Rule 8 of the pipeline (`super::pipeline`): the control-plane nodes busy now, each with why and the NodeOp
+    /// mark it carries (a NodeOp's own nodes do not hold its other nodes: it keeps them one at a time itself); a
+    /// node a NodeOp starts is added.
+    control_plane: Vec<BusyControlPlane>,
+}
+
+/// A control-plane node that keeps every other control-plane start waiting (rule 8 of the pipeline).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BusyControlPlane {
+    /// The node; `None` for a control-plane replacement whose donor's Node is gone (its old instance is deleted).
+    pub node: Option<String>,
+    /// Why it is busy.
+    pub why: String,
+    /// The NodeOp mark it carries (`keys::NODE_OPERATION`).
+    pub mark: Option<String>,
 }
 
 impl Budgets {
     pub fn new(rollouts: Vec<(String, Option<Limit>)>, nodes: Vec<(String, Option<usize>, bool)>) -> Budgets {
         let nodes = nodes.into_iter().map(|(name, rollout, counted)| (name, (rollout, counted))).collect();
-        Budgets { rollouts, nodes, unknown: false }
+        Budgets { rollouts, nodes, unknown: false, control_plane: Vec::new() }
+    }
+
+    /// These budgets with the control-plane nodes busy now (rule 8 of the pipeline).
+    pub fn with_control_plane(mut self, busy: Vec<BusyControlPlane>) -> Budgets {
+        self.control_plane = busy;
+        self
+    }
+
+    /// Why no control-plane node other than the NodeOp `mark`'s own may start now (rule 8 of the pipeline: one
+    /// control-plane node at a time across every rollout, flow and NodeOp), if that is so.
+    pub fn control_plane_busy(&self, mark: &str) -> Option<String> {
+        let busy = self.control_plane.iter().find(|b| b.mark.as_deref() != Some(mark))?;
+        Some(match &busy.node {
+            Some(node) => format!(
+                "waiting: control-plane nodes go one at a time, and control-plane node {node} is busy: {}",
+                busy.why
+            ),
+            None => format!("waiting: control-plane nodes go one at a time, and {}", busy.why),
+        })
+    }
+
+    /// Records that the NodeOp `mark` started the control-plane node `node`.
+    pub fn take_control_plane(&mut self, node: &str, mark: &str) {
+        self.control_plane.push(BusyControlPlane {
+            node: Some(node.to_owned()),
+            why: format!("the NodeOp {mark} works on it"),
+            mark: Some(mark.to_owned()),
+        });
     }
 
     /// Budgets of rollouts not known yet: nothing may be disrupted.

@@ -127,6 +127,13 @@ pub struct GroupMember {
     pub donor: Option<DonorRef>,
 }
 
+/// Whether a joining PendingNode created at `created` is of the replacement attempt whose `intent=replace` began at
+/// `since`, and not left by an earlier one: `creationTimestamp` keeps whole seconds, so a record created in the
+/// second the intent was written is this attempt's.
+pub fn of_attempt(created: Timestamp, since: Timestamp) -> bool {
+    shared::protocol::truncate_to_seconds(since) <= created
+}
+
 /// The name of the PendingNode of `donor`'s heir: the same for every attempt, so a crash never creates a second.
 pub fn join_name(donor: &str) -> String {
     derived_name(JOIN_PREFIX, donor)

@@ -323,7 +323,7 @@ impl Planner {
         if busy && !matches!(owner, pools::Owner::Rollout(_)) {
             count(&mut self.unowned_unavailable, on);
         }
-        if busy && node.control_plane {
+        if super::control_plane_busy(node, owner, a) {
             count(&mut self.control_plane_busy, on);
         }
         for &i in &node.selected_by {

@@ -295,7 +295,7 @@ pub fn plan_with(
         if busy && !matches!(owner, pools::Owner::Rollout(_)) {
             shared.unowned_unavailable += 1;
         }
-        shared.control_plane_busy |= busy && node.control_plane;
+        shared.control_plane_busy |= control_plane_busy(node, *owner, a);
     }
     shared.control_plane_busy |= records.control_plane_active();
 
@@ -347,17 +347,27 @@ pub fn plan_with(
 /// its members and how many count against it now, counted as [`plan`] counts them; and for each node, the budgets
 /// its disruption would take a slot of (its rollout's; every active rollout's for a node no rollout manages, as
 /// [`plan`] counts those in every budget). A rollout with nothing to do starts nothing, so it constrains nothing.
-pub fn budgets(nodes: &[NodeView], rollouts: &[Rollout], now: Timestamp) -> budget::Budgets {
-    let fleet = Fleet::default();
+/// `fleet` is the cloud's view the plan was made with: a joining heir is extra capacity, not an unavailable node,
+/// and a donor's replacement is assessed as [`plan_with`] assesses it.
+pub fn budgets(nodes: &[NodeView], rollouts: &[Rollout], fleet: &Fleet, now: Timestamp) -> budget::Budgets {
     let owners = pools::owners(nodes, rollouts);
-    let records = replacement::Records::find(nodes, &fleet);
-    let assessments = assess_all(nodes, &owners, rollouts, &fleet, &records, now);
+    let records = replacement::Records::find(nodes, fleet);
+    let assessments = assess_all(nodes, &owners, rollouts, fleet, &records, now);
     let mut members = vec![0u32; rollouts.len()];
     let mut unavailable = vec![0u32; rollouts.len()];
     let mut active = vec![false; rollouts.len()];
     let mut unowned_unavailable = 0;
     let mut counted = Vec::with_capacity(nodes.len());
+    let mut control_plane = Vec::new();
     for ((node, owner), a) in nodes.iter().zip(&owners).zip(&assessments) {
+        if control_plane_busy(node, *owner, a) {
+            let why = why_busy(node, a);
+            control_plane.push(budget::BusyControlPlane {
+                node: Some(node.name.clone()),
+                why,
+                mark: node.operation.clone(),
+            });
+        }
         match owner {
             pools::Owner::Rollout(i) => {
                 members[*i] += 1;
@@ -384,7 +394,12 @@ pub fn budgets(nodes: &[NodeView], rollouts: &[Rollout], now: Timestamp) -> budg
         });
         (rollout.name.clone(), limit)
     });
-    budget::Budgets::new(limits.collect(), counted)
+    if records.control_plane_active() {
+        let why = "a control-plane node's replacement is in progress (its new instance joining or its old one being \
+                   deleted)";
+        control_plane.push(budget::BusyControlPlane { node: None, why: why.to_owned(), mark: None });
+    }
+    budget::Budgets::new(limits.collect(), counted).with_control_plane(control_plane)
 }
 
 /// Each node's assessment (its own progress, before gates and budgets), in the order of `nodes`.
@@ -511,6 +526,28 @@ fn busy(node: &NodeView, owner: pools::Owner, a: &Assessment) -> bool {
     };
     // A node a NodeOp works on may be cordoned, drained or rebooted by it at any moment.
     busy || node.operation.is_some()
+}
+
+/// Rule 8 of the pipeline for one node: whether `node` is a control-plane node that keeps every other
+/// control-plane start waiting, whoever manages it: busy as the budgets count it ([`busy`]), or unavailable
+/// (NotReady, cordoned, in a step) even when no rollout manages it, since another control-plane node's drain and
+/// reboot beside it could cost etcd its quorum.
+fn control_plane_busy(node: &NodeView, owner: pools::Owner, a: &Assessment) -> bool {
+    node.control_plane && (busy(node, owner, a) || a.unavailable(node))
+}
+
+/// Why a node is busy, for a hold's message.
+fn why_busy(node: &NodeView, a: &Assessment) -> String {
+    if let Some(operation) = &node.operation {
+        return format!("the NodeOp {operation} works on it");
+    }
+    match &a.situation {
+        Situation::InFlight { step, .. } => format!("a rollout works on it (step {step})"),
+        Situation::Blocked { holds_slot: true, .. } => "a rollout's step of it is blocked".to_owned(),
+        _ if !node.ready => "it is not Ready".to_owned(),
+        _ if node.unschedulable => "it is cordoned".to_owned(),
+        _ => "it is unavailable".to_owned(),
+    }
 }
 
 /// Whether the node opts in but no NodeVersion selects it (said in the unowned plan's `held`).

@@ -28,7 +28,9 @@
 //!    unavailable for any reason (in any flow's step, NotReady, cordoned, worked on by a NodeOp) and every node no
 //!    rollout manages that is still busy;
 //! 8. **one control-plane node at a time** (`WaitingForControlPlane`), across every rollout, flow and NodeOp: none
-//!    starts while another control-plane node is in flight, unavailable, NotReady or worked on by a NodeOp;
+//!    starts while another control-plane node is in flight, unavailable, NotReady, cordoned or worked on by a
+//!    NodeOp, whoever manages it, or while a control-plane replacement is in progress (one predicate,
+//!    `control_plane_busy` in `super`, for the plan, the incremental planner and the NodeOps);
 //! 9. **control plane first** (`WaitingForControlPlane`): no worker starts while a control-plane node of the
 //!    rollout is pending in the flow's sense ([`Pool::control_plane_pending`]: not yet updated for an image, not
 //!    yet running the version for Kubernetes, since a kubelet may not be newer than an API server);
@@ -39,9 +41,11 @@
 //! the first control-plane node, alone: `WaitingForApiServer`), never widen them. Nodes that are part of a
 //! replacement in flight (a heir's own Kubernetes upgrade) are not candidates: their donor holds the slots.
 //!
-//! NodeOps ([`crate::nodeop`]) decide in their own controller under the same rules: they take slots of the
-//! rollouts' budgets ([`super::budgets`], through [`crate::disruption`]), keep control-plane nodes one at a time
-//! across rollouts and NodeOps, and their nodes count as unavailable in every rollout's budget (rule 7).
+//! NodeOps ([`crate::nodeop`]) decide in their own controller under the same rules, read from
+//! [`super::budgets`] (through [`crate::disruption`], with the cloud's view the rollouts were planned with): they
+//! take slots of the rollouts' budgets (rule 7, a joining heir counted as extra capacity as here), and rule 8
+//! names the busy control-plane nodes to them exactly as it counts them here; their nodes count as unavailable in
+//! every rollout's budget.
 
 use super::assess::{Assessment, Situation};
 use super::gates;

@@ -46,7 +46,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 pub use super::fleet::{
     DonorRef, EtcdAccess, Fleet, Goal, GroupMember, GroupView, PendingView, SHIELD_TAINT, TaintView, inherited_labels,
-    inherited_taints, join_name, leave_name, shield,
+    inherited_taints, join_name, leave_name, of_attempt, shield,
 };
 
 /// A rollout's replacements, for its status.
@@ -481,8 +481,7 @@ fn donor(node: &NodeView, intent: &Intent, context: &Context<'_>, policy: &Polic
     };
     if let Some(why) = &join.join_failed {
         let message = format!("the new instance {} did not become a Ready node: {why}", join.node_name);
-        // creationTimestamp keeps whole seconds: a PendingNode created in the second of the intent is this attempt's.
-        if join.created.is_some_and(|created| created < shared::protocol::truncate_to_seconds(intent.since)) {
+        if join.created.is_some_and(|created| !of_attempt(created, intent.since)) {
             // Left by an earlier attempt: its instance is being deleted; the name is free once it is gone.
             return in_flight();
         }

@@ -366,16 +366,21 @@ fn a_donor_whose_group_is_not_known_yet_waits_in_flight_without_a_warning() {
     assert_eq!(p.counts.in_progress, 2, "the donor, and w1 staging");
 }
 
+/// A heir of group `a` that registered and is not Ready yet.
+fn joining_heir(name: &str) -> NodeView {
+    NodeView {
+        ready: false,
+        agent: Ok(Default::default()),
+        group: Some(GroupMember { image: Some(TARGET.into()), ready_since: None, ..member("a") }),
+        ..node(name)
+    }
+}
+
 #[test]
 fn joining_heirs_are_extra_capacity_and_surge_is_held_until_the_old_instance_is_gone() {
     let mut f = fleet(&[("a", false, TARGET)]);
     f.pending.push(join("a1", "a1-new"));
-    let heir = NodeView {
-        ready: false,
-        agent: Ok(Default::default()),
-        group: Some(GroupMember { image: Some(TARGET.into()), ready_since: None, ..member("a") }),
-        ..node("a1-new")
-    };
+    let heir = joining_heir("a1-new");
     let nodes = [replacing(in_group("a1", "a")), shielded(heir, "a1"), in_group("a2", "a"), node("w1")];
     // The NotReady heir does not take a maxUnavailable slot; the surge of 1 is taken, so a2 waits and the
     // in-place node takes the free slot.
@@ -480,4 +485,21 @@ fn derived_names_are_stable_and_fit_an_object_name() {
     assert!(name.len() <= super::super::fleet::MAX_NAME, "{}", name.len());
     assert_eq!(name, join_name(&long));
     assert_ne!(name, join_name(&format!("{}m", "n".repeat(252))));
+}
+
+#[test]
+fn a_node_operations_budget_counts_a_joining_heir_as_extra_capacity_as_the_rollout_does() {
+    let mut f = fleet(&[("a", false, TARGET)]);
+    f.pending.push(join("a1", "a1-new"));
+    let heir = joining_heir("a1-new");
+    let nodes = [replacing(in_group("a1", "a")), shielded(heir, "a1"), node("w1"), node("w2")];
+    let rollouts = [rollout_with(policy(1, 2))];
+    // The donor holds one of the two slots; the NotReady heir is a new instance, not a node out.
+    let mut b = crate::policy::budgets(&nodes, &rollouts, &f, t(0));
+    assert_eq!(b.room("w1"), Ok(()));
+    b.take("w1");
+    assert!(b.room("w2").is_err(), "the donor and w1 take both slots");
+    // Without the cloud's view the heir looks like a NotReady node taking the last slot: what the NodeOps saw.
+    let b = crate::policy::budgets(&nodes, &rollouts, &Fleet::default(), t(0));
+    assert!(b.room("w1").is_err());
 }

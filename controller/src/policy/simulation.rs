@@ -516,7 +516,7 @@ impl Sim {
                 preflight: None,
             })
             .collect();
-        let budgets = budgets(&self.nodes, &self.rollouts, self.now);
+        let budgets = budgets(&self.nodes, &self.rollouts, &self.fleet, self.now);
         let inputs = Inputs { key: &op.key, spec: &op.spec, recorded: &op.recorded, deleting: false, now: self.now };
         let decision = decide(inputs, &facts, &mut budget::LazyBudgets::ready(budgets));
         let mut op = op;

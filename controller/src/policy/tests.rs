@@ -177,7 +177,7 @@ fn budgets_tell_a_node_operation_what_each_rollout_with_work_to_do_leaves() {
     // w1..w3 outdated, one cordoned: the rollout allows 2 and 1 is out.
     let nodes = [node("w1"), cordoned.clone(), node("w3"), NodeView { selected_by: vec![], ..node("u1") }];
     let rollouts = [rollout_with(max(2))];
-    let mut b = budgets(&nodes, &rollouts, t(0));
+    let mut b = budgets(&nodes, &rollouts, &Fleet::default(), t(0));
     assert_eq!(b.room("w1"), Ok(()));
     assert_eq!(b.room("w2"), Ok(()), "out already: it takes no further slot");
     b.take("w1");
@@ -187,7 +187,7 @@ fn budgets_tell_a_node_operation_what_each_rollout_with_work_to_do_leaves() {
     assert_eq!(b.room("u1"), full);
     // The same nodes, all up to date: the rollout has nothing to do and constrains nothing.
     let done = [up(node("w1")), up(cordoned), up(node("w3"))];
-    let mut b = budgets(&done, &rollouts, t(0));
+    let mut b = budgets(&done, &rollouts, &Fleet::default(), t(0));
     b.take("w1");
     assert_eq!(b.room("w3"), Ok(()));
 }
@@ -900,4 +900,31 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn one_control_plane_rule_names_every_busy_control_plane_node_for_the_node_operations() {
+    let cp = |name: &str| NodeView { control_plane: true, ..node(name) };
+    let rollouts = [rollout_with(max(3))];
+    let draining = with_intent(cp("cp1"), Step::Drain, TARGET, "t1", t(0));
+    let draining = NodeView { unschedulable: true, ..draining };
+    let b = budgets(&[draining, cp("cp2"), node("w1")], &rollouts, &Fleet::default(), t(0));
+    let why = b.control_plane_busy("default/op@u1").unwrap_or_default();
+    assert!(why.contains("control-plane node cp1 is busy: a rollout works on it (step drain)"), "{why}");
+    // A control-plane node no NodeVersion selects, NotReady: busy too (the rollouts wait for it as well).
+    let unowned = NodeView { ready: false, selected_by: vec![], ..cp("cp3") };
+    let b = budgets(&[unowned.clone(), cp("cp2")], &rollouts, &Fleet::default(), t(0));
+    let why = b.control_plane_busy("default/op@u1").unwrap_or_default();
+    assert!(why.contains("cp3 is busy: it is not Ready"), "{why}");
+    // Without any rollout, the rule still holds.
+    let b = budgets(&[unowned.clone(), cp("cp2")], &[], &Fleet::default(), t(0));
+    assert!(b.control_plane_busy("default/op@u1").is_some());
+    // A control-plane node staging ahead is not disrupted: it holds nobody.
+    let staging = with_intent(cp("cp1"), Step::Stage, TARGET, "t1", t(0));
+    let b = budgets(&[staging, cp("cp2")], &rollouts, &Fleet::default(), t(0));
+    assert_eq!(b.control_plane_busy("default/op@u1"), None);
+    // The rollouts keep to the same rule: a staged control-plane node's turn waits for the unowned NotReady one.
+    let p = plan(&[unowned, staged(cp("cp2"))], &rollouts, None, t(0));
+    assert!(p.rollouts[0].actions.is_empty(), "{:?}", p.rollouts[0].actions);
+    assert_eq!(p.rollouts[0].hold.as_ref().map(|h| h.reason), Some(Reason::WaitingForControlPlane));
 }

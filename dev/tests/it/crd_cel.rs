@@ -104,6 +104,9 @@ async fn a_crd_whose_rule_does_not_compile_is_refused_with_the_rule_path() {
             "self.min <= other",
             "compilation failed: ERROR: <input>:1:13: undeclared reference to 'other' (in container '')",
         ),
+        // Type errors cel-go's checker finds against the schema (compilation.go).
+        ("self.mni <= 1", "compilation failed: ERROR: <input>:1:5: undefined field 'mni'"),
+        ("self.min", "cel expression must evaluate to a bool"),
     ] {
         let crd = gadget_crd(json!({"type": "object", "properties": {"min": {"type": "integer"}},
             "x-kubernetes-validations": [{"rule": rule}]}));
@@ -329,5 +332,224 @@ async fn kubectl_apply_meets_the_rules_and_ratcheting() {
     )
     .await;
     assert!(!ok && err.contains("spec.note: Too long: may not be more than 5 bytes"), "{err}");
+    server.shutdown().await;
+}
+
+/// The Kubernetes URL, IP, CIDR and format libraries (`staging/src/k8s.io/apiserver/pkg/cel/library/urls.go`,
+/// `ip.go`, `cidr.go`, `format.go`; in the environment of new CRD rules on 1.33 per `environment/base.go`).
+fn network_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "endpoint": {"type": "string", "maxLength": 256, "x-kubernetes-validations": [
+                {"rule": "isURL(self) && url(self).getScheme() == 'https'", "message": "must be an https URL"}]},
+            "address": {"type": "string", "maxLength": 64, "x-kubernetes-validations": [
+                {"rule": "isIP(self) && ip.isCanonical(self)", "message": "must be a canonical IP address"},
+                {"rule": "!ip(self).isLoopback()", "message": "must not be a loopback address"}]},
+            "network": {"type": "string", "maxLength": 64, "x-kubernetes-validations": [
+                {"rule": "isCIDR(self) && cidr(self) == cidr(self).masked()", "message": "must be a network address"}]},
+            "zone": {"type": "string", "maxLength": 64, "x-kubernetes-validations": [
+                {"rule": "!format.dns1123Label().validate(self).hasValue()",
+                 "messageExpression": "format.dns1123Label().validate(self).value().join(', ')"}]}
+        },
+        "x-kubernetes-validations": [
+            {"rule": "!has(self.address) || !has(self.network) || cidr(self.network).containsIP(self.address)",
+             "message": "address must be in network"}
+        ]
+    })
+}
+
+#[tokio::test]
+async fn the_url_ip_cidr_and_format_libraries_judge_objects_as_upstream() {
+    let server = server().await;
+    let client = server.client();
+    establish(&client, gadget_crd(network_schema())).await;
+    let api = gadgets(&client);
+    let pp = PostParams::default();
+    api.create(
+        &pp,
+        &gadget(
+            "good",
+            json!({"endpoint": "https://example.com:8443/api", "address": "10.1.2.3", "network": "10.0.0.0/8", "zone": "eu-west-1"}),
+        ),
+    )
+    .await
+    .expect("valid values pass");
+    let refused = |name: &str, spec: Value| {
+        let api = api.clone();
+        let name = name.to_owned();
+        async move { refusal(api.create(&PostParams::default(), &gadget(&name, spec)).await.unwrap_err()) }
+    };
+    let status = refused("http", json!({"endpoint": "http://example.com/"})).await;
+    assert_eq!(
+        status.message,
+        "Gadget.example.com \"http\" is invalid: spec.endpoint: Invalid value: \"string\": must be an https URL"
+    );
+    let status = refused("relative", json!({"endpoint": "../x"})).await;
+    assert_eq!(status.code, 422, "a relative URL is no URL");
+    let status = refused("upper", json!({"address": "2001:DB8::1"})).await;
+    assert_eq!(
+        status.message,
+        "Gadget.example.com \"upper\" is invalid: spec.address: Invalid value: \"string\": must be a canonical IP address"
+    );
+    let status = refused("loop", json!({"address": "127.0.0.1"})).await;
+    assert_eq!(
+        status.message,
+        "Gadget.example.com \"loop\" is invalid: spec.address: Invalid value: \"string\": must not be a loopback address"
+    );
+    let status = refused("outside", json!({"address": "192.168.0.1", "network": "10.0.0.0/8"})).await;
+    assert_eq!(
+        status.message,
+        "Gadget.example.com \"outside\" is invalid: spec: Invalid value: \"object\": address must be in network"
+    );
+    let status = refused("host-bits", json!({"network": "10.0.0.1/8"})).await;
+    assert_eq!(
+        status.message,
+        "Gadget.example.com \"host-bits\" is invalid: spec.network: Invalid value: \"string\": must be a network address"
+    );
+    let status = refused("zone", json!({"zone": "EU_West"})).await;
+    assert_eq!(
+        status.message,
+        "Gadget.example.com \"zone\" is invalid: spec.zone: Invalid value: \"string\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+    );
+    server.shutdown().await;
+}
+
+/// A rule iterating an unbounded list inside an iteration of it: upstream's estimate (`validation.go`
+/// `getExpressionCost`, cel-go `checker/cost.go`) is far above `StaticEstimatedCostLimit`, so the CRD is refused;
+/// with `maxItems`/`maxLength` it is accepted.
+#[tokio::test]
+async fn a_crd_whose_rule_costs_too_much_is_refused_with_upstreams_causes() {
+    const HINT: &str = "(try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)";
+    let server = server().await;
+    let client = server.client();
+    let costly = |bounds: Value| {
+        let mut items = json!({"type": "array", "items": {"type": "string"}});
+        if let (Some(items), Some(bounds)) = (items.as_object_mut(), bounds.as_object()) {
+            items.extend(bounds.clone());
+        }
+        gadget_crd(json!({"type": "object", "properties": {"names": items},
+            "x-kubernetes-validations": [{"rule": "self.names.all(x, self.names.exists_one(y, x == y))", "message": "names are unique"}]}))
+    };
+    let answer =
+        raw(&client, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", None, costly(json!({}))).await;
+    assert_eq!(answer.status, 422, "{}", answer.text);
+    let body = answer.json();
+    let causes: Vec<(String, String, String)> = body["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["field"].as_str().unwrap().to_owned(),
+                c["reason"].as_str().unwrap().to_owned(),
+                c["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let rule = "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule";
+    assert!(
+        causes.contains(&(
+            rule.to_owned(),
+            "FieldValueForbidden".to_owned(),
+            format!("Forbidden: estimated rule cost exceeds budget by factor of more than 100x {HINT}")
+        )),
+        "{causes:?}"
+    );
+    assert!(
+        causes.contains(&(
+            "spec.validation.openAPIV3Schema".to_owned(),
+            "FieldValueForbidden".to_owned(),
+            format!("Forbidden: x-kubernetes-validations estimated rule & messageExpression cost total for entire OpenAPIv3 schema exceeds budget by factor of more than 100x {HINT}")
+        )),
+        "{causes:?}"
+    );
+    // A rule of the 1.33 semver library is not declared for new rules (compiled in the 1.32 environment).
+    let semver = gadget_crd(json!({"type": "object", "properties": {"version": {"type": "string", "maxLength": 32}},
+        "x-kubernetes-validations": [{"rule": "isSemver(self.version)"}]}));
+    let answer = raw(&client, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", None, semver).await;
+    assert_eq!(answer.status, 422, "{}", answer.text);
+    assert!(
+        answer
+            .text
+            .contains("compilation failed: ERROR: <input>:1:9: undeclared reference to 'isSemver' (in container '')"),
+        "{}",
+        answer.text
+    );
+    // Bounded, the same rule is cheap enough.
+    let bounded = costly(json!({"maxItems": 16, "items": {"type": "string", "maxLength": 63}}));
+    establish(&client, bounded).await;
+    let status = refusal(
+        gadgets(&client)
+            .create(&PostParams::default(), &gadget("dup", json!({"names": ["a", "a"]})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        status.message,
+        "Gadget.example.com \"dup\" is invalid: spec: Invalid value: \"object\": names are unique"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_meets_the_cost_limit_and_the_libraries() {
+    let server = server().await;
+    let config = server.kubeconfig_path().to_owned();
+    let dir = config.parent().unwrap().to_owned();
+    let write = |name: &str, value: Value| {
+        let file = dir.join(name);
+        std::fs::write(&file, serde_json::to_string(&value).unwrap()).unwrap();
+        file.to_str().unwrap().to_owned()
+    };
+    let costly = write(
+        "costly.json",
+        gadget_crd(json!({"type": "object", "properties": {"names": {"type": "array", "items": {"type": "string"}}},
+            "x-kubernetes-validations": [{"rule": "self.names.all(x, self.names.all(y, x == y))"}]})),
+    );
+    let (ok, _, err) = run_kubectl(&config, &["apply", "-f", &costly]).await;
+    assert!(!ok, "a CRD above the cost limit was applied");
+    assert!(err.contains("estimated rule cost exceeds budget by factor of more than 100x"), "{err}");
+
+    let crd = write("crd.json", gadget_crd(network_schema()));
+    let (ok, out, err) = run_kubectl(&config, &["apply", "-f", &crd]).await;
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) =
+        run_kubectl(&config, &["wait", "--for=condition=Established", "crd/gadgets.example.com"]).await;
+    assert!(ok, "{out}{err}");
+    let bad = write("bad.json", serde_json::to_value(gadget("bad", json!({"address": "::ffff:1.2.3.4"}))).unwrap());
+    let (ok, _, err) = run_kubectl(&config, &["apply", "-f", &bad]).await;
+    assert!(!ok && err.contains("spec.address: Invalid value: \"string\": must be a canonical IP address"), "{err}");
+    let good = write(
+        "good.json",
+        serde_json::to_value(gadget("good", json!({"address": "fd00::1", "network": "fd00::/8"}))).unwrap(),
+    );
+    let (ok, out, err) = run_kubectl(&config, &["apply", "-f", &good]).await;
+    assert!(ok, "{out}{err}");
+    server.shutdown().await;
+}
+
+/// cel-go's `ext.Sets` is in the CRD environment since 1.29 (`environment/base.go`): a CRD using it is accepted
+/// and its rule judges objects.
+#[tokio::test]
+async fn the_sets_library_is_available_to_rules() {
+    let server = server().await;
+    let client = server.client();
+    establish(
+        &client,
+        gadget_crd(json!({"type": "object", "properties": {
+            "zones": {"type": "array", "maxItems": 8, "items": {"type": "string", "maxLength": 16}}},
+            "x-kubernetes-validations": [{"rule": "sets.contains(['a', 'b', 'c'], self.zones)", "message": "unknown zone"}]})),
+    )
+    .await;
+    let api = gadgets(&client);
+    api.create(&PostParams::default(), &gadget("known", json!({"zones": ["a", "c"]}))).await.expect("known zones pass");
+    let status = refusal(
+        api.create(&PostParams::default(), &gadget("unknown", json!({"zones": ["a", "d"]}))).await.unwrap_err(),
+    );
+    assert_eq!(
+        status.message,
+        "Gadget.example.com \"unknown\" is invalid: spec: Invalid value: \"object\": unknown zone"
+    );
     server.shutdown().await;
 }

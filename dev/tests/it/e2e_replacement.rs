@@ -99,9 +99,11 @@ fn describe(cluster: &Cluster) -> dev::standing::Standing {
 fn rolled_out(cluster: &Cluster, image: &str, total: i32) -> Option<shared::crd::NodeVersionStatus> {
     let version = cluster.store().api::<NodeVersion>().get(None, "constellation-version").ok()?;
     let status = version.status?;
+    let complete = status.conditions.iter().any(|c| c.type_ == "Progressing" && c.reason == "Complete");
     (status.target_image.as_deref() == Some(image)
         && status.counts.total == total
         && status.counts.up_to_date == total
+        && complete
         && pending(cluster).is_empty())
     .then_some(status)
 }

@@ -8,6 +8,7 @@
 //!   "staged": {"argv": ["/usr/local/bin/os-update", "staged"]},
 //!   "unstage": {"argv": ["/usr/local/bin/os-update", "discard"]},
 //!   "nsenter": true,
+//!   "cgroup": {"root": "/proc/1/root/sys/fs/cgroup", "parent": "update-operator", "memoryMax": 1073741824},
 //!   "kubernetes": {"hostRoot": "/host", "record": "/var/lib/update-operator/components.json",
 //!                  "kubeadmTimeoutSeconds": 1800,
 //!                  "restartKubelet": [{"argv": ["systemctl", "daemon-reload"]}, {"argv": ["systemctl", "restart", "kubelet"]}]}
@@ -20,6 +21,10 @@
 //! installed is kept at the host path `record`, kubeadm commands may take `kubeadmTimeoutSeconds` (default
 //! 30 min) each, and `restartKubelet` (default: `systemctl daemon-reload`, `systemctl restart kubelet`)
 //! restarts the kubelet. Without nsenter, the kubeadm program is run from under `hostRoot`.
+//!
+//! `cgroup` (optional) runs every command in a cgroup v2 of its own under `parent` of the host's hierarchy, seen by
+//! the agent at `root`, with `memoryMax` bytes (`null`: no limit of its own) instead of the agent's cgroup and
+//! memory limit (see [`super::cgroup`]).
 //!
 //! # Guarantees
 //! - Unknown fields are errors (a misspelt `"stagd"` is reported, not ignored), and every error
@@ -65,6 +70,60 @@ pub struct CommandConfig {
     /// How Kubernetes components are upgraded; without it the `kubeadm-upgrade` step is refused.
     #[serde(default)]
     pub(super) kubernetes: Option<KubernetesConfig>,
+    /// The cgroups the commands run in; without it they run in the agent's (and count against its memory limit).
+    #[serde(default)]
+    pub(super) cgroup: Option<CgroupConfig>,
+}
+
+/// The default memory limit of one host command: 1 GiB, a ceiling against a runaway command rather than a
+/// measured need (page cache is reclaimed before anything is killed).
+pub const DEFAULT_COMMAND_MEMORY_MAX: u64 = 1024 * 1024 * 1024;
+/// The smallest memory limit accepted: less would get any real program OOM-killed.
+pub const MIN_COMMAND_MEMORY_MAX: u64 = 16 * 1024 * 1024;
+
+/// The `cgroup` section (module docs).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct CgroupConfig {
+    #[serde(default = "default_cgroup_root")]
+    pub root: std::path::PathBuf,
+    #[serde(default = "default_cgroup_parent")]
+    pub parent: std::path::PathBuf,
+    #[serde(default = "default_memory_max")]
+    pub memory_max: Option<u64>,
+}
+
+fn default_cgroup_root() -> std::path::PathBuf {
+    "/proc/1/root/sys/fs/cgroup".into()
+}
+
+fn default_cgroup_parent() -> std::path::PathBuf {
+    "update-operator".into()
+}
+
+fn default_memory_max() -> Option<u64> {
+    Some(DEFAULT_COMMAND_MEMORY_MAX)
+}
+
+impl CgroupConfig {
+    fn validate(&self) -> Result<(), String> {
+        if !self.root.is_absolute() {
+            return Err(format!("cgroup.root {:?} is not an absolute path", self.root));
+        }
+        let plain = self.parent.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+        if self.parent.as_os_str().is_empty() || !plain {
+            return Err(format!(
+                "cgroup.parent {:?} must be a relative path below the root, without `.` or `..`",
+                self.parent
+            ));
+        }
+        if let Some(bytes) = self.memory_max
+            && bytes < MIN_COMMAND_MEMORY_MAX
+        {
+            return Err(format!("cgroup.memoryMax is {bytes}; it must be at least {MIN_COMMAND_MEMORY_MAX} (16 MiB)"));
+        }
+        Ok(())
+    }
 }
 
 /// The `kubernetes` section (module docs).
@@ -167,6 +226,9 @@ impl CommandConfig {
         if let Some(kubernetes) = &config.kubernetes {
             kubernetes.validate().map_err(invalid)?;
         }
+        if let Some(cgroup) = &config.cgroup {
+            cgroup.validate().map_err(invalid)?;
+        }
         Ok(config)
     }
 
@@ -198,6 +260,13 @@ mod tests {
         assert_eq!(config.reboot.argv, ["systemctl", "reboot"]);
         assert_eq!(config.apply.timeout(Duration::from_secs(7)), Duration::from_secs(7));
         assert!(config.kubernetes.is_none());
+        assert!(config.cgroup.is_none());
+        let cgroup = parse(&format!(r#"{}, "cgroup": {{}}}}"#, &MINIMAL[..MINIMAL.len() - 1])).unwrap().cgroup.unwrap();
+        assert_eq!(cgroup.root, Path::new("/proc/1/root/sys/fs/cgroup"));
+        assert_eq!(cgroup.parent, Path::new("update-operator"));
+        assert_eq!(cgroup.memory_max, Some(DEFAULT_COMMAND_MEMORY_MAX));
+        let unlimited = format!(r#"{}, "cgroup": {{"memoryMax": null}}}}"#, &MINIMAL[..MINIMAL.len() - 1]);
+        assert_eq!(parse(&unlimited).unwrap().cgroup.unwrap().memory_max, None);
         let with =
             parse(&format!(r#"{}, "kubernetes": {{}}}}"#, &MINIMAL[..MINIMAL.len() - 1])).unwrap().kubernetes.unwrap();
         assert_eq!((with.host_root.to_str(), with.record.to_str()), (Some("/"), Some(DEFAULT_RECORD)));
@@ -230,7 +299,27 @@ mod tests {
             (r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}}"#, "missing field `reboot`"),
             (
                 r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "stagd": {"argv": ["s"]}}"#,
-                "unknown field `stagd`, expected one of `check`, `apply`, `reboot`, `staged`, `unstage`, `nsenter`, `kubernetes`",
+                "unknown field `stagd`, expected one of `check`, `apply`, `reboot`, `staged`, `unstage`, `nsenter`, `kubernetes`, `cgroup`",
+            ),
+            (
+                r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "cgroup": {"root": "sys/fs/cgroup"}}"#,
+                "cgroup.root \"sys/fs/cgroup\" is not an absolute path",
+            ),
+            (
+                r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "cgroup": {"parent": "../kubepods"}}"#,
+                "cgroup.parent \"../kubepods\" must be a relative path below the root",
+            ),
+            (
+                r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "cgroup": {"parent": "/"}}"#,
+                "cgroup.parent \"/\" must be a relative path",
+            ),
+            (
+                r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "cgroup": {"memoryMax": 1024}}"#,
+                "cgroup.memoryMax is 1024; it must be at least 16777216",
+            ),
+            (
+                r#"{"check": {"argv": ["c"]}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}, "cgroup": {"memory": 1}}"#,
+                "unknown field `memory`, expected one of `root`, `parent`, `memoryMax`",
             ),
             (
                 r#"{"check": {"argv": ["c"], "timeout": 5}, "apply": {"argv": ["a"]}, "reboot": {"argv": ["r"]}}"#,

@@ -10,9 +10,11 @@
 //! With a `kubernetes` section, the `kubeadm-upgrade` step installs the components under its `hostRoot` and
 //! runs kubeadm and the kubelet restart (see [`HostUpdater::upgrade_kubernetes`] and [`CommandConfig`]).
 //!
-//! With `nsenter: true` every command runs in the host's namespaces (those of PID 1: IPC, UTS,
+//! With `nsenter: true` every command runs in the host's namespaces (those of PID 1: cgroup, IPC, UTS,
 //! network, PID, mount), entered by the agent itself before the command is executed, as
-//! `nsenter --target 1 --ipc --uts --net --pid --mount -- <argv...>` would ([`namespaces`]).
+//! `nsenter --target 1 --cgroup --ipc --uts --net --pid --mount -- <argv...>` would ([`namespaces`]).
+//! With a `cgroup` section every command runs in a cgroup of its own outside the agent's, with its own memory
+//! limit ([`cgroup`]).
 //!
 //! # Guarantees
 //! - No shell is ever involved, and nothing from the cluster is spliced into a command line: the
@@ -25,18 +27,20 @@
 //!   `activate_and_reboot` reboots only when `staged` (if configured) reports the target, or the
 //!   host already runs it with nothing else staged.
 
+pub mod cgroup;
 mod config;
 pub mod namespaces;
 mod run;
 
-pub use config::{CommandConfig, MAX_TIMEOUT_SECONDS};
+pub use config::{CommandConfig, DEFAULT_COMMAND_MEMORY_MAX, MAX_TIMEOUT_SECONDS};
 
 use super::{EX_TEMPFAIL, HostError, HostFacts, HostUpdater, KubernetesUpgrade, check_reported_image, read_boot_id};
 use crate::components::{Installer, installed_in_background};
 use crate::kubeadm;
+use cgroup::Cgroups;
 use config::{CommandSpec, KubernetesConfig};
 use namespaces::Namespaces;
-use run::{Finished, RunError};
+use run::{Finished, Placement, RunError};
 use shared::protocol::ComponentsHash;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -63,14 +67,18 @@ pub struct CommandHost {
     boot_id_path: PathBuf,
     /// The `/proc/PID/ns` directory whose namespaces the commands run in (with `nsenter: true`).
     namespaces_dir: PathBuf,
+    /// The commands' cgroups (with a `cgroup` section), shared by the clones of this host.
+    cgroups: Option<Arc<Cgroups>>,
 }
 
 impl CommandHost {
     pub fn new(config: CommandConfig) -> Self {
+        let cgroups = config.cgroup.as_ref().map(|c| Arc::new(Cgroups::new(&c.root, &c.parent, c.memory_max)));
         CommandHost {
             config,
             boot_id_path: super::default_boot_id_path(),
             namespaces_dir: PathBuf::from(namespaces::HOST_NAMESPACES),
+            cgroups,
         }
     }
 
@@ -125,10 +133,26 @@ impl CommandHost {
         let timeout = spec.timeout(default_timeout);
         tracing::debug!(command = name, ?argv, "running host command");
         let namespaces = self.namespaces(name, spec.program())?;
-        run::run(&argv, namespaces, timeout).await.map_err(|error| match error {
-            RunError::Start(source) | RunError::Wait(source) => {
-                HostError::CommandStart { command: name, program: argv[0].clone(), source }
-            }
+        let start_error = |source| HostError::CommandStart { command: name, program: argv[0].clone(), source };
+        let cgroup = match &self.cgroups {
+            Some(cgroups) => Some(
+                cgroups
+                    .create(name)
+                    .await
+                    .map_err(|error| start_error(std::io::Error::new(error.source.kind(), error.to_string())))?,
+            ),
+            None => None,
+        };
+        let dir = cgroup.as_ref().and_then(|c| c.dir()).map(|dir| dir.try_clone()).transpose().map_err(start_error)?;
+        if let Some(cgroup) = &cgroup {
+            tracing::debug!(command = name, cgroup = %cgroup.path().display(), "host command in its own cgroup");
+        }
+        let ran = run::run(&argv, Placement { namespaces, cgroup: dir }, timeout).await;
+        if let Some(cgroup) = cgroup {
+            cgroup.remove().await;
+        }
+        ran.map_err(|error| match error {
+            RunError::Start(source) | RunError::Wait(source) => start_error(source),
             RunError::TimedOut => {
                 HostError::TimedOut { operation: format!("the {name} command {:?}", spec.program()), after: timeout }
             }
@@ -395,7 +419,7 @@ mod tests {
         assert!(self::host(false).namespaces("reboot", "systemctl").unwrap().is_none());
         let missing = self::host(true).with_namespaces_of("/proc/nonexistent/ns");
         let error = missing.namespaces("check", "os-version").unwrap_err().to_string();
-        assert!(error.contains("/proc/nonexistent/ns/ipc"), "{error}");
+        assert!(error.contains("/proc/nonexistent/ns/cgroup"), "{error}");
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! - The namespace files are opened by the agent before the command is forked, so the forked child only calls
 //!   `setns` on open descriptors (async-signal-safe) and then executes the command; a namespace that cannot be
 //!   opened or entered fails the command's start with the namespace and the OS error, never a panic.
-//! - The namespaces are entered in nsenter's order (IPC, UTS, network, PID, mount): mount last, after which the
-//!   child's root and working directory are the host's and the program is looked up on the host's file system.
+//! - The namespaces are entered in nsenter's order (cgroup, IPC, UTS, network, PID, mount): mount last, after
+//!   which the child's root and working directory are the host's and the program is looked up on the host's file
+//!   system. In the host's cgroup namespace the child sees the whole cgroup hierarchy, which moving itself out of
+//!   the agent's cgroup needs ([`super::cgroup`]).
 //! - Entering a PID namespace applies to the processes the command starts, not the command itself (as with
 //!   `setns(2)`); with `hostPID: true` the agent shares the host's PID namespace anyway.
 //!
@@ -19,7 +21,8 @@ use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
 use std::path::{Path, PathBuf};
 
 /// The namespaces entered, in order, with their file names under `/proc/PID/ns`.
-pub(super) const ENTERED: [(&str, LinkNameSpaceType); 5] = [
+pub(super) const ENTERED: [(&str, LinkNameSpaceType); 6] = [
+    ("cgroup", LinkNameSpaceType::ControlGroup),
     ("ipc", LinkNameSpaceType::InterProcessCommunication),
     ("uts", LinkNameSpaceType::HostNameAndNISDomainName),
     ("net", LinkNameSpaceType::Network),
@@ -75,9 +78,12 @@ mod tests {
     #[test]
     fn every_namespace_of_a_process_opens_and_a_missing_one_is_named() {
         let own = Namespaces::open(Path::new("/proc/self/ns")).unwrap();
-        assert_eq!(own.files.iter().map(|(name, ..)| *name).collect::<Vec<_>>(), ["ipc", "uts", "net", "pid", "mnt"]);
+        assert_eq!(
+            own.files.iter().map(|(name, ..)| *name).collect::<Vec<_>>(),
+            ["cgroup", "ipc", "uts", "net", "pid", "mnt"]
+        );
         let error = Namespaces::open(Path::new("/proc/nonexistent/ns")).unwrap_err();
-        assert_eq!(error.path, Path::new("/proc/nonexistent/ns/ipc"));
-        assert!(error.to_string().starts_with("cannot open the namespace /proc/nonexistent/ns/ipc: "), "{error}");
+        assert_eq!(error.path, Path::new("/proc/nonexistent/ns/cgroup"));
+        assert!(error.to_string().starts_with("cannot open the namespace /proc/nonexistent/ns/cgroup: "), "{error}");
     }
 }

@@ -7,12 +7,15 @@
 //! - The command runs in a process group of its own. When it outlives its time limit, or the
 //!   future running it is dropped (the agent cancelled the work), the whole group (the command and
 //!   whatever it started) is killed.
+//! - With a cgroup, the child moves itself into it after entering the namespaces and before executing the
+//!   program ([`super::cgroup`]); a failed move fails the start.
 //!
 //! # Assumptions
 //! - Commands do not leave processes behind that keep their stdout or stderr open; such a command
 //!   counts as running until its time limit.
 
 use super::namespaces::Namespaces;
+use rustix::fd::OwnedFd;
 use rustix::process::{Pid, Signal, kill_process_group};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
@@ -43,12 +46,15 @@ pub(super) enum RunError {
     Wait(std::io::Error),
 }
 
-/// Runs `argv` (program first), in `namespaces` if given, and waits at most `timeout` for it to end.
-pub(super) async fn run(
-    argv: &[String],
-    namespaces: Option<Arc<Namespaces>>,
-    timeout: Duration,
-) -> Result<Finished, RunError> {
+/// Where a command runs: the namespaces it enters, and the cgroup it moves into (an open cgroup directory).
+#[derive(Debug, Default)]
+pub(super) struct Placement {
+    pub namespaces: Option<Arc<Namespaces>>,
+    pub cgroup: Option<OwnedFd>,
+}
+
+/// Runs `argv` (program first), placed as `placement` says, and waits at most `timeout` for it to end.
+pub(super) async fn run(argv: &[String], placement: Placement, timeout: Duration) -> Result<Finished, RunError> {
     let Some((program, args)) = argv.split_first() else {
         return Err(RunError::Start(std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty argv")));
     };
@@ -60,23 +66,33 @@ pub(super) async fn run(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let entering = namespaces.is_some();
-    if let Some(namespaces) = namespaces {
-        // SAFETY: the closure runs in the forked child before exec and only makes setns system calls on
-        // descriptors opened before the fork (no allocation, no locks).
+    let Placement { namespaces, cgroup } = placement;
+    let what = match (namespaces.is_some(), cgroup.is_some()) {
+        (false, false) => None,
+        (true, false) => Some("entering the host's namespaces or executing the program failed"),
+        (false, true) => Some("moving into the command's cgroup or executing the program failed"),
+        (true, true) => {
+            Some("entering the host's namespaces, moving into the command's cgroup or executing the program failed")
+        }
+    };
+    if what.is_some() {
+        // SAFETY: the closure runs in the forked child before exec and only makes setns, openat and write system
+        // calls on descriptors opened before the fork and a fixed name (no allocation, no locks).
         unsafe {
-            command.pre_exec(move || namespaces.enter());
+            command.pre_exec(move || {
+                if let Some(namespaces) = &namespaces {
+                    namespaces.enter()?;
+                }
+                if let Some(dir) = &cgroup {
+                    super::cgroup::join(dir)?;
+                }
+                Ok(())
+            });
         }
     }
-    let mut child = command.spawn().map_err(|error| {
-        if entering {
-            RunError::Start(std::io::Error::new(
-                error.kind(),
-                format!("entering the host's namespaces or executing the program failed: {error}"),
-            ))
-        } else {
-            RunError::Start(error)
-        }
+    let mut child = command.spawn().map_err(|error| match what {
+        Some(what) => RunError::Start(std::io::Error::new(error.kind(), format!("{what}: {error}"))),
+        None => RunError::Start(error),
     })?;
     let mut group = GroupKiller(child.id().and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw));
     let stdout = child.stdout.take();
@@ -199,7 +215,7 @@ mod tests {
             ["/bin/sh", "-c", "head -c 1048576 /dev/zero; head -c 1048575 /dev/zero >&2; printf E >&2"]
                 .map(str::to_owned)
                 .to_vec();
-        let finished = run(&argv, None, Duration::from_secs(60)).await.unwrap();
+        let finished = run(&argv, Placement::default(), Duration::from_secs(60)).await.unwrap();
         assert!(finished.status.success());
         assert_eq!(finished.stdout.len(), MAX_STDOUT);
         assert_eq!(finished.stderr_tail.len(), MAX_STDERR);
@@ -208,8 +224,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_program_that_does_not_exist_cannot_start() {
-        let error = run(&["/nonexistent/program".to_owned()], None, Duration::from_secs(5)).await.unwrap_err();
+        let error =
+            run(&["/nonexistent/program".to_owned()], Placement::default(), Duration::from_secs(5)).await.unwrap_err();
         assert!(matches!(error, RunError::Start(ref e) if e.kind() == std::io::ErrorKind::NotFound), "{error:?}");
-        assert!(matches!(run(&[], None, Duration::from_secs(5)).await, Err(RunError::Start(_))));
+        assert!(matches!(run(&[], Placement::default(), Duration::from_secs(5)).await, Err(RunError::Start(_))));
     }
 }

@@ -8,13 +8,16 @@
 //! inside an atomic map).
 //!
 //! # Assumptions
-//! - cel-rust has no type checker. A rule is refused at CRD write when it does not parse or names a variable other
-//!   than `self` and `oldSelf` (cel-go's `undeclared reference`); type errors (a field the schema lacks, a
-//!   non-boolean rule) surface when the rule is evaluated, as an error that refuses the object. A CRD upstream
-//!   refuses for a type error is accepted here, and every object it validates with that rule is refused.
-//! - The estimated cost limit is not computed (docs/dev-cluster.md).
+//! - cel-rust has no type checker. A rule is refused at CRD write when it does not parse, names a variable other
+//!   than `self` and `oldSelf` (cel-go's `undeclared reference`), or has a type error [`super::typecheck`] can
+//!   find for certain (a field its object schema lacks, a plainly non-boolean rule); other type errors surface
+//!   when the rule is evaluated, as an error that refuses the object.
+//! - The estimated cost is a lower bound of upstream's ([`super::cost`] says what it covers): a rule refused for
+//!   its cost is one upstream refuses; upstream refuses some more.
 
+use super::cost;
 use super::library::ENVIRONMENT;
+use super::typecheck::{self, TypeError};
 use crate::apiserver::schema::{FieldError, FieldPath};
 use cel::Program;
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
@@ -32,28 +35,20 @@ type Compiled = Result<Arc<Program>, String>;
 /// At most this many sources are cached; the cache is emptied past it (rules change only with their CRD).
 const CACHE_LIMIT: usize = 4096;
 
-/// Names an expression may use besides its comprehension variables: the two variables, and the namespaces and
-/// type names cel-go resolves (`int(x)`, `lists.range(3)`).
-const GLOBALS: [&str; 18] = [
-    "self",
-    "oldSelf",
-    "int",
-    "uint",
-    "double",
-    "bool",
-    "string",
-    "bytes",
-    "list",
-    "map",
-    "null_type",
-    "type",
-    "dyn",
-    "lists",
-    "math",
-    "strings",
-    "optional",
-    "cel",
-];
+/// Names an expression may use besides its comprehension variables: the two variables and the type names cel-go
+/// resolves (`int(x)`, `type(x) == string`).
+const GLOBALS: [&str; 13] =
+    ["self", "oldSelf", "int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type", "dyn"];
+
+/// Namespaces of functions (`lists.range(3)`, `ip.isCanonical(s)`, `format.named(n)`): a name only as the receiver
+/// of a call, which cel-go resolves as one qualified function name.
+pub const NAMESPACES: [&str; 8] = ["lists", "math", "strings", "optional", "cel", "ip", "format", "sets"];
+
+/// Functions of the base environment that new rules of a 1.33 server may not call: the semver library is in the
+/// 1.33 environment, but a new rule is compiled in `DefaultCompatibilityVersion` (1.32), where cel-go reports
+/// `undeclared reference to 'isSemver'` (`staging/src/k8s.io/apiserver/pkg/cel/environment/base.go`). The
+/// library's other functions are methods of the values these make.
+const UNDECLARED_FUNCTIONS: [&str; 2] = ["semver", "isSemver"];
 
 /// Compiles `source` (cached): the program, or the detail upstream prints after `compilation failed: `.
 pub fn program(source: &str) -> Result<Arc<Program>, String> {
@@ -75,7 +70,13 @@ fn compile_uncached(source: &str) -> Result<Arc<Program>, String> {
     let mut scope = Vec::new();
     if let Some(id) = undeclared(program.expression(), &mut scope) {
         let (name, expression_id) = id;
-        let start = program.source_info().offset_for(expression_id).map_or(0, |(start, _)| start as usize);
+        let mut start = program.source_info().offset_for(expression_id).map_or(0, |(start, _)| start as usize);
+        // cel-go places a global call at its `(`.
+        if UNDECLARED_FUNCTIONS.contains(&name)
+            && source.get(start..).is_some_and(|rest| rest.starts_with(name) && rest[name.len()..].starts_with('('))
+        {
+            start += name.len();
+        }
         let before = source.get(..start).unwrap_or_default();
         let line = before.matches('\n').count() + 1;
         let line_start = before.rfind('\n').map_or(0, |i| i + 1);
@@ -96,11 +97,18 @@ fn undeclared<'e>(expression: &'e IdedExpr, scope: &mut Vec<&'e str>) -> Option<
             let known = name.starts_with('@') || scope.contains(&name.as_str()) || GLOBALS.contains(&name.as_str());
             (!known).then_some((name.as_str(), expression.id))
         }
-        Expr::Call(call) => call
-            .target
-            .as_deref()
-            .and_then(|t| undeclared(t, scope))
-            .or_else(|| call.args.iter().find_map(|a| undeclared(a, scope))),
+        Expr::Call(call) if call.target.is_none() && UNDECLARED_FUNCTIONS.contains(&call.func_name.as_str()) => {
+            Some((call.func_name.as_str(), expression.id))
+        }
+        Expr::Call(call) => {
+            let namespace = matches!(call.target.as_deref(), Some(IdedExpr { expr: Expr::Ident(name), .. })
+                if NAMESPACES.contains(&name.as_str()) && !scope.contains(&name.as_str()));
+            call.target
+                .as_deref()
+                .filter(|_| !namespace)
+                .and_then(|t| undeclared(t, scope))
+                .or_else(|| call.args.iter().find_map(|a| undeclared(a, scope)))
+        }
         Expr::Comprehension(c) => {
             if let Some(found) = undeclared(&c.iter_range, scope).or_else(|| undeclared(&c.accu_init, scope)) {
                 return Some(found);
@@ -161,27 +169,116 @@ fn invalid_rule(path: &FieldPath, rule: &Value, detail: &str) -> FieldError {
 }
 
 /// The CEL errors of a CRD schema at `path` (`spec.validation.openAPIV3Schema`): rules and message expressions
-/// that do not compile, `oldSelf` where it cannot be correlated, `optionalOldSelf` without `oldSelf`.
+/// that do not compile, `oldSelf` where it cannot be correlated, `optionalOldSelf` without `oldSelf`, and rules
+/// whose estimated cost is above the limits ([`super::cost`]).
 pub fn schema_errors(schema: &Value, path: &FieldPath) -> Vec<FieldError> {
-    let mut errors = Vec::new();
-    walk(schema, path, None, &mut errors);
+    let mut walker = Walker { errors: Vec::new(), total: 0, most_expensive: Vec::new() };
+    // The root occurs once (`RootCELContext`).
+    walker.walk(schema, path, None, Some(1), true);
+    let mut errors = walker.errors;
+    // validation.go: the total of all rules above `StaticEstimatedCRDCostLimit` refuses the schema, naming the
+    // (at most 4) rules that contributed at least 1 % of it.
+    if walker.total > cost::CRD_LIMIT {
+        for (rule, _) in &walker.most_expensive {
+            errors.push(FieldError::forbidden(
+                rule,
+                "contributed to estimated rule & messageExpression cost total exceeding cost limit for entire OpenAPIv3 schema",
+            ));
+        }
+        errors.push(FieldError::forbidden(
+            path,
+            &cost::cost_message(
+                "x-kubernetes-validations estimated rule & messageExpression cost total for entire OpenAPIv3 schema",
+                walker.total,
+                cost::CRD_LIMIT,
+            ),
+        ));
+    }
     errors
 }
 
-fn walk(schema: &Value, path: &FieldPath, uncorrelatable: Option<&FieldPath>, errors: &mut Vec<FieldError>) {
-    let Some(node) = schema.as_object() else { return };
-    for (i, rule) in node.get("x-kubernetes-validations").and_then(Value::as_array).into_iter().flatten().enumerate() {
-        let at = path.child("x-kubernetes-validations").index(i);
+struct Walker {
+    errors: Vec<FieldError>,
+    /// `TotalCost.Total`.
+    total: u64,
+    /// `TotalCost.MostExpensive`: the 4 dearest rules of at least 1 % of the CRD limit, dearest first.
+    most_expensive: Vec<(FieldPath, u64)>,
+}
+
+impl Walker {
+    /// `cardinality`: how many times the node may occur (`CELSchemaContext.MaxCardinality`, `None` unbounded).
+    /// `resource_root`: the node is a resource's root (the CRD's, or an embedded resource).
+    fn walk(
+        &mut self,
+        schema: &Value,
+        path: &FieldPath,
+        uncorrelatable: Option<&FieldPath>,
+        cardinality: Option<u64>,
+        resource_root: bool,
+    ) {
+        let Some(node) = schema.as_object() else { return };
+        let context = Context { uncorrelatable, cardinality, resource_root };
+        for (i, rule) in
+            node.get("x-kubernetes-validations").and_then(Value::as_array).into_iter().flatten().enumerate()
+        {
+            let at = path.child("x-kubernetes-validations").index(i);
+            self.rule(schema, rule, &at, &context);
+        }
+        let embedded =
+            |child: &Value| child.get("x-kubernetes-embedded-resource").and_then(Value::as_bool) == Some(true);
+        if let Some(additional) = node.get("additionalProperties").filter(|a| a.is_object()) {
+            let inner = child_cardinality(schema, cardinality);
+            self.walk(additional, &path.child("additionalProperties"), uncorrelatable, inner, embedded(additional));
+        }
+        let atomic_map = node.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic");
+        for (key, child) in node.get("properties").and_then(Value::as_object).into_iter().flatten() {
+            let within = if atomic_map { uncorrelatable.or(Some(path)) } else { uncorrelatable };
+            let inner = child_cardinality(schema, cardinality);
+            self.walk(child, &path.child("properties").key(key), within, inner, embedded(child));
+        }
+        if let Some(items) = node.get("items") {
+            let map_list = node.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map");
+            let within = if map_list { uncorrelatable } else { uncorrelatable.or(Some(path)) };
+            let inner = child_cardinality(schema, cardinality);
+            self.walk(items, &path.child("items"), within, inner, embedded(items));
+        }
+    }
+
+    fn rule(&mut self, schema: &Value, rule: &Value, at: &FieldPath, context: &Context<'_>) {
+        let Context { uncorrelatable, cardinality, resource_root } = *context;
         let source = rule.get("rule").and_then(Value::as_str).unwrap_or_default();
         if source.trim().is_empty() {
-            continue; // reported by the form checks
+            return; // reported by the form checks
         }
-        match program(source) {
-            Err(detail) => errors.push(invalid_rule(&at.child("rule"), rule, &format!("compilation failed: {detail}"))),
-            Ok(compiled) => {
+        let compiled = program(source).and_then(|compiled| {
+            match typecheck::type_error(&compiled, source, schema, resource_root) {
+                Some(TypeError::Checker(detail)) => Err(detail),
+                Some(TypeError::NotBool) => {
+                    self.errors.push(invalid_rule(&at.child("rule"), rule, "cel expression must evaluate to a bool"));
+                    Ok(None)
+                }
+                None => Ok(Some(compiled)),
+            }
+        });
+        match compiled {
+            Err(detail) => {
+                self.errors.push(invalid_rule(&at.child("rule"), rule, &format!("compilation failed: {detail}")))
+            }
+            Ok(None) => {}
+            Ok(Some(compiled)) => {
+                // validation.go: the cost error comes first, then the rule's other errors.
+                let estimate = cost::expression_cost(compiled.expression(), schema)
+                    .saturating_mul(cost::occurrences(schema, cardinality));
+                if estimate > cost::RULE_LIMIT {
+                    self.errors.push(FieldError::forbidden(
+                        &at.child("rule"),
+                        &cost::cost_message("estimated rule cost", estimate, cost::RULE_LIMIT),
+                    ));
+                }
+                self.observe(at.child("rule"), estimate);
                 if uses_old_self(&compiled) {
                     if let Some(within) = uncorrelatable {
-                        errors.push(FieldError::invalid(
+                        self.errors.push(FieldError::invalid(
                             &at.child("rule"),
                             &json!(source),
                             &format!(
@@ -190,7 +287,7 @@ fn walk(schema: &Value, path: &FieldPath, uncorrelatable: Option<&FieldPath>, er
                         ));
                     }
                 } else if let Some(optional) = rule.get("optionalOldSelf").filter(|v| !v.is_null()) {
-                    errors.push(FieldError::invalid(
+                    self.errors.push(FieldError::invalid(
                         &at.child("optionalOldSelf"),
                         optional,
                         "may not be set if oldSelf is not used in rule",
@@ -199,29 +296,49 @@ fn walk(schema: &Value, path: &FieldPath, uncorrelatable: Option<&FieldPath>, er
             }
         }
         let message_expression = rule.get("messageExpression").and_then(Value::as_str).unwrap_or_default();
+        // A messageExpression is checked against the same schema (its own result type is not checked here).
+        let checked = |source: &str| {
+            program(source).and_then(|compiled| match typecheck::type_error(&compiled, source, schema, resource_root) {
+                Some(TypeError::Checker(detail)) => Err(detail),
+                _ => Ok(compiled),
+            })
+        };
         if !message_expression.trim().is_empty()
-            && let Err(detail) = program(message_expression)
+            && let Err(detail) = checked(message_expression)
         {
-            errors.push(invalid_rule(
+            self.errors.push(invalid_rule(
                 &at.child("messageExpression"),
                 rule,
                 &format!("messageExpression compilation failed: {detail}"),
             ));
         }
     }
-    if let Some(additional) = node.get("additionalProperties").filter(|a| a.is_object()) {
-        walk(additional, &path.child("additionalProperties"), uncorrelatable, errors);
+
+    /// `TotalCost.ObserveExpressionCost`.
+    fn observe(&mut self, rule: FieldPath, estimate: u64) {
+        self.total = self.total.saturating_add(estimate);
+        if estimate < cost::CRD_LIMIT / 100 {
+            return;
+        }
+        self.most_expensive.push((rule, estimate));
+        self.most_expensive.sort_by_key(|rule| std::cmp::Reverse(rule.1));
+        self.most_expensive.truncate(4);
     }
-    let atomic_map = node.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic");
-    for (key, child) in node.get("properties").and_then(Value::as_object).into_iter().flatten() {
-        let within = if atomic_map { uncorrelatable.or(Some(path)) } else { uncorrelatable };
-        walk(child, &path.child("properties").key(key), within, errors);
-    }
-    if let Some(items) = node.get("items") {
-        let map_list = node.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map");
-        let within = if map_list { uncorrelatable } else { uncorrelatable.or(Some(path)) };
-        walk(items, &path.child("items"), within, errors);
-    }
+}
+
+/// Where a node of the schema is.
+struct Context<'p> {
+    /// The uncorrelatable ancestor `oldSelf` may not be used below.
+    uncorrelatable: Option<&'p FieldPath>,
+    /// How many times the node may occur (`CELSchemaContext.MaxCardinality`, `None` unbounded).
+    cardinality: Option<u64>,
+    /// The node is a resource's root.
+    resource_root: bool,
+}
+
+/// `childContext`: the parent's cardinality times its factor, unbounded if either is.
+fn child_cardinality(parent: &Value, cardinality: Option<u64>) -> Option<u64> {
+    Some(cardinality?.saturating_mul(cost::child_factor(parent)?))
 }
 
 #[cfg(test)]
@@ -238,6 +355,90 @@ mod tests {
         );
         assert!(program("self.all(x, x > 0) && self.exists(y, y == 1) && self.map(z, z * 2) == [2]").is_ok());
         assert!(program("int(self.a) == 1 && lists.range(2) == [0, 1] && self == oldSelf").is_ok());
+    }
+
+    #[test]
+    fn namespaces_are_only_function_receivers_and_semver_is_not_declared_for_new_rules() {
+        assert!(program("ip.isCanonical(self.a) && format.named('uri').hasValue() && lists.range(1) == [0]").is_ok());
+        assert!(program("self.all(ip, ip.startsWith('1'))").is_ok());
+        assert_eq!(
+            program("format == 1").unwrap_err(),
+            "ERROR: <input>:1:1: undeclared reference to 'format' (in container '')\n | format == 1\n | ^"
+        );
+        // cel-go points at the call's `(`.
+        assert_eq!(
+            program("isSemver(self.v)").unwrap_err(),
+            "ERROR: <input>:1:9: undeclared reference to 'isSemver' (in container '')\n | isSemver(self.v)\n | ........^"
+        );
+        assert!(program("self.v == 'x' || semver(self.v).major() == 1").unwrap_err().contains("'semver'"));
+    }
+
+    fn spec_schema(spec: Value) -> Value {
+        json!({"type": "object", "properties": {"spec": spec}})
+    }
+
+    fn messages(schema: &Value) -> Vec<String> {
+        schema_errors(schema, &FieldPath::new("spec.validation.openAPIV3Schema"))
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn rules_above_the_estimated_cost_limits_are_refused() {
+        const HINT: &str = "(try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)";
+        // A nested iteration over an unbounded list: above both limits, by more than 100x.
+        let unbounded = spec_schema(json!({"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.items.all(x, self.items.all(y, x == y))"}],
+            "properties": {"items": {"type": "array", "items": {"type": "string"}}}}));
+        let rule = "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule";
+        assert_eq!(
+            messages(&unbounded),
+            vec![
+                format!("{rule}: Forbidden: estimated rule cost exceeds budget by factor of more than 100x {HINT}"),
+                format!(
+                    "{rule}: Forbidden: contributed to estimated rule & messageExpression cost total exceeding cost limit for entire OpenAPIv3 schema"
+                ),
+                format!(
+                    "spec.validation.openAPIV3Schema: Forbidden: x-kubernetes-validations estimated rule & messageExpression cost total for entire OpenAPIv3 schema exceeds budget by factor of more than 100x {HINT}"
+                ),
+            ]
+        );
+        // Bounded by maxItems and maxLength, the same rule is cheap.
+        let bounded = spec_schema(json!({"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.items.all(x, self.items.all(y, x == y))"}],
+            "properties": {"items": {"type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 64}}}}));
+        assert_eq!(messages(&bounded), Vec::<String>::new());
+        // A regex on every item of an unbounded list of unbounded strings: the item's rule runs ~1M times.
+        let items = spec_schema(json!({"type": "object", "properties": {"tags": {"type": "array",
+            "items": {"type": "string", "x-kubernetes-validations": [{"rule": "self.matches('^[a-z]+$')"}]}}}}));
+        let found = messages(&items);
+        assert!(found[0].starts_with("spec.validation.openAPIV3Schema.properties[spec].properties[tags].items.x-kubernetes-validations[0].rule: Forbidden: estimated rule cost exceeds budget by factor of more than 100x"), "{found:?}");
+        // A messageExpression naming a field the schema lacks does not compile either.
+        let message = spec_schema(json!({"type": "object", "properties": {"min": {"type": "integer"}},
+            "x-kubernetes-validations": [{"rule": "self.min > 0", "messageExpression": "'min is ' + string(self.mni)"}]}));
+        let found = messages(&message);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with("spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].messageExpression: Invalid value: apiextensions.ValidationRule{")
+                && found[0].contains("}: messageExpression compilation failed: ERROR: <input>:1:24: undefined field 'mni'"),
+            "{found:?}"
+        );
+        // Just above the limit: 12 per item of ~1M items (cost.rs), a factor Go prints with `%f`.
+        let objects = spec_schema(json!({"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.items.all(x, x.a > 0 && x.b > 0 && x.c > 0)"}],
+            "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {
+                "a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}}}}}}));
+        assert_eq!(
+            messages(&objects),
+            vec![format!("{rule}: Forbidden: estimated rule cost exceeds budget by factor of 1.258290x {HINT}")]
+        );
+        // The usual shapes stay accepted: one pass over an unbounded list, a size check on each item.
+        let usual = spec_schema(json!({"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.items.all(x, x.size() < 10)"}, {"rule": "self.items.exists(x, x == 'a')"}],
+            "properties": {"items": {"type": "array", "items": {"type": "string",
+                "x-kubernetes-validations": [{"rule": "self.size() <= 3"}, {"rule": "self != 'bad'"}]}}}}));
+        assert_eq!(messages(&usual), Vec::<String>::new());
     }
 
     #[test]

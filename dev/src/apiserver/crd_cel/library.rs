@@ -3,9 +3,12 @@
 //!
 //! Checked against kubernetes/kubernetes `staging/src/k8s.io/apiserver/pkg/cel/library/lists.go` (`isSorted`,
 //! `sum`, `min`, `max`, `indexOf`, `lastIndexOf`) and `regex.go` (`find`, `findAll`); `quantity.go` is
-//! [`super::quantity`]. The URL, IP, CIDR, format and semver libraries are not implemented: a rule calling them is
-//! accepted (as the real server accepts it) and fails when evaluated, so the object is refused
-//! (docs/dev-cluster.md).
+//! [`super::quantity`], `urls.go` [`super::url`], `ip.go` and `cidr.go` [`super::ip`], `format.go`
+//! [`super::format`]; cel-go's `ext/sets.go` is [`sets`]. Which libraries a CRD rule may use is `staging/src/k8s.io/apiserver/pkg/cel/environment/
+//! base.go`: URLs, regex and lists always, quantity since 1.28, sets since 1.29, IP and CIDR since 1.30, format since 1.31, semver
+//! since 1.33. A new rule is compiled in the environment of the previous minor version
+//! (`DefaultCompatibilityVersion`), so on the 1.33 the dev server reports, semver is not declared for it
+//! ([`super::compile`] refuses such a rule as cel-go does); it is not implemented here.
 
 use cel::common::types::{INT_TYPE, LIST_TYPE, STRING_TYPE};
 use cel::common::value::CowVal;
@@ -20,12 +23,16 @@ type Extension = fn(&mut Env) -> Result<(), cel::DeclarationError>;
 /// The environment every CRD rule is compiled and run in.
 pub static ENVIRONMENT: LazyLock<Arc<Env>> = LazyLock::new(|| {
     let mut env = Env::stdlib();
-    let extensions: [(&str, Extension); 5] = [
+    let extensions: [(&str, Extension); 9] = [
         ("strings", cel::extensions::strings),
         ("lists", cel::extensions::lists),
         ("math", cel::extensions::math),
         ("kubernetes lists and regex", kubernetes),
         ("kubernetes quantity", super::quantity::register),
+        ("kubernetes urls", super::url::register),
+        ("kubernetes ip and cidr", super::ip::register),
+        ("kubernetes format", super::format::register),
+        ("sets", sets),
     ];
     for (name, extension) in extensions {
         if let Err(error) = env.add_extension(extension) {
@@ -59,6 +66,46 @@ fn kubernetes(env: &mut Env) -> Result<(), cel::DeclarationError> {
         find_all_limited,
     )?;
     Ok(())
+}
+
+/// cel-go's `ext.Sets` (google/cel-go `ext/sets.go`; in the CRD environment since 1.29): `sets.contains(a, b)`
+/// (every element of `b` is in `a`), `sets.equivalent(a, b)` (each contains the other), `sets.intersects(a, b)`
+/// (an element in both), with CEL equality (`1 == 1.0`).
+fn sets(env: &mut Env) -> Result<(), cel::DeclarationError> {
+    env.add_overload("sets.contains", "list_sets_contains_list", vec![LIST_TYPE, LIST_TYPE], sets_contains)?;
+    env.add_overload("sets.equivalent", "list_sets_equivalent_list", vec![LIST_TYPE, LIST_TYPE], sets_equivalent)?;
+    env.add_overload("sets.intersects", "list_sets_intersects_list", vec![LIST_TYPE, LIST_TYPE], sets_intersects)?;
+    Ok(())
+}
+
+/// The two list arguments of a `sets` function.
+type ListPair = (Arc<Vec<Value>>, Arc<Vec<Value>>);
+
+fn two_lists(args: &[CowVal<'_, '_>], function: &str) -> Result<ListPair, ExecutionError> {
+    let args = values(args)?;
+    match (args.first(), args.get(1)) {
+        (Some(a), Some(b)) => Ok((list(a, function)?, list(b, function)?)),
+        _ => Err(ExecutionError::function_error(function, "no such overload")),
+    }
+}
+
+fn contains_all(a: &[Value], b: &[Value]) -> bool {
+    b.iter().all(|x| a.contains(x))
+}
+
+fn sets_contains<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (a, b) = two_lists(&args, "sets.contains")?;
+    Value::Bool(contains_all(&a, &b)).into_resolve_result()
+}
+
+fn sets_equivalent<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (a, b) = two_lists(&args, "sets.equivalent")?;
+    Value::Bool(contains_all(&a, &b) && contains_all(&b, &a)).into_resolve_result()
+}
+
+fn sets_intersects<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (a, b) = two_lists(&args, "sets.intersects")?;
+    Value::Bool(a.iter().any(|x| b.contains(x))).into_resolve_result()
 }
 
 /// The arguments as `Value`s.

@@ -20,11 +20,18 @@
 //! # Assumptions
 //! - Strings with `format: date-time`, `duration` or `byte` are strings here (upstream binds timestamps, durations
 //!   and bytes); the cel crate is built without its `chrono` feature.
-//! - No runtime cost budget (docs/dev-cluster.md).
+//! - No runtime cost budget: cel-rust does not count the cost of an evaluation (docs/dev-cluster.md). The
+//!   estimated cost is checked when the CRD is written ([`cost`]).
 
 pub mod compile;
+pub mod cost;
+pub mod format;
+pub mod ip;
 pub mod library;
+pub mod netip;
 pub mod quantity;
+pub mod typecheck;
+pub mod url;
 
 use crate::apiserver::schema::{ErrorKind, FieldError};
 use cel::objects::OptionalValue;
@@ -269,10 +276,22 @@ impl Node<'_> {
                     continue;
                 }
                 Err(error) => {
-                    let detail = match error {
+                    let detail = match &error {
                         cel::ExecutionError::NoSuchOverload(_) => format!(
                             "'{error}': call arguments did not match a supported operator, function or macro signature for rule: {shown}"
                         ),
+                        // A library function's error is its message alone, as cel-go's `types.NewErr` prints;
+                        // `no such overload` is reported as validation.go reports a runtime overload error.
+                        cel::ExecutionError::FunctionError { message, .. }
+                            if message.starts_with(ip::NO_SUCH_OVERLOAD) =>
+                        {
+                            format!(
+                                "'{message}': call arguments did not match a supported operator, function or macro signature for rule: {shown}"
+                            )
+                        }
+                        cel::ExecutionError::FunctionError { message, .. } => {
+                            format!("{message} evaluating rule: {shown}")
+                        }
                         _ => format!("{error} evaluating rule: {shown}"),
                     };
                     errors.push(invalid(path, detail));

@@ -184,3 +184,102 @@ fn the_kubernetes_quantity_functions_work() {
         validate(&schema, &json!({"spec": {"mem": "lots"}}), None).iter().map(ToString::to_string).collect();
     assert!(found[0].starts_with("spec: Invalid value: \"object\": failed rule: isQuantity"), "{found:?}");
 }
+
+fn found(schema: &Value, spec: Value) -> Vec<String> {
+    validate(schema, &json!({"spec": spec}), None).iter().map(ToString::to_string).collect()
+}
+
+fn spec_rules(rules: Value, properties: Value) -> Value {
+    json!({"type": "object", "properties": {"spec": {"type": "object", "x-kubernetes-validations": rules,
+        "properties": properties}}})
+}
+
+#[test]
+fn the_kubernetes_url_functions_work() {
+    // urls.go's documented examples.
+    let schema = spec_rules(
+        json!([
+            {"rule": "isURL(self.u) && !isURL('../relative-path') && !isURL('https://a:b:c/') && isURL('/absolute-path')"},
+            {"rule": "url(self.u).getScheme() == 'https' && url('/path').getScheme() == ''"},
+            {"rule": "url('https://[::1]:80/').getHost() == '[::1]:80' && url('https://[::1]:80/').getHostname() == '::1'"},
+            {"rule": "url('https://example.com:80/').getPort() == '80' && url('https://example.com/').getPort() == ''"},
+            {"rule": "url('https://example.com/path with spaces/').getEscapedPath() == '/path%20with%20spaces/'"},
+            {"rule": "url('https://example.com/path?k1=a&k2=b&k2=c').getQuery() == {'k1': ['a'], 'k2': ['b', 'c']}"},
+            {"rule": "url('https://example.com/path').getQuery() == {}"},
+            {"rule": "url(self.bad).getScheme() == ''"}
+        ]),
+        json!({"u": {"type": "string"}, "bad": {"type": "string"}}),
+    );
+    assert_eq!(
+        found(&schema, json!({"u": "https://user:pass@example.com:80/path?query=val#fragment", "bad": "../x"})),
+        vec![
+            "spec: Invalid value: \"object\": URL parse error during conversion from string: parse \"../x\": invalid URI for request evaluating rule: url(self.bad).getScheme() == ''"
+        ]
+    );
+}
+
+#[test]
+fn the_kubernetes_ip_and_cidr_functions_work() {
+    // ip.go's and cidr.go's documented examples (containsCIDR as cidr.go's code has it).
+    let schema = spec_rules(
+        json!([
+            {"rule": "isIP(self.ip) && !isIP('127.0.0.256') && !isIP(':::1') && !isIP('::ffff:1.2.3.4') && !isIP('fe80::1%eth0')"},
+            {"rule": "ip(self.ip).family() == 4 && ip('::1').family() == 6 && ip('127.0.0.1').isLoopback()"},
+            {"rule": "ip('0.0.0.0').isUnspecified() && ip('224.0.0.1').isLinkLocalMulticast() && ip('fe80::1').isLinkLocalUnicast()"},
+            {"rule": "ip('192.168.0.1').isGlobalUnicast() && !ip('255.255.255.255').isGlobalUnicast()"},
+            {"rule": "ip.isCanonical('2001:db8::abcd') && !ip.isCanonical('2001:DB8::ABCD') && string(ip('2001:DB8::1')) == '2001:db8::1'"},
+            {"rule": "isCIDR(self.net) && cidr(self.net).containsIP(self.ip) && cidr(self.net).containsIP(ip('10.0.0.1'))"},
+            {"rule": "cidr('192.168.0.0/24').containsCIDR(cidr('192.168.0.0/25')) && cidr('192.168.0.0/24').containsCIDR('192.168.0.0/25')"},
+            {"rule": "!cidr('192.168.1.0/24').containsCIDR('192.168.2.0/24') && cidr('192.168.0.1/24').masked() == cidr('192.168.0.0/24')"},
+            {"rule": "cidr('192.168.0.1/24').ip() == ip('192.168.0.1') && cidr('::1/128').prefixLength() == 128 && string(cidr('10.0.0.0/8')) == '10.0.0.0/8'"},
+            {"rule": "cidr(self.net).containsIP('not an ip')"},
+            {"rule": "ip(self.bad).family() == 4"}
+        ]),
+        json!({"ip": {"type": "string"}, "net": {"type": "string"}, "bad": {"type": "string"}}),
+    );
+    assert_eq!(
+        found(&schema, json!({"ip": "10.1.2.3", "net": "10.0.0.0/8", "bad": "10.0.0.256"})),
+        vec![
+            "spec: Invalid value: \"object\": 'no such overload': call arguments did not match a supported operator, function or macro signature for rule: cidr(self.net).containsIP('not an ip')",
+            "spec: Invalid value: \"object\": IP Address \"10.0.0.256\" parse error during conversion from string: ParseAddr(\"10.0.0.256\"): IPv4 field has value >255 evaluating rule: ip(self.bad).family() == 4",
+        ]
+    );
+}
+
+#[test]
+fn the_kubernetes_format_functions_work() {
+    // format.go's documented examples.
+    let schema = spec_rules(
+        json!([
+            {"rule": "!format.dns1123Label().validate(self.name).hasValue() && format.named('dns1123Subdomain').hasValue()"},
+            {"rule": "!format.named('nope').hasValue() && !format.uri().validate('http://example.com').hasValue()"},
+            {"rule": "!format.uuid().validate('123e4567-e89b-12d3-a456-426614174000').hasValue() && !format.byte().validate('aGVsbG8=').hasValue()"},
+            {"rule": "!format.date().validate('2021-01-01').hasValue() && !format.datetime().validate('2021-01-01T00:00:00Z').hasValue()"},
+            {"rule": "!format.dns1123LabelPrefix().validate('my-label-prefix-').hasValue() && !format.qualifiedName().validate('apiextensions.k8s.io/v1beta1').hasValue()"},
+            {"rule": "!format.named('dns1035Label').value().validate(self.bad).hasValue()",
+             "messageExpression": "format.dns1035Label().validate(self.bad).value().join(', ')"}
+        ]),
+        json!({"name": {"type": "string"}, "bad": {"type": "string"}}),
+    );
+    assert_eq!(
+        found(&schema, json!({"name": "my-name", "bad": "1abc"})),
+        vec![
+            "spec: Invalid value: \"object\": a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+        ]
+    );
+}
+
+#[test]
+fn the_sets_functions_work() {
+    // cel-go ext/sets.go's documented examples.
+    let schema = spec_rules(
+        json!([
+            {"rule": "sets.contains(self.l, [1, 2]) && sets.contains([], []) && sets.contains([1], []) && !sets.contains([1], [2])"},
+            {"rule": "sets.contains([1, 2, 3], [3.0, 1u]) && sets.equivalent([1, 2, 2], [2, 1]) && !sets.equivalent([1], [1, 2])"},
+            {"rule": "sets.intersects([1], [1, 2]) && !sets.intersects([], [1]) && !sets.intersects([1], [2])"},
+            {"rule": "sets.contains(self.l, [4])", "message": "no 4"}
+        ]),
+        json!({"l": {"type": "array", "items": {"type": "integer"}}}),
+    );
+    assert_eq!(found(&schema, json!({"l": [1, 2, 3]})), vec!["spec: Invalid value: \"object\": no 4"]);
+}
