@@ -66,6 +66,18 @@ impl Default for CallPolicy {
     }
 }
 
+impl CallPolicy {
+    /// How long after a call started one of its requests may still be carried out by the cloud, when each request
+    /// is given up after `request_timeout` (the clients' per-request timeout: 30 s for AWS, Azure and the
+    /// simulated cloud): every wait between the requests ([`CallPolicy::max_wait`]) and every request's own time
+    /// ([`CallPolicy::max_attempts`] of them). A request the caller gave up (a timeout, a dropped future, a process
+    /// killed) may still land until then; after that, nothing sent for the call can make anything. Rate-limit
+    /// waits are not counted (a request not yet sent when its caller stops is never sent).
+    pub fn longest_call(&self, request_timeout: Duration) -> Duration {
+        self.max_wait.saturating_add(request_timeout.saturating_mul(self.max_attempts))
+    }
+}
+
 /// governor's clock on tokio's time, so that paused-time tests drive the limiter too.
 #[derive(Debug, Clone)]
 struct TokioClock {
@@ -310,6 +322,15 @@ mod tests {
 
     fn throttled(after: Option<u64>) -> Error {
         Error::Throttled { message: "Rate exceeded".into(), retry_after: after.map(Duration::from_secs) }
+    }
+
+    #[test]
+    fn the_longest_call_counts_every_wait_and_every_request() {
+        // The default policy with 30 s requests: 60 s of waits and 5 requests.
+        let longest = CallPolicy::default().longest_call(Duration::from_secs(30));
+        assert_eq!(longest, Duration::from_secs(60 + 5 * 30));
+        let one = CallPolicy { max_attempts: 1, max_wait: Duration::ZERO, ..CallPolicy::default() };
+        assert_eq!(one.longest_call(Duration::from_secs(30)), Duration::from_secs(30));
     }
 
     #[tokio::test(start_paused = true)]

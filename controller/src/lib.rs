@@ -349,7 +349,8 @@ async fn start_replacer(
         None if cloud.external_etcd => etcd::Members::External,
         None => etcd::Members::Unconfigured,
     };
-    Ok(replacer::Replacer::new(client.clone(), cloud.provider.clone(), groups, pending, strategies, etcd, instances))
+    Ok(replacer::Replacer::new(client.clone(), cloud.provider.clone(), groups, pending, strategies, etcd, instances)
+        .with_create_in_flight(cloud.create_in_flight))
 }
 
 fn one_shot(mut config: kube::Config, timeout: std::time::Duration) -> kube::Config {

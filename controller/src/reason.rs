@@ -22,6 +22,9 @@ pub enum Reason {
     InstanceAdopted,
     /// An instance request whose answer was lost resolved from the group's member list: none was made, asked again.
     InstanceRequestedAgain,
+    /// An instance request whose answer was lost, of which the group's member list shows no instance yet, while a
+    /// request sent for it may still make one (the cloud client's retries): not asked again before that bound.
+    InstanceRequestInFlight,
     HeirShielded,
     HeirPaired,
     DonorRetired,

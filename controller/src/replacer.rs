@@ -86,6 +86,11 @@ pub struct Replacer {
     named: Mutex<Vec<(String, Option<Timestamp>)>>,
     /// Where the resolution of an unrecorded request is told (set once the controller publishes Events).
     events: std::sync::OnceLock<Events>,
+    /// How long after its mark a create sent for a request may still make an instance (see
+    /// [`crate::groups::CloudOptions::create_in_flight`]).
+    create_in_flight: std::time::Duration,
+    /// The unrecorded requests told to be in flight, by joining PendingNode name and mark (told once each).
+    told_in_flight: Mutex<HashMap<String, Timestamp>>,
     /// The autoscaler's pause request (`None`: none read, as in `plan`, where only the strategies' status counts).
     pause: Option<tokio::sync::watch::Receiver<Option<crate::groups::autoscaler::Pause>>>,
 }
@@ -120,8 +125,17 @@ impl Replacer {
             own: Mutex::default(),
             named: Mutex::default(),
             events: std::sync::OnceLock::new(),
+            create_in_flight: crate::groups::default_create_in_flight(),
+            told_in_flight: Mutex::default(),
             pause: None,
         }
+    }
+
+    /// This replacer taking an unrecorded request as having made no instance only `create_in_flight` after its
+    /// mark (see [`crate::groups::CloudOptions::create_in_flight`]).
+    pub fn with_create_in_flight(mut self, create_in_flight: std::time::Duration) -> Self {
+        self.create_in_flight = create_in_flight;
+        self
     }
 
     /// Publishes the resolution of unrecorded instance requests as Events on the donor through `events`.
@@ -160,9 +174,16 @@ impl Replacer {
             .collect();
         let names: BTreeSet<&str> = nodes.iter().map(|n| n.name()).collect();
         forget_gone(&names, &mut self.claimed.lock(), &mut self.unnamed.lock(), &mut self.created.lock());
-        if !self.own.lock().is_empty() {
+        if !self.own.lock().is_empty() || !self.told_in_flight.lock().is_empty() {
             let joins: BTreeSet<String> = names.iter().map(|donor| join_name(donor)).collect();
             self.own.lock().retain(|pending, _| joins.contains(pending));
+            self.told_in_flight.lock().retain(|pending, _| joins.contains(pending));
+        }
+        // A creation is remembered until the store shows its record: a step run again before then records the
+        // same instance again instead of resolving its request anew.
+        if !self.created.lock().is_empty() {
+            let recorded: BTreeSet<String> = self.pending.state().iter().map(|p| p.name_any()).collect();
+            self.created.lock().retain(|pending, _| !recorded.contains(pending));
         }
         unknown.failed
     }
@@ -225,6 +246,7 @@ impl Replacer {
     ) -> Result<(), String> {
         let InstanceRequest { donor, group_id, pending, deadline } = request;
         if self.pending.state().iter().any(|p| p.name_any() == pending) {
+            self.created.lock().remove(pending);
             return Ok(());
         }
         let group = GroupId::from(group_id);
@@ -311,9 +333,11 @@ impl Replacer {
             goal: PendingNodeGoal::Join,
             deadline: Some(Time(deadline)),
         };
-        self.record(term, pending, donor.name(), spec).await?;
-        self.created.lock().remove(pending);
-        Ok(())
+        // `created` keeps the instance until the store shows the record (see `learn`): this step may be run again
+        // before (the record's watch event late, the step's outcome forgotten), and must record the same instance
+        // then. Resolving the request anew found the instance named by this very record and took the request as
+        // having made none: a second instance (issue 28).
+        self.record(term, pending, donor.name(), spec).await
     }
 
     /// The unrecorded request of `donor`'s instance at `requested`: records the group's node that registered
@@ -358,8 +382,12 @@ impl Replacer {
         candidates.sort_by_key(|n| (n.metadata.creation_timestamp.as_ref().map(|t| t.0), n.name().to_owned()));
         if let Some(heir) = candidates.first() {
             let Some(provider_id) = heir.spec.provider_id.clone() else { return Ok(false) };
+            let Ok(parsed) = provider_id.parse::<ProviderId>() else { return Ok(false) };
             self.claimed.lock().insert(heir.name().to_owned());
             self.resolved(pending, group_id, requested, &provider_id);
+            // Recorded again from `created` if this step runs again before the store shows the record.
+            let adopted = NewInstance { provider_id: parsed, node_name: heir.name().to_owned() };
+            self.created.lock().insert(pending.to_owned(), (group_id.to_owned(), adopted));
             tracing::info!(
                 node = donor.name(),
                 heir = heir.name(),
@@ -374,7 +402,7 @@ impl Replacer {
             };
             return self.record(term, pending, donor.name(), spec).await.map(|()| false);
         }
-        match self.resolve_from_list(term, request, since).await? {
+        match self.resolve_from_list(term, request, since, requested).await? {
             Some(again) => return Ok(again),
             None if now < requested.checked_add(join_timeout).unwrap_or(Timestamp::MAX) => {
                 tracing::info!(node = donor.name(), %requested, "an instance was requested but not recorded; waiting for its node to register");
@@ -391,13 +419,15 @@ impl Replacer {
         self.mark_requested(term, donor, None).await.map(|()| false)
     }
 
-    /// [`Replacer::adopt`] from the group's member list (one call): `Some(false)` when an instance was adopted,
-    /// `Some(true)` when none was made (request again), `None` when the list cannot tell.
+    /// [`Replacer::adopt`] from the group's member list (one call): `Some(false)` when an instance was adopted or
+    /// a create sent for the request (marked `requested`) may still land, `Some(true)` when none was made (request
+    /// again), `None` when the list cannot tell.
     async fn resolve_from_list(
         &self,
         term: &Term,
         request: InstanceRequest<'_>,
         since: Timestamp,
+        requested: Timestamp,
     ) -> Result<Option<bool>, String> {
         let InstanceRequest { donor, group_id, pending, deadline } = request;
         // A creation of this process that the cloud has not named yet, or whose answer has not come, may be an
@@ -411,6 +441,10 @@ impl Replacer {
         else {
             return Ok(None);
         };
+        // The list proves that no create landed only if it was read once none can land any more: the time is
+        // taken before the list is asked for.
+        let listed_at = Timestamp::now();
+        let in_flight_until = requested.checked_add(self.create_in_flight).unwrap_or(Timestamp::MAX);
         let members = match within(term, self.provider.group_instances(&GroupId::from(group_id))).await? {
             Ok(members) => members,
             Err(cloud::Error::Invalid { message }) => {
@@ -435,7 +469,8 @@ impl Replacer {
             }
         }
         let claimed = self.claimed.lock().clone();
-        match unrecorded::resolve(members, &named, since, &claimed, &image) {
+        let unrecorded = unrecorded::Request { since, in_flight_until };
+        match unrecorded::resolve(members, &named, unrecorded, listed_at, &claimed, &image) {
             Resolution::Adopt { instance, others } => {
                 if !others.is_empty() {
                     let others: Vec<&str> = others.iter().map(|i| i.node_name.as_str()).collect();
@@ -446,9 +481,10 @@ impl Replacer {
                     );
                 }
                 self.claimed.lock().insert(instance.node_name.clone());
-                if let Some(marked) = requested(donor) {
-                    self.resolved(pending, group_id, marked, &instance.provider_id.to_string());
-                }
+                self.resolved(pending, group_id, requested, &instance.provider_id.to_string());
+                // Recorded again from `created` if this step runs again before the store shows the record.
+                let adopted = NewInstance { provider_id: instance.provider_id.clone(), node_name: instance.node_name.clone() };
+                self.created.lock().insert(pending.to_owned(), (group_id.to_owned(), adopted));
                 let message = format!(
                     "the instance requested at {since} for {} was not recorded: adopted {} ({}, {}) from the member list of group {group_id}",
                     donor.name(),
@@ -476,6 +512,20 @@ impl Replacer {
                 tracing::info!(node = donor.name(), "{message}");
                 self.tell(donor, Reason::InstanceRequestedAgain, message);
                 Ok(Some(true))
+            }
+            Resolution::InFlight { until } => {
+                let message = format!(
+                    "the instance requested at {since} for {} was not recorded and group {group_id} lists no instance it made yet; a create sent for it may still make one until {until}: no new instance is requested before",
+                    donor.name()
+                );
+                let told = self.told_in_flight.lock().insert(pending.to_owned(), requested) == Some(requested);
+                if told {
+                    tracing::debug!(node = donor.name(), %until, "{message}");
+                } else {
+                    tracing::info!(node = donor.name(), %until, "{message}");
+                    self.tell(donor, Reason::InstanceRequestInFlight, message);
+                }
+                Ok(Some(false))
             }
             Resolution::Unlisted(n) => {
                 tracing::info!(
@@ -542,8 +592,14 @@ impl Replacer {
     ) -> Result<(), String> {
         let name = join_pending.map_or_else(|| join_name(donor), str::to_owned);
         let recorded = self.pending.state().iter().find(|p| p.name_any() == name).map(|p| p.spec.clone());
+        // Whether the stored record may still say Join: the store's, or one recorded while the store did not show
+        // it yet (this create is then refused as a conflict, and the record is switched below).
+        let mut may_join = true;
         let spec = match recorded {
-            Some(spec) => spec,
+            Some(spec) => {
+                may_join = spec.goal == PendingNodeGoal::Join;
+                spec
+            }
             None => {
                 let Some((group_id, instance)) = self.created.lock().get(&name).cloned() else { return Ok(()) };
                 let spec = PendingNodeSpec {
@@ -557,7 +613,7 @@ impl Replacer {
                 spec
             }
         };
-        if spec.goal == PendingNodeGoal::Join {
+        if may_join {
             let patch = serde_json::json!({"spec": {"goal": "Leave", "deadline": Time(deadline)}});
             let params = kube::api::PatchParams::default();
             match within(term, self.pending_api.patch(&name, &params, &kube::api::Patch::Merge(patch))).await? {

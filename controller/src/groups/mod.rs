@@ -31,6 +31,12 @@ pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// policy's `leaveTimeout` later).
 pub const DEFAULT_LEAVE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
+/// [`CloudOptions::create_in_flight`] for the default call policy, with the clients' 30 s per-request timeout
+/// (`cloud::aws::REQUEST_TIMEOUT`, `cloud::azure::DEFAULT_TIMEOUT`, `cloud::simulated::DEFAULT_TIMEOUT`): 3.5 min.
+pub fn default_create_in_flight() -> Duration {
+    cloud::CallPolicy::default().longest_call(Duration::from_secs(30))
+}
+
 /// The cloud the scaling-group controllers talk to, and their settings.
 #[derive(Clone)]
 pub struct CloudOptions {
@@ -47,6 +53,10 @@ pub struct CloudOptions {
     /// The control-plane nodes run no etcd member (external etcd, a managed control plane): nothing to remove.
     /// Without it and without `etcd`, a drained control-plane donor is held (`EtcdUnavailable`), never deleted.
     pub external_etcd: bool,
+    /// How long after an instance request (the donor's `instance-requested` mark) a create sent for it may still
+    /// make an instance ([`cloud::CallPolicy::longest_call`] of the provider's policy): an unrecorded request is
+    /// taken as having made none only after that, whatever the group's list shows before.
+    pub create_in_flight: Duration,
 }
 
 impl std::fmt::Debug for CloudOptions {
@@ -55,6 +65,7 @@ impl std::fmt::Debug for CloudOptions {
             .field("cloud", &self.provider.cloud())
             .field("join_timeout", &self.join_timeout)
             .field("leave_timeout", &self.leave_timeout)
+            .field("create_in_flight", &self.create_in_flight)
             .finish_non_exhaustive()
     }
 }
@@ -69,6 +80,7 @@ impl CloudOptions {
             metrics: GroupMetrics::default(),
             etcd: None,
             external_etcd: false,
+            create_in_flight: default_create_in_flight(),
         }
     }
 

@@ -5,7 +5,10 @@
 //! # Guarantees
 //! - An instance that may be the request's is never taken as "none made": any live instance of the list that no
 //!   PendingNode, no creation of this process and no Node older than the request names is adopted instead.
-//! - "None made" only when the list shows every creation the group accepted (`unlisted == 0`).
+//! - "None made" only when the list shows every creation the group accepted (`unlisted == 0`), and only once a
+//!   create sent for the request can no longer land (`in_flight_until`, from the request's mark, which survives
+//!   the controller: a stopped controller's request, or one whose answer was a timeout, may still be carried out
+//!   after the list was read). Until then the request is [`Resolution::InFlight`].
 //! - An instance the list shows with another image than the group's is never the request's (the request is made
 //!   only once the group's image is the target; an outdated instance is someone else's), as for a node adopted by
 //!   its registration.
@@ -35,19 +38,33 @@ pub enum Resolution {
     NoneMade,
     /// Nothing unknown is listed, but the group accepted this many creations it does not list yet: ask again.
     Unlisted(u32),
+    /// Nothing unknown is listed, but a create sent for the request may still make an instance until `until`:
+    /// ask again, and request a new instance only after that.
+    InFlight { until: Timestamp },
 }
 
-/// Resolves the request made at `since` (truncated to the second, as `creationTimestamp` is) from `members`;
-/// `named` maps the provider IDs the cluster knows, `claimed` the node names adopted already (never twice), `image`
-/// is the group's image (an instance listed with another one is not the request's; one listed without an image is
-/// judged by the rest).
+/// An unrecorded request, as its donor's mark tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// When it was made, truncated to the second (as `creationTimestamp` is).
+    pub since: Timestamp,
+    /// When a create sent for it can no longer make an instance: its mark plus the longest call of the cloud
+    /// client (`CloudOptions::create_in_flight`).
+    pub in_flight_until: Timestamp,
+}
+
+/// Resolves `request` from `members` (read at `now` or later); `named` maps the provider IDs the cluster knows,
+/// `claimed` the node names adopted already (never twice), `image` is the group's image (an instance listed with
+/// another one is not the request's; one listed without an image is judged by the rest).
 pub fn resolve(
     members: GroupMembers,
     named: &HashMap<ProviderId, Named>,
-    since: Timestamp,
+    request: Request,
+    now: Timestamp,
     claimed: &BTreeSet<String>,
     image: &str,
 ) -> Resolution {
+    let since = request.since;
     let mut unknown: Vec<GroupInstance> = members
         .instances
         .into_iter()
@@ -67,6 +84,7 @@ pub fn resolve(
         return Resolution::Adopt { instance, others: unknown };
     }
     match members.unlisted {
+        0 if now < request.in_flight_until => Resolution::InFlight { until: request.in_flight_until },
         0 => Resolution::NoneMade,
         n => Resolution::Unlisted(n),
     }
@@ -77,6 +95,17 @@ mod tests {
     use super::*;
 
     const IMAGE: &str = "v2";
+
+    /// [`resolve`] once a create sent for the request can no longer land.
+    fn settled(
+        members: GroupMembers,
+        named: &HashMap<ProviderId, Named>,
+        since: Timestamp,
+        claimed: &BTreeSet<String>,
+        image: &str,
+    ) -> Resolution {
+        resolve(members, named, Request { since, in_flight_until: since }, since, claimed, image)
+    }
 
     fn instance(name: &str, state: InstanceState) -> GroupInstance {
         GroupInstance {
@@ -113,13 +142,13 @@ mod tests {
             GroupMembers { instances, unlisted }
         };
         let none = BTreeSet::new();
-        assert_eq!(resolve(members(vec![], 0), &named, since, &none, IMAGE), Resolution::NoneMade);
-        assert_eq!(resolve(members(vec![], 1), &named, since, &none, IMAGE), Resolution::Unlisted(1));
+        assert_eq!(settled(members(vec![], 0), &named, since, &none, IMAGE), Resolution::NoneMade);
+        assert_eq!(settled(members(vec![], 1), &named, since, &none, IMAGE), Resolution::Unlisted(1));
         // An instance no one names, in any live state, is the request's, listed or not listed besides.
         for state in [InstanceState::Creating, InstanceState::Ready, InstanceState::Failed] {
             let new = instance("new", state);
             assert_eq!(
-                resolve(members(vec![new.clone()], 1), &named, since, &none, IMAGE),
+                settled(members(vec![new.clone()], 1), &named, since, &none, IMAGE),
                 Resolution::Adopt { instance: new, others: vec![] }
             );
         }
@@ -127,13 +156,13 @@ mod tests {
         let registered = instance("registered", InstanceState::Ready);
         let two = members(vec![instance("zz", InstanceState::Creating), registered.clone()], 0);
         assert_eq!(
-            resolve(two, &named, since, &none, IMAGE),
+            settled(two, &named, since, &none, IMAGE),
             Resolution::Adopt { instance: registered, others: vec![instance("zz", InstanceState::Creating)] }
         );
         // Never adopted twice.
         let claimed = BTreeSet::from(["new".to_owned()]);
         assert_eq!(
-            resolve(members(vec![instance("new", InstanceState::Ready)], 0), &named, since, &claimed, IMAGE),
+            settled(members(vec![instance("new", InstanceState::Ready)], 0), &named, since, &claimed, IMAGE),
             Resolution::NoneMade
         );
     }
@@ -150,16 +179,16 @@ mod tests {
         let members = |instances| GroupMembers { instances, unlisted: 0 };
         let none = BTreeSet::new();
         assert_eq!(
-            resolve(members(vec![with("outdated", Some("v1"))]), &named, since, &none, IMAGE),
+            settled(members(vec![with("outdated", Some("v1"))]), &named, since, &none, IMAGE),
             Resolution::NoneMade
         );
         assert_eq!(
-            resolve(members(vec![with("outdated", Some("v1")), with("new", Some(IMAGE))]), &named, since, &none, IMAGE),
+            settled(members(vec![with("outdated", Some("v1")), with("new", Some(IMAGE))]), &named, since, &none, IMAGE),
             Resolution::Adopt { instance: with("new", Some(IMAGE)), others: vec![] }
         );
         // A list that shows no images (AWS, GCP) judges by the rest.
         assert_eq!(
-            resolve(members(vec![with("new", None)]), &named, since, &none, IMAGE),
+            settled(members(vec![with("new", None)]), &named, since, &none, IMAGE),
             Resolution::Adopt { instance: with("new", None), others: vec![] }
         );
     }
@@ -178,6 +207,34 @@ mod tests {
             }],
             unlisted: 0,
         };
-        assert_eq!(resolve(members, &named, Timestamp::UNIX_EPOCH, &BTreeSet::new(), IMAGE), Resolution::NoneMade);
+        assert_eq!(settled(members, &named, Timestamp::UNIX_EPOCH, &BTreeSet::new(), IMAGE), Resolution::NoneMade);
+    }
+
+    /// Issue 28: a list that shows no instance of the request proves none was made only once a create sent for it
+    /// can no longer land (a stopped controller's retries, a request whose answer timed out); until then the
+    /// request is in flight, and an instance listed meanwhile is still adopted.
+    #[test]
+    fn none_made_only_once_a_create_sent_for_the_request_can_no_longer_land() {
+        let since: Timestamp = "2026-11-29T08:00:00Z".parse().unwrap();
+        let until = since + jiff::SignedDuration::from_secs(210);
+        let request = Request { since, in_flight_until: until };
+        let members = |instances| GroupMembers { instances, unlisted: 0 };
+        let (named, none) = (HashMap::new(), BTreeSet::new());
+        for now in [since, since + jiff::SignedDuration::from_secs(209)] {
+            assert_eq!(
+                resolve(members(vec![]), &named, request, now, &none, IMAGE),
+                Resolution::InFlight { until },
+                "{now}"
+            );
+        }
+        assert_eq!(resolve(members(vec![]), &named, request, until, &none, IMAGE), Resolution::NoneMade);
+        // Creations accepted but not listed are waited for as before; an instance that landed is adopted at once.
+        let unlisted = GroupMembers { instances: vec![], unlisted: 1 };
+        assert_eq!(resolve(unlisted, &named, request, since, &none, IMAGE), Resolution::Unlisted(1));
+        let landed = instance("landed", InstanceState::Creating);
+        assert_eq!(
+            resolve(members(vec![landed.clone()]), &named, request, since, &none, IMAGE),
+            Resolution::Adopt { instance: landed, others: vec![] }
+        );
     }
 }

@@ -26,7 +26,7 @@ use std::time::Duration;
 use support::{create_version, stop_all};
 
 /// Long enough for a whole rollout on a loaded 2-core machine; the test ends as soon as it is done.
-const ROLLOUT: Duration = Duration::from_secs(240);
+pub(crate) const ROLLOUT: Duration = Duration::from_secs(240);
 
 /// 3 in-place workers, a control-plane group of 3 and two worker groups of 2, on image v1.
 async fn mixed_cluster() -> Cluster {
@@ -58,12 +58,12 @@ fn controller_with_etcd(cluster: &Cluster, name: &str, etcd: controller::etcd::E
 }
 
 /// The controller with the simulated cloud, as production wraps it.
-fn controller(cluster: &Cluster, name: &str) -> Component {
+pub(crate) fn controller(cluster: &Cluster, name: &str) -> Component {
     counted_controller(cluster, name, Arc::new(CallCounts::default()))
 }
 
 /// [`controller`], its cloud calls counted in `counts` by operation and outcome.
-fn counted_controller(cluster: &Cluster, name: &str, counts: Arc<CallCounts>) -> Component {
+pub(crate) fn counted_controller(cluster: &Cluster, name: &str, counts: Arc<CallCounts>) -> Component {
     let provider = SimulatedProvider::new(cluster.url()).expect("the cluster's URL is an endpoint");
     let provider = Governed::new(provider, CallPolicy::default(), counts);
     let mut options = harness::controller_options(name);
@@ -77,7 +77,7 @@ fn in_place_agents(cluster: &Cluster) -> Vec<Component> {
     (0..3).map(|i| harness::agent(cluster.operator(), &format!("worker-{i}"))).collect()
 }
 
-fn nodes(cluster: &Cluster) -> Vec<Node> {
+pub(crate) fn nodes(cluster: &Cluster) -> Vec<Node> {
     cluster.store().api::<Node>().list(None, &Default::default()).unwrap().items
 }
 
@@ -86,12 +86,12 @@ fn group_of(node: &Node) -> Option<String> {
     Some(id.strip_prefix("simulated://")?.split('/').next()?.to_owned())
 }
 
-fn pending(cluster: &Cluster) -> Vec<PendingNode> {
+pub(crate) fn pending(cluster: &Cluster) -> Vec<PendingNode> {
     cluster.store().api::<PendingNode>().list(None, &Default::default()).unwrap().items
 }
 
 /// Where the rollout stands, for a test that fails.
-fn describe(cluster: &Cluster) -> dev::standing::Standing {
+pub(crate) fn describe(cluster: &Cluster) -> dev::standing::Standing {
     dev::standing::Standing::read(&cluster.store(), "constellation-version")
 }
 
@@ -109,7 +109,7 @@ fn rolled_out(cluster: &Cluster, image: &str, total: i32) -> Option<shared::crd:
 }
 
 /// Waits for [`rolled_out`]; on a timeout the panic tells where the rollout stands.
-async fn wait_rolled_out(cluster: &Cluster, image: &str, total: i32) -> shared::crd::NodeVersionStatus {
+pub(crate) async fn wait_rolled_out(cluster: &Cluster, image: &str, total: i32) -> shared::crd::NodeVersionStatus {
     let deadline = tokio::time::Instant::now() + ROLLOUT;
     loop {
         if let Some(status) = rolled_out(cluster, image, total) {
@@ -220,7 +220,7 @@ async fn a_mixed_cluster_replaces_its_group_nodes_and_updates_the_others_in_plac
 }
 
 /// One in-place worker and a worker group of 2, on image v1.
-async fn small_cluster() -> Cluster {
+pub(crate) async fn small_cluster() -> Cluster {
     let config = ClusterConfig {
         nodes: 1,
         control_planes: 0,
@@ -261,14 +261,14 @@ async fn wait_status(
     }
 }
 
-fn group_nodes(cluster: &Cluster, group: &str) -> Vec<String> {
+pub(crate) fn group_nodes(cluster: &Cluster, group: &str) -> Vec<String> {
     let mut names: Vec<String> =
         nodes(cluster).iter().filter(|n| group_of(n).as_deref() == Some(group)).map(|n| n.name_any()).collect();
     names.sort();
     names
 }
 
-fn node(cluster: &Cluster, name: &str) -> Option<Node> {
+pub(crate) fn node(cluster: &Cluster, name: &str) -> Option<Node> {
     cluster.store().api::<Node>().get(None, name).ok()
 }
 
@@ -527,7 +527,7 @@ async fn the_controller_killed_at_random_points_of_8_replacement_rollouts_create
 }
 
 /// How many instances the simulated cloud was asked to create.
-fn created_instances(cluster: &Cluster) -> u64 {
+pub(crate) fn created_instances(cluster: &Cluster) -> u64 {
     cluster.cloud().calls().get(&cloud::Operation::CreateInstance).copied().unwrap_or(0)
 }
 
@@ -541,7 +541,7 @@ fn held_nodes(cluster: &Cluster) -> Vec<String> {
 }
 
 /// The group's live instances are exactly its Nodes: none leaked, none deleted under a node.
-fn instances_match_nodes(cluster: &Cluster, group: &str) -> bool {
+pub(crate) fn instances_match_nodes(cluster: &Cluster, group: &str) -> bool {
     let mut instances = cluster.cloud().instances_of(group);
     instances.sort();
     instances == group_nodes(cluster, group)
@@ -627,173 +627,6 @@ async fn a_node_version_deleted_once_the_heir_is_ready_finishes_the_swap_and_rel
     // second donor's. No replacement starts after the deletion either way.)
     assert!(node(&cluster, &donor).is_none(), "{donor} was not replaced");
     assert_eq!(held_nodes(&cluster), Vec::<String>::new(), "a node is left held:\n{}", describe(&cluster));
-    controller.stop(Duration::from_secs(15)).await.unwrap();
-    stop_all(agents).await;
-    cluster.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_instance_created_but_not_recorded_before_a_crash_is_adopted_not_created_again() {
-    use dev::apiserver::{ErrorFault, RequestMatch, Verb};
-    let cluster = small_cluster().await;
-    let store = cluster.store();
-    // The cloud creates the instance, the PendingNode cannot be recorded: the controller is killed in that window.
-    let records =
-        RequestMatch { verbs: vec![Verb::Create], resource: Some("pendingnodes".into()), ..Default::default() };
-    let fault = cluster.faults().inject(ErrorFault::new(records, 500));
-    let limits = Limits { surge: Some(Surge { baseline: 2, max_surge: 1 }), ..Limits::new(1, false) };
-    let observer = Observer::start(cluster.client(), limits);
-    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
-    let first = controller(&cluster, "c-0");
-    create_version(&store, "v2", json!({"maxUnavailable": 1, "maxSurge": 1}));
-    support::eventually(ROLLOUT, "an instance created", || (created_instances(&cluster) == 1).then_some(())).await;
-    // Its node registers while nothing records it.
-    support::eventually(ROLLOUT, "the new node", || (group_nodes(&cluster, "workers-a").len() == 3).then_some(()))
-        .await;
-    first.crash().await;
-    cluster.faults().remove(fault);
-    let second = controller(&cluster, "c-1");
-
-    wait_rolled_out(&cluster, "v2", 3).await;
-    assert_eq!(created_instances(&cluster), 2, "a second instance was created for a donor");
-    assert!(instances_match_nodes(&cluster, "workers-a"), "{}", describe(&cluster));
-    assert_eq!(observer.stop().await.violations, Vec::<String>::new());
-    second.stop(Duration::from_secs(15)).await.unwrap();
-    stop_all(agents).await;
-    cluster.shutdown().await;
-}
-
-/// The messages of the Events with `reason` about `node`.
-fn node_events(cluster: &Cluster, reason: &str, node: Option<&str>) -> Vec<String> {
-    use k8s_openapi::api::events::v1::Event;
-    let events = cluster.store().api::<Event>().list(None, &Default::default()).unwrap();
-    events
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .filter(|e| node.is_none() || e.regarding.as_ref().and_then(|r| r.name.as_deref()) == node)
-        .filter_map(|e| e.note)
-        .collect()
-}
-
-/// Issue 28 defect 7: a request whose outcome is unknown (a 500 from the create: the instance may or may not have
-/// been made) and whose instance does not exist was waited on for the join timeout (30 min by default here), the
-/// group stalled; the group's member list proves none was made and a new instance is requested at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_instance_request_that_made_no_instance_is_requested_again_from_the_group_list_not_after_the_join_timeout() {
-    let cluster = small_cluster().await;
-    let store = cluster.store();
-    let failure =
-        InjectedFailure { code: ErrorCode::Internal, message: None, times: Some(1), retry_after_seconds: None };
-    cluster
-        .cloud()
-        .set_group_faults("workers-a", GroupFaults { create_failure: Some(failure), ..Default::default() })
-        .unwrap();
-    let limits = Limits { surge: Some(Surge { baseline: 2, max_surge: 1 }), ..Limits::new(1, false) };
-    let observer = Observer::start(cluster.client(), limits);
-    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
-    let controller = controller(&cluster, "c1");
-    // The default join timeout (30 min): the rollout finishes within minutes only if nothing waits for it.
-    create_version(&store, "v2", json!({"maxUnavailable": 1, "maxSurge": 1}));
-    wait_rolled_out(&cluster, "v2", 3).await;
-    // Three create calls: the one answered 500 (nothing made) and one per donor.
-    assert_eq!(created_instances(&cluster), 3, "{}", describe(&cluster));
-    assert!(instances_match_nodes(&cluster, "workers-a"), "{}", describe(&cluster));
-    let told = node_events(&cluster, "InstanceRequestedAgain", None);
-    assert_eq!(told.len(), 1, "{told:?}");
-    assert!(told[0].contains("lists no instance it may have made"), "{told:?}");
-    assert_eq!(observer.stop().await.violations, Vec::<String>::new());
-    controller.stop(Duration::from_secs(15)).await.unwrap();
-    stop_all(agents).await;
-    cluster.shutdown().await;
-}
-
-/// Issue 28 defect 7: an instance created but not recorded before a crash, whose node has not registered (it takes
-/// a minute here), is adopted from the group's member list within a poll, not when (or if) its node registers.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_instance_created_but_not_recorded_whose_node_has_not_registered_is_adopted_from_the_group_list() {
-    use dev::apiserver::{ErrorFault, RequestMatch, Verb};
-    let cluster = small_cluster().await;
-    let store = cluster.store();
-    let slow = GroupFaults { join_seconds: Some(Duration::from_secs(60)), ..Default::default() };
-    cluster.cloud().set_group_faults("workers-a", slow).unwrap();
-    let records =
-        RequestMatch { verbs: vec![Verb::Create], resource: Some("pendingnodes".into()), ..Default::default() };
-    let fault = cluster.faults().inject(ErrorFault::new(records, 500));
-    let limits = Limits { surge: Some(Surge { baseline: 2, max_surge: 1 }), ..Limits::new(1, false) };
-    let observer = Observer::start(cluster.client(), limits);
-    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
-    let first = controller(&cluster, "c-0");
-    create_version(&store, "v2", json!({"maxUnavailable": 1, "maxSurge": 1}));
-    support::eventually(ROLLOUT, "an instance created", || (created_instances(&cluster) == 1).then_some(())).await;
-    first.crash().await;
-    cluster.faults().remove(fault);
-    let donors = group_nodes(&cluster, "workers-a");
-    let mut created = cluster.cloud().instances_of("workers-a");
-    created.retain(|i| !donors.contains(i));
-    assert_eq!(created.len(), 1, "{created:?}");
-    let second = controller(&cluster, "c-1");
-    // Recorded while its node has not registered yet (60 s after its creation).
-    let adopted = support::eventually(Duration::from_secs(40), "the instance adopted", || {
-        pending(&cluster).into_iter().find(|p| p.spec.goal == shared::crd::PendingNodeGoal::Join)
-    })
-    .await;
-    assert!(adopted.spec.provider_id.ends_with(&format!("/{}", created[0])), "{:?}", adopted.spec);
-    assert_eq!(group_nodes(&cluster, "workers-a"), donors, "adopted only once its node registered");
-    let told = node_events(&cluster, "InstanceAdopted", None);
-    assert!(told.iter().any(|m| m.contains(&created[0])), "{told:?}");
-    cluster.cloud().set_group_faults("workers-a", GroupFaults::default()).unwrap();
-    wait_rolled_out(&cluster, "v2", 3).await;
-    assert_eq!(created_instances(&cluster), 2, "a second instance was created for a donor");
-    assert!(instances_match_nodes(&cluster, "workers-a"), "{}", describe(&cluster));
-    assert_eq!(observer.stop().await.violations, Vec::<String>::new());
-    second.stop(Duration::from_secs(15)).await.unwrap();
-    stop_all(agents).await;
-    cluster.shutdown().await;
-}
-
-/// The bench's stall of the last donors of a group (issue 28): a donor whose replacement started while another
-/// donor's instance request of the same group was in flight in this very controller took that request for one a
-/// stopped controller left unrecorded, and waited for it (its step "succeeded" without creating, and with nothing
-/// else to wake the plan it was never asked again). A request this controller made is not waited for: the second
-/// donor's instance is requested while the first one's creation is still being answered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_donor_does_not_wait_for_another_donors_request_in_flight_in_the_same_controller() {
-    let cluster = small_cluster().await;
-    let store = cluster.store();
-    let donors = group_nodes(&cluster, "workers-a");
-    let (first, second) = (donors[0].clone(), donors[1].clone());
-    // The second donor is held (cordoned by someone else) until the first one's request is in flight; the cloud
-    // answers creates 15 s after it made the instance (the client waits up to 30 s).
-    let cordon = |on: bool| {
-        let patch = dev::apiserver::Patch::Merge(json!({"spec": {"unschedulable": on}}));
-        store.api::<Node>().patch(None, &second, &patch, &Default::default()).unwrap();
-    };
-    cordon(true);
-    let slow = GroupFaults { create_seconds: Some(Duration::from_secs(15)), ..Default::default() };
-    cluster.cloud().set_group_faults("workers-a", slow).unwrap();
-    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
-    let controller = controller(&cluster, "c1");
-    create_version(&store, "v2", json!({"maxUnavailable": 2, "maxSurge": 2}));
-    let requested =
-        |name: &str| node(&cluster, name).is_some_and(|n| n.annotations().contains_key(keys::INSTANCE_REQUESTED));
-    support::eventually(ROLLOUT, "the first donor's instance requested", || requested(&first).then_some(())).await;
-    assert!(pending(&cluster).is_empty(), "the first creation was answered already:\n{}", describe(&cluster));
-    cordon(false);
-    // Whichever comes first: the second donor's request, or the first one's record (its creation answered).
-    let second_first = support::eventually(ROLLOUT, "the second request or the first record", || {
-        if requested(&second) { Some(true) } else { (!pending(&cluster).is_empty()).then_some(false) }
-    })
-    .await;
-    assert!(
-        second_first,
-        "the second donor's request waited for the first one's answer and record:\n{}",
-        describe(&cluster)
-    );
-    cluster.cloud().set_group_faults("workers-a", GroupFaults::default()).unwrap();
-    wait_rolled_out(&cluster, "v2", 3).await;
-    assert_eq!(created_instances(&cluster), 2, "{}", describe(&cluster));
-    assert!(instances_match_nodes(&cluster, "workers-a"), "{}", describe(&cluster));
     controller.stop(Duration::from_secs(15)).await.unwrap();
     stop_all(agents).await;
     cluster.shutdown().await;

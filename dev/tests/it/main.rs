@@ -41,6 +41,7 @@ mod e2e_failures;
 mod e2e_kubeadm;
 mod e2e_nodeop;
 mod e2e_replacement;
+mod e2e_replacement_unrecorded;
 mod e2e_rollout;
 mod event_store;
 mod example_nodeversion;
