@@ -483,7 +483,8 @@ impl Replacer {
                 self.claimed.lock().insert(instance.node_name.clone());
                 self.resolved(pending, group_id, requested, &instance.provider_id.to_string());
                 // Recorded again from `created` if this step runs again before the store shows the record.
-                let adopted = NewInstance { provider_id: instance.provider_id.clone(), node_name: instance.node_name.clone() };
+                let adopted =
+                    NewInstance { provider_id: instance.provider_id.clone(), node_name: instance.node_name.clone() };
                 self.created.lock().insert(pending.to_owned(), (group_id.to_owned(), adopted));
                 let message = format!(
                     "the instance requested at {since} for {} was not recorded: adopted {} ({}, {}) from the member list of group {group_id}",

@@ -4,8 +4,8 @@
 //! taken as having made none only once a create sent for it can no longer land.
 
 use crate::e2e_replacement::{
-    ROLLOUT, controller, created_instances, describe, group_nodes, instances_match_nodes, node, pending,
-    small_cluster, wait_rolled_out,
+    ROLLOUT, controller, created_instances, describe, group_nodes, instances_match_nodes, node, pending, small_cluster,
+    wait_rolled_out,
 };
 use crate::support;
 use cloud::simulated::SimulatedProvider;
@@ -214,7 +214,6 @@ async fn a_donor_does_not_wait_for_another_donors_request_in_flight_in_the_same_
     cluster.shutdown().await;
 }
 
-
 /// The second instance seen once under load in `an_instance_created_but_not_recorded_before_a_crash_is_adopted_not_
 /// created_again`: the creation step was run again (its outcome forgotten, or settled) before the controller's
 /// PendingNode cache showed the record the step had written. The instance was no longer remembered, so the
@@ -233,8 +232,11 @@ async fn a_creation_step_run_again_before_the_cache_shows_its_record_records_the
     let agents = vec![harness::agent(cluster.operator(), "worker-0")];
     let controller = controller(&cluster, "c1");
     support::eventually(ROLLOUT, "the controller ready", || controller.is_ready().then_some(())).await;
-    let cache =
-        RequestMatch { verbs: vec![Verb::List, Verb::Watch], resource: Some("pendingnodes".into()), ..Default::default() };
+    let cache = RequestMatch {
+        verbs: vec![Verb::List, Verb::Watch],
+        resource: Some("pendingnodes".into()),
+        ..Default::default()
+    };
     let hung = cluster.faults().hang(cache);
     cluster.faults().close_all_watches();
     create_version(&store, "v2", json!({"maxUnavailable": 1, "maxSurge": 1}));
