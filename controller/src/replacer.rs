@@ -89,8 +89,9 @@ pub struct Replacer {
     /// How long after its mark a create sent for a request may still make an instance (see
     /// [`crate::groups::CloudOptions::create_in_flight`]).
     create_in_flight: std::time::Duration,
-    /// The unrecorded requests told to be in flight, by joining PendingNode name and mark (told once each).
-    told_in_flight: Mutex<HashMap<String, Timestamp>>,
+    /// The unrecorded requests found in flight (see [`Fleet::requests_in_flight`]), by joining PendingNode name:
+    /// told once per mark, forgotten once resolved.
+    in_flight: Mutex<HashMap<String, InFlight>>,
     /// The autoscaler's pause request (`None`: none read, as in `plan`, where only the strategies' status counts).
     pause: Option<tokio::sync::watch::Receiver<Option<crate::groups::autoscaler::Pause>>>,
 }
@@ -126,7 +127,7 @@ impl Replacer {
             named: Mutex::default(),
             events: std::sync::OnceLock::new(),
             create_in_flight: crate::groups::default_create_in_flight(),
-            told_in_flight: Mutex::default(),
+            in_flight: Mutex::default(),
             pause: None,
         }
     }
@@ -174,10 +175,10 @@ impl Replacer {
             .collect();
         let names: BTreeSet<&str> = nodes.iter().map(|n| n.name()).collect();
         forget_gone(&names, &mut self.claimed.lock(), &mut self.unnamed.lock(), &mut self.created.lock());
-        if !self.own.lock().is_empty() || !self.told_in_flight.lock().is_empty() {
+        if !self.own.lock().is_empty() || !self.in_flight.lock().is_empty() {
             let joins: BTreeSet<String> = names.iter().map(|donor| join_name(donor)).collect();
             self.own.lock().retain(|pending, _| joins.contains(pending));
-            self.told_in_flight.lock().retain(|pending, _| joins.contains(pending));
+            self.in_flight.lock().retain(|pending, _| joins.contains(pending));
         }
         // A creation is remembered until the store shows its record: a step run again before then records the
         // same instance again instead of resolving its request anew.
@@ -217,6 +218,7 @@ impl Replacer {
                 Members::External => EtcdAccess::External,
                 Members::Unconfigured => EtcdAccess::Unconfigured,
             },
+            requests_in_flight: self.in_flight.lock().values().map(|w| (w.donor.clone(), w.until)).collect(),
         }
     }
 
@@ -384,6 +386,7 @@ impl Replacer {
             let Some(provider_id) = heir.spec.provider_id.clone() else { return Ok(false) };
             let Ok(parsed) = provider_id.parse::<ProviderId>() else { return Ok(false) };
             self.claimed.lock().insert(heir.name().to_owned());
+            self.in_flight.lock().remove(pending);
             self.resolved(pending, group_id, requested, &provider_id);
             // Recorded again from `created` if this step runs again before the store shows the record.
             let adopted = NewInstance { provider_id: parsed, node_name: heir.name().to_owned() };
@@ -470,7 +473,11 @@ impl Replacer {
         }
         let claimed = self.claimed.lock().clone();
         let unrecorded = unrecorded::Request { since, in_flight_until };
-        match unrecorded::resolve(members, &named, unrecorded, listed_at, &claimed, &image) {
+        let resolution = unrecorded::resolve(members, &named, unrecorded, listed_at, &claimed, &image);
+        if matches!(resolution, Resolution::Adopt { .. } | Resolution::NoneMade) {
+            self.in_flight.lock().remove(pending);
+        }
+        match resolution {
             Resolution::Adopt { instance, others } => {
                 if !others.is_empty() {
                     let others: Vec<&str> = others.iter().map(|i| i.node_name.as_str()).collect();
@@ -519,7 +526,9 @@ impl Replacer {
                     "the instance requested at {since} for {} was not recorded and group {group_id} lists no instance it made yet; a create sent for it may still make one until {until}: no new instance is requested before",
                     donor.name()
                 );
-                let told = self.told_in_flight.lock().insert(pending.to_owned(), requested) == Some(requested);
+                let waiting = InFlight { donor: donor.name().to_owned(), marked: requested, until };
+                let told =
+                    self.in_flight.lock().insert(pending.to_owned(), waiting).is_some_and(|w| w.marked == requested);
                 if told {
                     tracing::debug!(node = donor.name(), %until, "{message}");
                 } else {
@@ -737,6 +746,17 @@ struct Own {
     /// Whether the cloud answered the request (an instance, or a creation token); until then the group may list
     /// its instance as no one's.
     answered: bool,
+}
+
+/// An unrecorded request found in flight (see [`Fleet::requests_in_flight`]).
+#[derive(Debug, Clone)]
+struct InFlight {
+    /// The donor.
+    donor: String,
+    /// Its [`keys::INSTANCE_REQUESTED`] mark.
+    marked: Timestamp,
+    /// Until when a create sent for it may still make an instance.
+    until: Timestamp,
 }
 
 /// A creation being asked of the cloud, remembered in `own` from before the donor's mark is written until the

@@ -39,6 +39,9 @@ pub struct Fleet {
     pub autoscaler_running: Option<String>,
     /// Whether a control-plane donor's etcd member can be removed before its Node is deleted.
     pub etcd: EtcdAccess,
+    /// Donors whose instance request's answer was lost, of which the group lists no instance yet, until when a
+    /// create sent for it may still make one (no new instance is requested for them before: `Replacer`).
+    pub requests_in_flight: BTreeMap<String, Timestamp>,
 }
 
 /// What the replacement of a control-plane node may do with its etcd member.

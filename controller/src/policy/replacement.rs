@@ -261,6 +261,9 @@ pub(super) struct Context<'a> {
     pub kubernetes: Option<&'a KubernetesTarget>,
     /// What may be done with a control-plane donor's etcd member.
     pub etcd: EtcdAccess,
+    /// Until when a create sent for the node's unrecorded instance request may still make an instance (see
+    /// [`Fleet::requests_in_flight`]).
+    pub request_in_flight: Option<Timestamp>,
 }
 
 impl<'a> Context<'a> {
@@ -281,6 +284,7 @@ impl<'a> Context<'a> {
             autoscaler_running: fleet.autoscaler_running.is_some(),
             kubernetes: None,
             etcd: fleet.etcd,
+            request_in_flight: fleet.requests_in_flight.get(&node.name).copied(),
         })
     }
 
@@ -472,12 +476,20 @@ fn donor(node: &NodeView, intent: &Intent, context: &Context<'_>, policy: &Polic
             return waiting;
         }
         let deadline = assess::deadline(now, policy.join_timeout);
-        return in_flight().act(
+        let mut creating = in_flight().act(
             node,
             ActionKind::CreateInstance { group_id: member.group_id.clone(), pending: join_name(&node.name), deadline },
             Reason::InstanceRequested,
             format!("creating a new instance of {} with {target} to replace the node", member.group_id),
         );
+        // The step is still asked for (it adopts the instance once listed), and the status says why nothing joins.
+        if let Some(until) = context.request_in_flight.filter(|until| now < *until) {
+            creating.waiting = Some(format!(
+                "the instance requested for the node (its answer lost, none listed yet): a create sent for it may still make one until {until} ({})",
+                Reason::InstanceRequestInFlight
+            ));
+        }
+        return creating;
     };
     if let Some(why) = &join.join_failed {
         let message = format!("the new instance {} did not become a Ready node: {why}", join.node_name);

@@ -108,6 +108,25 @@ fn no_replacement_starts_before_the_group_has_the_target_image() {
     assert_eq!(kinds(&p), vec![("x1".into(), "Stage")]);
 }
 
+/// Issue 28: while a create sent for a donor's unrecorded request may still make an instance, its creation step is
+/// still asked for (it adopts the instance once listed, and requests none before), and the status says why
+/// nothing joins.
+#[test]
+fn a_request_in_flight_is_named_in_the_status_while_its_step_is_still_asked_for() {
+    let f = fleet(&[("a", false, TARGET)]);
+    let donor = replacing(in_group("a1", "a"));
+    let waiting = Fleet { requests_in_flight: [("a1".to_owned(), t(65))].into(), ..f.clone() };
+    let p = run(std::slice::from_ref(&donor), &waiting, policy(1, 1), t(5));
+    assert!(matches!(p.actions[0].kind, ActionKind::CreateInstance { .. }), "{:?}", kinds(&p));
+    let said = p.in_flight[0].waiting_on.clone().unwrap_or_default();
+    assert!(said.contains("may still make one until") && said.ends_with("(InstanceRequestInFlight)"), "{said}");
+    // Past that time, or for another node, nothing is said.
+    let p = run(std::slice::from_ref(&donor), &waiting, policy(1, 1), t(65));
+    assert_eq!(p.in_flight[0].waiting_on, None);
+    let p = run(std::slice::from_ref(&donor), &f, policy(1, 1), t(5));
+    assert_eq!(p.in_flight[0].waiting_on, None);
+}
+
 #[test]
 fn each_step_of_a_replacement_follows_from_the_cluster() {
     let f = fleet(&[("a", false, TARGET)]);

@@ -19,7 +19,7 @@ use dev::observer::{Limits, Observer, Surge};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use serde_json::json;
-use shared::crd::PendingNodeGoal;
+use shared::crd::{NodeVersion, PendingNodeGoal};
 use shared::protocol::keys;
 use std::sync::Arc;
 use std::time::Duration;
@@ -294,6 +294,16 @@ async fn a_request_of_unknown_outcome_is_not_made_again_while_a_create_sent_for_
     .await;
     assert!(!told.is_empty(), "requested again while the first create may still land:\n{}", describe(&cluster));
     assert!(told[0].contains("may still make one until"), "{told:?}");
+    // The status says why nothing joins.
+    support::eventually(ROLLOUT, "the wait in the status", || {
+        let status = store.api::<NodeVersion>().get(None, "constellation-version").ok()?.status?;
+        status
+            .in_flight
+            .iter()
+            .any(|n| n.waiting_on.as_deref().is_some_and(|w| w.ends_with("(InstanceRequestInFlight)")))
+            .then_some(())
+    })
+    .await;
     // The create lands now.
     let landed = cluster.cloud().create_instance("workers-a").await.unwrap().instance.expect("made at once");
     wait_rolled_out(&cluster, "v2", 3).await;
