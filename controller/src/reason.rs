@@ -49,6 +49,7 @@ pub enum Reason {
     NoAgentReport,
     NodeNotReady,
     CordonedByOther,
+    DoNotDisrupt,
     SelectorOverlap,
     GroupImagePending,
     ImageUnknown,
