@@ -91,6 +91,7 @@ fn worker(name: String) -> Result<NodeView, String> {
         drain: DrainProgress::NotRunning,
         group: None,
         operation: None,
+        do_not_disrupt: None,
     })
 }
 
@@ -226,7 +227,8 @@ fn sync_cost(size: usize, events: usize) -> serde_json::Value {
         writer.apply_watcher_event(&watcher::Event::Apply(slim(&format!("w{i:05}"), "idle")));
     }
     let (drains, overlaid) = (HashMap::new(), HashSet::new());
-    let sources = Sources { drains: &drains, overlaid: &overlaid, freshest: &|node| node };
+    let held = HashMap::new();
+    let sources = Sources { drains: &drains, overlaid: &overlaid, freshest: &|node| node, held: &held };
     let selector = NodeSelector::default();
     let mut views = NodeViews::default();
     views.sync_with(&store, &sources, &[Some(&selector)], None);

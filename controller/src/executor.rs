@@ -15,6 +15,7 @@
 //!   stale view, nor misses a node the NodeOp controller just started.
 
 use crate::cloud_steps::{CloudSteps, Failure, Poll};
+use crate::do_not_disrupt::PodHolds;
 use crate::drain::Drains;
 use crate::events::{Events, node_reference};
 use crate::leadership::Term;
@@ -43,6 +44,8 @@ pub struct Applied {
     pub writes: usize,
     /// Writes refused because the node changed since the decision; plan again soon.
     pub conflicts: usize,
+    /// Starts not made because a do-not-disrupt pod runs on the node; plan again soon (the slot is free).
+    pub held: usize,
     /// Writes that failed otherwise; plan again after a pause.
     pub errors: usize,
 }
@@ -74,6 +77,8 @@ pub struct Executor {
     steps: Option<CloudSteps>,
     /// Node writes that follow background steps, by node.
     follow_ups: Mutex<HashMap<String, FollowUp>>,
+    /// The look for do-not-disrupt pods before a node starts; None: no look (tests of other behaviour).
+    pod_holds: Option<Arc<PodHolds>>,
 }
 
 impl Executor {
@@ -88,7 +93,31 @@ impl Executor {
             replacer: None,
             steps: None,
             follow_ups: Mutex::default(),
+            pod_holds: None,
         }
+    }
+
+    /// Looks for do-not-disrupt pods on every node just before it starts, with `holds` (`crate::do_not_disrupt`).
+    pub fn with_pod_holds(mut self, holds: Arc<PodHolds>) -> Self {
+        self.pod_holds = Some(holds);
+        self
+    }
+
+    /// The nodes held for a do-not-disrupt pod found on them, with the reason.
+    pub fn held_for_pods(&self) -> HashMap<String, String> {
+        self.pod_holds.as_ref().map(|h| h.holding()).unwrap_or_default()
+    }
+
+    /// Looks again at the pods of the nodes held for a pod whose time came (`crate::do_not_disrupt`).
+    pub async fn recheck_pod_holds(&self) {
+        if let Some(holds) = &self.pod_holds {
+            holds.recheck_due().await;
+        }
+    }
+
+    /// When the first node held for a pod is looked at again.
+    pub fn next_pod_recheck(&self) -> Option<tokio::time::Instant> {
+        self.pod_holds.as_ref().and_then(|h| h.next_expiry())
     }
 
     /// Applies the replacement's cloud and PendingNode steps with `replacer`, in the background; `reconcile` is
@@ -120,6 +149,9 @@ impl Executor {
     /// Forgets writes and reported problems of nodes that no longer exist.
     pub fn retain_nodes(&self, exists: impl Fn(&str) -> bool) {
         self.writes.retain(&exists);
+        if let Some(holds) = &self.pod_holds {
+            holds.retain(&exists);
+        }
         self.reported.lock().retain(|n, _| exists(n));
     }
 
@@ -156,6 +188,7 @@ impl Executor {
         }
         self.apply_phase(term, &others, nodes, now, &mut applied).await;
         if applied.conflicts + applied.errors == 0 {
+            let starts = self.without_pod_holds(starts, &mut applied).await;
             self.apply_phase(term, &starts, nodes, now, &mut applied).await;
         } else if !starts.is_empty() {
             tracing::debug!(held = starts.len(), "not starting new nodes: a write that frees their slots failed");
@@ -183,6 +216,29 @@ impl Executor {
                 WriteResult::Failed => applied.errors += 1,
             }
         }
+    }
+
+    /// `starts` without the nodes a do-not-disrupt pod runs on (found by a look at each node's pods, all at once),
+    /// nor those whose look failed (nothing starts unseen).
+    async fn without_pod_holds<'a>(&self, starts: Vec<Planned<'a>>, applied: &mut Applied) -> Vec<Planned<'a>> {
+        let Some(holds) = &self.pod_holds else { return starts };
+        let looks = starts.iter().map(|(action, _)| holds.check(&action.node));
+        let found = futures::future::join_all(looks).await;
+        let mut allowed = Vec::with_capacity(starts.len());
+        for (planned, found) in starts.into_iter().zip(found) {
+            match found {
+                Ok(None) => allowed.push(planned),
+                Ok(Some(message)) => {
+                    tracing::info!(node = %planned.0.node, reason = %message, "not started: do not disrupt");
+                    applied.held += 1;
+                }
+                Err(error) => {
+                    tracing::warn!(node = %planned.0.node, %error, "not started");
+                    applied.errors += 1;
+                }
+            }
+        }
+        allowed
     }
 
     async fn apply_phase(

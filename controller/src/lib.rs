@@ -5,6 +5,7 @@ pub mod agent_policy;
 pub mod cloud_steps;
 pub mod cluster_version;
 pub mod disruption;
+pub mod do_not_disrupt;
 pub mod drain;
 pub mod etcd;
 pub mod events;
@@ -225,7 +226,8 @@ pub async fn run(
     };
     let mut executor =
         executor::Executor::new(Api::all(client.clone()), events.clone(), drains.clone(), metrics.clone())
-            .with_writes(writes);
+            .with_writes(writes)
+            .with_pod_holds(Arc::new(do_not_disrupt::PodHolds::new(client.clone())));
     if let Some(replacer) = &replacer {
         replacer.set_events(events.clone());
         executor = executor.with_replacer(replacer.clone(), trigger.clone());

@@ -74,6 +74,8 @@ pub struct Sources<'a> {
     pub overlaid: &'a HashSet<String>,
     /// The newest object of a node: the executor's write the watch has not delivered, or the watched one.
     pub freshest: &'a dyn Fn(SlimNode) -> SlimNode,
+    /// The nodes held for a do-not-disrupt pod found on them, with the reason (`crate::do_not_disrupt`).
+    pub held: &'a HashMap<String, String>,
 }
 
 /// What the planner was last given of a node.
@@ -81,6 +83,8 @@ struct Seen {
     /// The watched object it was viewed from.
     node: Arc<SlimNode>,
     drain: DrainProgress,
+    /// Held for a do-not-disrupt pod, with the reason.
+    held: Option<String>,
     /// It was viewed from the executor's overlay.
     overlaid: bool,
     /// The last full comparison that found it in the store.
@@ -92,7 +96,7 @@ struct Seen {
 pub struct NodeViews {
     pub planner: Planner,
     seen: HashMap<String, Seen>,
-    /// Nodes last viewed with a drain's progress or from the overlay: compared on every sync.
+    /// Nodes last viewed with a drain's progress, from the overlay or held for a pod: compared on every sync.
     special: HashSet<String>,
     /// The selectors the views were built with, by rollout.
     selectors: Vec<Option<NodeSelector>>,
@@ -117,6 +121,7 @@ impl NodeViews {
             drains: &drains.all_progress(),
             overlaid: &executor.overlaid(),
             freshest: &|node| executor.freshest(node),
+            held: &executor.held_for_pods(),
         };
         self.sync_with(store, &sources, selectors, changes.and_then(Changes::take))
     }
@@ -139,6 +144,7 @@ impl NodeViews {
             Some(mut names) if self.synced && !reselect => {
                 names.extend(sources.drains.keys().cloned());
                 names.extend(sources.overlaid.iter().cloned());
+                names.extend(sources.held.keys().cloned());
                 names.extend(self.special.iter().cloned());
                 let mut viewed = 0;
                 for name in names {
@@ -197,21 +203,30 @@ impl NodeViews {
         let name = node.name();
         let drain = sources.drains.get(name).cloned().unwrap_or_default();
         let overlaid = sources.overlaid.contains(name);
+        let held = sources.held.get(name).cloned();
         if let Some(seen) = self.seen.get_mut(name) {
             seen.epoch = self.epoch;
-            let same = Arc::ptr_eq(&seen.node, node) && seen.drain == drain && !overlaid && !seen.overlaid;
+            let same = Arc::ptr_eq(&seen.node, node)
+                && seen.drain == drain
+                && seen.held == held
+                && !overlaid
+                && !seen.overlaid;
             if same && !again {
                 return false;
             }
         }
         let fresh = (sources.freshest)(SlimNode::clone(node));
-        self.planner.upsert(fresh.view(selectors.iter().copied(), drain.clone()));
-        if overlaid || drain != DrainProgress::NotRunning {
+        let mut view = fresh.view(selectors.iter().copied(), drain.clone());
+        if view.do_not_disrupt.is_none() {
+            view.do_not_disrupt.clone_from(&held);
+        }
+        self.planner.upsert(view);
+        if overlaid || drain != DrainProgress::NotRunning || held.is_some() {
             self.special.insert(name.to_owned());
         } else {
             self.special.remove(name);
         }
-        self.seen.insert(name.to_owned(), Seen { node: node.clone(), drain, overlaid, epoch: self.epoch });
+        self.seen.insert(name.to_owned(), Seen { node: node.clone(), drain, held, overlaid, epoch: self.epoch });
         true
     }
 
@@ -265,7 +280,7 @@ mod tests {
         let (mut drains, mut overlaid) = (HashMap::new(), HashSet::new());
         let mut views = NodeViews::default();
         let sync = |views: &mut NodeViews, drains: &HashMap<String, DrainProgress>, overlaid: &HashSet<String>| {
-            let sources = Sources { drains, overlaid, freshest: &|node| node };
+            let sources = Sources { drains, overlaid, freshest: &|node| node, held: &HashMap::new() };
             views.sync_with(&store, &sources, &selectors, None)
         };
         assert_eq!(sync(&mut views, &drains, &overlaid), 3);
@@ -296,7 +311,7 @@ mod tests {
         assert_eq!(views.planner.nodes().map(|v| v.name.as_str()).collect::<Vec<_>>(), ["b", "c"]);
 
         // Other selectors: every node again.
-        let sources = Sources { drains: &drains, overlaid: &overlaid, freshest: &|node| node };
+        let sources = Sources { drains: &drains, overlaid: &overlaid, freshest: &|node| node, held: &HashMap::new() };
         assert_eq!(views.sync_with(&store, &sources, &[Some(&selector), None], None), 2);
         assert_eq!(views.planner.node("b").map(|v| v.selected_by.clone()), Some(vec![0]));
     }
@@ -340,7 +355,7 @@ mod tests {
         let (mut drains, overlaid) = (HashMap::new(), HashSet::new());
         let mut views = NodeViews::default();
         let sync = |views: &mut NodeViews, drains: &HashMap<String, DrainProgress>, changes: &Changes| {
-            let sources = Sources { drains, overlaid: &overlaid, freshest: &|node| node };
+            let sources = Sources { drains, overlaid: &overlaid, freshest: &|node| node, held: &HashMap::new() };
             views.sync_with(&store, &sources, &selectors, changes.take())
         };
         // Nothing recorded before: every node is compared.

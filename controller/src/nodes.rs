@@ -106,7 +106,7 @@ impl SlimNode {
     pub fn trim(&mut self) {
         self.metadata.managed_fields = None;
         if let Some(annotations) = &mut self.metadata.annotations {
-            annotations.retain(|k, _| k.starts_with(keys::PREFIX));
+            annotations.retain(|k, _| k.starts_with(keys::PREFIX) || k == crate::do_not_disrupt::KARPENTER_ANNOTATION);
         }
         self.status.conditions.retain(|c| c.type_ == "Ready");
     }
@@ -164,6 +164,7 @@ impl SlimNode {
             drain,
             group: None,
             operation: annotations.get(keys::NODE_OPERATION).cloned(),
+            do_not_disrupt: crate::do_not_disrupt::marked(Some(annotations)).map(crate::do_not_disrupt::node_message),
         }
     }
 }
@@ -180,7 +181,7 @@ mod tests {
             "metadata": {"name": "cp-0", "resourceVersion": "7",
                 "labels": {"node-role.kubernetes.io/control-plane": "", "update.edgeless.systems/managed": "true"},
                 "annotations": {"update.edgeless.systems/os-image": "v1", "update.edgeless.systems/boot-id": "b",
-                                "node.alpha.kubernetes.io/ttl": "0"},
+                                "node.alpha.kubernetes.io/ttl": "0", "karpenter.sh/do-not-disrupt": "true"},
                 "managedFields": [{"manager": "kubelet"}]},
             "spec": {"unschedulable": true, "podCIDR": "10.0.0.0/24"},
             "status": {"conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "True"}],
@@ -190,12 +191,17 @@ mod tests {
         let mut trimmed = node.clone();
         trimmed.trim();
         assert!(trimmed.metadata.managed_fields.is_none());
-        assert_eq!(trimmed.metadata.annotations.as_ref().unwrap().len(), 2);
+        // Ours, and Karpenter's do-not-disrupt (read as ours).
+        assert_eq!(trimmed.metadata.annotations.as_ref().unwrap().len(), 3);
         let default = NodeSelector::default();
         let view = trimmed.view([None, Some(&default)], DrainProgress::NotRunning);
         assert!(view.control_plane && view.ready && view.unschedulable);
         assert_eq!(view.selected_by, vec![1]);
         assert_eq!(view.kubelet_boot_id.as_deref(), Some("b"));
         assert_eq!(view.agent.unwrap().os_image.as_deref(), Some("v1"));
+        assert_eq!(
+            view.do_not_disrupt.as_deref(),
+            Some("the Node is annotated karpenter.sh/do-not-disrupt=true; it starts once the annotation is removed")
+        );
     }
 }

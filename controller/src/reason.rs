@@ -56,6 +56,7 @@ pub enum Reason {
     NoAgentReport,
     NodeNotReady,
     CordonedByOther,
+    DoNotDisrupt,
     SelectorOverlap,
     GroupImagePending,
     ImageUnknown,

@@ -303,6 +303,8 @@ impl Reconciler {
             return Some(Instant::now() + ERROR_RETRY);
         }
 
+        // Nodes held for a do-not-disrupt pod stay held until a look finds it gone.
+        self.executor.recheck_pod_holds().await;
         // IMPORTANT: from reading the nodes until the plan's writes returned, no NodeOp decides (see
         // `crate::disruption`): each sees the other's starts, so together they keep to every budget.
         let mut gate = self.disruption.enter().await;
@@ -322,9 +324,13 @@ impl Reconciler {
                 let fresh: Vec<SlimNode> =
                     self.nodes.state().iter().map(|n| self.executor.freshest((**n).clone())).collect();
                 unresolved = replacer.learn(&fresh);
+                let held = self.executor.held_for_pods();
                 let views = fresh.iter().map(|node| {
                     let mut view = node.view(selectors.iter().copied(), self.drains.progress(node.name()));
                     view.group = replacer.member(node);
+                    if view.do_not_disrupt.is_none() {
+                        view.do_not_disrupt = held.get(node.name()).cloned();
+                    }
                     view
                 });
                 node_views.replace_all(views);
@@ -396,7 +402,7 @@ impl Reconciler {
         let notice_due = self.report_held_nodes(&versions, &plan, &references);
         self.record_metrics(&plan, started);
         let wake = next_wake(plan.wake_at(), notice_due, applied, now, Instant::now());
-        let wake = [wake, recheck].into_iter().flatten().min();
+        let wake = [wake, recheck, self.executor.next_pod_recheck()].into_iter().flatten().min();
         if unresolved {
             // The cloud did not tell some node's group: ask again soon.
             let retry = Instant::now() + UNRESOLVED_RETRY;
@@ -623,7 +629,7 @@ fn next_wake(
     now: Timestamp,
     at: Instant,
 ) -> Option<Instant> {
-    let retry = if applied.conflicts > 0 {
+    let retry = if applied.conflicts + applied.held > 0 {
         Some(at + CONFLICT_RETRY)
     } else if applied.errors > 0 {
         Some(at + ERROR_RETRY)

@@ -89,6 +89,7 @@ mod tests {
             agent: Err(ProtocolError::Missing { key: "x", with: "y" }),
             drain,
             operation: None,
+            do_not_disrupt: None,
         }
     }
 

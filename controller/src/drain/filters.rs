@@ -105,6 +105,10 @@ pub fn classify(pod: &Pod, options: &DrainOptions, context: &PodContext) -> PodV
     if finished {
         return PodVerdict::Evict;
     }
+    if let Some(held) = crate::do_not_disrupt::pod_holds(pod) {
+        // Scheduled after the look before the start (`crate::do_not_disrupt`): never evicted, waited for.
+        return PodVerdict::Wait(format!("{held} and is never evicted; waiting until it is gone"));
+    }
     let uses_empty_dir =
         pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).is_some_and(|v| v.iter().any(|v| v.empty_dir.is_some()));
     if uses_empty_dir && !options.delete_empty_dir_data {
@@ -227,6 +231,23 @@ mod tests {
 
     fn with_daemon_set(lookup: DaemonSetLookup) -> PodContext {
         PodContext { daemon_set: Some(lookup), budgets: None }
+    }
+
+    #[test]
+    fn a_do_not_disrupt_pod_is_never_evicted_even_with_force_and_waited_for_until_it_finishes() {
+        let force = DrainOptions { force: true, ..default() };
+        for key in ["update.edgeless.systems/do-not-disrupt", "karpenter.sh/do-not-disrupt"] {
+            let marked = pod(json!({"metadata": {"annotations": {key: "true"}}}));
+            match plain(&marked, &force) {
+                PodVerdict::Wait(message) => {
+                    assert!(message.starts_with(&format!("pod ns/p is annotated {key}=true")), "{message}")
+                }
+                other => panic!("{other:?}"),
+            }
+            // Finished, it runs no more: evicted as any finished pod.
+            let finished = pod(json!({"metadata": {"annotations": {key: "true"}}, "status": {"phase": "Succeeded"}}));
+            assert_eq!(plain(&finished, &force), PodVerdict::Evict);
+        }
     }
 
     #[test]

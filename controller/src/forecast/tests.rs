@@ -33,6 +33,7 @@ fn node(name: &str) -> NodeView {
         drain: DrainProgress::NotRunning,
         group: None,
         operation: None,
+        do_not_disrupt: None,
     }
 }
 

@@ -256,11 +256,13 @@ fn idle(node: &NodeView, controller: &ControllerAnnotations, agent: Option<&Agen
     leftover_cordon(base, node, controller)
 }
 
-/// Why a node whose agent reports may not start (or take its turn) now, for a reason of its own: NotReady, or
-/// cordoned by someone else.
+/// Why a node whose agent reports may not start (or take its turn) now, for a reason of its own: NotReady, marked
+/// do-not-disrupt (the Node, or a pod found on it: `crate::do_not_disrupt`), or cordoned by someone else.
 pub(super) fn own_hold(node: &NodeView, controller: &ControllerAnnotations) -> Option<Hold> {
     if !node.ready {
         Some(Hold::new(Reason::NodeNotReady, "the node is NotReady"))
+    } else if let Some(message) = &node.do_not_disrupt {
+        Some(Hold::new(Reason::DoNotDisrupt, message.clone()))
     } else if node.unschedulable && !controller.cordoned_by_us {
         Some(Hold::new(Reason::CordonedByOther, "someone else cordoned the node; it starts once it is uncordoned"))
     } else {

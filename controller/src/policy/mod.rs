@@ -102,6 +102,9 @@ pub struct NodeView {
     pub group: Option<GroupMember>,
     /// The NodeOp working on the node (`keys::NODE_OPERATION`): the rollouts leave the node alone meanwhile.
     pub operation: Option<String>,
+    /// Why the node may not be disrupted now (`crate::do_not_disrupt`): the Node's do-not-disrupt annotation, or a
+    /// pod of it annotated so, found when it was about to start.
+    pub do_not_disrupt: Option<String>,
 }
 
 /// Progress of a drain, as the executor's drain task reports it.

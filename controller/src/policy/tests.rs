@@ -44,6 +44,7 @@ pub(super) fn node(name: &str) -> NodeView {
         drain: DrainProgress::NotRunning,
         group: None,
         operation: None,
+        do_not_disrupt: None,
     }
 }
 
@@ -313,6 +314,34 @@ fn ineligible_nodes_are_never_started_and_each_says_why() {
     let held: Vec<(&str, Reason)> = p.held.iter().map(|h| (h.node.as_str(), h.hold.reason)).collect();
     assert_eq!(held, vec![("a", Reason::NodeNotReady), ("b", Reason::CordonedByOther), ("c", Reason::NoAgentReport)]);
     assert_eq!((p.counts.outdated, p.counts.held_back), (3, 3));
+}
+
+#[test]
+fn a_node_marked_do_not_disrupt_is_held_whatever_its_step_and_the_next_node_takes_the_slot() {
+    // Outdated, or staged ahead and waiting for its turn: neither is started while it is marked.
+    let mut marked = node("a");
+    marked.do_not_disrupt = Some("pod data/db-0 is annotated update.edgeless.systems/do-not-disrupt=true".into());
+    let mut staged_marked = staged(node("b"));
+    staged_marked.do_not_disrupt = Some("the Node is annotated karpenter.sh/do-not-disrupt=true".into());
+    let p = run(&[marked.clone(), staged_marked, staged(node("c"))], &max(1), t(0));
+    assert_eq!(kinds(&p), vec![drain("c")]);
+    let held: Vec<(&str, Reason, &str)> =
+        p.held.iter().map(|h| (h.node.as_str(), h.hold.reason, h.hold.message.as_str())).collect();
+    assert_eq!(
+        held,
+        vec![("a", Reason::DoNotDisrupt, "pod data/db-0 is annotated update.edgeless.systems/do-not-disrupt=true")]
+    );
+    // The staged one says what its turn waits for.
+    let b = p.in_flight.iter().find(|f| f.node == "b").unwrap();
+    assert_eq!(
+        b.waiting_on.as_deref(),
+        Some("DoNotDisrupt: the Node is annotated karpenter.sh/do-not-disrupt=true"),
+        "{:?}",
+        p.in_flight
+    );
+    // Unmarked, it starts.
+    marked.do_not_disrupt = None;
+    assert_eq!(kinds(&run(&[marked], &max(1), t(0))), vec![("a".into(), ActionKind::Stage { target: TARGET.into() })]);
 }
 
 #[test]

@@ -34,6 +34,7 @@ mod custom_resources;
 mod demo;
 mod disruption;
 mod disruption_math;
+mod do_not_disrupt;
 mod drain;
 mod e2e_agent;
 mod e2e_crashes;

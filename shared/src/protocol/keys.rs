@@ -76,6 +76,10 @@ pub const OS_IMAGE: &str = "update.edgeless.systems/os-image";
 /// Agent: `sha256:<hex>` over the hashes of the Kubernetes components installed on the host.
 pub const COMPONENTS_HASH: &str = "update.edgeless.systems/components-hash";
 
+/// Users: on a pod or a Node, `"true"` keeps rollouts from disrupting the node while it is there (the pod runs, the
+/// Node carries it). Neither the controller nor the agent writes it.
+pub const DO_NOT_DISRUPT: &str = "update.edgeless.systems/do-not-disrupt";
+
 /// Every annotation key the controller writes.
 pub const CONTROLLER_KEYS: &[&str] = &[
     INTENT,
