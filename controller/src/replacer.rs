@@ -357,6 +357,7 @@ impl Replacer {
     ) -> Result<bool, String> {
         let InstanceRequest { donor, group_id, pending, deadline } = request;
         let join_timeout = deadline.duration_since(now);
+        let in_flight = jiff::SignedDuration::try_from(self.create_in_flight).unwrap_or(jiff::SignedDuration::MAX);
         // creationTimestamp has whole seconds: a node created in the second of the request may be its.
         let second = jiff::TimestampRound::new().smallest(jiff::Unit::Second).mode(jiff::RoundMode::Trunc);
         let since = requested.round(second).unwrap_or(requested);
@@ -407,7 +408,8 @@ impl Replacer {
         }
         match self.resolve_from_list(term, request, since, requested).await? {
             Some(again) => return Ok(again),
-            None if now < requested.checked_add(join_timeout).unwrap_or(Timestamp::MAX) => {
+            // Never before a create sent for the request can no longer land, even with a join timeout shorter.
+            None if now < requested.checked_add(join_timeout.max(in_flight)).unwrap_or(Timestamp::MAX) => {
                 tracing::info!(node = donor.name(), %requested, "an instance was requested but not recorded; waiting for its node to register");
                 return Ok(false);
             }
