@@ -92,6 +92,7 @@ fn worker(name: String) -> Result<NodeView, String> {
         group: None,
         operation: None,
         do_not_disrupt: None,
+        checkpoint: None,
     })
 }
 

@@ -456,9 +456,17 @@ impl Executor {
             tracing::error!(node = %action.node, reason = %action.reason, %error, "refusing to write an unreadable intent");
             return WriteResult::Failed;
         }
-        let patch =
-            NodePatch::annotations(Some(&annotations), next.render().into_iter().chain(replacement_keys(action)))
-                .unschedulable(node.unschedulable(), unschedulable);
+        // A checkpoint's own write sets it; every other write ends it (`crate::checkpoint`).
+        let set = match &action.kind {
+            ActionKind::Checkpoint { phase, waits } => Some((*phase, waits.as_slice())),
+            _ => None,
+        };
+        let (checkpoint, checkpoint_labels) =
+            crate::checkpoint::changes(set, node.metadata.labels.as_ref(), &annotations, now);
+        let ours = next.render().into_iter().chain(replacement_keys(action)).map(|(k, v)| (k.to_owned(), v));
+        let patch = NodePatch::annotations(Some(&annotations), ours.chain(checkpoint))
+            .labels(node.metadata.labels.as_ref(), checkpoint_labels)
+            .unschedulable(node.unschedulable(), unschedulable);
         let patch = match &action.kind {
             ActionKind::Shield { donor } => {
                 let shield = crate::replacer::taint(&crate::policy::replacement::shield(donor));
@@ -623,7 +631,8 @@ pub fn drain_effect(kind: &ActionKind) -> DrainEffect {
         | ActionKind::CreateInstance { .. }
         | ActionKind::Shield { .. }
         | ActionKind::Inherit { .. }
-        | ActionKind::ReleaseInstance { .. } => DrainEffect::None,
+        | ActionKind::ReleaseInstance { .. }
+        | ActionKind::Checkpoint { .. } => DrainEffect::None,
     }
 }
 
@@ -695,7 +704,8 @@ pub fn next_state(
         | ActionKind::Shield { .. }
         | ActionKind::Inherit { .. }
         | ActionKind::Retire { .. }
-        | ActionKind::ReleaseInstance { .. } => {}
+        | ActionKind::ReleaseInstance { .. }
+        | ActionKind::Checkpoint { .. } => {}
     }
     (next, want_unschedulable)
 }

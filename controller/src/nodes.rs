@@ -102,11 +102,14 @@ impl kube::Resource for SlimNode {
 
 impl SlimNode {
     /// Drops what the controller never reads: managed fields, and annotations outside the
-    /// protocol's prefix.
+    /// protocol's prefix but Karpenter's do-not-disrupt and those a checkpoint waits for.
     pub fn trim(&mut self) {
         self.metadata.managed_fields = None;
         if let Some(annotations) = &mut self.metadata.annotations {
-            annotations.retain(|k, _| k.starts_with(keys::PREFIX) || k == crate::do_not_disrupt::KARPENTER_ANNOTATION);
+            let waits = crate::checkpoint::waits(annotations);
+            annotations.retain(|k, _| {
+                k.starts_with(keys::PREFIX) || k == crate::do_not_disrupt::KARPENTER_ANNOTATION || waits.contains(k)
+            });
         }
         self.status.conditions.retain(|c| c.type_ == "Ready");
     }
@@ -165,6 +168,7 @@ impl SlimNode {
             group: None,
             operation: annotations.get(keys::NODE_OPERATION).cloned(),
             do_not_disrupt: crate::do_not_disrupt::marked(Some(annotations)).map(crate::do_not_disrupt::node_message),
+            checkpoint: crate::checkpoint::Checkpoint::read(labels, annotations),
         }
     }
 }

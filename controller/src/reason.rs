@@ -12,6 +12,8 @@ pub enum Reason {
     DrainStarted,
     Draining,
     RebootRequested,
+    CheckpointRequested,
+    CheckpointTimedOut,
     KubernetesUpgradeStarted,
     KubernetesUpgradeRequested,
     Verified,
@@ -119,6 +121,7 @@ impl Reason {
         matches!(
             self,
             Reason::StageFailed
+                | Reason::CheckpointTimedOut
                 | Reason::StageTimedOut
                 | Reason::RebootFailed
                 | Reason::RebootTimedOut

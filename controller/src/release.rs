@@ -90,6 +90,7 @@ mod tests {
             drain,
             operation: None,
             do_not_disrupt: None,
+            checkpoint: None,
         }
     }
 

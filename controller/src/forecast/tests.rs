@@ -34,6 +34,7 @@ fn node(name: &str) -> NodeView {
         group: None,
         operation: None,
         do_not_disrupt: None,
+        checkpoint: None,
     }
 }
 

@@ -105,6 +105,8 @@ pub struct NodeView {
     /// Why the node may not be disrupted now (`crate::do_not_disrupt`): the Node's do-not-disrupt annotation, or a
     /// pod of it annotated so, found when it was about to start.
     pub do_not_disrupt: Option<String>,
+    /// The before/after-reboot checkpoint the node is at, if any (`crate::checkpoint`).
+    pub checkpoint: Option<crate::checkpoint::Checkpoint>,
 }
 
 /// Progress of a drain, as the executor's drain task reports it.

@@ -45,6 +45,7 @@ pub(super) fn node(name: &str) -> NodeView {
         group: None,
         operation: None,
         do_not_disrupt: None,
+        checkpoint: None,
     }
 }
 
@@ -645,6 +646,71 @@ fn draining_reboots_once_drained_and_blocks_on_timeout_or_failure() {
     assert!(p.actions[0].message.contains("pod web-0: PDB web"));
     let failed = NodeView { drain: DrainProgress::Failed { message: "pod x uses emptyDir".into() }, ..draining };
     assert_eq!(run(&[failed], &policy(), t(1)).actions[0].reason, Reason::DrainFailed);
+}
+
+#[test]
+fn checkpoints_label_the_node_wait_for_every_annotation_and_block_it_at_the_timeout() {
+    use crate::checkpoint::{Checkpoint, Phase};
+    let policy = Policy {
+        before_reboot: vec!["ceph.io/noout".into()],
+        after_reboot: vec!["ceph.io/healthy".into()],
+        ..policy()
+    };
+    let at = |phase: Phase, waits: &str, pending: bool| Checkpoint {
+        phase,
+        since: t(10),
+        waits: vec![waits.into()],
+        pending: if pending { vec![waits.into()] } else { vec![] },
+    };
+    // Drained: labelled first, its intent and cordon kept.
+    let drained = NodeView { drain: DrainProgress::Drained, ..with_intent(node("a"), Step::Drain, TARGET, "d", t(0)) };
+    let p = run(std::slice::from_ref(&drained), &policy, t(10));
+    let labelled = ActionKind::Checkpoint { phase: Phase::BeforeReboot, waits: vec!["ceph.io/noout".into()] };
+    assert_eq!(kinds(&p), vec![("a".into(), labelled)]);
+    assert_eq!(p.actions[0].reason, Reason::CheckpointRequested);
+    // Labelled, the annotation not "true" yet: it waits in its slot, saying on what, until the timeout.
+    let waiting = NodeView { checkpoint: Some(at(Phase::BeforeReboot, "ceph.io/noout", true)), ..drained.clone() };
+    let p = run(std::slice::from_ref(&waiting), &policy, t(20));
+    assert_eq!(kinds(&p), vec![]);
+    assert_eq!(p.counts.in_progress, 1);
+    assert_eq!(
+        p.in_flight[0].waiting_on.as_deref(),
+        Some("update.edgeless.systems/before-reboot: waiting for the annotation(s) \"ceph.io/noout\" to be \"true\"")
+    );
+    assert_eq!(p.wake_at, Some(t(10 + 30 * 60)));
+    let p = run(std::slice::from_ref(&waiting), &policy, t(10 + 30 * 60));
+    assert_eq!(kinds(&p), vec![("a".into(), ActionKind::Block { target: TARGET.into() })]);
+    assert_eq!(p.actions[0].reason, Reason::CheckpointTimedOut);
+    // Every annotation "true": the reboot.
+    let passed = NodeView { checkpoint: Some(at(Phase::BeforeReboot, "ceph.io/noout", false)), ..drained.clone() };
+    let p = run(&[passed], &policy, t(20));
+    assert_eq!(kinds(&p), vec![("a".into(), ActionKind::Reboot { target: TARGET.into(), boot_id_before: boot("b0") })]);
+
+    // Verified after the reboot: labelled for the after-reboot checkpoint before it is uncordoned.
+    let mut rebooted =
+        on_image(with_report(with_intent(node("a"), Step::Reboot, TARGET, "r", t(0)), AgentState::Done, "r"), TARGET);
+    rebooted.kubelet_boot_id = Some("b1".into());
+    if let Ok(a) = &mut rebooted.agent {
+        a.boot_id = Some(boot("b1"));
+    }
+    let p = run(std::slice::from_ref(&rebooted), &policy, t(30));
+    let labelled = ActionKind::Checkpoint { phase: Phase::AfterReboot, waits: vec!["ceph.io/healthy".into()] };
+    assert_eq!(kinds(&p), vec![("a".into(), labelled)]);
+    // A before-reboot label left over counts for nothing here.
+    let stale = NodeView { checkpoint: Some(at(Phase::BeforeReboot, "ceph.io/noout", false)), ..rebooted.clone() };
+    assert!(matches!(
+        run(&[stale], &policy, t(30)).actions[0].kind,
+        ActionKind::Checkpoint { phase: Phase::AfterReboot, .. }
+    ));
+    let waiting = NodeView { checkpoint: Some(at(Phase::AfterReboot, "ceph.io/healthy", true)), ..rebooted.clone() };
+    assert_eq!(kinds(&run(&[waiting], &policy, t(40))), vec![]);
+    let passed = NodeView { checkpoint: Some(at(Phase::AfterReboot, "ceph.io/healthy", false)), ..rebooted.clone() };
+    assert_eq!(kinds(&run(&[passed], &policy, t(40))), vec![("a".into(), ActionKind::Done { target: TARGET.into() })]);
+    // Without checkpoints, nothing changes.
+    assert_eq!(
+        kinds(&run(&[rebooted], &Policy::default(), t(40))),
+        vec![("a".into(), ActionKind::Done { target: TARGET.into() })]
+    );
 }
 
 #[test]

@@ -9,6 +9,7 @@ mod authorization;
 #[cfg(feature = "aws")]
 mod aws_support;
 mod bad_input;
+mod checkpoints;
 mod cloud;
 #[cfg(feature = "aws")]
 mod cloud_aws;
