@@ -93,6 +93,7 @@ fn worker(name: String) -> Result<NodeView, String> {
         operation: None,
         do_not_disrupt: None,
         checkpoint: None,
+        zone: None,
     })
 }
 

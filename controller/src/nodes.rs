@@ -100,6 +100,9 @@ impl kube::Resource for SlimNode {
     }
 }
 
+/// The well-known label of a node's zone.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
 impl SlimNode {
     /// Drops what the controller never reads: managed fields, and annotations outside the
     /// protocol's prefix but Karpenter's do-not-disrupt and those a checkpoint waits for.
@@ -169,6 +172,7 @@ impl SlimNode {
             operation: annotations.get(keys::NODE_OPERATION).cloned(),
             do_not_disrupt: crate::do_not_disrupt::marked(Some(annotations)).map(crate::do_not_disrupt::node_message),
             checkpoint: crate::checkpoint::Checkpoint::read(labels, annotations),
+            zone: labels.and_then(|l| l.get(ZONE_LABEL)).filter(|z| !z.is_empty()).cloned(),
         }
     }
 }

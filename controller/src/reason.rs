@@ -67,6 +67,7 @@ pub enum Reason {
     WaitingForControlPlane,
     WaitingForAutoscaler,
     UnavailableNodes,
+    ZoneUnavailable,
     SurgeExhausted,
     // A NodeOp's steps, failures and holds (the steps it shares with rollouts use their reasons: `DrainStarted`,
     // `RebootRequested`, `DrainFailed`, `DrainTimedOut`, `RebootFailed`, `RebootTimedOut`,

@@ -91,6 +91,7 @@ mod tests {
             operation: None,
             do_not_disrupt: None,
             checkpoint: None,
+            zone: None,
         }
     }
 

@@ -35,6 +35,7 @@ fn node(name: &str) -> NodeView {
         operation: None,
         do_not_disrupt: None,
         checkpoint: None,
+        zone: None,
     }
 }
 

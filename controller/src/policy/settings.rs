@@ -105,6 +105,8 @@ pub struct Policy {
     /// Annotations a verified node waits for before it is uncordoned (`afterReboot`).
     pub after_reboot: Vec<String>,
     pub checkpoint_timeout: SignedDuration,
+    /// Nodes of one zone unavailable at once (`maxUnavailablePerZone`); `None`: no limit beyond `maxUnavailable`.
+    pub max_unavailable_per_zone: Option<u32>,
 }
 
 impl Default for Policy {
@@ -128,6 +130,7 @@ impl Default for Policy {
             before_reboot: Vec::new(),
             after_reboot: Vec::new(),
             checkpoint_timeout: DEFAULT_CHECKPOINT_TIMEOUT,
+            max_unavailable_per_zone: None,
         }
     }
 }
@@ -209,6 +212,11 @@ impl Policy {
                 }
             }
             into.clone_from(names);
+        }
+        match spec.max_unavailable_per_zone {
+            None => {}
+            Some(n) if n >= 1 => policy.max_unavailable_per_zone = Some(n as u32),
+            Some(n) => errors.push(format!("spec.rollout.maxUnavailablePerZone: {n} is less than 1")),
         }
         match spec.failure_budget {
             None => {}

@@ -46,6 +46,7 @@ pub(super) fn node(name: &str) -> NodeView {
         operation: None,
         do_not_disrupt: None,
         checkpoint: None,
+        zone: None,
     }
 }
 
@@ -343,6 +344,45 @@ fn a_node_marked_do_not_disrupt_is_held_whatever_its_step_and_the_next_node_take
     // Unmarked, it starts.
     marked.do_not_disrupt = None;
     assert_eq!(kinds(&run(&[marked], &max(1), t(0))), vec![("a".into(), ActionKind::Stage { target: TARGET.into() })]);
+}
+
+#[test]
+fn nodes_start_zone_by_zone_and_never_more_than_max_unavailable_per_zone_in_one() {
+    let in_zone = |n: NodeView, zone: &str| NodeView { zone: Some(zone.into()), ..n };
+    // Zone by zone, by name within a zone: the zone decides before the name.
+    let nodes = [in_zone(staged(node("a")), "zone-b"), in_zone(staged(node("b")), "zone-a")];
+    assert_eq!(kinds(&run(&nodes, &max(1), t(0))), vec![drain("b")]);
+    // Three slots, one per zone: the second node of zone-a waits, the other zones take the slots.
+    let nodes = [
+        in_zone(staged(node("n1")), "zone-a"),
+        in_zone(staged(node("n2")), "zone-a"),
+        in_zone(staged(node("n3")), "zone-b"),
+        in_zone(staged(node("n4")), "zone-c"),
+    ];
+    let per_zone = Policy { max_unavailable_per_zone: Some(1), ..max(3) };
+    assert_eq!(kinds(&run(&nodes, &per_zone, t(0))), vec![drain("n1"), drain("n3"), drain("n4")]);
+    // Without the limit, the budget is taken in order.
+    assert_eq!(kinds(&run(&nodes, &max(3), t(0))), vec![drain("n1"), drain("n2"), drain("n3")]);
+    // A node of zone-a draining already: zone-a is full.
+    let draining = in_zone(with_intent(node("n0"), Step::Drain, TARGET, "d", t(0)), "zone-a");
+    let mut busy = vec![draining];
+    busy.extend(nodes.iter().cloned());
+    let p = run(&busy, &per_zone, t(0));
+    assert_eq!(
+        kinds(&p).into_iter().filter(|(_, k)| matches!(k, ActionKind::Drain { .. })).collect::<Vec<_>>(),
+        vec![drain("n3"), drain("n4")]
+    );
+    // Only zone-a is left, and a NotReady node of it takes its slot: held, naming the zone.
+    let mut down = in_zone(node("n9"), "zone-a");
+    down.ready = false;
+    let p = run(&[down, nodes[0].clone(), nodes[1].clone()], &per_zone, t(0));
+    assert_eq!(kinds(&p), vec![]);
+    let hold = p.hold.expect("a hold");
+    assert_eq!(hold.reason, Reason::ZoneUnavailable);
+    assert_eq!(
+        hold.message,
+        "maxUnavailablePerZone (1) is taken in zone(s) zone-a by nodes unavailable for other reasons"
+    );
 }
 
 #[test]

@@ -69,3 +69,4 @@ mod store_api;
 mod support;
 mod uninstall;
 mod workloads;
+mod zones;

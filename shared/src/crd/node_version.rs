@@ -180,6 +180,12 @@ pub struct RolloutPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "duration_schema")]
     pub checkpoint_timeout: Option<Duration>,
+    /// At most this many nodes of one zone (`topology.kubernetes.io/zone`) may be unavailable at once, within
+    /// `maxUnavailable`: a count of at least 1. Nodes start zone by zone (control-plane nodes first); nodes without
+    /// a zone count as one zone. Default: no limit beyond `maxUnavailable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_unavailable_per_zone: Option<i32>,
 }
 
 /// A Kubernetes qualified name (an annotation key): an optional DNS subdomain prefix and `/`, then a name of at
