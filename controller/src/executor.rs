@@ -15,7 +15,7 @@
 //!   stale view, nor misses a node the NodeOp controller just started.
 
 use crate::cloud_steps::{CloudSteps, Failure, Poll};
-use crate::do_not_disrupt::PodHolds;
+use crate::do_not_disrupt::{Look, PodHolds};
 use crate::drain::Drains;
 use crate::events::{Events, node_reference};
 use crate::leadership::Term;
@@ -113,6 +113,11 @@ impl Executor {
         if let Some(holds) = &self.pod_holds {
             holds.recheck_due().await;
         }
+    }
+
+    /// The nodes deferred for a budget that allows no disruption now, with why (`crate::budget_order`).
+    pub fn deferred_for_budgets(&self) -> HashMap<String, String> {
+        self.pod_holds.as_ref().map(|h| h.deferred()).unwrap_or_default()
     }
 
     /// When the first node held for a pod is looked at again.
@@ -222,16 +227,21 @@ impl Executor {
     /// nor those whose look failed (nothing starts unseen).
     async fn without_pod_holds<'a>(&self, starts: Vec<Planned<'a>>, applied: &mut Applied) -> Vec<Planned<'a>> {
         let Some(holds) = &self.pod_holds else { return starts };
-        let looks = starts.iter().map(|(action, _)| holds.check(&action.node));
+        let looks = starts.iter().map(|(action, _)| holds.look(&action.node));
         let found = futures::future::join_all(looks).await;
         let mut allowed = Vec::with_capacity(starts.len());
         for (planned, found) in starts.into_iter().zip(found) {
             match found {
-                Ok(None) => allowed.push(planned),
-                Ok(Some(message)) => {
+                Ok(Look { hold: Some(message), .. }) => {
                     tracing::info!(node = %planned.0.node, reason = %message, "not started: do not disrupt");
                     applied.held += 1;
                 }
+                // A budget would make its drain wait: the next node takes the slot, once (`crate::budget_order`).
+                Ok(Look { budget: Some(why), .. }) if holds.defer(&planned.0.node, why.clone()) => {
+                    tracing::info!(node = %planned.0.node, reason = %why, "deferred: another node may take the slot");
+                    applied.held += 1;
+                }
+                Ok(_) => allowed.push(planned),
                 Err(error) => {
                     tracing::warn!(node = %planned.0.node, %error, "not started");
                     applied.errors += 1;

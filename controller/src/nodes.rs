@@ -173,6 +173,7 @@ impl SlimNode {
             do_not_disrupt: crate::do_not_disrupt::marked(Some(annotations)).map(crate::do_not_disrupt::node_message),
             checkpoint: crate::checkpoint::Checkpoint::read(labels, annotations),
             zone: labels.and_then(|l| l.get(ZONE_LABEL)).filter(|z| !z.is_empty()).cloned(),
+            deferred: None,
         }
     }
 }

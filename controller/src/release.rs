@@ -92,6 +92,7 @@ mod tests {
             do_not_disrupt: None,
             checkpoint: None,
             zone: None,
+            deferred: None,
         }
     }
 

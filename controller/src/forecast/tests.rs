@@ -36,6 +36,7 @@ fn node(name: &str) -> NodeView {
         do_not_disrupt: None,
         checkpoint: None,
         zone: None,
+        deferred: None,
     }
 }
 

@@ -510,7 +510,7 @@ struct Indexed<'a> {
 impl<'a> Pool<'a> for Indexed<'a> {
     fn candidates(&self) -> Box<dyn Iterator<Item = (&'a NodeView, bool)> + '_> {
         let nodes = self.nodes;
-        Box::new(self.tally.candidates.iter().filter_map(move |(_, _, _, name)| {
+        Box::new(self.tally.candidates.iter().filter_map(move |(_, _, _, _, name)| {
             let (node, a) = member(nodes, name)?;
             Some((node, a.replace))
         }))
@@ -518,12 +518,16 @@ impl<'a> Pool<'a> for Indexed<'a> {
 
     fn in_place_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
         let nodes = self.nodes;
-        Box::new(self.tally.in_place_candidates.iter().filter_map(move |(_, _, _, name)| Some(&nodes.get(name)?.view)))
+        Box::new(
+            self.tally.in_place_candidates.iter().filter_map(move |(_, _, _, _, name)| Some(&nodes.get(name)?.view)),
+        )
     }
 
     fn replaced_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
         let nodes = self.nodes;
-        Box::new(self.tally.replaced_candidates.iter().filter_map(move |(_, _, _, name)| Some(&nodes.get(name)?.view)))
+        Box::new(
+            self.tally.replaced_candidates.iter().filter_map(move |(_, _, _, _, name)| Some(&nodes.get(name)?.view)),
+        )
     }
 
     fn any_replaced_candidate(&self) -> bool {
@@ -532,7 +536,7 @@ impl<'a> Pool<'a> for Indexed<'a> {
 
     fn staged_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
         let nodes = self.nodes;
-        Box::new(self.tally.staged_candidates.iter().filter_map(move |(_, _, _, name)| Some(&nodes.get(name)?.view)))
+        Box::new(self.tally.staged_candidates.iter().filter_map(move |(_, _, _, _, name)| Some(&nodes.get(name)?.view)))
     }
 
     fn staging_count(&self) -> u32 {

@@ -141,6 +141,8 @@ impl Run {
                 0 => None,
                 k => Some(format!("zone-{k}")),
             };
+            // Deferred for a budget: ordered after the others of its zone.
+            n.deferred = (rng.next_u64() % 5 == 0).then(|| "a budget".to_owned());
             if grouped && rng.next_u64() % 4 != 0 {
                 n.group = Some(member(if n.control_plane { "cp" } else { "g" }, &name, Some(t(-600))));
             }

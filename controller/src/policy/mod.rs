@@ -107,6 +107,9 @@ pub struct NodeView {
     pub do_not_disrupt: Option<String>,
     /// Its zone (`topology.kubernetes.io/zone`): nodes start zone by zone, within `maxUnavailablePerZone`.
     pub zone: Option<String>,
+    /// Why the node goes after the others of its zone for now, if it does: a PodDisruptionBudget allowed no
+    /// disruption of its pods when it was to start (`crate::budget_order`).
+    pub deferred: Option<String>,
     /// The before/after-reboot checkpoint the node is at, if any (`crate::checkpoint`).
     pub checkpoint: Option<crate::checkpoint::Checkpoint>,
 }

@@ -358,13 +358,15 @@ pub(super) fn order(node: &NodeView, own_node: Option<&str>) -> Order {
         !node.control_plane,
         own_node == Some(node.name.as_str()),
         node.zone.clone().unwrap_or_default(),
+        node.deferred.is_some(),
         node.name.clone(),
     )
 }
 
 /// A member's place in the start order ([`order`]): control-plane nodes first, the controller's own node last,
-/// and in between zone by zone (`topology.kubernetes.io/zone`; nodes without one first), by name within a zone.
-pub(super) type Order = (bool, bool, String, String);
+/// and in between zone by zone (`topology.kubernetes.io/zone`; nodes without one first); within a zone, the nodes
+/// a budget deferred (`crate::budget_order`) after the others, and by name.
+pub(super) type Order = (bool, bool, String, bool, String);
 
 /// Whether `node` is still staging and keeps the later nodes from their turn ([`Pool::first_staging`]): a Ready
 /// node not staged yet (a NotReady one might never finish: it does not hold the others up).

@@ -47,6 +47,7 @@ pub(super) fn node(name: &str) -> NodeView {
         do_not_disrupt: None,
         checkpoint: None,
         zone: None,
+        deferred: None,
     }
 }
 
@@ -363,6 +364,13 @@ fn nodes_start_zone_by_zone_and_never_more_than_max_unavailable_per_zone_in_one(
     assert_eq!(kinds(&run(&nodes, &per_zone, t(0))), vec![drain("n1"), drain("n3"), drain("n4")]);
     // Without the limit, the budget is taken in order.
     assert_eq!(kinds(&run(&nodes, &max(3), t(0))), vec![drain("n1"), drain("n2"), drain("n3")]);
+    // A node deferred for a budget goes after the others of its zone, not after other zones.
+    let mut deferred = nodes.clone();
+    deferred[0].deferred = Some("PDB db/pg allows no disruption of pod db/pg-0".into());
+    assert_eq!(kinds(&run(&deferred, &max(1), t(0))), vec![drain("n2")]);
+    assert_eq!(kinds(&run(&deferred, &max(2), t(0))), vec![drain("n2"), drain("n1")]);
+    // Alone in line, it starts.
+    assert_eq!(kinds(&run(&deferred[..1], &max(1), t(0))), vec![drain("n1")]);
     // A node of zone-a draining already: zone-a is full.
     let draining = in_zone(with_intent(node("n0"), Step::Drain, TARGET, "d", t(0)), "zone-a");
     let mut busy = vec![draining];

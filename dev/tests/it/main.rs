@@ -9,6 +9,7 @@ mod authorization;
 #[cfg(feature = "aws")]
 mod aws_support;
 mod bad_input;
+mod budget_order;
 mod checkpoints;
 mod cloud;
 #[cfg(feature = "aws")]
