@@ -92,6 +92,9 @@ fn worker(name: String) -> Result<NodeView, String> {
         group: None,
         operation: None,
         do_not_disrupt: None,
+        checkpoint: None,
+        zone: None,
+        deferred: None,
     })
 }
 
@@ -228,7 +231,8 @@ fn sync_cost(size: usize, events: usize) -> serde_json::Value {
     }
     let (drains, overlaid) = (HashMap::new(), HashSet::new());
     let held = HashMap::new();
-    let sources = Sources { drains: &drains, overlaid: &overlaid, freshest: &|node| node, held: &held };
+    let sources =
+        Sources { drains: &drains, overlaid: &overlaid, freshest: &|node| node, held: &held, deferred: &held };
     let selector = NodeSelector::default();
     let mut views = NodeViews::default();
     views.sync_with(&store, &sources, &[Some(&selector)], None);

@@ -64,28 +64,98 @@ pub struct LookupFailed {
     pub source: kube::Error,
 }
 
-/// The nodes found running a do-not-disrupt pod, each held until [`RECHECK`] after it was found.
+/// What the look at a node's pods before it starts found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Look {
+    /// A do-not-disrupt pod runs on it: it is held.
+    pub hold: Option<String>,
+    /// A PodDisruptionBudget allows no disruption of one of its pods now (`crate::budget_order`).
+    pub budget: Option<String>,
+}
+
+/// The look at a node's pods just before it starts: the nodes found running a do-not-disrupt pod, each held and
+/// looked at again every [`RECHECK`], and the nodes deferred for a budget ([`crate::budget_order`]).
 pub struct PodHolds {
+    client: kube::Client,
     pods: Api<Pod>,
     found: Mutex<HashMap<String, (String, Instant)>>,
+    deferred: Mutex<HashMap<String, (String, Instant)>>,
 }
 
 impl PodHolds {
     pub fn new(client: kube::Client) -> Self {
-        PodHolds { pods: Api::all(client), found: Mutex::default() }
+        PodHolds { pods: Api::all(client.clone()), client, found: Mutex::default(), deferred: Mutex::default() }
+    }
+
+    /// [`PodHolds::check`], and when nothing holds the node, the budgets of its pods' namespaces: whether one allows
+    /// no disruption of a pod of it now. (Also before a node is staged ahead, so that the next node is staged in its
+    /// place while the budget holds.)
+    pub async fn look(&self, node: &str) -> Result<Look, LookupFailed> {
+        let pods = self.pods_on(node).await?;
+        if let Some(hold) = self.record(node, &pods) {
+            return Ok(Look { hold: Some(hold), budget: None });
+        }
+        let mut namespaces: Vec<String> = pods
+            .iter()
+            .filter(|p| crate::drain::filters::budgets_matter(p))
+            .filter_map(|p| p.metadata.namespace.clone())
+            .collect();
+        namespaces.sort();
+        namespaces.dedup();
+        let mut budgets = Vec::new();
+        for namespace in namespaces {
+            let api: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+                Api::namespaced(self.client.clone(), &namespace);
+            let list = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|source| LookupFailed { node: node.to_owned(), source })?;
+            budgets.extend(list.items);
+        }
+        Ok(Look { hold: None, budget: crate::budget_order::blocking(&pods, &budgets) })
+    }
+
+    /// Defers `node` for `why` ([`crate::budget_order`]): true if it was not deferred already (it is not started
+    /// now), false if it was (no other node took its slot: it starts).
+    pub fn defer(&self, node: &str, why: String) -> bool {
+        let now = Instant::now();
+        let mut deferred = self.deferred.lock();
+        if deferred.get(node).is_some_and(|(_, until)| *until > now) {
+            return false;
+        }
+        deferred.insert(node.to_owned(), (why, now + crate::budget_order::DEFER));
+        true
+    }
+
+    /// The nodes deferred now, with why (the others are forgotten).
+    pub fn deferred(&self) -> HashMap<String, String> {
+        let now = Instant::now();
+        let mut deferred = self.deferred.lock();
+        deferred.retain(|_, (_, until)| *until > now);
+        deferred.iter().map(|(node, (why, _))| (node.clone(), why.clone())).collect()
+    }
+
+    async fn pods_on(&self, node: &str) -> Result<Vec<Pod>, LookupFailed> {
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let pods = self.pods.list(&params).await.map_err(|source| LookupFailed { node: node.to_owned(), source })?;
+        Ok(pods.items)
     }
 
     /// Lists the pods on `node` and records what holds it, if anything does (forgetting an earlier finding
     /// otherwise). Returns the reason it may not be disrupted now, if there is one.
     pub async fn check(&self, node: &str) -> Result<Option<String>, LookupFailed> {
-        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        let pods = self.pods.list(&params).await.map_err(|source| LookupFailed { node: node.to_owned(), source })?;
-        let mut holding: Vec<String> = pods.items.iter().filter_map(pod_holds).collect();
+        let pods = self.pods_on(node).await?;
+        Ok(self.record(node, &pods))
+    }
+
+    /// Records what of `pods` holds `node`, if anything does (forgetting an earlier finding otherwise).
+    fn record(&self, node: &str, pods: &[Pod]) -> Option<String> {
+        let mut holding: Vec<String> = pods.iter().filter_map(pod_holds).collect();
         holding.sort();
         let mut found = self.found.lock();
         if holding.is_empty() {
             found.remove(node);
-            return Ok(None);
+            return None;
         }
         let more = if holding.len() > 1 { format!(" (and {} more)", holding.len() - 1) } else { String::new() };
         let message = format!(
@@ -94,7 +164,7 @@ impl PodHolds {
             RECHECK.as_secs()
         );
         found.insert(node.to_owned(), (message.clone(), Instant::now() + RECHECK));
-        Ok(Some(message))
+        Some(message)
     }
 
     /// Looks again at the pods of every held node whose [`RECHECK`] came: each stays held while such a pod runs
@@ -122,11 +192,14 @@ impl PodHolds {
     /// Forgets the nodes that no longer exist.
     pub fn retain(&self, exists: impl Fn(&str) -> bool) {
         self.found.lock().retain(|node, _| exists(node));
+        self.deferred.lock().retain(|node, _| exists(node));
     }
 
-    /// When the first held node is due to be looked at again, if any node is held.
+    /// When the first held node is due to be looked at again or the first deferral ends, if any.
     pub fn next_expiry(&self) -> Option<Instant> {
-        self.found.lock().values().map(|(_, until)| *until).min()
+        let found = self.found.lock().values().map(|(_, until)| *until).min();
+        let deferred = self.deferred.lock().values().map(|(_, until)| *until).min();
+        [found, deferred].into_iter().flatten().min()
     }
 }
 

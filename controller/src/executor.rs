@@ -15,7 +15,7 @@
 //!   stale view, nor misses a node the NodeOp controller just started.
 
 use crate::cloud_steps::{CloudSteps, Failure, Poll};
-use crate::do_not_disrupt::PodHolds;
+use crate::do_not_disrupt::{Look, PodHolds};
 use crate::drain::Drains;
 use crate::events::{Events, node_reference};
 use crate::leadership::Term;
@@ -113,6 +113,11 @@ impl Executor {
         if let Some(holds) = &self.pod_holds {
             holds.recheck_due().await;
         }
+    }
+
+    /// The nodes deferred for a budget that allows no disruption now, with why (`crate::budget_order`).
+    pub fn deferred_for_budgets(&self) -> HashMap<String, String> {
+        self.pod_holds.as_ref().map(|h| h.deferred()).unwrap_or_default()
     }
 
     /// When the first node held for a pod is looked at again.
@@ -222,16 +227,21 @@ impl Executor {
     /// nor those whose look failed (nothing starts unseen).
     async fn without_pod_holds<'a>(&self, starts: Vec<Planned<'a>>, applied: &mut Applied) -> Vec<Planned<'a>> {
         let Some(holds) = &self.pod_holds else { return starts };
-        let looks = starts.iter().map(|(action, _)| holds.check(&action.node));
+        let looks = starts.iter().map(|(action, _)| holds.look(&action.node));
         let found = futures::future::join_all(looks).await;
         let mut allowed = Vec::with_capacity(starts.len());
         for (planned, found) in starts.into_iter().zip(found) {
             match found {
-                Ok(None) => allowed.push(planned),
-                Ok(Some(message)) => {
+                Ok(Look { hold: Some(message), .. }) => {
                     tracing::info!(node = %planned.0.node, reason = %message, "not started: do not disrupt");
                     applied.held += 1;
                 }
+                // A budget would make its drain wait: the next node takes the slot, once (`crate::budget_order`).
+                Ok(Look { budget: Some(why), .. }) if holds.defer(&planned.0.node, why.clone()) => {
+                    tracing::info!(node = %planned.0.node, reason = %why, "deferred: another node may take the slot");
+                    applied.held += 1;
+                }
+                Ok(_) => allowed.push(planned),
                 Err(error) => {
                     tracing::warn!(node = %planned.0.node, %error, "not started");
                     applied.errors += 1;
@@ -456,9 +466,17 @@ impl Executor {
             tracing::error!(node = %action.node, reason = %action.reason, %error, "refusing to write an unreadable intent");
             return WriteResult::Failed;
         }
-        let patch =
-            NodePatch::annotations(Some(&annotations), next.render().into_iter().chain(replacement_keys(action)))
-                .unschedulable(node.unschedulable(), unschedulable);
+        // A checkpoint's own write sets it; every other write ends it (`crate::checkpoint`).
+        let set = match &action.kind {
+            ActionKind::Checkpoint { phase, waits } => Some((*phase, waits.as_slice())),
+            _ => None,
+        };
+        let (checkpoint, checkpoint_labels) =
+            crate::checkpoint::changes(set, node.metadata.labels.as_ref(), &annotations, now);
+        let ours = next.render().into_iter().chain(replacement_keys(action)).map(|(k, v)| (k.to_owned(), v));
+        let patch = NodePatch::annotations(Some(&annotations), ours.chain(checkpoint))
+            .labels(node.metadata.labels.as_ref(), checkpoint_labels)
+            .unschedulable(node.unschedulable(), unschedulable);
         let patch = match &action.kind {
             ActionKind::Shield { donor } => {
                 let shield = crate::replacer::taint(&crate::policy::replacement::shield(donor));
@@ -623,7 +641,8 @@ pub fn drain_effect(kind: &ActionKind) -> DrainEffect {
         | ActionKind::CreateInstance { .. }
         | ActionKind::Shield { .. }
         | ActionKind::Inherit { .. }
-        | ActionKind::ReleaseInstance { .. } => DrainEffect::None,
+        | ActionKind::ReleaseInstance { .. }
+        | ActionKind::Checkpoint { .. } => DrainEffect::None,
     }
 }
 
@@ -695,7 +714,8 @@ pub fn next_state(
         | ActionKind::Shield { .. }
         | ActionKind::Inherit { .. }
         | ActionKind::Retire { .. }
-        | ActionKind::ReleaseInstance { .. } => {}
+        | ActionKind::ReleaseInstance { .. }
+        | ActionKind::Checkpoint { .. } => {}
     }
     (next, want_unschedulable)
 }

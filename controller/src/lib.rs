@@ -2,6 +2,8 @@
 //! drives rollouts through the node annotation protocol while it holds the leader lease.
 
 pub mod agent_policy;
+pub mod budget_order;
+pub mod checkpoint;
 pub mod cloud_steps;
 pub mod cluster_version;
 pub mod disruption;

@@ -76,6 +76,8 @@ pub struct Sources<'a> {
     pub freshest: &'a dyn Fn(SlimNode) -> SlimNode,
     /// The nodes held for a do-not-disrupt pod found on them, with the reason (`crate::do_not_disrupt`).
     pub held: &'a HashMap<String, String>,
+    /// The nodes deferred for a budget, with why (`crate::budget_order`).
+    pub deferred: &'a HashMap<String, String>,
 }
 
 /// What the planner was last given of a node.
@@ -85,6 +87,8 @@ struct Seen {
     drain: DrainProgress,
     /// Held for a do-not-disrupt pod, with the reason.
     held: Option<String>,
+    /// Deferred for a budget, with why.
+    deferred: Option<String>,
     /// It was viewed from the executor's overlay.
     overlaid: bool,
     /// The last full comparison that found it in the store.
@@ -122,6 +126,7 @@ impl NodeViews {
             overlaid: &executor.overlaid(),
             freshest: &|node| executor.freshest(node),
             held: &executor.held_for_pods(),
+            deferred: &executor.deferred_for_budgets(),
         };
         self.sync_with(store, &sources, selectors, changes.and_then(Changes::take))
     }
@@ -145,6 +150,7 @@ impl NodeViews {
                 names.extend(sources.drains.keys().cloned());
                 names.extend(sources.overlaid.iter().cloned());
                 names.extend(sources.held.keys().cloned());
+                names.extend(sources.deferred.keys().cloned());
                 names.extend(self.special.iter().cloned());
                 let mut viewed = 0;
                 for name in names {
@@ -204,11 +210,13 @@ impl NodeViews {
         let drain = sources.drains.get(name).cloned().unwrap_or_default();
         let overlaid = sources.overlaid.contains(name);
         let held = sources.held.get(name).cloned();
+        let deferred = sources.deferred.get(name).cloned();
         if let Some(seen) = self.seen.get_mut(name) {
             seen.epoch = self.epoch;
             let same = Arc::ptr_eq(&seen.node, node)
                 && seen.drain == drain
                 && seen.held == held
+                && seen.deferred == deferred
                 && !overlaid
                 && !seen.overlaid;
             if same && !again {
@@ -220,13 +228,15 @@ impl NodeViews {
         if view.do_not_disrupt.is_none() {
             view.do_not_disrupt.clone_from(&held);
         }
+        view.deferred.clone_from(&deferred);
         self.planner.upsert(view);
-        if overlaid || drain != DrainProgress::NotRunning || held.is_some() {
+        if overlaid || drain != DrainProgress::NotRunning || held.is_some() || deferred.is_some() {
             self.special.insert(name.to_owned());
         } else {
             self.special.remove(name);
         }
-        self.seen.insert(name.to_owned(), Seen { node: node.clone(), drain, held, overlaid, epoch: self.epoch });
+        self.seen
+            .insert(name.to_owned(), Seen { node: node.clone(), drain, held, deferred, overlaid, epoch: self.epoch });
         true
     }
 
@@ -280,7 +290,8 @@ mod tests {
         let (mut drains, mut overlaid) = (HashMap::new(), HashSet::new());
         let mut views = NodeViews::default();
         let sync = |views: &mut NodeViews, drains: &HashMap<String, DrainProgress>, overlaid: &HashSet<String>| {
-            let sources = Sources { drains, overlaid, freshest: &|node| node, held: &HashMap::new() };
+            let sources =
+                Sources { drains, overlaid, freshest: &|node| node, held: &HashMap::new(), deferred: &HashMap::new() };
             views.sync_with(&store, &sources, &selectors, None)
         };
         assert_eq!(sync(&mut views, &drains, &overlaid), 3);
@@ -311,7 +322,13 @@ mod tests {
         assert_eq!(views.planner.nodes().map(|v| v.name.as_str()).collect::<Vec<_>>(), ["b", "c"]);
 
         // Other selectors: every node again.
-        let sources = Sources { drains: &drains, overlaid: &overlaid, freshest: &|node| node, held: &HashMap::new() };
+        let sources = Sources {
+            drains: &drains,
+            overlaid: &overlaid,
+            freshest: &|node| node,
+            held: &HashMap::new(),
+            deferred: &HashMap::new(),
+        };
         assert_eq!(views.sync_with(&store, &sources, &[Some(&selector), None], None), 2);
         assert_eq!(views.planner.node("b").map(|v| v.selected_by.clone()), Some(vec![0]));
     }
@@ -355,7 +372,13 @@ mod tests {
         let (mut drains, overlaid) = (HashMap::new(), HashSet::new());
         let mut views = NodeViews::default();
         let sync = |views: &mut NodeViews, drains: &HashMap<String, DrainProgress>, changes: &Changes| {
-            let sources = Sources { drains, overlaid: &overlaid, freshest: &|node| node, held: &HashMap::new() };
+            let sources = Sources {
+                drains,
+                overlaid: &overlaid,
+                freshest: &|node| node,
+                held: &HashMap::new(),
+                deferred: &HashMap::new(),
+            };
             views.sync_with(&store, &sources, &selectors, changes.take())
         };
         // Nothing recorded before: every node is compared.

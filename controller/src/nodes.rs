@@ -100,13 +100,19 @@ impl kube::Resource for SlimNode {
     }
 }
 
+/// The well-known label of a node's zone.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
 impl SlimNode {
     /// Drops what the controller never reads: managed fields, and annotations outside the
-    /// protocol's prefix.
+    /// protocol's prefix but Karpenter's do-not-disrupt and those a checkpoint waits for.
     pub fn trim(&mut self) {
         self.metadata.managed_fields = None;
         if let Some(annotations) = &mut self.metadata.annotations {
-            annotations.retain(|k, _| k.starts_with(keys::PREFIX) || k == crate::do_not_disrupt::KARPENTER_ANNOTATION);
+            let waits = crate::checkpoint::waits(annotations);
+            annotations.retain(|k, _| {
+                k.starts_with(keys::PREFIX) || k == crate::do_not_disrupt::KARPENTER_ANNOTATION || waits.contains(k)
+            });
         }
         self.status.conditions.retain(|c| c.type_ == "Ready");
     }
@@ -165,6 +171,9 @@ impl SlimNode {
             group: None,
             operation: annotations.get(keys::NODE_OPERATION).cloned(),
             do_not_disrupt: crate::do_not_disrupt::marked(Some(annotations)).map(crate::do_not_disrupt::node_message),
+            checkpoint: crate::checkpoint::Checkpoint::read(labels, annotations),
+            zone: labels.and_then(|l| l.get(ZONE_LABEL)).filter(|z| !z.is_empty()).cloned(),
+            deferred: None,
         }
     }
 }

@@ -12,6 +12,8 @@ pub enum Reason {
     DrainStarted,
     Draining,
     RebootRequested,
+    CheckpointRequested,
+    CheckpointTimedOut,
     KubernetesUpgradeStarted,
     KubernetesUpgradeRequested,
     Verified,
@@ -72,6 +74,7 @@ pub enum Reason {
     WaitingForControlPlane,
     WaitingForAutoscaler,
     UnavailableNodes,
+    ZoneUnavailable,
     SurgeExhausted,
     // A NodeOp's steps, failures and holds (the steps it shares with rollouts use their reasons: `DrainStarted`,
     // `RebootRequested`, `DrainFailed`, `DrainTimedOut`, `RebootFailed`, `RebootTimedOut`,
@@ -126,6 +129,7 @@ impl Reason {
         matches!(
             self,
             Reason::StageFailed
+                | Reason::CheckpointTimedOut
                 | Reason::StageTimedOut
                 | Reason::RebootFailed
                 | Reason::RebootTimedOut

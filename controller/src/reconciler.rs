@@ -325,12 +325,14 @@ impl Reconciler {
                     self.nodes.state().iter().map(|n| self.executor.freshest((**n).clone())).collect();
                 unresolved = replacer.learn(&fresh);
                 let held = self.executor.held_for_pods();
+                let deferred = self.executor.deferred_for_budgets();
                 let views = fresh.iter().map(|node| {
                     let mut view = node.view(selectors.iter().copied(), self.drains.progress(node.name()));
                     view.group = replacer.member(node);
                     if view.do_not_disrupt.is_none() {
                         view.do_not_disrupt = held.get(node.name()).cloned();
                     }
+                    view.deferred = deferred.get(node.name()).cloned();
                     view
                 });
                 node_views.replace_all(views);

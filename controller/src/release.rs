@@ -90,6 +90,9 @@ mod tests {
             drain,
             operation: None,
             do_not_disrupt: None,
+            checkpoint: None,
+            zone: None,
+            deferred: None,
         }
     }
 

@@ -9,6 +9,7 @@
 //! - The drain classifier ([`crate::drain::filters::classify`]) on the pods of every node the
 //!   rollout will drain: pods a drain cannot evict under the rollout's drain options (no controller,
 //!   emptyDir data, an orphan of a deleted DaemonSet, several budgets).
+//! - Pods marked do-not-disrupt on such a node ([`crate::do_not_disrupt`]): the node is held while they run.
 //! - PodDisruptionBudgets that allow no disruption now (`status.disruptionsAllowed` 0) and select
 //!   a running pod on such a node: its drain would wait on them until `drainTimeout`.
 //! - ScalingGroups at their maximum size whose nodes are replaced (a replacement adds an instance), and
@@ -30,6 +31,8 @@ pub enum BlockerKind {
     DisruptionBudget,
     /// A pod the drain cannot evict (no controller, emptyDir data, orphan, several budgets).
     UnevictablePod,
+    /// A pod or Node marked do-not-disrupt: the node is held while it is there.
+    DoNotDisrupt,
     /// The node's agent never reported.
     NoAgent,
     /// Someone else cordoned the node.
@@ -159,6 +162,10 @@ pub fn find(
                     "uncordon the node (kubectl uncordon) once whoever cordoned it is done",
                 ),
                 Reason::NodeNotReady => (BlockerKind::NodeNotReady, "bring the node back to Ready"),
+                Reason::DoNotDisrupt => (
+                    BlockerKind::DoNotDisrupt,
+                    "remove the do-not-disrupt annotation from the Node when it may be disrupted",
+                ),
                 Reason::GroupImagePending => (
                     BlockerKind::GroupImage,
                     "set the node's ScalingGroup spec.nodeImage to this NodeVersion (its new instances get its image)",
@@ -193,6 +200,16 @@ pub fn find(
             let Some(node) = facts.node.as_deref().filter(|n| drained.contains(n)) else { continue };
             let pod = &facts.pod();
             let namespace = &facts.namespace;
+            if let Some(held) = crate::do_not_disrupt::pod_holds(pod) {
+                found.push(blocker(
+                    BlockerKind::DoNotDisrupt,
+                    format!("Pod {}", pod_name(pod)),
+                    vec![node.to_owned()],
+                    format!("{held}: {node} is held back while it runs"),
+                    "wait until the pod finishes, or remove the annotation if the node may be disrupted now",
+                ));
+                continue;
+            }
             match classify(pod, &spec.policy.drain, &workloads.context(facts, pod)) {
                 PodVerdict::Block(message) => {
                     let (what, fix) = match message.rsplit_once("; ") {

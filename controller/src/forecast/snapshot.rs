@@ -98,7 +98,7 @@ impl Workloads {
                 && b.metadata.name.as_ref().is_some_and(|n| facts.budgets.contains(n))
                 && b.status.as_ref().is_some_and(|s| s.disruptions_allowed == 0)
         });
-        if refused || holds {
+        if refused || holds || crate::do_not_disrupt::pod_holds(&pod).is_some() {
             self.pods.push(facts);
         }
     }
@@ -136,6 +136,8 @@ pub struct PodFacts {
     pub budgets: Vec<String>,
     controller: Option<OwnerReference>,
     mirror: bool,
+    /// Its do-not-disrupt annotation set to `"true"`, if any (`crate::do_not_disrupt`).
+    do_not_disrupt: Option<&'static str>,
     deletion: Option<Time>,
     empty_dir: bool,
     phase: Option<String>,
@@ -154,7 +156,8 @@ impl PodFacts {
             node: spec.and_then(|s| s.node_name),
             budgets: selecting,
             controller: metadata.owner_references.into_iter().flatten().find(|r| r.controller == Some(true)),
-            mirror: metadata.annotations.is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION)),
+            mirror: metadata.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION)),
+            do_not_disrupt: crate::do_not_disrupt::marked(metadata.annotations.as_ref()),
             deletion: metadata.deletion_timestamp,
             empty_dir,
             phase: status.and_then(|s| s.phase),
@@ -169,7 +172,11 @@ impl PodFacts {
             namespace: Some(self.namespace.clone()),
             name: Some(self.name.clone()),
             owner_references: self.controller.clone().map(|c| vec![c]),
-            annotations: self.mirror.then(|| BTreeMap::from([(MIRROR_POD_ANNOTATION.to_owned(), String::new())])),
+            annotations: (self.mirror || self.do_not_disrupt.is_some()).then(|| {
+                let mirror = self.mirror.then(|| (MIRROR_POD_ANNOTATION.to_owned(), String::new()));
+                let marked = self.do_not_disrupt.map(|key| (key.to_owned(), "true".to_owned()));
+                mirror.into_iter().chain(marked).collect()
+            }),
             deletion_timestamp: self.deletion.clone(),
             ..ObjectMeta::default()
         };

@@ -34,6 +34,9 @@ fn node(name: &str) -> NodeView {
         group: None,
         operation: None,
         do_not_disrupt: None,
+        checkpoint: None,
+        zone: None,
+        deferred: None,
     }
 }
 
@@ -115,18 +118,23 @@ fn a_node_without_an_agent_or_cordoned_by_someone_else_is_a_blocker_and_the_roll
     let mut silent = node("w-1");
     silent.agent = Ok(AgentReport::default());
     let cordoned = NodeView { unschedulable: true, ..node("w-2") };
-    let nodes = vec![node("w-0"), silent, cordoned];
+    let marked = NodeView { do_not_disrupt: Some("the Node is annotated ...".into()), ..node("w-3") };
+    let nodes = vec![node("w-0"), silent, cordoned, marked];
     let f = forecast(&nodes, &[rollout(max(3))], &Fleet::default(), None, t(0), &secs(1, 1, 1));
     let r = &f.rollouts[0];
     assert_eq!(r.nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(), vec!["w-0"]);
     let Ending::Stuck { nodes_left, .. } = &r.ending else { panic!("{r:?}") };
-    assert_eq!(nodes_left, &vec!["w-1".to_owned(), "w-2".to_owned()]);
+    assert_eq!(nodes_left, &vec!["w-1".to_owned(), "w-2".to_owned(), "w-3".to_owned()]);
     assert_eq!(r.duration_seconds, None);
     let found = blockers::find(&refs(&nodes), &[rollout(max(3))], &f.first, &Workloads::default(), &[]);
     let kinds: Vec<(BlockerKind, Vec<String>)> = found.iter().map(|b| (b.kind, b.nodes.clone())).collect();
     assert_eq!(
         kinds,
-        vec![(BlockerKind::NoAgent, vec!["w-1".to_owned()]), (BlockerKind::ForeignCordon, vec!["w-2".to_owned()])]
+        vec![
+            (BlockerKind::DoNotDisrupt, vec!["w-3".to_owned()]),
+            (BlockerKind::NoAgent, vec!["w-1".to_owned()]),
+            (BlockerKind::ForeignCordon, vec!["w-2".to_owned()])
+        ]
     );
 }
 
@@ -156,20 +164,32 @@ fn a_budget_allowing_nothing_and_a_bare_pod_name_the_nodes_they_keep_from_draini
         .unwrap()
     };
     let mut workloads = Workloads::new(vec![budget("web", 0), budget("api", 1)], Default::default());
+    let mut pinned = pod("db-0", "w-2", json!({"app": "db"}), true);
+    pinned.metadata.annotations = Some([("update.edgeless.systems/do-not-disrupt".into(), "true".into())].into());
     for pod in [
         pod("web-a", "w-0", json!({"app": "web"}), true),
         pod("web-b", "w-2", json!({"app": "web"}), true),
         pod("api-a", "w-1", json!({"app": "api"}), true),
         pod("debug", "w-1", json!({}), false),
+        pinned,
     ] {
         workloads.add(pod);
     }
     // The pod under a budget that allows a disruption, with a controller, can block nothing: it is not kept.
     let kept: Vec<&str> = workloads.pods.iter().map(|p| p.name.as_str()).collect();
-    assert_eq!((kept, workloads.read), (vec!["web-a", "web-b", "debug"], 4));
+    assert_eq!((kept, workloads.read), (vec!["web-a", "web-b", "debug", "db-0"], 5));
     let f = forecast(&nodes, &[rollout(max(1))], &Fleet::default(), None, t(0), &secs(1, 1, 1));
     let found = blockers::find(&refs(&nodes), &[rollout(max(1))], &f.first, &workloads, &[]);
-    assert_eq!(found.len(), 2, "{found:#?}");
+    assert_eq!(found.len(), 3, "{found:#?}");
+    // The do-not-disrupt pod names its node and what holds it.
+    let pinned = found.iter().find(|b| b.kind == BlockerKind::DoNotDisrupt).unwrap();
+    assert_eq!(pinned.object, "Pod demo/db-0");
+    assert_eq!(pinned.nodes, vec!["w-2".to_owned()]);
+    assert_eq!(
+        pinned.message,
+        "pod demo/db-0 is annotated update.edgeless.systems/do-not-disrupt=true: w-2 is held back while it runs"
+    );
+    let found: Vec<_> = found.into_iter().filter(|b| b.kind != BlockerKind::DoNotDisrupt).collect();
     assert_eq!(found[0].kind, BlockerKind::DisruptionBudget);
     assert_eq!(found[0].message, "PDB demo/web allows 0 disruptions: w-0, w-2 cannot be drained");
     assert_eq!(found[0].object, "PodDisruptionBudget demo/web");
@@ -463,6 +483,7 @@ fn the_workloads_keep_only_the_pods_that_could_block_a_drain() {
         (with("db-1", json!({"metadata": {"labels": {"app": "db", "tier": "data"}}})), true),
         (with("frozen-0", json!({"metadata": {"labels": {"app": "frozen"}}})), true),
         (with("unscheduled", json!({"spec": {"nodeName": null}, "metadata": {"ownerReferences": []}})), false),
+        (with("pinned", json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}})), true),
     ];
     let mut workloads = Workloads::new(budgets.clone(), existing.clone());
     for (pod, _) in &cases {

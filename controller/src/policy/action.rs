@@ -86,6 +86,9 @@ pub enum ActionKind {
     /// PendingNode `join_pending` to `Leave` (with `deadline`) and delete that instance, then release the donor
     /// as [`ActionKind::Release`] does. Reason: the wind-down's ([`Reason::NoNodeVersion`], [`Reason::NotSelected`]).
     AbandonReplacement { join_pending: Option<String>, deadline: Timestamp },
+    /// Label the node for the `phase` checkpoint and record the annotations it waits for (`waits`), keeping its
+    /// intent and cordon ([`crate::checkpoint`]). Reason: [`Reason::CheckpointRequested`].
+    Checkpoint { phase: crate::checkpoint::Phase, waits: Vec<String> },
 }
 
 impl ActionKind {
@@ -114,7 +117,8 @@ impl ActionKind {
             | ActionKind::Inherit { .. }
             | ActionKind::Retire { .. }
             | ActionKind::ReleaseInstance { .. }
-            | ActionKind::AbandonReplacement { .. } => None,
+            | ActionKind::AbandonReplacement { .. }
+            | ActionKind::Checkpoint { .. } => None,
         }
     }
 
@@ -139,7 +143,8 @@ impl ActionKind {
             | ActionKind::Inherit { .. }
             | ActionKind::DrainDonor { .. }
             | ActionKind::Retire { .. }
-            | ActionKind::ReleaseInstance { .. } => false,
+            | ActionKind::ReleaseInstance { .. }
+            | ActionKind::Checkpoint { .. } => false,
         }
     }
 
@@ -165,6 +170,7 @@ impl ActionKind {
             ActionKind::Retire { .. } => "Retire",
             ActionKind::ReleaseInstance { .. } => "ReleaseInstance",
             ActionKind::AbandonReplacement { .. } => "AbandonReplacement",
+            ActionKind::Checkpoint { .. } => "Checkpoint",
         }
     }
 }

@@ -2,6 +2,7 @@
 //! it next, before any gate or budget is applied, and why an outdated node may not start.
 
 use super::{ActionKind, DrainProgress, Hold, NodeAction, NodeView, Policy, Reason};
+use crate::checkpoint::Phase;
 use jiff::{SignedDuration, Timestamp};
 use shared::protocol::{AgentReport, AgentState, BootId, ControllerAnnotations, Intent, Step, UnreadableKeys};
 
@@ -374,6 +375,9 @@ fn drain(node: &NodeView, intent: &Intent, agent: Option<&AgentReport>, policy: 
                 .as_deref()
                 .and_then(|b| BootId::parse("status.nodeInfo.bootID", b).ok())
                 .or_else(|| agent.and_then(|a| a.boot_id.clone()));
+            if let Some(waiting) = checkpoint(node, intent, Phase::BeforeReboot, &policy.before_reboot, policy, now) {
+                return waiting;
+            }
             match boot_id {
                 Some(boot_id_before) => Assessment::new(Situation::InFlight { step: Step::Reboot, since: now }).act(
                     node,
@@ -394,6 +398,48 @@ fn drain(node: &NodeView, intent: &Intent, agent: Option<&AgentReport>, policy: 
         | DrainProgress::Running { .. }
         | DrainProgress::NotRunning => {
             unfinished_drain(node, intent, policy, now, Step::Drain, &format!("before the reboot into {target}"))
+        }
+    }
+}
+
+/// The `phase` checkpoint of a node in `intent`'s step (`crate::checkpoint`), unless it is passed (no annotation
+/// to wait for, or each awaited one `"true"`): label the node, wait for the annotations, or block it once
+/// `checkpointTimeout` has passed since it was labelled.
+fn checkpoint(
+    node: &NodeView,
+    intent: &Intent,
+    phase: Phase,
+    waits: &[String],
+    policy: &Policy,
+    now: Timestamp,
+) -> Option<Assessment> {
+    if waits.is_empty() {
+        return None;
+    }
+    let in_flight = Situation::InFlight { step: intent.step, since: intent.since };
+    let label = phase.label();
+    match node.checkpoint.as_ref().filter(|c| c.is(phase, waits)) {
+        None => Some(Assessment::new(in_flight).act(
+            node,
+            ActionKind::Checkpoint { phase, waits: waits.to_vec() },
+            Reason::CheckpointRequested,
+            format!("labelled {label}=true; waiting for {} to be \"true\"", waits.join(", ")),
+        )),
+        Some(c) if c.pending.is_empty() => None,
+        Some(c) => {
+            let until = deadline(c.since, policy.checkpoint_timeout);
+            if now >= until {
+                let message = format!(
+                    "the {} checkpoint did not pass within {}: {}",
+                    phase.field(),
+                    human(policy.checkpoint_timeout),
+                    c.waiting_on()
+                );
+                return Some(block(node, intent.target.clone(), Reason::CheckpointTimedOut, message));
+            }
+            let mut waiting = Assessment::new(in_flight).wake(until);
+            waiting.waiting = Some(c.waiting_on());
+            Some(waiting)
         }
     }
 }
@@ -456,6 +502,11 @@ fn reboot(
     let finished = agent.and_then(|a| a.finished(&intent.token));
     let on_target = image(agent) == Some(target.as_str());
     if node.ready && finished == Some(AgentState::Done) && on_target && new_boot {
+        if current == Some(target.as_str())
+            && let Some(waiting) = checkpoint(node, intent, Phase::AfterReboot, &policy.after_reboot, policy, now)
+        {
+            return waiting;
+        }
         let situation = match current {
             Some(t) if t == target && policy.soak_time.is_positive() => {
                 Situation::InFlight { step: Step::Done, since: now }

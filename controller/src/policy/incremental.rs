@@ -99,19 +99,19 @@ struct Tally {
     /// Members the plan lists: in flight, failed, blocked, or held back for a reason of their own.
     listed: BTreeSet<String>,
     /// Eligible outdated members, in the order they start ([`pipeline::order`]).
-    candidates: BTreeSet<(bool, bool, String)>,
+    candidates: BTreeSet<pipeline::Order>,
     /// Of those, the ones updated in place.
-    in_place_candidates: BTreeSet<(bool, bool, String)>,
+    in_place_candidates: BTreeSet<pipeline::Order>,
     /// Of those, the ones replaced.
-    replaced_candidates: BTreeSet<(bool, bool, String)>,
+    replaced_candidates: BTreeSet<pipeline::Order>,
     /// Members staged ahead and eligible to be drained, in the order they start.
-    staged_candidates: BTreeSet<(bool, bool, String)>,
+    staged_candidates: BTreeSet<pipeline::Order>,
     /// Members in the stage step (staging or staged).
     staging: u32,
     /// Of those, the ones staged (waiting for their turn).
     staged: u32,
     /// Members still staging and Ready ([`pipeline::staging_barrier`]), in start order.
-    staging_unstaged: BTreeSet<(bool, bool, String)>,
+    staging_unstaged: BTreeSet<pipeline::Order>,
     /// Members in flight ([`Situation::InFlight`]).
     in_flight: u32,
     /// Members counted against the budget.
@@ -510,7 +510,7 @@ struct Indexed<'a> {
 impl<'a> Pool<'a> for Indexed<'a> {
     fn candidates(&self) -> Box<dyn Iterator<Item = (&'a NodeView, bool)> + '_> {
         let nodes = self.nodes;
-        Box::new(self.tally.candidates.iter().filter_map(move |(_, _, name)| {
+        Box::new(self.tally.candidates.iter().filter_map(move |(_, _, _, _, name)| {
             let (node, a) = member(nodes, name)?;
             Some((node, a.replace))
         }))
@@ -518,12 +518,16 @@ impl<'a> Pool<'a> for Indexed<'a> {
 
     fn in_place_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
         let nodes = self.nodes;
-        Box::new(self.tally.in_place_candidates.iter().filter_map(move |(_, _, name)| Some(&nodes.get(name)?.view)))
+        Box::new(
+            self.tally.in_place_candidates.iter().filter_map(move |(_, _, _, _, name)| Some(&nodes.get(name)?.view)),
+        )
     }
 
     fn replaced_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
         let nodes = self.nodes;
-        Box::new(self.tally.replaced_candidates.iter().filter_map(move |(_, _, name)| Some(&nodes.get(name)?.view)))
+        Box::new(
+            self.tally.replaced_candidates.iter().filter_map(move |(_, _, _, _, name)| Some(&nodes.get(name)?.view)),
+        )
     }
 
     fn any_replaced_candidate(&self) -> bool {
@@ -532,14 +536,14 @@ impl<'a> Pool<'a> for Indexed<'a> {
 
     fn staged_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
         let nodes = self.nodes;
-        Box::new(self.tally.staged_candidates.iter().filter_map(move |(_, _, name)| Some(&nodes.get(name)?.view)))
+        Box::new(self.tally.staged_candidates.iter().filter_map(move |(_, _, _, _, name)| Some(&nodes.get(name)?.view)))
     }
 
     fn staging_count(&self) -> u32 {
         self.tally.staging
     }
 
-    fn first_staging(&self) -> Option<(bool, bool, String)> {
+    fn first_staging(&self) -> Option<pipeline::Order> {
         self.tally.staging_unstaged.first().cloned()
     }
 

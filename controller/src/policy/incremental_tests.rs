@@ -96,6 +96,7 @@ fn configurations() -> Vec<Vec<Rollout>> {
             ),
         )],
         vec![rollout("nv", valid_spec(TARGET, 11, Policy { max_surge: budget::MaxSurge::Count(0), ..policy(2) }))],
+        vec![rollout("nv", valid_spec(TARGET, 13, Policy { max_unavailable_per_zone: Some(1), ..policy(3) }))],
     ]
 }
 
@@ -135,6 +136,13 @@ impl Run {
             if rng.next_u64() % 3 == 0 {
                 pool_one.insert(name.clone());
             }
+            // Zones (nodes start zone by zone): some nodes have none.
+            n.zone = match rng.next_u64() % 4 {
+                0 => None,
+                k => Some(format!("zone-{k}")),
+            };
+            // Deferred for a budget: ordered after the others of its zone.
+            n.deferred = (rng.next_u64() % 5 == 0).then(|| "a budget".to_owned());
             if grouped && rng.next_u64() % 4 != 0 {
                 n.group = Some(member(if n.control_plane { "cp" } else { "g" }, &name, Some(t(-600))));
             }
@@ -1062,7 +1070,7 @@ impl<'a> pipeline::Pool<'a> for &'a Counting {
         0
     }
 
-    fn first_staging(&self) -> Option<(bool, bool, String)> {
+    fn first_staging(&self) -> Option<pipeline::Order> {
         None
     }
 

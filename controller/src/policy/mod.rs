@@ -23,7 +23,7 @@
 //!    an invalid spec, `paused`, outside the maintenance window, the failure budget spent, a
 //!    blocked node with `onDrainTimeout: Stop`.
 //! 4. **Selection** ([`selection`]): the budget (`maxUnavailable` minus the nodes already
-//!    unavailable) and the order (control plane first and alone, then workers by name, the
+//!    unavailable) and the order (control plane first and alone, then workers zone by zone and by name, the
 //!    controller's own node last).
 //! 5. **Summary**: counts, nodes in flight, failed, blocked and held back, for the status.
 //!
@@ -105,6 +105,13 @@ pub struct NodeView {
     /// Why the node may not be disrupted now (`crate::do_not_disrupt`): the Node's do-not-disrupt annotation, or a
     /// pod of it annotated so, found when it was about to start.
     pub do_not_disrupt: Option<String>,
+    /// Its zone (`topology.kubernetes.io/zone`): nodes start zone by zone, within `maxUnavailablePerZone`.
+    pub zone: Option<String>,
+    /// Why the node goes after the others of its zone for now, if it does: a PodDisruptionBudget allowed no
+    /// disruption of its pods when it was to start (`crate::budget_order`).
+    pub deferred: Option<String>,
+    /// The before/after-reboot checkpoint the node is at, if any (`crate::checkpoint`).
+    pub checkpoint: Option<crate::checkpoint::Checkpoint>,
 }
 
 /// Progress of a drain, as the executor's drain task reports it.

@@ -22,11 +22,13 @@
 //! 6. **cluster-autoscaler** (`WaitingForAutoscaler`), for flows whose new nodes must not race it (a Kubernetes
 //!    upgrade: a node the autoscaler adds meanwhile would join with the old components).
 //!
-//! Then, node by node in order — control-plane nodes first, then workers by name, the controller's own node
-//! last ([`order`]) — [`select`] applies:
+//! Then, node by node in order — control-plane nodes first, then workers zone by zone and by name within a zone, the
+//! controller's own node last ([`order`]) — [`select`] applies:
 //! 7. **the budget** (`UnavailableNodes`): `maxUnavailable` over the rollout's members, minus every member
 //!    unavailable for any reason (in any flow's step, NotReady, cordoned, worked on by a NodeOp) and every node no
-//!    rollout manages that is still busy;
+//!    rollout manages that is still busy; and within it **the zone's share** (`ZoneUnavailable`):
+//!    `maxUnavailablePerZone` over the members of the node's zone that are unavailable (a full zone is passed
+//!    over for the next one);
 //! 8. **one control-plane node at a time** (`WaitingForControlPlane`), across every rollout, flow and NodeOp: none
 //!    starts while another control-plane node is in flight, unavailable, NotReady, cordoned or worked on by a
 //!    NodeOp, whoever manages it, or while a control-plane replacement is in progress (one predicate,
@@ -239,7 +241,7 @@ pub(super) trait Pool<'a> {
     fn staging_count(&self) -> u32;
     /// The start order of the first member still staging (not staged yet): no later staged node takes its turn
     /// before it, so that nodes take their turns in start order whatever the jitter of their staging.
-    fn first_staging(&self) -> Option<(bool, bool, String)>;
+    fn first_staging(&self) -> Option<Order>;
     /// The controller's own node (it starts last).
     fn own_node(&self) -> Option<&str>;
     /// How many members the rollout has.
@@ -317,7 +319,7 @@ impl<'a> Pool<'a> for Members<'a, '_> {
         self.members.iter().filter(|(_, a)| matches!(a.situation, Situation::Staging { .. })).count() as u32
     }
 
-    fn first_staging(&self) -> Option<(bool, bool, String)> {
+    fn first_staging(&self) -> Option<Order> {
         self.members
             .iter()
             .filter(|(n, a)| staging_barrier(n, a) && (self.candidate)(n, a))
@@ -351,9 +353,20 @@ impl<'a> Pool<'a> for Members<'a, '_> {
 }
 
 /// The order in which eligible nodes start: control plane first, the controller's own node last, by name.
-pub(super) fn order(node: &NodeView, own_node: Option<&str>) -> (bool, bool, String) {
-    (!node.control_plane, own_node == Some(node.name.as_str()), node.name.clone())
+pub(super) fn order(node: &NodeView, own_node: Option<&str>) -> Order {
+    (
+        !node.control_plane,
+        own_node == Some(node.name.as_str()),
+        node.zone.clone().unwrap_or_default(),
+        node.deferred.is_some(),
+        node.name.clone(),
+    )
 }
+
+/// A member's place in the start order ([`order`]): control-plane nodes first, the controller's own node last,
+/// and in between zone by zone (`topology.kubernetes.io/zone`; nodes without one first); within a zone, the nodes
+/// a budget deferred (`crate::budget_order`) after the others, and by name.
+pub(super) type Order = (bool, bool, String, bool, String);
 
 /// Whether `node` is still staging and keeps the later nodes from their turn ([`Pool::first_staging`]): a Ready
 /// node not staged yet (a NotReady one might never finish: it does not hold the others up).
@@ -469,6 +482,15 @@ fn disrupt<'a>(
 
     let control_plane_pending = pool.control_plane_pending();
     let mut control_plane_waits = false;
+    // Rule 7b: within a zone, `maxUnavailablePerZone` (counted over the rollout's unavailable members).
+    let per_zone = spec.policy.max_unavailable_per_zone;
+    let mut zones: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
+    if per_zone.is_some() {
+        for (n, _) in pool.unavailable() {
+            *zones.entry(n.zone.clone().unwrap_or_default()).or_default() += 1;
+        }
+    }
+    let mut full_zones: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let staging_first = if stages { pool.first_staging() } else { None };
     for (node, start) in candidates {
         if slots == 0 {
@@ -477,6 +499,13 @@ fn disrupt<'a>(
         if start == Start::Staged && staging_first.as_ref().is_some_and(|first| *first < order(node, pool.own_node())) {
             // A node earlier in the order is still staging: it takes its turn first (it is moving, no hold). A
             // replacement has nothing to stage and does not wait for it.
+            continue;
+        }
+        let zone = node.zone.clone().unwrap_or_default();
+        if let Some(limit) = per_zone
+            && zones.get(&zone).copied().unwrap_or(0) >= limit
+        {
+            full_zones.insert(zone);
             continue;
         }
         let replace = start == Start::Replace;
@@ -502,6 +531,9 @@ fn disrupt<'a>(
             break;
         }
         slots -= 1;
+        if per_zone.is_some() {
+            *zones.entry(zone).or_default() += 1;
+        }
         if replace {
             surge.free -= 1;
             surge.control_plane_active |= node.control_plane;
@@ -516,6 +548,17 @@ fn disrupt<'a>(
             "control-plane nodes go one at a time, and another control-plane node is busy (being updated, NotReady, \
              cordoned, or worked on by a NodeOp)",
         ));
+    }
+    if !full_zones.is_empty() && selection.starts.is_empty() && selection.hold.is_none() && !pool.any_in_flight() {
+        // Nothing of the rollout moves, and only zones whose unavailable nodes take `maxUnavailablePerZone` keep it so.
+        let named: Vec<String> =
+            full_zones.iter().map(|z| if z.is_empty() { "(no zone)".to_owned() } else { z.clone() }).collect();
+        let message = format!(
+            "maxUnavailablePerZone ({}) is taken in zone(s) {} by nodes unavailable for other reasons",
+            per_zone.unwrap_or_default(),
+            name_some(named)
+        );
+        selection.hold = Some(Hold::new(Reason::ZoneUnavailable, message));
     }
     if surge_taken {
         surge_hold(pool, surge, selection);
@@ -535,7 +578,7 @@ fn surge_hold<'a>(pool: &impl Pool<'a>, surge: &Surge, selection: &mut Selection
 }
 
 /// The start order of the pool's members.
-fn pool_order<'a, 'p>(pool: &'p impl Pool<'a>) -> impl Fn(&NodeView) -> (bool, bool, String) + 'p {
+fn pool_order<'a, 'p>(pool: &'p impl Pool<'a>) -> impl Fn(&NodeView) -> Order + 'p {
     move |n| order(n, pool.own_node())
 }
 
@@ -543,7 +586,7 @@ fn pool_order<'a, 'p>(pool: &'p impl Pool<'a>) -> impl Fn(&NodeView) -> (bool, b
 fn in_order<'a, T: Copy>(
     a: impl Iterator<Item = (&'a NodeView, T)>,
     b: impl Iterator<Item = (&'a NodeView, T)>,
-    key: impl Fn(&NodeView) -> (bool, bool, String),
+    key: impl Fn(&NodeView) -> Order,
 ) -> impl Iterator<Item = (&'a NodeView, T)> {
     let (mut a, mut b) = (a.peekable(), b.peekable());
     std::iter::from_fn(move || match (a.peek(), b.peek()) {

@@ -23,6 +23,9 @@ use std::collections::BTreeMap;
 pub const DEFAULT_DRAIN_TIMEOUT: SignedDuration = SignedDuration::from_mins(10);
 pub const DEFAULT_STAGE_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
 pub const DEFAULT_REBOOT_TIMEOUT: SignedDuration = SignedDuration::from_mins(15);
+pub const DEFAULT_CHECKPOINT_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
+/// Most annotations one checkpoint may wait for.
+pub const MAX_CHECKPOINT_ANNOTATIONS: usize = 16;
 pub const DEFAULT_FAILURE_BUDGET: u32 = 1;
 /// How long a new instance may take to become a Ready node, as Constellation.
 pub const DEFAULT_JOIN_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
@@ -97,6 +100,13 @@ pub struct Policy {
     pub selector: NodeSelector,
     pub drain: DrainOptions,
     pub paused: bool,
+    /// Annotations a drained node waits for before its reboot (`beforeReboot`, see `crate::checkpoint`).
+    pub before_reboot: Vec<String>,
+    /// Annotations a verified node waits for before it is uncordoned (`afterReboot`).
+    pub after_reboot: Vec<String>,
+    pub checkpoint_timeout: SignedDuration,
+    /// Nodes of one zone unavailable at once (`maxUnavailablePerZone`); `None`: no limit beyond `maxUnavailable`.
+    pub max_unavailable_per_zone: Option<u32>,
 }
 
 impl Default for Policy {
@@ -117,6 +127,10 @@ impl Default for Policy {
             selector: NodeSelector::default(),
             drain: DrainOptions::default(),
             paused: false,
+            before_reboot: Vec::new(),
+            after_reboot: Vec::new(),
+            checkpoint_timeout: DEFAULT_CHECKPOINT_TIMEOUT,
+            max_unavailable_per_zone: None,
         }
     }
 }
@@ -159,12 +173,14 @@ impl Policy {
         policy.drain_timeout = duration("drainTimeout", &spec.drain_timeout, DEFAULT_DRAIN_TIMEOUT);
         policy.stage_timeout = duration("stageTimeout", &spec.stage_timeout, DEFAULT_STAGE_TIMEOUT);
         policy.reboot_timeout = duration("rebootTimeout", &spec.reboot_timeout, DEFAULT_REBOOT_TIMEOUT);
+        policy.checkpoint_timeout = duration("checkpointTimeout", &spec.checkpoint_timeout, DEFAULT_CHECKPOINT_TIMEOUT);
         policy.join_timeout = duration("joinTimeout", &spec.join_timeout, DEFAULT_JOIN_TIMEOUT);
         policy.leave_timeout = duration("leaveTimeout", &spec.leave_timeout, DEFAULT_LEAVE_TIMEOUT);
         for (field, value) in [
             ("drainTimeout", policy.drain_timeout),
             ("stageTimeout", policy.stage_timeout),
             ("rebootTimeout", policy.reboot_timeout),
+            ("checkpointTimeout", policy.checkpoint_timeout),
             ("joinTimeout", policy.join_timeout),
             ("leaveTimeout", policy.leave_timeout),
         ] {
@@ -173,6 +189,35 @@ impl Policy {
             }
         }
         policy.on_drain_timeout = spec.on_drain_timeout.unwrap_or_default();
+        for (field, names, into) in [
+            ("beforeReboot", &spec.before_reboot, &mut policy.before_reboot),
+            ("afterReboot", &spec.after_reboot, &mut policy.after_reboot),
+        ] {
+            if names.len() > MAX_CHECKPOINT_ANNOTATIONS {
+                errors.push(format!(
+                    "spec.rollout.{field}: {} annotations, at most {MAX_CHECKPOINT_ANNOTATIONS}",
+                    names.len()
+                ));
+            }
+            for (i, name) in names.iter().enumerate() {
+                if let Err(why) = qualified_name(name) {
+                    errors.push(format!("spec.rollout.{field}[{i}]: {name:?} {why}"));
+                } else if names[..i].contains(name) {
+                    errors.push(format!("spec.rollout.{field}[{i}]: {name:?} is listed twice"));
+                } else if name.starts_with(shared::protocol::keys::PREFIX) {
+                    errors.push(format!(
+                        "spec.rollout.{field}[{i}]: {name:?} is under {}, which only the operator writes",
+                        shared::protocol::keys::PREFIX
+                    ));
+                }
+            }
+            into.clone_from(names);
+        }
+        match spec.max_unavailable_per_zone {
+            None => {}
+            Some(n) if n >= 1 => policy.max_unavailable_per_zone = Some(n as u32),
+            Some(n) => errors.push(format!("spec.rollout.maxUnavailablePerZone: {n} is less than 1")),
+        }
         match spec.failure_budget {
             None => {}
             Some(n) if n >= 1 => policy.failure_budget = n as u32,
@@ -246,6 +291,39 @@ impl NodeSelector {
     pub fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
         shared::selector::matches(&self.selector, labels)
     }
+}
+
+/// Whether `name` is a Kubernetes qualified name (an annotation key), as `IsQualifiedName` in
+/// k8s.io/apimachinery/pkg/util/validation checks it: an optional DNS-1123 subdomain prefix (at most 253
+/// characters) and `/`, then a name of 1 to 63 characters, alphanumeric at both ends, with `-`, `_` and `.`
+/// inside.
+fn qualified_name(name: &str) -> Result<(), &'static str> {
+    let (prefix, name) = match name.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, name),
+    };
+    if let Some(prefix) = prefix {
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if prefix.is_empty() || prefix.len() > 253 || !prefix.split('.').all(label_ok) {
+            return Err("has a prefix that is not a DNS subdomain");
+        }
+    }
+    let alphanumeric = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    if name.is_empty() || name.len() > 63 {
+        return Err("has a name part that is empty or longer than 63 characters");
+    }
+    if !alphanumeric(name.chars().next())
+        || !alphanumeric(name.chars().last())
+        || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err("is not a qualified name (alphanumeric at both ends, '-', '_' or '.' inside)");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

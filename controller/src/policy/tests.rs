@@ -45,6 +45,9 @@ pub(super) fn node(name: &str) -> NodeView {
         group: None,
         operation: None,
         do_not_disrupt: None,
+        checkpoint: None,
+        zone: None,
+        deferred: None,
     }
 }
 
@@ -342,6 +345,52 @@ fn a_node_marked_do_not_disrupt_is_held_whatever_its_step_and_the_next_node_take
     // Unmarked, it starts.
     marked.do_not_disrupt = None;
     assert_eq!(kinds(&run(&[marked], &max(1), t(0))), vec![("a".into(), ActionKind::Stage { target: TARGET.into() })]);
+}
+
+#[test]
+fn nodes_start_zone_by_zone_and_never_more_than_max_unavailable_per_zone_in_one() {
+    let in_zone = |n: NodeView, zone: &str| NodeView { zone: Some(zone.into()), ..n };
+    // Zone by zone, by name within a zone: the zone decides before the name.
+    let nodes = [in_zone(staged(node("a")), "zone-b"), in_zone(staged(node("b")), "zone-a")];
+    assert_eq!(kinds(&run(&nodes, &max(1), t(0))), vec![drain("b")]);
+    // Three slots, one per zone: the second node of zone-a waits, the other zones take the slots.
+    let nodes = [
+        in_zone(staged(node("n1")), "zone-a"),
+        in_zone(staged(node("n2")), "zone-a"),
+        in_zone(staged(node("n3")), "zone-b"),
+        in_zone(staged(node("n4")), "zone-c"),
+    ];
+    let per_zone = Policy { max_unavailable_per_zone: Some(1), ..max(3) };
+    assert_eq!(kinds(&run(&nodes, &per_zone, t(0))), vec![drain("n1"), drain("n3"), drain("n4")]);
+    // Without the limit, the budget is taken in order.
+    assert_eq!(kinds(&run(&nodes, &max(3), t(0))), vec![drain("n1"), drain("n2"), drain("n3")]);
+    // A node deferred for a budget goes after the others of its zone, not after other zones.
+    let mut deferred = nodes.clone();
+    deferred[0].deferred = Some("PDB db/pg allows no disruption of pod db/pg-0".into());
+    assert_eq!(kinds(&run(&deferred, &max(1), t(0))), vec![drain("n2")]);
+    assert_eq!(kinds(&run(&deferred, &max(2), t(0))), vec![drain("n2"), drain("n1")]);
+    // Alone in line, it starts.
+    assert_eq!(kinds(&run(&deferred[..1], &max(1), t(0))), vec![drain("n1")]);
+    // A node of zone-a draining already: zone-a is full.
+    let draining = in_zone(with_intent(node("n0"), Step::Drain, TARGET, "d", t(0)), "zone-a");
+    let mut busy = vec![draining];
+    busy.extend(nodes.iter().cloned());
+    let p = run(&busy, &per_zone, t(0));
+    assert_eq!(
+        kinds(&p).into_iter().filter(|(_, k)| matches!(k, ActionKind::Drain { .. })).collect::<Vec<_>>(),
+        vec![drain("n3"), drain("n4")]
+    );
+    // Only zone-a is left, and a NotReady node of it takes its slot: held, naming the zone.
+    let mut down = in_zone(node("n9"), "zone-a");
+    down.ready = false;
+    let p = run(&[down, nodes[0].clone(), nodes[1].clone()], &per_zone, t(0));
+    assert_eq!(kinds(&p), vec![]);
+    let hold = p.hold.expect("a hold");
+    assert_eq!(hold.reason, Reason::ZoneUnavailable);
+    assert_eq!(
+        hold.message,
+        "maxUnavailablePerZone (1) is taken in zone(s) zone-a by nodes unavailable for other reasons"
+    );
 }
 
 #[test]
@@ -645,6 +694,71 @@ fn draining_reboots_once_drained_and_blocks_on_timeout_or_failure() {
     assert!(p.actions[0].message.contains("pod web-0: PDB web"));
     let failed = NodeView { drain: DrainProgress::Failed { message: "pod x uses emptyDir".into() }, ..draining };
     assert_eq!(run(&[failed], &policy(), t(1)).actions[0].reason, Reason::DrainFailed);
+}
+
+#[test]
+fn checkpoints_label_the_node_wait_for_every_annotation_and_block_it_at_the_timeout() {
+    use crate::checkpoint::{Checkpoint, Phase};
+    let policy = Policy {
+        before_reboot: vec!["ceph.io/noout".into()],
+        after_reboot: vec!["ceph.io/healthy".into()],
+        ..policy()
+    };
+    let at = |phase: Phase, waits: &str, pending: bool| Checkpoint {
+        phase,
+        since: t(10),
+        waits: vec![waits.into()],
+        pending: if pending { vec![waits.into()] } else { vec![] },
+    };
+    // Drained: labelled first, its intent and cordon kept.
+    let drained = NodeView { drain: DrainProgress::Drained, ..with_intent(node("a"), Step::Drain, TARGET, "d", t(0)) };
+    let p = run(std::slice::from_ref(&drained), &policy, t(10));
+    let labelled = ActionKind::Checkpoint { phase: Phase::BeforeReboot, waits: vec!["ceph.io/noout".into()] };
+    assert_eq!(kinds(&p), vec![("a".into(), labelled)]);
+    assert_eq!(p.actions[0].reason, Reason::CheckpointRequested);
+    // Labelled, the annotation not "true" yet: it waits in its slot, saying on what, until the timeout.
+    let waiting = NodeView { checkpoint: Some(at(Phase::BeforeReboot, "ceph.io/noout", true)), ..drained.clone() };
+    let p = run(std::slice::from_ref(&waiting), &policy, t(20));
+    assert_eq!(kinds(&p), vec![]);
+    assert_eq!(p.counts.in_progress, 1);
+    assert_eq!(
+        p.in_flight[0].waiting_on.as_deref(),
+        Some("update.edgeless.systems/before-reboot: waiting for the annotation(s) \"ceph.io/noout\" to be \"true\"")
+    );
+    assert_eq!(p.wake_at, Some(t(10 + 30 * 60)));
+    let p = run(std::slice::from_ref(&waiting), &policy, t(10 + 30 * 60));
+    assert_eq!(kinds(&p), vec![("a".into(), ActionKind::Block { target: TARGET.into() })]);
+    assert_eq!(p.actions[0].reason, Reason::CheckpointTimedOut);
+    // Every annotation "true": the reboot.
+    let passed = NodeView { checkpoint: Some(at(Phase::BeforeReboot, "ceph.io/noout", false)), ..drained.clone() };
+    let p = run(&[passed], &policy, t(20));
+    assert_eq!(kinds(&p), vec![("a".into(), ActionKind::Reboot { target: TARGET.into(), boot_id_before: boot("b0") })]);
+
+    // Verified after the reboot: labelled for the after-reboot checkpoint before it is uncordoned.
+    let mut rebooted =
+        on_image(with_report(with_intent(node("a"), Step::Reboot, TARGET, "r", t(0)), AgentState::Done, "r"), TARGET);
+    rebooted.kubelet_boot_id = Some("b1".into());
+    if let Ok(a) = &mut rebooted.agent {
+        a.boot_id = Some(boot("b1"));
+    }
+    let p = run(std::slice::from_ref(&rebooted), &policy, t(30));
+    let labelled = ActionKind::Checkpoint { phase: Phase::AfterReboot, waits: vec!["ceph.io/healthy".into()] };
+    assert_eq!(kinds(&p), vec![("a".into(), labelled)]);
+    // A before-reboot label left over counts for nothing here.
+    let stale = NodeView { checkpoint: Some(at(Phase::BeforeReboot, "ceph.io/noout", false)), ..rebooted.clone() };
+    assert!(matches!(
+        run(&[stale], &policy, t(30)).actions[0].kind,
+        ActionKind::Checkpoint { phase: Phase::AfterReboot, .. }
+    ));
+    let waiting = NodeView { checkpoint: Some(at(Phase::AfterReboot, "ceph.io/healthy", true)), ..rebooted.clone() };
+    assert_eq!(kinds(&run(&[waiting], &policy, t(40))), vec![]);
+    let passed = NodeView { checkpoint: Some(at(Phase::AfterReboot, "ceph.io/healthy", false)), ..rebooted.clone() };
+    assert_eq!(kinds(&run(&[passed], &policy, t(40))), vec![("a".into(), ActionKind::Done { target: TARGET.into() })]);
+    // Without checkpoints, nothing changes.
+    assert_eq!(
+        kinds(&run(&[rebooted], &Policy::default(), t(40))),
+        vec![("a".into(), ActionKind::Done { target: TARGET.into() })]
+    );
 }
 
 #[test]

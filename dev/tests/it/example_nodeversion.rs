@@ -33,4 +33,8 @@ fn the_example_nodeversion_is_accepted_and_read_as_documented() {
         (policy.join_timeout, policy.leave_timeout),
         (jiff::SignedDuration::from_mins(30), jiff::SignedDuration::from_mins(5))
     );
+    assert_eq!(policy.before_reboot, ["ceph.example.com/noout-set"]);
+    assert_eq!(policy.after_reboot, ["ceph.example.com/noout-cleared"]);
+    assert_eq!(policy.checkpoint_timeout, jiff::SignedDuration::from_mins(30));
+    assert_eq!(policy.max_unavailable_per_zone, Some(1));
 }

@@ -9,6 +9,8 @@ mod authorization;
 #[cfg(feature = "aws")]
 mod aws_support;
 mod bad_input;
+mod budget_order;
+mod checkpoints;
 mod cloud;
 #[cfg(feature = "aws")]
 mod cloud_aws;
@@ -73,3 +75,4 @@ mod store_api;
 mod support;
 mod uninstall;
 mod workloads;
+mod zones;

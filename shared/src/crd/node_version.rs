@@ -162,7 +162,35 @@ pub struct RolloutPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "duration_schema")]
     pub leave_timeout: Option<Duration>,
+    /// Annotation names that must all be `"true"` on a drained node before it reboots (in-place updates). The
+    /// controller labels the node `update.edgeless.systems/before-reboot=true` once it is drained, for the user's
+    /// own hook (a Job that sets rook's `noout`, say) to act and set them; it removes the label and these
+    /// annotations when the node reboots or leaves the step. At most 16.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(min = 1, max = 317), regex(pattern = QUALIFIED_NAME_PATTERN)))]
+    pub before_reboot: Vec<String>,
+    /// Annotation names that must all be `"true"` on a rebooted node, verified on the new image, before it is
+    /// uncordoned. The controller labels it `update.edgeless.systems/after-reboot=true` meanwhile, and removes the
+    /// label and these annotations when the step ends. At most 16.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(min = 1, max = 317), regex(pattern = QUALIFIED_NAME_PATTERN)))]
+    pub after_reboot: Vec<String>,
+    /// How long a node may wait at a `beforeReboot` or `afterReboot` checkpoint before it is blocked (uncordoned,
+    /// `CheckpointTimedOut`). Default `30m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub checkpoint_timeout: Option<Duration>,
+    /// At most this many nodes of one zone (`topology.kubernetes.io/zone`) may be unavailable at once, within
+    /// `maxUnavailable`: a count of at least 1. Nodes start zone by zone (control-plane nodes first); nodes without
+    /// a zone count as one zone. Default: no limit beyond `maxUnavailable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_unavailable_per_zone: Option<i32>,
 }
+
+/// A Kubernetes qualified name (an annotation key): an optional DNS subdomain prefix and `/`, then a name of at
+/// most 63 characters.
+pub const QUALIFIED_NAME_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
 
 impl RolloutPolicy {
     fn is_default(&self) -> bool {

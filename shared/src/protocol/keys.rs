@@ -80,6 +80,18 @@ pub const COMPONENTS_HASH: &str = "update.edgeless.systems/components-hash";
 /// Node carries it). Neither the controller nor the agent writes it.
 pub const DO_NOT_DISRUPT: &str = "update.edgeless.systems/do-not-disrupt";
 
+/// Controller: a label, `"true"` while a drained node waits before its reboot for the annotations of
+/// `spec.rollout.beforeReboot` (set by the user's hook).
+pub const BEFORE_REBOOT_LABEL: &str = "update.edgeless.systems/before-reboot";
+/// Controller: a label, `"true"` while a rebooted, verified node waits for the annotations of
+/// `spec.rollout.afterReboot` before it is uncordoned.
+pub const AFTER_REBOOT_LABEL: &str = "update.edgeless.systems/after-reboot";
+/// Controller: when the node's checkpoint label was set (RFC 3339, UTC); `checkpointTimeout` counts from it.
+pub const CHECKPOINT_SINCE: &str = "update.edgeless.systems/checkpoint-since";
+/// Controller: the annotations the node's checkpoint waits for, comma-separated; removed with the label when
+/// the checkpoint ends.
+pub const CHECKPOINT_WAITS: &str = "update.edgeless.systems/checkpoint-waits";
+
 /// Every annotation key the controller writes.
 pub const CONTROLLER_KEYS: &[&str] = &[
     INTENT,
@@ -97,6 +109,8 @@ pub const CONTROLLER_KEYS: &[&str] = &[
     DONOR_GROUP,
     INSTANCE_REQUESTED,
     NODE_OPERATION,
+    CHECKPOINT_SINCE,
+    CHECKPOINT_WAITS,
 ];
 /// Every annotation key the agent writes.
 pub const AGENT_KEYS: &[&str] = &[STATE, STATE_TOKEN, STATE_MESSAGE, BOOT_ID, OS_IMAGE, COMPONENTS_HASH];

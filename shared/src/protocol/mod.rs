@@ -18,7 +18,8 @@ pub mod patch;
 mod values;
 
 pub use values::{
-    BootId, ComponentsHash, TARGET_PATTERN, Token, cut, parse_target, truncate_to_millis, truncate_to_seconds,
+    BootId, ComponentsHash, TARGET_PATTERN, Token, cut, parse_target, render_timestamp, truncate_to_millis,
+    truncate_to_seconds,
 };
 
 use jiff::Timestamp;

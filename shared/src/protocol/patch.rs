@@ -58,6 +58,27 @@ impl NodePatch {
         self
     }
 
+    /// Also takes the labels named in `desired` to their value there (`None`: removed), where `current` differs.
+    pub fn labels(
+        mut self,
+        current: Option<&BTreeMap<String, String>>,
+        desired: impl IntoIterator<Item = (String, Option<String>)>,
+    ) -> Self {
+        for (key, want) in desired {
+            match (current.and_then(|c| c.get(&key)), want) {
+                (Some(have), Some(want)) if *have == want => {}
+                (None, None) => {}
+                (_, Some(want)) => {
+                    self.labels.insert(key, Value::String(want));
+                }
+                (Some(_), None) => {
+                    self.labels.insert(key, Value::Null);
+                }
+            }
+        }
+        self
+    }
+
     /// Also replaces `spec.taints` by `want` (a merge patch replaces a list whole) when it differs from
     /// `current`.
     pub fn taints(mut self, current: &Value, want: Value) -> Self {

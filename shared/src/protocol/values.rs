@@ -163,7 +163,7 @@ pub(super) fn parse_timestamp(key: &'static str, value: &str) -> Result<Timestam
     value.parse().map_err(|_| malformed(key, value, "not an RFC 3339 timestamp"))
 }
 
-pub(super) fn render_timestamp(ts: Timestamp) -> String {
+pub fn render_timestamp(ts: Timestamp) -> String {
     truncate_to_millis(ts).strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
