@@ -130,6 +130,8 @@ fn between_nodes(reason: &str) -> bool {
         Reason::WaitingForControlPlane,
         Reason::WaitingForApiServer,
         Reason::UnavailableNodes,
+        Reason::ZoneUnavailable,
+        Reason::DoNotDisrupt,
         Reason::SurgeExhausted,
         Reason::NodesHeldBack,
         Reason::NodeNotReady,
