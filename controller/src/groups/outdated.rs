@@ -131,7 +131,6 @@ fn between_nodes(reason: &str) -> bool {
         Reason::WaitingForApiServer,
         Reason::UnavailableNodes,
         Reason::ZoneUnavailable,
-        Reason::DoNotDisrupt,
         Reason::SurgeExhausted,
         Reason::NodesHeldBack,
         Reason::NodeNotReady,
