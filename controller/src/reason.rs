@@ -66,6 +66,7 @@ pub enum Reason {
     // Why no new node of a rollout starts.
     Paused,
     OutsideMaintenanceWindow,
+    MaintenanceExclusion,
     FailureBudgetExhausted,
     StoppedOnDrainTimeout,
     InvalidSpec,

@@ -120,6 +120,10 @@ pub fn find(
                 Reason::OutsideMaintenanceWindow => {
                     (BlockerKind::WindowClosed, "wait for the window, or widen spec.rollout.maintenanceWindow")
                 }
+                Reason::MaintenanceExclusion => (
+                    BlockerKind::WindowClosed,
+                    "wait for the exclusion to end, or change spec.rollout.maintenanceExclusions",
+                ),
                 Reason::Paused => (BlockerKind::RolloutHeld, "set spec.rollout.paused to false"),
                 Reason::InvalidSpec => (BlockerKind::RolloutHeld, "fix the spec fields the message names"),
                 Reason::FailureBudgetExhausted | Reason::StoppedOnDrainTimeout => (

@@ -96,12 +96,12 @@ fn a_soak_keeps_the_slot_and_a_closed_window_waits_for_it_to_open() {
     assert_eq!(f.rollouts[0].waves().len(), 2);
 
     let mut policy = max(1);
-    policy.window = crate::policy::settings::Policy::from_spec(
+    policy.windows = crate::policy::settings::Policy::from_spec(
         &serde_json::from_value(json!({"maintenanceWindow": {"schedule": "0 3 * * *", "duration": "1h"}})).unwrap(),
         t(0),
     )
     .unwrap()
-    .window;
+    .windows;
     let rollouts = [rollout(policy)];
     let f = forecast(&[node("a")], &rollouts, &Fleet::default(), None, t(0), &secs(1, 1, 1));
     let r = &f.rollouts[0];

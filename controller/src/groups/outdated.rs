@@ -130,6 +130,7 @@ fn between_nodes(reason: &str) -> bool {
         Reason::WaitingForControlPlane,
         Reason::WaitingForApiServer,
         Reason::UnavailableNodes,
+        Reason::ZoneUnavailable,
         Reason::SurgeExhausted,
         Reason::NodesHeldBack,
         Reason::NodeNotReady,

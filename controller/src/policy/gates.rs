@@ -2,7 +2,7 @@
 //! order ([`GATES`]); the first closed one is the rollout's hold, its reason the `Progressing`
 //! condition's reason and an Event on the NodeVersion. Nodes in flight finish either way.
 
-use super::window::WindowState;
+use super::window::{ScheduleState, schedule_state};
 use super::{Counts, Hold, Policy, Reason, Rollout, SpecState, ValidSpec};
 use jiff::Timestamp;
 use shared::crd::DrainTimeoutAction;
@@ -59,11 +59,11 @@ pub(super) fn closed(
     GATES.iter().find_map(|gate| gate(&context))
 }
 
-/// When an open gate may close on its own: the end of the current maintenance window.
+/// When an open gate may close on its own: the end of the open maintenance windows, or the start of an exclusion.
 pub(super) fn next_change(policy: &Policy, now: Timestamp) -> Option<Timestamp> {
-    match policy.window.as_ref()?.state(now) {
-        WindowState::Open { closes_at } => Some(closes_at),
-        WindowState::Closed { .. } => None,
+    match schedule_state(&policy.windows, &policy.exclusions, now) {
+        ScheduleState::Open { closes_at } => closes_at,
+        ScheduleState::OutsideWindows { .. } | ScheduleState::Excluded { .. } => None,
     }
 }
 
@@ -85,12 +85,29 @@ fn paused(c: &Context<'_>) -> Option<Closed> {
 }
 
 fn outside_window(c: &Context<'_>) -> Option<Closed> {
-    let window = c.spec?.policy.window.as_ref()?;
-    let WindowState::Closed { opens_at } = window.state(c.now) else { return None };
-    let when = opens_at.map_or("never".to_owned(), |t| t.to_string());
-    let message =
-        format!("outside the maintenance window {:?} ({}); it opens next at {when}", window.schedule, window.zone_name);
-    Some((Hold::new(Reason::OutsideMaintenanceWindow, message), opens_at))
+    let policy = &c.spec?.policy;
+    let when = |t: Option<Timestamp>| t.map_or("never".to_owned(), |t| t.to_string());
+    match schedule_state(&policy.windows, &policy.exclusions, c.now) {
+        ScheduleState::Open { .. } => None,
+        ScheduleState::OutsideWindows { opens_at } => {
+            let named: Vec<String> =
+                policy.windows.iter().map(|w| format!("{:?} ({})", w.schedule, w.zone_name)).collect();
+            let message = format!(
+                "outside the maintenance window{} {}; it opens next at {}",
+                if named.len() > 1 { "s" } else { "" },
+                named.join(", "),
+                when(opens_at)
+            );
+            Some((Hold::new(Reason::OutsideMaintenanceWindow, message), opens_at))
+        }
+        ScheduleState::Excluded { name, end, opens_at } => {
+            let message = format!(
+                "inside the maintenance exclusion {name:?} until {end}; new nodes may start next at {}",
+                when(opens_at)
+            );
+            Some((Hold::new(Reason::MaintenanceExclusion, message), opens_at))
+        }
+    }
 }
 
 fn failure_budget(c: &Context<'_>) -> Option<Closed> {

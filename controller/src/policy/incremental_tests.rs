@@ -49,7 +49,7 @@ fn configurations() -> Vec<Vec<Rollout>> {
         vec![rollout("nv", valid_spec(TARGET, 4, Policy { paused: true, ..policy(2) }))],
         vec![rollout("nv", valid_spec(TARGET, 5, Policy { failure_budget: 1, ..policy(2) }))],
         vec![rollout("nv", valid_spec(TARGET, 6, Policy { on_drain_timeout: DrainTimeoutAction::Stop, ..policy(2) }))],
-        vec![rollout("nv", valid_spec(TARGET, 7, Policy { window: Some(window), ..policy(2) }))],
+        vec![rollout("nv", valid_spec(TARGET, 7, Policy { windows: vec![window], ..policy(2) }))],
         vec![rollout("nv", valid_spec("v3", 8, policy(2)))],
         vec![Rollout {
             name: "nv".into(),

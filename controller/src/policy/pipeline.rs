@@ -16,7 +16,8 @@
 //! [`super::gates`]):
 //! 1. **spec valid** (`InvalidSpec`): nodes in flight finish under the last valid spec, nothing new starts;
 //! 2. **paused** (`Paused`);
-//! 3. **maintenance window** (`OutsideMaintenanceWindow`);
+//! 3. **maintenance windows and exclusions** (`OutsideMaintenanceWindow`: no window open; `MaintenanceExclusion`:
+//!    inside a freeze);
 //! 4. **failure budget** (`FailureBudgetExhausted`);
 //! 5. **drain timeout with `onDrainTimeout: Stop`** (`StoppedOnDrainTimeout`);
 //! 6. **cluster-autoscaler** (`WaitingForAutoscaler`), for flows whose new nodes must not race it (a Kubernetes

@@ -10,7 +10,7 @@
 
 use super::budget::{MaxSurge, MaxUnavailable};
 use super::cron::Cron;
-use super::window::{Window, WindowState};
+use super::window::{Exclusion, Window, WindowState};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -96,7 +96,10 @@ pub struct Policy {
     pub stage_timeout: SignedDuration,
     pub reboot_timeout: SignedDuration,
     pub failure_budget: u32,
-    pub window: Option<Window>,
+    /// The maintenance windows (`maintenanceWindow` first, then `maintenanceWindows`): any open one counts.
+    pub windows: Vec<Window>,
+    /// The exclusions (`maintenanceExclusions`): no node starts while one runs.
+    pub exclusions: Vec<Exclusion>,
     pub selector: NodeSelector,
     pub drain: DrainOptions,
     pub paused: bool,
@@ -123,7 +126,8 @@ impl Default for Policy {
             stage_timeout: DEFAULT_STAGE_TIMEOUT,
             reboot_timeout: DEFAULT_REBOOT_TIMEOUT,
             failure_budget: DEFAULT_FAILURE_BUDGET,
-            window: None,
+            windows: Vec::new(),
+            exclusions: Vec::new(),
             selector: NodeSelector::default(),
             drain: DrainOptions::default(),
             paused: false,
@@ -223,34 +227,22 @@ impl Policy {
             Some(n) if n >= 1 => policy.failure_budget = n as u32,
             Some(n) => errors.push(format!("spec.rollout.failureBudget: {n} is less than 1")),
         }
-        if let Some(w) = &spec.maintenance_window {
-            let cron = Cron::parse(&w.schedule).map_err(|e| format!("spec.rollout.maintenanceWindow.schedule: {e}"));
-            let zone_name = w.time_zone.clone().unwrap_or_else(|| "UTC".to_owned());
-            let zone = jiff::tz::TimeZone::get(&zone_name).map_err(|_| {
-                format!("spec.rollout.maintenanceWindow.timeZone: {zone_name:?} is not an IANA time zone")
-            });
-            let length = if w.duration.is_negative() {
-                Err(format!("spec.rollout.maintenanceWindow.duration: {} is negative", w.duration))
+        let windows = spec.maintenance_window.iter().map(|w| ("maintenanceWindow".to_owned(), w));
+        let more = spec.maintenance_windows.iter().enumerate().map(|(i, w)| (format!("maintenanceWindows[{i}]"), w));
+        for (field, w) in windows.chain(more) {
+            match window(&field, w, now) {
+                Ok(window) => policy.windows.push(window),
+                Err(e) => errors.extend(e),
+            }
+        }
+        for (i, e) in spec.maintenance_exclusions.iter().enumerate() {
+            if e.end.0 <= e.start.0 {
+                errors.push(format!(
+                    "spec.rollout.maintenanceExclusions[{i}]: end {} is not after start {}",
+                    e.end.0, e.start.0
+                ));
             } else {
-                let d = SignedDuration::try_from(std::time::Duration::from(w.duration)).unwrap_or(SignedDuration::MAX);
-                if d.is_zero() || d > MAX_WINDOW {
-                    Err(format!("spec.rollout.maintenanceWindow.duration: {} is not between 1s and 168h", w.duration))
-                } else {
-                    Ok(d)
-                }
-            };
-            match (cron, zone, length) {
-                (Ok(cron), Ok(time_zone), Ok(duration)) => {
-                    let window = Window { cron, duration, time_zone, schedule: w.schedule.clone(), zone_name };
-                    if window.state(now) == (WindowState::Closed { opens_at: None }) {
-                        errors.push(format!(
-                            "spec.rollout.maintenanceWindow.schedule: {:?} never opens in the next 5 years",
-                            w.schedule
-                        ));
-                    }
-                    policy.window = Some(window);
-                }
-                (cron, zone, length) => errors.extend([cron.err(), zone.err(), length.err()].into_iter().flatten()),
+                policy.exclusions.push(Exclusion { name: e.name.clone(), start: e.start.0, end: e.end.0 });
             }
         }
         if let Some(selector) = &spec.node_selector {
@@ -290,6 +282,37 @@ impl NodeSelector {
 
     pub fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
         shared::selector::matches(&self.selector, labels)
+    }
+}
+
+/// The window `w` of `spec.rollout.<field>`, validated: its schedule, zone and duration, and that it ever opens.
+fn window(field: &str, w: &shared::crd::MaintenanceWindow, now: Timestamp) -> Result<Window, Vec<String>> {
+    let cron = Cron::parse(&w.schedule).map_err(|e| format!("spec.rollout.{field}.schedule: {e}"));
+    let zone_name = w.time_zone.clone().unwrap_or_else(|| "UTC".to_owned());
+    let zone = jiff::tz::TimeZone::get(&zone_name)
+        .map_err(|_| format!("spec.rollout.{field}.timeZone: {zone_name:?} is not an IANA time zone"));
+    let length = if w.duration.is_negative() {
+        Err(format!("spec.rollout.{field}.duration: {} is negative", w.duration))
+    } else {
+        let d = SignedDuration::try_from(std::time::Duration::from(w.duration)).unwrap_or(SignedDuration::MAX);
+        if d.is_zero() || d > MAX_WINDOW {
+            Err(format!("spec.rollout.{field}.duration: {} is not between 1s and 168h", w.duration))
+        } else {
+            Ok(d)
+        }
+    };
+    match (cron, zone, length) {
+        (Ok(cron), Ok(time_zone), Ok(duration)) => {
+            let window = Window { cron, duration, time_zone, schedule: w.schedule.clone(), zone_name };
+            if window.state(now) == (WindowState::Closed { opens_at: None }) {
+                return Err(vec![format!(
+                    "spec.rollout.{field}.schedule: {:?} never opens in the next 5 years",
+                    w.schedule
+                )]);
+            }
+            Ok(window)
+        }
+        (cron, zone, length) => Err([cron.err(), zone.err(), length.err()].into_iter().flatten().collect()),
     }
 }
 
@@ -345,7 +368,7 @@ mod tests {
         assert_eq!(p.max_unavailable, MaxUnavailable::Count(1));
         assert_eq!(p.failure_budget, 1);
         assert_eq!(p.drain_timeout, SignedDuration::from_mins(10));
-        assert!(p.soak_time.is_zero() && !p.paused && p.window.is_none());
+        assert!(p.soak_time.is_zero() && !p.paused && p.windows.is_empty() && p.exclusions.is_empty());
         assert_eq!(p.on_drain_timeout, DrainTimeoutAction::Continue);
         assert_eq!(p.max_surge, MaxSurge::Count(1));
         assert_eq!((p.join_timeout, p.leave_timeout), (SignedDuration::from_mins(30), SignedDuration::from_mins(5)));
@@ -376,7 +399,7 @@ mod tests {
         assert_eq!(p.max_staging, Some(MaxUnavailable::Count(4)));
         assert_eq!((p.join_timeout, p.leave_timeout), (SignedDuration::from_mins(20), SignedDuration::from_mins(2)));
         assert!(p.paused && p.drain.force && p.drain.delete_empty_dir_data);
-        assert_eq!(p.window.as_ref().unwrap().zone_name, "Europe/Berlin");
+        assert_eq!(p.windows[0].zone_name, "Europe/Berlin");
         let labels: BTreeMap<String, String> = [("pool".to_string(), "a".to_string())].into();
         assert!(p.selector.matches(Some(&labels)));
         assert!(!p.selector.matches(None));
@@ -504,5 +527,33 @@ mod tests {
         assert!(!selector.matches(Some(&labels(&[("a", "1"), ("b", "q"), ("d", "")]))));
         assert!(NodeSelector::from_label_selector(&LabelSelector::default()).is_err());
         assert!(NodeSelector::default().matches(Some(&labels(&[(keys::MANAGED_LABEL, "true")]))));
+    }
+
+    #[test]
+    fn several_windows_and_exclusions_are_read_and_each_bad_field_named() {
+        let spec: RolloutPolicy = serde_json::from_value(serde_json::json!({
+            "maintenanceWindow": {"schedule": "0 3 * * *", "duration": "1h"},
+            "maintenanceWindows": [{"schedule": "0 22 * * *", "duration": "2h"}, {"schedule": "0 1 * * *", "duration": "0s"}],
+            "maintenanceExclusions": [
+                {"name": "freeze", "start": "2026-12-20T00:00:00Z", "end": "2027-01-03T00:00:00Z"},
+                {"name": "backwards", "start": "2026-12-20T00:00:00Z", "end": "2026-12-19T00:00:00Z"}
+            ]
+        }))
+        .unwrap();
+        let errors = Policy::from_spec(&spec, "2026-11-21T12:00:00Z".parse().unwrap()).unwrap_err();
+        assert_eq!(
+            errors,
+            vec![
+                "spec.rollout.maintenanceWindows[1].duration: 0ns is not between 1s and 168h".to_owned(),
+                "spec.rollout.maintenanceExclusions[1]: end 2026-12-19T00:00:00Z is not after start 2026-12-20T00:00:00Z"
+                    .to_owned(),
+            ]
+        );
+        let mut good = spec.clone();
+        good.maintenance_windows.pop();
+        good.maintenance_exclusions.pop();
+        let p = Policy::from_spec(&good, "2026-11-21T12:00:00Z".parse().unwrap()).unwrap();
+        assert_eq!(p.windows.iter().map(|w| w.schedule.as_str()).collect::<Vec<_>>(), ["0 3 * * *", "0 22 * * *"]);
+        assert_eq!(p.exclusions.len(), 1);
     }
 }

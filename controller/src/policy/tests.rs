@@ -429,13 +429,13 @@ fn gates_hold_new_nodes_but_let_in_flight_nodes_finish() {
     assert_eq!(p.hold.unwrap().reason, Reason::Paused);
 
     let windowed = Policy {
-        window: Some(window::Window {
+        windows: vec![window::Window {
             cron: cron::Cron::parse("0 3 * * *").unwrap(),
             duration: SignedDuration::from_hours(1),
             time_zone: jiff::tz::TimeZone::UTC,
             schedule: "0 3 * * *".into(),
             zone_name: "UTC".into(),
-        }),
+        }],
         ..policy()
     };
     let noon: Timestamp = "2026-11-21T12:00:00Z".parse().unwrap();
@@ -447,6 +447,25 @@ fn gates_hold_new_nodes_but_let_in_flight_nodes_finish() {
     let p = run(&[node("b")], &windowed, three);
     assert_eq!(p.actions.len(), 1);
     assert_eq!(p.wake_at, Some("2026-11-22T04:00:00Z".parse().unwrap()), "the window's end");
+    // A freeze over the next window: held with its own reason until the first window after it.
+    let frozen = Policy {
+        exclusions: vec![window::Exclusion {
+            name: "freeze".into(),
+            start: "2026-11-22T00:00:00Z".parse().unwrap(),
+            end: "2026-11-23T00:00:00Z".parse().unwrap(),
+        }],
+        ..windowed
+    };
+    let p = run(&[node("b")], &frozen, three);
+    assert!(p.actions.is_empty());
+    let hold = p.hold.unwrap();
+    assert_eq!(hold.reason, Reason::MaintenanceExclusion);
+    assert!(
+        hold.message.starts_with("inside the maintenance exclusion \"freeze\" until 2026-11-23T00:00:00Z"),
+        "{}",
+        hold.message
+    );
+    assert_eq!(p.wake_at, Some("2026-11-23T03:00:00Z".parse().unwrap()));
 }
 
 #[test]

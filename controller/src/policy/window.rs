@@ -95,6 +95,70 @@ impl Window {
     }
 }
 
+/// An absolute period in which no node starts (a freeze), whatever the windows say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exclusion {
+    pub name: String,
+    pub start: Timestamp,
+    pub end: Timestamp,
+}
+
+/// Why new nodes may not start now, from the windows and exclusions together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScheduleState {
+    /// Some window is open (or none is configured) and no exclusion runs; new nodes may start until `closes_at`
+    /// (None: no change ahead).
+    Open { closes_at: Option<Timestamp> },
+    /// No window is open; they open next at `opens_at` (None: never within the search horizon).
+    OutsideWindows { opens_at: Option<Timestamp> },
+    /// Exclusion `name` runs until `end`; nodes may start next at `opens_at`.
+    Excluded { name: String, end: Timestamp, opens_at: Option<Timestamp> },
+}
+
+/// The state of `windows` (any open one counts; none configured: always open) and `exclusions` at `now`.
+pub fn schedule_state(windows: &[Window], exclusions: &[Exclusion], now: Timestamp) -> ScheduleState {
+    // The first time at or after `at` when a window is open (or `at` itself without windows).
+    let open_at = |at: Timestamp| -> Option<Timestamp> {
+        if windows.is_empty() {
+            return Some(at);
+        }
+        windows
+            .iter()
+            .filter_map(|w| match w.state(at) {
+                WindowState::Open { .. } => Some(at),
+                WindowState::Closed { opens_at } => opens_at,
+            })
+            .min()
+    };
+    // Past the exclusions that cover it (at most one pass per exclusion).
+    let past_exclusions = |mut at: Option<Timestamp>| {
+        for _ in 0..=exclusions.len() {
+            let t = at?;
+            match exclusions.iter().filter(|e| e.start <= t && t < e.end).map(|e| e.end).max() {
+                Some(end) => at = open_at(end),
+                None => return Some(t),
+            }
+        }
+        at
+    };
+    if let Some(e) = exclusions.iter().filter(|e| e.start <= now && now < e.end).max_by_key(|e| e.end) {
+        return ScheduleState::Excluded { name: e.name.clone(), end: e.end, opens_at: past_exclusions(open_at(e.end)) };
+    }
+    let open: Vec<Timestamp> = windows
+        .iter()
+        .filter_map(|w| match w.state(now) {
+            WindowState::Open { closes_at } => Some(closes_at),
+            WindowState::Closed { .. } => None,
+        })
+        .collect();
+    if !windows.is_empty() && open.is_empty() {
+        return ScheduleState::OutsideWindows { opens_at: past_exclusions(open_at(now)) };
+    }
+    let next_exclusion = exclusions.iter().map(|e| e.start).filter(|s| *s > now).min();
+    let closes_at = [open.into_iter().max(), next_exclusion].into_iter().flatten().min();
+    ScheduleState::Open { closes_at }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,5 +222,51 @@ mod tests {
     fn overlapping_starts_keep_the_window_open() {
         let w = window("0 * * * *", 2, "UTC");
         assert_eq!(w.state(ts("2026-11-21T10:30:00Z")), WindowState::Open { closes_at: ts("2026-11-21T12:00:00Z") });
+    }
+
+    #[test]
+    fn any_open_window_counts_and_an_exclusion_closes_them_all_until_it_ends() {
+        let windows = [window("0 3 * * *", 1, "UTC"), window("0 22 * * *", 2, "UTC")];
+        let freeze =
+            Exclusion { name: "freeze".into(), start: ts("2026-12-20T00:00:00Z"), end: ts("2027-01-03T00:00:00Z") };
+        let exclusions = [freeze.clone()];
+        let at = |t: &str| schedule_state(&windows, &exclusions, ts(t));
+        assert_eq!(at("2026-11-21T03:30:00Z"), ScheduleState::Open { closes_at: Some(ts("2026-11-21T04:00:00Z")) });
+        assert_eq!(
+            at("2026-11-21T12:00:00Z"),
+            ScheduleState::OutsideWindows { opens_at: Some(ts("2026-11-21T22:00:00Z")) }
+        );
+        assert_eq!(at("2026-11-21T23:00:00Z"), ScheduleState::Open { closes_at: Some(ts("2026-11-22T00:00:00Z")) });
+        // The last window before the freeze opens; those inside it do not count, the first after it does.
+        assert_eq!(
+            at("2026-12-19T12:00:00Z"),
+            ScheduleState::OutsideWindows { opens_at: Some(ts("2026-12-19T22:00:00Z")) }
+        );
+        assert_eq!(at("2026-12-20T02:00:00Z").clone(), at("2026-12-24T22:30:00Z"));
+        assert_eq!(
+            at("2026-12-24T22:30:00Z"),
+            ScheduleState::Excluded {
+                name: "freeze".into(),
+                end: ts("2027-01-03T00:00:00Z"),
+                opens_at: Some(ts("2027-01-03T03:00:00Z"))
+            }
+        );
+        // An open window closes early when an exclusion begins.
+        let at_eve = schedule_state(
+            &windows,
+            &[Exclusion { start: ts("2026-11-21T22:30:00Z"), ..freeze.clone() }],
+            ts("2026-11-21T22:10:00Z"),
+        );
+        assert_eq!(at_eve, ScheduleState::Open { closes_at: Some(ts("2026-11-21T22:30:00Z")) });
+        // Without windows: open but for the exclusions.
+        assert_eq!(schedule_state(&[], &[], ts("2026-12-24T00:00:00Z")), ScheduleState::Open { closes_at: None });
+        assert_eq!(
+            schedule_state(&[], &exclusions, ts("2026-12-01T00:00:00Z")),
+            ScheduleState::Open { closes_at: Some(ts("2026-12-20T00:00:00Z")) }
+        );
+        assert_eq!(
+            schedule_state(&[], &exclusions, ts("2026-12-24T00:00:00Z")),
+            ScheduleState::Excluded { name: "freeze".into(), end: freeze.end, opens_at: Some(freeze.end) }
+        );
     }
 }

@@ -25,7 +25,9 @@ fn the_example_nodeversion_is_accepted_and_read_as_documented() {
     assert_eq!(policy.soak_time, jiff::SignedDuration::from_mins(2));
     assert_eq!(policy.on_drain_timeout, DrainTimeoutAction::Continue);
     assert_eq!(policy.failure_budget, 1);
-    assert_eq!(policy.window.as_ref().unwrap().zone_name, "Europe/Berlin");
+    assert_eq!(policy.windows[0].zone_name, "Europe/Berlin");
+    assert_eq!(policy.windows[1].schedule, "0 10 * * sat");
+    assert_eq!(policy.exclusions[0].name, "year-end-freeze");
     assert!(!policy.paused && !policy.drain.force);
     assert_eq!(policy.max_surge, MaxSurge::Count(2));
     assert_eq!(policy.max_staging, Some(MaxUnavailable::Percent(20)));

@@ -186,6 +186,28 @@ pub struct RolloutPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_unavailable_per_zone: Option<i32>,
+    /// More maintenance windows, beside `maintenanceWindow`: new nodes start while any of them is open. At most 16.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub maintenance_windows: Vec<MaintenanceWindow>,
+    /// Absolute periods in which no new node starts whatever the windows say (a freeze); nodes in flight finish.
+    /// At most 32.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub maintenance_exclusions: Vec<MaintenanceExclusion>,
+}
+
+/// An absolute period in which no new node starts.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceExclusion {
+    /// For messages, for example `black-friday`.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// When it begins (RFC 3339).
+    pub start: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// When it ends (RFC 3339), after `start`.
+    pub end: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 }
 
 /// A Kubernetes qualified name (an annotation key): an optional DNS subdomain prefix and `/`, then a name of at
