@@ -154,9 +154,13 @@ async fn a_nodeversion_deleted_while_a_node_waits_at_a_checkpoint_leaves_it_unco
         (label(&n, BEFORE) == Some("true") && n.spec.as_ref()?.unschedulable == Some(true)).then_some(())
     })
     .await;
-    let waiting = status_of(&store, VERSION);
-    let on = waiting.in_flight.first().and_then(|f| f.waiting_on.clone()).unwrap_or_default();
-    assert!(on.contains("before-reboot: waiting for the annotation(s) \"example.com/noout\""), "{waiting:?}");
+    // The status says on what it waits (written after the label).
+    eventually(Duration::from_secs(30), "the status to name the checkpoint", || {
+        let waiting = status_of(&store, VERSION);
+        let on = waiting.in_flight.first().and_then(|f| f.waiting_on.clone()).unwrap_or_default();
+        on.contains("before-reboot: waiting for the annotation(s) \"example.com/noout\"").then_some(())
+    })
+    .await;
     // The user's annotation is half there (another value): it is cleared too.
     let patch = json!({"metadata": {"annotations": {NOOUT: "pending"}}});
     store.api::<Node>().patch(None, "w-0", &Patch::Merge(patch), &PatchParams::default()).unwrap();

@@ -349,36 +349,51 @@ async fn a_donor_whose_drain_times_out_is_blocked_and_uncordoned_and_its_heir_st
     let store = cluster.store();
     let donors = group_nodes(&cluster, "workers-a");
     let pinned = donors[0].clone();
-    // A pod on the first donor that its PodDisruptionBudget never lets go.
+    // A pod on each donor that its PodDisruptionBudget never lets go. (Both are blocked alike, so the PDB-aware
+    // order, `controller::budget_order`, keeps the order by name: the first donor goes first.)
     let namespace: k8s_openapi::api::core::v1::Namespace =
         serde_json::from_value(json!({"metadata": {"name": "demo"}})).unwrap();
     store.api::<k8s_openapi::api::core::v1::Namespace>().create(None, &namespace, &Default::default()).unwrap();
-    let deployment: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "pinned", "namespace": "demo"},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "pinned"}},
-            "template": {
-                "metadata": {"labels": {"app": "pinned"}},
-                "spec": {"nodeSelector": {"kubernetes.io/hostname": pinned},
-                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}], "terminationGracePeriodSeconds": 1}
+    for (app, host) in [("pinned", &donors[0]), ("pinned-too", &donors[1])] {
+        let deployment: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+            "metadata": {"name": app, "namespace": "demo"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": app}},
+                "template": {
+                    "metadata": {"labels": {"app": app}},
+                    "spec": {"nodeSelector": {"kubernetes.io/hostname": host},
+                        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}], "terminationGracePeriodSeconds": 1}
+                }
             }
-        }
-    }))
-    .unwrap();
-    store
-        .api::<k8s_openapi::api::apps::v1::Deployment>()
-        .create(Some("demo"), &deployment, &Default::default())
+        }))
         .unwrap();
-    let pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "pinned", "namespace": "demo"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "pinned"}}}
-    }))
-    .unwrap();
-    store
-        .api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>()
-        .create(Some("demo"), &pdb, &Default::default())
+        store
+            .api::<k8s_openapi::api::apps::v1::Deployment>()
+            .create(Some("demo"), &deployment, &Default::default())
+            .unwrap();
+        let pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": app, "namespace": "demo"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}}
+        }))
         .unwrap();
+        store
+            .api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>()
+            .create(Some("demo"), &pdb, &Default::default())
+            .unwrap();
+    }
+    support::eventually(Duration::from_secs(60), "both budgets computed, allowing nothing", || {
+        let budgets = store
+            .api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>()
+            .list(Some("demo"), &Default::default())
+            .ok()?;
+        budgets
+            .items
+            .iter()
+            .all(|b| b.status.as_ref().is_some_and(|s| s.current_healthy == 1 && s.disruptions_allowed == 0))
+            .then_some(())
+    })
+    .await;
     let limits = Limits { surge: Some(Surge { baseline: 2, max_surge: 1 }), ..Limits::new(2, false) };
     let observer = Observer::start(cluster.client(), limits);
     let agents = vec![harness::agent(cluster.operator(), "worker-0")];

@@ -26,7 +26,7 @@ async fn a_rollout_updates_every_node_without_breaking_an_invariant() {
         .unwrap()
         .items
         .iter()
-        .map(|p| (p.name_any(), p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default()))
+        .map(|p| (p.uid().unwrap_or_default(), p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default()))
         .collect();
     create_version(&store, "v2", json!({"maxUnavailable": 2, "maxStaging": 3}));
 
@@ -41,11 +41,12 @@ async fn a_rollout_updates_every_node_without_breaking_an_invariant() {
         let boot = node.status.as_ref().and_then(|s| s.node_info.as_ref()).map(|i| i.boot_id.clone()).unwrap();
         assert_eq!(boot, cluster.hosts().facts(&name).unwrap().boot_id, "{name}: the kubelet reports the new boot");
     }
-    // Every workload pod moved: evicted from its node as the node was drained.
+    // Every workload pod was evicted as its node was drained: none of them is still there (a StatefulSet's pod may
+    // come back under the same name, on the same node once it is updated, but as another pod: another UID).
     let pods_after = store.api::<Pod>().list(Some("demo"), &Default::default()).unwrap().items;
-    let survivors = pods_before.iter().filter(|(name, node)| {
+    let survivors = pods_before.iter().filter(|(uid, node)| {
         pods_after.iter().any(|p| {
-            p.name_any() == *name
+            p.uid().as_deref() == Some(uid.as_str())
                 && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
                 && !p.name_any().starts_with("node-agent")
         })
