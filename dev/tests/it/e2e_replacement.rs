@@ -913,11 +913,15 @@ async fn without_etcd_access_a_control_plane_donor_is_held_not_deleted() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert!(waiting.contains("--etcd-endpoints"), "{waiting}");
-    let events = store.api::<k8s_openapi::api::core::v1::Event>().list(None, &Default::default()).unwrap().items;
-    assert!(
-        events.iter().any(|e| e.reason.as_deref() == Some("EtcdUnavailable") && e.type_.as_deref() == Some("Warning")),
-        "a Warning Event names the hold"
-    );
+    // The Event is recorded in the background: it may land after the status.
+    support::eventually(Duration::from_secs(30), "a Warning Event naming the hold", || {
+        let events = store.api::<k8s_openapi::api::core::v1::Event>().list(None, &Default::default()).ok()?.items;
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("EtcdUnavailable") && e.type_.as_deref() == Some("Warning"))
+            .then_some(())
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let still = node(&cluster, &donor).expect("the drained control-plane donor is not deleted");
     assert!(cordoned(&still), "it stays cordoned (drained) while held");

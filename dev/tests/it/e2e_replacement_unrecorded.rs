@@ -155,8 +155,11 @@ async fn an_instance_created_but_not_recorded_whose_node_has_not_registered_is_a
     .await;
     assert!(adopted.spec.provider_id.ends_with(&format!("/{}", created[0])), "{:?}", adopted.spec);
     assert_eq!(group_nodes(&cluster, "workers-a"), donors, "adopted only once its node registered");
-    let told = node_events(&cluster, "InstanceAdopted", None);
-    assert!(told.iter().any(|m| m.contains(&created[0])), "{told:?}");
+    // The Event is recorded in the background: it may land a moment after the adoption.
+    support::eventually(Duration::from_secs(30), "an InstanceAdopted Event naming the instance", || {
+        node_events(&cluster, "InstanceAdopted", None).iter().any(|m| m.contains(&created[0])).then_some(())
+    })
+    .await;
     cluster.cloud().set_group_faults("workers-a", GroupFaults::default()).unwrap();
     wait_rolled_out(&cluster, "v2", 3).await;
     assert_eq!(created_instances(&cluster), 2, "a second instance was created for a donor");
