@@ -1,5 +1,5 @@
 //! Zone by zone (issue 34 item 1): nodes start zone by zone, and never more than `maxUnavailablePerZone` of one
-//! zone are unavailable at once, checked at every instant by a sampler while the whole rollout runs.
+//! zone are cordoned at once, checked every 5 ms by a sampler while the whole rollout runs.
 
 use crate::support;
 
@@ -67,10 +67,13 @@ async fn a_rollout_goes_zone_by_zone_with_at_most_max_unavailable_per_zone_in_ea
     sampler.abort();
     let (violations, order) = std::mem::take(&mut *seen.lock());
     assert_eq!(violations, Vec::<String>::new());
-    // The first two slots go to the first node of zone-a and of zone-b (zone-a's second waits for its first).
-    let mut first_two = order[..2].to_vec();
-    first_two.sort();
-    assert_eq!(first_two, ["w-1", "w-2"], "{order:?}");
+    // Zone by zone: zone-a's first node is among the first two cordoned (two may be cordoned by one plan), and zone-c's
+    // nodes come last (by name alone, w-0 of zone-c would be first). The sampler checked the per-zone limit.
+    assert_eq!(order.len(), 6, "{order:?}");
+    assert!(order[..2].contains(&"w-2".to_owned()), "{order:?}");
+    let mut last = order[4..].to_vec();
+    last.sort();
+    assert_eq!(last, ["w-0", "w-3"], "{order:?}");
     assert_eq!(observer.stop().await.violations, Vec::<String>::new());
     controller.stop(Duration::from_secs(10)).await.unwrap();
     support::stop_all(agents).await;
