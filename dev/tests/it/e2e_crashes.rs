@@ -123,27 +123,34 @@ async fn agents_killed_mid_stage_and_mid_reboot_resume_without_repeating_a_reboo
     let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 1}));
 
-    // worker-2: killed while its host stages (state busy), restarted.
-    eventually(Duration::from_secs(120), "worker-2 staging", || {
-        let staging = annotation(&store, "worker-2", keys::INTENT).as_deref() == Some("stage");
-        (staging && annotation(&store, "worker-2", keys::STATE).as_deref() == Some("busy")).then_some(())
-    })
-    .await;
-    agents.remove("worker-2").unwrap().crash().await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    agents.insert("worker-2".into(), harness::agent(cluster.operator(), "worker-2"));
-
-    // worker-3: killed while its host is down rebooting, restarted once it is up.
-    eventually(Duration::from_secs(120), "worker-3 rebooting", || {
-        (cluster.hosts().state("worker-3")?.power == Power::Rebooting).then_some(())
-    })
-    .await;
-    agents.remove("worker-3").unwrap().crash().await;
-    eventually(Duration::from_secs(30), "worker-3 back up", || {
-        (cluster.hosts().state("worker-3")?.power == Power::Up).then_some(())
-    })
-    .await;
-    agents.insert("worker-3".into(), harness::agent(cluster.operator(), "worker-3"));
+    // worker-2: killed while its host stages (state busy), restarted. worker-3: killed while its host is down
+    // rebooting, restarted once it is up. Whichever comes first (the PDB-aware order may take worker-3 first).
+    let (mut staged_crash, mut reboot_crash) = (false, false);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    while !(staged_crash && reboot_crash) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "worker-2 staging seen: {staged_crash}; worker-3 rebooting seen: {reboot_crash}"
+        );
+        let staging = annotation(&store, "worker-2", keys::INTENT).as_deref() == Some("stage")
+            && annotation(&store, "worker-2", keys::STATE).as_deref() == Some("busy");
+        if !staged_crash && staging {
+            agents.remove("worker-2").unwrap().crash().await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            agents.insert("worker-2".into(), harness::agent(cluster.operator(), "worker-2"));
+            staged_crash = true;
+        }
+        if !reboot_crash && cluster.hosts().state("worker-3").is_some_and(|s| s.power == Power::Rebooting) {
+            agents.remove("worker-3").unwrap().crash().await;
+            eventually(Duration::from_secs(30), "worker-3 back up", || {
+                (cluster.hosts().state("worker-3")?.power == Power::Up).then_some(())
+            })
+            .await;
+            agents.insert("worker-3".into(), harness::agent(cluster.operator(), "worker-3"));
+            reboot_crash = true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     eventually(Duration::from_secs(240), "the rollout", || rolled_out(&store, 13)).await;
     for (name, before) in boots_before {
