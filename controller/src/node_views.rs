@@ -80,6 +80,15 @@ pub struct Sources<'a> {
     pub deferred: &'a HashMap<String, String>,
 }
 
+/// `view` with what the look at its node's pods before a start found (`crate::do_not_disrupt`): the pod that holds
+/// it (unless the Node's own annotation does already) and the budget it is deferred for.
+pub fn with_looks(view: &mut NodeView, held: Option<&String>, deferred: Option<&String>) {
+    if view.do_not_disrupt.is_none() {
+        view.do_not_disrupt = held.cloned();
+    }
+    view.deferred = deferred.cloned();
+}
+
 /// What the planner was last given of a node.
 struct Seen {
     /// The watched object it was viewed from.
@@ -225,10 +234,7 @@ impl NodeViews {
         }
         let fresh = (sources.freshest)(SlimNode::clone(node));
         let mut view = fresh.view(selectors.iter().copied(), drain.clone());
-        if view.do_not_disrupt.is_none() {
-            view.do_not_disrupt.clone_from(&held);
-        }
-        view.deferred.clone_from(&deferred);
+        with_looks(&mut view, held.as_ref(), deferred.as_ref());
         self.planner.upsert(view);
         if overlaid || drain != DrainProgress::NotRunning || held.is_some() || deferred.is_some() {
             self.special.insert(name.to_owned());

@@ -329,10 +329,7 @@ impl Reconciler {
                 let views = fresh.iter().map(|node| {
                     let mut view = node.view(selectors.iter().copied(), self.drains.progress(node.name()));
                     view.group = replacer.member(node);
-                    if view.do_not_disrupt.is_none() {
-                        view.do_not_disrupt = held.get(node.name()).cloned();
-                    }
-                    view.deferred = deferred.get(node.name()).cloned();
+                    crate::node_views::with_looks(&mut view, held.get(node.name()), deferred.get(node.name()));
                     view
                 });
                 node_views.replace_all(views);

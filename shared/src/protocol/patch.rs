@@ -26,56 +26,23 @@ impl NodePatch {
         current: Option<&BTreeMap<String, String>>,
         desired: impl IntoIterator<Item = (K, Option<String>)>,
     ) -> Self {
-        let mut annotations = Map::new();
-        for (key, want) in desired {
-            let key = key.as_ref();
-            let have = current.and_then(|c| c.get(key));
-            match (have, want) {
-                (Some(have), Some(want)) if *have == want => {}
-                (None, None) => {}
-                (_, Some(want)) => {
-                    annotations.insert(key.to_owned(), Value::String(want));
-                }
-                (Some(_), None) => {
-                    annotations.insert(key.to_owned(), Value::Null);
-                }
-            }
-        }
-        NodePatch { annotations, ..NodePatch::default() }
+        let mut patch = NodePatch::default();
+        changes_into(&mut patch.annotations, current, desired);
+        patch
     }
 
     /// Also sets the labels of `desired` that `current` lacks or has with another value (no label is removed).
-    pub fn add_labels(
-        mut self,
-        current: Option<&BTreeMap<String, String>>,
-        desired: &BTreeMap<String, String>,
-    ) -> Self {
-        for (key, want) in desired {
-            if current.and_then(|c| c.get(key)) != Some(want) {
-                self.labels.insert(key.clone(), Value::String(want.clone()));
-            }
-        }
-        self
+    pub fn add_labels(self, current: Option<&BTreeMap<String, String>>, desired: &BTreeMap<String, String>) -> Self {
+        self.labels(current, desired.iter().map(|(k, v)| (k.as_str(), Some(v.clone()))))
     }
 
     /// Also takes the labels named in `desired` to their value there (`None`: removed), where `current` differs.
-    pub fn labels(
+    pub fn labels<K: AsRef<str>>(
         mut self,
         current: Option<&BTreeMap<String, String>>,
-        desired: impl IntoIterator<Item = (String, Option<String>)>,
+        desired: impl IntoIterator<Item = (K, Option<String>)>,
     ) -> Self {
-        for (key, want) in desired {
-            match (current.and_then(|c| c.get(&key)), want) {
-                (Some(have), Some(want)) if *have == want => {}
-                (None, None) => {}
-                (_, Some(want)) => {
-                    self.labels.insert(key, Value::String(want));
-                }
-                (Some(_), None) => {
-                    self.labels.insert(key, Value::Null);
-                }
-            }
-        }
+        changes_into(&mut self.labels, current, desired);
         self
     }
 
@@ -144,6 +111,28 @@ impl NodePatch {
             patch.insert("spec".into(), Value::Object(spec));
         }
         Value::Object(patch)
+    }
+}
+
+/// Records in `changes` what takes `current` to `desired` for the keys `desired` names: a value set, or `null`
+/// (removed); keys already as wanted are left out.
+fn changes_into<K: AsRef<str>>(
+    changes: &mut Map<String, Value>,
+    current: Option<&BTreeMap<String, String>>,
+    desired: impl IntoIterator<Item = (K, Option<String>)>,
+) {
+    for (key, want) in desired {
+        let key = key.as_ref();
+        match (current.and_then(|c| c.get(key)), want) {
+            (Some(have), Some(want)) if *have == want => {}
+            (None, None) => {}
+            (_, Some(want)) => {
+                changes.insert(key.to_owned(), Value::String(want));
+            }
+            (Some(_), None) => {
+                changes.insert(key.to_owned(), Value::Null);
+            }
+        }
     }
 }
 
