@@ -133,6 +133,36 @@ pub struct Decision {
     pub event: Option<EventSpec>,
 }
 
+/// One write of a [`Decision`], in the order [`Decision::writes`] gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// The strategy's status (only when it differs from the one recorded).
+    Status,
+    /// The patch of the autoscaler's Deployment.
+    Deployment,
+    /// The Event about the strategy.
+    Event,
+}
+
+impl Decision {
+    /// The writes this decision needs over the strategy's recorded status `recorded`, in the order they must be
+    /// made. IMPORTANT: a pause is lifted in the status first, so the rollouts' gate ([`confirmed_down`]) closes
+    /// before the first autoscaler pod can exist; a pause is confirmed in the status after the Deployment is
+    /// scaled down (its status says 0 only once the pods observed are gone). A crash between two writes leaves
+    /// the gate closed in both directions.
+    pub fn writes(&self, recorded: Option<&AutoscalingStrategyStatus>) -> Vec<Write> {
+        let status = (recorded != Some(&self.status)).then_some(Write::Status);
+        let restoring = self.status.enabled && recorded.is_some_and(|s| !s.enabled);
+        let deployment = self.patch.is_some().then_some(Write::Deployment);
+        let event = self.event.is_some().then_some(Write::Event);
+        if restoring {
+            [status, deployment, event].into_iter().flatten().collect()
+        } else {
+            [deployment, event, status].into_iter().flatten().collect()
+        }
+    }
+}
+
 /// Decides the Deployment's replicas, annotation and arguments and the strategy's status. Pure.
 ///
 /// Paused (`pause.wanted` or `spec.enabled` false): a Deployment with replicas is scaled to 0 and its count
@@ -254,47 +284,35 @@ async fn reconcile(strategy: Arc<AutoscalingStrategy>, state: Arc<State>) -> Res
             decide(&strategy.spec, &pause, &DeploymentFacts::of(&deployment), &groups)
         }
     };
-    let write_status = || async {
-        if strategy.status.as_ref() == Some(&decision.status) {
-            return Ok(());
+    for write in decision.writes(strategy.status.as_ref()) {
+        match write {
+            Write::Status => {
+                let api: Api<AutoscalingStrategy> = Api::all(ctx.client.clone());
+                let status = Patch::Merge(json!({ "status": decision.status }));
+                super::fenced(ctx, api.patch_status(&name, &PatchParams::default(), &status))
+                    .await?
+                    .map_err(kube_error)?;
+            }
+            Write::Deployment => {
+                let Some(patch) = &decision.patch else { continue };
+                let deployment = &strategy.spec.deployment_name;
+                super::fenced(ctx, deployments.patch(deployment, &PatchParams::default(), &Patch::Strategic(patch)))
+                    .await?
+                    .map_err(kube_error)?;
+                tracing::info!(strategy = %name, %patch, "patched the cluster-autoscaler Deployment");
+            }
+            Write::Event => {
+                let Some(event) = &decision.event else { continue };
+                ctx.events.publish_named(
+                    strategy.object_ref(&()),
+                    None,
+                    event.reason,
+                    event.warning,
+                    event.message.clone(),
+                    "ScaleAutoscaler",
+                );
+            }
         }
-        let api: Api<AutoscalingStrategy> = Api::all(ctx.client.clone());
-        super::fenced(
-            ctx,
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": decision.status }))),
-        )
-        .await?
-        .map_err(kube_error)
-        .map(drop)
-    };
-    // IMPORTANT: a pause is lifted in the status first: the rollouts' gate (`confirmed_down`) closes before the first
-    // autoscaler pod can exist. (A pause is confirmed in the status after the Deployment is scaled down, from the
-    // pods observed.)
-    let restoring = decision.status.enabled && strategy.status.as_ref().is_some_and(|s| !s.enabled);
-    if restoring {
-        write_status().await?;
-    }
-    if let Some(patch) = &decision.patch {
-        super::fenced(
-            ctx,
-            deployments.patch(&strategy.spec.deployment_name, &PatchParams::default(), &Patch::Strategic(patch)),
-        )
-        .await?
-        .map_err(kube_error)?;
-        tracing::info!(strategy = %name, %patch, "patched the cluster-autoscaler Deployment");
-    }
-    if let Some(event) = &decision.event {
-        ctx.events.publish_named(
-            strategy.object_ref(&()),
-            None,
-            event.reason,
-            event.warning,
-            event.message.clone(),
-            "ScaleAutoscaler",
-        );
-    }
-    if !restoring {
-        write_status().await?;
     }
     Ok(Action::await_change())
 }
@@ -357,6 +375,26 @@ mod tests {
         // A remembered 0 is restored as 0.
         let decision = decide(&spec(true), &Pause::default(), &deployment(0, 0, Some("0")), &[]);
         assert_eq!(decision.patch.unwrap()["spec"]["replicas"], 0);
+    }
+
+    #[test]
+    fn a_pause_is_lifted_in_the_status_before_the_deployment_and_confirmed_after_it() {
+        let off = AutoscalingStrategyStatus { enabled: false, replicas: 0 };
+        // Restoring: the status says enabled (the rollouts' gate closes) before any autoscaler pod can exist.
+        let decision = decide(&spec(true), &Pause::default(), &deployment(0, 0, Some("3")), &[]);
+        assert_eq!(decision.writes(Some(&off)), [Write::Status, Write::Deployment, Write::Event]);
+        // Pausing: the Deployment is scaled down first; the status follows (and says 0 only once the pods are gone).
+        let on = AutoscalingStrategyStatus { enabled: true, replicas: 3 };
+        let decision = decide(&spec(true), &paused(), &deployment(3, 3, None), &[]);
+        assert_eq!(decision.writes(Some(&on)), [Write::Deployment, Write::Event, Write::Status]);
+        // The pods gone: only the status, confirming the pause.
+        let decision = decide(&spec(true), &paused(), &deployment(0, 0, Some("3")), &[]);
+        assert_eq!(decision.writes(Some(&AutoscalingStrategyStatus { enabled: false, replicas: 3 })), [Write::Status]);
+        assert_eq!(decision.writes(Some(&off)), []);
+        // A first reconcile (no status yet) that pauses: the Deployment first, so the status never says paused
+        // while pods run.
+        let decision = decide(&spec(true), &paused(), &deployment(2, 2, None), &[]);
+        assert_eq!(decision.writes(None), [Write::Deployment, Write::Event, Write::Status]);
     }
 
     #[test]
