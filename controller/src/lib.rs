@@ -160,7 +160,9 @@ pub async fn run(
     // The rollouts and the NodeOps decide their starts through one gate, each seeing the other's writes.
     let disruption = disruption::DisruptionGate::new();
     let writes = Arc::new(own_writes::OwnWrites::new());
+    let pod_holds = Arc::new(do_not_disrupt::PodHolds::new(client.clone()));
     let nodeop_context = options.node_operations.then(|| nodeop::Context {
+        pod_holds: Some(pod_holds.clone()),
         disruption: disruption.clone(),
         writes: writes.clone(),
         client: client.clone(),
@@ -229,7 +231,7 @@ pub async fn run(
     let mut executor =
         executor::Executor::new(Api::all(client.clone()), events.clone(), drains.clone(), metrics.clone())
             .with_writes(writes)
-            .with_pod_holds(Arc::new(do_not_disrupt::PodHolds::new(client.clone())));
+            .with_pod_holds(pod_holds);
     if let Some(replacer) = &replacer {
         replacer.set_events(events.clone());
         executor = executor.with_replacer(replacer.clone(), trigger.clone());

@@ -75,6 +75,10 @@ pub struct NodeFacts {
     pub job: Option<JobState>,
     /// The node's preflight check, when its Job exists.
     pub preflight: Option<Preflight>,
+    /// Its zone (`topology.kubernetes.io/zone`): workers start zone by zone, as the rollouts' do.
+    pub zone: Option<String>,
+    /// Why it must not be disrupted (`crate::do_not_disrupt`: the Node's annotation, or a pod found on it), if so.
+    pub do_not_disrupt: Option<String>,
 }
 
 /// A preflight check as the cluster shows it.

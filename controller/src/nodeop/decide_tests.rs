@@ -27,6 +27,8 @@ fn node(name: &str) -> NodeFacts {
         drain: DrainProgress::NotRunning,
         job: None,
         preflight: None,
+        zone: None,
+        do_not_disrupt: None,
     }
 }
 
@@ -479,4 +481,68 @@ fn with_a_preflight_each_node_is_checked_before_it_starts_and_its_verdict_decide
 fn spec_with_preflight(mut json: serde_json::Value) -> NodeOpSpec {
     json["preflight"] = serde_json::json!({"command": ["check"]});
     spec(json)
+}
+
+fn in_zone(name: &str, zone: &str) -> NodeFacts {
+    NodeFacts { zone: Some(zone.into()), ..node(name) }
+}
+
+#[test]
+fn workers_start_zone_by_zone_in_the_pipelines_one_start_order() {
+    let spec = spec(serde_json::json!({"cordon": true, "concurrency": 2}));
+    let nodes = [in_zone("w1", "zone-b"), in_zone("w2", "zone-a"), in_zone("w3", "zone-b"), in_zone("w4", "zone-a")];
+    // By name, w1 and w2 would go first; zone by zone, zone-a's w2 and w4 do.
+    assert_eq!(actions(&run(&spec, &BTreeMap::new(), &nodes, 0)), vec![start("w2"), start("w4")]);
+}
+
+#[test]
+fn a_node_held_by_do_not_disrupt_is_not_started_and_its_slot_goes_to_the_next() {
+    let spec = spec(serde_json::json!({"cordon": true, "concurrency": 1}));
+    let held = NodeFacts {
+        do_not_disrupt: Some("pod data/db-0 is annotated karpenter.sh/do-not-disrupt=true".into()),
+        ..node("w1")
+    };
+    let d = run(&spec, &BTreeMap::new(), &[held.clone(), node("w2")], 0);
+    assert_eq!(actions(&d), vec![start("w2")]);
+    let message = &of(&d, "w1").status.message;
+    assert!(message.starts_with("DoNotDisrupt: do not disrupt: pod data/db-0"), "{message}");
+    assert_eq!(d.hold, None, "a node started");
+    // Alone, it holds the NodeOp, named.
+    let d = run(&spec, &BTreeMap::new(), &[held], 0);
+    assert!(actions(&d).is_empty());
+    let (reason, message) = d.hold.expect("held");
+    assert_eq!(reason, Reason::DoNotDisrupt);
+    assert!(message.contains("w1") && message.contains("db-0"), "{message}");
+}
+
+#[test]
+fn a_start_keeps_to_the_zone_share_of_the_rollout_the_node_counts_in() {
+    use crate::policy::budget::Limit;
+    let spec = spec(serde_json::json!({"cordon": true, "concurrency": 3}));
+    let recorded = BTreeMap::new();
+    let inputs = Inputs { key: KEY, spec: &spec, recorded: &recorded, deleting: false, now: t(0) };
+    // Rollout "a" allows 5 out, 1 per zone; w0 (zone-a) is out already.
+    let members = ["w0", "w1", "w2", "w3"].map(|n| (n.to_owned(), Some(0), n == "w0")).to_vec();
+    let zones = [("w0", "zone-a"), ("w1", "zone-a"), ("w2", "zone-b"), ("w3", "zone-b")]
+        .map(|(n, z)| (n.to_owned(), z.to_owned()))
+        .into_iter()
+        .collect();
+    let budgets = Budgets::new(vec![("a".to_owned(), Some(Limit { allowed: 5, unavailable: 1 }))], members)
+        .with_zones(vec![Some(1)], zones);
+    let nodes = [in_zone("w1", "zone-a"), in_zone("w2", "zone-b"), in_zone("w3", "zone-b")];
+    let mut budgets = LazyBudgets::ready(budgets);
+    let d = decide(inputs, &nodes, &mut budgets);
+    // zone-a's share is taken by w0; zone-b's one slot goes to w2, and w3 waits for it.
+    assert_eq!(actions(&d), vec![start("w2")]);
+    for waiting in ["w1", "w3"] {
+        let message = &of(&d, waiting).status.message;
+        assert!(message.contains("maxUnavailablePerZone"), "{waiting}: {message}");
+    }
+    assert!(of(&d, "w1").status.message.contains("of zone zone-a out at once"));
+    // Without a share per zone, the budget alone bounds them.
+    let members = ["w1", "w2", "w3"].map(|n| (n.to_owned(), Some(0), false)).to_vec();
+    let plain = Budgets::new(vec![("a".to_owned(), Some(Limit { allowed: 5, unavailable: 0 }))], members)
+        .with_zones(vec![None], Default::default());
+    let d = decide(inputs, &nodes, &mut LazyBudgets::ready(plain));
+    assert_eq!(actions(&d).len(), 3);
 }

@@ -49,5 +49,7 @@ pub(super) fn facts_of(
         drain,
         job,
         preflight: None,
+        zone: labels.and_then(|l| l.get(crate::nodes::ZONE_LABEL)).filter(|z| !z.is_empty()).cloned(),
+        do_not_disrupt: crate::do_not_disrupt::marked(Some(annotations)).map(crate::do_not_disrupt::node_message),
     }
 }

@@ -77,6 +77,8 @@ pub struct Context {
     pub disruption: DisruptionGate,
     /// The controller's Node writes the watch has not delivered yet (the rollouts' too).
     pub writes: Arc<OwnWrites>,
+    /// The nodes do-not-disrupt pods hold, shared with the rollouts' executor; `None`: pods are not looked at.
+    pub pod_holds: Option<Arc<crate::do_not_disrupt::PodHolds>>,
 }
 
 /// The mark a NodeOp writes on its nodes: `<namespace>/<name>@<uid>`.
@@ -286,6 +288,11 @@ impl Controller {
             self.op_overlay.lock().clear();
             return None;
         }
+        // Nodes held for a do-not-disrupt pod stay held until a look finds it gone (the rollouts' reconciler looks
+        // too; whichever comes first).
+        if let Some(holds) = &self.context.pod_holds {
+            holds.recheck_due().await;
+        }
         // IMPORTANT: from reading the nodes until the round's writes returned, the rollouts decide nothing (see
         // `crate::disruption`), and every start keeps to the budget of each rollout it takes a slot of.
         let gate = self.context.disruption.enter().await;
@@ -354,11 +361,13 @@ impl Controller {
                 // The Job of a NodeOp that is gone is being deleted: as good as absent.
                 .filter(|j| j.owner_references().iter().any(|r| live.contains(&r.uid)))
         };
-        let facts: Vec<NodeFacts> = nodes
+        let holding = self.context.pod_holds.as_ref().map(|h| h.holding()).unwrap_or_default();
+        let mut facts: Vec<NodeFacts> = nodes
             .iter()
             .map(|node| {
                 let job = find(job::job_name(&name, node.name())).map(|j| job::state(&j, &uid));
                 let mut facts = facts_of(node, selector.as_ref(), self.drains.progress(node.name()), job);
+                facts.do_not_disrupt = facts.do_not_disrupt.or_else(|| holding.get(node.name()).cloned());
                 let preflight = op.spec.preflight.as_ref().and(find(job::preflight_name(&name, node.name())));
                 facts.preflight = preflight.map(|j| job::preflight_state(&j, &uid, &pods, now));
                 facts
@@ -372,7 +381,7 @@ impl Controller {
             deleting: op.metadata.deletion_timestamp.is_some(),
             now,
         };
-        let mut decision = decide::decide(inputs, &facts, budgets);
+        let mut decision = self.decide_looked(inputs, &mut facts, budgets).await;
         let with_job: HashSet<&str> = facts.iter().filter(|f| f.job.is_some()).map(|f| f.name.as_str()).collect();
         for node in &mut decision.nodes {
             if with_job.contains(node.node.as_str()) || node.action == Some(Action::CreateJob) {
@@ -426,6 +435,53 @@ impl Controller {
             }
         }
         Some(decision)
+    }
+
+    /// The NodeOp's decision, with every node it would start looked at first for do-not-disrupt pods
+    /// (`crate::do_not_disrupt`, as the rollouts' executor looks before a start): a node found held, or whose pods
+    /// cannot be listed (fail closed), is held back, and the decision is made again without it, under the budgets
+    /// as they were before.
+    async fn decide_looked(
+        &self,
+        inputs: Inputs<'_>,
+        facts: &mut [NodeFacts],
+        budgets: &mut LazyBudgets<'_>,
+    ) -> Decision {
+        loop {
+            let saved = budgets.saved();
+            let decision = decide::decide(inputs, facts, budgets);
+            let Some(holds) = &self.context.pod_holds else { return decision };
+            let starts: Vec<&str> = decision
+                .nodes
+                .iter()
+                .filter(|n| n.notice.as_ref().is_some_and(|n| n.reason == decide::STARTED))
+                .map(|n| n.node.as_str())
+                .collect();
+            if starts.is_empty() {
+                return decision;
+            }
+            let looks = futures::future::join_all(starts.iter().map(|node| holds.check(node))).await;
+            let mut held = false;
+            for (node, look) in starts.iter().zip(looks) {
+                let why = match look {
+                    Ok(None) => continue,
+                    Ok(Some(why)) => why,
+                    Err(error) => {
+                        tracing::warn!(%node, %error, "not started");
+                        format!("{error}; looked at again in the next round")
+                    }
+                };
+                tracing::info!(%node, reason = %why, "not started by a NodeOp: do not disrupt");
+                if let Some(f) = facts.iter_mut().find(|f| f.name == *node) {
+                    f.do_not_disrupt = Some(why);
+                    held = true;
+                }
+            }
+            if !held {
+                return decision;
+            }
+            budgets.restore(saved);
+        }
     }
 
     /// Warning Events a NodeOp gets once: every node at once (`concurrency: 0`).

@@ -1,39 +1,50 @@
 //! Which of a NodeOp's waiting nodes start now. The NodeOp's part in the one set of rules every flow keeps
-//! (`crate::policy::pipeline`), checked in this order for each waiting node, control-plane nodes first and then
-//! workers by name:
-//! 1. the NodeOp's own holds: being deleted (`Deleting`), a node failed under `stopOnFailure` (`StoppedOnFailure`);
-//! 2. the node's own: another owner (another NodeOp's mark, a rollout's step), its annotations malformed, NotReady;
-//! 3. `concurrency`;
-//! 4. one control-plane node at a time, across this NodeOp, the others and every rollout: the rollouts' rule 8
-//!    (`crate::policy::pipeline`), read from the budgets (`crate::policy::budgets`), which name the busy
-//!    control-plane nodes as the rollouts' plan counts them, replacements included;
-//! 5. control plane first: no worker while a selected control-plane node has not finished
-//!    (`WaitingForControlPlane`);
-//! 6. the budget of every rollout the node counts in (`WaitingForRolloutBudget`): a start takes a slot of each.
+//! (`crate::policy::pipeline`, whose numbers are used here), checked in this order for each waiting node, in the
+//! pipeline's start order (control-plane nodes first, then workers zone by zone and by name:
+//! `crate::policy::pipeline::start_order`):
+//! - the NodeOp's own holds, its gates 1–5: being deleted (`Deleting`), a node failed under `stopOnFailure`
+//!   (`StoppedOnFailure`, its failure budget);
+//! - the node's own holds, as the pipeline's assessment gives them: another owner (another NodeOp's mark, a
+//!   rollout's step), its annotations malformed, NotReady, do not disrupt (`DoNotDisrupt`: the Node's annotation,
+//!   or a pod found on it just before the start: `crate::do_not_disrupt`);
+//! - rule 7, the budgets: `concurrency` (the NodeOp's own `maxUnavailable`), then, below, every rollout's budget
+//!   the node counts in, and within it the zone's share (`maxUnavailablePerZone`);
+//! - rule 8, one control-plane node at a time, across this NodeOp, the others and every rollout, read from the
+//!   budgets (`crate::policy::budgets`), which name the busy control-plane nodes as the rollouts' plan counts
+//!   them, replacements included;
+//! - rule 9, control plane first: no worker while a selected control-plane node has not finished
+//!   (`WaitingForControlPlane`);
+//! - rule 7 again: the budget (and zone share) of every rollout the node counts in (`WaitingForRolloutBudget`): a
+//!   start takes a slot of each.
 //!
 //! With a preflight, a node's check runs first (read-only, outside the budget) and its verdict is recorded whatever
 //! the gates.
 
 use super::decide::{Action, Decision, Inputs, NodeDecision, NodeFacts, Notice, Options, Preflight, STARTED, count};
 use crate::policy::budget::LazyBudgets;
+use crate::policy::pipeline::start_order;
 use crate::reason::Reason;
 use shared::crd::nodeop::{NodeOpNodeStatus, NodeOpPhase, RebootStatus};
 use shared::protocol::Step;
 use std::collections::BTreeSet;
 
-/// Why a waiting node may not start now, if it may not.
-fn blocked(node: &NodeFacts) -> Option<String> {
+/// Why a waiting node may not start now, if it may not: its own holds, named with the reasons the pipeline's
+/// assessment gives them.
+fn blocked(node: &NodeFacts) -> Option<(Reason, String)> {
     if let Some(other) = &node.mark {
-        return Some(format!("the NodeOp {other} works on the node"));
+        return Some((Reason::NodeOperation, format!("the NodeOp {other} works on the node")));
     }
     if node.controller.is_none() {
-        return Some("the node's update-operator annotations are malformed".into());
+        return Some((Reason::MalformedAnnotations, "the node's update-operator annotations are malformed".into()));
     }
     if let Some(step) = rollout_step(node) {
-        return Some(format!("a rollout works on the node (step {step})"));
+        return Some((Reason::SelectorOverlap, format!("a rollout works on the node (step {step})")));
     }
     if !node.ready {
-        return Some("the node is not Ready".into());
+        return Some((Reason::NodeNotReady, "the node is not Ready".into()));
+    }
+    if let Some(why) = &node.do_not_disrupt {
+        return Some((Reason::DoNotDisrupt, format!("do not disrupt: {why}")));
     }
     None
 }
@@ -58,7 +69,7 @@ pub(super) fn start_waiting(
     options: &Options,
     budgets: &mut LazyBudgets<'_>,
 ) {
-    waiting.sort_by(|a, b| b.control_plane.cmp(&a.control_plane).then_with(|| a.name.cmp(&b.name)));
+    waiting.sort_by_cached_key(|n| start_order(n.control_plane, false, n.zone.as_deref(), false, &n.name));
     let pending = |phase: NodeOpPhase, message: String| NodeOpNodeStatus {
         phase,
         message,
@@ -114,7 +125,7 @@ pub(super) fn start_waiting(
                 || inputs.recorded.get(&node.name).is_some_and(|r| r.phase == NodeOpPhase::Preflight))
     };
     let mut running = in_flight(decision, None) + undecided.iter().filter(|n| checking(n)).count();
-    let (mut started, mut over_budget) = (false, None);
+    let (mut started, mut over_budget, mut do_not_disrupt) = (false, None, None);
     // The control-plane barrier (docs/nodeop.md): no worker starts while a selected control-plane node has not
     // finished, waiting or under way (its check, its drain, its Job, its reboot).
     let control_plane_pending = undecided.iter().any(|n| n.control_plane) || in_flight(decision, Some(true)) > 0;
@@ -126,8 +137,11 @@ pub(super) fn start_waiting(
         } else if checked && !passed {
             // The check runs: its verdict is awaited (its Job created again if it is not seen).
             Ok(())
-        } else if let Some(why) = blocked(node) {
-            Err(why)
+        } else if let Some((reason, why)) = blocked(node) {
+            if reason == Reason::DoNotDisrupt {
+                do_not_disrupt.get_or_insert_with(|| format!("{}: {why}", node.name));
+            }
+            Err(format!("{reason}: {why}"))
         } else if !checked && options.concurrency.is_some_and(|c| running >= c) {
             Err("waiting for a free slot".into())
         } else if node.control_plane && in_flight(decision, Some(true)) > 0 {
@@ -192,5 +206,7 @@ pub(super) fn start_waiting(
     }
     // A full rollout budget holds the NodeOp back only when no node could start: another node may count in
     // another budget.
-    decision.hold = hold.or(over_budget.filter(|_| !started).map(|why| (Reason::WaitingForRolloutBudget, why)));
+    decision.hold = hold
+        .or(over_budget.filter(|_| !started).map(|why| (Reason::WaitingForRolloutBudget, why)))
+        .or(do_not_disrupt.filter(|_| !started).map(|why| (Reason::DoNotDisrupt, why)));
 }

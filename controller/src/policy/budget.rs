@@ -90,6 +90,12 @@ pub struct Budgets {
     /// mark it carries (a NodeOp's own nodes do not hold its other nodes: it keeps them one at a time itself); a
     /// node a NodeOp starts is added.
     control_plane: Vec<BusyControlPlane>,
+    /// Rule 7b of the pipeline: each rollout's `maxUnavailablePerZone` (`None`: no limit beyond its budget), by index.
+    per_zone: Vec<Option<u32>>,
+    /// Each member's zone (`topology.kubernetes.io/zone`; absent: the zone without a name).
+    zones: std::collections::HashMap<String, String>,
+    /// The members counted against their rollout's budget, by rollout and zone.
+    zone_out: std::collections::HashMap<(usize, String), u32>,
 }
 
 /// A control-plane node that keeps every other control-plane start waiting (rule 8 of the pipeline).
@@ -106,7 +112,33 @@ pub struct BusyControlPlane {
 impl Budgets {
     pub fn new(rollouts: Vec<(String, Option<Limit>)>, nodes: Vec<(String, Option<usize>, bool)>) -> Budgets {
         let nodes = nodes.into_iter().map(|(name, rollout, counted)| (name, (rollout, counted))).collect();
-        Budgets { rollouts, nodes, unknown: false, control_plane: Vec::new() }
+        Budgets { rollouts, nodes, unknown: false, ..Budgets::default() }
+    }
+
+    /// These budgets with each rollout's share per zone (rule 7b of the pipeline: `per_zone`, by rollout index) and
+    /// each member's zone, counted over the members already out as the pipeline counts them (nodes no rollout
+    /// manages count in every budget, not in a zone's share).
+    pub fn with_zones(
+        mut self,
+        per_zone: Vec<Option<u32>>,
+        zones: std::collections::HashMap<String, String>,
+    ) -> Budgets {
+        self.zone_out.clear();
+        for (node, (rollout, counted)) in &self.nodes {
+            if let (Some(i), true) = (rollout, counted) {
+                *self.zone_out.entry((*i, zones.get(node).cloned().unwrap_or_default())).or_default() += 1;
+            }
+        }
+        self.per_zone = per_zone;
+        self.zones = zones;
+        self
+    }
+
+    /// The rollout `node` is a member of and its zone, when that rollout limits a zone's share.
+    fn zone_share(&self, node: &str) -> Option<(usize, String, u32)> {
+        let (Some(rollout), _) = self.nodes.get(node)? else { return None };
+        let limit = self.per_zone.get(*rollout).copied().flatten()?;
+        Some((*rollout, self.zones.get(node).cloned().unwrap_or_default(), limit))
     }
 
     /// These budgets with the control-plane nodes busy now (rule 8 of the pipeline).
@@ -168,6 +200,20 @@ impl Budgets {
                 ));
             }
         }
+        if let Some((rollout, zone, limit)) = self.zone_share(node)
+            && !self.affected(node).is_empty()
+            && self.rollouts[rollout].1.is_some()
+        {
+            let out = self.zone_out.get(&(rollout, zone.clone())).copied().unwrap_or(0);
+            if out >= limit {
+                let name = &self.rollouts[rollout].0;
+                let zone = if zone.is_empty() { "(no zone)".to_owned() } else { zone };
+                return Err(format!(
+                    "the rollout of NodeVersion {name} allows {limit} node(s) of zone {zone} out at once \
+                     (maxUnavailablePerZone) and {out} are out"
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -179,19 +225,24 @@ impl Budgets {
             }
         }
         let rollout = self.nodes.get(node).and_then(|(rollout, _)| *rollout);
+        if !self.affected(node).is_empty()
+            && let Some((rollout, zone, _)) = self.zone_share(node)
+        {
+            *self.zone_out.entry((rollout, zone)).or_default() += 1;
+        }
         self.nodes.insert(node.to_owned(), (rollout, true));
     }
 }
 
 /// [`Budgets`] computed only when first asked for: they read every node, and most rounds start nothing.
 pub struct LazyBudgets<'a> {
-    make: Option<Box<dyn FnOnce() -> Budgets + Send + 'a>>,
+    make: Option<Box<dyn Fn() -> Budgets + Send + 'a>>,
     value: Option<Budgets>,
 }
 
 impl<'a> LazyBudgets<'a> {
     /// Budgets `make` computes on first use.
-    pub fn new(make: impl FnOnce() -> Budgets + Send + 'a) -> Self {
+    pub fn new(make: impl Fn() -> Budgets + Send + 'a) -> Self {
         LazyBudgets { make: Some(Box::new(make)), value: None }
     }
 
@@ -202,8 +253,19 @@ impl<'a> LazyBudgets<'a> {
 
     /// The budgets, computed now if not yet.
     pub fn get(&mut self) -> &mut Budgets {
-        let make = self.make.take();
-        self.value.get_or_insert_with(|| make.map(|make| make()).unwrap_or_else(Budgets::unknown))
+        let make = &self.make;
+        self.value.get_or_insert_with(|| make.as_ref().map(|make| make()).unwrap_or_else(Budgets::unknown))
+    }
+
+    /// What the budgets are now (`None`: not computed yet), to go back to with [`LazyBudgets::restore`] when the
+    /// starts decided since are not made.
+    pub fn saved(&self) -> Option<Budgets> {
+        self.value.clone()
+    }
+
+    /// Back to budgets [`LazyBudgets::saved`] (computed again on first use if they were not computed then).
+    pub fn restore(&mut self, saved: Option<Budgets>) {
+        self.value = saved;
     }
 
     /// Whether they were computed.

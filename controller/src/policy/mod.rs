@@ -53,7 +53,7 @@ mod gates;
 mod image;
 pub mod incremental;
 pub mod kubernetes;
-mod pipeline;
+pub(crate) mod pipeline;
 mod pools;
 pub mod replacement;
 pub mod settings;
@@ -409,7 +409,9 @@ pub fn budgets(nodes: &[NodeView], rollouts: &[Rollout], fleet: &Fleet, now: Tim
                    deleted)";
         control_plane.push(budget::BusyControlPlane { node: None, why: why.to_owned(), mark: None });
     }
-    budget::Budgets::new(limits.collect(), counted).with_control_plane(control_plane)
+    let per_zone = rollouts.iter().map(|r| r.spec.acting().and_then(|s| s.policy.max_unavailable_per_zone)).collect();
+    let zones = nodes.iter().filter_map(|n| Some((n.name.clone(), n.zone.clone()?))).collect();
+    budget::Budgets::new(limits.collect(), counted).with_control_plane(control_plane).with_zones(per_zone, zones)
 }
 
 /// Each node's assessment (its own progress, before gates and budgets), in the order of `nodes`.

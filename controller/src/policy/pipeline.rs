@@ -44,11 +44,13 @@
 //! the first control-plane node, alone: `WaitingForApiServer`), never widen them. Nodes that are part of a
 //! replacement in flight (a heir's own Kubernetes upgrade) are not candidates: their donor holds the slots.
 //!
-//! NodeOps ([`crate::nodeop`]) decide in their own controller under the same rules, read from
-//! [`super::budgets`] (through [`crate::disruption`], with the cloud's view the rollouts were planned with): they
-//! take slots of the rollouts' budgets (rule 7, a joining heir counted as extra capacity as here), and rule 8
-//! names the busy control-plane nodes to them exactly as it counts them here; their nodes count as unavailable in
-//! every rollout's budget.
+//! NodeOps ([`crate::nodeop`]) keep the same gates in the same order (`crate::nodeop::start`, numbered as here),
+//! read from [`super::budgets`] (through [`crate::disruption`], with the cloud's view the rollouts were planned
+//! with): the one start order ([`start_order`]), the node's own holds with the same reasons (do not disrupt
+//! included: its pods are looked at just before a start, as the rollouts' executor does), their `concurrency` and
+//! then the slots of the rollouts' budgets and zone shares (rule 7, a joining heir counted as extra capacity as
+//! here), rule 8 naming the busy control-plane nodes to them exactly as it counts them here, and rule 9 over the
+//! NodeOp's own control-plane nodes. Their nodes count as unavailable in every rollout's budget.
 
 use super::assess::{Assessment, Situation};
 use super::gates;
@@ -355,19 +357,19 @@ impl<'a> Pool<'a> for Members<'a, '_> {
 
 /// The order in which eligible nodes start: control plane first, the controller's own node last, by name.
 pub(super) fn order(node: &NodeView, own_node: Option<&str>) -> Order {
-    (
-        !node.control_plane,
-        own_node == Some(node.name.as_str()),
-        node.zone.clone().unwrap_or_default(),
-        node.deferred.is_some(),
-        node.name.clone(),
-    )
+    let own = own_node == Some(node.name.as_str());
+    start_order(node.control_plane, own, node.zone.as_deref(), node.deferred.is_some(), &node.name)
+}
+
+/// The one start order of every flow, NodeOps included ([`Order`]), from what it is made of.
+pub(crate) fn start_order(control_plane: bool, own: bool, zone: Option<&str>, deferred: bool, name: &str) -> Order {
+    (!control_plane, own, zone.unwrap_or_default().to_owned(), deferred, name.to_owned())
 }
 
 /// A member's place in the start order ([`order`]): control-plane nodes first, the controller's own node last,
 /// and in between zone by zone (`topology.kubernetes.io/zone`; nodes without one first); within a zone, the nodes
 /// a budget deferred (`crate::budget_order`) after the others, and by name.
-pub(super) type Order = (bool, bool, String, bool, String);
+pub(crate) type Order = (bool, bool, String, bool, String);
 
 /// Whether `node` is still staging and keeps the later nodes from their turn ([`Pool::first_staging`]): a Ready
 /// node not staged yet (a NotReady one might never finish: it does not hold the others up).

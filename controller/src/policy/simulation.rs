@@ -514,6 +514,8 @@ impl Sim {
                 drain: n.drain.clone(),
                 job: op.jobs.get(&n.name).cloned(),
                 preflight: None,
+                zone: n.zone.clone(),
+                do_not_disrupt: n.do_not_disrupt.clone(),
             })
             .collect();
         let budgets = budgets(&self.nodes, &self.rollouts, &self.fleet, self.now);

@@ -197,6 +197,25 @@ fn budgets_tell_a_node_operation_what_each_rollout_with_work_to_do_leaves() {
 }
 
 #[test]
+fn budgets_tell_a_node_operation_each_zones_share_as_the_rollout_counts_it() {
+    let in_zone = |n: NodeView, zone: &str| NodeView { zone: Some(zone.into()), ..n };
+    let cordoned = NodeView { unschedulable: true, ..node("w1") };
+    let nodes = [in_zone(cordoned, "zone-a"), in_zone(node("w2"), "zone-a"), in_zone(node("w3"), "zone-b")];
+    let per_zone = Policy { max_unavailable_per_zone: Some(1), ..max(3) };
+    let mut b = budgets(&nodes, &[rollout_with(per_zone)], &Fleet::default(), t(0));
+    // w1 is out in zone-a: w2 may not go, w3 (zone-b) may; once it is taken, zone-b is full too.
+    let full_a = "the rollout of NodeVersion nv allows 1 node(s) of zone zone-a out at once (maxUnavailablePerZone) \
+                  and 1 are out";
+    assert_eq!(b.room("w2"), Err(full_a.into()));
+    assert_eq!(b.room("w3"), Ok(()));
+    b.take("w3");
+    assert!(b.room("w3").is_ok(), "out already: it takes no further slot");
+    let mut other = budgets(&nodes, &[rollout_with(max(3))], &Fleet::default(), t(0));
+    assert_eq!(other.room("w2"), Ok(()), "no share per zone: the budget alone");
+    other.take("w2");
+}
+
+#[test]
 fn an_outdated_cluster_starts_one_node_by_default() {
     let nodes = [node("w1"), node("w2"), node("w3")];
     let p = run(&nodes, &policy(), t(0));

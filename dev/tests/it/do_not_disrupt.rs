@@ -126,3 +126,82 @@ async fn a_node_with_a_do_not_disrupt_pod_or_annotation_is_held_named_never_cord
     support::stop_all(agents).await;
     server.shutdown().await;
 }
+
+/// NodeOps keep the same hold as the rollouts (issue 27, one pipeline): a NodeOp passes over a worker that runs a
+/// do-not-disrupt pod, names the pod in the node's status and its `Held` condition, never marks or cordons the
+/// node meanwhile, and runs on it once the pod is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodeop_passes_over_a_node_with_a_do_not_disrupt_pod_and_runs_on_it_once_the_pod_is_gone() {
+    use crate::e2e_nodeop::{apply, assert_released, finished, nodeop, status_of as nodeop_status, wait_released};
+    use shared::crd::nodeop::NodeOpPhase;
+    use shared::protocol::keys;
+    let cluster = support::full_cluster_with(|c| {
+        c.nodes = 3;
+        c.control_planes = 1;
+    })
+    .await;
+    let store = cluster.store();
+    let workers: Vec<String> =
+        cluster.node_names().into_iter().filter(|n| !cluster.control_planes().contains(n)).collect();
+    let (held, free) = (workers[0].clone(), workers[1].clone());
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "db-0", "namespace": "default",
+                     "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
+        "spec": {"nodeName": held, "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    }))
+    .unwrap();
+    store.api::<Pod>().create(Some("default"), &pod, &PostParams::default()).unwrap();
+    let (pod_gone, touched) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let sampler = {
+        let (store, pod_gone, touched, held) = (store.clone(), pod_gone.clone(), touched.clone(), held.clone());
+        tokio::spawn(async move {
+            loop {
+                if let Ok(n) = store.api::<Node>().get(None, &held) {
+                    let marked = n.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(keys::NODE_OPERATION));
+                    let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+                    if (marked || cordoned) && !pod_gone.load(Ordering::SeqCst) {
+                        touched.store(true, Ordering::SeqCst);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let agents = support::start_agents(&cluster);
+    let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
+    let spec = json!({"command": ["sh", "-c", "echo maintenance"], "cordon": true, "concurrency": 1});
+    apply(&cluster.client(), nodeop("maintenance", spec)).await;
+
+    // The others finish; the held worker waits, named, and so does the NodeOp once nothing else can start.
+    let status = eventually(Duration::from_secs(180), "the free nodes done, the held one waiting", || {
+        let s = nodeop_status(&cluster, "maintenance");
+        let done = s.node_statuses.values().filter(|n| n.phase == NodeOpPhase::Completed).count();
+        let waiting = s.node_statuses.get(&held).is_some_and(|n| n.phase == NodeOpPhase::Pending);
+        let named = s.conditions.iter().any(|c| c.type_ == "Held" && c.reason == "DoNotDisrupt");
+        (done == 2 && waiting && named).then_some(s)
+    })
+    .await;
+    assert_eq!(status.node_statuses[&free].phase, NodeOpPhase::Completed);
+    let message = &status.node_statuses[&held].message;
+    assert!(
+        message
+            .contains("DoNotDisrupt: do not disrupt: pod default/db-0 is annotated karpenter.sh/do-not-disrupt=true"),
+        "{message}"
+    );
+    let held_condition = status.conditions.iter().find(|c| c.type_ == "Held").unwrap();
+    assert!(held_condition.message.contains("db-0"), "{held_condition:?}");
+
+    // The pod goes: the node is looked at again (within 30 s) and the NodeOp runs on it.
+    pod_gone.store(true, Ordering::SeqCst);
+    store.api::<Pod>().delete(Some("default"), "db-0", &DeleteParams::default().grace_period(0)).unwrap();
+    finished(&cluster, "maintenance", NodeOpPhase::Completed).await;
+    sampler.abort();
+    assert!(!touched.load(Ordering::SeqCst), "the held node was marked or cordoned while its pod ran");
+    for node in cluster.node_names() {
+        wait_released(&cluster, &node).await;
+    }
+    assert_released(&cluster);
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    support::stop_all(agents).await;
+    cluster.shutdown().await;
+}

@@ -19,14 +19,14 @@ use support::{eventually, full_cluster_with, node_names, start_agents, stop_all}
 
 const PATIENCE: Duration = Duration::from_secs(240);
 
-fn resource(kind: &str) -> ApiResource {
+pub(crate) fn resource(kind: &str) -> ApiResource {
     let plural = format!("{}s", kind.to_lowercase());
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("operator.kairos.io", "v1alpha1", kind), &plural)
 }
 
 /// Creates `object` (a NodeOp or NodeOpUpgrade manifest) through the API, as `kubectl create` would, and checks
 /// that the API server kept every field of its spec.
-async fn apply(client: &Client, object: Value) {
+pub(crate) async fn apply(client: &Client, object: Value) {
     let kind = object["kind"].as_str().unwrap().to_owned();
     let namespace = object["metadata"]["namespace"].as_str().unwrap_or("default").to_owned();
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource(&kind));
@@ -43,16 +43,16 @@ fn fixture(name: &str) -> Value {
     yaml_serde::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
-fn nodeop(name: &str, spec: Value) -> Value {
+pub(crate) fn nodeop(name: &str, spec: Value) -> Value {
     json!({"apiVersion": "operator.kairos.io/v1alpha1", "kind": "NodeOp",
            "metadata": {"name": name, "namespace": "default"}, "spec": spec})
 }
 
-fn status_of(cluster: &Cluster, name: &str) -> NodeOpStatus {
+pub(crate) fn status_of(cluster: &Cluster, name: &str) -> NodeOpStatus {
     cluster.store().api::<NodeOp>().get(Some("default"), name).ok().and_then(|o| o.status).unwrap_or_default()
 }
 
-async fn finished(cluster: &Cluster, name: &str, phase: NodeOpPhase) -> NodeOpStatus {
+pub(crate) async fn finished(cluster: &Cluster, name: &str, phase: NodeOpPhase) -> NodeOpStatus {
     eventually(PATIENCE, &format!("NodeOp {name} {phase:?}"), || {
         let status = status_of(cluster, name);
         (status.phase == phase).then_some(status)
@@ -89,7 +89,7 @@ fn boot_ids(cluster: &Cluster) -> BTreeMap<String, String> {
 }
 
 /// No node cordoned, none carrying a NodeOp's mark or a reboot intent.
-fn assert_released(cluster: &Cluster) {
+pub(crate) fn assert_released(cluster: &Cluster) {
     for name in node_names(&cluster.store()) {
         let node = cluster.store().api::<Node>().get(None, &name).unwrap();
         assert!(!node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false), "{name} left cordoned");
@@ -102,7 +102,7 @@ fn assert_released(cluster: &Cluster) {
 
 /// Waits until `node` is uncordoned and carries no NodeOp mark (a NodeOp records a node's outcome first, then
 /// releases it).
-async fn wait_released(cluster: &Cluster, node: &str) {
+pub(crate) async fn wait_released(cluster: &Cluster, node: &str) {
     eventually(PATIENCE, &format!("{node} released"), || {
         let node = cluster.store().api::<Node>().get(None, node).ok()?;
         let released = !node.spec.and_then(|s| s.unschedulable).unwrap_or(false)
