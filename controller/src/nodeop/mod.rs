@@ -15,11 +15,13 @@
 
 pub mod decide;
 mod facts;
+mod gates;
 pub mod job;
 mod node_write;
 mod start;
 mod status;
 pub mod upgrade;
+mod watches;
 
 use crate::disruption::DisruptionGate;
 use crate::drain::{DrainContext, Drains};
@@ -30,10 +32,8 @@ use crate::metrics::Metrics;
 use crate::nodes::SlimNode;
 use crate::own_writes::OwnWrites;
 use crate::policy::NodeSelector;
-use crate::policy::budget::{Budgets, LazyBudgets};
-use crate::policy::{DrainProgress, Rollout};
+use crate::policy::budget::LazyBudgets;
 use crate::reason::Reason;
-use crate::replacer::Replacer;
 use decide::{Action, Decision, Inputs, NodeFacts};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
@@ -41,8 +41,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::reflector::{self, Store, reflector};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{self, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -54,6 +53,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
+use watches::Caches;
 
 /// How often a NodeOp is decided again when nothing changes (timeouts are also woken for exactly).
 const RESYNC: Duration = Duration::from_secs(10);
@@ -89,74 +89,12 @@ pub fn mark_of(op: &NodeOp) -> String {
 /// Runs the NodeOp and NodeOpUpgrade controllers until `shutdown`, acting only within a leadership term.
 pub async fn run(mut context: Context, leadership: Leadership, shutdown: CancellationToken) {
     let trigger = Arc::new(Notify::new());
-    let (ops, ops_writer) = reflector::store::<NodeOp>();
-    let (upgrades, upgrades_writer) = reflector::store::<NodeOpUpgrade>();
-    let (jobs, jobs_writer) = reflector::store::<Job>();
-    let (preflight_pods, pods_writer) = reflector::store::<Pod>();
     let client = context.client.clone();
-    let jobs_config =
-        watcher::Config::default().labels(&format!("{}={}", job::MANAGED_BY_LABEL, job::MANAGED_BY_VALUE));
-    fn on_change<K>(trigger: &Arc<Notify>) -> impl Fn(&watcher::Event<K>) + Send + 'static {
-        let trigger = trigger.clone();
-        move |_| trigger.notify_one()
-    }
-    crate::spawn_watch(
-        "nodeops",
-        reflector(ops_writer, watcher(Api::<NodeOp>::all(client.clone()), watcher::Config::default()))
-            .default_backoff(),
-        on_change(&trigger),
-        shutdown.clone(),
-    );
-    crate::spawn_watch(
-        "nodeopupgrades",
-        reflector(upgrades_writer, watcher(Api::<NodeOpUpgrade>::all(client.clone()), watcher::Config::default()))
-            .default_backoff(),
-        on_change(&trigger),
-        shutdown.clone(),
-    );
-    crate::spawn_watch(
-        "nodeop jobs",
-        reflector(jobs_writer, watcher(Api::<Job>::all(client.clone()), jobs_config)).default_backoff(),
-        on_change(&trigger),
-        shutdown.clone(),
-    );
-    // Only the pods of preflight checks, whose termination message is the verdict.
-    let pods_config = watcher::Config::default().labels(&format!(
-        "{}={},{}=true",
-        job::MANAGED_BY_LABEL,
-        job::MANAGED_BY_VALUE,
-        job::PREFLIGHT_LABEL
-    ));
-    crate::spawn_watch(
-        "nodeop preflight pods",
-        reflector(pods_writer, watcher(Api::<Pod>::all(client.clone()), pods_config)).default_backoff(),
-        on_change(&trigger),
-        shutdown.clone(),
-    );
-    {
-        let (trigger, mut changes, shutdown) = (trigger.clone(), context.node_changes.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    changed = changes.changed() => if changed.is_err() { return },
-                }
-                trigger.notify_one();
-            }
-        });
-    }
-    tokio::select! {
-        () = shutdown.cancelled() => return,
-        synced = async {
-            ops.wait_until_ready().await?;
-            upgrades.wait_until_ready().await?;
-            preflight_pods.wait_until_ready().await?;
-            jobs.wait_until_ready().await
-        } => if synced.is_err() {
-            tracing::error!("the NodeOp watches ended before they synced");
-            return;
-        },
-    }
+    let Some(Caches { ops, upgrades, jobs, preflight_pods }) =
+        watches::watch_all(&client, context.node_changes.clone(), &trigger, &shutdown).await
+    else {
+        return;
+    };
     if let Some(in_force) = &mut context.agent_policy {
         tokio::select! {
             () = shutdown.cancelled() => return,
@@ -204,24 +142,6 @@ pub async fn run(mut context: Context, leadership: Leadership, shutdown: Cancell
         }
         tracing::info!("lost the lead: stopped the NodeOp controllers");
     }
-}
-
-/// The rollouts' budgets for the NodeOps' starts on `nodes`, with the replacements the cloud's view (`replacer`)
-/// shows counted as the rollouts count them; before the reconciler planned once (`None`), every node is held back.
-fn budgets(nodes: &[SlimNode], rollouts: Option<&[Rollout]>, replacer: Option<&Replacer>, now: Timestamp) -> Budgets {
-    let Some(rollouts) = rollouts else { return Budgets::unknown() };
-    // Without rollouts, no budget: still the one control-plane rule (rule 8 of `crate::policy::pipeline`).
-    let selectors: Vec<_> = rollouts.iter().map(|r| r.spec.acting().map(|s| &s.policy.selector)).collect();
-    let views: Vec<_> = nodes
-        .iter()
-        .map(|n| {
-            let mut view = n.view(selectors.iter().copied(), DrainProgress::NotRunning);
-            view.group = replacer.and_then(|r| r.member(n));
-            view
-        })
-        .collect();
-    let fleet = replacer.map(Replacer::fleet).unwrap_or_default();
-    crate::policy::budgets(&views, rollouts, &fleet, now)
 }
 
 /// Forgets the warnings given to NodeOps that are gone (`warned` holds `uid/what`; `live` the uids there are), so
@@ -299,7 +219,7 @@ impl Controller {
         let nodes: Vec<SlimNode> = self.context.nodes.state().iter().map(fresh).collect();
         let rollouts = gate.rollouts.clone();
         let replacer = gate.replacer.clone();
-        let mut budgets = LazyBudgets::new(|| budgets(&nodes, rollouts.as_deref(), replacer.as_deref(), now));
+        let mut budgets = LazyBudgets::new(|| gates::budgets(&nodes, rollouts.as_deref(), replacer.as_deref(), now));
         let mut draining = HashSet::new();
         let mut wake_at: Option<Timestamp> = None;
         let mut ordered: Vec<&NodeOp> = ops.iter().collect();
@@ -381,7 +301,7 @@ impl Controller {
             deleting: op.metadata.deletion_timestamp.is_some(),
             now,
         };
-        let mut decision = self.decide_looked(inputs, &mut facts, budgets).await;
+        let mut decision = gates::decide_looked(self.context.pod_holds.as_deref(), inputs, &mut facts, budgets).await;
         let with_job: HashSet<&str> = facts.iter().filter(|f| f.job.is_some()).map(|f| f.name.as_str()).collect();
         for node in &mut decision.nodes {
             if with_job.contains(node.node.as_str()) || node.action == Some(Action::CreateJob) {
@@ -435,53 +355,6 @@ impl Controller {
             }
         }
         Some(decision)
-    }
-
-    /// The NodeOp's decision, with every node it would start looked at first for do-not-disrupt pods
-    /// (`crate::do_not_disrupt`, as the rollouts' executor looks before a start): a node found held, or whose pods
-    /// cannot be listed (fail closed), is held back, and the decision is made again without it, under the budgets
-    /// as they were before.
-    async fn decide_looked(
-        &self,
-        inputs: Inputs<'_>,
-        facts: &mut [NodeFacts],
-        budgets: &mut LazyBudgets<'_>,
-    ) -> Decision {
-        loop {
-            let saved = budgets.saved();
-            let decision = decide::decide(inputs, facts, budgets);
-            let Some(holds) = &self.context.pod_holds else { return decision };
-            let starts: Vec<&str> = decision
-                .nodes
-                .iter()
-                .filter(|n| n.notice.as_ref().is_some_and(|n| n.reason == decide::STARTED))
-                .map(|n| n.node.as_str())
-                .collect();
-            if starts.is_empty() {
-                return decision;
-            }
-            let looks = futures::future::join_all(starts.iter().map(|node| holds.check(node))).await;
-            let mut held = false;
-            for (node, look) in starts.iter().zip(looks) {
-                let why = match look {
-                    Ok(None) => continue,
-                    Ok(Some(why)) => why,
-                    Err(error) => {
-                        tracing::warn!(%node, %error, "not started");
-                        format!("{error}; looked at again in the next round")
-                    }
-                };
-                tracing::info!(%node, reason = %why, "not started by a NodeOp: do not disrupt");
-                if let Some(f) = facts.iter_mut().find(|f| f.name == *node) {
-                    f.do_not_disrupt = Some(why);
-                    held = true;
-                }
-            }
-            if !held {
-                return decision;
-            }
-            budgets.restore(saved);
-        }
     }
 
     /// Warning Events a NodeOp gets once: every node at once (`concurrency: 0`).
