@@ -1,4 +1,8 @@
 use super::*;
+use crate::groups::condition::Wanted;
+use crate::reason::Reason;
+use decide::DONOR_RECHECK;
+use shared::protocol::keys;
 
 const T0: i64 = 1_700_000_000;
 
