@@ -371,19 +371,13 @@ impl Executor {
             return WriteResult::Unchanged;
         }
         let labels = |result| ActionLabels { reason: action.reason.to_string(), result };
-        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-        let written = match term.fence(self.nodes.patch(&action.node, &params, &Patch::Merge(patch.to_json()))).await {
-            Ok(written) => written,
-            Err(fenced) => {
+        let result = send(&self.nodes, term, node, &patch, &self.writes).await;
+        match result {
+            WriteResult::Fenced => {
                 self.metrics.actions.get_or_create(&labels("fenced")).inc();
-                tracing::debug!(node = %action.node, reason = %action.reason, %fenced, "node not written");
-                return WriteResult::Fenced;
+                tracing::debug!(node = %action.node, reason = %action.reason, "node not written: leadership ended");
             }
-        };
-        match written {
-            Ok(mut written) => {
-                written.trim();
-                self.writes.record(&action.node, node.resource_version(), written);
+            WriteResult::Written => {
                 self.metrics.actions.get_or_create(&labels("ok")).inc();
                 tracing::info!(node = %action.node, reason = %action.reason, detail = %action.message, "node updated");
                 self.announce(node, action, version);
@@ -391,27 +385,59 @@ impl Executor {
                     // No need to wait for the next reconcile to start evicting.
                     self.drains.ensure(&action.node, drain, term);
                 }
-                WriteResult::Written
             }
-            Err(kube::Error::Api(status)) if status.code == 409 => {
+            WriteResult::Conflict => {
                 self.metrics.actions.get_or_create(&labels("conflict")).inc();
                 tracing::debug!(node = %action.node, reason = %action.reason, "node changed since the decision; planning again");
-                WriteResult::Conflict
             }
-            Err(kube::Error::Api(status)) if status.code == 404 => WriteResult::Unchanged,
-            Err(error) => {
+            WriteResult::Unchanged => {}
+            WriteResult::Failed => {
                 self.metrics.actions.get_or_create(&labels("error")).inc();
-                tracing::warn!(node = %action.node, reason = %action.reason, %error, "node write failed; will retry");
-                WriteResult::Failed
+                tracing::warn!(node = %action.node, reason = %action.reason, "node write failed; will retry");
             }
+        }
+        result
+    }
+}
+
+/// Sends one Node write of the controller (a rollout's or a NodeOp's): the merge patch `patch` of `node`, within
+/// `term`, recorded in `writes` once the API server accepted it (so both controllers plan with it before the watch
+/// delivers it). The one way the controller writes a Node: a conflict (409: the node changed since the decision)
+/// and a Node gone (404) are told apart from a failure to retry.
+pub(crate) async fn send(
+    nodes: &Api<SlimNode>,
+    term: &Term,
+    node: &SlimNode,
+    patch: &NodePatch,
+    writes: &OwnWrites,
+) -> WriteResult {
+    let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    match term.fence(nodes.patch(node.name(), &params, &Patch::Merge(patch.to_json()))).await {
+        Err(_) => WriteResult::Fenced,
+        Ok(Ok(mut written)) => {
+            written.trim();
+            writes.record(node.name(), node.resource_version(), written);
+            WriteResult::Written
+        }
+        Ok(Err(kube::Error::Api(status))) if status.code == 409 => WriteResult::Conflict,
+        Ok(Err(kube::Error::Api(status))) if status.code == 404 => WriteResult::Unchanged,
+        Ok(Err(error)) => {
+            tracing::warn!(node = %node.name(), %error, "node write failed");
+            WriteResult::Failed
         }
     }
 }
 
-enum WriteResult {
+/// How a Node write ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteResult {
+    /// Written, and recorded as the controller's own write.
     Written,
+    /// Nothing to write (or the Node is gone).
     Unchanged,
+    /// The Node changed since the decision (409): decide again.
     Conflict,
+    /// The API server refused or failed: retried on the next round.
     Failed,
     /// Not written: the leadership term ended.
     Fenced,

@@ -26,7 +26,7 @@ mod watches;
 use crate::disruption::DisruptionGate;
 use crate::drain::{DrainContext, Drains};
 use crate::events::{Events, node_reference};
-use crate::executor::FIELD_MANAGER;
+use crate::executor::{FIELD_MANAGER, WriteResult};
 use crate::leadership::{Leadership, Term};
 use crate::metrics::Metrics;
 use crate::nodes::SlimNode;
@@ -453,24 +453,19 @@ impl Controller {
         if matches!(action, Action::Release) {
             self.drains.stop(node.name());
         }
+        // The one way the controller writes a Node (`crate::executor::send`): recorded for both controllers.
         let api: Api<SlimNode> = Api::all(self.context.client.clone());
-        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-        match term.fence(api.patch(node.name(), &params, &Patch::Merge(patch.to_json()))).await {
-            Ok(Ok(mut written)) => {
-                written.trim();
+        match crate::executor::send(&api, term, node, &patch, &self.context.writes).await {
+            WriteResult::Written => {
                 tracing::info!(node = %node.name(), nodeop = key, ?action, "node updated");
-                self.context.writes.record(node.name(), node.resource_version(), written);
                 true
             }
-            Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
+            WriteResult::Unchanged => true,
+            WriteResult::Conflict => {
                 tracing::debug!(node = %node.name(), "node changed since the decision; deciding again");
                 false
             }
-            Ok(Err(error)) => {
-                tracing::warn!(node = %node.name(), %error, "node write failed; will retry");
-                false
-            }
-            Err(_) => false,
+            WriteResult::Failed | WriteResult::Fenced => false,
         }
     }
 

@@ -1,26 +1,25 @@
-//! Which of a NodeOp's waiting nodes start now. The NodeOp's part in the one set of rules every flow keeps
-//! (`crate::policy::pipeline`, whose numbers are used here), checked in this order for each waiting node, in the
-//! pipeline's start order (control-plane nodes first, then workers zone by zone and by name:
-//! `crate::policy::pipeline::start_order`):
-//! - the NodeOp's own holds, its gates 1–5: being deleted (`Deleting`), a node failed under `stopOnFailure`
+//! Which of a NodeOp's waiting nodes start now: the one pipeline's gates (`crate::policy::pipeline`), in its
+//! order, for each waiting node in the pipeline's start order (control-plane nodes first, then workers zone by zone
+//! and by name: `crate::policy::pipeline::start_order`):
+//! - the NodeOp's own rollout-wide gates: being deleted (`Deleting`), a node failed under `stopOnFailure`
 //!   (`StoppedOnFailure`, its failure budget);
-//! - the node's own holds, as the pipeline's assessment gives them: another owner (another NodeOp's mark, a
+//! - the node's own holds, named as the pipeline's assessment names them: another owner (another NodeOp's mark, a
 //!   rollout's step), its annotations malformed, NotReady, do not disrupt (`DoNotDisrupt`: the Node's annotation,
 //!   or a pod found on it just before the start: `crate::do_not_disrupt`);
-//! - rule 7, the budgets: `concurrency` (the NodeOp's own `maxUnavailable`), then, below, every rollout's budget
-//!   the node counts in, and within it the zone's share (`maxUnavailablePerZone`);
-//! - rule 8, one control-plane node at a time, across this NodeOp, the others and every rollout, read from the
-//!   budgets (`crate::policy::budgets`), which name the busy control-plane nodes as the rollouts' plan counts
-//!   them, replacements included;
-//! - rule 9, control plane first: no worker while a selected control-plane node has not finished
-//!   (`WaitingForControlPlane`);
-//! - rule 7 again: the budget (and zone share) of every rollout the node counts in (`WaitingForRolloutBudget`): a
-//!   start takes a slot of each.
+//! - the per-node rules, by the very function the rollouts' selection calls (`crate::policy::admission`): the
+//!   budget (the NodeOp's `concurrency`), one control-plane node at a time among its own nodes, control plane first
+//!   (`WaitingForControlPlane`: no worker while a selected control-plane node has not finished);
+//! - one control-plane node at a time across this NodeOp, the others and every rollout, read from the budgets
+//!   (`crate::policy::budgets`), which name the busy control-plane nodes as the rollouts' plan counts them,
+//!   replacements included;
+//! - the budget and zone share (`maxUnavailablePerZone`) of every rollout the node counts in
+//!   (`WaitingForRolloutBudget`): a start takes a slot of each.
 //!
 //! With a preflight, a node's check runs first (read-only, outside the budget) and its verdict is recorded whatever
 //! the gates.
 
 use super::decide::{Action, Decision, Inputs, NodeDecision, NodeFacts, Notice, Options, Preflight, STARTED, count};
+use crate::policy::admission::{Admission, Held};
 use crate::policy::budget::LazyBudgets;
 use crate::policy::pipeline::start_order;
 use crate::reason::Reason;
@@ -142,17 +141,34 @@ pub(super) fn start_waiting(
                 do_not_disrupt.get_or_insert_with(|| format!("{}: {why}", node.name));
             }
             Err(format!("{reason}: {why}"))
-        } else if !checked && options.concurrency.is_some_and(|c| running >= c) {
-            Err("waiting for a free slot".into())
-        } else if node.control_plane && in_flight(decision, Some(true)) > 0 {
-            Err("waiting: control-plane nodes go one at a time".into())
+        } else if let Err(held) = {
+            // The pipeline's rules for one node (`crate::policy::admission`), over this NodeOp's own nodes: its
+            // `concurrency`, one control-plane node at a time, control plane first.
+            let admission = Admission {
+                slots: options.concurrency.map(|c| u32::try_from(c.saturating_sub(running)).unwrap_or(u32::MAX)),
+                control_plane_busy: (in_flight(decision, Some(true)) > 0)
+                    .then(|| "waiting: control-plane nodes go one at a time".to_owned()),
+                control_plane_first: control_plane_pending.then(|| "waiting: control-plane nodes go first".to_owned()),
+                ..Admission::default()
+            };
+            admission.check(node.control_plane, node.zone.as_deref(), checked)
+        } {
+            Err(match held {
+                Held::NoSlot => "waiting for a free slot".to_owned(),
+                Held::ZoneFull { zone, limit } => format!("waiting: {limit} node(s) of zone {zone} out at once"),
+                Held::ControlPlaneBusy(why) => why,
+                Held::ControlPlaneFirst(why) => {
+                    hold = hold.or(Some((
+                        Reason::WaitingForControlPlane,
+                        "control-plane nodes go first, one at a time".into(),
+                    )));
+                    why
+                }
+            })
         } else if let Some(why) = node.control_plane.then(|| budgets.get().control_plane_busy(inputs.key)).flatten() {
-            // Rule 8 of the one pipeline, as the rollouts keep it (`crate::policy::budgets`).
+            // One control-plane node at a time across every rollout and NodeOp, as the rollouts keep it
+            // (`crate::policy::budgets`).
             Err(why)
-        } else if !node.control_plane && control_plane_pending {
-            hold =
-                hold.or(Some((Reason::WaitingForControlPlane, "control-plane nodes go first, one at a time".into())));
-            Err("waiting: control-plane nodes go first".into())
         } else if !options.preflight || passed {
             // Only the start disrupts the node: the check is read-only.
             budgets.get().room(&node.name).map_err(|why| {

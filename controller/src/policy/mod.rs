@@ -45,6 +45,7 @@
 //!   rollout's ([`Plan::hold`]), or it waits for a free slot while others are in flight.
 
 mod action;
+pub(crate) mod admission;
 mod assess;
 pub mod budget;
 pub mod cron;

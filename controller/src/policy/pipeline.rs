@@ -24,7 +24,8 @@
 //!    upgrade: a node the autoscaler adds meanwhile would join with the old components).
 //!
 //! Then, node by node in order — control-plane nodes first, then workers zone by zone and by name within a zone, the
-//! controller's own node last ([`order`]) — [`select`] applies:
+//! controller's own node last ([`order`]) — [`select`] applies rules 7 to 9 with the one function every flow and
+//! every NodeOp calls for them ([`super::admission::Admission::check`]), then rule 10:
 //! 7. **the budget** (`UnavailableNodes`): `maxUnavailable` over the rollout's members, minus every member
 //!    unavailable for any reason (in any flow's step, NotReady, cordoned, worked on by a NodeOp) and every node no
 //!    rollout manages that is still busy; and within it **the zone's share** (`ZoneUnavailable`):
@@ -52,11 +53,13 @@
 //! here), rule 8 naming the busy control-plane nodes to them exactly as it counts them here, and rule 9 over the
 //! NodeOp's own control-plane nodes. Their nodes count as unavailable in every rollout's budget.
 
+use super::admission::{Admission, Held};
 use super::assess::{Assessment, Situation};
 use super::gates;
 use super::{ActionKind, Hold, InFlight, NodeAction, NodeView, Plan, Reason, Rollout, ValidSpec, budget};
 use jiff::Timestamp;
 use shared::protocol::Step;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What a flow moves nodes to, and how it starts one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -451,7 +454,7 @@ fn disrupt<'a>(
     }
 
     let allowed = spec.policy.max_unavailable.resolve(pool.size());
-    let mut slots = budget::free_slots(allowed, pool.unavailable_count() + shared.unowned_unavailable);
+    let slots = budget::free_slots(allowed, pool.unavailable_count() + shared.unowned_unavailable);
     if slots == 0 {
         if !pool.any_in_flight() {
             // Nothing is being updated, yet nothing may start: nodes down, cordoned for other
@@ -485,32 +488,45 @@ fn disrupt<'a>(
 
     let control_plane_pending = pool.control_plane_pending();
     let mut control_plane_waits = false;
-    // Rule 7b: within a zone, `maxUnavailablePerZone` (counted over the rollout's unavailable members).
-    let per_zone = spec.policy.max_unavailable_per_zone;
-    let mut zones: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
-    if per_zone.is_some() {
+    // Rules 7 to 9 (`super::admission`), the same for every flow and for the NodeOps; within the budget, the zone's
+    // share counted over the rollout's unavailable members.
+    let mut admission = Admission {
+        slots: Some(slots),
+        per_zone: spec.policy.max_unavailable_per_zone,
+        zones: BTreeMap::new(),
+        control_plane_busy: shared.control_plane_busy.then(|| "another control-plane node is busy".to_owned()),
+        control_plane_first: (!control_plane_pending.is_empty()).then(|| "a control-plane node is pending".to_owned()),
+    };
+    if admission.per_zone.is_some() {
         for (n, _) in pool.unavailable() {
-            *zones.entry(n.zone.clone().unwrap_or_default()).or_default() += 1;
+            *admission.zones.entry(n.zone.clone().unwrap_or_default()).or_default() += 1;
         }
     }
-    let mut full_zones: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let mut full_zones: BTreeSet<String> = BTreeSet::new();
     let staging_first = if stages { pool.first_staging() } else { None };
     for (node, start) in candidates {
-        if slots == 0 {
-            break;
-        }
         if start == Start::Staged && staging_first.as_ref().is_some_and(|first| *first < order(node, pool.own_node())) {
             // A node earlier in the order is still staging: it takes its turn first (it is moving, no hold). A
             // replacement has nothing to stage and does not wait for it.
             continue;
         }
-        let zone = node.zone.clone().unwrap_or_default();
-        if let Some(limit) = per_zone
-            && zones.get(&zone).copied().unwrap_or(0) >= limit
-        {
-            full_zones.insert(zone);
-            continue;
+        match admission.check(node.control_plane, node.zone.as_deref(), false) {
+            Ok(()) => {}
+            Err(Held::NoSlot) => break,
+            Err(Held::ZoneFull { zone, .. }) => {
+                full_zones.insert(zone);
+                continue;
+            }
+            Err(Held::ControlPlaneBusy(_)) => {
+                control_plane_waits = true;
+                continue;
+            }
+            Err(Held::ControlPlaneFirst(_)) => {
+                selection.hold = Some(waiting_for_control_plane(&control_plane_pending, &flow.described()));
+                break;
+            }
         }
+        // Rule 10, the replacement's own: a new instance within `maxSurge`.
         let replace = start == Start::Replace;
         if replace && (surge.free == 0 || (node.control_plane && surge.worker_active)) {
             surge_taken |= surge.free == 0;
@@ -523,20 +539,8 @@ fn disrupt<'a>(
             ));
             break;
         }
-        if node.control_plane {
-            if shared.control_plane_busy {
-                control_plane_waits = true;
-                continue;
-            }
-            shared.control_plane_busy = true;
-        } else if !control_plane_pending.is_empty() {
-            selection.hold = Some(waiting_for_control_plane(&control_plane_pending, &flow.described()));
-            break;
-        }
-        slots -= 1;
-        if per_zone.is_some() {
-            *zones.entry(zone).or_default() += 1;
-        }
+        admission.take(node.control_plane, node.zone.as_deref(), false, String::new);
+        shared.control_plane_busy |= node.control_plane;
         if replace {
             surge.free -= 1;
             surge.control_plane_active |= node.control_plane;
@@ -558,7 +562,7 @@ fn disrupt<'a>(
             full_zones.iter().map(|z| if z.is_empty() { "(no zone)".to_owned() } else { z.clone() }).collect();
         let message = format!(
             "maxUnavailablePerZone ({}) is taken in zone(s) {} by nodes unavailable for other reasons",
-            per_zone.unwrap_or_default(),
+            admission.per_zone.unwrap_or_default(),
             name_some(named)
         );
         selection.hold = Some(Hold::new(Reason::ZoneUnavailable, message));
