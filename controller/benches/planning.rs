@@ -95,6 +95,7 @@ fn worker(name: String) -> Result<NodeView, String> {
         checkpoint: None,
         zone: None,
         deferred: None,
+        settle: None,
     })
 }
 
@@ -230,9 +231,9 @@ fn sync_cost(size: usize, events: usize) -> serde_json::Value {
         writer.apply_watcher_event(&watcher::Event::Apply(slim(&format!("w{i:05}"), "idle")));
     }
     let (drains, overlaid) = (HashMap::new(), HashSet::new());
-    let held = HashMap::new();
+    let (held, deferred) = (HashMap::new(), HashMap::new());
     let sources =
-        Sources { drains: &drains, overlaid: &overlaid, freshest: &|node| node, held: &held, deferred: &held };
+        Sources { drains: &drains, overlaid: &overlaid, freshest: &|node| node, held: &held, deferred: &deferred };
     let selector = NodeSelector::default();
     let mut views = NodeViews::default();
     views.sync_with(&store, &sources, &[Some(&selector)], None);

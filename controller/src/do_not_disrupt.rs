@@ -57,7 +57,7 @@ pub fn node_message(annotation: &str) -> String {
 
 /// A lookup of a node's pods failed.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot list the pods of node {node} to look for do-not-disrupt pods: {source}")]
+#[error("cannot read the pods of node {node} (or their workloads and disruption budgets) before it starts: {source}")]
 pub struct LookupFailed {
     pub node: String,
     #[source]
@@ -71,6 +71,8 @@ pub struct Look {
     pub hold: Option<String>,
     /// A PodDisruptionBudget allows no disruption of one of its pods now (`crate::budget_order`).
     pub budget: Option<String>,
+    /// A workload of its pods is not whole again (`crate::settle`): it is held.
+    pub settle: Option<crate::policy::Hold>,
 }
 
 /// The look at a node's pods just before it starts: the nodes found running a do-not-disrupt pod, each held and
@@ -80,20 +82,30 @@ pub struct PodHolds {
     pods: Api<Pod>,
     found: Mutex<HashMap<String, (String, Instant)>>,
     deferred: Mutex<HashMap<String, (String, Instant)>>,
+    /// The nodes held for their workloads (`crate::settle`).
+    settling: crate::settle::Settling,
 }
 
 impl PodHolds {
     pub fn new(client: kube::Client) -> Self {
-        PodHolds { pods: Api::all(client.clone()), client, found: Mutex::default(), deferred: Mutex::default() }
+        PodHolds {
+            pods: Api::all(client.clone()),
+            client,
+            found: Mutex::default(),
+            deferred: Mutex::default(),
+            settling: crate::settle::Settling::default(),
+        }
     }
 
     /// [`PodHolds::check`], and when nothing holds the node, the budgets of its pods' namespaces: whether one allows
     /// no disruption of a pod of it now. (Also before a node is staged ahead, so that the next node is staged in its
-    /// place while the budget holds.)
-    pub async fn look(&self, node: &str) -> Result<Look, LookupFailed> {
+    /// place while the budget holds.) With `settle` (the rollout's `settleTimeout`, for a start that disrupts the
+    /// node), whether the workloads of its pods and their budgets are whole (`crate::settle`): if not, it is held.
+    pub async fn look(&self, node: &str, settle: Option<std::time::Duration>) -> Result<Look, LookupFailed> {
+        let failed = |source| LookupFailed { node: node.to_owned(), source };
         let pods = self.pods_on(node).await?;
         if let Some(hold) = self.record(node, &pods) {
-            return Ok(Look { hold: Some(hold), budget: None });
+            return Ok(Look { hold: Some(hold), ..Look::default() });
         }
         let mut namespaces: Vec<String> = pods
             .iter()
@@ -106,13 +118,24 @@ impl PodHolds {
         for namespace in namespaces {
             let api: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
                 Api::namespaced(self.client.clone(), &namespace);
-            let list = api
-                .list(&ListParams::default())
-                .await
-                .map_err(|source| LookupFailed { node: node.to_owned(), source })?;
-            budgets.extend(list.items);
+            budgets.extend(api.list(&ListParams::default()).await.map_err(failed)?.items);
         }
-        Ok(Look { hold: None, budget: crate::budget_order::blocking(&pods, &budgets) })
+        if let Some(timeout) = settle {
+            let workloads = crate::settle::read_workloads(&self.client, &pods).await.map_err(failed)?;
+            match crate::settle::unsettled(&pods, &workloads, &budgets) {
+                Some(why) => {
+                    let hold = self.settling.hold(node, why, timeout);
+                    return Ok(Look { settle: Some(hold), ..Look::default() });
+                }
+                None => self.settling.release(node),
+            }
+        }
+        Ok(Look { budget: crate::budget_order::blocking(&pods, &budgets), ..Look::default() })
+    }
+
+    /// The nodes held for their workloads (`crate::settle`), with their holds.
+    pub fn settling(&self) -> HashMap<String, crate::policy::Hold> {
+        self.settling.holding()
     }
 
     /// Defers `node` for `why` ([`crate::budget_order`]): true if it was not deferred already (it is not started
@@ -182,6 +205,20 @@ impl PodHolds {
                 }
             }
         }
+        // The nodes held for their workloads: looked at the same way (released once they are whole).
+        let due = self.settling.due();
+        let looks = due.iter().map(|(node, timeout)| self.look(node, Some(*timeout)));
+        for ((node, _), result) in due.iter().zip(futures::future::join_all(looks).await) {
+            match result {
+                Err(error) => {
+                    tracing::warn!(%node, %error, "kept holding the node for its workloads");
+                    self.settling.keep(node);
+                }
+                // Held for a do-not-disrupt pod now: that hold names it.
+                Ok(Look { hold: Some(_), .. }) => self.settling.release(node),
+                Ok(_) => {}
+            }
+        }
     }
 
     /// The nodes held now, with the reason.
@@ -193,13 +230,14 @@ impl PodHolds {
     pub fn retain(&self, exists: impl Fn(&str) -> bool) {
         self.found.lock().retain(|node, _| exists(node));
         self.deferred.lock().retain(|node, _| exists(node));
+        self.settling.retain(&exists);
     }
 
     /// When the first held node is due to be looked at again or the first deferral ends, if any.
     pub fn next_expiry(&self) -> Option<Instant> {
         let found = self.found.lock().values().map(|(_, until)| *until).min();
         let deferred = self.deferred.lock().values().map(|(_, until)| *until).min();
-        [found, deferred].into_iter().flatten().min()
+        [found, deferred, self.settling.next_expiry()].into_iter().flatten().min()
     }
 }
 

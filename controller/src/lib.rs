@@ -27,6 +27,7 @@ pub mod reason;
 pub mod reconciler;
 pub mod release;
 pub mod replacer;
+pub mod settle;
 pub mod specs;
 pub mod status;
 

@@ -12,7 +12,9 @@
 use crate::drain::Drains;
 use crate::executor::Executor;
 use crate::nodes::SlimNode;
+use crate::policy::Hold;
 use crate::policy::{DrainProgress, NodeSelector, NodeView, Planner};
+use crate::reason::Reason;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use parking_lot::Mutex;
@@ -74,17 +76,24 @@ pub struct Sources<'a> {
     pub overlaid: &'a HashSet<String>,
     /// The newest object of a node: the executor's write the watch has not delivered, or the watched one.
     pub freshest: &'a dyn Fn(SlimNode) -> SlimNode,
-    /// The nodes held for a do-not-disrupt pod found on them, with the reason (`crate::do_not_disrupt`).
-    pub held: &'a HashMap<String, String>,
+    /// The nodes held for what the look at their pods found, with the hold (`crate::do_not_disrupt`,
+    /// `crate::settle`).
+    pub held: &'a HashMap<String, Hold>,
     /// The nodes deferred for a budget, with why (`crate::budget_order`).
     pub deferred: &'a HashMap<String, String>,
 }
 
 /// `view` with what the look at its node's pods before a start found (`crate::do_not_disrupt`): the pod that holds
-/// it (unless the Node's own annotation does already) and the budget it is deferred for.
-pub fn with_looks(view: &mut NodeView, held: Option<&String>, deferred: Option<&String>) {
-    if view.do_not_disrupt.is_none() {
-        view.do_not_disrupt = held.cloned();
+/// it (unless the Node's own annotation does already), the workloads it waits for (`crate::settle`) and the budget
+/// it is deferred for.
+pub fn with_looks(view: &mut NodeView, held: Option<&Hold>, deferred: Option<&String>) {
+    match held {
+        // The Node's own annotation, if any, names the hold.
+        Some(hold) if hold.reason == Reason::DoNotDisrupt => {
+            view.do_not_disrupt.get_or_insert_with(|| hold.message.clone());
+        }
+        Some(hold) => view.settle = Some(hold.clone()),
+        None => {}
     }
     view.deferred = deferred.cloned();
 }
@@ -94,8 +103,8 @@ struct Seen {
     /// The watched object it was viewed from.
     node: Arc<SlimNode>,
     drain: DrainProgress,
-    /// Held for a do-not-disrupt pod, with the reason.
-    held: Option<String>,
+    /// Held for what the look at its pods found, with the hold.
+    held: Option<Hold>,
     /// Deferred for a budget, with why.
     deferred: Option<String>,
     /// It was viewed from the executor's overlay.

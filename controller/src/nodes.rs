@@ -174,6 +174,7 @@ impl SlimNode {
             checkpoint: crate::checkpoint::Checkpoint::read(labels, annotations),
             zone: labels.and_then(|l| l.get(ZONE_LABEL)).filter(|z| !z.is_empty()).cloned(),
             deferred: None,
+            settle: None,
         }
     }
 }

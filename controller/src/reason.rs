@@ -59,6 +59,8 @@ pub enum Reason {
     NodeNotReady,
     CordonedByOther,
     DoNotDisrupt,
+    WaitingForWorkloads,
+    SettleTimedOut,
     SelectorOverlap,
     GroupImagePending,
     ImageUnknown,
@@ -165,6 +167,7 @@ impl Reason {
                 | Reason::GroupImageLookupFailed
                 | Reason::GroupImageUpdateFailed
                 | Reason::PreflightBlocker
+                | Reason::SettleTimedOut
         )
     }
 }

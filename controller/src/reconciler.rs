@@ -381,9 +381,14 @@ impl Reconciler {
                 actions: &p.actions,
                 drain: r.spec.acting().map(|s| s.policy.drain).unwrap_or_default(),
                 version: Some(reference),
+                settle: r
+                    .spec
+                    .acting()
+                    .and_then(|s| s.policy.settle)
+                    .map(|t| std::time::Duration::try_from(t).unwrap_or(std::time::Duration::MAX)),
             })
             .collect();
-        batches.push(Batch { actions: &plan.unowned.actions, drain: Default::default(), version: None });
+        batches.push(Batch { actions: &plan.unowned.actions, drain: Default::default(), version: None, settle: None });
         let applied = self.executor.apply(term, &batches, &objects, now).await;
         drop(gate);
         // Only a NodeVersion being deleted looks at every node.

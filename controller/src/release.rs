@@ -93,6 +93,7 @@ mod tests {
             checkpoint: None,
             zone: None,
             deferred: None,
+            settle: None,
         }
     }
 

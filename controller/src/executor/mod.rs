@@ -64,6 +64,9 @@ pub struct Batch<'a> {
     pub drain: DrainOptions,
     /// The NodeVersion whose Events tell of the actions (None: Events on the Node only).
     pub version: Option<&'a ObjectReference>,
+    /// The rollout's `settleTimeout` when it waits for workloads to settle (`spec.rollout.settleWorkloads`, see
+    /// `crate::settle`): a node whose start disrupts it is looked at for them first.
+    pub settle: Option<std::time::Duration>,
 }
 
 /// An action and the batch it belongs to.
@@ -109,9 +112,19 @@ impl Executor {
         self
     }
 
-    /// The nodes held for a do-not-disrupt pod found on them, with the reason.
-    pub fn held_for_pods(&self) -> HashMap<String, String> {
-        self.pod_holds.as_ref().map(|h| h.holding()).unwrap_or_default()
+    /// The nodes held for what the look at their pods before a start found, with the hold: a do-not-disrupt pod
+    /// (`DoNotDisrupt`), or a workload of their pods not whole again (`WaitingForWorkloads`, `SettleTimedOut`: see
+    /// `crate::settle`).
+    pub fn held_for_pods(&self) -> HashMap<String, crate::policy::Hold> {
+        let Some(holds) = &self.pod_holds else { return HashMap::new() };
+        let mut held = holds.settling();
+        held.extend(
+            holds
+                .holding()
+                .into_iter()
+                .map(|(node, message)| (node, crate::policy::Hold::new(Reason::DoNotDisrupt, message))),
+        );
+        held
     }
 
     /// Looks again at the pods of the nodes held for a pod whose time came (`crate::do_not_disrupt`).
@@ -208,16 +221,25 @@ impl Executor {
     }
 
     /// `starts` without the nodes a do-not-disrupt pod runs on (found by a look at each node's pods, all at once),
-    /// nor those whose look failed (nothing starts unseen).
+    /// nor, for a rollout that waits for workloads to settle, those whose start disrupts a workload that is not whole
+    /// (`crate::settle`), nor those whose look failed (nothing starts unseen).
     async fn without_pod_holds<'a>(&self, starts: Vec<Planned<'a>>, applied: &mut Applied) -> Vec<Planned<'a>> {
         let Some(holds) = &self.pod_holds else { return starts };
-        let looks = starts.iter().map(|(action, _)| holds.look(&action.node));
+        let looks = starts.iter().map(|(action, batch)| {
+            // Staging ahead disrupts nothing: only a start that drains or replaces the node waits for workloads.
+            let disrupts = !matches!(action.kind, ActionKind::Stage { .. });
+            holds.look(&action.node, batch.settle.filter(|_| disrupts))
+        });
         let found = futures::future::join_all(looks).await;
         let mut allowed = Vec::with_capacity(starts.len());
         for (planned, found) in starts.into_iter().zip(found) {
             match found {
                 Ok(Look { hold: Some(message), .. }) => {
                     tracing::info!(node = %planned.0.node, reason = %message, "not started: do not disrupt");
+                    applied.held += 1;
+                }
+                Ok(Look { settle: Some(hold), .. }) => {
+                    tracing::info!(node = %planned.0.node, reason = %hold.reason, detail = %hold.message, "not started: workloads not settled");
                     applied.held += 1;
                 }
                 // A budget would make its drain wait: the next node takes the slot, once (`crate::budget_order`).

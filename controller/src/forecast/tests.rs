@@ -37,6 +37,7 @@ fn node(name: &str) -> NodeView {
         checkpoint: None,
         zone: None,
         deferred: None,
+        settle: None,
     }
 }
 

@@ -258,12 +258,15 @@ fn idle(node: &NodeView, controller: &ControllerAnnotations, agent: Option<&Agen
 }
 
 /// Why a node whose agent reports may not start (or take its turn) now, for a reason of its own: NotReady, marked
-/// do-not-disrupt (the Node, or a pod found on it: `crate::do_not_disrupt`), or cordoned by someone else.
+/// do-not-disrupt (the Node, or a pod found on it: `crate::do_not_disrupt`), waiting for the workloads of its pods
+/// to be whole again (`crate::settle`), or cordoned by someone else.
 pub(super) fn own_hold(node: &NodeView, controller: &ControllerAnnotations) -> Option<Hold> {
     if !node.ready {
         Some(Hold::new(Reason::NodeNotReady, "the node is NotReady"))
     } else if let Some(message) = &node.do_not_disrupt {
         Some(Hold::new(Reason::DoNotDisrupt, message.clone()))
+    } else if let Some(hold) = &node.settle {
+        Some(hold.clone())
     } else if node.unschedulable && !controller.cordoned_by_us {
         Some(Hold::new(Reason::CordonedByOther, "someone else cordoned the node; it starts once it is uncordoned"))
     } else {

@@ -113,6 +113,9 @@ pub struct NodeView {
     pub deferred: Option<String>,
     /// The before/after-reboot checkpoint the node is at, if any (`crate::checkpoint`).
     pub checkpoint: Option<crate::checkpoint::Checkpoint>,
+    /// Why the node waits for workloads of its pods to be whole again before it is disrupted, if it does
+    /// (`crate::settle`: `WaitingForWorkloads`, or `SettleTimedOut` past `settleTimeout`).
+    pub settle: Option<Hold>,
 }
 
 /// Progress of a drain, as the executor's drain task reports it.

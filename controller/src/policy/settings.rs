@@ -24,6 +24,8 @@ pub const DEFAULT_DRAIN_TIMEOUT: SignedDuration = SignedDuration::from_mins(10);
 pub const DEFAULT_STAGE_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
 pub const DEFAULT_REBOOT_TIMEOUT: SignedDuration = SignedDuration::from_mins(15);
 pub const DEFAULT_CHECKPOINT_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
+/// How long a node may wait for its workloads to settle before its hold is reported as timed out.
+pub const DEFAULT_SETTLE_TIMEOUT: SignedDuration = SignedDuration::from_mins(10);
 /// Most annotations one checkpoint may wait for.
 pub const MAX_CHECKPOINT_ANNOTATIONS: usize = 16;
 pub const DEFAULT_FAILURE_BUDGET: u32 = 1;
@@ -110,6 +112,9 @@ pub struct Policy {
     pub checkpoint_timeout: SignedDuration,
     /// Nodes of one zone unavailable at once (`maxUnavailablePerZone`); `None`: no limit beyond `maxUnavailable`.
     pub max_unavailable_per_zone: Option<u32>,
+    /// With `settleWorkloads`, its `settleTimeout`: a node is not disrupted while a workload of its pods is not
+    /// whole (`crate::settle`); `None`: it is not waited for.
+    pub settle: Option<SignedDuration>,
 }
 
 impl Default for Policy {
@@ -135,6 +140,7 @@ impl Default for Policy {
             after_reboot: Vec::new(),
             checkpoint_timeout: DEFAULT_CHECKPOINT_TIMEOUT,
             max_unavailable_per_zone: None,
+            settle: None,
         }
     }
 }
@@ -180,6 +186,8 @@ impl Policy {
         policy.checkpoint_timeout = duration("checkpointTimeout", &spec.checkpoint_timeout, DEFAULT_CHECKPOINT_TIMEOUT);
         policy.join_timeout = duration("joinTimeout", &spec.join_timeout, DEFAULT_JOIN_TIMEOUT);
         policy.leave_timeout = duration("leaveTimeout", &spec.leave_timeout, DEFAULT_LEAVE_TIMEOUT);
+        let settle_timeout = duration("settleTimeout", &spec.settle_timeout, DEFAULT_SETTLE_TIMEOUT);
+        policy.settle = spec.settle_workloads.then_some(settle_timeout);
         for (field, value) in [
             ("drainTimeout", policy.drain_timeout),
             ("stageTimeout", policy.stage_timeout),
@@ -187,6 +195,7 @@ impl Policy {
             ("checkpointTimeout", policy.checkpoint_timeout),
             ("joinTimeout", policy.join_timeout),
             ("leaveTimeout", policy.leave_timeout),
+            ("settleTimeout", settle_timeout),
         ] {
             if value.is_zero() {
                 errors.push(format!("spec.rollout.{field}: must be longer than 0s"));
@@ -436,6 +445,23 @@ mod tests {
 
     fn node_version_spec(json: serde_json::Value) -> NodeVersionSpec {
         serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn settling_workloads_is_off_by_default_and_its_timeout_is_validated() {
+        assert_eq!(Policy::from_spec(&RolloutPolicy::default(), now()).unwrap().settle, None);
+        let on = Policy::from_spec(&spec(serde_json::json!({"settleWorkloads": true})), now()).unwrap();
+        assert_eq!(on.settle, Some(DEFAULT_SETTLE_TIMEOUT));
+        let custom =
+            Policy::from_spec(&spec(serde_json::json!({"settleWorkloads": true, "settleTimeout": "90s"})), now());
+        assert_eq!(custom.unwrap().settle, Some(SignedDuration::from_secs(90)));
+        // A timeout alone does not turn it on; a zero or negative one is refused either way.
+        let off = Policy::from_spec(&spec(serde_json::json!({"settleTimeout": "90s"})), now()).unwrap();
+        assert_eq!(off.settle, None);
+        for bad in ["0s", "-1m"] {
+            let errors = Policy::from_spec(&spec(serde_json::json!({"settleTimeout": bad})), now()).unwrap_err();
+            assert!(errors.iter().any(|e| e.starts_with("spec.rollout.settleTimeout: ")), "{bad}: {errors:?}");
+        }
     }
 
     #[test]

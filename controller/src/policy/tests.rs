@@ -48,6 +48,7 @@ pub(super) fn node(name: &str) -> NodeView {
         checkpoint: None,
         zone: None,
         deferred: None,
+        settle: None,
     }
 }
 

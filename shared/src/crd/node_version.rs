@@ -180,6 +180,19 @@ pub struct RolloutPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "duration_schema")]
     pub checkpoint_timeout: Option<Duration>,
+    /// Workloads settled before the next node: a node whose pods belong to a Deployment, StatefulSet or
+    /// ReplicaSet that is not whole again (fewer available replicas than wanted), or are covered by a
+    /// PodDisruptionBudget that is not healthy, is not drained or replaced until they are (held as
+    /// `WaitingForWorkloads`), so the pods evicted from the last node are back before the next one that runs the
+    /// same workloads goes. Nodes that run none of them are not held. Default `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub settle_workloads: bool,
+    /// With `settleWorkloads`: how long a node may wait for its workloads before its hold is reported as
+    /// `SettleTimedOut` (a Warning Event); the node stays held, a degraded workload is never disrupted further.
+    /// Default `10m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub settle_timeout: Option<Duration>,
     /// At most this many nodes of one zone (`topology.kubernetes.io/zone`) may be unavailable at once, within
     /// `maxUnavailable`: a count of at least 1. Nodes start zone by zone (control-plane nodes first); nodes without
     /// a zone count as one zone. Default: no limit beyond `maxUnavailable`.
