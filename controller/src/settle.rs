@@ -16,8 +16,9 @@
 //!   generation (the disruption controller's own figures).
 //!
 //! # Guarantees
-//! - Looked at just before the node would start (with the do-not-disrupt look, `crate::do_not_disrupt`), and
-//!   every [`RECHECK`] while held; a read that fails starts nothing (fail closed).
+//! - Looked at just before the node would start, staged ahead or drained (with the do-not-disrupt look,
+//!   `crate::do_not_disrupt`: a node waiting for its workloads is not staged, so its staging slot goes to a node
+//!   that runs none of them), and every [`RECHECK`] while held; a read that fails starts nothing (fail closed).
 //! - The node's hold names the first workload that is not whole with its counts
 //!   (`WaitingForWorkloads: statefulset/db/postgres 2/3 ready`). Past `settleTimeout` of holding, it says so
 //!   (`SettleTimedOut`, a Warning Event) and the node stays held: a degraded workload is never disrupted further.

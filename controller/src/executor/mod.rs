@@ -65,7 +65,7 @@ pub struct Batch<'a> {
     /// The NodeVersion whose Events tell of the actions (None: Events on the Node only).
     pub version: Option<&'a ObjectReference>,
     /// The rollout's `settleTimeout` when it waits for workloads to settle (`spec.rollout.settleWorkloads`, see
-    /// `crate::settle`): a node whose start disrupts it is looked at for them first.
+    /// `crate::settle`): a node is looked at for them before it starts.
     pub settle: Option<std::time::Duration>,
 }
 
@@ -225,11 +225,9 @@ impl Executor {
     /// (`crate::settle`), nor those whose look failed (nothing starts unseen).
     async fn without_pod_holds<'a>(&self, starts: Vec<Planned<'a>>, applied: &mut Applied) -> Vec<Planned<'a>> {
         let Some(holds) = &self.pod_holds else { return starts };
-        let looks = starts.iter().map(|(action, batch)| {
-            // Staging ahead disrupts nothing: only a start that drains or replaces the node waits for workloads.
-            let disrupts = !matches!(action.kind, ActionKind::Stage { .. });
-            holds.look(&action.node, batch.settle.filter(|_| disrupts))
-        });
+        // Also before a node is staged ahead: a staged node that waits for its workloads would keep its staging slot
+        // from a node that runs none of them.
+        let looks = starts.iter().map(|(action, batch)| holds.look(&action.node, batch.settle));
         let found = futures::future::join_all(looks).await;
         let mut allowed = Vec::with_capacity(starts.len());
         for (planned, found) in starts.into_iter().zip(found) {

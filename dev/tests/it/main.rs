@@ -70,6 +70,7 @@ mod runtime_clients;
 mod scaling_groups;
 mod scheduler;
 mod services_and_priorities;
+mod settle;
 mod smoke_rollout;
 mod store_api;
 mod support;
