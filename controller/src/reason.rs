@@ -68,6 +68,8 @@ pub enum Reason {
     OutsideMaintenanceWindow,
     MaintenanceExclusion,
     FailureBudgetExhausted,
+    HealthCheckFailing,
+    HealthCheckTimedOut,
     StoppedOnDrainTimeout,
     InvalidSpec,
     KubernetesUpgradeRefused,
@@ -151,6 +153,7 @@ impl Reason {
                 | Reason::CordonedByOther
                 | Reason::SelectorOverlap
                 | Reason::FailureBudgetExhausted
+                | Reason::HealthCheckTimedOut
                 | Reason::StoppedOnDrainTimeout
                 | Reason::InvalidSpec
                 | Reason::OperationFailed

@@ -287,7 +287,7 @@ mod tests {
             policy: Policy::default(),
             raw: serde_json::json!({"image": "v2"}),
         };
-        Rollout { name: "nv".into(), spec: SpecState::Valid(Arc::new(spec)), kubernetes: None }
+        Rollout { name: "nv".into(), spec: SpecState::Valid(Arc::new(spec)), kubernetes: None, health: Vec::new() }
     }
 
     fn now() -> Timestamp {
@@ -454,6 +454,7 @@ mod tests {
             name: "nv".into(),
             spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None },
             kubernetes: None,
+            health: Vec::new(),
         };
         let p = Plan { hold: Some(Hold::new(Reason::InvalidSpec, "spec.image: bad")), ..Default::default() };
         let s = compute(&p, &invalid, Some(4), None, now());

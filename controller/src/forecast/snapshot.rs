@@ -370,7 +370,7 @@ pub fn rollout(version: &NodeVersion, now: Timestamp) -> Rollout {
             SpecState::Invalid { errors, last_valid }
         }
     };
-    Rollout { name: version.name_any(), spec, kubernetes: None }
+    Rollout { name: version.name_any(), spec, kubernetes: None, health: Vec::new() }
 }
 
 #[cfg(test)]

@@ -50,6 +50,8 @@ pub mod budget;
 pub mod cron;
 mod fleet;
 mod gates;
+pub mod health;
+pub mod health_cel;
 mod image;
 pub mod incremental;
 pub mod kubernetes;
@@ -139,6 +141,9 @@ pub struct Rollout {
     pub spec: SpecState,
     /// The Kubernetes upgrade the NodeVersion asks for, validated (see [`kubernetes`]); `None` when it asks none.
     pub kubernetes: Option<kubernetes::KubernetesSpec>,
+    /// The last verdict of each health check of the acting spec (`crate::health_checks`), read by the health-check
+    /// gate ([`health::hold`]); a check without one holds.
+    pub health: Vec<health::Verdict>,
 }
 
 /// The spec a rollout acts on.
@@ -538,7 +543,7 @@ fn busy(node: &NodeView, owner: pools::Owner, a: &Assessment) -> bool {
     busy || node.operation.is_some()
 }
 
-/// Rule 8 of the pipeline for one node: whether `node` is a control-plane node that keeps every other
+/// Rule 9 of the pipeline for one node: whether `node` is a control-plane node that keeps every other
 /// control-plane start waiting, whoever manages it: busy as the budgets count it ([`busy`]), or unavailable
 /// (NotReady, cordoned, in a step) even when no rollout manages it, since another control-plane node's drain and
 /// reboot beside it could cost etcd its quorum.

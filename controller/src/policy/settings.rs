@@ -110,6 +110,8 @@ pub struct Policy {
     pub checkpoint_timeout: SignedDuration,
     /// Nodes of one zone unavailable at once (`maxUnavailablePerZone`); `None`: no limit beyond `maxUnavailable`.
     pub max_unavailable_per_zone: Option<u32>,
+    /// The health checks (`healthChecks`, see [`super::health`]): no node starts while one does not pass.
+    pub health_checks: Vec<super::health::Check>,
 }
 
 impl Default for Policy {
@@ -135,6 +137,7 @@ impl Default for Policy {
             after_reboot: Vec::new(),
             checkpoint_timeout: DEFAULT_CHECKPOINT_TIMEOUT,
             max_unavailable_per_zone: None,
+            health_checks: Vec::new(),
         }
     }
 }
@@ -244,6 +247,10 @@ impl Policy {
             } else {
                 policy.exclusions.push(Exclusion { name: e.name.clone(), start: e.start.0, end: e.end.0 });
             }
+        }
+        match super::health::validate(&spec.health_checks) {
+            Ok(checks) => policy.health_checks = checks,
+            Err(e) => errors.extend(e),
         }
         if let Some(selector) = &spec.node_selector {
             match NodeSelector::from_label_selector(selector) {
