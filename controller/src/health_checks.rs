@@ -159,7 +159,7 @@ impl HealthChecks {
     }
 
     /// Reads the objects of `check` and evaluates its expression: whether it passes, and what it saw.
-    async fn evaluate(&self, check: &Check) -> (bool, String) {
+    pub async fn evaluate(&self, check: &Check) -> (bool, String) {
         match tokio::time::timeout(READ_TIMEOUT, self.read_and_evaluate(check)).await {
             Ok(Ok(seen)) => (true, seen),
             Ok(Err(seen)) => (false, seen),

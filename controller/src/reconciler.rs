@@ -568,7 +568,8 @@ impl Reconciler {
             return;
         }
         self.last_holds.insert(uid, plan.hold.clone());
-        if let Some(Hold { reason, message }) = &plan.hold {
+        // A health check's first evaluation is a moment away: its Event names what the check saw instead.
+        if let Some(Hold { reason, message }) = plan.hold.as_ref().filter(|h| !policy::health::pending(h)) {
             tracing::info!(nodeversion = %version.name_any(), %reason, detail = message, "rollout held back");
             self.events.publish(reference.clone(), None, *reason, message.clone(), "Hold");
         }

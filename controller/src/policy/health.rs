@@ -16,6 +16,15 @@ use shared::crd::{HealthCheck, MAX_EXPRESSION_LEN, MAX_HEALTH_CHECKS};
 /// How long a check may be false before the rollout stops, when it says nothing.
 pub const DEFAULT_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
 
+/// How the message of a hold for a check not evaluated yet ends ([`pending`]).
+const PENDING: &str = "is not evaluated yet; no node starts before";
+
+/// Whether `hold` only waits for a check's first evaluation (a moment after the spec is read): no Event is
+/// published for it, so the first Event names what the check saw.
+pub fn pending(hold: &Hold) -> bool {
+    hold.reason == Reason::HealthCheckFailing && hold.message.ends_with(PENDING)
+}
+
 /// A validated health check.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Check {
@@ -305,10 +314,12 @@ mod tests {
         let (hold, wake) = hold(&checks, &[], t(0)).unwrap();
         assert_eq!(hold.reason, Reason::HealthCheckFailing);
         assert!(hold.message.contains("not evaluated yet") && hold.message.contains("rook-ceph/rook-ceph"));
+        assert!(pending(&hold));
         assert_eq!(wake, None);
         let (hold, wake) = super::hold(&checks, &[verdict(false, t(0))], t(60)).unwrap();
         assert_eq!(hold.reason, Reason::HealthCheckFailing);
         assert!(hold.message.contains("\"ceph\" fails since") && hold.message.contains("saw it"), "{}", hold.message);
+        assert!(!pending(&hold));
         assert_eq!(wake, Some(t(600)), "it wakes when the timeout would stop the rollout");
         assert_eq!(super::hold(&checks, &[verdict(true, t(0))], t(0)), None);
     }
