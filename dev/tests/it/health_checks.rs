@@ -160,6 +160,13 @@ async fn health_checks_a_missing_object_is_named_and_pausing_or_deleting_the_nod
 
     let message = progressing(&store, "HealthCheckFailing").await;
     assert!(message.ends_with(": ConfigMap ceph/gone not found"), "{message}");
+    // The API server refuses a check that names both an object and a selector (the CRD's CEL rule).
+    let both = json!({"spec": {"rollout": {"healthChecks": [{
+        "name": "both", "apiVersion": "v1", "kind": "ConfigMap", "namespace": "ceph", "objectName": "health",
+        "selector": {"matchLabels": {"app": "x"}}, "expression": "self.data.ok == 'true'"}]}}});
+    let versions: kube::Api<NodeVersion> = kube::Api::all(server.client());
+    let refused = versions.patch(VERSION, &PatchParams::default(), &kube::api::Patch::Merge(both)).await.unwrap_err();
+    assert!(refused.to_string().contains("exactly one of objectName and selector must be set"), "{refused}");
     // Paused mid-wait: the pause is the hold, and no node moves.
     let pause = json!({"spec": {"rollout": {"paused": true}}});
     store.api::<NodeVersion>().patch(None, VERSION, &Patch::Merge(pause), &PatchParams::default()).unwrap();
@@ -299,4 +306,59 @@ fn health_checks_the_ceph_example_is_accepted_and_grants_through_the_aggregated_
     assert!(check.expression.evaluate(&json!({"metadata": {}})).is_err());
     let role: ClusterRole = serde_json::from_value(documents[1].clone()).unwrap();
     assert_eq!(role.metadata.labels.unwrap()[LABEL], "true");
+}
+
+/// The check `expression` on ConfigMaps of `ceph`, by `target` (`objectName` or `selector`).
+fn config_map_check(target: Value, expression: &str) -> controller::policy::health::Check {
+    let mut check = json!({"name": "c", "apiVersion": "v1", "kind": "ConfigMap", "namespace": "ceph",
+                           "expression": expression});
+    check.as_object_mut().unwrap().extend(target.as_object().unwrap().clone());
+    let spec: shared::crd::HealthCheck = serde_json::from_value(check).unwrap();
+    controller::policy::health::validate(&[spec]).unwrap().remove(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_the_evaluator_reads_by_name_or_selector_and_names_what_fails() {
+    let server = bare_cluster(&[]).await;
+    let store = server.store();
+    ceph_namespace(&store, "HEALTH_OK");
+    for (name, ready) in [("osd-0", "true"), ("osd-1", "true"), ("osd-2", "false")] {
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ceph", "labels": {"app": "osd", "ready": ready}},
+            "data": {"ready": ready}
+        }))
+        .unwrap();
+        store.api::<ConfigMap>().create(Some("ceph"), &cm, &PostParams::default()).unwrap();
+    }
+    let evaluator = controller::health_checks::HealthChecks::new(server.client(), Default::default());
+    let by_name = |name: &str, e: &str| config_map_check(json!({"objectName": name}), e);
+    let by_labels = |labels: Value, e: &str| config_map_check(json!({"selector": {"matchLabels": labels}}), e);
+
+    let ok = evaluator.evaluate(&by_name("health", "self.data.health == 'HEALTH_OK'")).await;
+    assert_eq!(ok, (true, "ConfigMap ceph/health: self.data.health == 'HEALTH_OK' is true".into()));
+    let missing = evaluator.evaluate(&by_name("gone", "self.data.health == 'HEALTH_OK'")).await;
+    assert_eq!(missing, (false, "ConfigMap ceph/gone not found".into()));
+    // A missing field is an error naming it, and a type error fails the check with CEL's error: never true.
+    let (passing, seen) = evaluator.evaluate(&by_name("health", "self.data.state == 'up'")).await;
+    assert!(!passing && seen.starts_with("ConfigMap ceph/health: self.data.state == 'up': ") && seen.contains("state"));
+    let (passing, seen) = evaluator.evaluate(&by_name("health", "self.data.health > 3")).await;
+    assert!(!passing && seen.starts_with("ConfigMap ceph/health: self.data.health > 3: "), "{seen}");
+    // A selector: each object must pass; the first that does not is named; none listed is false.
+    let all = evaluator.evaluate(&by_labels(json!({"app": "osd", "ready": "true"}), "self.data.ready == 'true'")).await;
+    assert_eq!(all, (true, "ConfigMap ceph/-l app=osd,ready=true: true for each of 2 objects".into()));
+    let (passing, seen) = evaluator.evaluate(&by_labels(json!({"app": "osd"}), "self.data.ready == 'true'")).await;
+    assert!(!passing, "{seen}");
+    assert_eq!(seen, "ConfigMap ceph/osd-2: self.data.ready == 'true' is false (self.data.ready is \"false\")");
+    let none = evaluator.evaluate(&by_labels(json!({"app": "mon"}), "self.data.ready == 'true'")).await;
+    assert_eq!(none, (false, "ConfigMap ceph/-l app=mon: no object matches".into()));
+    // The kind and the scope are found by discovery.
+    let mut unserved = by_name("health", "self.data.health == 'x'");
+    unserved.kind = "ConfigMapp".into();
+    let (passing, seen) = evaluator.evaluate(&unserved).await;
+    assert!(!passing && seen.contains("the API server does not serve kind ConfigMapp in v1"), "{seen}");
+    let mut scoped = by_name("w-0", "self.metadata.name == 'w-0'");
+    scoped.kind = "Node".into();
+    let (passing, seen) = evaluator.evaluate(&scoped).await;
+    assert!(!passing && seen.ends_with("Node is cluster-scoped; leave namespace out"), "{seen}");
+    server.shutdown().await;
 }
