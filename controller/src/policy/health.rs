@@ -242,7 +242,7 @@ fn api_version(s: &str) -> bool {
     match s.split_once('/') {
         None => version_ok(s),
         Some((group, version)) => {
-            version_ok(version) && !group.is_empty() && group.len() <= 253 && group.split('.').all(|l| dns_label(l))
+            version_ok(version) && !group.is_empty() && group.len() <= 253 && group.split('.').all(dns_label)
         }
     }
 }
