@@ -116,6 +116,13 @@ async fn health_checks_a_failing_check_holds_the_rollout_named_once_and_it_moves
     );
     let (status, _, _) = condition_of(&status_of(&store, VERSION), "Progressing").unwrap();
     assert_eq!(status, "False");
+    // The preflight, when the rollout starts, names what the check saw (it waits for its first evaluation).
+    let preflight = eventually(Duration::from_secs(30), "the Preflight condition", || {
+        condition_of(&status_of(&store, VERSION), "Preflight")
+    })
+    .await;
+    assert_eq!(preflight.1, "BlockersFound");
+    assert!(preflight.2.contains("HealthCheckFailing") && preflight.2.contains("HEALTH_WARN"), "{preflight:?}");
     // One Event, however many evaluations (every 10 s) see the same.
     eventually(Duration::from_secs(30), "the Event", || {
         (!notes(&store, "HealthCheckFailing").is_empty()).then_some(())
