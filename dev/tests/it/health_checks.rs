@@ -174,8 +174,15 @@ async fn health_checks_a_missing_object_is_named_and_pausing_or_deleting_the_nod
     let versions: kube::Api<NodeVersion> = kube::Api::all(server.client());
     let refused = versions.patch(VERSION, &PatchParams::default(), &kube::api::Patch::Merge(both)).await.unwrap_err();
     assert!(refused.to_string().contains("exactly one of objectName and selector must be set"), "{refused}");
-    // Paused mid-wait: the pause is the hold, and no node moves.
-    let pause = json!({"spec": {"rollout": {"paused": true}}});
+    // An expression that does not compile: the controller refuses the spec, naming the field.
+    let mut bad = ceph_check("gone", "30m");
+    bad["expression"] = json!("self.data.health ==");
+    let patch = json!({"spec": {"rollout": {"healthChecks": [bad]}}});
+    store.api::<NodeVersion>().patch(None, VERSION, &Patch::Merge(patch), &PatchParams::default()).unwrap();
+    let message = progressing(&store, "InvalidSpec").await;
+    assert!(message.contains("spec.rollout.healthChecks[0].expression: does not compile"), "{message}");
+    // Paused mid-wait (the check fixed): the pause is the hold, and no node moves.
+    let pause = json!({"spec": {"rollout": {"paused": true, "healthChecks": [ceph_check("gone", "30m")]}}});
     store.api::<NodeVersion>().patch(None, VERSION, &Patch::Merge(pause), &PatchParams::default()).unwrap();
     progressing(&store, "Paused").await;
     // Deleted mid-wait: it goes (its finalizer removed) and no node was ever touched.
