@@ -13,10 +13,14 @@
 //!   listed), through kube's dynamic API. A missing object, a read the controller's RBAC forbids (named with the
 //!   role to extend, see README), an apiVersion/kind not served, or a read that fails or takes longer than
 //!   [`READ_TIMEOUT`] is a false check, named: never true.
+//! - **Type errors first**: with the kind's discovery, the OpenAPI v3 document of its group version is read once;
+//!   an expression that selects a field the kind's schema does not have, or can never be a bool
+//!   ([`crate::policy::health_types`]), fails the check before any object is read, naming the error.
 //! - Each verdict keeps since when it has been true (or false) without a break: the `for` and the `timeout` of the
 //!   check count from it.
 
 use crate::policy::health::{Check, Target, Verdict};
+use crate::policy::health_types::type_error;
 use crate::policy::{Rollout, SpecState};
 use crate::reconciler::Clock;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -52,9 +56,12 @@ pub struct HealthChecks {
 struct State {
     /// By NodeVersion UID and check name.
     checks: BTreeMap<(String, String), Entry>,
-    /// Discovery's answers by (apiVersion, kind).
-    resources: HashMap<(String, String), (ApiResource, ApiCapabilities)>,
+    /// Discovery's answers by (apiVersion, kind), with the OpenAPI v3 document of the group version (None: not
+    /// published or not readable; the checks of the kind are then not type-checked).
+    resources: HashMap<(String, String), Resource>,
 }
+
+type Resource = (ApiResource, ApiCapabilities, Option<Arc<serde_json::Value>>);
 
 struct Entry {
     check: Check,
@@ -168,7 +175,18 @@ impl HealthChecks {
     }
 
     async fn read_and_evaluate(&self, check: &Check) -> Result<String, String> {
-        let (resource, capabilities) = self.resource(check).await?;
+        let (resource, capabilities, document) = self.resource(check).await?;
+        // A type error the object's schema shows: the check could never pass.
+        if let Some(document) = document
+            && let Some(error) =
+                type_error(&check.expression, &document, &resource.group, &resource.version, &check.kind)
+        {
+            return Err(format!(
+                "{}: {}: {error}; it fails until the expression is fixed",
+                check.object(),
+                check.expression.source()
+            ));
+        }
         let namespaced = capabilities.scope == Scope::Namespaced;
         let api: Api<DynamicObject> = match (&check.namespace, namespaced) {
             (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &resource),
@@ -212,8 +230,9 @@ impl HealthChecks {
         })
     }
 
-    /// The resource of the check's apiVersion and kind, by discovery (cached).
-    async fn resource(&self, check: &Check) -> Result<(ApiResource, ApiCapabilities), String> {
+    /// The resource of the check's apiVersion and kind, by discovery, and its group version's OpenAPI v3 document
+    /// (cached).
+    async fn resource(&self, check: &Check) -> Result<Resource, String> {
         let key = (check.api_version.clone(), check.kind.clone());
         if let Some(found) = self.state.lock().resources.get(&key) {
             return Ok(found.clone());
@@ -221,7 +240,9 @@ impl HealthChecks {
         let (group, version) = check.api_version.split_once('/').unwrap_or(("", &check.api_version));
         let gvk = GroupVersionKind::gvk(group, version, &check.kind);
         match kube::discovery::pinned_kind(&self.client, &gvk).await {
-            Ok(found) => {
+            Ok((resource, capabilities)) => {
+                let document = self.openapi(group, version).await.map(Arc::new);
+                let found = (resource, capabilities, document);
                 self.state.lock().resources.insert(key, found.clone());
                 Ok(found)
             }
@@ -231,6 +252,24 @@ impl HealthChecks {
                 check.kind,
                 check.api_version
             )),
+        }
+    }
+
+    /// The OpenAPI v3 document of a group version (`/openapi/v3/api/v1`, `/openapi/v3/apis/GROUP/VERSION`), as
+    /// every authenticated user may read it (the `system:discovery` role); None when it cannot be read.
+    async fn openapi(&self, group: &str, version: &str) -> Option<serde_json::Value> {
+        let path = if group.is_empty() {
+            format!("/openapi/v3/api/{version}")
+        } else {
+            format!("/openapi/v3/apis/{group}/{version}")
+        };
+        let request = http::Request::get(&path).body(Vec::new()).ok()?;
+        match self.client.request::<serde_json::Value>(request).await {
+            Ok(document) => Some(document),
+            Err(error) => {
+                tracing::info!(path, %error, "no OpenAPI document: the health checks of its kinds are not type-checked");
+                None
+            }
         }
     }
 

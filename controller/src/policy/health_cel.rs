@@ -12,8 +12,10 @@
 //!   it with `has(self.status.x)`); an error, a type error (`"a" > 1`) or a value other than a bool fails the check
 //!   with the error as its message. Nothing here panics on what an object holds.
 //! - The standard library and the strings extension (`lowerAscii`, `split`, ...), as Kubernetes' CEL environment
-//!   has them. No type checker: the object's schema is not known when the spec is validated, so a type error
-//!   shows when the check is evaluated, as a failing check naming it.
+//!   has them. The object's schema is not known when the spec is validated (no I/O there): the fields it lacks and
+//!   an expression that can never be a bool are found once the kind is discovered, before the first read
+//!   ([`super::health_types`]); any other type error (`"a" > 1`) shows when the check is evaluated, as a failing
+//!   check naming it.
 
 use cel::common::ast::{EntryExpr, Expr};
 use cel::{Context, Env, IdedExpr, Program, Value as CelValue};
@@ -71,6 +73,11 @@ impl Expression {
 
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// The compiled program, for the type check (`super::health_types`).
+    pub(super) fn program(&self) -> &Program {
+        &self.program
     }
 
     /// Evaluates the expression over `object`: `Ok(())` when it is `true`, else what it found (the value of the

@@ -52,6 +52,7 @@ mod fleet;
 mod gates;
 pub mod health;
 pub mod health_cel;
+pub mod health_types;
 mod image;
 pub mod incremental;
 pub mod kubernetes;
