@@ -144,7 +144,8 @@ impl HealthChecks {
 
     /// Records the outcome of `check` (if it is still wanted as it was): whether its verdict changed.
     fn record(&self, key: &(String, String), check: &Check, (passing, observed): (bool, String)) -> bool {
-        let now = self.clock.now();
+        // To the millisecond: the status holds it as it is (a `MicroTime`), so a status computed again equals it.
+        let now = shared::protocol::truncate_to_millis(self.clock.now());
         let mut state = self.state.lock();
         let Some(entry) = state.checks.get_mut(key).filter(|e| e.check == *check) else { return false };
         match &mut entry.verdict {

@@ -139,6 +139,16 @@ pub fn compute(
             })
             .collect(),
         last_valid_spec: acting.map(|spec| spec.record()),
+        health_checks: rollout
+            .health
+            .iter()
+            .map(|v| shared::crd::HealthCheckStatus {
+                name: v.check.clone(),
+                passing: v.passing,
+                since: MicroTime(v.since),
+                message: crate::policy::health::shortened(&v.observed),
+            })
+            .collect(),
         // What each step took, for `update-operator plan` (issue 18).
         step_durations: crate::forecast::durations::measure(
             previous,

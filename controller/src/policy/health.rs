@@ -72,6 +72,17 @@ pub struct Verdict {
     pub observed: String,
 }
 
+/// The longest message of a check the status holds.
+pub const MAX_STATUS_MESSAGE: usize = 1024;
+
+/// `message` cut to [`MAX_STATUS_MESSAGE`] characters.
+pub fn shortened(message: &str) -> String {
+    if message.chars().count() <= MAX_STATUS_MESSAGE {
+        return message.to_owned();
+    }
+    message.chars().take(MAX_STATUS_MESSAGE - 3).collect::<String>() + "..."
+}
+
 /// Validates `spec.rollout.healthChecks`; each error names its field.
 pub fn validate(checks: &[HealthCheck]) -> Result<Vec<Check>, Vec<String>> {
     let mut errors = Vec::new();

@@ -117,6 +117,11 @@ async fn health_checks_a_failing_check_holds_the_rollout_named_once_and_it_moves
     );
     let (status, _, _) = condition_of(&status_of(&store, VERSION), "Progressing").unwrap();
     assert_eq!(status, "False");
+    // The status lists each check's verdict.
+    let checks = status_of(&store, VERSION).health_checks;
+    assert_eq!(checks.len(), 1, "{checks:?}");
+    assert_eq!((checks[0].name.as_str(), checks[0].passing), ("ceph-health", false));
+    assert!(checks[0].message.contains("(self.data.health is \"HEALTH_WARN\")"), "{checks:?}");
     // The preflight, when the rollout starts, names what the check saw (it waits for its first evaluation).
     let preflight = eventually(Duration::from_secs(30), "the Preflight condition", || {
         condition_of(&status_of(&store, VERSION), "Preflight")
@@ -129,7 +134,12 @@ async fn health_checks_a_failing_check_holds_the_rollout_named_once_and_it_moves
         (!notes(&store, "HealthCheckFailing").is_empty()).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(25)).await;
+    let version = || store.api::<NodeVersion>().get(None, VERSION).unwrap().metadata.resource_version;
+    tokio::time::sleep(Duration::from_secs(13)).await;
+    // Evaluations that see the same write nothing (two of them in 12 s).
+    let before = version();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(version(), before, "the NodeVersion was written while its check saw the same");
     let events = notes(&store, "HealthCheckFailing");
     assert_eq!(events.len(), 1, "{events:?}");
     assert!(events[0].contains("ConfigMap ceph/health") && events[0].contains("HEALTH_WARN"), "{events:?}");
@@ -147,7 +157,8 @@ async fn health_checks_a_failing_check_holds_the_rollout_named_once_and_it_moves
     // The check passes: the nodes start (the next evaluation within 10 s), and the rollout completes.
     quiet.store(false, Ordering::SeqCst);
     set_health(&store, "HEALTH_OK");
-    eventually(Duration::from_secs(90), "the rollout", || rolled_out(&store, 2)).await;
+    let done = eventually(Duration::from_secs(90), "the rollout", || rolled_out(&store, 2)).await;
+    assert!(done.health_checks[0].passing, "{:?}", done.health_checks);
     sampler.abort();
     assert!(!touched.load(Ordering::SeqCst), "a node was touched while the check failed");
     controller.stop(Duration::from_secs(10)).await.unwrap();

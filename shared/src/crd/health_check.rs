@@ -1,7 +1,7 @@
 //! `spec.rollout.healthChecks[]` of a NodeVersion (issue 33): a CEL expression over any object of the cluster that
 //! must hold before a node starts.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, MicroTime};
 use kube::core::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -57,4 +57,18 @@ pub struct HealthCheck {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "super::node_version::duration_schema")]
     pub timeout: Option<Duration>,
+}
+
+/// A health check's last verdict, in the NodeVersion's status.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheckStatus {
+    /// The check's name.
+    pub name: String,
+    /// Whether the expression was true at the last evaluation.
+    pub passing: bool,
+    /// Since when it has been passing (or failing) without a break, to the millisecond.
+    pub since: MicroTime,
+    /// What it saw: the object and the value or the error.
+    pub message: String,
 }

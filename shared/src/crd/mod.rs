@@ -19,7 +19,7 @@ mod pending_node;
 mod scaling_group;
 
 pub use autoscaling_strategy::{AutoscalingStrategy, AutoscalingStrategySpec, AutoscalingStrategyStatus};
-pub use health_check::{HealthCheck, MAX_EXPRESSION_LEN, MAX_HEALTH_CHECKS};
+pub use health_check::{HealthCheck, HealthCheckStatus, MAX_EXPRESSION_LEN, MAX_HEALTH_CHECKS};
 pub use node_version::{
     DrainOptions, DrainTimeoutAction, HeldBackNode, InFlightNode, LastValidSpec, MaintenanceWindow, NodeCounts,
     NodeKubelet, NodeVersion, NodeVersionSpec, NodeVersionStatus, RolloutPolicy, StepDuration,

@@ -393,6 +393,10 @@ pub struct NodeVersionStatus {
     /// it (a running mean); `update-operator plan` forecasts rollouts with it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub step_durations: Vec<StepDuration>,
+    /// Each health check's last verdict (`spec.rollout.healthChecks`): whether it passes, since when, and what it
+    /// saw.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health_checks: Vec<super::health_check::HealthCheckStatus>,
 }
 
 /// How long one step of a node's update takes, as measured.
