@@ -20,7 +20,7 @@
 //!   check count from it.
 
 use crate::policy::health::{Check, Target, Verdict};
-use crate::policy::health_types::type_error;
+use crate::policy::health_types::{kind_document, type_error};
 use crate::policy::{Rollout, SpecState};
 use crate::reconciler::Clock;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -34,8 +34,10 @@ use tokio_util::sync::CancellationToken;
 
 /// How often every check is evaluated again.
 pub const INTERVAL: Duration = Duration::from_secs(10);
-/// The longest a read (discovery included) may take before the check counts as false.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest an evaluation (discovery and the reads included) may take before the check counts as false.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(15);
+/// The longest the read of a kind's OpenAPI document may take; without it the kind's checks are not type-checked.
+pub const OPENAPI_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most objects a selector may list: more fail the check (a selector that broad is a mistake).
 pub const MAX_OBJECTS: u32 = 500;
 /// The label a ClusterRole carries to grant the controller what health checks read (README: Health checks).
@@ -242,7 +244,7 @@ impl HealthChecks {
         let gvk = GroupVersionKind::gvk(group, version, &check.kind);
         match kube::discovery::pinned_kind(&self.client, &gvk).await {
             Ok((resource, capabilities)) => {
-                let document = self.openapi(group, version).await.map(Arc::new);
+                let document = self.openapi(group, version, &check.kind).await.map(Arc::new);
                 let found = (resource, capabilities, document);
                 self.state.lock().resources.insert(key, found.clone());
                 Ok(found)
@@ -258,20 +260,27 @@ impl HealthChecks {
 
     /// The OpenAPI v3 document of a group version (`/openapi/v3/api/v1`, `/openapi/v3/apis/GROUP/VERSION`), as
     /// every authenticated user may read it (the `system:discovery` role); None when it cannot be read.
-    async fn openapi(&self, group: &str, version: &str) -> Option<serde_json::Value> {
+    /// Only `kind`'s part of it is kept ([`kind_document`]); it is read within [`OPENAPI_TIMEOUT`].
+    async fn openapi(&self, group: &str, version: &str, kind: &str) -> Option<serde_json::Value> {
         let path = if group.is_empty() {
             format!("/openapi/v3/api/{version}")
         } else {
             format!("/openapi/v3/apis/{group}/{version}")
         };
         let request = http::Request::get(&path).body(Vec::new()).ok()?;
-        match self.client.request::<serde_json::Value>(request).await {
-            Ok(document) => Some(document),
-            Err(error) => {
-                tracing::info!(path, %error, "no OpenAPI document: the health checks of its kinds are not type-checked");
-                None
+        let read = tokio::time::timeout(OPENAPI_TIMEOUT, self.client.request::<serde_json::Value>(request)).await;
+        let document = match read {
+            Ok(Ok(document)) => document,
+            Ok(Err(error)) => {
+                tracing::info!(path, %error, "no OpenAPI document: health checks of {kind} are not type-checked");
+                return None;
             }
-        }
+            Err(_) => {
+                tracing::info!(path, "no OpenAPI document in time: health checks of {kind} are not type-checked");
+                return None;
+            }
+        };
+        kind_document(&document, group, version, kind)
     }
 
     /// What a failed read says (a 404 forgets the kind's discovery: it may have been removed).

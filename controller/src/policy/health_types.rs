@@ -50,6 +50,45 @@ pub fn type_error(expression: &Expression, document: &Value, group: &str, versio
     }
 }
 
+/// The part of the OpenAPI v3 `document` of a group version that describes `kind`: its schema and those its
+/// `$ref`s reach, as a document of their own (a group version's document is megabytes; a kind's part, kilobytes).
+/// `None` when the document does not describe the kind.
+pub fn kind_document(document: &Value, group: &str, version: &str, kind: &str) -> Option<Value> {
+    let schemas = document.get("components")?.get("schemas")?.as_object()?;
+    let (root, _) = schemas.iter().find(|(_, s)| {
+        s.get("x-kubernetes-group-version-kind").and_then(Value::as_array).is_some_and(|gvks| {
+            gvks.iter().any(|g| g["group"] == group && g["version"] == version && g["kind"] == kind)
+        })
+    })?;
+    let mut kept = serde_json::Map::new();
+    let mut todo = vec![root.clone()];
+    while let Some(name) = todo.pop() {
+        if kept.contains_key(&name) {
+            continue;
+        }
+        let Some(schema) = schemas.get(&name) else { continue };
+        refs(schema, &mut todo);
+        kept.insert(name, schema.clone());
+    }
+    Some(serde_json::json!({"components": {"schemas": kept}}))
+}
+
+/// The schema names every `$ref` inside `schema` points to, into `out`.
+fn refs(schema: &Value, out: &mut Vec<String>) {
+    match schema {
+        Value::Object(fields) => {
+            for (key, value) in fields {
+                match (key.as_str(), value.as_str().and_then(|r| r.strip_prefix("#/components/schemas/"))) {
+                    ("$ref", Some(name)) => out.push(name.to_owned()),
+                    _ => refs(value, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| refs(item, out)),
+        _ => {}
+    }
+}
+
 fn text<'a>(schema: &'a Value, key: &str) -> Option<&'a str> {
     schema.get(key).and_then(Value::as_str)
 }
@@ -220,6 +259,20 @@ mod tests {
         assert_eq!(check("self.status.conditions.exists(c, c.type == 'Ready' && c.status == 'True')", "Pod"), None);
         // A kind the document does not describe is not checked.
         assert_eq!(check("self.whatever == 1", "Secret"), None);
+    }
+
+    #[test]
+    fn health_a_kinds_part_of_the_document_holds_what_its_refs_reach_and_checks_the_same() {
+        let pod = kind_document(&document(), "", "v1", "Pod").unwrap();
+        let mut names: Vec<&String> = pod["components"]["schemas"].as_object().unwrap().keys().collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["io.k8s.api.core.v1.Pod", "io.k8s.api.core.v1.PodCondition", "io.k8s.api.core.v1.PodStatus"]
+        );
+        let e = Expression::compile("self.status.conditions.exists(c, c.typ == 'Ready')").unwrap();
+        assert!(type_error(&e, &pod, "", "v1", "Pod").is_some_and(|e| e.starts_with("undefined field 'typ'")));
+        assert_eq!(kind_document(&document(), "", "v1", "Secret"), None);
     }
 
     #[test]
