@@ -7,7 +7,9 @@
 //!   validation.go`), here the whole object as the API server returns it (`apiVersion`, `kind`, `metadata`, `spec`,
 //!   `status`, ...). No other variable exists: an expression that names one is refused when the spec is validated.
 //! - JSON is given to CEL as upstream's `UnstructuredToVal` gives it: integers `int`, other numbers `double`,
-//!   objects maps with string keys.
+//!   objects maps with string keys; a field whose value is null is absent ("Null valued fields are treated as
+//!   absent fields in CEL expressions", the API reference of `x-kubernetes-validations[].rule`,
+//!   `apiextensions.k8s.io/v1` `ValidationRule`; kubernetes.io/docs/reference/using-api/cel).
 //! - Only `true` passes. A field that is absent is an error (`no such key`), not `false`, as in Kubernetes (guard
 //!   it with `has(self.status.x)`); an error, a type error (`"a" > 1`) or a value other than a bool fails the check
 //!   with the error as its message. Nothing here panics on what an object holds.
@@ -199,7 +201,7 @@ fn free_variables(expr: &IdedExpr, bound: &mut Vec<String>, free: &mut Vec<Strin
 }
 
 /// JSON as upstream's `UnstructuredToVal` gives it to a rule: integers are `int` (a number past `i64` a `double`),
-/// other numbers `double`, objects maps with string keys.
+/// other numbers `double`, objects maps with string keys, without their null-valued fields (absent in CEL).
 fn to_cel(value: &Value) -> CelValue {
     match value {
         Value::Null => CelValue::Null,
@@ -211,7 +213,8 @@ fn to_cel(value: &Value) -> CelValue {
         Value::String(s) => CelValue::String(Arc::new(s.clone())),
         Value::Array(items) => CelValue::List(Arc::new(items.iter().map(to_cel).collect())),
         Value::Object(fields) => {
-            let map: HashMap<String, CelValue> = fields.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
+            let map: HashMap<String, CelValue> =
+                fields.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), to_cel(v))).collect();
             CelValue::from(map)
         }
     }
@@ -262,6 +265,10 @@ mod tests {
         );
         let e = Expression::compile("self.status.ceph.capacity.bytesUsed == 10").unwrap();
         assert_eq!(e.evaluate(&ceph(json!(null))), Ok(()));
+        // A null field is absent, as in Kubernetes' CEL.
+        let e = Expression::compile("!has(self.status.ceph.health)").unwrap();
+        assert_eq!(e.evaluate(&ceph(json!(null))), Ok(()));
+        assert!(e.evaluate(&ceph(json!("HEALTH_OK"))).is_err());
     }
 
     #[test]
