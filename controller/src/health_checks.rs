@@ -81,6 +81,12 @@ impl HealthChecks {
         }
     }
 
+    /// The same with `clock` as the time verdicts are recorded at.
+    pub fn with_clock(mut self, clock: Clock) -> HealthChecks {
+        self.clock = clock;
+        self
+    }
+
     /// Keeps the checks of each rollout's acting spec (`uids[i]` is the UID of `rollouts[i]`'s NodeVersion) and
     /// forgets the others; gives each rollout the verdicts its checks have so far.
     pub fn apply(&self, uids: &[String], rollouts: &mut [Rollout]) {
@@ -311,5 +317,78 @@ fn object_name(kind: &str, object: &DynamicObject) -> String {
     match object.metadata.namespace.as_deref() {
         Some(ns) => format!("{kind} {ns}/{name}"),
         None => format!("{kind} {name}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Policy, ValidSpec};
+    use jiff::Timestamp;
+
+    /// A client no request reaches: these tests record outcomes by hand.
+    fn client() -> kube::Client {
+        let service = tower::service_fn(|_request: http::Request<kube::client::Body>| async {
+            Err::<http::Response<kube::client::Body>, std::io::Error>(std::io::Error::other("no server here"))
+        });
+        kube::Client::new(service, "default")
+    }
+
+    fn rollout(expression: &str, valid: bool) -> Rollout {
+        let spec: shared::crd::HealthCheck = serde_json::from_value(serde_json::json!({
+            "name": "ceph", "apiVersion": "v1", "kind": "ConfigMap", "namespace": "ceph", "objectName": "health",
+            "expression": expression
+        }))
+        .unwrap();
+        let policy = Policy { health_checks: crate::policy::health::validate(&[spec]).unwrap(), ..Policy::default() };
+        let spec = Arc::new(ValidSpec { generation: 1, target: "v2".into(), policy, raw: serde_json::json!({}) });
+        let spec = if valid {
+            SpecState::Valid(spec)
+        } else {
+            SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: Some(spec) }
+        };
+        Rollout { name: "nv".into(), spec, kubernetes: None, health: Vec::new() }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn health_a_verdict_keeps_its_since_while_it_holds_and_a_changed_check_starts_over() {
+        let t0: Timestamp = "2026-11-29T12:00:00Z".parse().unwrap();
+        let checks = HealthChecks::new(client(), Default::default()).with_clock(Clock::tokio(t0));
+        let uids = ["uid-1".to_owned()];
+        let mut rollouts = [rollout("self.data.health == 'HEALTH_OK'", true)];
+        checks.apply(&uids, &mut rollouts);
+        assert!(rollouts[0].health.is_empty(), "not evaluated yet");
+        let key = ("uid-1".to_owned(), "ceph".to_owned());
+        let check = match &rollouts[0].spec {
+            SpecState::Valid(spec) => spec.policy.health_checks[0].clone(),
+            SpecState::Invalid { .. } => unreachable!(),
+        };
+
+        assert!(checks.record(&key, &check, (false, "HEALTH_WARN".into())));
+        tokio::time::advance(Duration::from_secs(5)).await;
+        // Still failing: the since stays; what it saw changes (a change to report), or not.
+        assert!(checks.record(&key, &check, (false, "HEALTH_ERR".into())));
+        assert!(!checks.record(&key, &check, (false, "HEALTH_ERR".into())));
+        checks.apply(&uids, &mut rollouts);
+        let v = &rollouts[0].health[0];
+        assert_eq!((v.passing, v.since, v.observed.as_str()), (false, t0, "HEALTH_ERR"));
+        // It passes: since now.
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(checks.record(&key, &check, (true, "HEALTH_OK".into())));
+        checks.apply(&uids, &mut rollouts);
+        let v = &rollouts[0].health[0];
+        assert!(v.passing && v.since >= t0 + jiff::SignedDuration::from_secs(10), "{v:?}");
+
+        // The check changed: it starts over, and an outcome of the old one is dropped.
+        let mut changed = [rollout("self.data.health != 'HEALTH_ERR'", true)];
+        checks.apply(&uids, &mut changed);
+        assert!(changed[0].health.is_empty());
+        assert!(!checks.record(&key, &check, (true, "HEALTH_OK".into())));
+        // An invalid spec's (last valid) checks are not read; a rollout that went is forgotten.
+        checks.apply(&uids, &mut [rollout("self.data.health != 'HEALTH_ERR'", false)]);
+        assert!(checks.state.lock().checks.is_empty());
+        checks.apply(&uids, &mut changed);
+        checks.apply(&[], &mut []);
+        assert!(checks.state.lock().checks.is_empty());
     }
 }
