@@ -544,7 +544,7 @@ fn busy(node: &NodeView, owner: pools::Owner, a: &Assessment) -> bool {
     busy || node.operation.is_some()
 }
 
-/// Rule 9 of the pipeline for one node: whether `node` is a control-plane node that keeps every other
+/// Rule 8 of the pipeline for one node: whether `node` is a control-plane node that keeps every other
 /// control-plane start waiting, whoever manages it: busy as the budgets count it ([`busy`]), or unavailable
 /// (NotReady, cordoned, in a step) even when no rollout manages it, since another control-plane node's drain and
 /// reboot beside it could cost etcd its quorum.

@@ -18,30 +18,30 @@
 //! 2. **paused** (`Paused`);
 //! 3. **maintenance windows and exclusions** (`OutsideMaintenanceWindow`: no window open; `MaintenanceExclusion`:
 //!    inside a freeze);
-//! 4. **failure budget** (`FailureBudgetExhausted`);
-//! 5. **health checks** (`HealthCheckFailing`: a check of `spec.rollout.healthChecks` not evaluated yet, false, or
-//!    true for less than its `for`; `HealthCheckTimedOut`: one false longer than its `timeout`, the rollout stopped
-//!    as failed until it passes again), decided by [`super::health::hold`] from the verdicts the background
-//!    evaluation (`crate::health_checks`) gives the rollout; staging ahead waits too, as behind every gate;
-//! 6. **drain timeout with `onDrainTimeout: Stop`** (`StoppedOnDrainTimeout`);
-//! 7. **cluster-autoscaler** (`WaitingForAutoscaler`), for flows whose new nodes must not race it (a Kubernetes
+//! 4. **failure budget** (`FailureBudgetExhausted`), then **health checks** (`HealthCheckFailing`: a check of
+//!    `spec.rollout.healthChecks` not evaluated yet, false, or true for less than its `for`; `HealthCheckTimedOut`:
+//!    one false longer than its `timeout`, the rollout stopped as failed until it passes again), decided by
+//!    [`super::health::hold`] from the verdicts the background evaluation (`crate::health_checks`) gives the
+//!    rollout; staging ahead waits too, as behind every gate;
+//! 5. **drain timeout with `onDrainTimeout: Stop`** (`StoppedOnDrainTimeout`);
+//! 6. **cluster-autoscaler** (`WaitingForAutoscaler`), for flows whose new nodes must not race it (a Kubernetes
 //!    upgrade: a node the autoscaler adds meanwhile would join with the old components).
 //!
 //! Then, node by node in order — control-plane nodes first, then workers zone by zone and by name within a zone, the
 //! controller's own node last ([`order`]) — [`select`] applies:
-//! 8. **the budget** (`UnavailableNodes`): `maxUnavailable` over the rollout's members, minus every member
+//! 7. **the budget** (`UnavailableNodes`): `maxUnavailable` over the rollout's members, minus every member
 //!    unavailable for any reason (in any flow's step, NotReady, cordoned, worked on by a NodeOp) and every node no
 //!    rollout manages that is still busy; and within it **the zone's share** (`ZoneUnavailable`):
 //!    `maxUnavailablePerZone` over the members of the node's zone that are unavailable (a full zone is passed
 //!    over for the next one);
-//! 9. **one control-plane node at a time** (`WaitingForControlPlane`), across every rollout, flow and NodeOp: none
+//! 8. **one control-plane node at a time** (`WaitingForControlPlane`), across every rollout, flow and NodeOp: none
 //!    starts while another control-plane node is in flight, unavailable, NotReady, cordoned or worked on by a
 //!    NodeOp, whoever manages it, or while a control-plane replacement is in progress (one predicate,
 //!    `control_plane_busy` in `super`, for the plan, the incremental planner and the NodeOps);
-//! 10. **control plane first** (`WaitingForControlPlane`): no worker starts while a control-plane node of the
-//!     rollout is pending in the flow's sense ([`Pool::control_plane_pending`]: not yet updated for an image, not
-//!     yet running the version for Kubernetes, since a kubelet may not be newer than an API server);
-//! 11. **`maxSurge`** (`SurgeExhausted`) for nodes replaced: a new instance per replacement in flight, and no
+//! 9. **control plane first** (`WaitingForControlPlane`): no worker starts while a control-plane node of the
+//!    rollout is pending in the flow's sense ([`Pool::control_plane_pending`]: not yet updated for an image, not
+//!    yet running the version for Kubernetes, since a kubelet may not be newer than an API server);
+//! 10. **`maxSurge`** (`SurgeExhausted`) for nodes replaced: a new instance per replacement in flight, and no
 //!     control-plane replacement beside a worker's (nor a worker's beside a control-plane one's).
 //!
 //! A flow may narrow its candidates before [`select`] (Kubernetes: while the API server is not upgraded, only
@@ -50,7 +50,7 @@
 //!
 //! NodeOps ([`crate::nodeop`]) decide in their own controller under the same rules, read from
 //! [`super::budgets`] (through [`crate::disruption`], with the cloud's view the rollouts were planned with): they
-//! take slots of the rollouts' budgets (rule 8, a joining heir counted as extra capacity as here), and rule 9
+//! take slots of the rollouts' budgets (rule 7, a joining heir counted as extra capacity as here), and rule 8
 //! names the busy control-plane nodes to them exactly as it counts them here; their nodes count as unavailable in
 //! every rollout's budget.
 
@@ -137,7 +137,7 @@ pub(super) enum Start {
     Replace,
 }
 
-/// Gates 1–7 of the module docs for `rollout`, whose members are summarized in `plan`: returns the spec to select
+/// Gates 1–6 of the module docs for `rollout`, whose members are summarized in `plan`: returns the spec to select
 /// under when every gate is open and a member is outdated or staged and waiting for its turn (`staged`);
 /// otherwise `plan.hold` says why not, if anything. `autoscaler` says why the flow's starts must wait for the
 /// cluster-autoscaler (`None`: they need not).
@@ -270,7 +270,7 @@ pub(super) struct Members<'a, 'm> {
     pub candidate: fn(&NodeView, &Assessment) -> bool,
     /// At most this many candidates are read (the flow's narrowing: see the module docs).
     pub limit: usize,
-    /// Which control-plane members keep the workers waiting (rule 10).
+    /// Which control-plane members keep the workers waiting (rule 9).
     pub barrier: fn(&NodeView, &Assessment) -> bool,
 }
 
@@ -393,7 +393,7 @@ pub(super) fn control_plane_pending(node: &NodeView, a: &Assessment) -> bool {
 }
 
 /// Picks the nodes to start among the rollout's members in `pool`: the disruptive starts under the budget and the
-/// control-plane rules (rules 8–11), then, for a flow that stages ahead, the next nodes staged within `maxStaging`.
+/// control-plane rules (rules 7–10), then, for a flow that stages ahead, the next nodes staged within `maxStaging`.
 pub(super) fn select<'a>(
     pool: &impl Pool<'a>,
     spec: &ValidSpec,
@@ -411,7 +411,7 @@ pub(super) fn select<'a>(
     selection
 }
 
-/// The starts that disrupt a node (rules 8–11): a staged node's turn or a replacement (a flow that stages ahead),
+/// The starts that disrupt a node (rules 7–10): a staged node's turn or a replacement (a flow that stages ahead),
 /// or the flow's in-place start (one that does not), in start order.
 fn disrupt<'a>(
     pool: &impl Pool<'a>,
@@ -487,7 +487,7 @@ fn disrupt<'a>(
 
     let control_plane_pending = pool.control_plane_pending();
     let mut control_plane_waits = false;
-    // Rule 8b: within a zone, `maxUnavailablePerZone` (counted over the rollout's unavailable members).
+    // Rule 7b: within a zone, `maxUnavailablePerZone` (counted over the rollout's unavailable members).
     let per_zone = spec.policy.max_unavailable_per_zone;
     let mut zones: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
     if per_zone.is_some() {
