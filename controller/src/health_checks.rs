@@ -302,7 +302,7 @@ impl HealthChecks {
                 format!("{} not found", check.object())
             }
             kube::Error::Api(status) if status.code == 403 => format!(
-                "{}: forbidden: the controller may not {verb} {plural}; grant get and list on them in a ClusterRole \
+                "{}: forbidden: may not {verb} {plural}; grant the controller get and list on them in a ClusterRole \
                  labelled {AGGREGATION_LABEL}: \"true\" (see README, Health checks)",
                 check.object()
             ),

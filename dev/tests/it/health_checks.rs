@@ -287,7 +287,10 @@ async fn health_checks_a_custom_resource_is_read_once_a_labelled_cluster_role_gr
 
     // Without a grant the read is forbidden: named, with what to do.
     let message = progressing(&store, "HealthCheckFailing").await;
-    assert!(message.contains("forbidden: the controller may not get cephclusters.ceph.rook.io"), "{message}");
+    assert!(
+        message.contains("forbidden: may not get cephclusters.ceph.rook.io; grant the controller get and list"),
+        "{message}"
+    );
     assert!(message.contains(LABEL), "{message}");
     // The user's labelled ClusterRole: the aggregation controller adds it to the controller's aggregated role.
     let role: ClusterRole = serde_json::from_value(json!({
