@@ -44,6 +44,8 @@ async fn run(args: PlanArgs) -> anyhow::Result<Report> {
     let client = kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
     let mut snapshot = Snapshot::read(&client).await.context("cannot read the cluster")?;
     snapshot.check_kubernetes(&client, version.as_ref()).await;
+    // The health checks, each evaluated once (get/list of the objects they name).
+    snapshot.check_health(&client, version.as_ref(), jiff::Timestamp::now()).await;
     // Only the provider's read calls (instance group and image, `Snapshot::ask_cloud`), rate-limited and retried
     // as the controller's; an answer that fails leaves its node unplaced, said in the assumptions with the error.
     if let Some(provider) = args.cloud.provider(Arc::new(NoObserver)).await? {

@@ -104,7 +104,12 @@ impl Cluster {
         let policy = Policy { max_unavailable: MaxUnavailable::Count(50), ..Policy::default() };
         let spec =
             ValidSpec { generation: 1, target: TARGET.into(), policy, raw: serde_json::json!({"image": TARGET}) };
-        let rollouts = vec![Rollout { name: "nv".into(), spec: SpecState::Valid(Arc::new(spec)), kubernetes: None }];
+        let rollouts = vec![Rollout {
+            name: "nv".into(),
+            spec: SpecState::Valid(Arc::new(spec)),
+            kubernetes: None,
+            health: Vec::new(),
+        }];
         let mut views = Vec::with_capacity(size);
         let mut index = BTreeMap::new();
         for i in 0..size {

@@ -14,6 +14,7 @@ pub mod events;
 pub mod executor;
 pub mod forecast;
 pub mod groups;
+pub mod health_checks;
 pub mod leader;
 pub mod leadership;
 pub mod metrics;
@@ -252,6 +253,10 @@ pub async fn run(
     reconciler.disruption = disruption;
     reconciler.agent_policy = gate.clone();
     reconciler.node_changes = Some(node_changes);
+    // The health checks' reads and evaluations, in the background; they read nothing while no spec has a check.
+    let health_checks = Arc::new(health_checks::HealthChecks::new(client.clone(), reconciler.trigger.clone()));
+    tokio::spawn(health_checks.clone().run(shutdown.clone()));
+    reconciler.health_checks = Some(health_checks);
 
     let elector = leader::Elector::new(
         lease_client,

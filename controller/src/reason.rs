@@ -70,6 +70,8 @@ pub enum Reason {
     OutsideMaintenanceWindow,
     MaintenanceExclusion,
     FailureBudgetExhausted,
+    HealthCheckFailing,
+    HealthCheckTimedOut,
     StoppedOnDrainTimeout,
     InvalidSpec,
     KubernetesUpgradeRefused,
@@ -153,6 +155,7 @@ impl Reason {
                 | Reason::CordonedByOther
                 | Reason::SelectorOverlap
                 | Reason::FailureBudgetExhausted
+                | Reason::HealthCheckTimedOut
                 | Reason::StoppedOnDrainTimeout
                 | Reason::InvalidSpec
                 | Reason::OperationFailed

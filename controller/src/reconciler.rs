@@ -103,6 +103,8 @@ pub struct Reconciler {
     pub agent_policy: Option<agent_policy::Gate>,
     /// The nodes the watch delivered, so that a reconcile looks only at those; None: it compares every cached node.
     pub node_changes: Option<Arc<crate::node_views::Changes>>,
+    /// The health checks' verdicts, evaluated in the background (`crate::health_checks`); None: none are read.
+    pub health_checks: Option<Arc<crate::health_checks::HealthChecks>>,
     specs: Specs,
     cluster_versions: ClusterVersions,
     /// The hold last published per NodeVersion (by UID), so each change is one Event.
@@ -150,6 +152,7 @@ impl Reconciler {
             replacer: None,
             agent_policy: None,
             node_changes: None,
+            health_checks: None,
             specs: Specs::default(),
             last_holds: HashMap::new(),
             releasing: HashMap::new(),
@@ -179,6 +182,9 @@ impl Reconciler {
                     // also forgets their progress, so the next term starts from what it observes.
                     self.drains.stop_all();
                     self.last_holds.clear();
+                    if let Some(health_checks) = &self.health_checks {
+                        health_checks.clear();
+                    }
                 }
                 None => tokio::select! {
                     () = shutdown.cancelled() => {}
@@ -293,6 +299,11 @@ impl Reconciler {
             .then(|| Instant::now() + KUBERNETES_RECHECK);
         for (rollout, kubernetes) in rollouts.iter_mut().zip(kubernetes) {
             rollout.kubernetes = kubernetes;
+        }
+        // The health checks' verdicts so far, for the gate; the background task reads what the specs name.
+        if let Some(health_checks) = &self.health_checks {
+            let uids: Vec<String> = versions.iter().map(|v| v.uid().unwrap_or_default()).collect();
+            health_checks.apply(&uids, &mut rollouts);
         }
         self.specs.retain(|uid| versions.iter().chain(&deleting).any(|v| v.uid().as_deref() == Some(uid)));
         self.finalizers_added.retain(|uid| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));
@@ -562,7 +573,8 @@ impl Reconciler {
             return;
         }
         self.last_holds.insert(uid, plan.hold.clone());
-        if let Some(Hold { reason, message }) = &plan.hold {
+        // A health check's first evaluation is a moment away: its Event names what the check saw instead.
+        if let Some(Hold { reason, message }) = plan.hold.as_ref().filter(|h| !policy::health::pending(h)) {
             tracing::info!(nodeversion = %version.name_any(), %reason, detail = message, "rollout held back");
             self.events.publish(reference.clone(), None, *reason, message.clone(), "Hold");
         }

@@ -54,7 +54,7 @@ impl Specs {
                 SpecEntry { generation, state, recorded: previous.and_then(|e| e.recorded) }
             }
         };
-        let rollout = Rollout { name, spec: entry.state.clone(), kubernetes: None };
+        let rollout = Rollout { name, spec: entry.state.clone(), kubernetes: None, health: Vec::new() };
         self.entries.insert(uid, entry);
         rollout
     }

@@ -139,6 +139,16 @@ pub fn compute(
             })
             .collect(),
         last_valid_spec: acting.map(|spec| spec.record()),
+        health_checks: rollout
+            .health
+            .iter()
+            .map(|v| shared::crd::HealthCheckStatus {
+                name: v.check.clone(),
+                passing: v.passing,
+                since: MicroTime(v.since),
+                message: crate::policy::health::shortened(&v.observed),
+            })
+            .collect(),
         // What each step took, for `update-operator plan` (issue 18).
         step_durations: crate::forecast::durations::measure(
             previous,
@@ -287,7 +297,7 @@ mod tests {
             policy: Policy::default(),
             raw: serde_json::json!({"image": "v2"}),
         };
-        Rollout { name: "nv".into(), spec: SpecState::Valid(Arc::new(spec)), kubernetes: None }
+        Rollout { name: "nv".into(), spec: SpecState::Valid(Arc::new(spec)), kubernetes: None, health: Vec::new() }
     }
 
     fn now() -> Timestamp {
@@ -454,6 +464,7 @@ mod tests {
             name: "nv".into(),
             spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None },
             kubernetes: None,
+            health: Vec::new(),
         };
         let p = Plan { hold: Some(Hold::new(Reason::InvalidSpec, "spec.image: bad")), ..Default::default() };
         let s = compute(&p, &invalid, Some(4), None, now());

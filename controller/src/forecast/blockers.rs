@@ -134,6 +134,11 @@ pub fn find(
                     (BlockerKind::RolloutHeld, "bring the unavailable nodes back, or raise spec.rollout.maxUnavailable")
                 }
                 Reason::KubernetesUpgradeRefused => (BlockerKind::RolloutHeld, "see the message"),
+                Reason::HealthCheckFailing | Reason::HealthCheckTimedOut => (
+                    BlockerKind::RolloutHeld,
+                    "make the health check pass (the message names the object and what it saw), or change \
+                     spec.rollout.healthChecks",
+                ),
                 _ => (BlockerKind::RolloutHeld, ""),
             };
             if !fix.is_empty() {

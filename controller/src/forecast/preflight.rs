@@ -54,7 +54,9 @@ impl Preflight {
             .enumerate()
             .filter(|(_, (v, p))| {
                 let generation = v.metadata.generation.unwrap_or_default();
+                // A health check's first evaluation is a moment away: the preflight waits for what it sees.
                 p.counts.outdated > 0
+                    && !p.hold.as_ref().is_some_and(crate::policy::health::pending)
                     && self.done.get(&v.uid().unwrap_or_default()).is_none_or(|(g, _)| *g != generation)
             })
             .map(|(i, _)| i)

@@ -207,6 +207,9 @@ pub struct Snapshot {
     pub pending: Vec<PendingNode>,
     /// What the cloud said about each node's instance, when it was asked ([`Snapshot::ask_cloud`]).
     pub cloud: Option<CloudAnswers>,
+    /// By NodeVersion name: the verdict of each of its health checks, evaluated once
+    /// ([`Snapshot::check_health`]). A check that passes counts as passing for its whole `for`.
+    pub health: BTreeMap<String, Vec<crate::policy::health::Verdict>>,
 }
 
 impl Snapshot {
@@ -233,7 +236,16 @@ impl Snapshot {
             }
         };
         let workloads = Workloads::read(client).await?;
-        Ok(Snapshot { nodes, versions, scaling_groups, workloads, kubernetes: BTreeMap::new(), pending, cloud: None })
+        Ok(Snapshot {
+            nodes,
+            versions,
+            scaling_groups,
+            workloads,
+            kubernetes: BTreeMap::new(),
+            pending,
+            cloud: None,
+            health: BTreeMap::new(),
+        })
     }
 
     /// Asks `provider` the group and image of every node's instance, as the controller does
@@ -287,6 +299,34 @@ impl Snapshot {
         self.kubernetes = versions.iter().zip(checked).filter_map(|(v, k)| Some((v.name_any(), k?))).collect();
     }
 
+    /// Evaluates the health checks of each NodeVersion, and of `extra` (a NodeVersion not applied yet, in place of
+    /// the one of its name), once, as the controller does (`crate::health_checks`): get/list of the objects they
+    /// name, read only. A check that passes is taken as passing long enough (its `for`); one that fails, as failing
+    /// since `now`.
+    pub async fn check_health(&mut self, client: &Client, extra: Option<&NodeVersion>, now: Timestamp) {
+        let versions: Vec<&NodeVersion> = self
+            .versions
+            .iter()
+            .filter(|v| extra.is_none_or(|e| e.name_any() != v.name_any()))
+            .chain(extra)
+            .filter(|v| !v.spec.rollout.health_checks.is_empty())
+            .collect();
+        if versions.is_empty() {
+            return;
+        }
+        let evaluator = crate::health_checks::HealthChecks::new(client.clone(), Default::default());
+        for version in versions {
+            let Ok(policy) = crate::policy::Policy::from_spec(&version.spec.rollout, now) else { continue };
+            let mut verdicts = Vec::new();
+            for check in &policy.health_checks {
+                let (passing, observed) = evaluator.evaluate(check).await;
+                let since = if passing { Timestamp::MIN } else { now };
+                verdicts.push(crate::policy::health::Verdict { check: check.name.clone(), passing, since, observed });
+            }
+            self.health.insert(version.name_any(), verdicts);
+        }
+    }
+
     /// The NodeVersions that ask for a Kubernetes upgrade [`Snapshot::check_kubernetes`] did not
     /// validate (only their image is forecast).
     pub fn kubernetes_unchecked(&self) -> Vec<String> {
@@ -333,7 +373,11 @@ impl Snapshot {
         let rollouts: Vec<Rollout> = self
             .active_versions()
             .into_iter()
-            .map(|v| Rollout { kubernetes: self.kubernetes.get(&v.name_any()).cloned(), ..rollout(v, now) })
+            .map(|v| Rollout {
+                kubernetes: self.kubernetes.get(&v.name_any()).cloned(),
+                health: self.health.get(&v.name_any()).cloned().unwrap_or_default(),
+                ..rollout(v, now)
+            })
             .collect();
         let selectors: Vec<Option<&NodeSelector>> =
             rollouts.iter().map(|r| r.spec.acting().map(|s| &s.policy.selector)).collect();
@@ -370,7 +414,7 @@ pub fn rollout(version: &NodeVersion, now: Timestamp) -> Rollout {
             SpecState::Invalid { errors, last_valid }
         }
     };
-    Rollout { name: version.name_any(), spec, kubernetes: None }
+    Rollout { name: version.name_any(), spec, kubernetes: None, health: Vec::new() }
 }
 
 #[cfg(test)]

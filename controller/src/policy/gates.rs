@@ -26,7 +26,7 @@ struct Context<'a> {
 type Closed = (Hold, Option<Timestamp>);
 
 /// The gates, in the order they are checked (the first closed one wins):
-const GATES: [fn(&Context<'_>) -> Option<Closed>; 6] = [
+const GATES: [fn(&Context<'_>) -> Option<Closed>; 7] = [
     // the current spec is invalid: nothing new until it is fixed;
     invalid_spec,
     // spec.rollout.paused;
@@ -35,6 +35,8 @@ const GATES: [fn(&Context<'_>) -> Option<Closed>; 6] = [
     outside_window,
     // as many nodes failed for this target as the failure budget allows;
     failure_budget,
+    // a health check does not pass (or failed past its timeout: the rollout is stopped);
+    health_checks,
     // a drain timed out and onDrainTimeout is Stop;
     stop_on_drain_timeout,
     // the flow's new nodes would race a cluster-autoscaler not confirmed down.
@@ -123,6 +125,10 @@ fn failure_budget(c: &Context<'_>) -> Option<Closed> {
     })
 }
 
+fn health_checks(c: &Context<'_>) -> Option<Closed> {
+    super::health::hold(&c.spec?.policy.health_checks, &c.rollout.health, c.now)
+}
+
 fn stop_on_drain_timeout(c: &Context<'_>) -> Option<Closed> {
     (c.spec?.policy.on_drain_timeout == DrainTimeoutAction::Stop && c.drain_timeouts > 0).then(|| {
         let message = format!("{} node(s) could not be drained in time and onDrainTimeout is Stop", c.drain_timeouts);
@@ -168,6 +174,7 @@ mod tests {
             name: "v".into(),
             spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: spec.clone() },
             kubernetes: None,
+            health: Vec::new(),
         };
         let (hold, _) = closed(&invalid, spec.as_deref(), None, &counts(1), 1, None, t(0)).unwrap();
         assert_eq!(hold.reason, Reason::InvalidSpec);
@@ -176,6 +183,7 @@ mod tests {
             name: "v".into(),
             spec: SpecState::Invalid { errors: vec!["x".into()], last_valid: None },
             kubernetes: None,
+            health: Vec::new(),
         };
         let (hold, _) = closed(&unknown, None, None, &counts(0), 0, None, t(0)).unwrap();
         assert!(hold.message.contains("touches no node"), "{}", hold.message);

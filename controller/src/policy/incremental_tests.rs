@@ -35,6 +35,7 @@ fn configurations() -> Vec<Vec<Rollout>> {
         name: name.into(),
         spec: SpecState::Valid(spec),
         kubernetes: None,
+        health: Vec::new(),
     };
     let two = valid_spec(TARGET, 1, policy(2));
     let pool_one = NodeSelector::from_label_selector(&LabelSelector {
@@ -55,11 +56,13 @@ fn configurations() -> Vec<Vec<Rollout>> {
             name: "nv".into(),
             spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: Some(two.clone()) },
             kubernetes: None,
+            health: Vec::new(),
         }],
         vec![Rollout {
             name: "nv".into(),
             spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None },
             kubernetes: None,
+            health: Vec::new(),
         }],
         vec![
             rollout("nv", two.clone()),
@@ -697,6 +700,7 @@ fn one_node_changing_assesses_that_node_and_those_in_flight_not_the_cluster() {
             Policy { max_unavailable: MaxUnavailable::Count(3), ..Policy::default() },
         )),
         kubernetes: None,
+        health: Vec::new(),
     }];
     let mut planner = Planner::new();
     planner.set_context(rollouts, Fleet::default(), None);
@@ -728,6 +732,7 @@ fn one_node_changing_assesses_that_node_and_those_in_flight_not_the_cluster() {
         name: "nv".into(),
         spec: SpecState::Valid(valid_spec("v3", 2, Policy::default())),
         kubernetes: None,
+        health: Vec::new(),
     }];
     planner.set_context(rollouts, Fleet::default(), None);
     planner.plan(t(3));
@@ -764,8 +769,12 @@ fn one_node_changing_in_a_replacement_assesses_that_node_and_the_replacements_no
         max_surge: budget::MaxSurge::Count(10),
         ..Policy::default()
     };
-    let rollouts =
-        vec![Rollout { name: "nv".into(), spec: SpecState::Valid(valid_spec(TARGET, 1, policy)), kubernetes: None }];
+    let rollouts = vec![Rollout {
+        name: "nv".into(),
+        spec: SpecState::Valid(valid_spec(TARGET, 1, policy)),
+        kubernetes: None,
+        health: Vec::new(),
+    }];
     let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
     let mut fleet = Fleet { groups: vec![group], etcd: EtcdAccess::Client, ..Fleet::default() };
     let mut planner = Planner::new();
@@ -846,7 +855,12 @@ fn with_a_kubernetes_upgrade_the_planner_decides_with_the_full_plan() {
         hash: "sha256:1111111111111111111111111111111111111111111111111111111111111111".into(),
         api_server: "v1.34.1".parse().expect("a version"),
     });
-    let rollouts = vec![Rollout { name: "nv".into(), spec: SpecState::Valid(spec.clone()), kubernetes: Some(upgrade) }];
+    let rollouts = vec![Rollout {
+        name: "nv".into(),
+        spec: SpecState::Valid(spec.clone()),
+        kubernetes: Some(upgrade),
+        health: Vec::new(),
+    }];
     let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
     let fleet = Fleet { groups: vec![group], etcd: EtcdAccess::Client, ..Fleet::default() };
     let nodes = vec![NodeView { group: Some(member("g", "a", Some(t(-600)))), ..node("a") }, node("b")];
@@ -865,7 +879,8 @@ fn with_a_kubernetes_upgrade_the_planner_decides_with_the_full_plan() {
     planner.plan(t(1));
     assert_eq!(planner.assessed(), 2);
     // The upgrade no longer asked for: it indexes again (every node once), then only what changes.
-    let rollouts = vec![Rollout { name: "nv".into(), spec: SpecState::Valid(spec), kubernetes: None }];
+    let rollouts =
+        vec![Rollout { name: "nv".into(), spec: SpecState::Valid(spec), kubernetes: None, health: Vec::new() }];
     planner.set_context(rollouts, fleet, None);
     assert!(planner.incremental());
     planner.plan(t(2));
@@ -884,8 +899,12 @@ fn replacement_rollout(size: usize, surge: u32) -> (usize, usize, usize, usize, 
         max_surge: budget::MaxSurge::Count(surge),
         ..Policy::default()
     };
-    let rollouts =
-        vec![Rollout { name: "nv".into(), spec: SpecState::Valid(valid_spec(TARGET, 1, policy)), kubernetes: None }];
+    let rollouts = vec![Rollout {
+        name: "nv".into(),
+        spec: SpecState::Valid(valid_spec(TARGET, 1, policy)),
+        kubernetes: None,
+        health: Vec::new(),
+    }];
     let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
     let mut fleet = Fleet { groups: vec![group], etcd: EtcdAccess::Client, ..Fleet::default() };
     let mut planner = Planner::new();

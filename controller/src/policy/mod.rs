@@ -51,6 +51,9 @@ pub mod budget;
 pub mod cron;
 mod fleet;
 mod gates;
+pub mod health;
+pub mod health_cel;
+pub mod health_types;
 mod image;
 pub mod incremental;
 pub mod kubernetes;
@@ -143,6 +146,9 @@ pub struct Rollout {
     pub spec: SpecState,
     /// The Kubernetes upgrade the NodeVersion asks for, validated (see [`kubernetes`]); `None` when it asks none.
     pub kubernetes: Option<kubernetes::KubernetesSpec>,
+    /// The last verdict of each health check of the acting spec (`crate::health_checks`), read by the health-check
+    /// gate ([`health::hold`]); a check without one holds.
+    pub health: Vec<health::Verdict>,
 }
 
 /// The spec a rollout acts on.

@@ -10,7 +10,9 @@
 //!
 //! # The gates, in order
 //! Before the pipeline, each node's own progress ([`super::assess`]) holds back a node for a reason of its own:
-//! no agent report (the agent policy), NotReady, cordoned by someone else, its annotations malformed, another
+//! no agent report (the agent policy), NotReady, do not disrupt (`DoNotDisrupt`), the workloads of its pods not whole
+//! again with `settleWorkloads` (`WaitingForWorkloads`, `crate::settle`), cordoned by someone else, its annotations
+//! malformed, another
 //! owner (an older NodeVersion: `SelectorOverlap`; a NodeOp: `NodeOperation`), its group's image not known. Then,
 //! for the rollout as a whole, the first closed gate is the rollout's hold ([`open`], each gate in
 //! [`super::gates`]):
@@ -18,7 +20,11 @@
 //! 2. **paused** (`Paused`);
 //! 3. **maintenance windows and exclusions** (`OutsideMaintenanceWindow`: no window open; `MaintenanceExclusion`:
 //!    inside a freeze);
-//! 4. **failure budget** (`FailureBudgetExhausted`);
+//! 4. **failure budget** (`FailureBudgetExhausted`), then **health checks** (`HealthCheckFailing`: a check of
+//!    `spec.rollout.healthChecks` not evaluated yet, false, or true for less than its `for`; `HealthCheckTimedOut`:
+//!    one false longer than its `timeout`, the rollout stopped as failed until it passes again), decided by
+//!    [`super::health::hold`] from the verdicts the background evaluation (`crate::health_checks`) gives the
+//!    rollout; staging ahead waits too, as behind every gate;
 //! 5. **drain timeout with `onDrainTimeout: Stop`** (`StoppedOnDrainTimeout`);
 //! 6. **cluster-autoscaler** (`WaitingForAutoscaler`), for flows whose new nodes must not race it (a Kubernetes
 //!    upgrade: a node the autoscaler adds meanwhile would join with the old components).

@@ -115,6 +115,8 @@ pub struct Policy {
     /// With `settleWorkloads`, its `settleTimeout`: a node is not disrupted while a workload of its pods is not
     /// whole (`crate::settle`); `None`: it is not waited for.
     pub settle: Option<SignedDuration>,
+    /// The health checks (`healthChecks`, see [`super::health`]): no node starts while one does not pass.
+    pub health_checks: Vec<super::health::Check>,
 }
 
 impl Default for Policy {
@@ -141,6 +143,7 @@ impl Default for Policy {
             checkpoint_timeout: DEFAULT_CHECKPOINT_TIMEOUT,
             max_unavailable_per_zone: None,
             settle: None,
+            health_checks: Vec::new(),
         }
     }
 }
@@ -253,6 +256,10 @@ impl Policy {
             } else {
                 policy.exclusions.push(Exclusion { name: e.name.clone(), start: e.start.0, end: e.end.0 });
             }
+        }
+        match super::health::validate(&spec.health_checks) {
+            Ok(checks) => policy.health_checks = checks,
+            Err(e) => errors.extend(e),
         }
         if let Some(selector) = &spec.node_selector {
             match NodeSelector::from_label_selector(selector) {

@@ -581,7 +581,12 @@ fn cluster_of_fifteen() -> Vec<NodeView> {
 }
 
 fn one_rollout(policy: Policy) -> Vec<Rollout> {
-    vec![Rollout { name: "nv".into(), spec: SpecState::Valid(valid_spec(TARGET, 1, policy)), kubernetes: None }]
+    vec![Rollout {
+        name: "nv".into(),
+        spec: SpecState::Valid(valid_spec(TARGET, 1, policy)),
+        kubernetes: None,
+        health: Vec::new(),
+    }]
 }
 
 /// Runs a seeded rollout and checks, after every plan, the budget and the control-plane rule.

@@ -99,11 +99,21 @@ pub(super) fn valid_spec(target: &str, generation: i64, policy: Policy) -> Arc<V
 }
 
 pub(super) fn rollout_with(policy: Policy) -> Rollout {
-    Rollout { name: "nv".into(), spec: SpecState::Valid(valid_spec(TARGET, 1, policy)), kubernetes: None }
+    Rollout {
+        name: "nv".into(),
+        spec: SpecState::Valid(valid_spec(TARGET, 1, policy)),
+        kubernetes: None,
+        health: Vec::new(),
+    }
 }
 
 pub(super) fn rollout_named(name: &str) -> Rollout {
-    Rollout { name: name.into(), spec: SpecState::Valid(valid_spec(TARGET, 1, policy())), kubernetes: None }
+    Rollout {
+        name: name.into(),
+        spec: SpecState::Valid(valid_spec(TARGET, 1, policy())),
+        kubernetes: None,
+        health: Vec::new(),
+    }
 }
 
 pub(super) fn unknown_rollout(name: &str) -> Rollout {
@@ -111,6 +121,7 @@ pub(super) fn unknown_rollout(name: &str) -> Rollout {
         name: name.into(),
         spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None },
         kubernetes: None,
+        health: Vec::new(),
     }
 }
 
@@ -520,6 +531,7 @@ fn invalid_after(last_valid: Policy) -> Rollout {
             last_valid: Some(valid_spec(TARGET, 4, last_valid)),
         },
         kubernetes: None,
+        health: Vec::new(),
     }
 }
 

@@ -52,6 +52,7 @@ mod fail_closed;
 mod faults_and_metrics;
 mod field_validation;
 mod garbage_collector;
+mod health_checks;
 mod held_back;
 mod hosts;
 mod install_manifests;

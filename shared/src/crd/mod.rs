@@ -7,6 +7,7 @@
 // clippy reads the repeated `type_ = ...` of kube's `printcolumn(...)` entries as duplicated attributes.
 #[allow(clippy::duplicated_attributes)]
 mod autoscaling_strategy;
+mod health_check;
 #[allow(clippy::duplicated_attributes)]
 mod node_version;
 // The Kairos operator's NodeOp and NodeOpUpgrade (group `operator.kairos.io`, namespaced).
@@ -18,6 +19,7 @@ mod pending_node;
 mod scaling_group;
 
 pub use autoscaling_strategy::{AutoscalingStrategy, AutoscalingStrategySpec, AutoscalingStrategyStatus};
+pub use health_check::{HealthCheck, HealthCheckStatus, MAX_EXPRESSION_LEN, MAX_HEALTH_CHECKS};
 pub use node_version::{
     DrainOptions, DrainTimeoutAction, HeldBackNode, InFlightNode, LastValidSpec, MaintenanceWindow, NodeCounts,
     NodeKubelet, NodeVersion, NodeVersionSpec, NodeVersionStatus, RolloutPolicy, StepDuration,

@@ -208,6 +208,13 @@ pub struct RolloutPolicy {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub maintenance_exclusions: Vec<MaintenanceExclusion>,
+    /// Health checks on any object of the cluster (a Ceph cluster's health, say): no node starts while one is not
+    /// `true` (`HealthCheckFailing`), and one that stays false longer than its `timeout` stops the rollout
+    /// (`HealthCheckTimedOut`). At most 16, names unique.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub health_checks: Vec<super::health_check::HealthCheck>,
 }
 
 /// An absolute period in which no new node starts.
@@ -291,7 +298,7 @@ fn image_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
-fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(super) fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "type": "string", "pattern": DURATION_PATTERN })
 }
 
@@ -399,6 +406,10 @@ pub struct NodeVersionStatus {
     /// it (a running mean); `update-operator plan` forecasts rollouts with it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub step_durations: Vec<StepDuration>,
+    /// Each health check's last verdict (`spec.rollout.healthChecks`): whether it passes, since when, and what it
+    /// saw.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health_checks: Vec<super::health_check::HealthCheckStatus>,
 }
 
 /// How long one step of a node's update takes, as measured.
