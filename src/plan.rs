@@ -46,6 +46,8 @@ async fn run(args: PlanArgs) -> anyhow::Result<Report> {
     snapshot.check_kubernetes(&client, version.as_ref()).await;
     // The health checks, each evaluated once (get/list of the objects they name).
     snapshot.check_health(&client, version.as_ref(), jiff::Timestamp::now()).await;
+    // With settleWorkloads: the nodes whose workloads are not whole now (the pods, and each workload once).
+    snapshot.check_settle(&client, version.as_ref()).await.context("cannot read the workloads of the nodes' pods")?;
     // Only the provider's read calls (instance group and image, `Snapshot::ask_cloud`), rate-limited and retried
     // as the controller's; an answer that fails leaves its node unplaced, said in the assumptions with the error.
     if let Some(provider) = args.cloud.provider(Arc::new(NoObserver)).await? {

@@ -252,6 +252,52 @@ fn replica_set_counts(r: &ReplicaSet) -> Counts {
     }
 }
 
+/// The nodes that would wait for their workloads now, with why (`update-operator plan`, read only): every pod of the
+/// cluster read in pages, those a drain would evict kept by node (their owners, labels and phase only), each
+/// workload read once, and the budgets among `budgets`.
+pub async fn unsettled_nodes(
+    client: &kube::Client,
+    budgets: &[PodDisruptionBudget],
+) -> Result<BTreeMap<String, String>, kube::Error> {
+    let api = Api::<Pod>::all(client.clone());
+    let mut params = kube::api::ListParams::default().limit(500);
+    let mut by_node: BTreeMap<String, Vec<Pod>> = BTreeMap::new();
+    loop {
+        let page = api.list(&params).await?;
+        for pod in page.items {
+            let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else { continue };
+            if !crate::drain::filters::budgets_matter(&pod) {
+                continue;
+            }
+            let covered = !crate::drain::filters::budgets_selecting(budgets, &pod).is_empty();
+            if direct_owner(&pod).is_none() && !covered {
+                continue;
+            }
+            let light = Pod {
+                metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: pod.metadata.name,
+                    namespace: pod.metadata.namespace,
+                    labels: pod.metadata.labels,
+                    owner_references: pod.metadata.owner_references,
+                    ..Default::default()
+                },
+                status: pod
+                    .status
+                    .map(|s| k8s_openapi::api::core::v1::PodStatus { phase: s.phase, ..Default::default() }),
+                spec: None,
+            };
+            by_node.entry(node).or_default().push(light);
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    let all: Vec<Pod> = by_node.values().flatten().cloned().collect();
+    let workloads = read_workloads(client, &all).await?;
+    Ok(by_node.into_iter().filter_map(|(node, pods)| Some((node, unsettled(&pods, &workloads, budgets)?))).collect())
+}
+
 /// Reads the workloads of `pods` (those a drain would evict): each pod's direct owner, a ReplicaSet's Deployment
 /// in its place. A workload gone is left out (its pods are orphans: nothing to wait for).
 pub async fn read_workloads(

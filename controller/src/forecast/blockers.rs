@@ -33,6 +33,8 @@ pub enum BlockerKind {
     UnevictablePod,
     /// A pod or Node marked do-not-disrupt: the node is held while it is there.
     DoNotDisrupt,
+    /// A workload of the node's pods is not whole now (`settleWorkloads`): the node waits until it is.
+    WorkloadsNotSettled,
     /// The node's agent never reported.
     NoAgent,
     /// Someone else cordoned the node.
@@ -174,6 +176,11 @@ pub fn find(
                 Reason::DoNotDisrupt => (
                     BlockerKind::DoNotDisrupt,
                     "remove the do-not-disrupt annotation from the Node when it may be disrupted",
+                ),
+                Reason::WaitingForWorkloads | Reason::SettleTimedOut => (
+                    BlockerKind::WorkloadsNotSettled,
+                    "wait until the workload is whole again (every replica available, its PodDisruptionBudget \
+                     healthy), or turn spec.rollout.settleWorkloads off",
                 ),
                 Reason::GroupImagePending => (
                     BlockerKind::GroupImage,

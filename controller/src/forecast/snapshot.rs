@@ -210,6 +210,9 @@ pub struct Snapshot {
     /// By NodeVersion name: the verdict of each of its health checks, evaluated once
     /// ([`Snapshot::check_health`]). A check that passes counts as passing for its whole `for`.
     pub health: BTreeMap<String, Vec<crate::policy::health::Verdict>>,
+    /// By node: why it would wait for the workloads of its pods now (`crate::settle`, [`Snapshot::check_settle`]),
+    /// for the rollouts with `settleWorkloads`.
+    pub settle: BTreeMap<String, String>,
 }
 
 impl Snapshot {
@@ -245,6 +248,7 @@ impl Snapshot {
             pending,
             cloud: None,
             health: BTreeMap::new(),
+            settle: BTreeMap::new(),
         })
     }
 
@@ -327,6 +331,17 @@ impl Snapshot {
         }
     }
 
+    /// With a NodeVersion (or `extra`) that waits for workloads to settle (`settleWorkloads`), which nodes would
+    /// wait now, as the controller looks before a start (`crate::settle`): read only. A read that fails is an
+    /// error (the plan says it cannot read the cluster).
+    pub async fn check_settle(&mut self, client: &Client, extra: Option<&NodeVersion>) -> Result<(), kube::Error> {
+        let wanted = self.versions.iter().chain(extra).any(|v| v.spec.rollout.settle_workloads);
+        if wanted {
+            self.settle = crate::settle::unsettled_nodes(client, &self.workloads.budgets).await?;
+        }
+        Ok(())
+    }
+
     /// The NodeVersions that ask for a Kubernetes upgrade [`Snapshot::check_kubernetes`] did not
     /// validate (only their image is forecast).
     pub fn kubernetes_unchecked(&self) -> Vec<String> {
@@ -391,7 +406,19 @@ impl Snapshot {
                 .is_ok_and(|c| c.intent.is_some_and(|i| i.step == Step::Drain));
                 let drain =
                     if draining { DrainProgress::Running { waiting_on: None } } else { DrainProgress::NotRunning };
-                node.view(selectors.iter().copied(), drain)
+                let mut view = node.view(selectors.iter().copied(), drain);
+                // The nodes that would wait for their workloads now, under a rollout that waits for them.
+                let settles = view
+                    .selected_by
+                    .first()
+                    .and_then(|i| rollouts.get(*i))
+                    .and_then(|r| r.spec.acting())
+                    .is_some_and(|s| s.policy.settle.is_some());
+                if let Some(why) = self.settle.get(&view.name).filter(|_| settles) {
+                    let message = format!("{why}: the node waits until the workloads of its pods are whole again");
+                    view.settle = Some(crate::policy::Hold::new(crate::reason::Reason::WaitingForWorkloads, message));
+                }
+                view
             })
             .collect();
         (rollouts, views)

@@ -5,6 +5,9 @@
 
 use crate::support;
 
+use controller::forecast::BlockerKind;
+use controller::forecast::report::{Flags, Report};
+use controller::forecast::snapshot::Snapshot;
 use dev::apiserver::Patch;
 use dev::harness;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -96,6 +99,14 @@ async fn a_node_running_a_pod_of_a_degraded_workload_waits_named_uncordoned_unti
     .await;
     assert_eq!(events.len(), 1, "{events:?}");
     assert!(events[0].starts_with("w-0: statefulset/default/pg 2/3 ready"), "{events:?}");
+    // `update-operator plan` shows the gate that holds the next node, with the workload and its counts.
+    let client = server.client();
+    let mut snapshot = Snapshot::read(&client).await.unwrap();
+    snapshot.check_settle(&client, None).await.unwrap();
+    let report = Report::build(snapshot, None, Flags::default(), None, jiff::Timestamp::now());
+    let blocker = report.blockers.iter().find(|b| b.kind == BlockerKind::WorkloadsNotSettled).unwrap();
+    assert_eq!(blocker.nodes, ["w-0"]);
+    assert!(blocker.message.contains("statefulset/default/pg 2/3 ready"), "{}", report.text());
     // Past settleTimeout it says so, and w-0 stays held (never disrupted while the workload is degraded).
     eventually(Duration::from_secs(90), "the hold timed out", || {
         let s = status_of(&store, VERSION);
