@@ -12,8 +12,8 @@
 
 use super::{GcpProvider, errors, state_of};
 use crate::error::{Error, Result};
-use crate::provider::InstanceState;
-use crate::provider_id::GceInstance;
+use crate::provider::{GroupInstance, GroupMembers, InstanceState};
+use crate::provider_id::{GceInstance, ProviderId};
 use google_cloud_compute_v1::model::{self, managed_instance};
 use std::time::{Duration, Instant};
 
@@ -102,6 +102,66 @@ impl GcpProvider {
                 })
             }
         }
+    }
+}
+
+impl GcpProvider {
+    /// The MIG's members in one list (`listManagedInstances`, every page), for `group_instances`. Each managed
+    /// instance is listed under its `name` (which "always exists even if the instance has not yet been created")
+    /// with the state `instance_state` gives it: `DELETING` Terminating; with an `instanceStatus`, that status
+    /// mapped as `instances.get`'s (`STOPPING` without `DELETING` is Stopping); without one (`CREATING`, not
+    /// created yet) Creating. One whose creation failed (`lastAttempt.errors`, no instance) is not listed but
+    /// counted in `unlisted`, so that the caller asks `instance_state`, which surfaces the error as it does
+    /// (`QuotaExceeded`, `Transient`); so are the creations this process asked of the MIG in the last
+    /// [`CREATE_GRACE`] that the list does not show yet (its list may lag `createInstances`). An unknown MIG is
+    /// `NotFound`. The list names an instance template, not an image: `image` is `None`.
+    pub(super) async fn group_members(&self, mig: &MigPath) -> Result<GroupMembers> {
+        let listed = self.managed_instances(mig).await?;
+        let mut instances = Vec::new();
+        let mut unlisted = 0u64;
+        for managed in listed {
+            let name = managed
+                .name
+                .clone()
+                .filter(|n| !n.is_empty())
+                .or_else(|| managed.instance.as_deref().map(|url| super::last_segment(url).to_owned()));
+            let Some(name) = name else {
+                unlisted += 1;
+                continue;
+            };
+            let instance = GceInstance { project: mig.project.clone(), zone: mig.zone.clone(), name };
+            let status = managed.instance_status.as_ref().and_then(|s| s.name());
+            let state = match (&managed.current_action, status) {
+                (Some(managed_instance::CurrentAction::Deleting), _) => InstanceState::Terminating,
+                (_, Some(status)) => state_of(Some(status)),
+                _ if last_attempt_error(mig, &instance, &managed).is_some() => {
+                    unlisted += 1;
+                    continue;
+                }
+                _ => InstanceState::Creating,
+            };
+            instances.push(GroupInstance {
+                node_name: instance.name.clone(),
+                provider_id: ProviderId::Gce(instance),
+                state,
+                image: None,
+            });
+        }
+        unlisted += self.recent_creations_not_in(mig, &instances);
+        Ok(GroupMembers { instances, unlisted: u32::try_from(unlisted).unwrap_or(u32::MAX) })
+    }
+
+    /// The creations this process asked of `mig` less than [`CREATE_GRACE`] ago that `listed` does not show.
+    fn recent_creations_not_in(&self, mig: &MigPath, listed: &[GroupInstance]) -> u64 {
+        let created = self.created.lock().unwrap_or_else(|e| e.into_inner());
+        let missing = created.iter().filter(|(instance, (asked, at))| {
+            asked.name == mig.name
+                && asked.zone == mig.zone
+                && asked.project == mig.project
+                && at.elapsed() < CREATE_GRACE
+                && !listed.iter().any(|i| matches!(&i.provider_id, ProviderId::Gce(g) if g.name == instance.name))
+        });
+        missing.count() as u64
     }
 }
 
