@@ -119,6 +119,7 @@ impl GcpProvider {
         let listed = self.managed_instances(mig).await?;
         let mut instances = Vec::new();
         let mut unlisted = 0u64;
+        let mut seen = std::collections::HashSet::new();
         for managed in listed {
             let name = managed
                 .name
@@ -129,6 +130,7 @@ impl GcpProvider {
                 unlisted += 1;
                 continue;
             };
+            seen.insert(name.clone());
             let instance = GceInstance { project: mig.project.clone(), zone: mig.zone.clone(), name };
             let status = managed.instance_status.as_ref().and_then(|s| s.name());
             let state = match (&managed.current_action, status) {
@@ -147,19 +149,19 @@ impl GcpProvider {
                 image: None,
             });
         }
-        unlisted += self.recent_creations_not_in(mig, &instances);
+        unlisted += self.recent_creations_not_in(mig, &seen);
         Ok(GroupMembers { instances, unlisted: u32::try_from(unlisted).unwrap_or(u32::MAX) })
     }
 
-    /// The creations this process asked of `mig` less than [`CREATE_GRACE`] ago that `listed` does not show.
-    fn recent_creations_not_in(&self, mig: &MigPath, listed: &[GroupInstance]) -> u64 {
+    /// The creations this process asked of `mig` less than [`CREATE_GRACE`] ago whose names the list did not show.
+    fn recent_creations_not_in(&self, mig: &MigPath, seen: &std::collections::HashSet<String>) -> u64 {
         let created = self.created.lock().unwrap_or_else(|e| e.into_inner());
         let missing = created.iter().filter(|(instance, (asked, at))| {
             asked.name == mig.name
                 && asked.zone == mig.zone
                 && asked.project == mig.project
                 && at.elapsed() < CREATE_GRACE
-                && !listed.iter().any(|i| matches!(&i.provider_id, ProviderId::Gce(g) if g.name == instance.name))
+                && !seen.contains(&instance.name)
         });
         missing.count() as u64
     }

@@ -41,11 +41,21 @@ pub(crate) struct Azure {
 
 impl Azure {
     pub(crate) async fn start(nodes: usize, scale_sets: &[(&str, GroupRole, u32)]) -> Azure {
+        Azure::start_timed(nodes, scale_sets, ClusterConfig::default().timing).await
+    }
+
+    /// As [`Azure::start`], with the cluster's (and so the emulator's) durations.
+    pub(crate) async fn start_timed(
+        nodes: usize,
+        scale_sets: &[(&str, GroupRole, u32)],
+        timing: dev::timing::Timing,
+    ) -> Azure {
         let config = ClusterConfig {
             nodes,
             control_planes: 0,
             workloads: None,
             ready_timeout: PATIENCE,
+            timing,
             ..ClusterConfig::default()
         };
         let timing = config.timing.clone();
