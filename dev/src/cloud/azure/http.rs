@@ -7,7 +7,7 @@
 //! | `GET .../virtualMachineScaleSets/{ss}` | the scale set (with `etag`) |
 //! | `PATCH .../virtualMachineScaleSets/{ss}` (`sku.capacity`, model image; `If-Match`) | `200` scale set + `Azure-AsyncOperation` |
 //! | `POST .../virtualMachineScaleSets/{ss}/delete` `{"instanceIds"}` | `202` + `Azure-AsyncOperation`, `Location` |
-//! | `GET .../virtualMachineScaleSets/{ss}/virtualMachines[/{id}[/instanceView]]` | VMs, a VM, its instance view |
+//! | `GET .../virtualMachineScaleSets/{ss}/virtualMachines[/{id}[/instanceView]]` | VMs (`$expand=instanceView`: each with `properties.instanceView`), a VM, its instance view |
 //! | `GET /subscriptions/{sub}/providers/Microsoft.Compute/locations/{loc}/operations/{id}` | `{"name", "status", "startTime", "endTime", "error"}` |
 
 use super::spec::ArmSpec;

@@ -9,7 +9,8 @@
 //!   done, then `Succeeded` (or `Failed` with an `error`). Errors are `{"error": {"code", "message"}}`.
 //! - Every ARM request needs a bearer token the token endpoint issued (401 otherwise), and is recorded with the
 //!   RBAC action it needs; a denied action is 403 `AuthorizationFailed`.
-//! - A new VM is listed at once (`Creating`, with its computer name), turns `Succeeded`/`running` after the
+//! - A new VM is listed at once (`Creating`, with its computer name; after `set_list_lag(Some(d))`, `d` later: the
+//!   capacity counts it before the list shows it), turns `Succeeded`/`running` after the
 //!   provisioning time, its host boots and its kubelet registers the Node (`spec.providerID`
 //!   `azure:///subscriptions/.../virtualMachines/N`, the role's labels) after the join time. A deleted VM is
 //!   `Deleting` (host down) for the termination time, then gone (404), its Node deleted and host retired.
