@@ -143,6 +143,7 @@ where
     check!(unknown_creation_tokens_are_invalid);
     check!(the_group_image_is_set_idempotently_and_empty_images_are_refused);
     check!(an_instance_is_created_from_the_group_image_becomes_ready_and_is_deleted_once);
+    check!(the_groups_members_are_listed_with_a_new_instance_ready);
     check!(throttling_is_typed_with_its_retry_after, faults);
     check!(quota_failures_are_typed_and_not_retried, faults);
     check!(a_governed_provider_rides_out_throttling, faults);
@@ -325,6 +326,55 @@ async fn an_instance_is_created_from_the_group_image_becomes_ready_and_is_delete
     .await;
     let restored = switch_image(f, &original).await;
     result.and(restored)
+}
+
+/// `group_instances`: an unknown group is `NotFound`; every listed instance has an ID of this cloud that
+/// round-trips and a DNS name; a new instance that `instance_state` says is Ready is listed Ready (until a list
+/// shows it, it must be counted in `unlisted`, never silently missing).
+async fn the_groups_members_are_listed_with_a_new_instance_ready(f: &Fixture) -> CheckResult {
+    use InstanceState::{Creating, Ready, Terminated, Terminating};
+    expect_outcome(
+        "group_instances of an unknown group",
+        f.provider.group_instances(&f.unknown_group).await,
+        Outcome::NotFound,
+    )?;
+    let instance = create(f).await?;
+    let id = &instance.provider_id;
+    let listed = async {
+        wait_state(f, id, Ready, &[Creating]).await?;
+        poll(f, &format!("group_instances to list {id} Ready"), || async {
+            let members = call("group_instances", f.provider.group_instances(&f.group).await)?;
+            for member in &members.instances {
+                let listed = &member.provider_id;
+                expect(listed.cloud() == f.provider.cloud(), || format!("{listed} is not of this cloud"))?;
+                expect(listed.to_string().parse::<ProviderId>().as_ref() == Ok(listed), || {
+                    format!("{listed} does not round-trip")
+                })?;
+                expect(is_dns_subdomain(&member.node_name), || {
+                    format!("{listed} is listed with node name {:?}, not a DNS name", member.node_name)
+                })?;
+            }
+            match members.instances.iter().find(|m| &m.provider_id == id) {
+                Some(member) if member.state == Ready => Ok(Some(())),
+                Some(member) => {
+                    expect(member.state == Creating, || format!("{id} is Ready but listed {}", member.state))?;
+                    Ok(None)
+                }
+                None => {
+                    expect(members.unlisted > 0, || format!("{id} is neither listed nor counted as unlisted"))?;
+                    Ok(None)
+                }
+            }
+        })
+        .await
+    }
+    .await;
+    let deleted = async {
+        call("delete_instance", f.provider.delete_instance(&f.group, id).await)?;
+        wait_state(f, id, Terminated, &[Creating, Ready, Terminating]).await
+    }
+    .await;
+    listed.and(deleted)
 }
 
 async fn throttling_is_typed_with_its_retry_after(f: &Fixture, faults: &dyn Faults) -> CheckResult {

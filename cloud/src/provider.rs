@@ -101,8 +101,10 @@ pub struct GroupInstance {
 pub struct GroupMembers {
     /// Every instance the group lists, in every state.
     pub instances: Vec<GroupInstance>,
-    /// Creations the group accepted but does not list yet (AWS: desired capacity above the instances listed;
-    /// Azure: capacity above the VMs listed). 0 proves that every instance the group will create is listed.
+    /// Creations the group accepted but does not list yet (AWS: desired capacity above the instances launching
+    /// or in service; Azure: capacity above the VMs listed; GCP: instances whose creation failed so far), and
+    /// members whose state the list cannot tell (left out: ask their [`CloudProvider::instance_state`]). 0 proves
+    /// that every instance the group will create is listed.
     pub unlisted: u32,
 }
 

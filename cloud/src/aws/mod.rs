@@ -9,6 +9,7 @@
 //! | `delete_instance` | `autoscaling:DescribeAutoScalingInstances`, `autoscaling:TerminateInstanceInAutoScalingGroup` (decrement) |
 //! | `instance_state`, `instance_image` | `ec2:DescribeInstances` |
 //! | `instance_group` | `DescribeAutoScalingInstances` |
+//! | `group_instances` | `DescribeAutoScalingGroups` of the group (module `members`) |
 //! | `group_image` | `DescribeAutoScalingGroups`, `ec2:DescribeLaunchTemplateVersions` |
 //! | `set_group_image` | those two, then `ec2:CreateLaunchTemplateVersion` and `ec2:ModifyLaunchTemplate` when needed |
 //!
@@ -21,12 +22,13 @@
 //! - Creation tokens carry the instances the group had before it grew (module `token`): they survive restarts.
 
 mod errors;
+mod members;
 mod token;
 
 use crate::error::{Error, Result};
 use crate::provider::{
-    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupRole, ImageUpdate,
-    InstanceState, NewInstance,
+    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupMembers, GroupRole,
+    ImageUpdate, InstanceState, NewInstance,
 };
 use crate::provider_id::{AwsInstance, Cloud, ProviderId};
 use async_trait::async_trait;
@@ -520,6 +522,10 @@ impl CloudProvider for AwsProvider {
         infos.sort_by(|a, b| a.id.cmp(&b.id));
         infos.dedup_by(|a, b| a.id == b.id);
         Ok(infos)
+    }
+
+    async fn group_instances(&self, group: &GroupId) -> Result<GroupMembers> {
+        members::members(&self.describe_group(group).await?)
     }
 
     fn autoscaler_group_name(&self, group: &GroupId) -> Result<String> {

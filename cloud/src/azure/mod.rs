@@ -10,14 +10,15 @@
 //! - ARM error bodies are mapped to typed errors; a 429's `Retry-After` is kept.
 
 mod arm;
+mod members;
 pub mod model;
 
 use self::arm::Arm;
 use self::model::{ImageReference, InstanceView, OperationStatus, Page, ScaleSet, ScaleSetVm};
 use crate::error::{Error, Result};
 use crate::provider::{
-    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupRole, ImageUpdate,
-    InstanceState, NewInstance,
+    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupMembers, GroupRole,
+    ImageUpdate, InstanceState, NewInstance,
 };
 use crate::provider_id::{AzureScaleSetVm, Cloud, ProviderId};
 use async_trait::async_trait;
@@ -593,6 +594,10 @@ impl CloudProvider for AzureProvider {
         }
         groups.sort_by_key(|g| g.id.as_str().to_ascii_lowercase());
         Ok(groups)
+    }
+
+    async fn group_instances(&self, group: &GroupId) -> Result<GroupMembers> {
+        self.members(&ScaleSetRef::parse(group)?).await
     }
 
     fn autoscaler_group_name(&self, group: &GroupId) -> Result<String> {

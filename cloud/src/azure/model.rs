@@ -250,6 +250,9 @@ pub struct VmProperties {
     /// Its image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_profile: Option<StorageProfile>,
+    /// Its instance view, in lists asked with `$expand=instanceView` (`VirtualMachineScaleSetVMProperties`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_view: Option<InstanceView>,
 }
 
 /// A VM's instance view (`.../virtualMachines/N/instanceView`).

@@ -12,8 +12,8 @@
 
 use super::{GcpProvider, errors, state_of};
 use crate::error::{Error, Result};
-use crate::provider::InstanceState;
-use crate::provider_id::GceInstance;
+use crate::provider::{GroupInstance, GroupMembers, InstanceState};
+use crate::provider_id::{GceInstance, ProviderId};
 use google_cloud_compute_v1::model::{self, managed_instance};
 use std::time::{Duration, Instant};
 
@@ -105,6 +105,79 @@ impl GcpProvider {
     }
 }
 
+impl GcpProvider {
+    /// The MIG's members in one list (`listManagedInstances`, every page), for `group_instances`. Each managed
+    /// instance is listed under its `name` (which "always exists even if the instance has not yet been created")
+    /// with the state `instance_state` gives it: with an `instanceStatus`, that status mapped as `instances.get`'s
+    /// (`STOPPING` is Terminating when the MIG's `currentAction` is `DELETING`, else Stopping); without one
+    /// (`CREATING`, not created yet) Creating, or Terminating while `DELETING`. One whose creation failed (`lastAttempt.errors`, no instance) is not listed but
+    /// counted in `unlisted`, so that the caller asks `instance_state`, which surfaces the error as it does
+    /// (`QuotaExceeded`, `Transient`); so are the creations this process asked of the MIG in the last
+    /// [`CREATE_GRACE`] that the list does not show yet (its list may lag `createInstances`). An unknown MIG is
+    /// `NotFound`. The list names an instance template, not an image: `image` is `None`.
+    pub(super) async fn group_members(&self, mig: &MigPath) -> Result<GroupMembers> {
+        let listed = self.managed_instances(mig).await?;
+        let mut instances = Vec::new();
+        let mut unlisted = 0u64;
+        let mut seen = std::collections::HashSet::new();
+        for managed in listed {
+            let name = managed
+                .name
+                .clone()
+                .filter(|n| !n.is_empty())
+                .or_else(|| managed.instance.as_deref().map(|url| super::last_segment(url).to_owned()));
+            let Some(name) = name else {
+                unlisted += 1;
+                continue;
+            };
+            seen.insert(name.clone());
+            let instance = GceInstance { project: mig.project.clone(), zone: mig.zone.clone(), name };
+            let Some(state) = member_state(mig, &instance, &managed) else {
+                unlisted += 1;
+                continue;
+            };
+            instances.push(GroupInstance {
+                node_name: instance.name.clone(),
+                provider_id: ProviderId::Gce(instance),
+                state,
+                image: None,
+            });
+        }
+        unlisted += self.recent_creations_not_in(mig, &seen);
+        Ok(GroupMembers { instances, unlisted: u32::try_from(unlisted).unwrap_or(u32::MAX) })
+    }
+
+    /// The creations this process asked of `mig` less than [`CREATE_GRACE`] ago whose names the list did not show.
+    fn recent_creations_not_in(&self, mig: &MigPath, seen: &std::collections::HashSet<String>) -> u64 {
+        let created = self.created.lock().unwrap_or_else(|e| e.into_inner());
+        let missing = created.iter().filter(|(instance, (asked, at))| {
+            asked.name == mig.name
+                && asked.zone == mig.zone
+                && asked.project == mig.project
+                && at.elapsed() < CREATE_GRACE
+                && !seen.contains(&instance.name)
+        });
+        missing.count() as u64
+    }
+}
+
+/// The state of a MIG's member as `instance_state` gives it, or `None` when the MIG failed to create it so far
+/// (`instance_state` answers the MIG's error). With a status, by its status (`STOPPING` while the MIG deletes it is
+/// Terminating, as `stopping_or_terminating` says); without one (`instances.get` 404), as `state_of_unknown`: the
+/// MIG's error first, then `DELETING` Terminating, else Creating.
+fn member_state(mig: &MigPath, instance: &GceInstance, managed: &model::ManagedInstance) -> Option<InstanceState> {
+    let deleting = matches!(managed.current_action, Some(managed_instance::CurrentAction::Deleting));
+    match managed.instance_status.as_ref().and_then(|s| s.name()) {
+        Some(status) => Some(match state_of(Some(status)) {
+            InstanceState::Stopping if deleting => InstanceState::Terminating,
+            state => state,
+        }),
+        None if last_attempt_error(mig, instance, managed).is_some() => None,
+        None if deleting => Some(InstanceState::Terminating),
+        None => Some(InstanceState::Creating),
+    }
+}
+
 /// The error of the MIG's last failed attempt to create `instance`, if any.
 fn last_attempt_error(mig: &MigPath, instance: &GceInstance, managed: &model::ManagedInstance) -> Option<Error> {
     let errors = managed.last_attempt.as_ref()?.errors.as_ref()?;
@@ -117,4 +190,35 @@ fn last_attempt_error(mig: &MigPath, instance: &GceInstance, managed: &model::Ma
         first.message.as_deref().unwrap_or("")
     );
     Some(errors::from_creation_error(&code, message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn managed_instances_map_to_the_states_instance_state_gives_and_failed_creations_to_none() {
+        let mig = MigPath { project: "p".into(), zone: "z".into(), name: "workers".into() };
+        let instance = GceInstance { project: "p".into(), zone: "z".into(), name: "workers-abcde".into() };
+        let state = |managed: serde_json::Value| {
+            let managed: model::ManagedInstance = serde_json::from_value(managed).unwrap();
+            member_state(&mig, &instance, &managed)
+        };
+        use InstanceState::*;
+        assert_eq!(
+            state(json!({"name": "workers-abcde", "instanceStatus": "RUNNING", "currentAction": "NONE"})),
+            Some(Ready)
+        );
+        assert_eq!(state(json!({"instanceStatus": "RUNNING", "currentAction": "DELETING"})), Some(Ready));
+        assert_eq!(state(json!({"instanceStatus": "STOPPING", "currentAction": "DELETING"})), Some(Terminating));
+        assert_eq!(state(json!({"instanceStatus": "STOPPING", "currentAction": "NONE"})), Some(Stopping));
+        assert_eq!(state(json!({"instanceStatus": "TERMINATED"})), Some(Stopped));
+        assert_eq!(state(json!({"instanceStatus": "PROVISIONING", "currentAction": "CREATING"})), Some(Creating));
+        assert_eq!(state(json!({"currentAction": "CREATING"})), Some(Creating));
+        assert_eq!(state(json!({"currentAction": "DELETING"})), Some(Terminating));
+        let failed = json!({"currentAction": "CREATING",
+            "lastAttempt": {"errors": {"errors": [{"code": "QUOTA_EXCEEDED", "message": "Quota 'CPUS' exceeded."}]}}});
+        assert_eq!(state(failed), None);
+    }
 }

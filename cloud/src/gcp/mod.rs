@@ -21,8 +21,8 @@ pub mod names;
 
 use crate::error::{Error, Result};
 use crate::provider::{
-    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupRole, ImageUpdate,
-    InstanceState, NewInstance,
+    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupMembers, GroupRole,
+    ImageUpdate, InstanceState, NewInstance,
 };
 use crate::provider_id::{Cloud, GceInstance, ProviderId};
 use async_trait::async_trait;
@@ -675,6 +675,10 @@ impl CloudProvider for GcpProvider {
             }
         }
         Ok(groups.into_values().collect())
+    }
+
+    async fn group_instances(&self, group: &GroupId) -> Result<GroupMembers> {
+        self.group_members(&MigPath::parse(group)?).await
     }
 
     fn autoscaler_group_name(&self, group: &GroupId) -> Result<String> {

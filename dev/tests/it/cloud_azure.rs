@@ -41,11 +41,21 @@ pub(crate) struct Azure {
 
 impl Azure {
     pub(crate) async fn start(nodes: usize, scale_sets: &[(&str, GroupRole, u32)]) -> Azure {
+        Azure::start_timed(nodes, scale_sets, ClusterConfig::default().timing).await
+    }
+
+    /// As [`Azure::start`], with the cluster's (and so the emulator's) durations.
+    pub(crate) async fn start_timed(
+        nodes: usize,
+        scale_sets: &[(&str, GroupRole, u32)],
+        timing: dev::timing::Timing,
+    ) -> Azure {
         let config = ClusterConfig {
             nodes,
             control_planes: 0,
             workloads: None,
             ready_timeout: PATIENCE,
+            timing,
             ..ClusterConfig::default()
         };
         let timing = config.timing.clone();
@@ -305,11 +315,13 @@ async fn a_replacement_rollout_replaces_scale_set_vms_through_the_azure_provider
     let before: Vec<String> = nodes(&azure.cluster).iter().filter(|n| is_azure(n)).map(|n| n.name_any()).collect();
     assert_eq!(before.len(), 3, "{before:?}");
 
-    let provider = Governed::new(azure.provider(), CallPolicy::default(), Arc::new(CallCounts::default()));
+    let counts = Arc::new(CallCounts::default());
+    let provider = Governed::new(azure.provider(), CallPolicy::default(), counts.clone());
     let mut options = harness::controller_options("c1");
     options.cloud = Some(CloudOptions::new(Arc::new(provider)).with_external_etcd());
     let controller = harness::controller(azure.cluster.operator(), options);
     let agent = harness::agent(azure.cluster.operator(), "worker-0");
+    let requests_before = azure.emulator.calls().len();
     create_version(&store, V2, json!({"maxUnavailable": 1, "maxSurge": 1}));
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
@@ -335,6 +347,20 @@ async fn a_replacement_rollout_replaces_scale_set_vms_through_the_azure_provider
     assert_eq!(azure.emulator.model_image("workers").as_deref(), Some(V2));
     assert_eq!(azure.emulator.model_image("cp").as_deref(), Some(V2));
     assert_eq!(azure.emulator.instance_ids("workers"), vec![2, 3], "VMs 0 and 1 were deleted from the scale set");
+    // The cost of the replacement (issue 28): provider calls and ARM requests per replaced VM.
+    let by_operation: Vec<String> = cloud::Operation::ALL
+        .iter()
+        .filter(|op| counts.of(**op) > 0)
+        .map(|op| format!("{op} {}", counts.of(*op)))
+        .collect();
+    let requests = azure.emulator.calls().len() - requests_before;
+    eprintln!(
+        "azure replacement: {} cloud calls for 3 replaced VMs ({:.2} per VM; {}), {requests} ARM requests ({:.2} per VM)",
+        counts.total(),
+        counts.total() as f64 / 3.0,
+        by_operation.join(", "),
+        requests as f64 / 3.0
+    );
     stop_all(vec![controller, agent]).await;
     azure.shutdown().await;
 }

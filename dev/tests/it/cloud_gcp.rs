@@ -315,11 +315,14 @@ async fn a_replacement_rollout_replaces_the_migs_nodes_with_new_gce_instances() 
     assert_eq!(before.len(), 2, "{before:?}");
 
     let provider = provider(&emulator, emulator.adc_json()).await;
-    let governed = Governed::new(provider, CallPolicy::default(), Arc::new(CallCounts::default()));
+    let counts = Arc::new(CallCounts::default());
+    let governed = Governed::new(provider, CallPolicy::default(), counts.clone());
     let mut options = harness::controller_options("c1");
     options.cloud = Some(CloudOptions::new(Arc::new(governed)).with_external_etcd());
     let controller = harness::controller(cluster.operator(), options);
     let agent = harness::agent(cluster.operator(), "worker-0");
+    let requests = |emulator: &GcpEmulator| emulator.calls().values().sum::<u64>();
+    let requests_before = requests(&emulator);
     support::create_version(&store, IMAGE_V2, json!({"maxUnavailable": 1, "maxSurge": 1}));
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
@@ -350,6 +353,20 @@ async fn a_replacement_rollout_replaces_the_migs_nodes_with_new_gce_instances() 
     }
     assert!(emulator.mig_template(ZONE, "workers").unwrap().starts_with("workers-template-uo-"));
     assert_eq!(cluster.hosts().facts("worker-0").unwrap().os_image, IMAGE_V2);
+    // The cost of the replacement (issue 28): provider calls and Compute requests per replaced instance.
+    let by_operation: Vec<String> = cloud::Operation::ALL
+        .iter()
+        .filter(|op| counts.of(**op) > 0)
+        .map(|op| format!("{op} {}", counts.of(*op)))
+        .collect();
+    let made = requests(&emulator) - requests_before;
+    eprintln!(
+        "gcp replacement: {} cloud calls for 2 replaced instances ({:.2} per instance; {}), {made} Compute requests ({:.2} per instance)",
+        counts.total(),
+        counts.total() as f64 / 2.0,
+        by_operation.join(", "),
+        made as f64 / 2.0
+    );
     controller.stop(Duration::from_secs(15)).await.unwrap();
     agent.stop(Duration::from_secs(15)).await.unwrap();
     emulator.shutdown();

@@ -14,12 +14,18 @@ mod checkpoints;
 mod cloud;
 #[cfg(feature = "aws")]
 mod cloud_aws;
+#[cfg(feature = "aws")]
+mod cloud_aws_list;
 #[cfg(feature = "azure")]
 mod cloud_azure;
+#[cfg(feature = "azure")]
+mod cloud_azure_list;
 #[cfg(feature = "azure")]
 mod cloud_azure_spec;
 #[cfg(feature = "gcp")]
 mod cloud_gcp;
+#[cfg(feature = "gcp")]
+mod cloud_gcp_list;
 #[cfg(feature = "gcp")]
 mod cloud_gcp_spec;
 mod cluster_role_aggregation;

@@ -7,7 +7,7 @@
 //! | `GET .../virtualMachineScaleSets/{ss}` | the scale set (with `etag`) |
 //! | `PATCH .../virtualMachineScaleSets/{ss}` (`sku.capacity`, model image; `If-Match`) | `200` scale set + `Azure-AsyncOperation` |
 //! | `POST .../virtualMachineScaleSets/{ss}/delete` `{"instanceIds"}` | `202` + `Azure-AsyncOperation`, `Location` |
-//! | `GET .../virtualMachineScaleSets/{ss}/virtualMachines[/{id}[/instanceView]]` | VMs, a VM, its instance view |
+//! | `GET .../virtualMachineScaleSets/{ss}/virtualMachines[/{id}[/instanceView]]` | VMs (`$expand=instanceView`: each with `properties.instanceView`), a VM, its instance view |
 //! | `GET /subscriptions/{sub}/providers/Microsoft.Compute/locations/{loc}/operations/{id}` | `{"name", "status", "startTime", "endTime", "error"}` |
 
 use super::spec::ArmSpec;
@@ -339,11 +339,23 @@ impl AzureEmulator {
                 let Some(scale_set) = state.scale_sets.get(&key) else {
                     return not_found(&format!("Microsoft.Compute/virtualMachineScaleSets/{name}"));
                 };
+                // `$expand=instanceView` ("Allowed values are 'instanceView'", VirtualMachineScaleSetVMs_List)
+                // puts each VM's instance view into `properties.instanceView`.
+                let expand = query.iter().any(|(k, v)| {
+                    k == "$expand" && v.split(',').any(|e| e.trim().eq_ignore_ascii_case("instanceView"))
+                });
                 let value: Vec<Value> = state
                     .vms
                     .iter()
                     .filter(|((s, _), _)| *s == key)
-                    .map(|((_, id), vm)| listed(AzureEmulator::vm_json(scale_set, *id, vm)))
+                    .filter(|(_, vm)| vm.unlisted_until.is_none_or(|until| Instant::now() >= until))
+                    .map(|((_, id), vm)| {
+                        let mut json = AzureEmulator::vm_json(scale_set, *id, vm);
+                        if expand {
+                            json["properties"]["instanceView"] = AzureEmulator::instance_view_json(vm);
+                        }
+                        listed(json)
+                    })
                     .collect();
                 page(value, state.page_size, base, path, query)
             }
@@ -513,6 +525,7 @@ impl AzureEmulator {
                     provisioning: Provisioning::Creating,
                     running: false,
                     registered: false,
+                    unlisted_until: state.list_lag.map(|lag| Instant::now() + lag),
                 },
             );
             let key = key.to_owned();
@@ -727,7 +740,13 @@ fn page(value: Vec<Value>, size: Option<usize>, base: &str, path: &str, query: &
     let next = skip.saturating_add(size);
     let mut body = json!({ "value": items });
     if next < total {
-        body["nextLink"] = json!(format!("{base}{path}?api-version={API_VERSION}&%24skiptoken={next}"));
+        // The next page's link keeps the list's `$expand` (ARM's nextLinks carry the request's query).
+        let expand = query
+            .iter()
+            .find(|(k, v)| k == "$expand" && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b','))
+            .map(|(_, v)| format!("&%24expand={}", v.replace(',', "%2C")))
+            .unwrap_or_default();
+        body["nextLink"] = json!(format!("{base}{path}?api-version={API_VERSION}{expand}&%24skiptoken={next}"));
     }
     Answer::json(200, body)
 }

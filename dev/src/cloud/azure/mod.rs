@@ -9,7 +9,8 @@
 //!   done, then `Succeeded` (or `Failed` with an `error`). Errors are `{"error": {"code", "message"}}`.
 //! - Every ARM request needs a bearer token the token endpoint issued (401 otherwise), and is recorded with the
 //!   RBAC action it needs; a denied action is 403 `AuthorizationFailed`.
-//! - A new VM is listed at once (`Creating`, with its computer name), turns `Succeeded`/`running` after the
+//! - A new VM is listed at once (`Creating`, with its computer name; after `set_list_lag(Some(d))`, `d` later: the
+//!   capacity counts it before the list shows it), turns `Succeeded`/`running` after the
 //!   provisioning time, its host boots and its kubelet registers the Node (`spec.providerID`
 //!   `azure:///subscriptions/.../virtualMachines/N`, the role's labels) after the join time. A deleted VM is
 //!   `Deleting` (host down) for the termination time, then gone (404), its Node deleted and host retired.
@@ -153,6 +154,8 @@ struct Vm {
     provisioning: Provisioning,
     running: bool,
     registered: bool,
+    /// The VM list does not show it before this (see [`AzureEmulator::set_list_lag`]).
+    unlisted_until: Option<Instant>,
 }
 
 #[derive(Debug, Clone)]
@@ -176,6 +179,9 @@ struct State {
     next_operation: u64,
     /// List calls answer at most this many resources a page, with a `nextLink` to the rest (`None`: all at once).
     page_size: Option<usize>,
+    /// A scale set's VM list shows a VM created by a capacity increase only this long after it (ARM's lists are
+    /// eventually consistent with a capacity change: the capacity counts a VM the list does not show yet).
+    list_lag: Option<Duration>,
     /// What the emulator answered that the published definition does not allow (see `spec`).
     violations: Vec<String>,
 }
@@ -291,6 +297,7 @@ impl AzureEmulator {
                         provisioning: Provisioning::Succeeded,
                         running: true,
                         registered: true,
+                        unlisted_until: None,
                     },
                 );
                 names.push((id, name));
@@ -318,6 +325,16 @@ impl AzureEmulator {
     /// `nextLink` (carrying `$skiptoken`) to the next page, as ARM pages its lists; `None` answers all at once.
     pub fn set_page_size(&self, size: Option<usize>) {
         self.inner.state.lock().page_size = size.map(|s| s.max(1));
+    }
+
+    /// From now on a scale set's VM list shows a VM a capacity increase makes only `lag` after it (GETs of the VM
+    /// answer at once); `None` lists every VM at once again, those made meanwhile included.
+    pub fn set_list_lag(&self, lag: Option<Duration>) {
+        let mut state = self.inner.state.lock();
+        state.list_lag = lag;
+        if lag.is_none() {
+            state.vms.values_mut().for_each(|vm| vm.unlisted_until = None);
+        }
     }
 
     /// Sets a scale set's `properties.overprovision` and `properties.upgradePolicy.mode` (`Manual`, `Automatic`,

@@ -134,6 +134,8 @@ pub struct Injected {
 struct ProxyState {
     calls: BTreeSet<String>,
     faults: Vec<Injected>,
+    /// Instances `DescribeAutoScalingGroups` answers leave out (see [`FaultProxy::hide_instances`]).
+    hidden: BTreeSet<String>,
 }
 
 /// The fault proxy; its [`Faults`] implementation serves the conformance suite.
@@ -173,6 +175,12 @@ impl FaultProxy {
     /// Every call forwarded or failed so far, as `service:Action`.
     pub fn calls(&self) -> BTreeSet<String> {
         self.state.lock().calls.clone()
+    }
+
+    /// From now on `DescribeAutoScalingGroups` answers leave out these instances, as a list that does not show an
+    /// instance the group launched yet (the desired capacity counts it); an empty set lists every instance again.
+    pub fn hide_instances(&self, ids: &[String]) {
+        self.state.lock().hidden = ids.iter().cloned().collect();
     }
 
     /// Fails the next request that matches.
@@ -249,12 +257,30 @@ async fn handle(
     let Ok(forward) = forward.body(Full::new(body)) else { return plain(502, "bad forward request") };
     match client.request(forward).await {
         Ok(answer) => {
-            let (parts, body) = answer.into_parts();
-            let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let (mut parts, body) = answer.into_parts();
+            let mut body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let hidden = state.lock().hidden.clone();
+            if action == "DescribeAutoScalingGroups" && !hidden.is_empty() {
+                body = Bytes::from(without_instances(&String::from_utf8_lossy(&body), &hidden));
+                parts.headers.remove(http::header::CONTENT_LENGTH);
+            }
             Response::from_parts(parts, Full::new(body))
         }
         Err(error) => plain(502, &format!("moto: {error}")),
     }
+}
+
+/// An awsQuery `DescribeAutoScalingGroups` answer without the `Instances` members of the `hidden` instances.
+fn without_instances(xml: &str, hidden: &BTreeSet<String>) -> String {
+    let mut xml = xml.to_owned();
+    for id in hidden {
+        let needle = format!("<InstanceId>{id}</InstanceId>");
+        while let Some(at) = xml.find(&needle) {
+            let (Some(start), Some(end)) = (xml[..at].rfind("<member>"), xml[at..].find("</member>")) else { break };
+            xml.replace_range(start..at + end + "</member>".len(), "");
+        }
+    }
+    xml
 }
 
 fn plain(status: u16, text: &str) -> Response<Full<Bytes>> {
