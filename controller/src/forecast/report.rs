@@ -90,6 +90,23 @@ impl Report {
                 unchecked.join(", ")
             ));
         }
+        // The checkpoints a node waits at: the forecast takes the user's hook as answering at once.
+        for rollout in &rollouts {
+            let Some(spec) = rollout.spec.acting() else { continue };
+            for (phase, names) in
+                [("before its reboot", &spec.policy.before_reboot), ("after it", &spec.policy.after_reboot)]
+            {
+                if !names.is_empty() {
+                    assumptions.push(format!(
+                        "NodeVersion {}: each node waits {phase} until your hook sets {} to \"true\" on it (at most \
+                         checkpointTimeout, {}s); the forecast takes the hook as answering at once",
+                        rollout.name,
+                        names.join(", "),
+                        spec.policy.checkpoint_timeout.as_secs()
+                    ));
+                }
+            }
+        }
         let upgrades_kubernetes = rollouts
             .iter()
             .any(|r| matches!(r.kubernetes, Some(crate::policy::kubernetes::KubernetesSpec::Upgrade(_))));
@@ -300,6 +317,39 @@ mod tests {
                        "nodeInfo": {"bootID": "b", "kubeletVersion": "v1.33.0"}}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn the_checkpoints_a_node_waits_at_are_said_with_their_annotations() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let version: NodeVersion = serde_json::from_value(json!({
+            "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
+            "metadata": {"name": "nv"},
+            "spec": {"image": "v2", "rollout": {"beforeReboot": ["ceph.example.com/noout-set"],
+                                                "checkpointTimeout": "10m"}}
+        }))
+        .unwrap();
+        let snapshot = Snapshot { nodes: vec![slim("w-0", false)], ..Default::default() };
+        let report = Report::build(snapshot.clone(), Some(version), Flags::default(), None, now);
+        let said: Vec<&String> = report.assumptions.iter().filter(|a| a.contains("your hook")).collect();
+        assert_eq!(said.len(), 1, "{:?}", report.assumptions);
+        assert!(
+            said[0].starts_with(
+                "NodeVersion nv: each node waits before its reboot until your hook sets \
+                                     ceph.example.com/noout-set to \"true\""
+            ),
+            "{}",
+            said[0]
+        );
+        assert!(said[0].contains("600s"), "{}", said[0]);
+        // Without checkpoints, nothing is said.
+        let plain: NodeVersion = serde_json::from_value(json!({
+            "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
+            "metadata": {"name": "nv"}, "spec": {"image": "v2"}
+        }))
+        .unwrap();
+        let report = Report::build(snapshot, Some(plain), Flags::default(), None, now);
+        assert!(!report.assumptions.iter().any(|a| a.contains("your hook")), "{:?}", report.assumptions);
     }
 
     #[test]
