@@ -154,6 +154,16 @@ pub struct Counts {
 }
 
 impl Counts {
+    /// The counts of a workload from its `spec.replicas` (default 1), its status's available replicas and
+    /// `observedGeneration`, and its `metadata.generation`.
+    fn of(replicas: Option<i32>, available: Option<i32>, observed: Option<i64>, generation: Option<i64>) -> Counts {
+        Counts {
+            available: available.unwrap_or(0),
+            wanted: replicas.unwrap_or(1),
+            observed: observed.unwrap_or(0) >= generation.unwrap_or(0),
+        }
+    }
+
     fn whole(&self) -> bool {
         self.observed && self.available >= self.wanted
     }
@@ -223,33 +233,33 @@ fn budget_unhealthy(budget: &PodDisruptionBudget) -> Option<String> {
 }
 
 fn deployment_counts(d: &Deployment) -> Counts {
-    let wanted = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let status = d.status.as_ref();
-    Counts {
-        available: status.and_then(|s| s.available_replicas).unwrap_or(0),
-        wanted,
-        observed: status.and_then(|s| s.observed_generation).unwrap_or(0) >= d.metadata.generation.unwrap_or(0),
-    }
+    Counts::of(
+        d.spec.as_ref().and_then(|s| s.replicas),
+        status.and_then(|s| s.available_replicas),
+        status.and_then(|s| s.observed_generation),
+        d.metadata.generation,
+    )
 }
 
 fn stateful_set_counts(s: &StatefulSet) -> Counts {
-    let wanted = s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let status = s.status.as_ref();
-    Counts {
-        available: status.and_then(|s| s.available_replicas.or(s.ready_replicas)).unwrap_or(0),
-        wanted,
-        observed: status.and_then(|s| s.observed_generation).unwrap_or(0) >= s.metadata.generation.unwrap_or(0),
-    }
+    Counts::of(
+        s.spec.as_ref().and_then(|s| s.replicas),
+        status.and_then(|s| s.available_replicas.or(s.ready_replicas)),
+        status.and_then(|s| s.observed_generation),
+        s.metadata.generation,
+    )
 }
 
 fn replica_set_counts(r: &ReplicaSet) -> Counts {
-    let wanted = r.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let status = r.status.as_ref();
-    Counts {
-        available: status.and_then(|s| s.available_replicas).unwrap_or(0),
-        wanted,
-        observed: status.and_then(|s| s.observed_generation).unwrap_or(0) >= r.metadata.generation.unwrap_or(0),
-    }
+    Counts::of(
+        r.spec.as_ref().and_then(|s| s.replicas),
+        status.and_then(|s| s.available_replicas),
+        status.and_then(|s| s.observed_generation),
+        r.metadata.generation,
+    )
 }
 
 /// The nodes that would wait for their workloads now, with why (`update-operator plan`, read only): every pod of the
