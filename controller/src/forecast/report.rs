@@ -83,6 +83,15 @@ impl Report {
                 .to_owned(),
         ];
         assumptions.extend(group_assumptions(&snapshot, &membership));
+        if !snapshot.workloads.budgets.is_empty() {
+            // PDB-aware order (`crate::budget_order`) reorders on what a budget allows at a node's turn, which a
+            // forecast from the cluster at rest cannot know.
+            assumptions.push(
+                "every PodDisruptionBudget allows each node's drain at its turn (a node whose budget allows no \
+                 disruption then goes after the others of its zone: the order changes, not the number of waves)"
+                    .to_owned(),
+            );
+        }
         if !unchecked.is_empty() {
             assumptions.push(format!(
                 "the Kubernetes upgrade of {} was not validated (components ConfigMap, API server version): only \

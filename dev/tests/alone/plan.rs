@@ -8,7 +8,7 @@ use controller::forecast::report::{Flags, Report};
 use controller::forecast::snapshot::Snapshot;
 use controller::forecast::{BlockerKind, Ending, Source, waves_of};
 use dev::apiserver::{Patch, WatchEvent};
-use dev::cluster::{Cluster, ClusterConfig, SampleWorkloads};
+use dev::cluster::{Cluster, ClusterConfig, PdbStyle, SampleWorkloads};
 use dev::harness;
 use dev::observer::{Limits, Observer};
 use dev::timing::Timing;
@@ -45,7 +45,15 @@ async fn demo_cluster(nodes: usize) -> Cluster {
         nodes,
         control_planes: 3,
         image: "v1".into(),
-        workloads: Some(SampleWorkloads { termination_grace_seconds: 30, ..SampleWorkloads::default() }),
+        // No budgets: the PDB-aware order (controller `budget_order`) defers a node whose budget allows no
+        // disruption at its turn, most often for a moment while the wave before it drains (seen in CI: worker-4
+        // went after worker-5 and worker-6), which a forecast from the cluster at rest cannot know and says it
+        // assumes. The forecast with budgets is tested below and in `budget_order`.
+        workloads: Some(SampleWorkloads {
+            termination_grace_seconds: 30,
+            pdb: PdbStyle::None,
+            ..SampleWorkloads::default()
+        }),
         timing,
         ..ClusterConfig::default()
     };
@@ -123,6 +131,7 @@ async fn plan_predicts_the_demos_order_and_waves_exactly_and_its_duration_within
     let report = Report::build(snapshot, Some(demo_version("v4")), Flags::default(), None, Timestamp::now());
     assert!(report.blockers.is_empty(), "{:#?}", report.blockers);
     assert!(!report.blocked(), "{}", report.text());
+    assert!(!report.assumptions.iter().any(|a| a.contains("PodDisruptionBudget")), "{}", report.text());
     assert!(
         report.durations.iter().all(|d| matches!(d.source, Source::Measured { samples: 15.., .. })),
         "{}",
@@ -266,6 +275,8 @@ async fn a_pdb_allowing_nothing_a_bare_pod_a_node_without_agent_and_a_foreign_co
         format!("PDB default/stuck allows 0 disruptions: {} cannot be drained", stuck_nodes.join(", "))
     );
     assert!(matches!(&report.rollouts[0].ending, Ending::Stuck { nodes_left, .. } if nodes_left.contains(&silent)));
+    // With budgets in the cluster, the forecast says that it takes each as allowing the drain at the node's turn.
+    assert!(report.assumptions.iter().any(|a| a.contains("every PodDisruptionBudget allows")), "{}", report.text());
 
     // The controller raises the same blockers before it touches a node.
     let preflight_at = tokio::spawn(first_revision(store.api::<NodeVersion>(), |v: &NodeVersion| {
