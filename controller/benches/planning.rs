@@ -109,6 +109,7 @@ impl Cluster {
             spec: SpecState::Valid(Arc::new(spec)),
             kubernetes: None,
             health: Vec::new(),
+            step_times: Default::default(),
         }];
         let mut views = Vec::with_capacity(size);
         let mut index = BTreeMap::new();

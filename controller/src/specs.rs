@@ -54,7 +54,10 @@ impl Specs {
                 SpecEntry { generation, state, recorded: previous.and_then(|e| e.recorded) }
             }
         };
-        let rollout = Rollout { name, spec: entry.state.clone(), kubernetes: None, health: Vec::new() };
+        let step_times = crate::policy::finish::StepTimes::from_status(
+            version.status.as_ref().map(|s| s.step_durations.as_slice()).unwrap_or_default(),
+        );
+        let rollout = Rollout { name, spec: entry.state.clone(), kubernetes: None, health: Vec::new(), step_times };
         self.entries.insert(uid, entry);
         rollout
     }

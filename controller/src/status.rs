@@ -297,7 +297,13 @@ mod tests {
             policy: Policy::default(),
             raw: serde_json::json!({"image": "v2"}),
         };
-        Rollout { name: "nv".into(), spec: SpecState::Valid(Arc::new(spec)), kubernetes: None, health: Vec::new() }
+        Rollout {
+            name: "nv".into(),
+            spec: SpecState::Valid(Arc::new(spec)),
+            kubernetes: None,
+            health: Vec::new(),
+            step_times: Default::default(),
+        }
     }
 
     fn now() -> Timestamp {
@@ -465,6 +471,7 @@ mod tests {
             spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None },
             kubernetes: None,
             health: Vec::new(),
+            step_times: Default::default(),
         };
         let p = Plan { hold: Some(Hold::new(Reason::InvalidSpec, "spec.image: bad")), ..Default::default() };
         let s = compute(&p, &invalid, Some(4), None, now());

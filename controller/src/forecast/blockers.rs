@@ -122,6 +122,11 @@ pub fn find(
                 Reason::OutsideMaintenanceWindow => {
                     (BlockerKind::WindowClosed, "wait for the window, or widen spec.rollout.maintenanceWindow")
                 }
+                Reason::CannotFinishInWindow => (
+                    BlockerKind::WindowClosed,
+                    "wait for the next window, or lengthen the window's duration: a node's turn takes longer than \
+                     the time it has left",
+                ),
                 Reason::MaintenanceExclusion => (
                     BlockerKind::WindowClosed,
                     "wait for the exclusion to end, or change spec.rollout.maintenanceExclusions",

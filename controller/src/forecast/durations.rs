@@ -286,20 +286,45 @@ fn verified_after(step: &str) -> bool {
     matches!(step, "reboot" | KUBEADM_UPGRADE)
 }
 
-/// Folds one sample of `step` into the running means.
+/// How many of the last measurements of a step the status keeps for its 95th percentile.
+pub const RECENT: usize = 20;
+
+/// Folds one sample of `step` into the running means and the recent measurements (and their 95th percentile).
 fn add_sample(durations: &mut Vec<StepDuration>, step: &str, took: SignedDuration) {
     let millis = i64::try_from(took.as_millis()).unwrap_or(i64::MAX);
-    match durations.iter_mut().find(|d| d.step == step) {
-        Some(d) => {
+    let d = match durations.iter().position(|d| d.step == step) {
+        Some(i) => {
+            let d = &mut durations[i];
             let weight = i64::from(d.samples.saturating_add(1).min(MEAN_OVER));
             d.mean_millis += (millis - d.mean_millis) / weight;
             d.samples = d.samples.saturating_add(1);
+            d
         }
         None => {
-            durations.push(StepDuration { step: step.to_owned(), samples: 1, mean_millis: millis });
+            durations.push(StepDuration {
+                step: step.to_owned(),
+                samples: 1,
+                mean_millis: millis,
+                ..Default::default()
+            });
             durations.sort_by(|a, b| a.step.cmp(&b.step));
+            let Some(d) = durations.iter_mut().find(|d| d.step == step) else { return };
+            d
         }
-    }
+    };
+    d.recent_millis.push(millis);
+    let excess = d.recent_millis.len().saturating_sub(RECENT);
+    d.recent_millis.drain(..excess);
+    d.p95_millis = p95(&d.recent_millis);
+}
+
+/// The 95th percentile of `millis` by nearest rank (the smallest value at least 95 % of them are at most); `None`
+/// for none.
+pub fn p95(millis: &[i64]) -> Option<i64> {
+    let mut sorted = millis.to_vec();
+    sorted.sort_unstable();
+    let rank = (sorted.len() * 95).div_ceil(100);
+    sorted.get(rank.checked_sub(1)?).copied()
 }
 
 #[cfg(test)]
@@ -310,6 +335,17 @@ mod tests {
 
     fn t(ms: i64) -> Timestamp {
         Timestamp::from_millisecond(1_800_000_000_000 + ms).unwrap()
+    }
+
+    /// A step measured once, at `millis`.
+    fn one(step: &str, millis: i64) -> StepDuration {
+        StepDuration {
+            step: step.into(),
+            samples: 1,
+            mean_millis: millis,
+            p95_millis: Some(millis),
+            recent_millis: vec![millis],
+        }
     }
 
     fn published(node: &str, step: &str, at: Timestamp) -> InFlightNode {
@@ -331,13 +367,7 @@ mod tests {
         // b: still draining; c: verified (gone from the nodes in flight).
         plan.in_flight.push(InFlight { node: "b".into(), step: Step::Drain, since: t(0), waiting_on: None });
         let measured = measure(Some(&previous), &plan, true, t(4_000));
-        assert_eq!(
-            measured,
-            vec![
-                StepDuration { step: "reboot".into(), samples: 1, mean_millis: 4_000 },
-                StepDuration { step: "stage".into(), samples: 1, mean_millis: 2_200 },
-            ]
-        );
+        assert_eq!(measured, vec![one("reboot", 4_000), one("stage", 2_200),]);
         // The same view again (a status not yet written back) gives the same record.
         assert_eq!(measure(Some(&previous), &plan, true, t(4_000)), measured);
         // A node gone because it failed, or a status of another target, measures nothing.
@@ -355,7 +385,7 @@ mod tests {
         let waiting = Some("its turn: staged".to_owned());
         plan.in_flight.push(InFlight { node: "a".into(), step: Step::Stage, since: t(0), waiting_on: waiting.clone() });
         let measured = measure(Some(&previous), &plan, true, t(1_500));
-        assert_eq!(measured, vec![StepDuration { step: "stage".into(), samples: 1, mean_millis: 1_500 }]);
+        assert_eq!(measured, vec![one("stage", 1_500)]);
         // Its turn comes much later: no second sample of its staging.
         let staged = InFlightNode { waiting_on: waiting, ..published("a", "stage", t(0)) };
         let previous =
@@ -376,10 +406,7 @@ mod tests {
         plan.in_flight.push(InFlight { node: "a".into(), step: Step::KubeadmUpgrade, since: t(700), waiting_on: None });
         assert_eq!(
             measure(Some(&previous), &plan, true, t(6_000)),
-            vec![
-                StepDuration { step: "drain".into(), samples: 1, mean_millis: 700 },
-                StepDuration { step: KUBEADM_UPGRADE.into(), samples: 1, mean_millis: 5_000 },
-            ]
+            vec![one("drain", 700), one(KUBEADM_UPGRADE, 5_000),]
         );
         let status =
             NodeVersionStatus { step_durations: measure(Some(&previous), &plan, true, t(6_000)), ..Default::default() };
@@ -396,18 +423,54 @@ mod tests {
         let mut d = Vec::new();
         add_sample(&mut d, "stage", SignedDuration::from_secs(1));
         add_sample(&mut d, "stage", SignedDuration::from_secs(3));
-        assert_eq!(d, vec![StepDuration { step: "stage".into(), samples: 2, mean_millis: 2_000 }]);
+        let both = vec![1_000, 3_000];
+        let expected = StepDuration {
+            step: "stage".into(),
+            samples: 2,
+            mean_millis: 2_000,
+            p95_millis: Some(3_000),
+            recent_millis: both,
+        };
+        assert_eq!(d, vec![expected]);
         for _ in 0..200 {
             add_sample(&mut d, "stage", SignedDuration::from_secs(10));
         }
         assert!(d[0].mean_millis > 9_900, "{d:?}");
         assert_eq!(d[0].samples, 202);
+        assert_eq!((d[0].recent_millis.len(), d[0].p95_millis), (RECENT, Some(10_000)));
+    }
+
+    #[test]
+    fn the_95th_percentile_is_the_nearest_rank_of_the_last_twenty() {
+        assert_eq!(p95(&[]), None);
+        assert_eq!(p95(&[7]), Some(7));
+        // 20 values 1..=20: rank 19.
+        let values: Vec<i64> = (1..=20).rev().collect();
+        assert_eq!(p95(&values), Some(19));
+        // 10 values: rank 10 (the largest).
+        assert_eq!(p95(&(1..=10).collect::<Vec<_>>()), Some(10));
+        // One slow node among the last twenty shows; once twenty faster ones follow, it is forgotten.
+        let mut d = Vec::new();
+        add_sample(&mut d, "reboot", SignedDuration::from_secs(60));
+        for _ in 0..19 {
+            add_sample(&mut d, "reboot", SignedDuration::from_secs(5));
+        }
+        assert_eq!(d[0].p95_millis, Some(5_000), "one in twenty is above the 95th percentile");
+        add_sample(&mut d, "reboot", SignedDuration::from_secs(50));
+        assert_eq!(d[0].p95_millis, Some(5_000), "the 60 s sample fell out of the window: {d:?}");
+        add_sample(&mut d, "reboot", SignedDuration::from_secs(40));
+        assert_eq!(d[0].p95_millis, Some(40_000), "two in twenty are: {d:?}");
     }
 
     #[test]
     fn flags_win_over_measurements_and_the_named_node_version_over_others() {
         let status = |stage: i64, samples: i32| NodeVersionStatus {
-            step_durations: vec![StepDuration { step: "stage".into(), samples, mean_millis: stage }],
+            step_durations: vec![StepDuration {
+                step: "stage".into(),
+                samples,
+                mean_millis: stage,
+                ..Default::default()
+            }],
             ..Default::default()
         };
         let (a, b) = (status(1_000, 3), status(2_000, 9));
@@ -442,11 +505,7 @@ mod tests {
         plan.replacements.obsolete.push("b".into());
         assert_eq!(
             measure(Some(&previous), &plan, true, t(6_000)),
-            vec![
-                StepDuration { step: RELEASE.into(), samples: 1, mean_millis: 5_500 },
-                StepDuration { step: REPLACE.into(), samples: 1, mean_millis: 4_000 },
-                StepDuration { step: RETIRE.into(), samples: 1, mean_millis: 5_000 },
-            ]
+            vec![one(RELEASE, 5_500), one(REPLACE, 4_000), one(RETIRE, 5_000),]
         );
         // The status lists a and b with their steps; b keeps its time while its instance is being deleted.
         let listed = replacing(Some(&previous), &plan, t(6_000));

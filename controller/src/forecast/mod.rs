@@ -114,6 +114,19 @@ pub struct RolloutForecast {
     pub ending: Ending,
     /// Nodes the rollout selects that already run the target.
     pub up_to_date: u32,
+    /// With maintenance windows or exclusions: how many it needs, and when it ends.
+    pub windows: Option<WindowsNeeded>,
+}
+
+/// The maintenance windows a rollout needs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowsNeeded {
+    /// How many separate open periods (windows open one after the other, or overlapping, count as one) its nodes
+    /// start in.
+    pub periods: u32,
+    /// When its last node is predicted to finish.
+    pub ends_at: Timestamp,
 }
 
 impl RolloutForecast {
@@ -584,11 +597,24 @@ impl Run<'_> {
                 Some(KubernetesSpec::Upgrade(t)) => Some(t.version.to_string()),
                 _ => None,
             },
+            windows: self.windows(rollout, &nodes, duration_seconds),
             nodes,
             duration_seconds,
             ending,
             up_to_date,
         }
+    }
+
+    /// The maintenance periods the rollout's node starts fall in, and when it ends (see [`RolloutForecast::windows`]).
+    fn windows(&self, rollout: &Rollout, nodes: &[NodeForecast], duration: Option<f64>) -> Option<WindowsNeeded> {
+        let policy = &rollout.spec.acting()?.policy;
+        if policy.windows.is_empty() && policy.exclusions.is_empty() {
+            return None;
+        }
+        let at = |seconds: f64| self.start.checked_add(SignedDuration::from_secs_f64(seconds)).ok();
+        let starts: Vec<Timestamp> = nodes.iter().filter_map(|n| at(n.start_seconds)).collect();
+        let periods = crate::policy::window::periods(&policy.windows, &policy.exclusions, &starts);
+        Some(WindowsNeeded { periods, ends_at: at(duration?)? })
     }
 }
 

@@ -187,6 +187,10 @@ impl Report {
             match (&r.ending, r.duration_seconds) {
                 (Ending::Complete, Some(d)) => {
                     let _ = writeln!(out, "  predicted duration: {}", human(d));
+                    if let Some(w) = r.windows {
+                        let _ =
+                            writeln!(out, "  maintenance windows needed: {}; it would end at {}", w.periods, w.ends_at);
+                    }
                 }
                 (Ending::Complete, None) => out.push_str("  nothing to do\n"),
                 (Ending::Stuck { reason, message, nodes_left }, _) => {

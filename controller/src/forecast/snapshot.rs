@@ -441,7 +441,10 @@ pub fn rollout(version: &NodeVersion, now: Timestamp) -> Rollout {
             SpecState::Invalid { errors, last_valid }
         }
     };
-    Rollout { name: version.name_any(), spec, kubernetes: None, health: Vec::new() }
+    let step_times = crate::policy::finish::StepTimes::from_status(
+        version.status.as_ref().map(|s| s.step_durations.as_slice()).unwrap_or_default(),
+    );
+    Rollout { name: version.name_any(), spec, kubernetes: None, health: Vec::new(), step_times }
 }
 
 #[cfg(test)]

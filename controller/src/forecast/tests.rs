@@ -47,7 +47,13 @@ fn cp(name: &str) -> NodeView {
 
 fn rollout(policy: Policy) -> Rollout {
     let spec = ValidSpec { generation: 1, target: "v2".into(), policy, raw: json!({"image": "v2"}) };
-    Rollout { name: "nv".into(), spec: SpecState::Valid(Arc::new(spec)), kubernetes: None, health: Vec::new() }
+    Rollout {
+        name: "nv".into(),
+        spec: SpecState::Valid(Arc::new(spec)),
+        kubernetes: None,
+        health: Vec::new(),
+        step_times: Default::default(),
+    }
 }
 
 fn max(n: u32) -> Policy {
@@ -86,6 +92,51 @@ fn the_control_plane_goes_first_one_at_a_time_then_workers_in_waves_by_name() {
     assert_eq!(r.nodes[2].finish_seconds, Some(85.0));
     // The first plan is what the controller would do now: stage cp-0 and cp-1 ahead (maxStaging is maxUnavailable).
     assert_eq!(f.first.rollouts[0].actions.len(), 2);
+}
+
+#[test]
+fn a_node_that_could_not_finish_before_the_window_closes_waits_for_the_next_one_and_the_windows_are_counted() {
+    let mut policy = max(1);
+    policy.windows = crate::policy::settings::Policy::from_spec(
+        &serde_json::from_value(json!({"maintenanceWindow": {"schedule": "0 3 * * *", "duration": "10m"}})).unwrap(),
+        t(0),
+    )
+    .unwrap()
+    .windows;
+    let mut r = rollout(policy);
+    let measured = |step: &str, seconds: i64| shared::crd::StepDuration {
+        step: step.into(),
+        samples: 5,
+        mean_millis: seconds * 1000,
+        p95_millis: Some(seconds * 1000),
+        recent_millis: vec![seconds * 1000; 5],
+    };
+    r.step_times = crate::policy::finish::StepTimes::from_status(&[
+        measured("drain", 60),
+        measured("reboot", 180),
+        measured("stage", 60),
+    ]);
+    let nodes = [node("a"), node("b"), node("c"), node("d")];
+    let f = forecast(&nodes, &[r], &Fleet::default(), None, t(0), &secs(60, 60, 180));
+    let f = &f.rollouts[0];
+    assert_eq!(f.ending, Ending::Complete);
+    // 08:00 UTC now; the window opens at 03:00 the next day for 10 minutes and a node's turn takes 4 of them.
+    let opens: Timestamp = "2027-01-16T03:00:00Z".parse().unwrap();
+    let at = |seconds: f64| t(0).checked_add(SignedDuration::from_secs_f64(seconds)).unwrap();
+    let starts: Vec<(&str, Timestamp)> = f.nodes.iter().map(|n| (n.node.as_str(), at(n.start_seconds))).collect();
+    // a (after its staging) and b fit in the first window; c would end past 03:10: it starts the next night.
+    assert!(starts[..2].iter().all(|(_, s)| *s >= opens && *s <= opens + SignedDuration::from_mins(6)), "{starts:?}");
+    let next = opens + SignedDuration::from_hours(24);
+    assert!(starts[2..].iter().all(|(_, s)| *s >= next), "{starts:?}");
+    for n in &f.nodes {
+        let (start, finish) = (at(n.start_seconds), at(n.finish_seconds.unwrap()));
+        let day = if start >= next { next } else { opens };
+        assert!(finish <= day + SignedDuration::from_mins(10), "{} ends past its window: {finish}", n.node);
+    }
+    let windows = f.windows.unwrap();
+    assert_eq!(windows.periods, 2);
+    assert_eq!(windows.ends_at, at(f.duration_seconds.unwrap()));
+    assert!(windows.ends_at > next);
 }
 
 #[test]

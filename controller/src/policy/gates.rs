@@ -175,6 +175,7 @@ mod tests {
             spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: spec.clone() },
             kubernetes: None,
             health: Vec::new(),
+            step_times: Default::default(),
         };
         let (hold, _) = closed(&invalid, spec.as_deref(), None, &counts(1), 1, None, t(0)).unwrap();
         assert_eq!(hold.reason, Reason::InvalidSpec);
@@ -184,6 +185,7 @@ mod tests {
             spec: SpecState::Invalid { errors: vec!["x".into()], last_valid: None },
             kubernetes: None,
             health: Vec::new(),
+            step_times: Default::default(),
         };
         let (hold, _) = closed(&unknown, None, None, &counts(0), 0, None, t(0)).unwrap();
         assert!(hold.message.contains("touches no node"), "{}", hold.message);

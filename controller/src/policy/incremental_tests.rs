@@ -6,6 +6,7 @@
 //! group's image, and PendingNodes no replacement created come and go. The planner is given exactly the nodes that
 //! changed, as the reconciler gives them, and the fleet as it is.
 
+use super::finish::Deadline;
 use super::replacement::{EtcdAccess, Goal, GroupView, PendingView};
 use super::tests::{OLD, TARGET, boot, node, t, unreadable_intent, valid_spec};
 use super::*;
@@ -36,6 +37,7 @@ fn configurations() -> Vec<Vec<Rollout>> {
         spec: SpecState::Valid(spec),
         kubernetes: None,
         health: Vec::new(),
+        step_times: Default::default(),
     };
     let two = valid_spec(TARGET, 1, policy(2));
     let pool_one = NodeSelector::from_label_selector(&LabelSelector {
@@ -57,12 +59,14 @@ fn configurations() -> Vec<Vec<Rollout>> {
             spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: Some(two.clone()) },
             kubernetes: None,
             health: Vec::new(),
+            step_times: Default::default(),
         }],
         vec![Rollout {
             name: "nv".into(),
             spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None },
             kubernetes: None,
             health: Vec::new(),
+            step_times: Default::default(),
         }],
         vec![
             rollout("nv", two.clone()),
@@ -701,6 +705,7 @@ fn one_node_changing_assesses_that_node_and_those_in_flight_not_the_cluster() {
         )),
         kubernetes: None,
         health: Vec::new(),
+        step_times: Default::default(),
     }];
     let mut planner = Planner::new();
     planner.set_context(rollouts, Fleet::default(), None);
@@ -733,6 +738,7 @@ fn one_node_changing_assesses_that_node_and_those_in_flight_not_the_cluster() {
         spec: SpecState::Valid(valid_spec("v3", 2, Policy::default())),
         kubernetes: None,
         health: Vec::new(),
+        step_times: Default::default(),
     }];
     planner.set_context(rollouts, Fleet::default(), None);
     planner.plan(t(3));
@@ -774,6 +780,7 @@ fn one_node_changing_in_a_replacement_assesses_that_node_and_the_replacements_no
         spec: SpecState::Valid(valid_spec(TARGET, 1, policy)),
         kubernetes: None,
         health: Vec::new(),
+        step_times: Default::default(),
     }];
     let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
     let mut fleet = Fleet { groups: vec![group], etcd: EtcdAccess::Client, ..Fleet::default() };
@@ -860,6 +867,7 @@ fn with_a_kubernetes_upgrade_the_planner_decides_with_the_full_plan() {
         spec: SpecState::Valid(spec.clone()),
         kubernetes: Some(upgrade),
         health: Vec::new(),
+        step_times: Default::default(),
     }];
     let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
     let fleet = Fleet { groups: vec![group], etcd: EtcdAccess::Client, ..Fleet::default() };
@@ -879,8 +887,13 @@ fn with_a_kubernetes_upgrade_the_planner_decides_with_the_full_plan() {
     planner.plan(t(1));
     assert_eq!(planner.assessed(), 2);
     // The upgrade no longer asked for: it indexes again (every node once), then only what changes.
-    let rollouts =
-        vec![Rollout { name: "nv".into(), spec: SpecState::Valid(spec), kubernetes: None, health: Vec::new() }];
+    let rollouts = vec![Rollout {
+        name: "nv".into(),
+        spec: SpecState::Valid(spec),
+        kubernetes: None,
+        health: Vec::new(),
+        step_times: Default::default(),
+    }];
     planner.set_context(rollouts, fleet, None);
     assert!(planner.incremental());
     planner.plan(t(2));
@@ -904,6 +917,7 @@ fn replacement_rollout(size: usize, surge: u32) -> (usize, usize, usize, usize, 
         spec: SpecState::Valid(valid_spec(TARGET, 1, policy)),
         kubernetes: None,
         health: Vec::new(),
+        step_times: Default::default(),
     }];
     let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
     let mut fleet = Fleet { groups: vec![group], etcd: EtcdAccess::Client, ..Fleet::default() };
@@ -1133,7 +1147,8 @@ fn while_the_surge_is_taken_selection_reads_only_the_nodes_updated_in_place() {
     let start = |surge: &mut pipeline::Surge, shared: &mut pipeline::Shared| {
         pool.read.set(0);
         let flow = pipeline::Flow::Image { target: TARGET.into() };
-        let selected = pipeline::select(&&pool, &spec, &flow, shared, surge);
+        let times = Default::default();
+        let selected = pipeline::select(&&pool, &spec, &flow, (shared, surge), &Deadline::none(&times));
         let names: Vec<(&str, bool)> =
             selected.starts.iter().map(|(n, how)| (n.name.as_str(), *how == pipeline::Start::Replace)).collect();
         (names.iter().map(|(n, r)| ((*n).to_owned(), *r)).collect::<Vec<_>>(), selected.hold)
@@ -1153,7 +1168,8 @@ fn while_the_surge_is_taken_selection_reads_only_the_nodes_updated_in_place() {
     let pool = Counting { members: pool.members[..3].to_vec(), read: Default::default() };
     let mut surge = pipeline::Surge { free: 0, allowed: 1, ..Default::default() };
     let flow = pipeline::Flow::Image { target: TARGET.into() };
-    let selected = pipeline::select(&&pool, &spec, &flow, &mut shared, &mut surge);
+    let times = Default::default();
+    let selected = pipeline::select(&&pool, &spec, &flow, (&mut shared, &mut surge), &Deadline::none(&times));
     assert!(selected.starts.is_empty());
     assert_eq!(selected.hold.map(|h| h.reason), Some(Reason::SurgeExhausted));
 }

@@ -35,6 +35,7 @@
 //! gates nor the control-plane order hold it back: it is part of a replacement in flight.
 
 use super::assess::{self, Assessment, Situation};
+use super::finish::Deadline;
 use super::{ActionKind, DrainProgress, Hold, InFlight, NodeView, Plan, Reason, Rollout, ValidSpec, pipeline};
 use jiff::Timestamp;
 use shared::protocol::{AgentReport, AgentState, ControllerAnnotations, Intent, KubeadmIntent, KubeadmRole, Step};
@@ -131,7 +132,8 @@ pub(super) fn plan_rollout(
         members_k.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
     let gates = (drain_timeouts, 0);
     if pipeline::open(rollout, &mut plan, Some(&flow(target)), gates, autoscaler_running, now).is_some() {
-        select(&mut plan, &members_k, target, spec, shared, own_node, now);
+        let deadline = Deadline::new(&spec.policy, &rollout.step_times, now);
+        select(&mut plan, &members_k, target, spec, (shared, own_node), &deadline, now);
     }
     Some(plan)
 }
@@ -402,8 +404,8 @@ fn select(
     members: &[(&NodeView, &Assessment)],
     target: &KubernetesTarget,
     spec: &ValidSpec,
-    shared: &mut pipeline::Shared,
-    own_node: Option<&str>,
+    (shared, own_node): (&mut pipeline::Shared, Option<&str>),
+    deadline: &Deadline<'_>,
     now: Timestamp,
 ) {
     let flow = &flow(target);
@@ -438,7 +440,7 @@ fn select(
         pool.limit = 1;
     }
     let mut surge = pipeline::Surge { free: u32::MAX, ..pipeline::Surge::default() };
-    let selected = pipeline::select(&pool, spec, flow, shared, &mut surge);
+    let selected = pipeline::select(&pool, spec, flow, (shared, &mut surge), deadline);
     pipeline::start(plan, flow, selected, now);
 }
 

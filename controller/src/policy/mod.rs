@@ -49,6 +49,7 @@ pub(crate) mod admission;
 mod assess;
 pub mod budget;
 pub mod cron;
+pub mod finish;
 mod fleet;
 mod gates;
 pub mod health;
@@ -149,6 +150,9 @@ pub struct Rollout {
     /// The last verdict of each health check of the acting spec (`crate::health_checks`), read by the health-check
     /// gate ([`health::hold`]); a check without one holds.
     pub health: Vec<health::Verdict>,
+    /// The 95th percentile of each step as measured on its nodes (`status.stepDurations`): whether a node can
+    /// finish before the maintenance window closes ([`finish`]).
+    pub step_times: finish::StepTimes,
 }
 
 /// The spec a rollout acts on.

@@ -45,7 +45,10 @@
 //!    rollout is pending in the flow's sense ([`Pool::control_plane_pending`]: not yet updated for an image, not
 //!    yet running the version for Kubernetes, since a kubelet may not be newer than an API server);
 //! 10. **`maxSurge`** (`SurgeExhausted`) for nodes replaced: a new instance per replacement in flight, and no
-//!     control-plane replacement beside a worker's (nor a worker's beside a control-plane one's).
+//!     control-plane replacement beside a worker's (nor a worker's beside a control-plane one's);
+//! 11. **finish before the window closes** (`CannotFinishInWindow`): a node whose disruption, at the 95th percentile
+//!     of its steps' measured times, would end after the open maintenance period does not start
+//!     ([`super::finish`]); staging ahead goes on.
 //!
 //! A flow may narrow its candidates before [`select`] (Kubernetes: while the API server is not upgraded, only
 //! the first control-plane node, alone: `WaitingForApiServer`), never widen them. Nodes that are part of a
@@ -61,6 +64,7 @@
 
 use super::admission::{Admission, Held};
 use super::assess::{Assessment, Situation};
+use super::finish::Deadline;
 use super::gates;
 use super::{ActionKind, Hold, InFlight, NodeAction, NodeView, Plan, Reason, Rollout, ValidSpec, budget};
 use jiff::Timestamp;
@@ -405,11 +409,11 @@ pub(super) fn select<'a>(
     pool: &impl Pool<'a>,
     spec: &ValidSpec,
     flow: &Flow,
-    shared: &mut Shared,
-    surge: &mut Surge,
+    (shared, surge): (&mut Shared, &mut Surge),
+    deadline: &Deadline<'_>,
 ) -> Selection<'a> {
     let mut selection = Selection { starts: Vec::new(), hold: None };
-    disrupt(pool, spec, flow, shared, surge, &mut selection);
+    disrupt(pool, spec, flow, (shared, surge), deadline, &mut selection);
     if flow.stages_ahead() {
         let allowed = spec.policy.max_staging.unwrap_or(spec.policy.max_unavailable).resolve(pool.size());
         let free = allowed.saturating_sub(pool.staging_count()) as usize;
@@ -424,8 +428,8 @@ fn disrupt<'a>(
     pool: &impl Pool<'a>,
     spec: &ValidSpec,
     flow: &Flow,
-    shared: &mut Shared,
-    surge: &mut Surge,
+    (shared, surge): (&mut Shared, &mut Surge),
+    deadline: &Deadline<'_>,
     selection: &mut Selection<'a>,
 ) {
     let stages = flow.stages_ahead();
@@ -510,6 +514,7 @@ fn disrupt<'a>(
     }
     let mut full_zones: BTreeSet<String> = BTreeSet::new();
     let staging_first = if stages { pool.first_staging() } else { None };
+    let mut too_late: Option<Hold> = None;
     for (node, start) in candidates {
         if start == Start::Staged && staging_first.as_ref().is_some_and(|first| *first < order(node, pool.own_node())) {
             // A node earlier in the order is still staging: it takes its turn first (it is moving, no hold). A
@@ -545,6 +550,11 @@ fn disrupt<'a>(
             ));
             break;
         }
+        // Rule 11: it can finish before the maintenance window closes (`super::finish`).
+        if let Err(hold) = deadline.check(&node.name, flow, start) {
+            too_late.get_or_insert(hold);
+            continue;
+        }
         admission.take(node.control_plane, node.zone.as_deref(), false, String::new);
         shared.control_plane_busy |= node.control_plane;
         if replace {
@@ -553,6 +563,10 @@ fn disrupt<'a>(
             surge.worker_active |= !node.control_plane;
         }
         selection.starts.push((node, start));
+    }
+    if selection.starts.is_empty() && selection.hold.is_none() {
+        // Every node that had a slot would end past the window's close.
+        selection.hold = too_late;
     }
     if control_plane_waits && selection.starts.is_empty() && selection.hold.is_none() && !pool.any_in_flight() {
         // Nothing of the rollout moves, and a control-plane node of another flow, rollout or NodeOp keeps it so.

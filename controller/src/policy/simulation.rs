@@ -586,6 +586,7 @@ fn one_rollout(policy: Policy) -> Vec<Rollout> {
         spec: SpecState::Valid(valid_spec(TARGET, 1, policy)),
         kubernetes: None,
         health: Vec::new(),
+        step_times: Default::default(),
     }]
 }
 

@@ -104,6 +104,7 @@ pub(super) fn rollout_with(policy: Policy) -> Rollout {
         spec: SpecState::Valid(valid_spec(TARGET, 1, policy)),
         kubernetes: None,
         health: Vec::new(),
+        step_times: Default::default(),
     }
 }
 
@@ -113,6 +114,7 @@ pub(super) fn rollout_named(name: &str) -> Rollout {
         spec: SpecState::Valid(valid_spec(TARGET, 1, policy())),
         kubernetes: None,
         health: Vec::new(),
+        step_times: Default::default(),
     }
 }
 
@@ -122,6 +124,7 @@ pub(super) fn unknown_rollout(name: &str) -> Rollout {
         spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None },
         kubernetes: None,
         health: Vec::new(),
+        step_times: Default::default(),
     }
 }
 
@@ -532,6 +535,7 @@ fn invalid_after(last_valid: Policy) -> Rollout {
         },
         kubernetes: None,
         health: Vec::new(),
+        step_times: Default::default(),
     }
 }
 

@@ -159,6 +159,46 @@ pub fn schedule_state(windows: &[Window], exclusions: &[Exclusion], now: Timesta
     ScheduleState::Open { closes_at }
 }
 
+/// When the period in which new nodes may start, open at `now`, ends: the windows open now close, followed through a
+/// window that opens before the last one closes, or the next exclusion begins. `None` when it does not end (no
+/// windows and no exclusion ahead) or nodes may not start now.
+pub fn open_until(windows: &[Window], exclusions: &[Exclusion], now: Timestamp) -> Option<Timestamp> {
+    let mut at = now;
+    // Each pass moves to a later close; windows that keep each other open for longer than this are taken as ending.
+    for _ in 0..64 {
+        let ScheduleState::Open { closes_at: Some(closes) } = schedule_state(windows, exclusions, at) else {
+            return (at != now).then_some(at);
+        };
+        if closes <= at {
+            return Some(closes);
+        }
+        at = closes;
+    }
+    Some(at)
+}
+
+/// How many separate open periods `starts` (times at which nodes started, while the schedule was open) fall in:
+/// the maintenance windows a rollout used. Two starts share a period when the schedule stays open from the first
+/// to the second.
+pub fn periods(windows: &[Window], exclusions: &[Exclusion], starts: &[Timestamp]) -> u32 {
+    let mut sorted = starts.to_vec();
+    sorted.sort();
+    let mut count = 0;
+    let mut open_to: Option<Option<Timestamp>> = None;
+    for t in sorted {
+        let same = match open_to {
+            Some(None) => true,
+            Some(Some(end)) => t < end,
+            None => false,
+        };
+        if !same {
+            count += 1;
+            open_to = Some(open_until(windows, exclusions, t));
+        }
+    }
+    count
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,5 +308,30 @@ mod tests {
             schedule_state(&[], &exclusions, ts("2026-12-24T00:00:00Z")),
             ScheduleState::Excluded { name: "freeze".into(), end: freeze.end, opens_at: Some(freeze.end) }
         );
+    }
+
+    #[test]
+    fn an_open_period_ends_when_no_window_that_opened_before_it_keeps_it_open() {
+        // 01:00-03:00 and 02:00-05:00 chain into one period to 05:00; 22:00-23:00 is another.
+        let windows = [window("0 1 * * *", 2, "UTC"), window("0 2 * * *", 3, "UTC"), window("0 22 * * *", 1, "UTC")];
+        let until = |t: &str| open_until(&windows, &[], ts(t));
+        assert_eq!(until("2026-11-21T01:30:00Z"), Some(ts("2026-11-21T05:00:00Z")));
+        assert_eq!(until("2026-11-21T04:00:00Z"), Some(ts("2026-11-21T05:00:00Z")));
+        assert_eq!(until("2026-11-21T12:00:00Z"), None, "not open now");
+        // An exclusion cuts it.
+        let freeze =
+            [Exclusion { name: "f".into(), start: ts("2026-11-21T03:00:00Z"), end: ts("2026-11-22T00:00:00Z") }];
+        assert_eq!(open_until(&windows, &freeze, ts("2026-11-21T01:30:00Z")), Some(ts("2026-11-21T03:00:00Z")));
+        // No windows: open until the next exclusion, or for good.
+        assert_eq!(open_until(&[], &freeze, ts("2026-11-20T00:00:00Z")), Some(ts("2026-11-21T03:00:00Z")));
+        assert_eq!(open_until(&[], &[], ts("2026-11-20T00:00:00Z")), None);
+
+        // Starts at 01:10 and 04:50 (one period), 22:10 (a second), and the next night at 01:05 (a third).
+        let starts = ["2026-11-21T04:50:00Z", "2026-11-21T01:10:00Z", "2026-11-21T22:10:00Z", "2026-11-22T01:05:00Z"];
+        let starts: Vec<Timestamp> = starts.iter().map(|t| ts(t)).collect();
+        assert_eq!(periods(&windows, &[], &starts), 3);
+        assert_eq!(periods(&windows, &[], &starts[..2]), 1);
+        assert_eq!(periods(&windows, &[], &[]), 0);
+        assert_eq!(periods(&[], &[], &starts), 1, "without windows, one period");
     }
 }

@@ -413,7 +413,7 @@ pub struct NodeVersionStatus {
 }
 
 /// How long one step of a node's update takes, as measured.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StepDuration {
     /// The step: `stage`, `drain`, `reboot`, `kubeadm-upgrade`, or a replacement's `replace`, `retire` and `release`.
@@ -424,6 +424,16 @@ pub struct StepDuration {
     /// The mean, in milliseconds.
     #[schemars(range(min = 0))]
     pub mean_millis: i64,
+    /// The 95th percentile (nearest rank) of `recentMillis`, in milliseconds: what the controller counts a step as
+    /// taking when it decides whether a node can finish before its maintenance window closes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub p95_millis: Option<i64>,
+    /// The last measurements (at most 20, oldest first), in milliseconds, so that the percentile survives a
+    /// restart or a change of leader.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub recent_millis: Vec<i64>,
 }
 
 /// The Kubernetes version a node runs.
