@@ -82,5 +82,6 @@ mod smoke_rollout;
 mod store_api;
 mod support;
 mod uninstall;
+mod window_finish;
 mod workloads;
 mod zones;
