@@ -110,6 +110,7 @@ impl Cluster {
             kubernetes: None,
             health: Vec::new(),
             step_times: Default::default(),
+            waves: Default::default(),
         }];
         let mut views = Vec::with_capacity(size);
         let mut index = BTreeMap::new();

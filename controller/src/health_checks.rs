@@ -347,7 +347,14 @@ mod tests {
         } else {
             SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: Some(spec) }
         };
-        Rollout { name: "nv".into(), spec, kubernetes: None, health: Vec::new(), step_times: Default::default() }
+        Rollout {
+            name: "nv".into(),
+            spec,
+            kubernetes: None,
+            health: Vec::new(),
+            step_times: Default::default(),
+            waves: Default::default(),
+        }
     }
 
     #[tokio::test(start_paused = true)]

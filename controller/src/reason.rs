@@ -69,6 +69,7 @@ pub enum Reason {
     Paused,
     OutsideMaintenanceWindow,
     MaintenanceExclusion,
+    WaveSoaking,
     CannotFinishInWindow,
     FailureBudgetExhausted,
     HealthCheckFailing,

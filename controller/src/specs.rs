@@ -57,7 +57,11 @@ impl Specs {
         let step_times = crate::policy::finish::StepTimes::from_status(
             version.status.as_ref().map(|s| s.step_durations.as_slice()).unwrap_or_default(),
         );
-        let rollout = Rollout { name, spec: entry.state.clone(), kubernetes: None, health: Vec::new(), step_times };
+        let waves = crate::policy::waves::Completed::from_status(
+            version.status.as_ref().map(|s| s.waves.as_slice()).unwrap_or_default(),
+        );
+        let rollout =
+            Rollout { name, spec: entry.state.clone(), kubernetes: None, health: Vec::new(), step_times, waves };
         self.entries.insert(uid, entry);
         rollout
     }

@@ -149,6 +149,10 @@ pub fn compute(
                 message: crate::policy::health::shortened(&v.observed),
             })
             .collect(),
+        wave: plan.waves.as_ref().and_then(|w| w.wave).map(|w| i32::try_from(w).unwrap_or(i32::MAX)),
+        waves: crate::policy::waves::Completed::from_status(previous.map(|p| p.waves.as_slice()).unwrap_or_default())
+            .record(plan.waves.as_ref(), now)
+            .to_status(),
         // What each step took, for `update-operator plan` (issue 18).
         step_durations: crate::forecast::durations::measure(
             previous,
@@ -303,6 +307,7 @@ mod tests {
             kubernetes: None,
             health: Vec::new(),
             step_times: Default::default(),
+            waves: Default::default(),
         }
     }
 
@@ -472,6 +477,7 @@ mod tests {
             kubernetes: None,
             health: Vec::new(),
             step_times: Default::default(),
+            waves: Default::default(),
         };
         let p = Plan { hold: Some(Hold::new(Reason::InvalidSpec, "spec.image: bad")), ..Default::default() };
         let s = compute(&p, &invalid, Some(4), None, now());

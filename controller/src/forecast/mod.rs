@@ -182,6 +182,10 @@ pub fn forecast(
     let mut rounds = 0;
     for _ in 0..MAX_ROUNDS {
         let cluster = plan_with(&run.nodes, &run.rollouts, &run.fleet, own_node, run.now);
+        // The canary waves found complete, as the status records them.
+        for (rollout, plan) in run.rollouts.iter_mut().zip(&cluster.rollouts) {
+            rollout.waves = rollout.waves.record(plan.waves.as_ref(), run.now);
+        }
         let writes = run.apply(&cluster);
         last = cluster;
         rounds += 1;

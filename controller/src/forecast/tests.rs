@@ -53,6 +53,7 @@ fn rollout(policy: Policy) -> Rollout {
         kubernetes: None,
         health: Vec::new(),
         step_times: Default::default(),
+        waves: Default::default(),
     }
 }
 
@@ -137,6 +138,38 @@ fn a_node_that_could_not_finish_before_the_window_closes_waits_for_the_next_one_
     assert_eq!(windows.periods, 2);
     assert_eq!(windows.ends_at, at(f.duration_seconds.unwrap()));
     assert!(windows.ends_at > next);
+}
+
+#[test]
+fn canary_waves_go_one_after_the_other_each_soaked_and_the_rest_after_the_last() {
+    let mut policy = max(2);
+    policy.waves = crate::policy::settings::Policy::from_spec(
+        &serde_json::from_value(json!({"waves": [{"nodes": 1, "soak": "10m"}, {"nodes": 2}]})).unwrap(),
+        t(0),
+    )
+    .unwrap()
+    .waves;
+    let nodes: Vec<NodeView> = ["a", "b", "c", "d", "e", "f"].into_iter().map(node).collect();
+    let f = forecast(&nodes, &[rollout(policy)], &Fleet::default(), None, t(0), &secs(10, 5, 20));
+    let r = &f.rollouts[0];
+    assert_eq!(r.ending, Ending::Complete);
+    let of = |name: &str| r.nodes.iter().find(|n| n.node == name).unwrap();
+    let start = |name: &str| of(name).start_seconds;
+    let finish = |name: &str| of(name).finish_seconds.unwrap();
+    // The canary alone, staged first (nothing else is staged beside it), then its ten minutes.
+    assert_eq!(start("a"), 10.0);
+    for n in ["b", "c", "d", "e", "f"] {
+        assert!(start(n) >= finish("a") + 600.0, "{n} started during the canary's soak: {:?}", r.nodes);
+    }
+    // Wave 2: b and c together; the rest once both are done (its soak is none).
+    assert_eq!(start("b"), start("c"));
+    for n in ["d", "e", "f"] {
+        assert!(start(n) >= finish("b").max(finish("c")), "{n} started in wave 2: {:?}", r.nodes);
+    }
+    // Staged by 10 s, done at 35 s, soaked to 635 s; b and c staged by 645 s, done at 670 s; then d and e, and f.
+    assert_eq!(r.duration_seconds, Some(730.0), "{:?}", r.nodes);
+    // The first plan stages the canary alone.
+    assert_eq!(f.first.rollouts[0].actions.len(), 1, "{:?}", f.first.rollouts[0].actions);
 }
 
 #[test]

@@ -176,6 +176,7 @@ mod tests {
             kubernetes: None,
             health: Vec::new(),
             step_times: Default::default(),
+            waves: Default::default(),
         };
         let (hold, _) = closed(&invalid, spec.as_deref(), None, &counts(1), 1, None, t(0)).unwrap();
         assert_eq!(hold.reason, Reason::InvalidSpec);
@@ -186,6 +187,7 @@ mod tests {
             kubernetes: None,
             health: Vec::new(),
             step_times: Default::default(),
+            waves: Default::default(),
         };
         let (hold, _) = closed(&unknown, None, None, &counts(0), 0, None, t(0)).unwrap();
         assert!(hold.message.contains("touches no node"), "{}", hold.message);

@@ -2,7 +2,6 @@
 //! scaling group), summarized for the status, then the [`pipeline`](super::pipeline)'s gates and selection.
 
 use super::assess::{self, Assessment, Situation};
-use super::finish::Deadline;
 use super::{
     DrainProgress, Held, Hold, InFlight, NodeView, Plan, Problem, Reason, Rollout, ValidSpec, pipeline, replacement,
 };
@@ -42,8 +41,8 @@ pub(super) fn plan_image_rollout(
     };
     let pool = pipeline::Members::image(members, own_node);
     let flow = pipeline::Flow::Image { target: spec.target.clone() };
-    let deadline = Deadline::new(&spec.policy, &rollout.step_times, now);
-    let selected = pipeline::select(&pool, spec, &flow, (shared, &mut surge), &deadline);
+    let bounds = pipeline::Bounds::of(rollout, spec, &plan, now);
+    let selected = pipeline::select(&pool, spec, &flow, (shared, &mut surge), &bounds);
     pipeline::start(&mut plan, &flow, selected, now);
     plan
 }

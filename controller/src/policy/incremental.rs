@@ -460,8 +460,8 @@ impl Planner {
                 };
                 let pool = Indexed { tally, nodes: &self.nodes, own_node: self.own_node.as_deref() };
                 let flow = pipeline::Flow::Image { target: spec.target.clone() };
-                let deadline = super::finish::Deadline::new(&spec.policy, &rollout.step_times, now);
-                let selected = pipeline::select(&pool, spec, &flow, (&mut shared, &mut surge), &deadline);
+                let bounds = pipeline::Bounds::of(rollout, spec, &plan, now);
+                let selected = pipeline::select(&pool, spec, &flow, (&mut shared, &mut surge), &bounds);
                 pipeline::start(&mut plan, &flow, selected, now);
             }
             cluster.rollouts.push(plan);

@@ -6,7 +6,6 @@
 //! group's image, and PendingNodes no replacement created come and go. The planner is given exactly the nodes that
 //! changed, as the reconciler gives them, and the fleet as it is.
 
-use super::finish::Deadline;
 use super::replacement::{EtcdAccess, Goal, GroupView, PendingView};
 use super::tests::{OLD, TARGET, boot, node, t, unreadable_intent, valid_spec};
 use super::*;
@@ -38,6 +37,7 @@ fn configurations() -> Vec<Vec<Rollout>> {
         kubernetes: None,
         health: Vec::new(),
         step_times: Default::default(),
+        waves: Default::default(),
     };
     let two = valid_spec(TARGET, 1, policy(2));
     let pool_one = NodeSelector::from_label_selector(&LabelSelector {
@@ -60,6 +60,7 @@ fn configurations() -> Vec<Vec<Rollout>> {
             kubernetes: None,
             health: Vec::new(),
             step_times: Default::default(),
+            waves: Default::default(),
         }],
         vec![Rollout {
             name: "nv".into(),
@@ -67,6 +68,7 @@ fn configurations() -> Vec<Vec<Rollout>> {
             kubernetes: None,
             health: Vec::new(),
             step_times: Default::default(),
+            waves: Default::default(),
         }],
         vec![
             rollout("nv", two.clone()),
@@ -706,6 +708,7 @@ fn one_node_changing_assesses_that_node_and_those_in_flight_not_the_cluster() {
         kubernetes: None,
         health: Vec::new(),
         step_times: Default::default(),
+        waves: Default::default(),
     }];
     let mut planner = Planner::new();
     planner.set_context(rollouts, Fleet::default(), None);
@@ -739,6 +742,7 @@ fn one_node_changing_assesses_that_node_and_those_in_flight_not_the_cluster() {
         kubernetes: None,
         health: Vec::new(),
         step_times: Default::default(),
+        waves: Default::default(),
     }];
     planner.set_context(rollouts, Fleet::default(), None);
     planner.plan(t(3));
@@ -781,6 +785,7 @@ fn one_node_changing_in_a_replacement_assesses_that_node_and_the_replacements_no
         kubernetes: None,
         health: Vec::new(),
         step_times: Default::default(),
+        waves: Default::default(),
     }];
     let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
     let mut fleet = Fleet { groups: vec![group], etcd: EtcdAccess::Client, ..Fleet::default() };
@@ -868,6 +873,7 @@ fn with_a_kubernetes_upgrade_the_planner_decides_with_the_full_plan() {
         kubernetes: Some(upgrade),
         health: Vec::new(),
         step_times: Default::default(),
+        waves: Default::default(),
     }];
     let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
     let fleet = Fleet { groups: vec![group], etcd: EtcdAccess::Client, ..Fleet::default() };
@@ -893,6 +899,7 @@ fn with_a_kubernetes_upgrade_the_planner_decides_with_the_full_plan() {
         kubernetes: None,
         health: Vec::new(),
         step_times: Default::default(),
+        waves: Default::default(),
     }];
     planner.set_context(rollouts, fleet, None);
     assert!(planner.incremental());
@@ -918,6 +925,7 @@ fn replacement_rollout(size: usize, surge: u32) -> (usize, usize, usize, usize, 
         kubernetes: None,
         health: Vec::new(),
         step_times: Default::default(),
+        waves: Default::default(),
     }];
     let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
     let mut fleet = Fleet { groups: vec![group], etcd: EtcdAccess::Client, ..Fleet::default() };
@@ -1148,7 +1156,7 @@ fn while_the_surge_is_taken_selection_reads_only_the_nodes_updated_in_place() {
         pool.read.set(0);
         let flow = pipeline::Flow::Image { target: TARGET.into() };
         let times = Default::default();
-        let selected = pipeline::select(&&pool, &spec, &flow, (shared, surge), &Deadline::none(&times));
+        let selected = pipeline::select(&&pool, &spec, &flow, (shared, surge), &pipeline::Bounds::none(&times));
         let names: Vec<(&str, bool)> =
             selected.starts.iter().map(|(n, how)| (n.name.as_str(), *how == pipeline::Start::Replace)).collect();
         (names.iter().map(|(n, r)| ((*n).to_owned(), *r)).collect::<Vec<_>>(), selected.hold)
@@ -1169,7 +1177,7 @@ fn while_the_surge_is_taken_selection_reads_only_the_nodes_updated_in_place() {
     let mut surge = pipeline::Surge { free: 0, allowed: 1, ..Default::default() };
     let flow = pipeline::Flow::Image { target: TARGET.into() };
     let times = Default::default();
-    let selected = pipeline::select(&&pool, &spec, &flow, (&mut shared, &mut surge), &Deadline::none(&times));
+    let selected = pipeline::select(&&pool, &spec, &flow, (&mut shared, &mut surge), &pipeline::Bounds::none(&times));
     assert!(selected.starts.is_empty());
     assert_eq!(selected.hold.map(|h| h.reason), Some(Reason::SurgeExhausted));
 }

@@ -35,7 +35,6 @@
 //! gates nor the control-plane order hold it back: it is part of a replacement in flight.
 
 use super::assess::{self, Assessment, Situation};
-use super::finish::Deadline;
 use super::{ActionKind, DrainProgress, Hold, InFlight, NodeView, Plan, Reason, Rollout, ValidSpec, pipeline};
 use jiff::Timestamp;
 use shared::protocol::{AgentReport, AgentState, ControllerAnnotations, Intent, KubeadmIntent, KubeadmRole, Step};
@@ -132,8 +131,8 @@ pub(super) fn plan_rollout(
         members_k.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
     let gates = (drain_timeouts, 0);
     if pipeline::open(rollout, &mut plan, Some(&flow(target)), gates, autoscaler_running, now).is_some() {
-        let deadline = Deadline::new(&spec.policy, &rollout.step_times, now);
-        select(&mut plan, &members_k, target, spec, (shared, own_node), &deadline, now);
+        let bounds = pipeline::Bounds::of(rollout, spec, &plan, now);
+        select(&mut plan, &members_k, target, spec, (shared, own_node), &bounds, now);
     }
     Some(plan)
 }
@@ -405,7 +404,7 @@ fn select(
     target: &KubernetesTarget,
     spec: &ValidSpec,
     (shared, own_node): (&mut pipeline::Shared, Option<&str>),
-    deadline: &Deadline<'_>,
+    bounds: &pipeline::Bounds<'_>,
     now: Timestamp,
 ) {
     let flow = &flow(target);
@@ -440,7 +439,7 @@ fn select(
         pool.limit = 1;
     }
     let mut surge = pipeline::Surge { free: u32::MAX, ..pipeline::Surge::default() };
-    let selected = pipeline::select(&pool, spec, flow, (shared, &mut surge), deadline);
+    let selected = pipeline::select(&pool, spec, flow, (shared, &mut surge), bounds);
     pipeline::start(plan, flow, selected, now);
 }
 

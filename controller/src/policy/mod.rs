@@ -62,6 +62,7 @@ pub(crate) mod pipeline;
 mod pools;
 pub mod replacement;
 pub mod settings;
+pub mod waves;
 pub mod window;
 
 #[cfg(test)]
@@ -153,6 +154,8 @@ pub struct Rollout {
     /// The 95th percentile of each step as measured on its nodes (`status.stepDurations`): whether a node can
     /// finish before the maintenance window closes ([`finish`]).
     pub step_times: finish::StepTimes,
+    /// The canary waves found complete (`status.waves`), from which a wave's soak runs ([`waves`]).
+    pub waves: waves::Completed,
 }
 
 /// The spec a rollout acts on.
@@ -246,6 +249,8 @@ pub struct Plan {
     pub preparing: bool,
     /// Nodes staged ahead and waiting for their turn (counted in progress, but not moving).
     pub staged: u32,
+    /// With canary waves: where the rollout is in them ([`waves`]).
+    pub waves: Option<waves::Progress>,
     /// When to plan again even if nothing changes (a deadline, the end of a soak, a window).
     pub wake_at: Option<Timestamp>,
     /// Replacements: the rollout's donors and heirs, the PendingNodes of its replacements, and replaced nodes

@@ -48,7 +48,9 @@
 //!     control-plane replacement beside a worker's (nor a worker's beside a control-plane one's);
 //! 11. **finish before the window closes** (`CannotFinishInWindow`): a node whose disruption, at the 95th percentile
 //!     of its steps' measured times, would end after the open maintenance period does not start
-//!     ([`super::finish`]); staging ahead goes on.
+//!     ([`super::finish`]); staging ahead goes on;
+//! 12. **canary waves** (`WaveSoaking`): with `spec.rollout.waves`, no more nodes start (staged ahead or
+//!     disrupted) than the current wave has left, and none while a complete wave soaks ([`super::waves`]).
 //!
 //! A flow may narrow its candidates before [`select`] (Kubernetes: while the API server is not upgraded, only
 //! the first control-plane node, alone: `WaitingForApiServer`), never widen them. Nodes that are part of a
@@ -66,6 +68,7 @@ use super::admission::{Admission, Held};
 use super::assess::{Assessment, Situation};
 use super::finish::Deadline;
 use super::gates;
+use super::waves;
 use super::{ActionKind, Hold, InFlight, NodeAction, NodeView, Plan, Reason, Rollout, ValidSpec, budget};
 use jiff::Timestamp;
 use shared::protocol::Step;
@@ -166,6 +169,12 @@ pub(super) fn open<'r>(
         return None;
     };
     let described = flow.map(Flow::described);
+    // Where the rollout is in its canary waves (rule 12), for the status whatever the gates say.
+    let c = plan.counts;
+    let moving = plan.in_flight.iter().filter(|f| f.step != Step::Stage).count() as u32;
+    let tally = waves::Tally { total: c.total, done: c.up_to_date + c.failed + c.blocked, moving };
+    let target = described.as_deref().unwrap_or(&spec.target);
+    plan.waves = waves::progress(&spec.policy.waves, tally, &rollout.waves, target, now);
     match gates::closed(rollout, Some(spec), described.as_deref(), &plan.counts, drain_timeouts, autoscaler, now) {
         // An invalid spec is said even when nothing is outdated; the other gates matter only when
         // something would start.
@@ -177,8 +186,38 @@ pub(super) fn open<'r>(
         _ if plan.counts.outdated == 0 && staged == 0 => None,
         _ => {
             plan.wake(gates::next_change(&spec.policy, now));
+            if let Some((hold, until)) = plan.waves.as_ref().and_then(waves::Progress::hold) {
+                // Rule 12: the wave soaks; nothing starts, staging ahead included.
+                plan.hold = Some(hold);
+                plan.wake(Some(until));
+                return None;
+            }
             Some(spec)
         }
+    }
+}
+
+/// What bounds a rollout's starts beside the budget: the time left in the maintenance window (rule 11) and the
+/// nodes its canary wave has left (rule 12).
+pub(super) struct Bounds<'a> {
+    pub deadline: Deadline<'a>,
+    /// How many more nodes may start (None: no limit from the waves).
+    pub wave: Option<u32>,
+}
+
+impl<'a> Bounds<'a> {
+    /// The bounds of `rollout` acting on `spec`, from its `plan` so far (after [`open`]), at `now`.
+    pub(super) fn of(rollout: &'a Rollout, spec: &ValidSpec, plan: &Plan, now: Timestamp) -> Bounds<'a> {
+        Bounds {
+            deadline: Deadline::new(&spec.policy, &rollout.step_times, now),
+            wave: plan.waves.as_ref().and_then(waves::Progress::allowance),
+        }
+    }
+
+    /// No bounds (tests).
+    #[cfg(test)]
+    pub(super) fn none(times: &'a super::finish::StepTimes) -> Bounds<'a> {
+        Bounds { deadline: Deadline::none(times), wave: None }
     }
 }
 
@@ -410,13 +449,19 @@ pub(super) fn select<'a>(
     spec: &ValidSpec,
     flow: &Flow,
     (shared, surge): (&mut Shared, &mut Surge),
-    deadline: &Deadline<'_>,
+    bounds: &Bounds<'_>,
 ) -> Selection<'a> {
     let mut selection = Selection { starts: Vec::new(), hold: None };
-    disrupt(pool, spec, flow, (shared, surge), deadline, &mut selection);
+    disrupt(pool, spec, flow, (shared, surge), bounds, &mut selection);
     if flow.stages_ahead() {
         let allowed = spec.policy.max_staging.unwrap_or(spec.policy.max_unavailable).resolve(pool.size());
-        let free = allowed.saturating_sub(pool.staging_count()) as usize;
+        let mut free = allowed.saturating_sub(pool.staging_count());
+        if let Some(wave) = bounds.wave {
+            // Within the wave: the nodes staging or staged count, and the replacements just started.
+            let replaced = selection.starts.iter().filter(|(_, how)| *how == Start::Replace).count() as u32;
+            free = free.min(wave.saturating_sub(pool.staging_count() + replaced));
+        }
+        let free = free as usize;
         selection.starts.extend(pool.in_place_candidates().take(free).map(|n| (n, Start::InPlace)));
     }
     selection
@@ -429,7 +474,7 @@ fn disrupt<'a>(
     spec: &ValidSpec,
     flow: &Flow,
     (shared, surge): (&mut Shared, &mut Surge),
-    deadline: &Deadline<'_>,
+    bounds: &Bounds<'_>,
     selection: &mut Selection<'a>,
 ) {
     let stages = flow.stages_ahead();
@@ -464,7 +509,14 @@ fn disrupt<'a>(
     }
 
     let allowed = spec.policy.max_unavailable.resolve(pool.size());
-    let slots = budget::free_slots(allowed, pool.unavailable_count() + shared.unowned_unavailable);
+    let mut slots = budget::free_slots(allowed, pool.unavailable_count() + shared.unowned_unavailable);
+    if let Some(wave) = bounds.wave {
+        // Rule 12: no more than the canary wave has left (the wave says so in the status; no hold).
+        slots = slots.min(wave);
+        if slots == 0 {
+            return;
+        }
+    }
     if slots == 0 {
         if !pool.any_in_flight() {
             // Nothing is being updated, yet nothing may start: nodes down, cordoned for other
@@ -551,7 +603,7 @@ fn disrupt<'a>(
             break;
         }
         // Rule 11: it can finish before the maintenance window closes (`super::finish`).
-        if let Err(hold) = deadline.check(&node.name, flow, start) {
+        if let Err(hold) = bounds.deadline.check(&node.name, flow, start) {
             too_late.get_or_insert(hold);
             continue;
         }

@@ -117,6 +117,8 @@ pub struct Policy {
     pub settle: Option<SignedDuration>,
     /// The health checks (`healthChecks`, see [`super::health`]): no node starts while one does not pass.
     pub health_checks: Vec<super::health::Check>,
+    /// The canary waves (`waves`, see [`super::waves`]), in order.
+    pub waves: Vec<super::waves::WavePolicy>,
 }
 
 impl Default for Policy {
@@ -144,6 +146,7 @@ impl Default for Policy {
             max_unavailable_per_zone: None,
             settle: None,
             health_checks: Vec::new(),
+            waves: Vec::new(),
         }
     }
 }
@@ -174,6 +177,12 @@ impl Policy {
         policy.max_unavailable = amount("maxUnavailable", &spec.max_unavailable).unwrap_or_default();
         policy.max_staging = amount("maxStaging", &spec.max_staging);
         policy.max_surge = amount("maxSurge", &spec.max_surge).map(MaxSurge::from).unwrap_or_default();
+        let wave_sizes: Vec<Option<MaxUnavailable>> = spec
+            .waves
+            .iter()
+            .enumerate()
+            .map(|(i, w)| amount(&format!("waves[{i}].nodes"), &Some(w.nodes.clone())))
+            .collect();
         let mut duration = |field: &str, value: &Option<kube::core::Duration>, default: SignedDuration| match value {
             None => default,
             Some(d) if d.is_negative() => {
@@ -183,6 +192,12 @@ impl Policy {
             Some(d) => SignedDuration::try_from(std::time::Duration::from(*d)).unwrap_or(SignedDuration::MAX),
         };
         policy.soak_time = duration("soakTime", &spec.soak_time, SignedDuration::ZERO);
+        let wave_soaks: Vec<SignedDuration> = spec
+            .waves
+            .iter()
+            .enumerate()
+            .map(|(i, w)| duration(&format!("waves[{i}].soak"), &w.soak, SignedDuration::ZERO))
+            .collect();
         policy.drain_timeout = duration("drainTimeout", &spec.drain_timeout, DEFAULT_DRAIN_TIMEOUT);
         policy.stage_timeout = duration("stageTimeout", &spec.stage_timeout, DEFAULT_STAGE_TIMEOUT);
         policy.reboot_timeout = duration("rebootTimeout", &spec.reboot_timeout, DEFAULT_REBOOT_TIMEOUT);
@@ -204,6 +219,14 @@ impl Policy {
                 errors.push(format!("spec.rollout.{field}: must be longer than 0s"));
             }
         }
+        if spec.waves.len() > super::waves::MAX_WAVES {
+            errors.push(format!("spec.rollout.waves: {} waves, at most {}", spec.waves.len(), super::waves::MAX_WAVES));
+        }
+        policy.waves = wave_sizes
+            .into_iter()
+            .zip(wave_soaks)
+            .filter_map(|(nodes, soak)| Some(super::waves::WavePolicy { nodes: nodes?, soak }))
+            .collect();
         policy.on_drain_timeout = spec.on_drain_timeout.unwrap_or_default();
         for (field, names, into) in [
             ("beforeReboot", &spec.before_reboot, &mut policy.before_reboot),
@@ -588,5 +611,36 @@ mod tests {
         let p = Policy::from_spec(&good, "2026-11-21T12:00:00Z".parse().unwrap()).unwrap();
         assert_eq!(p.windows.iter().map(|w| w.schedule.as_str()).collect::<Vec<_>>(), ["0 3 * * *", "0 22 * * *"]);
         assert_eq!(p.exclusions.len(), 1);
+    }
+
+    #[test]
+    fn canary_waves_are_read_and_each_bad_field_named() {
+        let spec: RolloutPolicy = serde_json::from_value(serde_json::json!({
+            "waves": [{"nodes": 1, "soak": "1h"}, {"nodes": "10%", "soak": "30m"}, {"nodes": "100%"}]
+        }))
+        .unwrap();
+        let p = Policy::from_spec(&spec, "2026-11-21T12:00:00Z".parse().unwrap()).unwrap();
+        let read: Vec<(MaxUnavailable, i64)> = p.waves.iter().map(|w| (w.nodes, w.soak.as_secs())).collect();
+        assert_eq!(
+            read,
+            [(MaxUnavailable::Count(1), 3600), (MaxUnavailable::Percent(10), 1800), (MaxUnavailable::Percent(100), 0)]
+        );
+        let bad: RolloutPolicy = serde_json::from_value(serde_json::json!({
+            "waves": [{"nodes": 0}, {"nodes": "150%"}, {"nodes": 2, "soak": "-1m"}]
+        }))
+        .unwrap();
+        let errors = Policy::from_spec(&bad, "2026-11-21T12:00:00Z".parse().unwrap()).unwrap_err();
+        assert_eq!(
+            errors,
+            [
+                "spec.rollout.waves[0].nodes: 0 is less than 1",
+                "spec.rollout.waves[1].nodes: \"150%\" is neither a count nor a percentage from 1% to 100%",
+                "spec.rollout.waves[2].soak: -60s is negative",
+            ]
+        );
+        let many: RolloutPolicy =
+            serde_json::from_value(serde_json::json!({"waves": vec![serde_json::json!({"nodes": 1}); 17]})).unwrap();
+        let errors = Policy::from_spec(&many, "2026-11-21T12:00:00Z".parse().unwrap()).unwrap_err();
+        assert_eq!(errors, ["spec.rollout.waves: 17 waves, at most 16"]);
     }
 }

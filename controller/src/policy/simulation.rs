@@ -587,6 +587,7 @@ fn one_rollout(policy: Policy) -> Vec<Rollout> {
         kubernetes: None,
         health: Vec::new(),
         step_times: Default::default(),
+        waves: Default::default(),
     }]
 }
 

@@ -105,6 +105,7 @@ pub(super) fn rollout_with(policy: Policy) -> Rollout {
         kubernetes: None,
         health: Vec::new(),
         step_times: Default::default(),
+        waves: Default::default(),
     }
 }
 
@@ -115,6 +116,7 @@ pub(super) fn rollout_named(name: &str) -> Rollout {
         kubernetes: None,
         health: Vec::new(),
         step_times: Default::default(),
+        waves: Default::default(),
     }
 }
 
@@ -125,6 +127,7 @@ pub(super) fn unknown_rollout(name: &str) -> Rollout {
         kubernetes: None,
         health: Vec::new(),
         step_times: Default::default(),
+        waves: Default::default(),
     }
 }
 
@@ -536,6 +539,7 @@ fn invalid_after(last_valid: Policy) -> Rollout {
         kubernetes: None,
         health: Vec::new(),
         step_times: Default::default(),
+        waves: Default::default(),
     }
 }
 

@@ -22,7 +22,7 @@ pub use autoscaling_strategy::{AutoscalingStrategy, AutoscalingStrategySpec, Aut
 pub use health_check::{HealthCheck, HealthCheckStatus, MAX_EXPRESSION_LEN, MAX_HEALTH_CHECKS};
 pub use node_version::{
     DrainOptions, DrainTimeoutAction, HeldBackNode, InFlightNode, LastValidSpec, MaintenanceWindow, NodeCounts,
-    NodeKubelet, NodeVersion, NodeVersionSpec, NodeVersionStatus, RolloutPolicy, StepDuration,
+    NodeKubelet, NodeVersion, NodeVersionSpec, NodeVersionStatus, RolloutPolicy, StepDuration, Wave, WaveCompleted,
 };
 pub use pending_node::{CspState, PendingNode, PendingNodeGoal, PendingNodeSpec, PendingNodeStatus};
 pub use scaling_group::{NodeRole, ScalingGroup, ScalingGroupSpec, ScalingGroupStatus};

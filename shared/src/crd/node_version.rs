@@ -215,6 +215,14 @@ pub struct RolloutPolicy {
     #[schemars(length(max = 16))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub health_checks: Vec<super::health_check::HealthCheck>,
+    /// Canary waves: the rollout's nodes go in these waves, in order, each of `nodes` nodes (a count, or a
+    /// percentage of the selected nodes rounded up; `"100%"`: all the rest), and the next wave starts only once every
+    /// node of the previous one is done and has soaked for its `soak`, with every gate open. Nodes past the last
+    /// wave go as if a last wave of `"100%"` followed. Within a wave, `maxUnavailable` and every other rule apply.
+    /// At most 16. Default: no waves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub waves: Vec<Wave>,
 }
 
 /// An absolute period in which no new node starts.
@@ -345,6 +353,26 @@ pub(super) fn set_int_or_string_branches(
                 field.any_of = Some(branches);
             }
         }
+        // And a wave's `nodes`.
+        let nodes = schema
+            .properties
+            .as_mut()
+            .and_then(|p| p.get_mut("spec"))
+            .and_then(|s| s.properties.as_mut())
+            .and_then(|p| p.get_mut("rollout"))
+            .and_then(|r| r.properties.as_mut())
+            .and_then(|p| p.get_mut("waves"))
+            .and_then(|w| w.items.as_mut())
+            .and_then(|items| match items {
+                k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrArray::Schema(
+                    item,
+                ) => item.properties.as_mut(),
+                _ => None,
+            })
+            .and_then(|p| p.get_mut("nodes"));
+        if let (Some(nodes), Ok(branches)) = (nodes, serde_json::from_value(int_or_string_branches())) {
+            nodes.any_of = Some(branches);
+        }
     }
 }
 
@@ -410,6 +438,40 @@ pub struct NodeVersionStatus {
     /// saw.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub health_checks: Vec<super::health_check::HealthCheckStatus>,
+    /// With `spec.rollout.waves`: the wave the rollout is in (from 1), while it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave: Option<i32>,
+    /// With `spec.rollout.waves`: the waves of the current targets found complete, and when.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub waves: Vec<WaveCompleted>,
+}
+
+/// A canary wave of a rollout (`spec.rollout.waves`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Wave {
+    /// How many nodes the wave takes: a count of at least 1, or a percentage (`"10%"`) of the selected nodes,
+    /// rounded up.
+    #[schemars(schema_with = "max_unavailable_schema")]
+    pub nodes: IntOrString,
+    /// How long the wave's nodes run once the last of them is done, before the next wave starts. Default `0s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub soak: Option<Duration>,
+}
+
+/// A canary wave that was complete: every node of it done (`status.waves`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveCompleted {
+    /// What the rollout moved its nodes to: the image, or `Kubernetes vX.Y.Z`.
+    pub target: String,
+    /// The wave's number, from 1.
+    #[schemars(range(min = 1))]
+    pub wave: i32,
+    /// When the controller found the wave complete; its soak runs from here.
+    pub at: MicroTime,
 }
 
 /// How long one step of a node's update takes, as measured.
