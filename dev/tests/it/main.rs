@@ -10,6 +10,7 @@ mod authorization;
 mod aws_support;
 mod bad_input;
 mod budget_order;
+mod canary_waves;
 mod checkpoints;
 mod cloud;
 #[cfg(feature = "aws")]
