@@ -237,6 +237,45 @@ async fn health_checks_a_check_false_past_its_timeout_stops_the_rollout_as_faile
     server.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_a_comparison_type_error_is_named_before_any_read_and_no_node_starts() {
+    let server = bare_cluster(&["w-0", "w-1"]).await;
+    let store = server.store();
+    ceph_namespace(&store, "HEALTH_OK");
+    let (quiet, touched) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicBool::new(false)));
+    let sampler = watch_nodes(store.clone(), quiet.clone(), touched.clone());
+    let agents = fake_agents(&server, &["w-0", "w-1"], "v1", Duration::from_millis(50));
+    let controller = harness::controller(&operator(&server), harness::controller_options("c1"));
+    // `data.health` is a string in the ConfigMap schema the API server publishes; the check compares it with an
+    // int. Its object does not even exist: the type error is found before any read (it would say "not found").
+    let mut check = ceph_check("gone", "30m");
+    check["expression"] = json!("self.data.health == 1");
+    create_version(&store, "v2", json!({"maxUnavailable": 1, "healthChecks": [check]}));
+
+    let message = progressing(&store, "HealthCheckFailing").await;
+    assert!(message.starts_with("health check \"ceph-health\" fails since "), "{message}");
+    assert!(
+        message.ends_with(
+            "ConfigMap ceph/gone: self.data.health == 1: found no matching overload for '_==_' applied to '(string, \
+             int)' (self.data.health is string in the ConfigMap schema the API server publishes); it fails until the \
+             expression is fixed"
+        ),
+        "{message}"
+    );
+    let checks = status_of(&store, VERSION).health_checks;
+    assert!(checks.len() == 1 && !checks[0].passing, "{checks:?}");
+    // Two more evaluations (every 10 s): still held, no node started.
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    let (_, reason, _) = condition_of(&status_of(&store, VERSION), "Progressing").unwrap();
+    assert_eq!(reason, "HealthCheckFailing");
+    assert_eq!(status_of(&store, VERSION).counts.in_progress, 0);
+    sampler.abort();
+    assert!(!touched.load(Ordering::SeqCst), "a node was cordoned or given an intent while the check was refused");
+    controller.stop(Duration::from_secs(10)).await.unwrap();
+    support::stop_all(agents).await;
+    server.shutdown().await;
+}
+
 /// A CephCluster-like custom resource (`ceph.rook.io/v1`), namespaced, with a free-form status.
 fn ceph_crd() -> CustomResourceDefinition {
     serde_json::from_value(json!({
@@ -372,6 +411,8 @@ async fn health_checks_the_evaluator_reads_by_name_or_selector_and_names_what_fa
     assert!(!passing && seen.starts_with("ConfigMap ceph/health: self.data.state == 'up': ") && seen.contains("state"));
     let (passing, seen) = evaluator.evaluate(&by_name("health", "self.data.health > 3")).await;
     assert!(!passing && seen.starts_with("ConfigMap ceph/health: self.data.health > 3: "), "{seen}");
+    // The schema types `data`'s values as strings: the comparison with an int is refused before any read.
+    assert!(seen.contains("found no matching overload for '_>_' applied to '(string, int)'"), "{seen}");
     // A field the kind's schema (the API server's OpenAPI v3 document) does not have: a type error, before any read.
     let (passing, seen) = evaluator.evaluate(&by_name("health", "self.dta.health == 'HEALTH_OK'")).await;
     assert!(!passing, "{seen}");
