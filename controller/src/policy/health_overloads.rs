@@ -10,8 +10,9 @@
 //!   unify: `1 == 1.0` is refused by the checker (the runtime's heterogeneous equality does not make it pass the
 //!   checker).
 //! - `_<_`, `_<=_`, `_>_`, `_>=_`: `bool`, `string`, `bytes`, `timestamp`, `duration` with themselves, and the numbers
-//!   with each other (the cross-type numeric overloads, declared since cel-go 0.13 and enabled in Kubernetes'
-//!   environment): a number against a number is never flagged; there is no ordering of lists or maps.
+//!   with each other (the cross-type numeric overloads `less_int64_double`..., which an environment may or may not
+//!   enable with `cel.CrossTypeNumericComparisons`): a number against a number is never flagged, whichever it is;
+//!   there is no ordering of lists or maps.
 //! - `_+_`: `int`, `uint`, `double`, `string`, `bytes`, `list(A)` with themselves; `_-_`, `_*_`, `_/_`: `int`, `uint`,
 //!   `double` with themselves; `_%_`: `int`, `uint`; `-_`: `int`, `double` (timestamps and durations are not typed
 //!   here: their operands are unknown).

@@ -317,6 +317,21 @@ impl Reconciler {
             return Some(Instant::now() + ERROR_RETRY);
         }
 
+        // The rollouts that wait for workloads (`crate::settle`), by NodeVersion and target: a wait of any other (its
+        // NodeVersion deleted, paused or retargeted) ends, its hold and settleTimeout with it.
+        let settle_keys: Vec<Option<String>> = versions
+            .iter()
+            .zip(&rollouts)
+            .map(|(v, r)| {
+                let spec = r.spec.acting().filter(|s| s.policy.settle.is_some())?;
+                Some(crate::settle::key(&v.uid().unwrap_or_default(), &spec.target))
+            })
+            .collect();
+        let waiting: Vec<&str> = (settle_keys.iter().zip(&rollouts))
+            .filter(|(_, r)| !r.spec.acting().is_some_and(|s| s.policy.paused))
+            .filter_map(|(k, _)| k.as_deref())
+            .collect();
+        self.executor.retain_settling(|k| waiting.contains(&k));
         // Nodes held for a do-not-disrupt pod stay held until a look finds it gone.
         self.executor.recheck_pod_holds().await;
         // IMPORTANT: from reading the nodes until the plan's writes returned, no NodeOp decides (see
@@ -391,15 +406,15 @@ impl Reconciler {
             .iter()
             .zip(&rollouts)
             .zip(&references)
-            .map(|((p, r), reference)| Batch {
+            .zip(&settle_keys)
+            .map(|(((p, r), reference), key)| Batch {
                 actions: &p.actions,
                 drain: r.spec.acting().map(|s| s.policy.drain).unwrap_or_default(),
                 version: Some(reference),
-                settle: r
-                    .spec
-                    .acting()
-                    .and_then(|s| s.policy.settle)
-                    .map(|t| std::time::Duration::try_from(t).unwrap_or(std::time::Duration::MAX)),
+                settle: r.spec.acting().and_then(|s| s.policy.settle).zip(key.as_deref()).map(|(t, rollout)| {
+                    let timeout = std::time::Duration::try_from(t).unwrap_or(std::time::Duration::MAX);
+                    crate::settle::SettleFor { timeout, rollout }
+                }),
             })
             .collect();
         batches.push(Batch { actions: &plan.unowned.actions, drain: Default::default(), version: None, settle: None });
