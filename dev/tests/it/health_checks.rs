@@ -79,7 +79,7 @@ async fn progressing(store: &Store, reason: &str) -> String {
     .await
 }
 
-/// Whether any node was cordoned or given an intent while `quiet` is set.
+/// Whether any node was cordoned, given an intent or labelled before/after-reboot while `quiet` is set.
 fn watch_nodes(store: Store, quiet: Arc<AtomicBool>, touched: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
@@ -87,7 +87,11 @@ fn watch_nodes(store: Store, quiet: Arc<AtomicBool>, touched: Arc<AtomicBool>) -
                 let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
                 let intent =
                     n.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("update.edgeless.systems/intent"));
-                if (cordoned || intent) && quiet.load(Ordering::SeqCst) {
+                let labelled = n.metadata.labels.as_ref().is_some_and(|l| {
+                    l.contains_key(shared::protocol::keys::BEFORE_REBOOT_LABEL)
+                        || l.contains_key(shared::protocol::keys::AFTER_REBOOT_LABEL)
+                });
+                if (cordoned || intent || labelled) && quiet.load(Ordering::SeqCst) {
                     touched.store(true, Ordering::SeqCst);
                 }
             }
@@ -205,6 +209,51 @@ async fn health_checks_a_missing_object_is_named_and_pausing_or_deleting_the_nod
     .await;
     sampler.abort();
     assert!(!touched.load(Ordering::SeqCst), "a node was cordoned or given an intent");
+    controller.stop(Duration::from_secs(10)).await.unwrap();
+    support::stop_all(agents).await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_a_nodeversion_retargeted_while_its_check_fails_touches_no_node_and_goes_to_the_new_target() {
+    let server = bare_cluster(&["w-0", "w-1"]).await;
+    let store = server.store();
+    ceph_namespace(&store, "HEALTH_WARN");
+    let (quiet, touched) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicBool::new(false)));
+    let sampler = watch_nodes(store.clone(), quiet.clone(), touched.clone());
+    let agents = fake_agents(&server, &["w-0", "w-1"], "v1", Duration::from_millis(50));
+    let controller = harness::controller(&operator(&server), harness::controller_options("c1"));
+    create_version(&store, "v2", json!({"maxUnavailable": 1, "healthChecks": [ceph_check("health", "30m")]}));
+    progressing(&store, "HealthCheckFailing").await;
+
+    // Given another target mid-wait: the new target is held by the same check, named; no node was touched.
+    let patch = json!({"spec": {"image": "v3"}});
+    store.api::<NodeVersion>().patch(None, VERSION, &Patch::Merge(patch), &PatchParams::default()).unwrap();
+    let message = eventually(Duration::from_secs(60), "the new target held by the check", || {
+        let status = status_of(&store, VERSION);
+        let (_, reason, message) = condition_of(&status, "Progressing")?;
+        (status.target_image.as_deref() == Some("v3") && reason == "HealthCheckFailing").then_some(message)
+    })
+    .await;
+    assert!(message.contains("ConfigMap ceph/health") && message.contains("HEALTH_WARN"), "{message}");
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let status = status_of(&store, VERSION);
+    assert!(status.in_flight.is_empty() && status.counts.up_to_date == 0, "{status:?}");
+    assert!(!touched.load(Ordering::SeqCst), "a node was cordoned or given an intent while the check failed");
+
+    // The check passes: every node goes to the new target.
+    quiet.store(false, Ordering::SeqCst);
+    set_health(&store, "HEALTH_OK");
+    let done = eventually(Duration::from_secs(90), "the rollout to v3", || {
+        rolled_out(&store, 2).filter(|s| s.target_image.as_deref() == Some("v3"))
+    })
+    .await;
+    assert!(done.held_back.is_empty(), "{:?}", done.held_back);
+    for node in ["w-0", "w-1"] {
+        let annotations = store.api::<Node>().get(None, node).unwrap().metadata.annotations.unwrap_or_default();
+        assert_eq!(annotations.get(shared::protocol::keys::OS_IMAGE).map(String::as_str), Some("v3"), "{node}");
+    }
+    sampler.abort();
     controller.stop(Duration::from_secs(10)).await.unwrap();
     support::stop_all(agents).await;
     server.shutdown().await;
