@@ -306,7 +306,18 @@ impl Reconciler {
         // The health checks' verdicts so far, for the gate; the background task reads what the specs name.
         if let Some(health_checks) = &self.health_checks {
             let uids: Vec<String> = versions.iter().map(|v| v.uid().unwrap_or_default()).collect();
-            health_checks.apply(&uids, &mut rollouts);
+            // What the status records of the checks of its generation (a leader before this one evaluated them):
+            // a check's first verdict in this term resumes its since (`crate::health_checks`).
+            let recorded: Vec<&[shared::crd::HealthCheckStatus]> = versions
+                .iter()
+                .map(|v| match &v.status {
+                    Some(s) if s.observed_generation.is_some() && s.observed_generation == v.metadata.generation => {
+                        &s.health_checks[..]
+                    }
+                    _ => &[][..],
+                })
+                .collect();
+            health_checks.apply(&uids, &recorded, &mut rollouts);
         }
         self.specs.retain(|uid| versions.iter().chain(&deleting).any(|v| v.uid().as_deref() == Some(uid)));
         self.finalizers_added.retain(|uid| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));

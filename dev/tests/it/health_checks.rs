@@ -260,6 +260,39 @@ async fn health_checks_a_nodeversion_retargeted_while_its_check_fails_touches_no
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_a_new_leader_resumes_the_since_of_a_failing_check_from_the_status() {
+    let server = bare_cluster(&["w-0"]).await;
+    let store = server.store();
+    ceph_namespace(&store, "HEALTH_WARN");
+    let agents = fake_agents(&server, &["w-0"], "v1", Duration::from_millis(50));
+    let first = harness::controller(&operator(&server), harness::controller_options("c1"));
+    create_version(&store, "v2", json!({"healthChecks": [ceph_check("health", "30m")]}));
+    progressing(&store, "HealthCheckFailing").await;
+    let recorded = status_of(&store, VERSION).health_checks[0].clone();
+    assert!(!recorded.passing, "{recorded:?}");
+
+    // The leader goes; another takes over. The check still fails (what it sees changes, so the new leader writes).
+    first.stop(Duration::from_secs(10)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let second = harness::controller(&operator(&server), harness::controller_options("c2"));
+    set_health(&store, "HEALTH_ERR");
+    let now = eventually(Duration::from_secs(90), "the new leader's verdict", || {
+        let check = status_of(&store, VERSION).health_checks.into_iter().next()?;
+        check.message.contains("HEALTH_ERR").then_some(check)
+    })
+    .await;
+    // Its `for` and timeout count from when the check began to fail, not from the hand-over.
+    assert!(!now.passing, "{now:?}");
+    assert_eq!(now.since, recorded.since, "the new leader started the check's clock over");
+    let (_, reason, message) = condition_of(&status_of(&store, VERSION), "Progressing").unwrap();
+    assert_eq!(reason, "HealthCheckFailing");
+    assert!(message.contains(&format!("fails since {}", recorded.since.0)), "{message}");
+    second.stop(Duration::from_secs(10)).await.unwrap();
+    support::stop_all(agents).await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_checks_a_check_false_past_its_timeout_stops_the_rollout_as_failed_until_it_passes() {
     let server = bare_cluster(&["w-0"]).await;
     let store = server.store();
