@@ -21,8 +21,9 @@
 //!   `list` or `map`.
 //!
 //! Only what is certain: an operand whose type is not known (`x-kubernetes-int-or-string`, a schema without a
-//! type, `x-kubernetes-preserve-unknown-fields`, a string with a `format` Kubernetes types as a timestamp, duration
-//! or bytes, `null`, a function this module does not type, `metadata` below the root) is never flagged. A schema
+//! type, `x-kubernetes-preserve-unknown-fields`, a string with a `format` (Kubernetes types `date-time` as a
+//! timestamp, `duration` as a duration, `byte` as bytes; built-in kinds' IntOrString is published as a string of
+//! format `int-or-string`), `null`, a function this module does not type, `metadata` below the root) is never flagged. A schema
 //! type maps to a CEL type as Kubernetes maps it (`staging/src/k8s.io/apiserver/pkg/cel/common/schemas.go`
 //! `SchemaDeclType`): `integer` int, `number` double, `string` string, `boolean` bool, `array` list, `object`
 //! with properties an object, with `additionalProperties` a map.
@@ -95,10 +96,11 @@ impl<'s> Types<'s, '_> {
             return None;
         }
         let kind = match text(node, "type")? {
-            // Kubernetes types these as bytes, a duration, a timestamp: not modelled here, so open.
-            "string" if matches!(text(node, "format"), Some("byte" | "duration" | "date" | "date-time")) => {
-                return None;
-            }
+            // A format: Kubernetes types `byte`, `duration`, `date`, `date-time` as bytes, a duration, a timestamp (not
+            // modelled here), and IntOrString (`intstr.IntOrString`, an int or a string in the object) carries the
+            // format `int-or-string` (with the type string in OpenAPI v2; v3 gives a `oneOf` and no type, open
+            // anyway): any string with a format is open.
+            "string" if node.get("format").is_some() => return None,
             "string" => Kind::String,
             "integer" => Kind::Int,
             "number" => Kind::Double,
@@ -289,11 +291,13 @@ mod tests {
                         "replicas": {"type": "integer"}, "ratio": {"type": "number"}, "paused": {"type": "boolean"},
                         "name": {"type": "string"}, "port": {"x-kubernetes-int-or-string": true},
                         "created": {"type": "string", "format": "date-time"}, "free": {},
+                        "surge": {"allOf": [{"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.util.intstr.IntOrString"}]},
                         "raw": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
                         "tags": {"type": "array", "items": {"type": "string"}},
                         "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                         "items": {"type": "array", "items": {"allOf": [{"$ref": "#/components/schemas/com.example.v1.Item"}]}}}},
                     "status": {"type": "object", "properties": {"phase": {"type": "string"}, "ready": {"type": "integer"}}}}},
+            "io.k8s.apimachinery.pkg.util.intstr.IntOrString": {"type": "string", "format": "int-or-string"},
             "com.example.v1.Item": {"type": "object", "properties": {"count": {"type": "integer"}, "id": {"type": "string"}}}
         }}})
     }
@@ -335,6 +339,8 @@ mod tests {
             "self.spec.free == 1",
             "self.spec.raw == 1",
             "self.spec.created == 'x'",
+            // IntOrString as the API server publishes it for built-in kinds: a string of format int-or-string.
+            "self.spec.surge == 1 || self.spec.surge == '25%'",
             "self.spec.tags == ['a']",
             "self.status.phase == null",
             "self.metadata.name == 1",
