@@ -140,10 +140,11 @@ async fn settle_paused_or_retargeted_mid_wait_keeps_no_old_hold_or_timeout_and_t
     assert_eq!(held.reason, "WaitingForWorkloads", "the paused wait went on: {held:?}");
     assert_eq!(notes(&store, "SettleTimedOut"), Vec::<String>::new(), "the paused wait timed out");
 
-    // Retargeted 15 s into the wait (settleTimeout 30 s): the new target's wait starts then. 25 s later the old
-    // wait would have timed out; the new one has not.
+    // Retargeted 15 s into the wait (settleTimeout 30 s): the new target's wait starts then. 22 s later the old
+    // wait has timed out (7 s before), the new one has not (8 s to go).
     tokio::time::sleep(Duration::from_secs(15)).await;
     patch_rollout(&store, json!({"spec": {"image": "v3"}}));
+    let retargeted = tokio::time::Instant::now();
     let held = eventually(Duration::from_secs(60), "w-1 on v3, w-0 held", || {
         let status = status_of(&store, VERSION);
         let held = status.held_back.iter().find(|h| h.name == "w-0").cloned();
@@ -154,7 +155,7 @@ async fn settle_paused_or_retargeted_mid_wait_keeps_no_old_hold_or_timeout_and_t
     assert_eq!(held.reason, "WaitingForWorkloads", "{held:?}");
     let w1 = store.api::<Node>().get(None, "w-1").unwrap().metadata.annotations.unwrap_or_default();
     assert_eq!(w1.get(shared::protocol::keys::OS_IMAGE).map(String::as_str), Some("v3"));
-    tokio::time::sleep(Duration::from_secs(25)).await;
+    tokio::time::sleep_until(retargeted + Duration::from_secs(22)).await;
     let held = status_of(&store, VERSION).held_back.into_iter().find(|h| h.name == "w-0");
     assert_eq!(held.map(|h| h.reason).as_deref(), Some("WaitingForWorkloads"), "the old target's wait went on");
     assert_eq!(notes(&store, "SettleTimedOut"), Vec::<String>::new(), "the old target's wait timed out");
