@@ -14,8 +14,9 @@
 //!   role to extend, see README), an apiVersion/kind not served, or a read that fails or takes longer than
 //!   [`READ_TIMEOUT`] is a false check, named: never true.
 //! - **Type errors first**: with the kind's discovery, the OpenAPI v3 document of its group version is read once;
-//!   an expression that selects a field the kind's schema does not have, or can never be a bool
-//!   ([`crate::policy::health_types`]), fails the check before any object is read, naming the error.
+//!   an expression that selects a field the kind's schema does not have, can never be a bool, or applies an
+//!   operator to operands of types no overload takes ([`crate::policy::health_types`]), fails the check before any
+//!   object is read, naming the error.
 //! - Each verdict keeps since when it has been true (or false) without a break: the `for` and the `timeout` of the
 //!   check count from it.
 //! - **A new leader resumes** the `for` and the `timeout`: a check's first verdict in a leadership term that finds
