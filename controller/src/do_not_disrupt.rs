@@ -101,7 +101,7 @@ impl PodHolds {
     /// no disruption of a pod of it now. (Also before a node is staged ahead, so that the next node is staged in its
     /// place while the budget holds.) With `settle` (the rollout's `settleTimeout`, for a start that disrupts the
     /// node), whether the workloads of its pods and their budgets are whole (`crate::settle`): if not, it is held.
-    pub async fn look(&self, node: &str, settle: Option<std::time::Duration>) -> Result<Look, LookupFailed> {
+    pub async fn look(&self, node: &str, settle: Option<crate::settle::SettleFor<'_>>) -> Result<Look, LookupFailed> {
         let failed = |source| LookupFailed { node: node.to_owned(), source };
         let pods = self.pods_on(node).await?;
         if let Some(hold) = self.record(node, &pods) {
@@ -120,11 +120,11 @@ impl PodHolds {
                 Api::namespaced(self.client.clone(), &namespace);
             budgets.extend(api.list(&ListParams::default()).await.map_err(failed)?.items);
         }
-        if let Some(timeout) = settle {
+        if let Some(settle) = settle {
             let workloads = crate::settle::read_workloads(&self.client, &pods).await.map_err(failed)?;
             match crate::settle::unsettled(&pods, &workloads, &budgets) {
                 Some(why) => {
-                    let hold = self.settling.hold(node, why, timeout);
+                    let hold = self.settling.hold(node, why, settle);
                     return Ok(Look { settle: Some(hold), ..Look::default() });
                 }
                 None => self.settling.release(node),
@@ -207,8 +207,10 @@ impl PodHolds {
         }
         // The nodes held for their workloads: looked at the same way (released once they are whole).
         let due = self.settling.due();
-        let looks = due.iter().map(|(node, timeout)| self.look(node, Some(*timeout)));
-        for ((node, _), result) in due.iter().zip(futures::future::join_all(looks).await) {
+        let looks = due.iter().map(|(node, timeout, rollout)| {
+            self.look(node, Some(crate::settle::SettleFor { timeout: *timeout, rollout }))
+        });
+        for ((node, ..), result) in due.iter().zip(futures::future::join_all(looks).await) {
             match result {
                 Err(error) => {
                     tracing::warn!(%node, %error, "kept holding the node for its workloads");
@@ -224,6 +226,11 @@ impl PodHolds {
     /// The nodes held now, with the reason.
     pub fn holding(&self) -> HashMap<String, String> {
         self.found.lock().iter().map(|(node, (message, _))| (node.clone(), message.clone())).collect()
+    }
+
+    /// Ends the waits for workloads of the rollouts that are not `waiting` (`crate::settle::Settling::retain_rollouts`).
+    pub fn retain_settling(&self, waiting: impl Fn(&str) -> bool) {
+        self.settling.retain_rollouts(waiting);
     }
 
     /// Forgets the nodes that no longer exist.

@@ -14,10 +14,15 @@
 //!   role to extend, see README), an apiVersion/kind not served, or a read that fails or takes longer than
 //!   [`READ_TIMEOUT`] is a false check, named: never true.
 //! - **Type errors first**: with the kind's discovery, the OpenAPI v3 document of its group version is read once;
-//!   an expression that selects a field the kind's schema does not have, or can never be a bool
-//!   ([`crate::policy::health_types`]), fails the check before any object is read, naming the error.
+//!   an expression that selects a field the kind's schema does not have, can never be a bool, or applies an
+//!   operator to operands of types no overload takes ([`crate::policy::health_types`]), fails the check before any
+//!   object is read, naming the error.
 //! - Each verdict keeps since when it has been true (or false) without a break: the `for` and the `timeout` of the
 //!   check count from it.
+//! - **A new leader resumes** the `for` and the `timeout`: a check's first verdict in a leadership term that finds
+//!   what the NodeVersion's status records for the check (`status.healthChecks[]`, written for the spec's current
+//!   generation by an earlier leader: same name, same outcome) keeps the recorded `since` (at most now) instead of
+//!   starting over; a different outcome, a check of another generation, or none recorded starts now.
 
 use crate::policy::health::{Check, Target, Verdict};
 use crate::policy::health_types::{kind_document, type_error};
@@ -26,6 +31,7 @@ use crate::reconciler::Clock;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::discovery::{ApiCapabilities, Scope};
 use parking_lot::Mutex;
+use shared::crd::HealthCheckStatus;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,7 +74,13 @@ type Resource = (ApiResource, ApiCapabilities, Option<Arc<serde_json::Value>>);
 struct Entry {
     check: Check,
     verdict: Option<Verdict>,
+    /// What the status recorded of the check when it was handed over (passing, since): its first verdict resumes
+    /// that since when it finds the same.
+    recorded: Option<Recorded>,
 }
+
+/// A check's outcome as the status recorded it: whether it passed, and since when.
+type Recorded = (bool, jiff::Timestamp);
 
 impl HealthChecks {
     pub fn new(client: kube::Client, trigger: Arc<Notify>) -> HealthChecks {
@@ -87,24 +99,27 @@ impl HealthChecks {
         self
     }
 
-    /// Keeps the checks of each rollout's acting spec (`uids[i]` is the UID of `rollouts[i]`'s NodeVersion) and
-    /// forgets the others; gives each rollout the verdicts its checks have so far.
-    pub fn apply(&self, uids: &[String], rollouts: &mut [Rollout]) {
+    /// Keeps the checks of each rollout's acting spec (`uids[i]` is the UID of `rollouts[i]`'s NodeVersion, and
+    /// `recorded[i]` what its status records of the checks of its current generation) and forgets the others; gives
+    /// each rollout the verdicts its checks have so far.
+    pub fn apply(&self, uids: &[String], recorded: &[&[HealthCheckStatus]], rollouts: &mut [Rollout]) {
         let mut state = self.state.lock();
-        let mut wanted: BTreeMap<(String, String), Check> = BTreeMap::new();
-        for (uid, rollout) in uids.iter().zip(rollouts.iter()) {
+        let mut wanted: BTreeMap<(String, String), (Check, Option<Recorded>)> = BTreeMap::new();
+        for (i, (uid, rollout)) in uids.iter().zip(rollouts.iter()).enumerate() {
             // An invalid spec holds the rollout by itself: its last valid spec's checks are not read.
             let SpecState::Valid(spec) = &rollout.spec else { continue };
             for check in &spec.policy.health_checks {
-                wanted.insert((uid.clone(), check.name.clone()), check.clone());
+                let status = recorded.get(i).and_then(|r| r.iter().find(|s| s.name == check.name));
+                let resume = status.map(|s| (s.passing, s.since.0));
+                wanted.insert((uid.clone(), check.name.clone()), (check.clone(), resume));
             }
         }
-        state.checks.retain(|key, entry| wanted.get(key) == Some(&entry.check));
+        state.checks.retain(|key, entry| wanted.get(key).is_some_and(|(check, _)| *check == entry.check));
         let mut added = false;
-        for (key, check) in wanted {
+        for (key, (check, recorded)) in wanted {
             state.checks.entry(key).or_insert_with(|| {
                 added = true;
-                Entry { check, verdict: None }
+                Entry { check, verdict: None, recorded }
             });
         }
         for (uid, rollout) in uids.iter().zip(rollouts.iter_mut()) {
@@ -156,6 +171,11 @@ impl HealthChecks {
         let now = shared::protocol::truncate_to_millis(self.clock.now());
         let mut state = self.state.lock();
         let Some(entry) = state.checks.get_mut(key).filter(|e| e.check == *check) else { return false };
+        // The first verdict of the term: what an earlier leader recorded, if it found the same, goes on.
+        let resumed = match (entry.verdict.is_none(), entry.recorded.take()) {
+            (true, Some((recorded, since))) if recorded == passing => Some(since.min(now)),
+            _ => None,
+        };
         match &mut entry.verdict {
             Some(v) if v.passing == passing => {
                 let changed = v.observed != observed;
@@ -168,7 +188,8 @@ impl HealthChecks {
                 } else {
                     tracing::warn!(check = check.name, detail = observed, "health check fails");
                 }
-                *verdict = Some(Verdict { check: check.name.clone(), passing, since: now, observed });
+                *verdict =
+                    Some(Verdict { check: check.name.clone(), passing, since: resumed.unwrap_or(now), observed });
                 true
             }
         }
@@ -363,7 +384,7 @@ mod tests {
         let checks = HealthChecks::new(client(), Default::default()).with_clock(Clock::tokio(t0));
         let uids = ["uid-1".to_owned()];
         let mut rollouts = [rollout("self.data.health == 'HEALTH_OK'", true)];
-        checks.apply(&uids, &mut rollouts);
+        checks.apply(&uids, &[], &mut rollouts);
         assert!(rollouts[0].health.is_empty(), "not evaluated yet");
         let key = ("uid-1".to_owned(), "ceph".to_owned());
         let check = match &rollouts[0].spec {
@@ -376,26 +397,74 @@ mod tests {
         // Still failing: the since stays; what it saw changes (a change to report), or not.
         assert!(checks.record(&key, &check, (false, "HEALTH_ERR".into())));
         assert!(!checks.record(&key, &check, (false, "HEALTH_ERR".into())));
-        checks.apply(&uids, &mut rollouts);
+        checks.apply(&uids, &[], &mut rollouts);
         let v = &rollouts[0].health[0];
         assert_eq!((v.passing, v.since, v.observed.as_str()), (false, t0, "HEALTH_ERR"));
         // It passes: since now.
         tokio::time::advance(Duration::from_secs(5)).await;
         assert!(checks.record(&key, &check, (true, "HEALTH_OK".into())));
-        checks.apply(&uids, &mut rollouts);
+        checks.apply(&uids, &[], &mut rollouts);
         let v = &rollouts[0].health[0];
         assert!(v.passing && v.since >= t0 + jiff::SignedDuration::from_secs(10), "{v:?}");
 
         // The check changed: it starts over, and an outcome of the old one is dropped.
         let mut changed = [rollout("self.data.health != 'HEALTH_ERR'", true)];
-        checks.apply(&uids, &mut changed);
+        checks.apply(&uids, &[], &mut changed);
         assert!(changed[0].health.is_empty());
         assert!(!checks.record(&key, &check, (true, "HEALTH_OK".into())));
         // An invalid spec's (last valid) checks are not read; a rollout that went is forgotten.
-        checks.apply(&uids, &mut [rollout("self.data.health != 'HEALTH_ERR'", false)]);
+        checks.apply(&uids, &[], &mut [rollout("self.data.health != 'HEALTH_ERR'", false)]);
         assert!(checks.state.lock().checks.is_empty());
-        checks.apply(&uids, &mut changed);
-        checks.apply(&[], &mut []);
+        checks.apply(&uids, &[], &mut changed);
+        checks.apply(&[], &[], &mut []);
         assert!(checks.state.lock().checks.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn health_a_new_leader_resumes_the_since_its_status_records_when_it_finds_the_same() {
+        let t0: Timestamp = "2026-11-29T12:00:00Z".parse().unwrap();
+        let earlier = t0 - jiff::SignedDuration::from_secs(300);
+        let recorded = |passing: bool| HealthCheckStatus {
+            name: "ceph".into(),
+            passing,
+            since: k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(earlier),
+            message: "ConfigMap ceph/health: ...".into(),
+        };
+        let uids = ["uid-1".to_owned()];
+        let key = ("uid-1".to_owned(), "ceph".to_owned());
+        let fresh = || {
+            let checks = HealthChecks::new(client(), Default::default()).with_clock(Clock::tokio(t0));
+            let rollouts = [rollout("self.data.health == 'HEALTH_OK'", true)];
+            let check = match &rollouts[0].spec {
+                SpecState::Valid(spec) => spec.policy.health_checks[0].clone(),
+                SpecState::Invalid { .. } => unreachable!(),
+            };
+            (checks, rollouts, check)
+        };
+        let since = |checks: &HealthChecks, rollouts: &mut [Rollout]| {
+            checks.apply(&uids, &[], rollouts);
+            rollouts[0].health[0].since
+        };
+
+        // Failing as the earlier leader recorded: its since goes on (the timeout counts from it).
+        let (checks, mut rollouts, check) = fresh();
+        checks.apply(&uids, &[&[recorded(false)]], &mut rollouts);
+        assert!(checks.record(&key, &check, (false, "HEALTH_WARN".into())));
+        assert_eq!(since(&checks, &mut rollouts), earlier);
+        // A later change of outcome starts a new since, as always.
+        assert!(checks.record(&key, &check, (true, "HEALTH_OK".into())));
+        assert_eq!(since(&checks, &mut rollouts), t0);
+
+        // Another outcome than the one recorded: since now.
+        let (checks, mut rollouts, check) = fresh();
+        checks.apply(&uids, &[&[recorded(true)]], &mut rollouts);
+        assert!(checks.record(&key, &check, (false, "HEALTH_WARN".into())));
+        assert_eq!(since(&checks, &mut rollouts), t0);
+
+        // Nothing recorded (or for another generation: the reconciler hands none): since now.
+        let (checks, mut rollouts, check) = fresh();
+        checks.apply(&uids, &[], &mut rollouts);
+        assert!(checks.record(&key, &check, (false, "HEALTH_WARN".into())));
+        assert_eq!(since(&checks, &mut rollouts), t0);
     }
 }

@@ -22,6 +22,11 @@
 //! - The node's hold names the first workload that is not whole with its counts
 //!   (`WaitingForWorkloads: statefulset/db/postgres 2/3 ready`). Past `settleTimeout` of holding, it says so
 //!   (`SettleTimedOut`, a Warning Event) and the node stays held: a degraded workload is never disrupted further.
+//! - A wait belongs to its rollout (the NodeVersion and its target, [`key`]): when the NodeVersion is paused, given
+//!   another target or deleted, the wait ends (`crate::reconciler` calls [`Settling::retain_rollouts`] before each
+//!   plan): its hold leaves the status, its node is no longer looked at, its `settleTimeout` never fires later, and
+//!   a wait of the resumed or new target starts afresh. A waiting node is never cordoned nor labelled, so nothing
+//!   is left on it (`dev/tests/it/settle_midwait.rs`).
 
 use crate::policy::Hold;
 use crate::reason::Reason;
@@ -37,7 +42,22 @@ use tokio::time::Instant;
 /// How long a node held for its workloads waits before it is looked at again.
 pub const RECHECK: Duration = Duration::from_secs(5);
 
-/// The nodes held for their workloads: since when (for `settleTimeout`), why, and when each is looked at again.
+/// The rollout a node waits for its workloads for: its `settleTimeout`, and its [`key`] (the NodeVersion and its
+/// target): a wait is the rollout's own, it ends with it.
+#[derive(Debug, Clone, Copy)]
+pub struct SettleFor<'a> {
+    pub timeout: Duration,
+    pub rollout: &'a str,
+}
+
+/// The key of the rollout of the NodeVersion with `uid` to `target`: a wait for workloads belongs to it, and
+/// ends when the NodeVersion is deleted, paused or given another target ([`Settling::retain_rollouts`]).
+pub fn key(uid: &str, target: &str) -> String {
+    format!("{uid}/{target}")
+}
+
+/// The nodes held for their workloads: for which rollout, since when (for `settleTimeout`), why, and when each is
+/// looked at again.
 #[derive(Debug, Default)]
 pub struct Settling {
     held: Mutex<HashMap<String, Held>>,
@@ -49,19 +69,28 @@ struct Held {
     since: Instant,
     until: Instant,
     timeout: Duration,
+    rollout: String,
 }
 
 impl Settling {
-    /// Holds `node` for `why` (since its first hold, kept while it stays held), to be looked at again in
-    /// [`RECHECK`]; its hold as the status names it.
-    pub fn hold(&self, node: &str, why: String, timeout: Duration) -> Hold {
+    /// Holds `node` for `why` in the rollout `settle` names (since its first hold in that rollout, kept while it
+    /// stays held), to be looked at again in [`RECHECK`]; its hold as the status names it.
+    pub fn hold(&self, node: &str, why: String, settle: SettleFor<'_>) -> Hold {
         let now = Instant::now();
         let mut held = self.held.lock();
-        let since = held.get(node).map_or(now, |h| h.since);
-        let entry = Held { why, since, until: now + RECHECK, timeout };
+        // A wait of another rollout (a target since changed) does not count towards this one's settleTimeout.
+        let since = held.get(node).filter(|h| h.rollout == settle.rollout).map_or(now, |h| h.since);
+        let entry = Held { why, since, until: now + RECHECK, timeout: settle.timeout, rollout: settle.rollout.into() };
         let hold = entry.hold(now);
         held.insert(node.to_owned(), entry);
         hold
+    }
+
+    /// Ends the waits of the rollouts that are not `waiting` (by [`key`]): a NodeVersion deleted, paused, given
+    /// another target or no longer settling. Such a wait's hold leaves the status, and its `settleTimeout` never
+    /// fires later; a wait of the rollout again starts afresh.
+    pub fn retain_rollouts(&self, waiting: impl Fn(&str) -> bool) {
+        self.held.lock().retain(|_, h| waiting(&h.rollout));
     }
 
     /// Releases `node`: the workloads of its pods are whole.
@@ -75,10 +104,11 @@ impl Settling {
         self.held.lock().iter().map(|(node, h)| (node.clone(), h.hold(now))).collect()
     }
 
-    /// The held nodes due to be looked at again, with their `settleTimeout`.
-    pub fn due(&self) -> Vec<(String, Duration)> {
+    /// The held nodes due to be looked at again, with their `settleTimeout` and rollout.
+    pub fn due(&self) -> Vec<(String, Duration, String)> {
         let now = Instant::now();
-        self.held.lock().iter().filter(|(_, h)| h.until <= now).map(|(n, h)| (n.clone(), h.timeout)).collect()
+        let held = self.held.lock();
+        held.iter().filter(|(_, h)| h.until <= now).map(|(n, h)| (n.clone(), h.timeout, h.rollout.clone())).collect()
     }
 
     /// Keeps a node held whose look failed, looked at again in [`RECHECK`].
@@ -421,25 +451,47 @@ mod tests {
         assert_eq!(unsettled(&pods, &workloads, &[budget(2, 2)]), None);
     }
 
+    const MINUTE: SettleFor<'static> = SettleFor { timeout: Duration::from_secs(60), rollout: "uid-1/v2" };
+
     #[tokio::test(start_paused = true)]
     async fn a_node_held_past_its_settle_timeout_says_so_and_stays_held() {
         let settling = Settling::default();
-        let hold = settling.hold("w1", "statefulset/db/postgres 2/3 ready".into(), Duration::from_secs(60));
+        let hold = settling.hold("w1", "statefulset/db/postgres 2/3 ready".into(), MINUTE);
         assert_eq!(hold.reason, Reason::WaitingForWorkloads);
         assert!(hold.message.starts_with("statefulset/db/postgres 2/3 ready: "), "{}", hold.message);
         assert!(settling.due().is_empty());
         tokio::time::advance(RECHECK).await;
-        assert_eq!(settling.due(), vec![("w1".to_owned(), Duration::from_secs(60))]);
+        assert_eq!(settling.due(), vec![("w1".to_owned(), Duration::from_secs(60), "uid-1/v2".to_owned())]);
         // Held again and again: the time counts from the first hold.
         tokio::time::advance(Duration::from_secs(56)).await;
-        let hold = settling.hold("w1", "statefulset/db/postgres 1/3 ready".into(), Duration::from_secs(60));
+        let hold = settling.hold("w1", "statefulset/db/postgres 1/3 ready".into(), MINUTE);
         assert_eq!(hold.reason, Reason::SettleTimedOut);
         assert!(hold.message.contains("settleTimeout 60s"), "{}", hold.message);
         assert_eq!(settling.holding()["w1"].reason, Reason::SettleTimedOut);
         settling.release("w1");
         assert!(settling.holding().is_empty());
         // Held anew: a fresh clock.
-        assert_eq!(settling.hold("w1", "x".into(), Duration::from_secs(60)).reason, Reason::WaitingForWorkloads);
+        assert_eq!(settling.hold("w1", "x".into(), MINUTE).reason, Reason::WaitingForWorkloads);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_ends_with_its_rollout_and_another_rollouts_wait_starts_afresh() {
+        let settling = Settling::default();
+        settling.hold("w1", "x".into(), MINUTE);
+        settling.hold("w2", "y".into(), SettleFor { rollout: "uid-2/v9", ..MINUTE });
+        tokio::time::advance(Duration::from_secs(61)).await;
+        // The NodeVersion given another target: its node's wait for the new one starts now, not timed out.
+        let retargeted = SettleFor { rollout: "uid-1/v3", ..MINUTE };
+        assert_eq!(settling.hold("w1", "x".into(), retargeted).reason, Reason::WaitingForWorkloads);
+        // A rollout paused or deleted: its waits end (no hold left, nothing looked at again, no timeout later).
+        settling.retain_rollouts(|rollout| rollout == "uid-1/v3");
+        assert_eq!(settling.holding().keys().collect::<Vec<_>>(), ["w1"]);
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(settling.due().len(), 1);
+        assert_eq!(
+            settling.hold("w2", "y".into(), SettleFor { rollout: "uid-2/v9", ..MINUTE }).reason,
+            Reason::WaitingForWorkloads
+        );
     }
 
     #[test]

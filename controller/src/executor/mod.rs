@@ -66,7 +66,7 @@ pub struct Batch<'a> {
     pub version: Option<&'a ObjectReference>,
     /// The rollout's `settleTimeout` when it waits for workloads to settle (`spec.rollout.settleWorkloads`, see
     /// `crate::settle`): a node is looked at for them before it starts.
-    pub settle: Option<std::time::Duration>,
+    pub settle: Option<crate::settle::SettleFor<'a>>,
 }
 
 /// An action and the batch it belongs to.
@@ -125,6 +125,14 @@ impl Executor {
                 .map(|(node, message)| (node, crate::policy::Hold::new(Reason::DoNotDisrupt, message))),
         );
         held
+    }
+
+    /// Ends the waits for workloads of the rollouts that are not `waiting` (by `crate::settle::key`): deleted,
+    /// paused, retargeted (`crate::settle`).
+    pub fn retain_settling(&self, waiting: impl Fn(&str) -> bool) {
+        if let Some(holds) = &self.pod_holds {
+            holds.retain_settling(waiting);
+        }
     }
 
     /// Looks again at the pods of the nodes held for a pod whose time came (`crate::do_not_disrupt`).

@@ -14,10 +14,11 @@
 //!   it with `has(self.status.x)`); an error, a type error (`"a" > 1`) or a value other than a bool fails the check
 //!   with the error as its message. Nothing here panics on what an object holds.
 //! - The standard library and the strings extension (`lowerAscii`, `split`, ...), as Kubernetes' CEL environment
-//!   has them. The object's schema is not known when the spec is validated (no I/O there): the fields it lacks and
-//!   an expression that can never be a bool are found once the kind is discovered, before the first read
-//!   ([`super::health_types`]); any other type error (`"a" > 1`) shows when the check is evaluated, as a failing
-//!   check naming it.
+//!   has them. The object's schema is not known when the spec is validated (no I/O there): the fields it lacks, an
+//!   expression that can never be a bool and operands of types no overload takes (`self.status.phase == 1`) are
+//!   found once the kind is discovered, before the first read ([`super::health_types`]); any other type error
+//!   (one the schema does not show, `"a" > 1` on a field the schema leaves open) shows when the check is
+//!   evaluated, as a failing check naming it.
 
 use cel::common::ast::{EntryExpr, Expr};
 use cel::{Context, Env, IdedExpr, Program, Value as CelValue};
@@ -114,7 +115,7 @@ fn compared(expr: &IdedExpr, context: &Context<'_, '_>) -> Option<String> {
 }
 
 /// `self.status.ceph.health` for a select chain from a variable.
-fn path_of(expr: &Expr) -> Option<String> {
+pub(super) fn path_of(expr: &Expr) -> Option<String> {
     match expr {
         Expr::Ident(name) => Some(name.clone()),
         Expr::Select(select) if !select.test => Some(format!("{}.{}", path_of(&select.operand.expr)?, select.field)),

@@ -11,13 +11,15 @@
 //!   and `f` is none of its properties (`apiVersion`, `kind` and `metadata` are always there at the root; fields
 //!   below `metadata` are not checked);
 //! - an expression that is `self` or a selection reaching a string, number, integer, array or object schema: it
-//!   can never be a bool.
+//!   can never be a bool;
+//! - an operator or function applied to operands of types no overload of it takes (`self.status.phase == 1`,
+//!   `self.spec.replicas + 'x'`, `!self.status.phase`), [`super::health_overloads`].
 //!
 //! `$ref`s (`#/components/schemas/NAME`) and a lone `allOf` are followed, as the API server publishes them; a
 //! schema without a type is taken as open.
 
 use super::health_cel::Expression;
-use cel::common::ast::{EntryExpr, Expr, IdedExpr};
+use cel::common::ast::{ComprehensionExpr, EntryExpr, Expr, IdedExpr};
 use serde_json::Value;
 
 /// The first type error of `expression` over objects of `group`/`version` `kind`, by the OpenAPI v3 `document` of
@@ -33,6 +35,9 @@ pub fn type_error(expression: &Expression, document: &Value, group: &str, versio
     let expr = expression.program().expression();
     if let Some(field) = checker.clone().undefined(expr) {
         return Some(format!("undefined field '{field}' (the {kind} schema the API server publishes has none)"));
+    }
+    if let Some(error) = super::health_overloads::mismatch(&checker, expr, kind) {
+        return Some(error);
     }
     match &expr.expr {
         Expr::Ident(_) | Expr::Select(_) => {
@@ -89,12 +94,12 @@ fn refs(schema: &Value, out: &mut Vec<String>) {
     }
 }
 
-fn text<'a>(schema: &'a Value, key: &str) -> Option<&'a str> {
+pub(super) fn text<'a>(schema: &'a Value, key: &str) -> Option<&'a str> {
     schema.get(key).and_then(Value::as_str)
 }
 
 #[derive(Clone)]
-struct Checker<'s> {
+pub(super) struct Checker<'s> {
     document: &'s Value,
     root: &'s Value,
     /// Comprehension variables, innermost last, with the schema node each is bound to.
@@ -103,7 +108,7 @@ struct Checker<'s> {
 
 impl<'s> Checker<'s> {
     /// `node` with its `$ref` or lone `allOf` followed (at most 16 times: a cycle ends as it is).
-    fn resolve(&self, mut node: &'s Value) -> &'s Value {
+    pub(super) fn resolve(&self, mut node: &'s Value) -> &'s Value {
         for _ in 0..16 {
             if let Some(name) = text(node, "$ref").and_then(|r| r.strip_prefix("#/components/schemas/")) {
                 match self.document.get("components").and_then(|c| c.get("schemas")).and_then(|s| s.get(name)) {
@@ -135,7 +140,7 @@ impl<'s> Checker<'s> {
     }
 
     /// The schema node `e` reaches, and whether it is the object's root.
-    fn reach(&self, e: &IdedExpr) -> Option<(&'s Value, bool)> {
+    pub(super) fn reach(&self, e: &IdedExpr) -> Option<(&'s Value, bool)> {
         match &e.expr {
             Expr::Ident(name) => match self.scope.iter().rev().find(|(n, _)| n == name) {
                 Some((_, node)) => node.map(|n| (self.resolve(n), false)),
@@ -147,7 +152,11 @@ impl<'s> Checker<'s> {
                 if root && select.field == "metadata" {
                     return None;
                 }
-                let child = operand.get("properties")?.get(&select.field)?;
+                // A field of an object, or the value of a map's key (`self.data.health`, `data` a map).
+                let child = match operand.get("properties").and_then(|p| p.get(&select.field)) {
+                    Some(child) => child,
+                    None => operand.get("additionalProperties").filter(|a| a.is_object())?,
+                };
                 Some((self.resolve(child), false))
             }
             Expr::Call(call) if call.func_name == "_[_]" && call.target.is_none() && call.args.len() == 2 => {
@@ -161,6 +170,27 @@ impl<'s> Checker<'s> {
             }
             _ => None,
         }
+    }
+
+    /// The checker inside comprehension `c`: its variables bound to the schema nodes of the range's items (or a
+    /// map's values), the accumulator to none.
+    pub(super) fn enter(&self, c: &ComprehensionExpr) -> Checker<'s> {
+        let range = self.reach(&c.iter_range).map(|(n, _)| n);
+        let items = range.filter(|n| text(n, "type") == Some("array")).and_then(|n| n.get("items"));
+        let mut inner = self.clone();
+        match &c.iter_var2 {
+            None => inner.scope.push((c.iter_var.clone(), items)),
+            Some(second) => {
+                let values = range.and_then(|n| match text(n, "type") {
+                    Some("array") => n.get("items"),
+                    _ => n.get("additionalProperties").filter(|a| a.is_object()),
+                });
+                inner.scope.push((c.iter_var.clone(), None));
+                inner.scope.push((second.clone(), values));
+            }
+        }
+        inner.scope.push((c.accu_var.clone(), None));
+        inner
     }
 
     /// The first field selected that the schema does not have.
@@ -180,21 +210,7 @@ impl<'s> Checker<'s> {
                 if let Some(found) = self.undefined(&c.iter_range).or_else(|| self.undefined(&c.accu_init)) {
                     return Some(found);
                 }
-                let range = self.reach(&c.iter_range).map(|(n, _)| n);
-                let items = range.filter(|n| text(n, "type") == Some("array")).and_then(|n| n.get("items"));
-                let mut inner = self.clone();
-                match &c.iter_var2 {
-                    None => inner.scope.push((c.iter_var.clone(), items)),
-                    Some(second) => {
-                        let values = range.and_then(|n| match text(n, "type") {
-                            Some("array") => n.get("items"),
-                            _ => n.get("additionalProperties").filter(|a| a.is_object()),
-                        });
-                        inner.scope.push((c.iter_var.clone(), None));
-                        inner.scope.push((second.clone(), values));
-                    }
-                }
-                inner.scope.push((c.accu_var.clone(), None));
+                let inner = self.enter(c);
                 [&c.loop_cond, &c.loop_step, &c.result].into_iter().find_map(|part| inner.clone().undefined(part))
             }
             Expr::List(list) => list.elements.iter().find_map(|x| self.clone().undefined(x)),

@@ -54,6 +54,7 @@ mod fleet;
 mod gates;
 pub mod health;
 pub mod health_cel;
+mod health_overloads;
 pub mod health_types;
 mod image;
 pub mod incremental;

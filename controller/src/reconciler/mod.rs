@@ -306,7 +306,18 @@ impl Reconciler {
         // The health checks' verdicts so far, for the gate; the background task reads what the specs name.
         if let Some(health_checks) = &self.health_checks {
             let uids: Vec<String> = versions.iter().map(|v| v.uid().unwrap_or_default()).collect();
-            health_checks.apply(&uids, &mut rollouts);
+            // What the status records of the checks of its generation (a leader before this one evaluated them):
+            // a check's first verdict in this term resumes its since (`crate::health_checks`).
+            let recorded: Vec<&[shared::crd::HealthCheckStatus]> = versions
+                .iter()
+                .map(|v| match &v.status {
+                    Some(s) if s.observed_generation.is_some() && s.observed_generation == v.metadata.generation => {
+                        &s.health_checks[..]
+                    }
+                    _ => &[][..],
+                })
+                .collect();
+            health_checks.apply(&uids, &recorded, &mut rollouts);
         }
         self.specs.retain(|uid| versions.iter().chain(&deleting).any(|v| v.uid().as_deref() == Some(uid)));
         self.finalizers_added.retain(|uid| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));
@@ -317,6 +328,21 @@ impl Reconciler {
             return Some(Instant::now() + ERROR_RETRY);
         }
 
+        // The rollouts that wait for workloads (`crate::settle`), by NodeVersion and target: a wait of any other (its
+        // NodeVersion deleted, paused or retargeted) ends, its hold and settleTimeout with it.
+        let settle_keys: Vec<Option<String>> = versions
+            .iter()
+            .zip(&rollouts)
+            .map(|(v, r)| {
+                let spec = r.spec.acting().filter(|s| s.policy.settle.is_some())?;
+                Some(crate::settle::key(&v.uid().unwrap_or_default(), &spec.target))
+            })
+            .collect();
+        let waiting: Vec<&str> = (settle_keys.iter().zip(&rollouts))
+            .filter(|(_, r)| !r.spec.acting().is_some_and(|s| s.policy.paused))
+            .filter_map(|(k, _)| k.as_deref())
+            .collect();
+        self.executor.retain_settling(|k| waiting.contains(&k));
         // Nodes held for a do-not-disrupt pod stay held until a look finds it gone.
         self.executor.recheck_pod_holds().await;
         // IMPORTANT: from reading the nodes until the plan's writes returned, no NodeOp decides (see
@@ -391,15 +417,15 @@ impl Reconciler {
             .iter()
             .zip(&rollouts)
             .zip(&references)
-            .map(|((p, r), reference)| Batch {
+            .zip(&settle_keys)
+            .map(|(((p, r), reference), key)| Batch {
                 actions: &p.actions,
                 drain: r.spec.acting().map(|s| s.policy.drain).unwrap_or_default(),
                 version: Some(reference),
-                settle: r
-                    .spec
-                    .acting()
-                    .and_then(|s| s.policy.settle)
-                    .map(|t| std::time::Duration::try_from(t).unwrap_or(std::time::Duration::MAX)),
+                settle: r.spec.acting().and_then(|s| s.policy.settle).zip(key.as_deref()).map(|(t, rollout)| {
+                    let timeout = std::time::Duration::try_from(t).unwrap_or(std::time::Duration::MAX);
+                    crate::settle::SettleFor { timeout, rollout }
+                }),
             })
             .collect();
         batches.push(Batch { actions: &plan.unowned.actions, drain: Default::default(), version: None, settle: None });

@@ -79,7 +79,7 @@ async fn progressing(store: &Store, reason: &str) -> String {
     .await
 }
 
-/// Whether any node was cordoned or given an intent while `quiet` is set.
+/// Whether any node was cordoned, given an intent or labelled before/after-reboot while `quiet` is set.
 fn watch_nodes(store: Store, quiet: Arc<AtomicBool>, touched: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
@@ -87,7 +87,11 @@ fn watch_nodes(store: Store, quiet: Arc<AtomicBool>, touched: Arc<AtomicBool>) -
                 let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
                 let intent =
                     n.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("update.edgeless.systems/intent"));
-                if (cordoned || intent) && quiet.load(Ordering::SeqCst) {
+                let labelled = n.metadata.labels.as_ref().is_some_and(|l| {
+                    l.contains_key(shared::protocol::keys::BEFORE_REBOOT_LABEL)
+                        || l.contains_key(shared::protocol::keys::AFTER_REBOOT_LABEL)
+                });
+                if (cordoned || intent || labelled) && quiet.load(Ordering::SeqCst) {
                     touched.store(true, Ordering::SeqCst);
                 }
             }
@@ -211,6 +215,84 @@ async fn health_checks_a_missing_object_is_named_and_pausing_or_deleting_the_nod
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_a_nodeversion_retargeted_while_its_check_fails_touches_no_node_and_goes_to_the_new_target() {
+    let server = bare_cluster(&["w-0", "w-1"]).await;
+    let store = server.store();
+    ceph_namespace(&store, "HEALTH_WARN");
+    let (quiet, touched) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicBool::new(false)));
+    let sampler = watch_nodes(store.clone(), quiet.clone(), touched.clone());
+    let agents = fake_agents(&server, &["w-0", "w-1"], "v1", Duration::from_millis(50));
+    let controller = harness::controller(&operator(&server), harness::controller_options("c1"));
+    create_version(&store, "v2", json!({"maxUnavailable": 1, "healthChecks": [ceph_check("health", "30m")]}));
+    progressing(&store, "HealthCheckFailing").await;
+
+    // Given another target mid-wait: the new target is held by the same check, named; no node was touched.
+    let patch = json!({"spec": {"image": "v3"}});
+    store.api::<NodeVersion>().patch(None, VERSION, &Patch::Merge(patch), &PatchParams::default()).unwrap();
+    let message = eventually(Duration::from_secs(60), "the new target held by the check", || {
+        let status = status_of(&store, VERSION);
+        let (_, reason, message) = condition_of(&status, "Progressing")?;
+        (status.target_image.as_deref() == Some("v3") && reason == "HealthCheckFailing").then_some(message)
+    })
+    .await;
+    assert!(message.contains("ConfigMap ceph/health") && message.contains("HEALTH_WARN"), "{message}");
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let status = status_of(&store, VERSION);
+    assert!(status.in_flight.is_empty() && status.counts.up_to_date == 0, "{status:?}");
+    assert!(!touched.load(Ordering::SeqCst), "a node was cordoned or given an intent while the check failed");
+
+    // The check passes: every node goes to the new target.
+    quiet.store(false, Ordering::SeqCst);
+    set_health(&store, "HEALTH_OK");
+    let done = eventually(Duration::from_secs(90), "the rollout to v3", || {
+        rolled_out(&store, 2).filter(|s| s.target_image.as_deref() == Some("v3"))
+    })
+    .await;
+    assert!(done.held_back.is_empty(), "{:?}", done.held_back);
+    for node in ["w-0", "w-1"] {
+        let annotations = store.api::<Node>().get(None, node).unwrap().metadata.annotations.unwrap_or_default();
+        assert_eq!(annotations.get(shared::protocol::keys::OS_IMAGE).map(String::as_str), Some("v3"), "{node}");
+    }
+    sampler.abort();
+    controller.stop(Duration::from_secs(10)).await.unwrap();
+    support::stop_all(agents).await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_a_new_leader_resumes_the_since_of_a_failing_check_from_the_status() {
+    let server = bare_cluster(&["w-0"]).await;
+    let store = server.store();
+    ceph_namespace(&store, "HEALTH_WARN");
+    let agents = fake_agents(&server, &["w-0"], "v1", Duration::from_millis(50));
+    let first = harness::controller(&operator(&server), harness::controller_options("c1"));
+    create_version(&store, "v2", json!({"healthChecks": [ceph_check("health", "30m")]}));
+    progressing(&store, "HealthCheckFailing").await;
+    let recorded = status_of(&store, VERSION).health_checks[0].clone();
+    assert!(!recorded.passing, "{recorded:?}");
+
+    // The leader goes; another takes over. The check still fails (what it sees changes, so the new leader writes).
+    first.stop(Duration::from_secs(10)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let second = harness::controller(&operator(&server), harness::controller_options("c2"));
+    set_health(&store, "HEALTH_ERR");
+    let now = eventually(Duration::from_secs(90), "the new leader's verdict", || {
+        let check = status_of(&store, VERSION).health_checks.into_iter().next()?;
+        check.message.contains("HEALTH_ERR").then_some(check)
+    })
+    .await;
+    // Its `for` and timeout count from when the check began to fail, not from the hand-over.
+    assert!(!now.passing, "{now:?}");
+    assert_eq!(now.since, recorded.since, "the new leader started the check's clock over");
+    let (_, reason, message) = condition_of(&status_of(&store, VERSION), "Progressing").unwrap();
+    assert_eq!(reason, "HealthCheckFailing");
+    assert!(message.contains(&format!("fails since {}", recorded.since.0)), "{message}");
+    second.stop(Duration::from_secs(10)).await.unwrap();
+    support::stop_all(agents).await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_checks_a_check_false_past_its_timeout_stops_the_rollout_as_failed_until_it_passes() {
     let server = bare_cluster(&["w-0"]).await;
     let store = server.store();
@@ -232,6 +314,45 @@ async fn health_checks_a_check_false_past_its_timeout_stops_the_rollout_as_faile
     // It passes again: the rollout goes on.
     set_health(&store, "HEALTH_OK");
     eventually(Duration::from_secs(90), "the rollout", || rolled_out(&store, 1)).await;
+    controller.stop(Duration::from_secs(10)).await.unwrap();
+    support::stop_all(agents).await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_a_comparison_type_error_is_named_before_any_read_and_no_node_starts() {
+    let server = bare_cluster(&["w-0", "w-1"]).await;
+    let store = server.store();
+    ceph_namespace(&store, "HEALTH_OK");
+    let (quiet, touched) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicBool::new(false)));
+    let sampler = watch_nodes(store.clone(), quiet.clone(), touched.clone());
+    let agents = fake_agents(&server, &["w-0", "w-1"], "v1", Duration::from_millis(50));
+    let controller = harness::controller(&operator(&server), harness::controller_options("c1"));
+    // `data.health` is a string in the ConfigMap schema the API server publishes; the check compares it with an
+    // int. Its object does not even exist: the type error is found before any read (it would say "not found").
+    let mut check = ceph_check("gone", "30m");
+    check["expression"] = json!("self.data.health == 1");
+    create_version(&store, "v2", json!({"maxUnavailable": 1, "healthChecks": [check]}));
+
+    let message = progressing(&store, "HealthCheckFailing").await;
+    assert!(message.starts_with("health check \"ceph-health\" fails since "), "{message}");
+    assert!(
+        message.ends_with(
+            "ConfigMap ceph/gone: self.data.health == 1: found no matching overload for '_==_' applied to '(string, \
+             int)' (self.data.health is string in the ConfigMap schema the API server publishes); it fails until the \
+             expression is fixed"
+        ),
+        "{message}"
+    );
+    let checks = status_of(&store, VERSION).health_checks;
+    assert!(checks.len() == 1 && !checks[0].passing, "{checks:?}");
+    // Two more evaluations (every 10 s): still held, no node started.
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    let (_, reason, _) = condition_of(&status_of(&store, VERSION), "Progressing").unwrap();
+    assert_eq!(reason, "HealthCheckFailing");
+    assert_eq!(status_of(&store, VERSION).counts.in_progress, 0);
+    sampler.abort();
+    assert!(!touched.load(Ordering::SeqCst), "a node was cordoned or given an intent while the check was refused");
     controller.stop(Duration::from_secs(10)).await.unwrap();
     support::stop_all(agents).await;
     server.shutdown().await;
@@ -372,6 +493,8 @@ async fn health_checks_the_evaluator_reads_by_name_or_selector_and_names_what_fa
     assert!(!passing && seen.starts_with("ConfigMap ceph/health: self.data.state == 'up': ") && seen.contains("state"));
     let (passing, seen) = evaluator.evaluate(&by_name("health", "self.data.health > 3")).await;
     assert!(!passing && seen.starts_with("ConfigMap ceph/health: self.data.health > 3: "), "{seen}");
+    // The schema types `data`'s values as strings: the comparison with an int is refused before any read.
+    assert!(seen.contains("found no matching overload for '_>_' applied to '(string, int)'"), "{seen}");
     // A field the kind's schema (the API server's OpenAPI v3 document) does not have: a type error, before any read.
     let (passing, seen) = evaluator.evaluate(&by_name("health", "self.dta.health == 'HEALTH_OK'")).await;
     assert!(!passing, "{seen}");

@@ -79,6 +79,7 @@ mod scaling_groups;
 mod scheduler;
 mod services_and_priorities;
 mod settle;
+mod settle_midwait;
 mod smoke_rollout;
 mod store_api;
 mod support;

@@ -29,6 +29,7 @@ pub mod format;
 pub mod ip;
 pub mod library;
 pub mod netip;
+mod overloads;
 pub mod quantity;
 pub mod typecheck;
 pub mod url;

@@ -1,5 +1,5 @@
 //! The type errors of a rule that can be found soundly without cel-go's checker: a field its object schema lacks,
-//! and a rule whose result is plainly not a bool.
+//! an operator applied to operands of types it does not take, and a rule whose result is plainly not a bool.
 //!
 //! Upstream compiles a rule against the declared type of its schema node (`staging/src/k8s.io/apiextensions-
 //! apiserver/pkg/apiserver/schema/cel/compilation.go`: `compilation failed: ERROR: <input>:1:5: undefined field
@@ -13,10 +13,13 @@
 //! - a rule that is a literal other than a bool, a list or map literal, or `self`/a selection reaching a string,
 //!   number, integer, array or object schema.
 //!
+//! - an operator applied to operands of types no overload of it takes (`self.name == 1`: `found no matching
+//!   overload for '_==_' applied to '(string, int)'`), [`super::overloads`].
+//!
 //! Only the first such error is reported (cel-go reports all of them).
 
 use cel::Program;
-use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
+use cel::common::ast::{ComprehensionExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
 use serde_json::Value;
 
 fn text<'a>(schema: &'a Value, key: &str) -> Option<&'a str> {
@@ -43,15 +46,12 @@ pub fn type_error(program: &Program, source: &str, schema: &Value, resource_root
         } else {
             source.get(..start).and_then(|before| before.rfind('.')).unwrap_or(start)
         };
-        let before = source.get(..dot).unwrap_or_default();
-        let line = before.matches('\n').count() + 1;
-        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        let column = before[line_start..].chars().count() + 1;
-        let snippet = source.lines().nth(line - 1).unwrap_or_default();
-        let pointer = format!("{:.>width$}", "^", width = column);
-        return Some(TypeError::Checker(format!(
-            "ERROR: <input>:{line}:{column}: undefined field '{field}'\n | {snippet}\n | {pointer}"
-        )));
+        return Some(TypeError::Checker(located(source, dot, &format!("undefined field '{field}'"))));
+    }
+    // An operator applied to operands no overload takes: cel-go places it at the operator (the call's own offset).
+    if let Some((id, message)) = super::overloads::first(&checker, program.expression()) {
+        let start = program.source_info().offset_for(id).map_or(0, |(start, _)| start as usize);
+        return Some(TypeError::Checker(located(source, start, &message)));
     }
     let not_bool = match &program.expression().expr {
         Expr::Literal(LiteralValue::Boolean(_)) => false,
@@ -68,7 +68,20 @@ pub fn type_error(program: &Program, source: &str, schema: &Value, resource_root
     not_bool.then_some(TypeError::NotBool)
 }
 
-struct Checker<'s> {
+/// cel-go's rendering of an issue `message` at the byte offset `at` of `source`: its line and column, the line and a
+/// pointer under the column.
+fn located(source: &str, at: usize, message: &str) -> String {
+    let before = source.get(..at).unwrap_or_default();
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    let snippet = source.lines().nth(line - 1).unwrap_or_default();
+    let pointer = format!("{:.>width$}", "^", width = column);
+    format!("ERROR: <input>:{line}:{column}: {message}\n | {snippet}\n | {pointer}")
+}
+
+#[derive(Clone)]
+pub(super) struct Checker<'s> {
     /// Comprehension variables, innermost last, with the schema node each is bound to.
     scope: Vec<(String, Option<&'s Value>)>,
     schema: &'s Value,
@@ -91,8 +104,30 @@ fn has_field(node: &Value, field: &str, resource_root: bool) -> bool {
 }
 
 impl<'s> Checker<'s> {
+    /// The checker inside comprehension `c`: its variables bound to the schema nodes of the range's items (or a
+    /// map's values), the accumulator to none.
+    pub(super) fn enter(&self, c: &ComprehensionExpr) -> Checker<'s> {
+        let mut inner = self.clone();
+        let range = self.node(&c.iter_range);
+        let items = range.filter(|n| text(n, "type") == Some("array")).and_then(|n| n.get("items"));
+        match &c.iter_var2 {
+            // One variable over a list: its items; over a map: its keys (not a schema node).
+            None => inner.scope.push((c.iter_var.clone(), items)),
+            Some(second) => {
+                let values = range.and_then(|n| match text(n, "type") {
+                    Some("array") => n.get("items"),
+                    _ => n.get("additionalProperties").filter(|a| a.is_object()),
+                });
+                inner.scope.push((c.iter_var.clone(), None));
+                inner.scope.push((second.clone(), values));
+            }
+        }
+        inner.scope.push((c.accu_var.clone(), None));
+        inner
+    }
+
     /// The schema node `e` reaches, and whether it is a resource's root.
-    fn reach(&self, e: &IdedExpr) -> Option<(&'s Value, bool)> {
+    pub(super) fn reach(&self, e: &IdedExpr) -> Option<(&'s Value, bool)> {
         match &e.expr {
             Expr::Ident(name) => match self.scope.iter().rev().find(|(n, _)| n == name) {
                 Some((_, node)) => node.map(|n| (n, embedded(n))),
@@ -104,7 +139,11 @@ impl<'s> Checker<'s> {
                 if root && select.field == "metadata" {
                     return None;
                 }
-                let child = operand.get("properties")?.get(&select.field)?;
+                // A field of an object, or the value of a map's key (`self.labels.app`, `labels` a map).
+                let child = match operand.get("properties").and_then(|p| p.get(&select.field)) {
+                    Some(child) => child,
+                    None => operand.get("additionalProperties").filter(|a| a.is_object())?,
+                };
                 Some((child, embedded(child)))
             }
             Expr::Call(call) if call.func_name == "_[_]" && call.target.is_none() && call.args.len() == 2 => {
