@@ -59,6 +59,7 @@ pub mod health_types;
 mod image;
 pub mod incremental;
 pub mod kubernetes;
+mod members;
 pub(crate) mod pipeline;
 mod pools;
 pub mod replacement;
