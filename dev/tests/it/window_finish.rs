@@ -85,9 +85,9 @@ async fn no_node_starts_that_cannot_finish_before_its_window_closes_and_the_roll
     let told = told.expect("the rollout was never held with CannotFinishInWindow");
     assert!(told.contains("needs about") && told.contains("95th percentile"), "{told}");
 
-    // Each node started inside a window, and finished before that window closed (a second of slack: a node may
-    // take longer than the percentile, which the rule does not promise against, and the clock reads the status
-    // a moment late).
+    // Each node started inside a window, and finished before that window closed (two seconds of slack: a node may
+    // take longer than the percentile on a busy machine, which the rule does not promise against, and the observer
+    // sees a step a moment after it is written; a node started past the rule would end about four seconds late).
     let mut starts = 0;
     for (node, steps) in &seen.timeline {
         let after: Vec<&(Timestamp, Step)> = steps.iter().filter(|(at, _)| *at >= since).collect();
@@ -98,7 +98,7 @@ async fn no_node_starts_that_cannot_finish_before_its_window_closes_and_the_roll
         let closes = Timestamp::from_second(opened + WINDOW_SECONDS).unwrap();
         assert!(second_of_minute(*start) < WINDOW_SECONDS, "{node} started outside the window, at {start}");
         assert!(
-            *finish <= closes + SignedDuration::from_secs(1),
+            *finish <= closes + SignedDuration::from_secs(2),
             "{node} started at {start}, finished at {finish}, after its window closed at {closes} ({done:?})"
         );
     }
