@@ -104,14 +104,7 @@ impl Cluster {
         let policy = Policy { max_unavailable: MaxUnavailable::Count(50), ..Policy::default() };
         let spec =
             ValidSpec { generation: 1, target: TARGET.into(), policy, raw: serde_json::json!({"image": TARGET}) };
-        let rollouts = vec![Rollout {
-            name: "nv".into(),
-            spec: SpecState::Valid(Arc::new(spec)),
-            kubernetes: None,
-            health: Vec::new(),
-            step_times: Default::default(),
-            waves: Default::default(),
-        }];
+        let rollouts = vec![Rollout::new("nv", SpecState::Valid(Arc::new(spec)), None)];
         let mut views = Vec::with_capacity(size);
         let mut index = BTreeMap::new();
         for i in 0..size {

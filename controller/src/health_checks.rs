@@ -368,14 +368,7 @@ mod tests {
         } else {
             SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: Some(spec) }
         };
-        Rollout {
-            name: "nv".into(),
-            spec,
-            kubernetes: None,
-            health: Vec::new(),
-            step_times: Default::default(),
-            waves: Default::default(),
-        }
+        Rollout::new("nv", spec, None)
     }
 
     #[tokio::test(start_paused = true)]

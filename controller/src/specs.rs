@@ -54,14 +54,7 @@ impl Specs {
                 SpecEntry { generation, state, recorded: previous.and_then(|e| e.recorded) }
             }
         };
-        let step_times = crate::policy::finish::StepTimes::from_status(
-            version.status.as_ref().map(|s| s.step_durations.as_slice()).unwrap_or_default(),
-        );
-        let waves = crate::policy::waves::Completed::from_status(
-            version.status.as_ref().map(|s| s.waves.as_slice()).unwrap_or_default(),
-        );
-        let rollout =
-            Rollout { name, spec: entry.state.clone(), kubernetes: None, health: Vec::new(), step_times, waves };
+        let rollout = Rollout::new(name, entry.state.clone(), version.status.as_ref());
         self.entries.insert(uid, entry);
         rollout
     }

@@ -301,14 +301,7 @@ mod tests {
             policy: Policy::default(),
             raw: serde_json::json!({"image": "v2"}),
         };
-        Rollout {
-            name: "nv".into(),
-            spec: SpecState::Valid(Arc::new(spec)),
-            kubernetes: None,
-            health: Vec::new(),
-            step_times: Default::default(),
-            waves: Default::default(),
-        }
+        Rollout::new("nv", SpecState::Valid(Arc::new(spec)), None)
     }
 
     fn now() -> Timestamp {
@@ -471,14 +464,8 @@ mod tests {
 
     #[test]
     fn without_a_valid_spec_the_status_says_so_and_keeps_no_record() {
-        let invalid = Rollout {
-            name: "nv".into(),
-            spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None },
-            kubernetes: None,
-            health: Vec::new(),
-            step_times: Default::default(),
-            waves: Default::default(),
-        };
+        let invalid =
+            Rollout::new("nv", SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None }, None);
         let p = Plan { hold: Some(Hold::new(Reason::InvalidSpec, "spec.image: bad")), ..Default::default() };
         let s = compute(&p, &invalid, Some(4), None, now());
         assert_eq!(get(&s, PROGRESSING).reason, "InvalidSpec");

@@ -441,13 +441,7 @@ pub fn rollout(version: &NodeVersion, now: Timestamp) -> Rollout {
             SpecState::Invalid { errors, last_valid }
         }
     };
-    let step_times = crate::policy::finish::StepTimes::from_status(
-        version.status.as_ref().map(|s| s.step_durations.as_slice()).unwrap_or_default(),
-    );
-    let waves = crate::policy::waves::Completed::from_status(
-        version.status.as_ref().map(|s| s.waves.as_slice()).unwrap_or_default(),
-    );
-    Rollout { name: version.name_any(), spec, kubernetes: None, health: Vec::new(), step_times, waves }
+    Rollout::new(version.name_any(), spec, version.status.as_ref())
 }
 
 #[cfg(test)]

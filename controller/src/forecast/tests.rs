@@ -47,14 +47,7 @@ fn cp(name: &str) -> NodeView {
 
 fn rollout(policy: Policy) -> Rollout {
     let spec = ValidSpec { generation: 1, target: "v2".into(), policy, raw: json!({"image": "v2"}) };
-    Rollout {
-        name: "nv".into(),
-        spec: SpecState::Valid(Arc::new(spec)),
-        kubernetes: None,
-        health: Vec::new(),
-        step_times: Default::default(),
-        waves: Default::default(),
-    }
+    Rollout::new("nv", SpecState::Valid(Arc::new(spec)), None)
 }
 
 fn max(n: u32) -> Policy {

@@ -170,25 +170,15 @@ mod tests {
         let (hold, _) = closed(&rollout, spec.as_deref(), None, &counts(1), 1, None, t(0)).unwrap();
         assert_eq!(hold.reason, Reason::Paused);
         // An invalid spec comes before everything, and says the last valid one still finishes.
-        let invalid = Rollout {
-            name: "v".into(),
-            spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: spec.clone() },
-            kubernetes: None,
-            health: Vec::new(),
-            step_times: Default::default(),
-            waves: Default::default(),
-        };
+        let invalid = Rollout::new(
+            "v",
+            SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: spec.clone() },
+            None,
+        );
         let (hold, _) = closed(&invalid, spec.as_deref(), None, &counts(1), 1, None, t(0)).unwrap();
         assert_eq!(hold.reason, Reason::InvalidSpec);
         assert!(hold.message.contains("spec.image: bad") && hold.message.contains("generation 1"), "{}", hold.message);
-        let unknown = Rollout {
-            name: "v".into(),
-            spec: SpecState::Invalid { errors: vec!["x".into()], last_valid: None },
-            kubernetes: None,
-            health: Vec::new(),
-            step_times: Default::default(),
-            waves: Default::default(),
-        };
+        let unknown = Rollout::new("v", SpecState::Invalid { errors: vec!["x".into()], last_valid: None }, None);
         let (hold, _) = closed(&unknown, None, None, &counts(0), 0, None, t(0)).unwrap();
         assert!(hold.message.contains("touches no node"), "{}", hold.message);
     }

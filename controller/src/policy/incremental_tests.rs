@@ -31,14 +31,7 @@ fn configurations() -> Vec<Vec<Rollout>> {
         schedule: "*/10 * * * *".into(),
         zone_name: "UTC".into(),
     };
-    let rollout = |name: &str, spec: Arc<ValidSpec>| Rollout {
-        name: name.into(),
-        spec: SpecState::Valid(spec),
-        kubernetes: None,
-        health: Vec::new(),
-        step_times: Default::default(),
-        waves: Default::default(),
-    };
+    let rollout = |name: &str, spec: Arc<ValidSpec>| Rollout::new(name, SpecState::Valid(spec), None);
     let two = valid_spec(TARGET, 1, policy(2));
     let pool_one = NodeSelector::from_label_selector(&LabelSelector {
         match_labels: Some([("pool".to_owned(), "one".to_owned())].into()),
@@ -54,22 +47,12 @@ fn configurations() -> Vec<Vec<Rollout>> {
         vec![rollout("nv", valid_spec(TARGET, 6, Policy { on_drain_timeout: DrainTimeoutAction::Stop, ..policy(2) }))],
         vec![rollout("nv", valid_spec(TARGET, 7, Policy { windows: vec![window], ..policy(2) }))],
         vec![rollout("nv", valid_spec("v3", 8, policy(2)))],
-        vec![Rollout {
-            name: "nv".into(),
-            spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: Some(two.clone()) },
-            kubernetes: None,
-            health: Vec::new(),
-            step_times: Default::default(),
-            waves: Default::default(),
-        }],
-        vec![Rollout {
-            name: "nv".into(),
-            spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None },
-            kubernetes: None,
-            health: Vec::new(),
-            step_times: Default::default(),
-            waves: Default::default(),
-        }],
+        vec![Rollout::new(
+            "nv",
+            SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: Some(two.clone()) },
+            None,
+        )],
+        vec![Rollout::new("nv", SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None }, None)],
         vec![
             rollout("nv", two.clone()),
             rollout("pool-one", valid_spec("v3", 1, Policy { selector: pool_one.clone(), ..policy(1) })),
@@ -698,18 +681,15 @@ fn the_incremental_planner_decides_as_the_full_plan_over_many_seeds() {
 
 #[test]
 fn one_node_changing_assesses_that_node_and_those_in_flight_not_the_cluster() {
-    let rollouts = vec![Rollout {
-        name: "nv".into(),
-        spec: SpecState::Valid(valid_spec(
+    let rollouts = vec![Rollout::new(
+        "nv",
+        SpecState::Valid(valid_spec(
             TARGET,
             1,
             Policy { max_unavailable: MaxUnavailable::Count(3), ..Policy::default() },
         )),
-        kubernetes: None,
-        health: Vec::new(),
-        step_times: Default::default(),
-        waves: Default::default(),
-    }];
+        None,
+    )];
     let mut planner = Planner::new();
     planner.set_context(rollouts, Fleet::default(), None);
     for i in 0..1000 {
@@ -736,14 +716,7 @@ fn one_node_changing_assesses_that_node_and_those_in_flight_not_the_cluster() {
     planner.plan(t(2));
     assert_eq!(planner.assessed(), 0);
     // A spec change assesses every node again.
-    let rollouts = vec![Rollout {
-        name: "nv".into(),
-        spec: SpecState::Valid(valid_spec("v3", 2, Policy::default())),
-        kubernetes: None,
-        health: Vec::new(),
-        step_times: Default::default(),
-        waves: Default::default(),
-    }];
+    let rollouts = vec![Rollout::new("nv", SpecState::Valid(valid_spec("v3", 2, Policy::default())), None)];
     planner.set_context(rollouts, Fleet::default(), None);
     planner.plan(t(3));
     assert_eq!(planner.assessed(), 1000);
@@ -779,14 +752,7 @@ fn one_node_changing_in_a_replacement_assesses_that_node_and_the_replacements_no
         max_surge: budget::MaxSurge::Count(10),
         ..Policy::default()
     };
-    let rollouts = vec![Rollout {
-        name: "nv".into(),
-        spec: SpecState::Valid(valid_spec(TARGET, 1, policy)),
-        kubernetes: None,
-        health: Vec::new(),
-        step_times: Default::default(),
-        waves: Default::default(),
-    }];
+    let rollouts = vec![Rollout::new("nv", SpecState::Valid(valid_spec(TARGET, 1, policy)), None)];
     let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
     let mut fleet = Fleet { groups: vec![group], etcd: EtcdAccess::Client, ..Fleet::default() };
     let mut planner = Planner::new();
@@ -867,14 +833,8 @@ fn with_a_kubernetes_upgrade_the_planner_decides_with_the_full_plan() {
         hash: "sha256:1111111111111111111111111111111111111111111111111111111111111111".into(),
         api_server: "v1.34.1".parse().expect("a version"),
     });
-    let rollouts = vec![Rollout {
-        name: "nv".into(),
-        spec: SpecState::Valid(spec.clone()),
-        kubernetes: Some(upgrade),
-        health: Vec::new(),
-        step_times: Default::default(),
-        waves: Default::default(),
-    }];
+    let rollouts =
+        vec![Rollout { kubernetes: Some(upgrade), ..Rollout::new("nv", SpecState::Valid(spec.clone()), None) }];
     let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
     let fleet = Fleet { groups: vec![group], etcd: EtcdAccess::Client, ..Fleet::default() };
     let nodes = vec![NodeView { group: Some(member("g", "a", Some(t(-600)))), ..node("a") }, node("b")];
@@ -893,14 +853,7 @@ fn with_a_kubernetes_upgrade_the_planner_decides_with_the_full_plan() {
     planner.plan(t(1));
     assert_eq!(planner.assessed(), 2);
     // The upgrade no longer asked for: it indexes again (every node once), then only what changes.
-    let rollouts = vec![Rollout {
-        name: "nv".into(),
-        spec: SpecState::Valid(spec),
-        kubernetes: None,
-        health: Vec::new(),
-        step_times: Default::default(),
-        waves: Default::default(),
-    }];
+    let rollouts = vec![Rollout::new("nv", SpecState::Valid(spec), None)];
     planner.set_context(rollouts, fleet, None);
     assert!(planner.incremental());
     planner.plan(t(2));
@@ -919,14 +872,7 @@ fn replacement_rollout(size: usize, surge: u32) -> (usize, usize, usize, usize, 
         max_surge: budget::MaxSurge::Count(surge),
         ..Policy::default()
     };
-    let rollouts = vec![Rollout {
-        name: "nv".into(),
-        spec: SpecState::Valid(valid_spec(TARGET, 1, policy)),
-        kubernetes: None,
-        health: Vec::new(),
-        step_times: Default::default(),
-        waves: Default::default(),
-    }];
+    let rollouts = vec![Rollout::new("nv", SpecState::Valid(valid_spec(TARGET, 1, policy)), None)];
     let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
     let mut fleet = Fleet { groups: vec![group], etcd: EtcdAccess::Client, ..Fleet::default() };
     let mut planner = Planner::new();

@@ -160,6 +160,22 @@ pub struct Rollout {
     pub waves: waves::Completed,
 }
 
+impl Rollout {
+    /// The rollout `name` acting on `spec`, with what its NodeVersion's `status` records for the policy: each step's
+    /// measured times ([`finish::StepTimes`]) and the canary waves found complete ([`waves::Completed`]); none
+    /// without a status. No Kubernetes upgrade and no health verdicts: the caller adds those it has.
+    pub fn new(name: impl Into<String>, spec: SpecState, status: Option<&shared::crd::NodeVersionStatus>) -> Rollout {
+        Rollout {
+            name: name.into(),
+            spec,
+            kubernetes: None,
+            health: Vec::new(),
+            step_times: finish::StepTimes::from_status(status.map(|s| s.step_durations.as_slice()).unwrap_or_default()),
+            waves: waves::Completed::from_status(status.map(|s| s.waves.as_slice()).unwrap_or_default()),
+        }
+    }
+}
+
 /// The spec a rollout acts on.
 #[derive(Debug, Clone)]
 pub enum SpecState {

@@ -581,14 +581,7 @@ fn cluster_of_fifteen() -> Vec<NodeView> {
 }
 
 fn one_rollout(policy: Policy) -> Vec<Rollout> {
-    vec![Rollout {
-        name: "nv".into(),
-        spec: SpecState::Valid(valid_spec(TARGET, 1, policy)),
-        kubernetes: None,
-        health: Vec::new(),
-        step_times: Default::default(),
-        waves: Default::default(),
-    }]
+    vec![Rollout::new("nv", SpecState::Valid(valid_spec(TARGET, 1, policy)), None)]
 }
 
 /// Runs a seeded rollout and checks, after every plan, the budget and the control-plane rule.

@@ -99,36 +99,15 @@ pub(super) fn valid_spec(target: &str, generation: i64, policy: Policy) -> Arc<V
 }
 
 pub(super) fn rollout_with(policy: Policy) -> Rollout {
-    Rollout {
-        name: "nv".into(),
-        spec: SpecState::Valid(valid_spec(TARGET, 1, policy)),
-        kubernetes: None,
-        health: Vec::new(),
-        step_times: Default::default(),
-        waves: Default::default(),
-    }
+    Rollout::new("nv", SpecState::Valid(valid_spec(TARGET, 1, policy)), None)
 }
 
 pub(super) fn rollout_named(name: &str) -> Rollout {
-    Rollout {
-        name: name.into(),
-        spec: SpecState::Valid(valid_spec(TARGET, 1, policy())),
-        kubernetes: None,
-        health: Vec::new(),
-        step_times: Default::default(),
-        waves: Default::default(),
-    }
+    Rollout::new(name, SpecState::Valid(valid_spec(TARGET, 1, policy())), None)
 }
 
 pub(super) fn unknown_rollout(name: &str) -> Rollout {
-    Rollout {
-        name: name.into(),
-        spec: SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None },
-        kubernetes: None,
-        health: Vec::new(),
-        step_times: Default::default(),
-        waves: Default::default(),
-    }
+    Rollout::new(name, SpecState::Invalid { errors: vec!["spec.image: bad".into()], last_valid: None }, None)
 }
 
 /// The plan of the only rollout, `policy` for `TARGET`.
@@ -530,17 +509,14 @@ fn stop_on_drain_timeout_holds_the_rollout() {
 
 /// An invalid generation after a valid one: the last valid spec's selector, timeouts and image.
 fn invalid_after(last_valid: Policy) -> Rollout {
-    Rollout {
-        name: "nv".into(),
-        spec: SpecState::Invalid {
+    Rollout::new(
+        "nv",
+        SpecState::Invalid {
             errors: vec!["spec.rollout.maintenanceWindow.schedule: bad".into()],
             last_valid: Some(valid_spec(TARGET, 4, last_valid)),
         },
-        kubernetes: None,
-        health: Vec::new(),
-        step_times: Default::default(),
-        waves: Default::default(),
-    }
+        None,
+    )
 }
 
 #[test]
