@@ -6,12 +6,12 @@
 //! - the node's own holds, named as the pipeline's assessment names them: another owner (another NodeOp's mark, a
 //!   rollout's step), its annotations malformed, NotReady, do not disrupt (`DoNotDisrupt`: the Node's annotation,
 //!   or a pod found on it just before the start: `crate::do_not_disrupt`);
-//! - the per-node rules, by the very function the rollouts' selection calls (`crate::policy::admission`): the
-//!   budget (the NodeOp's `concurrency`), one control-plane node at a time among its own nodes, control plane first
-//!   (`WaitingForControlPlane`: no worker while a selected control-plane node has not finished);
-//! - one control-plane node at a time across this NodeOp, the others and every rollout, read from the budgets
-//!   (`crate::policy::budgets`), which name the busy control-plane nodes as the rollouts' plan counts them,
-//!   replacements included;
+//! - the per-node rules 7 to 9 of the pipeline, by the very function the rollouts' selection calls
+//!   (`crate::policy::admission`): the budget (the NodeOp's `concurrency`), one control-plane node at a time
+//!   across this NodeOp, the others and every rollout (its own nodes counted here, the rest read from the budgets,
+//!   `crate::policy::budgets`, which name the busy control-plane nodes as the rollouts' plan counts them,
+//!   replacements included), control plane first (`WaitingForControlPlane`: no worker while a selected
+//!   control-plane node has not finished);
 //! - the budget and zone share (`maxUnavailablePerZone`) of every rollout the node counts in
 //!   (`WaitingForRolloutBudget`): a start takes a slot of each.
 //!
@@ -142,12 +142,16 @@ pub(super) fn start_waiting(
             }
             Err(format!("{reason}: {why}"))
         } else if let Err(held) = {
-            // The pipeline's rules for one node (`crate::policy::admission`), over this NodeOp's own nodes: its
-            // `concurrency`, one control-plane node at a time, control plane first.
+            // The pipeline's rules for one node (`crate::policy::admission`): this NodeOp's `concurrency` as its
+            // budget; one control-plane node at a time among its own nodes and, as the rollouts keep it, across
+            // every rollout and NodeOp (`crate::policy::budgets` names the busy ones as the rollouts' plan counts
+            // them, replacements included); control plane first among its own nodes.
+            let own_busy = (in_flight(decision, Some(true)) > 0)
+                .then(|| "waiting: control-plane nodes go one at a time".to_owned());
             let admission = Admission {
                 slots: options.concurrency.map(|c| u32::try_from(c.saturating_sub(running)).unwrap_or(u32::MAX)),
-                control_plane_busy: (in_flight(decision, Some(true)) > 0)
-                    .then(|| "waiting: control-plane nodes go one at a time".to_owned()),
+                control_plane_busy: own_busy
+                    .or_else(|| node.control_plane.then(|| budgets.get().control_plane_busy(inputs.key)).flatten()),
                 control_plane_first: control_plane_pending.then(|| "waiting: control-plane nodes go first".to_owned()),
                 ..Admission::default()
             };
@@ -165,10 +169,6 @@ pub(super) fn start_waiting(
                     why
                 }
             })
-        } else if let Some(why) = node.control_plane.then(|| budgets.get().control_plane_busy(inputs.key)).flatten() {
-            // One control-plane node at a time across every rollout and NodeOp, as the rollouts keep it
-            // (`crate::policy::budgets`).
-            Err(why)
         } else if !options.preflight || passed {
             // Only the start disrupts the node: the check is read-only.
             budgets.get().room(&node.name).map_err(|why| {

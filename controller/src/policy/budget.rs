@@ -1,4 +1,9 @@
-//! How many nodes may be updating at once.
+//! How many nodes may be updating at once, and what the rollouts' budgets leave for a disruption they do not decide
+//! themselves (a NodeOp's: [`budgets`]).
+
+use super::assess::Situation;
+use super::{Fleet, NodeView, Rollout};
+use jiff::Timestamp;
 
 /// `maxUnavailable` as validated: a count or a percentage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +81,7 @@ pub struct Limit {
 }
 
 /// The rollouts' budgets as a disruption they do not decide (a NodeOp's) must keep to them; built by
-/// [`budgets`](super::budgets).
+/// [`budgets`].
 #[derive(Debug, Clone, Default)]
 pub struct Budgets {
     /// Each rollout's name and limit (`None`: it has nothing to do, or no spec to act on).
@@ -272,6 +277,64 @@ impl<'a> LazyBudgets<'a> {
     pub fn computed(&self) -> bool {
         self.value.is_some()
     }
+}
+
+/// What the rollouts' budgets leave for a disruption they do not decide themselves (a NodeOp's): for each rollout
+/// that has work to do (a member not up to date, or a Kubernetes upgrade not finished), its `maxUnavailable` over
+/// its members and how many count against it now, counted as [`plan`](super::plan) counts them; and for each node, the budgets
+/// its disruption would take a slot of (its rollout's; every active rollout's for a node no rollout manages, as
+/// [`plan`](super::plan) counts those in every budget). A rollout with nothing to do starts nothing, so it constrains nothing.
+/// `fleet` is the cloud's view the plan was made with: a joining heir is extra capacity, not an unavailable node,
+/// and a donor's replacement is assessed as [`plan_with`](super::plan_with) assesses it.
+pub fn budgets(nodes: &[NodeView], rollouts: &[Rollout], fleet: &Fleet, now: Timestamp) -> Budgets {
+    let owners = super::pools::owners(nodes, rollouts);
+    let records = super::replacement::Records::find(nodes, fleet);
+    let assessments = super::assess_all(nodes, &owners, rollouts, fleet, &records, now);
+    let mut members = vec![0u32; rollouts.len()];
+    let mut unavailable = vec![0u32; rollouts.len()];
+    let mut active = vec![false; rollouts.len()];
+    let mut unowned_unavailable = 0;
+    let mut counted = Vec::with_capacity(nodes.len());
+    let mut control_plane = Vec::new();
+    for ((node, owner), a) in nodes.iter().zip(&owners).zip(&assessments) {
+        if super::control_plane_busy(node, *owner, a) {
+            let why = super::why_busy(node, a);
+            control_plane.push(BusyControlPlane { node: Some(node.name.clone()), why, mark: node.operation.clone() });
+        }
+        match owner {
+            super::pools::Owner::Rollout(i) => {
+                members[*i] += 1;
+                let out = a.unavailable(node);
+                unavailable[*i] += u32::from(out);
+                active[*i] |= a.situation != Situation::UpToDate;
+                if let Some(super::kubernetes::KubernetesSpec::Upgrade(target)) = &rollouts[*i].kubernetes {
+                    let hash = node.agent.as_ref().ok().and_then(|r| r.components_hash.as_ref()).map(|h| h.to_string());
+                    active[*i] |= hash.as_deref() != Some(target.hash.as_str());
+                }
+                counted.push((node.name.clone(), Some(*i), out));
+            }
+            super::pools::Owner::Nobody { .. } | super::pools::Owner::Unknown => {
+                let out = super::busy(node, *owner, a);
+                unowned_unavailable += u32::from(out);
+                counted.push((node.name.clone(), None, out));
+            }
+        }
+    }
+    let limits = rollouts.iter().enumerate().map(|(i, rollout)| {
+        let limit = rollout.spec.acting().filter(|_| active[i]).map(|spec| Limit {
+            allowed: spec.policy.max_unavailable.resolve(members[i]),
+            unavailable: unavailable[i] + unowned_unavailable,
+        });
+        (rollout.name.clone(), limit)
+    });
+    if records.control_plane_active() {
+        let why = "a control-plane node's replacement is in progress (its new instance joining or its old one being \
+                   deleted)";
+        control_plane.push(BusyControlPlane { node: None, why: why.to_owned(), mark: None });
+    }
+    let per_zone = rollouts.iter().map(|r| r.spec.acting().and_then(|s| s.policy.max_unavailable_per_zone)).collect();
+    let zones = nodes.iter().filter_map(|n| Some((n.name.clone(), n.zone.clone()?))).collect();
+    Budgets::new(limits.collect(), counted).with_control_plane(control_plane).with_zones(per_zone, zones)
 }
 
 #[cfg(test)]

@@ -16,16 +16,17 @@
 //! # Composition, in order
 //! 1. **Ownership** ([`pools`]): each node belongs to the oldest NodeVersion whose selector
 //!    selects it; a newer NodeVersion that selects it too holds it back (`SelectorOverlap`).
-//! 2. **Each node's own progress** ([`assess`]): transitions of in-flight nodes, timeouts,
-//!    clean-ups, and why an outdated node may not start (its own reason: no agent report,
-//!    NotReady, cordoned by someone else).
-//! 3. **Gates** ([`gates`]), in a fixed order, each of which stops *new* nodes for a whole rollout:
-//!    an invalid spec, `paused`, outside the maintenance window, the failure budget spent, a
-//!    blocked node with `onDrainTimeout: Stop`.
-//! 4. **Selection** ([`selection`]): the budget (`maxUnavailable` minus the nodes already
-//!    unavailable) and the order (control plane first and alone, then workers zone by zone and by name, the
-//!    controller's own node last).
-//! 5. **Summary**: counts, nodes in flight, failed, blocked and held back, for the status.
+//! 2. **Each node's own progress** ([`assess`], [`replacement`] for nodes of a scaling group):
+//!    transitions of in-flight nodes, timeouts, clean-ups, and why an outdated node may not start
+//!    (its own reason: no agent report, NotReady, cordoned by someone else, do not disrupt).
+//! 3. **Who moves next** ([`pipeline`], the one module to read for it): every flow (the image in
+//!    place, the image by replacement, the Kubernetes upgrade: [`image`], [`kubernetes`]) gives its
+//!    candidates to one set of rollout-wide gates ([`pipeline::open`], each gate in [`gates`]) and
+//!    one selection ([`pipeline::select`]) under one budget; the module's docs list every gate and
+//!    rule in order. The NodeOps ([`crate::nodeop`]) apply the same per-node rules
+//!    ([`admission`]) in the same order ([`pipeline::start_order`]), within what the rollouts'
+//!    budgets leave them ([`budgets`]).
+//! 4. **Summary**: counts, nodes in flight, failed, blocked and held back, for the status.
 //!
 //! # Invariants
 //! - At most `maxUnavailable` nodes of a rollout are in flight or otherwise unavailable (NotReady,
@@ -76,6 +77,7 @@ mod tests;
 
 pub use crate::reason::Reason;
 pub use action::{ActionKind, NodeAction};
+pub use budget::budgets;
 pub use incremental::Planner;
 pub use replacement::{DonorRef, EtcdAccess, Fleet, GroupMember, TaintView};
 pub use settings::{NodeSelector, Policy, ValidSpec};
@@ -387,68 +389,6 @@ pub fn plan_with(
         }
     }
     cluster
-}
-
-/// What the rollouts' budgets leave for a disruption they do not decide themselves (a NodeOp's): for each rollout
-/// that has work to do (a member not up to date, or a Kubernetes upgrade not finished), its `maxUnavailable` over
-/// its members and how many count against it now, counted as [`plan`] counts them; and for each node, the budgets
-/// its disruption would take a slot of (its rollout's; every active rollout's for a node no rollout manages, as
-/// [`plan`] counts those in every budget). A rollout with nothing to do starts nothing, so it constrains nothing.
-/// `fleet` is the cloud's view the plan was made with: a joining heir is extra capacity, not an unavailable node,
-/// and a donor's replacement is assessed as [`plan_with`] assesses it.
-pub fn budgets(nodes: &[NodeView], rollouts: &[Rollout], fleet: &Fleet, now: Timestamp) -> budget::Budgets {
-    let owners = pools::owners(nodes, rollouts);
-    let records = replacement::Records::find(nodes, fleet);
-    let assessments = assess_all(nodes, &owners, rollouts, fleet, &records, now);
-    let mut members = vec![0u32; rollouts.len()];
-    let mut unavailable = vec![0u32; rollouts.len()];
-    let mut active = vec![false; rollouts.len()];
-    let mut unowned_unavailable = 0;
-    let mut counted = Vec::with_capacity(nodes.len());
-    let mut control_plane = Vec::new();
-    for ((node, owner), a) in nodes.iter().zip(&owners).zip(&assessments) {
-        if control_plane_busy(node, *owner, a) {
-            let why = why_busy(node, a);
-            control_plane.push(budget::BusyControlPlane {
-                node: Some(node.name.clone()),
-                why,
-                mark: node.operation.clone(),
-            });
-        }
-        match owner {
-            pools::Owner::Rollout(i) => {
-                members[*i] += 1;
-                let out = a.unavailable(node);
-                unavailable[*i] += u32::from(out);
-                active[*i] |= a.situation != Situation::UpToDate;
-                if let Some(kubernetes::KubernetesSpec::Upgrade(target)) = &rollouts[*i].kubernetes {
-                    let hash = node.agent.as_ref().ok().and_then(|r| r.components_hash.as_ref()).map(|h| h.to_string());
-                    active[*i] |= hash.as_deref() != Some(target.hash.as_str());
-                }
-                counted.push((node.name.clone(), Some(*i), out));
-            }
-            pools::Owner::Nobody { .. } | pools::Owner::Unknown => {
-                let out = busy(node, *owner, a);
-                unowned_unavailable += u32::from(out);
-                counted.push((node.name.clone(), None, out));
-            }
-        }
-    }
-    let limits = rollouts.iter().enumerate().map(|(i, rollout)| {
-        let limit = rollout.spec.acting().filter(|_| active[i]).map(|spec| budget::Limit {
-            allowed: spec.policy.max_unavailable.resolve(members[i]),
-            unavailable: unavailable[i] + unowned_unavailable,
-        });
-        (rollout.name.clone(), limit)
-    });
-    if records.control_plane_active() {
-        let why = "a control-plane node's replacement is in progress (its new instance joining or its old one being \
-                   deleted)";
-        control_plane.push(budget::BusyControlPlane { node: None, why: why.to_owned(), mark: None });
-    }
-    let per_zone = rollouts.iter().map(|r| r.spec.acting().and_then(|s| s.policy.max_unavailable_per_zone)).collect();
-    let zones = nodes.iter().filter_map(|n| Some((n.name.clone(), n.zone.clone()?))).collect();
-    budget::Budgets::new(limits.collect(), counted).with_control_plane(control_plane).with_zones(per_zone, zones)
 }
 
 /// Each node's assessment (its own progress, before gates and budgets), in the order of `nodes`.

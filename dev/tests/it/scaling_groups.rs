@@ -277,6 +277,20 @@ async fn a_leaving_instance_whose_deletion_fails_is_deleted_again_after_its_dead
     cluster.shutdown().await;
 }
 
+/// The positions in the request log of the first successful patch of the strategy's status and of the
+/// autoscaler's Deployment (its spec, not its status: the Deployment controller writes that), if any.
+fn first_writes(log: &dev::apiserver::RequestLog) -> (Option<u64>, Option<u64>) {
+    let entries = log.entries();
+    let first = |resource: &str, subresource: &str| {
+        entries
+            .iter()
+            .filter(|e| e.succeeded() && matches!(e.request.verb, dev::apiserver::Verb::Patch))
+            .find(|e| e.request.resource == resource && e.request.subresource == subresource)
+            .map(|e| e.seq)
+    };
+    (first("autoscalingstrategies", "status"), first("deployments", ""))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_autoscaler_is_paused_while_group_nodes_are_outdated_and_restored_to_its_replica_count() {
     let cluster = cloud_cluster(&[("workers-a", GroupRole::Worker, 1), ("cp", GroupRole::ControlPlane, 1)]).await;
@@ -310,6 +324,8 @@ async fn the_autoscaler_is_paused_while_group_nodes_are_outdated_and_restored_to
     .await;
 
     // A new image: the groups' nodes are outdated, the autoscaler is paused and confirmed down.
+    let log = cluster.server().request_log();
+    log.enable(100_000);
     set_node_version_image(&cluster, "v2").await;
     eventually("the autoscaler is scaled to 0 and confirmed down", || async {
         let strategy = strategies.get("autoscalingstrategy").await.unwrap();
@@ -327,8 +343,16 @@ async fn the_autoscaler_is_paused_while_group_nodes_are_outdated_and_restored_to
         Some("3")
     );
     assert!(!events(&cluster, "AutoscalerPaused", "autoscalingstrategy").await.is_empty());
+    // The pause is confirmed in the strategy's status only after the Deployment is scaled down: the rollouts'
+    // gate (`confirmed_down`) never opens while an autoscaler pod may still be asked for.
+    let (status, scale) = first_writes(&log);
+    assert!(
+        matches!((status, scale), (Some(st), Some(sc)) if sc < st),
+        "paused: the Deployment's patch ({scale:?}) comes before the status ({status:?})"
+    );
 
     // Back to the nodes' image: nothing outdated, the autoscaler restored to 3 (not 1).
+    log.enable(100_000);
     set_node_version_image(&cluster, "v1").await;
     eventually("the autoscaler is restored to 3 replicas", || async {
         let d = deployments.get("cluster-autoscaler").await.unwrap();
@@ -339,6 +363,12 @@ async fn the_autoscaler_is_paused_while_group_nodes_are_outdated_and_restored_to
             && status.replicas == 3
     })
     .await;
+    // A pause is lifted in the status first: the gate closes before the first autoscaler pod can exist.
+    let (status, scale) = first_writes(&log);
+    assert!(
+        matches!((status, scale), (Some(st), Some(sc)) if st < sc),
+        "restored: the status ({status:?}) comes before the Deployment's patch ({scale:?})"
+    );
     replacer.component.stop(PATIENCE).await.expect("the controller stops cleanly");
     cluster.shutdown().await;
 }
