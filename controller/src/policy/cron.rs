@@ -6,8 +6,16 @@
 //! (`@annually`), `@monthly`, `@weekly`, `@daily` (`@midnight`) and `@hourly`. When both
 //! day-of-month and day-of-week are restricted, a day matches if either matches (Vixie cron).
 //!
-//! Why not a crate: the jiff-based cron crates use a 7-field format with Sunday = 1 and AND the day
-//! fields, which would read users' CronJob-style expressions differently.
+//! Why not a crate (weighed for `croner`, the well-kept one, and the jiff-based ones):
+//! - `croner` (3.x) reads the same 5 fields with the Vixie OR and Sunday as 0 or 7, but it also takes `L`, `#`, `W`
+//!   and an optional seconds field, which the CronJob parser (robfig/cron, also Karpenter's) refuses: a schedule
+//!   it takes could be one `kubectl` users never see work elsewhere, so the grammar would still have to be checked
+//!   here, which is most of this file. It evaluates on chrono's `DateTime`: the product's time is jiff's (with
+//!   the system's IANA database for `timeZone`), so it would add chrono to every binary, the agent's included (today
+//!   only the GCP feature pulls it in), plus `chrono-tz`, a second compiled-in time-zone database, to evaluate a
+//!   window in its zone.
+//! - The jiff-based cron crates use a 7-field format with Sunday = 1 and AND the day fields, which would read
+//!   users' CronJob-style expressions differently.
 
 use std::fmt;
 
@@ -229,6 +237,12 @@ mod tests {
             ("* * * foo *", "not a number or a name"),
             ("@sometimes", "unknown macro"),
             ("", "expected 5 fields"),
+            // Quartz's and croner's extensions, which the CronJob parser refuses.
+            ("0 0 L * *", "day-of-month field"),
+            ("0 0 15W * *", "day-of-month field"),
+            ("0 0 * * 5#2", "day-of-week field"),
+            ("0 0 * * 5L", "day-of-week field"),
+            ("0 0 0 * * *", "expected 5 fields"),
         ] {
             let err = Cron::parse(expr).unwrap_err();
             assert!(err.to_string().contains(needle), "{expr}: {err}");
