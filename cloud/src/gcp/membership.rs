@@ -26,8 +26,12 @@ pub(super) const CREATE_GRACE: Duration = Duration::from_secs(120);
 /// A MIG's view of one of its instances.
 #[derive(Debug)]
 pub(super) enum Member {
-    /// The MIG does not list it.
+    /// The MIG does not list it, nor counts an instance its list does not show.
     Absent,
+    /// The MIG does not list it, but its target size counts more instances than its list shows (less those being
+    /// deleted): a `createInstances` it accepted that its list does not show yet (the list may lag the request;
+    /// the MIG's target size counts an accepted creation at once). It may be this instance: not known to be gone.
+    Unlisted,
     /// The MIG lists it, with its managed-instance record.
     Listed(Box<model::ManagedInstance>),
 }
@@ -67,21 +71,33 @@ impl GcpProvider {
         (mig, false)
     }
 
-    /// Whether `mig` lists `instance` (every page of `listManagedInstances`). An unknown MIG lists nothing.
+    /// Whether `mig` lists `instance` (every page of `listManagedInstances`), and when it does not, whether the
+    /// MIG counts a creation its list does not show yet (`instanceGroupManagers.get`, only then). An unknown MIG
+    /// lists nothing.
     pub(super) async fn member(&self, mig: &MigPath, instance: &GceInstance) -> Result<Member> {
         let listed = match self.managed_instances(mig).await {
             Ok(listed) => listed,
             Err(Error::NotFound { .. }) => return Ok(Member::Absent),
             Err(error) => return Err(error),
         };
-        Ok(listed
-            .into_iter()
-            .find(|m| m.name.as_deref() == Some(instance.name.as_str()))
-            .map_or(Member::Absent, |m| Member::Listed(Box::new(m))))
+        let shown = listed
+            .iter()
+            .filter(|m| !matches!(m.current_action, Some(managed_instance::CurrentAction::Deleting)))
+            .count();
+        if let Some(found) = listed.into_iter().find(|m| m.name.as_deref() == Some(instance.name.as_str())) {
+            return Ok(Member::Listed(Box::new(found)));
+        }
+        let target = match self.get_mig(mig).await {
+            Ok(found) => found.target_size.unwrap_or(0),
+            Err(Error::NotFound { .. }) => return Ok(Member::Absent),
+            Err(error) => return Err(error),
+        };
+        Ok(if i64::from(target) > shown as i64 { Member::Unlisted } else { Member::Absent })
     }
 
     /// The state of an instance `instances.get` does not know: `Creating` while its MIG lists it as being created
-    /// (or this process asked for it less than [`CREATE_GRACE`] ago), the error of the MIG's last failed attempt
+    /// (or this process asked for it less than [`CREATE_GRACE`] ago, or the MIG counts a creation its list does not
+    /// show yet: [`Member::Unlisted`]), the error of the MIG's last failed attempt
     /// (`QuotaExceeded` for quota and stock-outs: the MIG retries, the caller's deadline decides), else
     /// `Terminated`.
     pub(super) async fn state_of_unknown(&self, instance: &GceInstance) -> Result<InstanceState> {
@@ -89,6 +105,9 @@ impl GcpProvider {
         let Some(mig) = mig else { return Ok(InstanceState::Terminated) };
         match self.member(&mig, instance).await? {
             Member::Absent if recent => Ok(InstanceState::Creating),
+            // A creation the MIG accepted and does not list yet may be this one (a restarted controller does not
+            // remember asking): not gone until the list can tell.
+            Member::Unlisted => Ok(InstanceState::Creating),
             Member::Absent => Ok(InstanceState::Terminated),
             Member::Listed(managed) => {
                 if let Some(error) = last_attempt_error(&mig, instance, &managed) {

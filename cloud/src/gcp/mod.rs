@@ -364,6 +364,12 @@ impl CloudProvider for GcpProvider {
             // created yet is taken back, and the target size lowered, only by `deleteInstances`).
             return match self.member(&mig, id).await? {
                 membership::Member::Listed(_) => self.delete_from_mig(&mig, id, instance).await,
+                // The MIG's list may lag the `createInstances` that asked for it: it may still be created, so it
+                // is not gone yet; asked again (the caller retries a transient error).
+                membership::Member::Unlisted => Err(Error::transient(format!(
+                    "{instance}: {group} does not list it, but counts a creation its list does not show yet; deleted \
+                     once the list shows it or the count settles"
+                ))),
                 membership::Member::Absent => Ok(Deletion::AlreadyGone),
             };
         };

@@ -247,7 +247,7 @@ async fn compute_errors_are_typed() {
     cluster.shutdown().await;
 }
 
-async fn provider_again(emulator: &GcpEmulator) -> GcpProvider {
+pub(crate) async fn provider_again(emulator: &GcpEmulator) -> GcpProvider {
     provider(emulator, emulator.adc_json()).await
 }
 

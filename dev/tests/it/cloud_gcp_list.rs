@@ -5,7 +5,7 @@
 //! created"); one whose creation failed (`lastAttempt.errors`) is counted in `unlisted`, and `instance_state`
 //! surfaces its error.
 
-use crate::cloud_gcp::{PROJECT, ZONE, mig, provider, setup};
+use crate::cloud_gcp::{PROJECT, ZONE, mig, provider, provider_again, setup};
 
 use cloud::{CloudProvider, Creation, Deletion, Error, InstanceState, ProviderId};
 use dev::cloud::gcp::GcpTiming;
@@ -86,6 +86,49 @@ async fn a_migs_instances_are_listed_in_one_paged_list_with_their_ids_states_and
         Err(Error::NotFound { .. }) => {}
         other => panic!("expected NotFound for an unknown MIG, got {other:?}"),
     }
+    assert_eq!(emulator.spec_violations(), Vec::<String>::new());
+    emulator.shutdown();
+    cluster.shutdown().await;
+}
+
+/// Issue 28: Compute's lists are eventually consistent with its writes. A creation the MIG accepted but whose list
+/// does not show it yet is `Creating`, not gone, even to a provider that did not ask for it (a new leader): the MIG's
+/// target size counts it. Its deletion is not concluded `AlreadyGone` (the MIG would create it later, an orphan)
+/// but asked again, and reaches the MIG once the list shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_creation_the_migs_list_does_not_show_yet_is_creating_and_not_taken_for_gone_by_a_new_provider() {
+    let (cluster, emulator) = setup(0, 2).await;
+    emulator.set_timing(GcpTiming { create: Duration::from_secs(3600), ..GcpTiming::default() });
+    emulator.set_list_lag(Some(Duration::from_secs(3600)));
+    let provider = provider(&emulator, emulator.adc_json()).await;
+    let workers = mig("workers");
+    let Creation::Created(created) = provider.create_instance(&workers).await.unwrap() else { panic!("named") };
+    assert_eq!(emulator.creating_names(ZONE, "workers"), vec![created.node_name.clone()]);
+
+    // The provider that asked remembers it: not in the list, counted as unlisted, Creating.
+    let listed = provider.group_instances(&workers).await.unwrap();
+    assert!(!listed.instances.iter().any(|i| i.node_name == created.node_name), "the list does not show it yet");
+    assert_eq!((listed.instances.len(), listed.unlisted), (2, 1));
+    assert_eq!(provider.instance_state(&created.provider_id).await.unwrap(), InstanceState::Creating);
+
+    // A new provider does not remember asking: the MIG's target size (3, two listed) says it may still come.
+    let fresh = provider_again(&emulator).await;
+    assert_eq!(fresh.instance_state(&created.provider_id).await.unwrap(), InstanceState::Creating);
+    match fresh.delete_instance(&workers, &created.provider_id).await {
+        Err(Error::Transient { message, .. }) => assert!(message.contains("does not list it"), "{message}"),
+        other => panic!("expected a transient error until the list shows the instance, got {other:?}"),
+    }
+    assert_eq!(emulator.calls().get("instanceGroupManagers.deleteInstances"), None);
+    assert_eq!(emulator.creating_names(ZONE, "workers"), vec![created.node_name.clone()], "still to be created");
+
+    // Once the list shows it, its deletion reaches the MIG: taken back, never created.
+    emulator.set_list_lag(None);
+    assert_eq!(fresh.delete_instance(&workers, &created.provider_id).await.unwrap(), Deletion::Started);
+    assert_eq!(emulator.creating_names(ZONE, "workers"), Vec::<String>::new());
+    // Gone now: the target size is the list's again, so a missing instance is gone.
+    let fresh = provider_again(&emulator).await;
+    assert_eq!(fresh.instance_state(&created.provider_id).await.unwrap(), InstanceState::Terminated);
+    assert_eq!(fresh.delete_instance(&workers, &created.provider_id).await.unwrap(), Deletion::AlreadyGone);
     assert_eq!(emulator.spec_violations(), Vec::<String>::new());
     emulator.shutdown();
     cluster.shutdown().await;

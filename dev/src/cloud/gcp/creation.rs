@@ -34,7 +34,11 @@ impl GcpEmulator {
 
     /// Records the instances `names` of `mig` as being created and schedules the MIG's first attempt.
     pub(super) fn start_creations(&self, state: &mut super::State, mig: &Mig, names: &[String]) {
+        let unlisted_until = state.list_lag.map(|lag| tokio::time::Instant::now() + lag);
         for name in names {
+            if let Some(until) = unlisted_until {
+                state.unlisted_until.insert((mig.zone.clone(), name.clone()), until);
+            }
             state
                 .creating
                 .insert((mig.zone.clone(), name.clone()), Creating { mig: mig.name.clone(), last_error: None });

@@ -13,7 +13,8 @@
 //!   deleted, a MIG's template set) is visible only then. `createInstances` records the instances in the MIG and returns:
 //!   the MIG creates each one later ([`GcpTiming::create`]; until then `instances.get` is 404 and
 //!   `listManagedInstances` lists it `CREATING`), retrying failed attempts with `lastAttempt.errors`
-//!   ([`GcpEmulator::fail_creations`], module `creation`). A created instance is `PROVISIONING`, `RUNNING` after the
+//!   ([`GcpEmulator::fail_creations`], module `creation`); with [`GcpEmulator::set_list_lag`], the list shows an
+//!   instance only some time after the request (the MIG's `targetSize` counts it at once). A created instance is `PROVISIONING`, `RUNNING` after the
 //!   provisioning time, its host boots and its kubelet registers the Node (NotReady, Ready once booted) after the
 //!   join time; a deleted one is `STOPPING` (MIG action `DELETING`, host down) for the termination time, then gone:
 //!   its Node is deleted, its host retired.
@@ -167,6 +168,11 @@ struct State {
     page_size: Option<usize>,
     /// What the emulator answered that the published definition does not allow (see `spec`).
     violations: Vec<String>,
+    /// How long `listManagedInstances` does not show an instance after its `createInstances` (see
+    /// [`GcpEmulator::set_list_lag`]); `None`: at once.
+    list_lag: Option<Duration>,
+    /// The instances `listManagedInstances` does not show before the given time, by zone and name.
+    unlisted_until: BTreeMap<(String, String), Instant>,
 }
 
 /// A list request's paging parameters (`maxResults`, `pageToken`).
@@ -415,6 +421,18 @@ impl GcpEmulator {
     /// items a page from now on, with a `nextPageToken`; `None`: Compute's default of 500.
     pub fn set_page_size(&self, size: Option<usize>) {
         self.inner.state.lock().page_size = size.map(|s| s.max(1));
+    }
+
+    /// From now on, `listManagedInstances` shows an instance `lag` after the `createInstances` that asked for it
+    /// (before and after the MIG created it: `instances.get` finds a created one at once), as Compute's lists are
+    /// eventually consistent with its writes; the MIG's `targetSize` counts it at once. `None`: every instance is
+    /// listed again.
+    pub fn set_list_lag(&self, lag: Option<Duration>) {
+        let mut state = self.inner.state.lock();
+        state.list_lag = lag;
+        if lag.is_none() {
+            state.unlisted_until.clear();
+        }
     }
 
     /// The template a MIG uses now.
@@ -872,15 +890,18 @@ impl GcpEmulator {
         self.mig(&state, zone, name)?;
         let project = &self.inner.project;
         let template = self.mig(&state, zone, name)?.template.clone();
+        let now = Instant::now();
+        state.unlisted_until.retain(|_, until| *until > now);
+        let listed = |key: &(String, String)| !state.unlisted_until.contains_key(key);
         let creating = state
             .creating
             .iter()
-            .filter(|((z, _), c)| z == zone && c.mig == name)
+            .filter(|(key, c)| key.0 == zone && c.mig == name && listed(key))
             .map(|((_, n), c)| self.creating_json(zone, n, &template, c));
         let managed: Vec<Value> = state
             .instances
             .iter()
-            .filter(|((z, _), i)| z == zone && i.mig == name)
+            .filter(|(key, i)| key.0 == zone && i.mig == name && listed(key))
             .map(|((_, n), i)| {
                 json!({
                     "instance": format!("{COMPUTE_URL}projects/{project}/zones/{zone}/instances/{n}"),
