@@ -45,8 +45,8 @@ pub struct CallPolicy {
     pub max_backoff: Duration,
     /// Requests per call, the first included (1: no retries).
     pub max_attempts: u32,
-    /// The most a call waits in all between its requests (backoffs and `Retry-After`s; rate-limit waits not
-    /// counted).
+    /// The most a call waits in all between its requests (backoffs and `Retry-After`s; rate-limit waits counted
+    /// only for a call that is not idempotent, a create, which is not sent rather than sent later).
     pub max_wait: Duration,
 }
 
@@ -71,8 +71,9 @@ impl CallPolicy {
     /// is given up after `request_timeout` (the clients' per-request timeout: 30 s for AWS, Azure and the
     /// simulated cloud): every wait between the requests ([`CallPolicy::max_wait`]) and every request's own time
     /// ([`CallPolicy::max_attempts`] of them). A request the caller gave up (a timeout, a dropped future, a process
-    /// killed) may still land until then; after that, nothing sent for the call can make anything. Rate-limit
-    /// waits are not counted (a request not yet sent when its caller stops is never sent).
+    /// killed) may still land until then; after that, nothing sent for the call can make anything. For a call that
+    /// is not idempotent (a create), the client's rate-limit waits are within `max_wait` too: such a request is
+    /// sent within it or not at all.
     pub fn longest_call(&self, request_timeout: Duration) -> Duration {
         self.max_wait.saturating_add(request_timeout.saturating_mul(self.max_attempts))
     }
@@ -122,16 +123,23 @@ impl<P: CloudProvider> Governed<P> {
         &self.inner
     }
 
-    /// Waits until the limiter lets one request go.
-    async fn permit(&self, operation: Operation) {
+    /// Waits until the limiter lets one request go, and returns how long it waited. With a `budget`, gives up
+    /// instead (`Err`, nothing sent) as soon as the limiter's next opening is further away than the budget left.
+    async fn permit(&self, operation: Operation, budget: Option<Duration>) -> std::result::Result<Duration, ()> {
         let started = Instant::now();
-        while let Err(not_until) = self.limiter.check() {
-            tokio::time::sleep(not_until.wait_time_from(self.clock.now())).await;
-        }
+        let outcome = loop {
+            let Err(not_until) = self.limiter.check() else { break Ok(()) };
+            let wait = not_until.wait_time_from(self.clock.now());
+            if budget.is_some_and(|budget| started.elapsed() + wait > budget) {
+                break Err(());
+            }
+            tokio::time::sleep(wait).await;
+        };
         let waited = started.elapsed();
         if !waited.is_zero() {
             self.observer.rate_limited(self.inner.cloud(), operation, waited);
         }
+        outcome.map(|()| waited)
     }
 
     /// Runs `request` under the policy (see the module docs).
@@ -150,7 +158,24 @@ impl<P: CloudProvider> Governed<P> {
         let mut attempts = 0;
         let mut waited = Duration::ZERO;
         loop {
-            self.permit(operation).await;
+            // A request that must not be repeated (a create) is sent within `max_wait` of the call's start, limiter
+            // waits included, or not at all: [`CallPolicy::longest_call`] bounds, from the call's start, when what
+            // it sent may still land, and the caller's record of the request (written just before) relies on it.
+            let budget = (!operation.is_idempotent()).then(|| self.policy.max_wait.saturating_sub(waited));
+            match self.permit(operation, budget).await {
+                Ok(limited) if budget.is_some() => waited += limited,
+                Ok(_) => {}
+                Err(()) => {
+                    return Err(crate::Error::Throttled {
+                        message: format!(
+                            "not sent: the client's rate limit ({} requests/s) would delay it past the {:?} a \
+                             {operation} may wait in all",
+                            self.policy.rate_per_second, self.policy.max_wait
+                        ),
+                        retry_after: None,
+                    });
+                }
+            }
             attempts += 1;
             let started = Instant::now();
             let result = request().await;
@@ -434,5 +459,43 @@ mod tests {
         provider.instance_group(&instance()).await.unwrap();
         let calls = provider.inner().calls();
         assert!(calls[1] - calls[0] >= Duration::from_millis(990), "{:?}", calls[1] - calls[0]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_create_is_sent_within_the_wait_budget_counting_the_rate_limit_or_not_at_all() {
+        // One request a second; a call may wait 1.5 s in all.
+        let policy = CallPolicy {
+            rate_per_second: NonZeroU32::new(1).unwrap(),
+            burst: NonZeroU32::new(1).unwrap(),
+            max_wait: Duration::from_millis(1500),
+            ..policy()
+        };
+        let (provider, _) = governed(Vec::new(), policy);
+        let started = Instant::now();
+        provider.instance_state(&instance()).await.unwrap();
+        // The next opening is 1 s away, within the budget: the create waits for it and is sent.
+        assert!(matches!(provider.create_instance(&GroupId::from("g")).await, Ok(Creation::Created(_))));
+        assert!(started.elapsed() >= Duration::from_millis(990), "{:?}", started.elapsed());
+        // Three more requests queue 3 s of the limit ahead of the next create: past its budget, so it is not sent
+        // (a refusal: nothing was made) rather than sent later than the caller's record of it says.
+        let (id, group) = (instance(), GroupId::from("g"));
+        let (one, two, three, created) = tokio::join!(
+            provider.instance_state(&id),
+            provider.instance_state(&id),
+            provider.instance_state(&id),
+            provider.create_instance(&group),
+        );
+        assert!(one.is_ok() && two.is_ok() && three.is_ok());
+        match created {
+            Err(error @ Error::Throttled { .. }) => {
+                assert!(error.was_refused());
+                assert!(error.to_string().contains("not sent"), "{error}");
+            }
+            other => panic!("expected the create not to be sent, got {other:?}"),
+        }
+        assert_eq!(provider.inner().calls().len(), 5, "two calls, then three, and no second create");
+        // An idempotent call waits as long as the limit asks.
+        provider.instance_state(&instance()).await.unwrap();
+        assert_eq!(provider.inner().calls().len(), 6);
     }
 }
