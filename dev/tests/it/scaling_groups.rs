@@ -21,7 +21,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 use shared::crd::{
     AutoscalingStrategy, CspState, NodeVersion, NodeVersionSpec, PendingNode, PendingNodeGoal, PendingNodeSpec,
@@ -277,18 +277,26 @@ async fn a_leaving_instance_whose_deletion_fails_is_deleted_again_after_its_dead
     cluster.shutdown().await;
 }
 
-/// The positions in the request log of the first successful patch of the strategy's status and of the
-/// autoscaler's Deployment (its spec, not its status: the Deployment controller writes that), if any.
-fn first_writes(log: &dev::apiserver::RequestLog) -> (Option<u64>, Option<u64>) {
-    let entries = log.entries();
-    let first = |resource: &str, subresource: &str| {
-        entries
-            .iter()
-            .filter(|e| e.succeeded() && matches!(e.request.verb, dev::apiserver::Verb::Patch))
-            .find(|e| e.request.resource == resource && e.request.subresource == subresource)
-            .map(|e| e.seq)
-    };
-    (first("autoscalingstrategies", "status"), first("deployments", ""))
+/// The first resourceVersion after `from` at which an object of `api` satisfies `holds`, from a watch started at
+/// `from` (the API server replays every change since then, in resourceVersion order), read for up to 2 s.
+async fn first_change<K>(api: &Api<K>, from: &str, holds: impl Fn(&K) -> bool) -> Option<u64>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut events = api.watch(&WatchParams::default().timeout(2), from).await.ok()?.boxed();
+    while let Some(event) = events.next().await {
+        if let Ok(WatchEvent::Added(object) | WatchEvent::Modified(object)) = event
+            && holds(&object)
+        {
+            return object.meta().resource_version.as_deref()?.parse().ok();
+        }
+    }
+    None
+}
+
+/// The current resourceVersion of the cluster (of a list).
+async fn now_rv(api: &Api<AutoscalingStrategy>) -> String {
+    api.list_metadata(&Default::default()).await.unwrap().metadata.resource_version.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -324,8 +332,7 @@ async fn the_autoscaler_is_paused_while_group_nodes_are_outdated_and_restored_to
     .await;
 
     // A new image: the groups' nodes are outdated, the autoscaler is paused and confirmed down.
-    let log = cluster.server().request_log();
-    log.enable(100_000);
+    let before_pause = now_rv(&strategies).await;
     set_node_version_image(&cluster, "v2").await;
     eventually("the autoscaler is scaled to 0 and confirmed down", || async {
         let strategy = strategies.get("autoscalingstrategy").await.unwrap();
@@ -345,14 +352,16 @@ async fn the_autoscaler_is_paused_while_group_nodes_are_outdated_and_restored_to
     assert!(!events(&cluster, "AutoscalerPaused", "autoscalingstrategy").await.is_empty());
     // The pause is confirmed in the strategy's status only after the Deployment is scaled down: the rollouts'
     // gate (`confirmed_down`) never opens while an autoscaler pod may still be asked for.
-    let (status, scale) = first_writes(&log);
+    let scale =
+        first_change(&deployments, &before_pause, |d| d.spec.as_ref().and_then(|s| s.replicas) == Some(0)).await;
+    let status = first_change(&strategies, &before_pause, |s| s.status.as_ref().is_some_and(|s| !s.enabled)).await;
     assert!(
         matches!((status, scale), (Some(st), Some(sc)) if sc < st),
-        "paused: the Deployment's patch ({scale:?}) comes before the status ({status:?})"
+        "paused: the Deployment scaled to 0 (at {scale:?}) before the status says disabled (at {status:?})"
     );
 
     // Back to the nodes' image: nothing outdated, the autoscaler restored to 3 (not 1).
-    log.enable(100_000);
+    let before_restore = now_rv(&strategies).await;
     set_node_version_image(&cluster, "v1").await;
     eventually("the autoscaler is restored to 3 replicas", || async {
         let d = deployments.get("cluster-autoscaler").await.unwrap();
@@ -364,10 +373,12 @@ async fn the_autoscaler_is_paused_while_group_nodes_are_outdated_and_restored_to
     })
     .await;
     // A pause is lifted in the status first: the gate closes before the first autoscaler pod can exist.
-    let (status, scale) = first_writes(&log);
+    let status = first_change(&strategies, &before_restore, |s| s.status.as_ref().is_some_and(|s| s.enabled)).await;
+    let scale =
+        first_change(&deployments, &before_restore, |d| d.spec.as_ref().and_then(|s| s.replicas) == Some(3)).await;
     assert!(
         matches!((status, scale), (Some(st), Some(sc)) if st < sc),
-        "restored: the status ({status:?}) comes before the Deployment's patch ({scale:?})"
+        "restored: the status says enabled (at {status:?}) before the Deployment is scaled up (at {scale:?})"
     );
     replacer.component.stop(PATIENCE).await.expect("the controller stops cleanly");
     cluster.shutdown().await;
