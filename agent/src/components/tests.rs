@@ -278,7 +278,7 @@ async fn redirects_are_bounded() {
 
 /// An HTTP proxy on loopback: forwards requests in absolute form to their origin, refuses CONNECT
 /// (403); records every request line. Returns its URL and the record.
-async fn proxy() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+pub(crate) async fn proxy() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));

@@ -264,3 +264,23 @@ async fn an_upgrade_whose_component_urls_redirect_as_dl_k8s_io_does_completes() 
     assert_eq!(fixture.installed("/usr/local/bin/kubelet").as_deref(), Some(&b"kubelet v1.34.1"[..]));
     assert_eq!(fixture.kubeadm_calls().len(), 1);
 }
+
+/// Issue 29 item 4: behind a proxy (`HTTPS_PROXY`/`HTTP_PROXY`, here given to the host), every component of the
+/// upgrade is downloaded through it and the upgrade completes.
+#[tokio::test]
+async fn an_upgrade_behind_a_proxy_downloads_through_it_and_completes() {
+    let fixture = Fixture::new();
+    let files = artifacts(fixture.kubeadm(0, "ok"));
+    let base = serve(files.clone()).await;
+    let release = release(&base, &files);
+    let (proxy, seen) = crate::components::tests::proxy().await;
+    let host = fixture.host().with_proxy(proxy, "");
+    host.upgrade_kubernetes(&upgrade(Role::Worker, &release)).await.unwrap();
+    assert_eq!(fixture.installed("/usr/local/bin/kubelet").as_deref(), Some(&b"kubelet v1.34.1"[..]));
+    assert_eq!(fixture.kubeadm_calls().len(), 1);
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort();
+    let asked: Vec<String> =
+        ["kubeadm", "kubectl", "kubelet"].iter().map(|n| format!("GET {base}/{n} HTTP/1.1")).collect();
+    assert_eq!(seen, asked, "every download went through the proxy");
+}

@@ -69,6 +69,9 @@ pub struct CommandHost {
     namespaces_dir: PathBuf,
     /// The commands' cgroups (with a `cgroup` section), shared by the clones of this host.
     cgroups: Option<Arc<Cgroups>>,
+    /// The proxy of the component downloads and the hosts that bypass it (`NO_PROXY` syntax), instead of the
+    /// process's environment (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`).
+    proxy: Option<(String, String)>,
 }
 
 impl CommandHost {
@@ -79,7 +82,15 @@ impl CommandHost {
             boot_id_path: super::default_boot_id_path(),
             namespaces_dir: PathBuf::from(namespaces::HOST_NAMESPACES),
             cgroups,
+            proxy: None,
         }
+    }
+
+    /// Downloads components through the proxy at `url` (for `http://` and `https://` URLs), except from the hosts
+    /// `no_proxy` names (`NO_PROXY` syntax), instead of the proxies of the process's environment.
+    pub fn with_proxy(mut self, url: impl Into<String>, no_proxy: impl Into<String>) -> Self {
+        self.proxy = Some((url.into(), no_proxy.into()));
+        self
     }
 
     /// Reads the configuration file at `path` and sets up the backend.
@@ -301,7 +312,12 @@ impl HostUpdater for CommandHost {
                     message: error.to_string(),
                 }
             })?;
-        let installer = Installer::new(&kubernetes.host_root, &kubernetes.record)?;
+        let mut installer = Installer::new(&kubernetes.host_root, &kubernetes.record)?;
+        if let Some((url, no_proxy)) = &self.proxy {
+            let proxies =
+                crate::components::Matcher::builder().http(url.clone()).https(url.clone()).no(no_proxy.clone());
+            installer = installer.with_proxies(proxies.build())?;
+        }
         // Everything is downloaded and verified before anything is installed.
         let mut prepared = installer.prepare(&upgrade.components).await?;
         prepared.install_where(|component| !kubeadm::replaced_after_kubeadm(component)).await?;
