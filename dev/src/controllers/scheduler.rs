@@ -3,8 +3,13 @@
 //! # Guarantees
 //! - A pod is bound only to a node that is Ready, not cordoned (`spec.unschedulable`) and not being deleted,
 //!   whose labels satisfy the pod's `nodeSelector` and whose `NoSchedule`/`NoExecute` taints the pod tolerates.
-//! - Among those, the node with the fewest pods wins (ties by name): pods spread. Counts include the pods this
-//!   scheduler bound that the cache does not show yet, so a burst of pods spreads too.
+//! - Among those, the node with the fewest `PreferNoSchedule` taints the pod does not tolerate wins, as
+//!   kube-scheduler's TaintToleration score ranks nodes (`pkg/scheduler/framework/plugins/tainttoleration/
+//!   taint_toleration.go`, `countIntolerableTaintsPreferNoSchedule`: only tolerations with no effect or
+//!   `PreferNoSchedule` count; its weight of 3 in the default profile outweighs the spreading scores here, which
+//!   this scheduler simplifies to a pod count). Such a taint is soft: a node that carries it still takes pods when
+//!   no other fits. Then the node with the fewest pods wins (ties by name): pods spread. Counts include the pods
+//!   this scheduler bound that the cache does not show yet, so a burst of pods spreads too.
 //! - Only pods of `default-scheduler` (or none named) that are unbound, not terminal and not being deleted are
 //!   scheduled. DaemonSet pods come bound and are never seen here.
 //! - A pod no node fits gets `PodScheduled=False` (reason `Unschedulable`) and is tried again when a node
@@ -97,6 +102,19 @@ pub fn fits(pod: &PodInfo, node: &NodeInfo) -> bool {
         && tolerates_all(&pod.scheduling.tolerations, &node.taints)
 }
 
+/// How many of `node`'s `PreferNoSchedule` taints `pod` does not tolerate, counting only its tolerations without
+/// an effect or with `PreferNoSchedule` (upstream's `getAllTolerationPreferNoSchedule`).
+fn intolerable_preferences(pod: &PodInfo, node: &NodeInfo) -> usize {
+    let tolerations =
+        pod.scheduling.tolerations.iter().filter(|t| t.effect.is_empty() || &*t.effect == "PreferNoSchedule");
+    let tolerations: Vec<_> = tolerations.collect();
+    node.taints
+        .iter()
+        .filter(|taint| &*taint.effect == "PreferNoSchedule")
+        .filter(|taint| !tolerations.iter().any(|t| t.tolerates(taint)))
+        .count()
+}
+
 fn wants_scheduling(pod: &PodInfo) -> bool {
     let name = &*pod.scheduling.scheduler_name;
     pod.node_name.is_none()
@@ -163,14 +181,25 @@ struct Scheduler {
 }
 
 impl Scheduler {
-    /// The emptiest node `pod` fits on.
+    /// The node `pod` fits on with the fewest `PreferNoSchedule` taints it does not tolerate, the emptiest of
+    /// those.
     fn pick(&self, pod: &PodInfo) -> Option<Str> {
         let placement = self.placement.lock();
-        placement
-            .order
-            .iter()
-            .find(|(_, name)| self.informers.nodes.get(name).is_some_and(|node| fits(pod, &node)))
-            .map(|(_, name)| name.clone())
+        let mut best: Option<(usize, &Str)> = None;
+        for (_, name) in &placement.order {
+            let Some(node) = self.informers.nodes.get(name) else { continue };
+            if !fits(pod, &node) {
+                continue;
+            }
+            let avoided = intolerable_preferences(pod, &node);
+            if best.is_none_or(|(fewest, _)| avoided < fewest) {
+                best = Some((avoided, name));
+            }
+            if avoided == 0 {
+                break;
+            }
+        }
+        best.map(|(_, name)| name.clone())
     }
 
     fn mark_unschedulable(&self, pod: &PodInfo) -> Result<(), SyncError> {

@@ -102,3 +102,56 @@ async fn pods_spread_to_the_nodes_with_the_fewest_pods_and_never_to_not_ready_on
     assert_eq!(per_node, BTreeMap::from([("worker-0".to_owned(), 3), ("worker-1".to_owned(), 3)]));
     cluster.shutdown().await;
 }
+
+/// kube-scheduler's TaintToleration score: a node with a `PreferNoSchedule` taint the pod does not tolerate is
+/// passed over for one without, however many pods that one runs; a toleration (no effect, or `PreferNoSchedule`)
+/// makes the taint not count; and the taint is soft: with no other node left, such a node still takes the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_prefer_nodes_without_prefer_no_schedule_taints_they_do_not_tolerate() {
+    let cluster = bare_cluster(4).await;
+    let client = cluster.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let taint = json!({"spec": {"taints": [{"key": "example.com/outdated", "effect": "PreferNoSchedule"}]}});
+    for node in ["worker-0", "worker-1"] {
+        nodes.patch(node, &PatchParams::default(), &Patch::Merge(taint.clone())).await.unwrap();
+    }
+    eventually("the scheduler sees the taints", || async {
+        let cache = &cluster.informers().nodes;
+        ["worker-0", "worker-1"].iter().all(|n| cache.get(n).is_some_and(|n| !n.taints.is_empty()))
+    })
+    .await;
+
+    for i in 0..3 {
+        pods.create(&PostParams::default(), &pod(&format!("plain-{i}"), json!({}))).await.unwrap();
+    }
+    eventually("the plain pods are bound", || async {
+        (0..3).all(|i| node_of(&cluster, &format!("plain-{i}")).is_some())
+    })
+    .await;
+    for i in 0..3 {
+        assert_eq!(node_of(&cluster, &format!("plain-{i}")).as_deref(), Some("worker-2"), "plain-{i}");
+    }
+
+    // A toleration without an effect counts: the emptiest node wins again.
+    let tolerant = json!({"tolerations": [{"key": "example.com/outdated", "operator": "Exists"}]});
+    pods.create(&PostParams::default(), &pod("tolerant", tolerant)).await.unwrap();
+    eventually("the tolerant pod is bound", || async { node_of(&cluster, "tolerant").is_some() }).await;
+    assert_eq!(node_of(&cluster, "tolerant").as_deref(), Some("worker-0"));
+    // One for NoSchedule only does not.
+    let other = json!({"tolerations": [{"key": "example.com/outdated", "operator": "Exists", "effect": "NoSchedule"}]});
+    pods.create(&PostParams::default(), &pod("other-effect", other)).await.unwrap();
+    eventually("the other pod is bound", || async { node_of(&cluster, "other-effect").is_some() }).await;
+    assert_eq!(node_of(&cluster, "other-effect").as_deref(), Some("worker-2"));
+
+    // Soft: with worker-2 cordoned, a plain pod goes to a tainted node, the emptiest.
+    nodes.cordon("worker-2").await.unwrap();
+    eventually("the scheduler sees the cordon", || async {
+        cluster.informers().nodes.get("worker-2").is_some_and(|n| n.unschedulable)
+    })
+    .await;
+    pods.create(&PostParams::default(), &pod("last", json!({}))).await.unwrap();
+    eventually("the last pod is bound", || async { node_of(&cluster, "last").is_some() }).await;
+    assert_eq!(node_of(&cluster, "last").as_deref(), Some("worker-1"));
+    cluster.shutdown().await;
+}
