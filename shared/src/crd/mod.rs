@@ -15,6 +15,7 @@ mod node_version;
 pub mod nodeop;
 #[allow(clippy::duplicated_attributes)]
 mod pending_node;
+mod rollback;
 #[allow(clippy::duplicated_attributes)]
 mod scaling_group;
 
@@ -24,6 +25,7 @@ pub use node_version::{
     DrainOptions, DrainTimeoutAction, HeldBackNode, InFlightNode, LastValidSpec, MaintenanceWindow, NodeCounts,
     NodeKubelet, NodeVersion, NodeVersionSpec, NodeVersionStatus, RolloutPolicy, StepDuration, Wave, WaveCompleted,
 };
+pub use rollback::{FailureAction, RollbackStatus};
 pub use pending_node::{CspState, PendingNode, PendingNodeGoal, PendingNodeSpec, PendingNodeStatus};
 pub use scaling_group::{NodeRole, ScalingGroup, ScalingGroupSpec, ScalingGroupStatus};
 
