@@ -1,0 +1,170 @@
+//! Automatic rollback (issue 34 item 5, `spec.rollout.onFailure: Rollback`): an image that fails on a node spends
+//! the failure budget, and the nodes the rollout updated go back to the image the whole fleet ran, the last one
+//! first and the control plane last, within `maxUnavailable`; a node that fails on the way back stops the
+//! rollback, and the status and an Event say so.
+
+use crate::support::{self, condition_of, eventually, status_of};
+
+use dev::apiserver::Store;
+use dev::cluster::{Cluster, ClusterConfig};
+use dev::harness;
+use dev::hosts::{HostFaults, StageFailure};
+use dev::observer::{Limits, Observer};
+use dev::timing::Timing;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::ListParams;
+use serde_json::json;
+use shared::crd::NodeVersionStatus;
+use shared::protocol::{Step, keys};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const VERSION: &str = "constellation-version";
+
+fn faulty(message: &str) -> HostFaults {
+    HostFaults { stage_failure: Some(StageFailure { status: 500, message: message.into() }), ..Default::default() }
+}
+
+fn os_image(store: &Store, node: &str) -> Option<String> {
+    let node = store.api::<Node>().get(None, node).ok()?;
+    node.metadata.annotations?.get(keys::OS_IMAGE).cloned()
+}
+
+/// The reasons of the Events on the NodeVersion.
+fn version_events(store: &Store) -> Vec<(String, String)> {
+    let events = store.api::<Event>().list(None, &ListParams::default()).unwrap();
+    events
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(VERSION))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+/// The nodes drained a second time (back to the old image), in the order of those drains.
+fn drained_back(timeline: &BTreeMap<String, Vec<(Timestamp, Step)>>) -> Vec<String> {
+    let mut second: Vec<(Timestamp, String)> = timeline
+        .iter()
+        .filter_map(|(n, steps)| Some((steps.iter().filter(|(_, s)| *s == Step::Drain).nth(1)?.0, n.clone())))
+        .collect();
+    second.sort();
+    second.into_iter().map(|(_, n)| n).collect()
+}
+
+/// The nodes the rollout updated (rebooted into v2; a node staged or draining for v2 when the rollback started is
+/// released instead, never rebooted), in the rollback's order: workers by name descending, then the control plane.
+fn updated_in_rollback_order(timeline: &BTreeMap<String, Vec<(Timestamp, Step)>>, cp: &str) -> Vec<String> {
+    let mut updated: Vec<String> = timeline
+        .iter()
+        .filter(|(n, steps)| *n != cp && steps.iter().any(|(_, s)| *s == Step::Reboot))
+        .map(|(n, _)| n.clone())
+        .collect();
+    updated.reverse();
+    updated.push(cp.to_owned());
+    updated
+}
+
+/// A cluster of one control-plane node and four workers on v1, the agents and a controller, and a rollout to v2
+/// with `onFailure: Rollback` that fails on the last worker (its stage).
+async fn failing_rollout() -> (Cluster, Vec<harness::Component>, Observer, Vec<String>) {
+    let timing = Timing { stage: Duration::from_millis(300), reboot: Duration::from_millis(700), ..Timing::fast() };
+    let config = ClusterConfig { nodes: 5, control_planes: 1, image: "v1".into(), timing, ..ClusterConfig::default() };
+    let cluster = Cluster::start(config).await.unwrap();
+    let names = cluster.node_names();
+    cluster.hosts().set_faults(&names[4], faulty("sha256 mismatch for the image")).unwrap();
+    let mut components: Vec<_> = names.iter().map(|n| harness::agent(cluster.operator(), n)).collect();
+    components.push(harness::controller(cluster.operator(), harness::controller_options("c1")));
+    eventually(Duration::from_secs(60), "the agents and the controller", || {
+        components.iter().all(harness::Component::is_ready).then_some(())
+    })
+    .await;
+    let observer = Observer::start(cluster.client(), Limits::new(1, true));
+    support::create_version(
+        &cluster.store(),
+        "v2",
+        json!({"maxUnavailable": 1, "soakTime": "0ms", "failureBudget": 1, "onFailure": "Rollback"}),
+    );
+    (cluster, components, observer, names)
+}
+
+async fn settled(store: &Store, what: &str, reason: &str) -> (NodeVersionStatus, String) {
+    eventually(Duration::from_secs(120), what, || {
+        let status = status_of(store, VERSION);
+        let (_, r, message) = condition_of(&status, "Progressing")?;
+        (r == reason && status.in_flight.is_empty()).then_some((status, message))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_image_rolls_the_updated_nodes_back_the_last_first_and_the_control_plane_last() {
+    let (cluster, components, observer, names) = failing_rollout().await;
+    let store = cluster.store();
+
+    let (status, message) = settled(&store, "the rollback to v1", "RolledBack").await;
+    let seen = observer.stop().await;
+    assert_eq!(seen.violations, Vec::<String>::new(), "maxUnavailable 1 at every instant");
+    assert!(message.starts_with("rolled back from v2 to v1: all 5 node(s) run v1 again"), "{message}");
+    assert_eq!(status.last_complete_image.as_deref(), Some("v1"), "recorded from the fleet before it moved");
+    let rollback = status.rollback.clone().unwrap();
+    assert_eq!((rollback.from.as_str(), rollback.to.as_str()), ("v2", "v1"));
+    for name in &names {
+        assert_eq!(os_image(&store, name).as_deref(), Some("v1"), "{name}");
+    }
+    // Forward: the control plane, then the workers by name, until the last one failed (the worker staging or
+    // draining then was released); back: the workers the last first, then the control plane.
+    let (cp, w) = (&names[0], &names[1..]);
+    let updated = updated_in_rollback_order(&seen.timeline, cp);
+    assert!(updated.ends_with(&[w[1].clone(), w[0].clone(), cp.clone()]), "{updated:?} {:?}", seen.timeline);
+    assert_eq!(drained_back(&seen.timeline), updated);
+    assert!(!seen.timeline.get(&w[3]).is_some_and(|s| s.iter().any(|(_, s)| *s == Step::Drain)));
+    let events = version_events(&store);
+    assert!(events.iter().any(|(r, m)| r == "RollbackStarted" && m.contains("go back to v1")), "{events:?}");
+    assert!(events.iter().any(|(r, _)| r == "RolledBack"), "{events:?}");
+
+    // Nothing more starts until spec.image changes: the rollout stays rolled back.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, reason, _) = condition_of(&status_of(&store, VERSION), "Progressing").unwrap();
+    assert_eq!(reason, "RolledBack");
+
+    support::stop_all(components).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_failing_on_the_way_back_stops_the_rollback_and_says_so() {
+    let (cluster, components, observer, names) = failing_rollout().await;
+    let store = cluster.store();
+    let first_worker = names[1].clone();
+    // Once the first worker runs v2, its host fails every stage: it cannot go back.
+    eventually(Duration::from_secs(60), "the first worker on v2", || {
+        (os_image(&store, &first_worker).as_deref() == Some("v2")).then_some(())
+    })
+    .await;
+    cluster.hosts().set_faults(&first_worker, faulty("disk full")).unwrap();
+
+    let (status, message) = settled(&store, "the failed rollback", "RollbackFailed").await;
+    let seen = observer.stop().await;
+    assert_eq!(seen.violations, Vec::<String>::new());
+    assert!(message.starts_with("the rollback from v2 to v1 failed: 1 node(s) failed to update to v1"), "{message}");
+    let (_, reason, failed) = condition_of(&status, "Failed").unwrap();
+    assert_eq!(reason, "NodesFailed");
+    assert!(failed.contains(&first_worker) && failed.contains("disk full"), "{failed}");
+    // The later workers went back, the last first; the first failed to; the control plane, last, stays on v2.
+    let mut back = updated_in_rollback_order(&seen.timeline, &names[0]);
+    back.retain(|n| *n != first_worker && *n != names[0]);
+    assert!(back.ends_with(&[names[2].clone()]), "{back:?}");
+    assert_eq!(drained_back(&seen.timeline), back);
+    for name in &back {
+        assert_eq!(os_image(&store, name).as_deref(), Some("v1"), "{name}");
+    }
+    assert_eq!(os_image(&store, &first_worker).as_deref(), Some("v2"));
+    assert_eq!(os_image(&store, &names[0]).as_deref(), Some("v2"));
+    let events = version_events(&store);
+    assert!(events.iter().any(|(r, m)| r == "RollbackFailed" && m.contains("it stops")), "{events:?}");
+
+    support::stop_all(components).await;
+    cluster.shutdown().await;
+}
