@@ -40,8 +40,8 @@ pub(super) fn plan_image_rollout(
         moving: records.moving(),
     };
     // A rollback goes in the reverse order, control plane last (`super::rollback`).
-    let pool =
-        pipeline::Members { reversed: rollout.rollback.is_some(), ..pipeline::Members::image(members, own_node) };
+    let rollback = rollout.rollback.as_ref().map(|r| r.to.as_str());
+    let pool = pipeline::Members { rollback, ..pipeline::Members::image(members, own_node) };
     let flow = pipeline::Flow::Image { target: spec.target.clone() };
     let bounds = pipeline::Bounds::of(rollout, spec, &plan, now);
     let selected = pipeline::select(&pool, spec, &flow, (shared, &mut surge), &bounds);

@@ -55,8 +55,10 @@ pub(super) struct Members<'a, 'm> {
     pub limit: usize,
     /// Which control-plane members keep the workers waiting (rule 9).
     pub barrier: fn(&NodeView, &Assessment) -> bool,
-    /// A rollback ([`super::rollback`]): the reverse order, control plane last (none while a worker is pending).
-    pub reversed: bool,
+    /// A rollback ([`super::rollback`]), to this image: the reverse order, control plane last (none while a worker is
+    /// pending), and no member after one still finishing its step for another image (a reboot into the failed
+    /// image, verified to its end) starts before that one went back.
+    pub rollback: Option<&'m str>,
 }
 
 impl<'a, 'm> Members<'a, 'm> {
@@ -69,13 +71,38 @@ impl<'a, 'm> Members<'a, 'm> {
             candidate: |_, _| true,
             limit: usize::MAX,
             barrier: control_plane_pending,
-            reversed: false,
+            rollback: None,
         }
     }
 
     /// Whether control-plane members may start: always, but during a rollback only once no worker is pending.
     fn control_plane_may_start(&self) -> bool {
-        !self.reversed || !self.members.iter().any(|(n, a)| !n.control_plane && pending(a))
+        self.rollback.is_none() || !self.members.iter().any(|(n, a)| !n.control_plane && pending(a))
+    }
+
+    /// During a rollback, the earliest member in its order still in flight for another image than the rollback's (a
+    /// reboot into the failed image, verified to its end), or readied in this round to start in the next (just
+    /// verified, or released): no member after it starts before it went back.
+    fn rollback_barrier(&self) -> Option<Order> {
+        let to = self.rollback?;
+        self.members
+            .iter()
+            .filter(|(n, a)| {
+                let intent = n.controller.as_ref().ok().and_then(|c| c.intent.as_ref());
+                match a.situation {
+                    Situation::InFlight { .. } => intent.is_some_and(|i| i.target != to),
+                    Situation::Outdated { eligible: false, held: None } => true,
+                    _ => false,
+                }
+            })
+            .map(|(n, _)| order(n, self.own_node))
+            .min_by(super::rollback::cmp)
+    }
+
+    /// Whether `node` may start: control-plane nodes last in a rollback, and none after its `barrier`.
+    fn may_start(&self, node: &NodeView, control_plane_may_start: bool, barrier: Option<&Order>) -> bool {
+        (!node.control_plane || control_plane_may_start)
+            && barrier.is_none_or(|b| super::rollback::cmp(b, &order(node, self.own_node)).is_gt())
     }
 
     fn sort(&self, nodes: &mut [&'a NodeView]) {
@@ -85,13 +112,14 @@ impl<'a, 'm> Members<'a, 'm> {
 
 impl<'a> Pool<'a> for Members<'a, '_> {
     fn candidates(&self) -> Box<dyn Iterator<Item = (&'a NodeView, bool)> + '_> {
+        let (control_plane, barrier) = (self.control_plane_may_start(), self.rollback_barrier());
         let mut candidates: Vec<(&'a NodeView, bool)> = self
             .members
             .iter()
             .filter(|(n, a)| {
                 matches!(a.situation, Situation::Outdated { eligible: true, .. }) && (self.candidate)(n, a)
             })
-            .filter(|(n, _)| !n.control_plane || self.control_plane_may_start())
+            .filter(|(n, _)| self.may_start(n, control_plane, barrier.as_ref()))
             .map(|(n, a)| (*n, a.replace))
             .collect();
         candidates.sort_by(|(a, _), (b, _)| self.cmp_order(&order(a, self.own_node), &order(b, self.own_node)));
@@ -112,11 +140,12 @@ impl<'a> Pool<'a> for Members<'a, '_> {
     }
 
     fn staged_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
+        let (control_plane, barrier) = (self.control_plane_may_start(), self.rollback_barrier());
         let mut staged: Vec<&'a NodeView> = self
             .members
             .iter()
             .filter(|(n, a)| matches!(a.situation, Situation::Staging { eligible: true, .. }) && (self.candidate)(n, a))
-            .filter(|(n, _)| !n.control_plane || self.control_plane_may_start())
+            .filter(|(n, _)| self.may_start(n, control_plane, barrier.as_ref()))
             .map(|(n, _)| *n)
             .collect();
         self.sort(&mut staged);
@@ -156,7 +185,7 @@ impl<'a> Pool<'a> for Members<'a, '_> {
     }
 
     fn control_plane_pending(&self) -> Vec<(&'a NodeView, &'a Assessment)> {
-        if self.reversed {
+        if self.rollback.is_some() {
             // A rollback moves the control plane last: no worker waits for it.
             return Vec::new();
         }
@@ -164,7 +193,7 @@ impl<'a> Pool<'a> for Members<'a, '_> {
     }
 
     fn cmp_order(&self, a: &Order, b: &Order) -> std::cmp::Ordering {
-        if self.reversed { super::rollback::cmp(a, b) } else { a.cmp(b) }
+        if self.rollback.is_some() { super::rollback::cmp(a, b) } else { a.cmp(b) }
     }
 }
 

@@ -144,6 +144,31 @@ fn a_recorded_rollback_moves_the_updated_nodes_back_in_reverse_order_and_the_con
     let nodes3 = [on(cp("c0"), TARGET), on(cp("c1"), TARGET), node("w0"), node("w1")];
     let p = run(&nodes3, rollout(rolling_back(3), &recorded), t(5));
     assert_eq!(started(&p), [stage("c1", OLD), stage("c0", OLD)]);
+    // w2 still reboots into v2 (verified to its end): it goes back first, nothing after it starts, staging included;
+    // a worker before it in the rollback's order does.
+    let rebooting = with_intent(on(node("w2"), TARGET), Step::Reboot, TARGET, "r0", t(1));
+    let nodes5 = [on(node("w0"), TARGET), on(node("w1"), TARGET), rebooting.clone(), on(node("w3"), TARGET)];
+    let p = run(&nodes5, rollout(rolling_back(3), &recorded), t(2));
+    assert_eq!(started(&p), [stage("w3", OLD)]);
+    // Verified on v2 in this round (intent=done written now): it goes back next round, first.
+    let verified = crate::policy::tests::with_report(
+        with_intent(on(node("w2"), TARGET), Step::Reboot, TARGET, "r0", t(1)),
+        shared::protocol::AgentState::Done,
+        "r0",
+    );
+    let mut verified = verified;
+    if let Ok(a) = &mut verified.agent {
+        a.boot_id = Some(crate::policy::tests::boot("b1"));
+    }
+    verified.kubelet_boot_id = Some("b1".into());
+    let nodes5 = [on(node("w0"), TARGET), on(node("w1"), TARGET), verified];
+    let p = run(&nodes5, rollout(rolling_back(3), &recorded), t(2));
+    assert_eq!(started(&p), [("w2".to_owned(), ActionKind::Done { target: TARGET.into() })]);
+    // In flight for the rollback's own image, it holds nothing up.
+    let back = with_intent(on(node("w2"), TARGET), Step::Reboot, OLD, "r0", t(1));
+    let nodes6 = [on(node("w0"), TARGET), on(node("w1"), TARGET), back];
+    let p = run(&nodes6, rollout(rolling_back(3), &recorded), t(2));
+    assert_eq!(started(&p), [stage("w1", OLD), stage("w0", OLD)]);
     // A worker still to go back keeps the control plane waiting.
     let nodes4 = [on(cp("c0"), TARGET), on(node("w0"), TARGET).clone(), node("w1")];
     let p = run(&nodes4, rollout(rolling_back(3), &recorded), t(5));

@@ -43,6 +43,17 @@ fn version_events(store: &Store) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Every Event (when, about what, reason, note), for a failure's message.
+fn event_log(store: &Store) -> Vec<String> {
+    let events = store.api::<Event>().list(None, &ListParams::default()).unwrap();
+    let line = |e: Event| {
+        let about = e.regarding.and_then(|r| r.name).unwrap_or_default();
+        let at = e.event_time.map(|t| t.0.to_string()).unwrap_or_default();
+        format!("{at} {about} {} {}", e.reason.unwrap_or_default(), e.note.unwrap_or_default())
+    };
+    events.items.into_iter().map(line).collect()
+}
+
 /// The nodes drained a second time (back to the old image), in the order of those drains.
 fn drained_back(timeline: &BTreeMap<String, Vec<(Timestamp, Step)>>) -> Vec<String> {
     let mut second: Vec<(Timestamp, String)> = timeline
@@ -70,7 +81,16 @@ fn updated_in_rollback_order(timeline: &BTreeMap<String, Vec<(Timestamp, Step)>>
 /// with `onFailure: Rollback` that fails on the last worker (its stage).
 async fn failing_rollout() -> (Cluster, Vec<harness::Component>, Observer, Vec<String>) {
     let timing = Timing { stage: Duration::from_millis(300), reboot: Duration::from_millis(700), ..Timing::fast() };
-    let config = ClusterConfig { nodes: 5, control_planes: 1, image: "v1".into(), timing, ..ClusterConfig::default() };
+    // No sample workloads: their PodDisruptionBudgets would defer a worker behind the next one now and then
+    // (`crate::budget_order`), and the order this test checks is the rollback's.
+    let config = ClusterConfig {
+        nodes: 5,
+        control_planes: 1,
+        image: "v1".into(),
+        workloads: None,
+        timing,
+        ..ClusterConfig::default()
+    };
     let cluster = Cluster::start(config).await.unwrap();
     let names = cluster.node_names();
     cluster.hosts().set_faults(&names[4], faulty("sha256 mismatch for the image")).unwrap();
@@ -78,6 +98,11 @@ async fn failing_rollout() -> (Cluster, Vec<harness::Component>, Observer, Vec<S
     components.push(harness::controller(cluster.operator(), harness::controller_options("c1")));
     eventually(Duration::from_secs(60), "the agents and the controller", || {
         components.iter().all(harness::Component::is_ready).then_some(())
+    })
+    .await;
+    // Every agent has reported its host's image: no node is held back (NoAgentReport) and passed over.
+    eventually(Duration::from_secs(60), "every node's image reported", || {
+        names.iter().all(|n| os_image(&cluster.store(), n).as_deref() == Some("v1")).then_some(())
     })
     .await;
     let observer = Observer::start(cluster.client(), Limits::new(1, true));
@@ -118,7 +143,7 @@ async fn a_failing_image_rolls_the_updated_nodes_back_the_last_first_and_the_con
     let (cp, w) = (&names[0], &names[1..]);
     let updated = updated_in_rollback_order(&seen.timeline, cp);
     assert!(updated.ends_with(&[w[1].clone(), w[0].clone(), cp.clone()]), "{updated:?} {:?}", seen.timeline);
-    assert_eq!(drained_back(&seen.timeline), updated);
+    assert_eq!(drained_back(&seen.timeline), updated, "{:#?}", event_log(&store));
     assert!(!seen.timeline.get(&w[3]).is_some_and(|s| s.iter().any(|(_, s)| *s == Step::Drain)));
     let events = version_events(&store);
     assert!(events.iter().any(|(r, m)| r == "RollbackStarted" && m.contains("go back to v1")), "{events:?}");
@@ -156,7 +181,7 @@ async fn a_node_failing_on_the_way_back_stops_the_rollback_and_says_so() {
     let mut back = updated_in_rollback_order(&seen.timeline, &names[0]);
     back.retain(|n| *n != first_worker && *n != names[0]);
     assert!(back.ends_with(&[names[2].clone()]), "{back:?}");
-    assert_eq!(drained_back(&seen.timeline), back);
+    assert_eq!(drained_back(&seen.timeline), back, "{:#?}", event_log(&store));
     for name in &back {
         assert_eq!(os_image(&store, name).as_deref(), Some("v1"), "{name}");
     }

@@ -25,8 +25,8 @@ pub use node_version::{
     DrainOptions, DrainTimeoutAction, HeldBackNode, InFlightNode, LastValidSpec, MaintenanceWindow, NodeCounts,
     NodeKubelet, NodeVersion, NodeVersionSpec, NodeVersionStatus, RolloutPolicy, StepDuration, Wave, WaveCompleted,
 };
-pub use rollback::{FailureAction, RollbackStatus};
 pub use pending_node::{CspState, PendingNode, PendingNodeGoal, PendingNodeSpec, PendingNodeStatus};
+pub use rollback::{FailureAction, RollbackStatus};
 pub use scaling_group::{NodeRole, ScalingGroup, ScalingGroupSpec, ScalingGroupStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
