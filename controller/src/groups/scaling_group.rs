@@ -383,6 +383,23 @@ mod tests {
         assert!(held.event.is_none());
     }
 
+    /// During a rollback (`status.rollback` of the spec's image) the groups' template goes back to its `to`, so that
+    /// replaced nodes get new instances of the previous image; a new image ends it.
+    #[test]
+    fn a_rollback_sets_the_previous_image_on_the_groups() {
+        let now = Timestamp::from_second(1_000_000).unwrap();
+        let version = |image: &str| -> NodeVersion {
+            serde_json::from_value(json!({
+                "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
+                "metadata": {"name": "nv", "generation": 2}, "spec": {"image": image},
+                "status": {"lastCompleteImage": "v1", "rollback": {"from": "v2", "to": "v1", "since": "2026-11-29T00:00:00Z"}},
+            }))
+            .unwrap()
+        };
+        assert_eq!(desired(Some(&version("v2")), now), Desired::Image("v1".into()));
+        assert_eq!(desired(Some(&version("v3")), now), Desired::Image("v3".into()));
+    }
+
     #[test]
     fn an_image_is_set_only_when_the_node_version_names_a_different_one() {
         assert_eq!(image_to_set(Some("v2"), "v1"), Some("v2"));
