@@ -30,7 +30,8 @@
 //!   itself reads past the rest).
 //! - While a NodeVersion asks for a Kubernetes upgrade, it plans with [`plan_with`](super::plan_with) over every
 //!   node: that flow reads every member of the rollout (versions, hashes, its own budget). It indexes again once
-//!   no NodeVersion asks for one.
+//!   no NodeVersion asks for one. So it does while a NodeVersion rolls back (`status.rollback`): the rollback's
+//!   reverse order is read from the full list ([`super::rollback`]).
 
 use super::assess::{Assessment, Situation};
 use super::pipeline::{self, Pool};

@@ -20,8 +20,8 @@
 //!    clean-ups, and why an outdated node may not start (its own reason: no agent report,
 //!    NotReady, cordoned by someone else).
 //! 3. **Gates** ([`gates`]), in a fixed order, each of which stops *new* nodes for a whole rollout:
-//!    an invalid spec, `paused`, outside the maintenance window, the failure budget spent, a
-//!    blocked node with `onDrainTimeout: Stop`.
+//!    an invalid spec, `paused`, outside the maintenance window, the failure budget spent (with
+//!    `onFailure: Rollback`, a rollback: [`rollback`]), a blocked node with `onDrainTimeout: Stop`.
 //! 4. **Selection** ([`selection`]): the budget (`maxUnavailable` minus the nodes already
 //!    unavailable) and the order (control plane first and alone, then workers zone by zone and by name, the
 //!    controller's own node last).

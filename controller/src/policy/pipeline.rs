@@ -20,7 +20,8 @@
 //! 2. **paused** (`Paused`);
 //! 3. **maintenance windows and exclusions** (`OutsideMaintenanceWindow`: no window open; `MaintenanceExclusion`:
 //!    inside a freeze);
-//! 4. **failure budget** (`FailureBudgetExhausted`), then **health checks** (`HealthCheckFailing`: a check of
+//! 4. **failure budget** (`FailureBudgetExhausted`; with `onFailure: Rollback` the rollback starts here,
+//!    `RollbackStarted`, or has failed, `RollbackFailed`: [`super::rollback`]), then **health checks** (`HealthCheckFailing`: a check of
 //!    `spec.rollout.healthChecks` not evaluated yet, false, or true for less than its `for`; `HealthCheckTimedOut`:
 //!    one false longer than its `timeout`, the rollout stopped as failed until it passes again), decided by
 //!    [`super::health::hold`] from the verdicts the background evaluation (`crate::health_checks`) gives the
@@ -30,7 +31,8 @@
 //!    upgrade: a node the autoscaler adds meanwhile would join with the old components).
 //!
 //! Then, node by node in order — control-plane nodes first, then workers zone by zone and by name within a zone, the
-//! controller's own node last ([`order`]) — [`select`] applies rules 7 to 9 with the one function every flow and
+//! controller's own node last ([`order`]; during a rollback its reverse, the control plane last:
+//! [`super::rollback::cmp`]) — [`select`] applies rules 7 to 9 with the one function every flow and
 //! every NodeOp calls for them ([`super::admission::Admission::check`]), then rule 10:
 //! 7. **the budget** (`UnavailableNodes`): `maxUnavailable` over the rollout's members, minus every member
 //!    unavailable for any reason (in any flow's step, NotReady, cordoned, worked on by a NodeOp) and every node no
