@@ -164,6 +164,35 @@ pub fn last_complete(previous: Option<&NodeVersionStatus>, complete: Option<&str
     complete.map(str::to_owned).or_else(|| previous.and_then(|p| p.last_complete_image.clone()))
 }
 
+/// What `update-operator plan` says of `rollout`'s `onFailure: Rollback`, if it has it: the rollback under way (the
+/// forecast is then the rollback's), or what a spent failure budget would do. `uniform`: the image every selected
+/// node runs now, which the controller records as `lastCompleteImage` at its first plan when the status has none.
+pub fn forecast_note(rollout: &Rollout, uniform: Option<&str>) -> Option<String> {
+    let spec = rollout.spec.acting()?;
+    if let Some(active) = &rollout.rollback {
+        return Some(format!(
+            "NodeVersion {} is rolling back from {} to {} (status.rollback): the forecast is the rollback's, the last \
+             updated node first and the control plane last",
+            rollout.name, active.from, active.to
+        ));
+    }
+    if spec.policy.on_failure != shared::crd::FailureAction::Rollback {
+        return None;
+    }
+    Some(match rollout.last_complete.as_deref().or(uniform).filter(|to| *to != spec.target) {
+        Some(to) => format!(
+            "NodeVersion {}: onFailure is Rollback: once {} node(s) fail to update to {}, the nodes it updated go back \
+             to {to}, the last first and the control plane last; the forecast assumes no node fails",
+            rollout.name, spec.policy.failure_budget, spec.target
+        ),
+        None => format!(
+            "NodeVersion {}: onFailure is Rollback, but no image every node ran is known (status.lastCompleteImage): \
+             a spent failure budget stops the rollout as Stop does",
+            rollout.name
+        ),
+    })
+}
+
 #[cfg(test)]
 #[path = "rollback_tests.rs"]
 mod tests;

@@ -289,3 +289,14 @@ fn the_status_keeps_the_last_complete_image_and_the_rollback_record() {
     assert_eq!(s.rollback, None);
     assert_eq!(s.last_complete_image.as_deref(), Some(OLD));
 }
+
+#[test]
+fn plan_says_what_a_spent_budget_would_do() {
+    let unknown = rollout(rolling_back(1), &status(None, None));
+    let note = forecast_note(&unknown, None).unwrap();
+    assert!(note.contains("no image every node ran is known") && note.contains("as Stop does"), "{note}");
+    assert!(forecast_note(&unknown, Some(OLD)).unwrap().contains("go back to v1"));
+    let recorded = rollout(rolling_back(1), &status(Some("v0"), None));
+    assert!(forecast_note(&recorded, Some(OLD)).unwrap().contains("go back to v0"), "the status's record first");
+    assert_eq!(forecast_note(&rollout(Policy::default(), &status(Some(OLD), None)), Some(OLD)), None);
+}
