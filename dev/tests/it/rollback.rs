@@ -1,7 +1,7 @@
 //! Automatic rollback (issue 34 item 5, `spec.rollout.onFailure: Rollback`): an image that fails on a node spends
 //! the failure budget, and the nodes the rollout updated go back to the image the whole fleet ran, the last one
-//! first and the control plane last, within `maxUnavailable`; a node that fails on the way back stops the
-//! rollback, and the status and an Event say so.
+//! first and the control plane last, within `maxUnavailable`, and a new leader continues the recorded rollback; a
+//! node that fails on the way back stops the rollback, and the status and an Event say so.
 
 use crate::support::{self, condition_of, eventually, status_of};
 
@@ -124,9 +124,14 @@ async fn settled(store: &Store, what: &str, reason: &str) -> (NodeVersionStatus,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_image_rolls_the_updated_nodes_back_the_last_first_and_the_control_plane_last() {
-    let (cluster, components, observer, names) = failing_rollout().await;
+async fn a_failing_image_rolls_the_updated_nodes_back_the_last_first_and_the_control_plane_last_across_a_new_leader() {
+    let (cluster, mut components, observer, names) = failing_rollout().await;
     let store = cluster.store();
+    // Once the rollback is recorded, the controller goes and another takes over: it continues the rollback.
+    eventually(Duration::from_secs(60), "the rollback's record", || status_of(&store, VERSION).rollback).await;
+    let first_controller = components.pop().unwrap();
+    first_controller.stop(Duration::from_secs(10)).await.unwrap();
+    components.push(harness::controller(cluster.operator(), harness::controller_options("c2")));
 
     let (status, message) = settled(&store, "the rollback to v1", "RolledBack").await;
     let seen = observer.stop().await;
@@ -145,6 +150,10 @@ async fn a_failing_image_rolls_the_updated_nodes_back_the_last_first_and_the_con
     assert!(updated.ends_with(&[w[1].clone(), w[0].clone(), cp.clone()]), "{updated:?} {:?}", seen.timeline);
     assert_eq!(drained_back(&seen.timeline), updated, "{:#?}", event_log(&store));
     assert!(!seen.timeline.get(&w[3]).is_some_and(|s| s.iter().any(|(_, s)| *s == Step::Drain)));
+    // No node went to v2 again after the change of leader: each was drained at most twice.
+    for (node, steps) in &seen.timeline {
+        assert!(steps.iter().filter(|(_, s)| *s == Step::Drain).count() <= 2, "{node}: {steps:?}");
+    }
     let events = version_events(&store);
     assert!(events.iter().any(|(r, m)| r == "RollbackStarted" && m.contains("go back to v1")), "{events:?}");
     assert!(events.iter().any(|(r, _)| r == "RolledBack"), "{events:?}");
