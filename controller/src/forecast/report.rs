@@ -119,10 +119,7 @@ impl Report {
         // With onFailure: Rollback, what a spent failure budget would do, or the rollback under way.
         for (i, rollout) in rollouts.iter().enumerate() {
             let uniform = crate::policy::rollback::uniform(
-                views
-                    .iter()
-                    .filter(|v| v.selected_by.contains(&i))
-                    .map(|v| v.agent.as_ref().ok().and_then(|a| a.os_image.as_deref())),
+                views.iter().filter(|v| v.selected_by.contains(&i)).map(crate::policy::rollback::node_image),
             );
             assumptions.extend(crate::policy::rollback::forecast_note(rollout, uniform.as_deref()));
         }

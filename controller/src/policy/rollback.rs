@@ -154,8 +154,14 @@ pub fn find_uniform<'n>(plans: &mut [super::Plan], nodes: impl Fn() -> Vec<&'n s
         }
         let nodes = nodes();
         let selected = nodes.iter().filter(|n| n.selected_by.contains(&index));
-        plan.uniform_image = uniform(selected.map(|n| super::assess::image(n.agent.as_ref().ok())));
+        plan.uniform_image = uniform(selected.map(|n| node_image(n)));
     }
+}
+
+/// The image a node runs: its agent's report, or else (a node of a scaling group, which runs no agent) the image the
+/// cloud created it from, as the replacement reads it.
+pub fn node_image(node: &super::NodeView) -> Option<&str> {
+    super::assess::image(node.agent.as_ref().ok()).or(node.group.as_ref().and_then(|g| g.image.as_deref()))
 }
 
 /// `status.lastCompleteImage` after a plan: `complete` (the image every selected node runs now, if one does), else

@@ -245,6 +245,24 @@ fn the_uniform_image_is_one_image_every_node_reports() {
     let mut plans = plan(&nodes, &[rollout(Policy::default(), &status(None, None))], None, t(0)).rollouts;
     find_uniform(&mut plans, || nodes.iter().collect());
     assert_eq!(plans[0].uniform_image.as_deref(), Some(OLD));
+    // A node of a scaling group runs no agent: the image the cloud created it from.
+    let mut group = node("g0");
+    group.agent = Ok(shared::protocol::AgentReport::default());
+    group.group = Some(crate::policy::GroupMember {
+        group_id: "g".into(),
+        provider_id: "simulated://g/g0".into(),
+        image: Some(OLD.into()),
+        ready_since: None,
+        labels: Default::default(),
+        taints: Vec::new(),
+        heir: None,
+        donor: None,
+    });
+    assert_eq!(node_image(&group), Some(OLD));
+    let mixed = [node("w0"), group];
+    let mut plans = plan(&mixed, &[rollout(Policy::default(), &status(None, None))], None, t(0)).rollouts;
+    find_uniform(&mut plans, || mixed.iter().collect());
+    assert_eq!(plans[0].uniform_image.as_deref(), Some(OLD));
     let moved = [on(node("w0"), TARGET), node("w1")];
     let mut plans = plan(&moved, &[rollout(Policy::default(), &status(None, None))], None, t(0)).rollouts;
     find_uniform(&mut plans, || moved.iter().collect());
