@@ -253,21 +253,32 @@ struct State {
     attempts: Attempts,
 }
 
+/// What of a NodeVersion its groups' image depends on: its generation (the spec), and the image a rollback under way
+/// moves the nodes back to (`status.rollback` of the spec's image, `crate::policy::rollback`).
+type GroupsKey = (Option<i64>, Option<String>);
+
+fn groups_key(version: &NodeVersion) -> GroupsKey {
+    let rollback = crate::policy::rollback::Active::recorded(version.status.as_ref(), &version.spec.image);
+    (version.metadata.generation, rollback.map(|r| r.to))
+}
+
 /// Runs the controller until `shutdown` is cancelled: every ScalingGroup, again when its NodeVersion changes.
 pub async fn run(context: Context, shutdown: CancellationToken) {
     let client = context.client.clone();
     let controller = Controller::new(Api::<ScalingGroup>::all(client.clone()), watcher::Config::default());
     let store = controller.store();
-    // The NodeVersion's status changes at every rollout step; only a new spec (its generation) concerns the groups.
-    let specs_seen = std::sync::Mutex::new(std::collections::HashMap::<String, Option<i64>>::new());
+    // The NodeVersion's status changes at every rollout step; only a new spec (its generation) or a rollback
+    // recorded or dropped ([`groups_key`]) concerns the groups.
+    let specs_seen = std::sync::Mutex::new(std::collections::HashMap::<String, GroupsKey>::new());
     let results = controller
         .watches(Api::<NodeVersion>::all(client), watcher::Config::default(), move |version: NodeVersion| {
             let name = version.name_any();
             let mut seen = specs_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if seen.get(&name) == Some(&version.metadata.generation) {
+            let key = groups_key(&version);
+            if seen.get(&name) == Some(&key) {
                 return Vec::new();
             }
-            seen.insert(name.clone(), version.metadata.generation);
+            seen.insert(name.clone(), key);
             store
                 .state()
                 .iter()
@@ -398,6 +409,11 @@ mod tests {
         };
         assert_eq!(desired(Some(&version("v2")), now), Desired::Image("v1".into()));
         assert_eq!(desired(Some(&version("v3")), now), Desired::Image("v3".into()));
+        // The groups are visited again when the rollback is recorded: not only when the spec changes.
+        let mut before = version("v2");
+        before.status.as_mut().unwrap().rollback = None;
+        assert_ne!(groups_key(&before), groups_key(&version("v2")));
+        assert_eq!(groups_key(&before), groups_key(&version("v3")), "another image's record is no rollback");
     }
 
     #[test]
