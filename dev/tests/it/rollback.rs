@@ -202,3 +202,89 @@ async fn a_node_failing_on_the_way_back_stops_the_rollback_and_says_so() {
     support::stop_all(components).await;
     cluster.shutdown().await;
 }
+
+/// The images of a group's instances that are not terminated, by the simulated cloud.
+fn instance_images(cluster: &Cluster, group: &str) -> Vec<String> {
+    let snapshot = cluster.cloud().snapshot();
+    let live = cluster.cloud().instances_of(group);
+    let instances = snapshot["instances"].as_array().cloned().unwrap_or_default();
+    let mut images: Vec<String> = instances
+        .iter()
+        .map(|i| &i["instance"])
+        .filter(|i| live.iter().any(|n| i["name"] == n.as_str()))
+        .filter_map(|i| i["image"].as_str().map(str::to_owned))
+        .collect();
+    images.sort();
+    images
+}
+
+/// A replaced node goes back by replacement too: a new instance of the previous image takes the place of the node
+/// the rollout replaced; the node updated in place goes back in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_node_goes_back_as_a_new_instance_of_the_previous_image() {
+    use crate::e2e_replacement::{controller, describe, group_nodes, small_cluster};
+    let cluster = small_cluster().await;
+    let store = cluster.store();
+    let limits = Limits { surge: Some(dev::observer::Surge { baseline: 2, max_surge: 1 }), ..Limits::new(1, false) };
+    let agents = vec![harness::agent(cluster.operator(), "worker-0")];
+    let controller = controller(&cluster, "c1");
+    eventually(Duration::from_secs(60), "the agent's report", || {
+        (os_image(&store, "worker-0").as_deref() == Some("v1")).then_some(())
+    })
+    .await;
+    let observer = Observer::start(cluster.client(), limits);
+    let rollout = json!({"maxUnavailable": 1, "maxSurge": 1, "joinTimeout": "4s", "failureBudget": 1,
+                         "onFailure": "Rollback"});
+    support::create_version(&store, "v2", rollout);
+
+    // worker-0 in place, then the first node of the group replaced by an instance of v2 (once its node registered,
+    // the next instance is created only after the donor is gone); from then on the group's instances never join:
+    // the second replacement fails, the budget is spent.
+    eventually(Duration::from_secs(120), "the first v2 instance's node", || {
+        let snapshot = cluster.cloud().snapshot();
+        let instances = snapshot["instances"].as_array().cloned().unwrap_or_default();
+        instances
+            .iter()
+            .any(|i| i["registered"] == true && i["instance"]["group"] == "workers-a" && i["instance"]["image"] == "v2")
+            .then_some(())
+    })
+    .await;
+    let faults = dev::cloud::GroupFaults { never_joins: true, ..Default::default() };
+    cluster.cloud().set_group_faults("workers-a", faults).unwrap();
+    let replaced = group_nodes(&cluster, "workers-a");
+    eventually(Duration::from_secs(120), "the rollback's record", || status_of(&store, VERSION).rollback).await;
+    cluster.cloud().set_group_faults("workers-a", dev::cloud::GroupFaults::default()).unwrap();
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        let status = status_of(&store, VERSION);
+        if condition_of(&status, "Progressing").is_some_and(|(_, r, _)| r == "RolledBack")
+            && status.in_flight.is_empty()
+        {
+            break status;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no RolledBack:\n{}\n{:?}\n{:?}",
+            describe(&cluster),
+            status.conditions,
+            cluster.cloud().snapshot()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let describe = describe(&cluster);
+    assert_eq!(status.counts.up_to_date, 3, "{describe}");
+    assert_eq!(os_image(&store, "worker-0").as_deref(), Some("v1"));
+    eventually(Duration::from_secs(60), "the group's instances on v1", || {
+        (instance_images(&cluster, "workers-a") == ["v1", "v1"]).then_some(())
+    })
+    .await;
+    let now = group_nodes(&cluster, "workers-a");
+    assert_eq!(now.len(), 2, "{describe}");
+    assert!(now != replaced, "the v2 node was replaced again: {replaced:?} -> {now:?}");
+    assert_eq!(observer.stop().await.violations, Vec::<String>::new());
+
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    support::stop_all(agents).await;
+    cluster.shutdown().await;
+}
