@@ -391,7 +391,9 @@ mod tests {
         let rollback = json!({"onFailure": "Rollback", "failureBudget": 2});
         let notes: Vec<String> = said(version(rollback.clone(), json!(null)));
         assert_eq!(notes.len(), 1, "{notes:?}");
-        assert!(notes[0].starts_with("NodeVersion nv: onFailure is Rollback: once 2 node(s) fail to update to v2, the nodes it updated go back to v1"), "{}", notes[0]);
+        let expected = "NodeVersion nv: onFailure is Rollback: once 2 node(s) fail to update to v2, the nodes it \
+                        updated go back to v1";
+        assert!(notes[0].starts_with(expected), "{}", notes[0]);
         // Stop (the default): nothing said.
         assert_eq!(said(version(json!({}), json!(null))), Vec::<String>::new());
         // Under way: the forecast is the rollback's.

@@ -403,7 +403,8 @@ mod tests {
             serde_json::from_value(json!({
                 "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
                 "metadata": {"name": "nv", "generation": 2}, "spec": {"image": image},
-                "status": {"lastCompleteImage": "v1", "rollback": {"from": "v2", "to": "v1", "since": "2026-11-29T00:00:00Z"}},
+                "status": {"lastCompleteImage": "v1",
+                           "rollback": {"from": "v2", "to": "v1", "since": "2026-11-29T00:00:00Z"}},
             }))
             .unwrap()
         };

@@ -21,9 +21,10 @@
 //! 3. **maintenance windows and exclusions** (`OutsideMaintenanceWindow`: no window open; `MaintenanceExclusion`:
 //!    inside a freeze);
 //! 4. **failure budget** (`FailureBudgetExhausted`; with `onFailure: Rollback` the rollback starts here,
-//!    `RollbackStarted`, or has failed, `RollbackFailed`: [`super::rollback`]), then **health checks** (`HealthCheckFailing`: a check of
-//!    `spec.rollout.healthChecks` not evaluated yet, false, or true for less than its `for`; `HealthCheckTimedOut`:
-//!    one false longer than its `timeout`, the rollout stopped as failed until it passes again), decided by
+//!    `RollbackStarted`, or has failed, `RollbackFailed`: [`super::rollback`]), then **health checks**
+//!    (`HealthCheckFailing`: a check of `spec.rollout.healthChecks` not evaluated yet, false, or true for less than
+//!    its `for`; `HealthCheckTimedOut`: one false longer than its `timeout`, the rollout stopped as failed until it
+//!    passes again), decided by
 //!    [`super::health::hold`] from the verdicts the background evaluation (`crate::health_checks`) gives the
 //!    rollout; staging ahead waits too, as behind every gate;
 //! 5. **drain timeout with `onDrainTimeout: Stop`** (`StoppedOnDrainTimeout`);
