@@ -181,7 +181,11 @@ pub(super) fn open<'r>(
     let moving = plan.in_flight.iter().filter(|f| f.step != Step::Stage).count() as u32;
     let tally = waves::Tally { total: c.total, done: c.up_to_date + c.failed + c.blocked, moving };
     let target = described.as_deref().unwrap_or(&spec.target);
-    plan.waves = waves::progress(&spec.policy.waves, tally, &rollout.waves, target, now);
+    // A rollback goes back to an image every node ran: canary waves, which prove a new image, do not hold it
+    // (`super::rollback`).
+    let rolling_back = rollout.rollback.is_some() && flow.is_none();
+    plan.waves =
+        if rolling_back { None } else { waves::progress(&spec.policy.waves, tally, &rollout.waves, target, now) };
     match gates::closed(rollout, Some(spec), described.as_deref(), &plan.counts, drain_timeouts, autoscaler, now) {
         // An invalid spec is said even when nothing is outdated, and so is a rollback that starts or fails (the
         // last node the budget allowed may have been the last outdated one); the other gates matter only when

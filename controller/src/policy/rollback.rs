@@ -9,6 +9,8 @@
 //! again through the one pipeline — its gates (`paused`, windows and exclusions, health checks, ...), its budget,
 //! one control-plane node at a time — and a node of a scaling group is replaced by a new instance of `to` (the
 //! ScalingGroup controller reads the same acting target). The nodes this rollout never moved already run `to`.
+//! Canary waves do not hold a rollback ([`super::pipeline::open`]): they prove a new image, and `to` ran on every
+//! node.
 //!
 //! # When
 //! - **Start**: the failure budget gate ([`super::gates`]) finds the budget spent for the spec's image, with

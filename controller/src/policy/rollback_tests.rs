@@ -176,6 +176,21 @@ fn a_recorded_rollback_moves_the_updated_nodes_back_in_reverse_order_and_the_con
 }
 
 #[test]
+fn canary_waves_do_not_hold_a_rollback() {
+    let waves = vec![crate::policy::waves::WavePolicy {
+        nodes: budget::MaxUnavailable::Count(1),
+        soak: jiff::SignedDuration::from_hours(1),
+    }];
+    let policy = Policy { waves, ..rolling_back(1) };
+    let nodes = [on(node("w0"), TARGET), on(node("w1"), TARGET), failed(node("w2"), TARGET)];
+    // Forward, the first wave (one node, done) would soak for an hour; back, the nodes go at once.
+    let p = run(&nodes, rollout(policy.clone(), &status(Some(OLD), None)), t(5));
+    assert_eq!(p.hold.unwrap().reason, Reason::RollbackStarted);
+    let p = run(&nodes, rollout(policy, &status(Some(OLD), Some((TARGET, OLD)))), t(5));
+    assert_eq!((started(&p), p.hold, p.waves), (vec![stage("w1", OLD)], None, None));
+}
+
+#[test]
 fn the_rollbacks_own_failures_stop_it_and_a_rollback_done_holds_until_the_image_changes() {
     let recorded = status(Some(OLD), Some((TARGET, OLD)));
     // w1 failed to go back: the rollback's own budget (1) is spent.
