@@ -9,11 +9,11 @@
 //! again through the one pipeline — its gates (`paused`, windows and exclusions, health checks, ...), its budget,
 //! one control-plane node at a time — and a node of a scaling group is replaced by a new instance of `to` (the
 //! ScalingGroup controller reads the same acting target). The nodes this rollout never moved already run `to`.
-//! Canary waves do not hold a rollback ([`super::pipeline::open`]): they prove a new image, and `to` ran on every
+//! Canary waves do not hold a rollback (`pipeline::open`): they prove a new image, and `to` ran on every
 //! node.
 //!
 //! # When
-//! - **Start**: the failure budget gate ([`super::gates`]) finds the budget spent for the spec's image, with
+//! - **Start**: the failure budget gate (`gates.rs`) finds the budget spent for the spec's image, with
 //!   `onFailure: Rollback` and a known `lastCompleteImage` other than the image: its hold is `RollbackStarted`
 //!   (a Warning Event), nothing starts in that round, and the plan carries the record to write
 //!   ([`Plan::rollback_started`](super::Plan::rollback_started)). Only once the record is in the status does a
@@ -125,7 +125,7 @@ pub fn on_spent(rollout: &Rollout, spec: &ValidSpec, image_flow: bool) -> Spent 
     }
 }
 
-/// The rollback's order of two members' start orders ([`Order`]: control plane first, own node last, zone,
+/// The rollback's order of two members' start orders (`Order`: control plane first, own node last, zone,
 /// deferred, name): control plane last, the own node still last among the workers, zones and names descending,
 /// deferred nodes still after the others of their zone.
 pub fn cmp(a: &Order, b: &Order) -> Ordering {
