@@ -72,6 +72,9 @@ pub enum Reason {
     WaveSoaking,
     CannotFinishInWindow,
     FailureBudgetExhausted,
+    RollbackStarted,
+    RollbackFailed,
+    RolledBack,
     HealthCheckFailing,
     HealthCheckTimedOut,
     StoppedOnDrainTimeout,
@@ -157,6 +160,8 @@ impl Reason {
                 | Reason::CordonedByOther
                 | Reason::SelectorOverlap
                 | Reason::FailureBudgetExhausted
+                | Reason::RollbackStarted
+                | Reason::RollbackFailed
                 | Reason::HealthCheckTimedOut
                 | Reason::StoppedOnDrainTimeout
                 | Reason::InvalidSpec

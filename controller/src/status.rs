@@ -153,6 +153,16 @@ pub fn compute(
         waves: crate::policy::waves::Completed::from_status(previous.map(|p| p.waves.as_slice()).unwrap_or_default())
             .record(plan.waves.as_ref(), now)
             .to_status(),
+        // The image every selected node runs (the target once complete, or a fleet not moved yet) is what a
+        // rollback goes back to; kept otherwise (`policy::rollback`).
+        last_complete_image: crate::policy::rollback::last_complete(
+            previous,
+            acting
+                .filter(|_| !kubernetes_active && c.total > 0 && c.up_to_date == c.total)
+                .map(|s| s.target.as_str())
+                .or(plan.uniform_image.as_deref()),
+        ),
+        rollback: plan.rollback_started.as_ref().or(rollout.rollback.as_ref()).map(|r| r.to_status()),
         // What each step took, for `update-operator plan` (issue 18).
         step_durations: crate::forecast::durations::measure(
             previous,

@@ -116,6 +116,13 @@ impl Report {
                 }
             }
         }
+        // With onFailure: Rollback, what a spent failure budget would do, or the rollback under way.
+        for (i, rollout) in rollouts.iter().enumerate() {
+            let uniform = crate::policy::rollback::uniform(
+                views.iter().filter(|v| v.selected_by.contains(&i)).map(crate::policy::rollback::node_image),
+            );
+            assumptions.extend(crate::policy::rollback::forecast_note(rollout, uniform.as_deref()));
+        }
         let upgrades_kubernetes = rollouts
             .iter()
             .any(|r| matches!(r.kubernetes, Some(crate::policy::kubernetes::KubernetesSpec::Upgrade(_))));
@@ -363,6 +370,37 @@ mod tests {
         .unwrap();
         let report = Report::build(snapshot, Some(plain), Flags::default(), None, now);
         assert!(!report.assumptions.iter().any(|a| a.contains("your hook")), "{:?}", report.assumptions);
+    }
+
+    #[test]
+    fn a_rollout_that_would_roll_back_on_failure_says_so_and_a_rollback_under_way_too() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let version = |rollout: serde_json::Value, status: serde_json::Value| -> NodeVersion {
+            serde_json::from_value(json!({
+                "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
+                "metadata": {"name": "nv"}, "spec": {"image": "v2", "rollout": rollout}, "status": status
+            }))
+            .unwrap()
+        };
+        let snapshot = Snapshot { nodes: vec![slim("cp-0", true), slim("w-0", false)], ..Default::default() };
+        let said = |v: NodeVersion| {
+            let report = Report::build(snapshot.clone(), Some(v), Flags::default(), None, now);
+            report.assumptions.into_iter().filter(|a| a.contains("Rollback") || a.contains("rolling back")).collect()
+        };
+        // Over a fleet on v1 (what the controller records first): back to v1.
+        let rollback = json!({"onFailure": "Rollback", "failureBudget": 2});
+        let notes: Vec<String> = said(version(rollback.clone(), json!(null)));
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let expected = "NodeVersion nv: onFailure is Rollback: once 2 node(s) fail to update to v2, the nodes it \
+                        updated go back to v1";
+        assert!(notes[0].starts_with(expected), "{}", notes[0]);
+        // Stop (the default): nothing said.
+        assert_eq!(said(version(json!({}), json!(null))), Vec::<String>::new());
+        // Under way: the forecast is the rollback's.
+        let status = json!({"rollback": {"from": "v2", "to": "v1", "since": "2026-11-29T00:00:00Z"}});
+        let notes: Vec<String> = said(version(rollback, status));
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].starts_with("NodeVersion nv is rolling back from v2 to v1"), "{}", notes[0]);
     }
 
     #[test]

@@ -136,6 +136,8 @@ fn between_nodes(reason: &str) -> bool {
         Reason::NodeNotReady,
         Reason::ImageUnknown,
         Reason::GroupImagePending,
+        // The rollback starts moving nodes back in the next round.
+        Reason::RollbackStarted,
     ]
     .iter()
     .any(|r| r.to_string() == reason)
@@ -150,6 +152,16 @@ pub fn held_back(version: &NodeVersion) -> Option<String> {
     let current = progressing.observed_generation.is_some_and(|g| Some(g) == version.metadata.generation);
     (current && progressing.status == "False" && !between_nodes(&progressing.reason))
         .then(|| format!("{}: {}", progressing.reason, progressing.message))
+}
+
+/// The image `version` moves its groups' nodes to, unless it is held back ([`held_back`]): `spec.image`, or during a
+/// rollback (`status.rollback` of that image) the image the nodes go back to (`crate::policy::rollback`). Pure.
+pub fn desired_image(version: &NodeVersion) -> Option<String> {
+    if held_back(version).is_some() {
+        return None;
+    }
+    let rollback = crate::policy::rollback::Active::recorded(version.status.as_ref(), &version.spec.image);
+    Some(rollback.map_or_else(|| version.spec.image.clone(), |r| r.to)).filter(|i| !i.is_empty())
 }
 
 /// Drives `pause` from the cluster until `shutdown` is cancelled.
@@ -213,11 +225,7 @@ pub async fn drive(context: Context, pause: Arc<PauseSender>, shutdown: Cancella
             .iter()
             .map(|g| GroupTarget {
                 group_id: g.spec.group_id.clone(),
-                desired: versions
-                    .get(&reflector::ObjectRef::new(&g.spec.node_image))
-                    .filter(|v| held_back(v).is_none())
-                    .map(|v| v.spec.image.clone())
-                    .filter(|i| !i.is_empty()),
+                desired: versions.get(&reflector::ObjectRef::new(&g.spec.node_image)).and_then(|v| desired_image(&v)),
             })
             .collect();
         let state = nodes.state();
@@ -297,6 +305,27 @@ mod tests {
         assert!(pause.reason.contains("1 node(s)") && pause.reason.contains("a-1"), "{}", pause.reason);
         let pause = pause_for(&targets, &[node("a-1", "a", "v2"), node("b-1", "b", "v1")], 0);
         assert_eq!(pause, Pause::default());
+    }
+
+    /// During a rollback the groups' nodes are outdated against the image they go back to, and the round that
+    /// starts the rollback keeps the pause.
+    #[test]
+    fn a_rollback_pauses_for_the_nodes_still_on_the_image_it_leaves() {
+        let version = |image: &str, reason: &str| -> NodeVersion {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
+                "metadata": {"name": "nv", "generation": 1}, "spec": {"image": image},
+                "status": {"rollback": {"from": "v2", "to": "v1", "since": "2026-11-29T00:00:00Z"},
+                           "conditions": [{"type": "Progressing", "status": "False", "reason": reason, "message": "m",
+                                           "observedGeneration": 1, "lastTransitionTime": "2026-11-29T00:00:00Z"}]}
+            }))
+            .unwrap()
+        };
+        assert_eq!(desired_image(&version("v2", "RollbackStarted")).as_deref(), Some("v1"));
+        assert_eq!(desired_image(&version("v3", "RollbackStarted")).as_deref(), Some("v3"), "a new image ends it");
+        assert_eq!(desired_image(&version("v2", "RollbackFailed")), None, "a failed rollback asks no pause");
+        let targets = [target("a", desired_image(&version("v2", "RollbackStarted")).as_deref())];
+        assert!(pause_for(&targets, &[node("a-1", "a", "v2")], 0).wanted);
     }
 
     #[test]

@@ -253,21 +253,32 @@ struct State {
     attempts: Attempts,
 }
 
+/// What of a NodeVersion its groups' image depends on: its generation (the spec), and the image a rollback under way
+/// moves the nodes back to (`status.rollback` of the spec's image, `crate::policy::rollback`).
+type GroupsKey = (Option<i64>, Option<String>);
+
+fn groups_key(version: &NodeVersion) -> GroupsKey {
+    let rollback = crate::policy::rollback::Active::recorded(version.status.as_ref(), &version.spec.image);
+    (version.metadata.generation, rollback.map(|r| r.to))
+}
+
 /// Runs the controller until `shutdown` is cancelled: every ScalingGroup, again when its NodeVersion changes.
 pub async fn run(context: Context, shutdown: CancellationToken) {
     let client = context.client.clone();
     let controller = Controller::new(Api::<ScalingGroup>::all(client.clone()), watcher::Config::default());
     let store = controller.store();
-    // The NodeVersion's status changes at every rollout step; only a new spec (its generation) concerns the groups.
-    let specs_seen = std::sync::Mutex::new(std::collections::HashMap::<String, Option<i64>>::new());
+    // The NodeVersion's status changes at every rollout step; only a new spec (its generation) or a rollback
+    // recorded or dropped ([`groups_key`]) concerns the groups.
+    let specs_seen = std::sync::Mutex::new(std::collections::HashMap::<String, GroupsKey>::new());
     let results = controller
         .watches(Api::<NodeVersion>::all(client), watcher::Config::default(), move |version: NodeVersion| {
             let name = version.name_any();
             let mut seen = specs_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if seen.get(&name) == Some(&version.metadata.generation) {
+            let key = groups_key(&version);
+            if seen.get(&name) == Some(&key) {
                 return Vec::new();
             }
-            seen.insert(name.clone(), version.metadata.generation);
+            seen.insert(name.clone(), key);
             store
                 .state()
                 .iter()
@@ -381,6 +392,29 @@ mod tests {
         let held = decide(&Outcome::Held { template: "v1".into(), why: "NodeVersion nv is paused".into() }, "nv");
         assert_eq!(held.image_reference.as_deref(), Some("v1"));
         assert!(held.event.is_none());
+    }
+
+    /// During a rollback (`status.rollback` of the spec's image) the groups' template goes back to its `to`, so that
+    /// replaced nodes get new instances of the previous image; a new image ends it.
+    #[test]
+    fn a_rollback_sets_the_previous_image_on_the_groups() {
+        let now = Timestamp::from_second(1_000_000).unwrap();
+        let version = |image: &str| -> NodeVersion {
+            serde_json::from_value(json!({
+                "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
+                "metadata": {"name": "nv", "generation": 2}, "spec": {"image": image},
+                "status": {"lastCompleteImage": "v1",
+                           "rollback": {"from": "v2", "to": "v1", "since": "2026-11-29T00:00:00Z"}},
+            }))
+            .unwrap()
+        };
+        assert_eq!(desired(Some(&version("v2")), now), Desired::Image("v1".into()));
+        assert_eq!(desired(Some(&version("v3")), now), Desired::Image("v3".into()));
+        // The groups are visited again when the rollback is recorded: not only when the spec changes.
+        let mut before = version("v2");
+        before.status.as_mut().unwrap().rollback = None;
+        assert_ne!(groups_key(&before), groups_key(&version("v2")));
+        assert_eq!(groups_key(&before), groups_key(&version("v3")), "another image's record is no rollback");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! order ([`GATES`]); the first closed one is the rollout's hold, its reason the `Progressing`
 //! condition's reason and an Event on the NodeVersion. Nodes in flight finish either way.
 
+use super::rollback::Spent;
 use super::window::{ScheduleState, schedule_state};
 use super::{Counts, Hold, Policy, Reason, Rollout, SpecState, ValidSpec};
 use jiff::Timestamp;
@@ -33,7 +34,8 @@ const GATES: [fn(&Context<'_>) -> Option<Closed>; 7] = [
     paused,
     // outside the maintenance window (opens again on its own);
     outside_window,
-    // as many nodes failed for this target as the failure budget allows;
+    // as many nodes failed for this target as the failure budget allows (with onFailure: Rollback, the rollback
+    // starts, or has failed);
     failure_budget,
     // a health check does not pass (or failed past its timeout: the rollout is stopped);
     health_checks,
@@ -114,15 +116,34 @@ fn outside_window(c: &Context<'_>) -> Option<Closed> {
 
 fn failure_budget(c: &Context<'_>) -> Option<Closed> {
     let spec = c.spec?;
-    (c.counts.failed >= spec.policy.failure_budget).then(|| {
-        let message = format!(
-            "{} node(s) failed to update to {}; the failure budget is {}",
-            c.counts.failed,
-            c.target.unwrap_or(&spec.target),
-            spec.policy.failure_budget
-        );
-        (Hold::new(Reason::FailureBudgetExhausted, message), None)
-    })
+    if c.counts.failed < spec.policy.failure_budget {
+        return None;
+    }
+    let failed = format!(
+        "{} node(s) failed to update to {}; the failure budget is {}",
+        c.counts.failed,
+        c.target.unwrap_or(&spec.target),
+        spec.policy.failure_budget
+    );
+    // With `onFailure: Rollback`, the rollback starts here, or fails here (`super::rollback`).
+    let hold = match super::rollback::on_spent(c.rollout, spec, c.target.is_none()) {
+        Spent::Stop { no_rollback: None } => Hold::new(Reason::FailureBudgetExhausted, failed),
+        Spent::Stop { no_rollback: Some(why) } => Hold::new(Reason::FailureBudgetExhausted, format!("{failed}; {why}")),
+        Spent::Rollback { to } => Hold::new(
+            Reason::RollbackStarted,
+            format!(
+                "{failed}; onFailure is Rollback: the nodes it updated go back to {to}, the last image every node ran"
+            ),
+        ),
+        Spent::RollbackFailed { from, to } => Hold::new(
+            Reason::RollbackFailed,
+            format!(
+                "the rollback from {from} to {to} failed: {failed}; it stops (the nodes back on {to} stay; change \
+                 spec.image to roll out again)"
+            ),
+        ),
+    };
+    Some((hold, None))
 }
 
 fn health_checks(c: &Context<'_>) -> Option<Closed> {

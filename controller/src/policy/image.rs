@@ -39,7 +39,9 @@ pub(super) fn plan_image_rollout(
         worker_active: records.worker_active(),
         moving: records.moving(),
     };
-    let pool = pipeline::Members::image(members, own_node);
+    // A rollback goes in the reverse order, control plane last (`super::rollback`).
+    let rollback = rollout.rollback.as_ref().map(|r| r.to.as_str());
+    let pool = pipeline::Members { rollback, ..pipeline::Members::image(members, own_node) };
     let flow = pipeline::Flow::Image { target: spec.target.clone() };
     let bounds = pipeline::Bounds::of(rollout, spec, &plan, now);
     let selected = pipeline::select(&pool, spec, &flow, (shared, &mut surge), &bounds);

@@ -30,7 +30,8 @@
 //!   itself reads past the rest).
 //! - While a NodeVersion asks for a Kubernetes upgrade, it plans with [`plan_with`](super::plan_with) over every
 //!   node: that flow reads every member of the rollout (versions, hashes, its own budget). It indexes again once
-//!   no NodeVersion asks for one.
+//!   no NodeVersion asks for one. So it does while a NodeVersion rolls back (`status.rollback`): the rollback's
+//!   reverse order is read from the full list ([`super::rollback`]).
 
 use super::assess::{Assessment, Situation};
 use super::pipeline::{self, Pool};
@@ -202,9 +203,10 @@ impl Planner {
         self.nodes.is_empty()
     }
 
-    /// Whether the next [`Planner::plan`] is incremental: no NodeVersion asks for a Kubernetes upgrade.
+    /// Whether the next [`Planner::plan`] is incremental: no NodeVersion asks for a Kubernetes upgrade, and none
+    /// is rolling back (its reverse order is read from the full list: `super::rollback`).
     pub fn incremental(&self) -> bool {
-        self.rollouts.iter().all(|r| r.kubernetes.is_none())
+        self.rollouts.iter().all(|r| r.kubernetes.is_none() && r.rollback.is_none())
     }
 
     /// How many nodes the last [`Planner::plan`] assessed (all of them when it used the full plan).
@@ -611,6 +613,10 @@ fn same_rollouts(a: &[Rollout], b: &[Rollout]) -> bool {
     };
     a.len() == b.len()
         && a.iter().zip(b).all(|(a, b)| {
-            a.name == b.name && a.kubernetes.is_none() && b.kubernetes.is_none() && same_spec(&a.spec, &b.spec)
+            a.name == b.name
+                && a.kubernetes.is_none()
+                && b.kubernetes.is_none()
+                && a.rollback == b.rollback
+                && same_spec(&a.spec, &b.spec)
         })
 }

@@ -416,6 +416,7 @@ fn select(
         candidate: |_, a| !a.surge,
         limit: usize::MAX,
         barrier: |_, a| a.situation != Situation::UpToDate,
+        rollback: None,
     };
     if let pipeline::Flow::Kubernetes { apply: true, .. } = flow {
         let api_server = &target.api_server;

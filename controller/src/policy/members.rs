@@ -37,6 +37,11 @@ pub(super) trait Pool<'a> {
     fn any_in_flight(&self) -> bool;
     /// Control-plane members outdated, in flight or holding a slot.
     fn control_plane_pending(&self) -> Vec<(&'a NodeView, &'a Assessment)>;
+    /// How two members' start orders compare here: the start order, or its reverse during a rollback
+    /// ([`super::rollback::cmp`]).
+    fn cmp_order(&self, a: &Order, b: &Order) -> std::cmp::Ordering {
+        a.cmp(b)
+    }
 }
 
 /// The members of a rollout as a list, with the flow's rules of which are candidates and which control-plane
@@ -50,27 +55,74 @@ pub(super) struct Members<'a, 'm> {
     pub limit: usize,
     /// Which control-plane members keep the workers waiting (rule 9).
     pub barrier: fn(&NodeView, &Assessment) -> bool,
+    /// A rollback ([`super::rollback`]), to this image: the reverse order, control plane last (none while a worker is
+    /// pending), and no member after one still finishing its step for another image (a reboot into the failed
+    /// image, verified to its end) starts before that one went back.
+    pub rollback: Option<&'m str>,
 }
 
 impl<'a, 'm> Members<'a, 'm> {
     /// The image flow's view: every eligible outdated member is a candidate, and a control-plane node keeps the
     /// workers waiting while it is outdated, in flight or holding a slot.
     pub(super) fn image(members: &'m [(&'a NodeView, &'a Assessment)], own_node: Option<&'m str>) -> Self {
-        Members { members, own_node, candidate: |_, _| true, limit: usize::MAX, barrier: control_plane_pending }
+        Members {
+            members,
+            own_node,
+            candidate: |_, _| true,
+            limit: usize::MAX,
+            barrier: control_plane_pending,
+            rollback: None,
+        }
+    }
+
+    /// Whether control-plane members may start: always, but during a rollback only once no worker is pending.
+    fn control_plane_may_start(&self) -> bool {
+        self.rollback.is_none() || !self.members.iter().any(|(n, a)| !n.control_plane && pending(a))
+    }
+
+    /// During a rollback, the earliest member in its order still in flight for another image than the rollback's (a
+    /// reboot into the failed image, verified to its end), or readied in this round to start in the next (just
+    /// verified, or released): no member after it starts before it went back.
+    fn rollback_barrier(&self) -> Option<Order> {
+        let to = self.rollback?;
+        self.members
+            .iter()
+            .filter(|(n, a)| {
+                let intent = n.controller.as_ref().ok().and_then(|c| c.intent.as_ref());
+                match a.situation {
+                    Situation::InFlight { .. } => intent.is_some_and(|i| i.target != to),
+                    Situation::Outdated { eligible: false, held: None } => true,
+                    _ => false,
+                }
+            })
+            .map(|(n, _)| order(n, self.own_node))
+            .min_by(super::rollback::cmp)
+    }
+
+    /// Whether `node` may start: control-plane nodes last in a rollback, and none after its `barrier`.
+    fn may_start(&self, node: &NodeView, control_plane_may_start: bool, barrier: Option<&Order>) -> bool {
+        (!node.control_plane || control_plane_may_start)
+            && barrier.is_none_or(|b| super::rollback::cmp(b, &order(node, self.own_node)).is_gt())
+    }
+
+    fn sort(&self, nodes: &mut [&'a NodeView]) {
+        nodes.sort_by(|a, b| self.cmp_order(&order(a, self.own_node), &order(b, self.own_node)));
     }
 }
 
 impl<'a> Pool<'a> for Members<'a, '_> {
     fn candidates(&self) -> Box<dyn Iterator<Item = (&'a NodeView, bool)> + '_> {
+        let (control_plane, barrier) = (self.control_plane_may_start(), self.rollback_barrier());
         let mut candidates: Vec<(&'a NodeView, bool)> = self
             .members
             .iter()
             .filter(|(n, a)| {
                 matches!(a.situation, Situation::Outdated { eligible: true, .. }) && (self.candidate)(n, a)
             })
+            .filter(|(n, _)| self.may_start(n, control_plane, barrier.as_ref()))
             .map(|(n, a)| (*n, a.replace))
             .collect();
-        candidates.sort_by_key(|(n, _)| order(n, self.own_node));
+        candidates.sort_by(|(a, _), (b, _)| self.cmp_order(&order(a, self.own_node), &order(b, self.own_node)));
         candidates.truncate(self.limit);
         Box::new(candidates.into_iter())
     }
@@ -88,13 +140,15 @@ impl<'a> Pool<'a> for Members<'a, '_> {
     }
 
     fn staged_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
+        let (control_plane, barrier) = (self.control_plane_may_start(), self.rollback_barrier());
         let mut staged: Vec<&'a NodeView> = self
             .members
             .iter()
             .filter(|(n, a)| matches!(a.situation, Situation::Staging { eligible: true, .. }) && (self.candidate)(n, a))
+            .filter(|(n, _)| self.may_start(n, control_plane, barrier.as_ref()))
             .map(|(n, _)| *n)
             .collect();
-        staged.sort_by_key(|n| order(n, self.own_node));
+        self.sort(&mut staged);
         Box::new(staged.into_iter())
     }
 
@@ -107,7 +161,7 @@ impl<'a> Pool<'a> for Members<'a, '_> {
             .iter()
             .filter(|(n, a)| staging_barrier(n, a) && (self.candidate)(n, a))
             .map(|(n, _)| order(n, self.own_node))
-            .min()
+            .min_by(|a, b| self.cmp_order(a, b))
     }
 
     fn own_node(&self) -> Option<&str> {
@@ -131,7 +185,15 @@ impl<'a> Pool<'a> for Members<'a, '_> {
     }
 
     fn control_plane_pending(&self) -> Vec<(&'a NodeView, &'a Assessment)> {
+        if self.rollback.is_some() {
+            // A rollback moves the control plane last: no worker waits for it.
+            return Vec::new();
+        }
         self.members.iter().filter(|(n, a)| n.control_plane && (self.barrier)(n, a)).copied().collect()
+    }
+
+    fn cmp_order(&self, a: &Order, b: &Order) -> std::cmp::Ordering {
+        if self.rollback.is_some() { super::rollback::cmp(a, b) } else { a.cmp(b) }
     }
 }
 
@@ -160,12 +222,16 @@ pub(super) fn staging_barrier(node: &NodeView, a: &Assessment) -> bool {
 /// Whether `node` is a control-plane node that keeps the workers of its rollout waiting: outdated, in flight or
 /// holding a slot.
 pub(super) fn control_plane_pending(node: &NodeView, a: &Assessment) -> bool {
-    node.control_plane
-        && matches!(
-            a.situation,
-            Situation::Outdated { .. }
-                | Situation::Staging { .. }
-                | Situation::InFlight { .. }
-                | Situation::Blocked { holds_slot: true, .. }
-        )
+    node.control_plane && pending(a)
+}
+
+/// Whether a member is outdated, in flight or holding a slot.
+fn pending(a: &Assessment) -> bool {
+    matches!(
+        a.situation,
+        Situation::Outdated { .. }
+            | Situation::Staging { .. }
+            | Situation::InFlight { .. }
+            | Situation::Blocked { holds_slot: true, .. }
+    )
 }

@@ -23,7 +23,8 @@
 //!    place, the image by replacement, the Kubernetes upgrade: [`image`], [`kubernetes`]) gives its
 //!    candidates to one set of rollout-wide gates ([`pipeline::open`], each gate in [`gates`]) and
 //!    one selection ([`pipeline::select`]) under one budget; the module's docs list every gate and
-//!    rule in order. The NodeOps ([`crate::nodeop`]) apply the same per-node rules
+//!    rule in order. With `onFailure: Rollback`, a spent failure budget turns the rollout into a
+//!    rollback through the same pipeline ([`rollback`]). The NodeOps ([`crate::nodeop`]) apply the same per-node rules
 //!    ([`admission`]) in the same order ([`pipeline::start_order`]), within what the rollouts'
 //!    budgets leave them ([`budgets`]).
 //! 4. **Summary**: counts, nodes in flight, failed, blocked and held back, for the status.
@@ -64,6 +65,7 @@ mod members;
 pub(crate) mod pipeline;
 mod pools;
 pub mod replacement;
+pub mod rollback;
 pub mod settings;
 pub mod waves;
 pub mod window;
@@ -160,16 +162,25 @@ pub struct Rollout {
     pub step_times: finish::StepTimes,
     /// The canary waves found complete (`status.waves`), from which a wave's soak runs ([`waves`]).
     pub waves: waves::Completed,
+    /// The last image every selected node ran (`status.lastCompleteImage`): what a rollback goes back to.
+    pub last_complete: Option<String>,
+    /// The rollback under way or done (`status.rollback`, [`rollback`]): the acting spec's target is its `to`.
+    pub rollback: Option<rollback::Active>,
 }
 
 impl Rollout {
     /// The rollout `name` acting on `spec`, with what its NodeVersion's `status` records for the policy: each step's
-    /// measured times ([`finish::StepTimes`]) and the canary waves found complete ([`waves::Completed`]); none
-    /// without a status. No Kubernetes upgrade and no health verdicts: the caller adds those it has.
+    /// measured times ([`finish::StepTimes`]), the canary waves found complete ([`waves::Completed`]), the last
+    /// complete image and a rollback under way for the spec's image, which the acting spec then moves the nodes
+    /// back to ([`rollback::acting`]); none without a status. No Kubernetes upgrade and no health verdicts: the
+    /// caller adds those it has.
     pub fn new(name: impl Into<String>, spec: SpecState, status: Option<&shared::crd::NodeVersionStatus>) -> Rollout {
+        let rollback = spec.acting().and_then(|s| rollback::Active::recorded(status, &s.target));
         Rollout {
             name: name.into(),
-            spec,
+            spec: rollback::acting(spec, rollback.as_ref()),
+            last_complete: status.and_then(|s| s.last_complete_image.clone()),
+            rollback,
             kubernetes: None,
             health: Vec::new(),
             step_times: finish::StepTimes::from_status(status.map(|s| s.step_durations.as_slice()).unwrap_or_default()),
@@ -271,6 +282,11 @@ pub struct Plan {
     pub staged: u32,
     /// With canary waves: where the rollout is in them ([`waves`]).
     pub waves: Option<waves::Progress>,
+    /// A rollback this plan starts ([`rollback`]): written to `status.rollback` before any node moves back.
+    pub rollback_started: Option<rollback::Active>,
+    /// The one image every selected node runs, when one does (found by the caller while the rollout has not moved
+    /// a node: `crate::reconciler`), recorded as `status.lastCompleteImage`.
+    pub uniform_image: Option<String>,
     /// When to plan again even if nothing changes (a deadline, the end of a soak, a window).
     pub wake_at: Option<Timestamp>,
     /// Replacements: the rollout's donors and heirs, the PendingNodes of its replacements, and replaced nodes

@@ -20,9 +20,11 @@
 //! 2. **paused** (`Paused`);
 //! 3. **maintenance windows and exclusions** (`OutsideMaintenanceWindow`: no window open; `MaintenanceExclusion`:
 //!    inside a freeze);
-//! 4. **failure budget** (`FailureBudgetExhausted`), then **health checks** (`HealthCheckFailing`: a check of
-//!    `spec.rollout.healthChecks` not evaluated yet, false, or true for less than its `for`; `HealthCheckTimedOut`:
-//!    one false longer than its `timeout`, the rollout stopped as failed until it passes again), decided by
+//! 4. **failure budget** (`FailureBudgetExhausted`; with `onFailure: Rollback` the rollback starts here,
+//!    `RollbackStarted`, or has failed, `RollbackFailed`: [`super::rollback`]), then **health checks**
+//!    (`HealthCheckFailing`: a check of `spec.rollout.healthChecks` not evaluated yet, false, or true for less than
+//!    its `for`; `HealthCheckTimedOut`: one false longer than its `timeout`, the rollout stopped as failed until it
+//!    passes again), decided by
 //!    [`super::health::hold`] from the verdicts the background evaluation (`crate::health_checks`) gives the
 //!    rollout; staging ahead waits too, as behind every gate;
 //! 5. **drain timeout with `onDrainTimeout: Stop`** (`StoppedOnDrainTimeout`);
@@ -30,7 +32,8 @@
 //!    upgrade: a node the autoscaler adds meanwhile would join with the old components).
 //!
 //! Then, node by node in order — control-plane nodes first, then workers zone by zone and by name within a zone, the
-//! controller's own node last ([`order`]) — [`select`] applies rules 7 to 9 with the one function every flow and
+//! controller's own node last ([`order`]; during a rollback its reverse, the control plane last:
+//! [`super::rollback::cmp`]) — [`select`] applies rules 7 to 9 with the one function every flow and
 //! every NodeOp calls for them ([`super::admission::Admission::check`]), then rule 10:
 //! 7. **the budget** (`UnavailableNodes`): `maxUnavailable` over the rollout's members, minus every member
 //!    unavailable for any reason (in any flow's step, NotReady, cordoned, worked on by a NodeOp) and every node no
@@ -71,6 +74,7 @@ use super::finish::Deadline;
 use super::gates;
 pub(super) use super::members::{Members, Pool, control_plane_pending, order, staging_barrier};
 pub(crate) use super::members::{Order, start_order};
+use super::rollback;
 use super::waves;
 use super::{ActionKind, Hold, InFlight, NodeAction, NodeView, Plan, Reason, Rollout, ValidSpec, budget};
 use jiff::Timestamp;
@@ -177,16 +181,46 @@ pub(super) fn open<'r>(
     let moving = plan.in_flight.iter().filter(|f| f.step != Step::Stage).count() as u32;
     let tally = waves::Tally { total: c.total, done: c.up_to_date + c.failed + c.blocked, moving };
     let target = described.as_deref().unwrap_or(&spec.target);
-    plan.waves = waves::progress(&spec.policy.waves, tally, &rollout.waves, target, now);
+    // A rollback goes back to an image every node ran: canary waves, which prove a new image, do not hold it
+    // (`super::rollback`).
+    let rolling_back = rollout.rollback.is_some() && flow.is_none();
+    plan.waves =
+        if rolling_back { None } else { waves::progress(&spec.policy.waves, tally, &rollout.waves, target, now) };
     match gates::closed(rollout, Some(spec), described.as_deref(), &plan.counts, drain_timeouts, autoscaler, now) {
-        // An invalid spec is said even when nothing is outdated; the other gates matter only when
+        // An invalid spec is said even when nothing is outdated, and so is a rollback that starts or fails (the
+        // last node the budget allowed may have been the last outdated one); the other gates matter only when
         // something would start.
-        Some((hold, wake)) if plan.counts.outdated > 0 || staged > 0 || hold.reason == Reason::InvalidSpec => {
+        Some((hold, wake))
+            if plan.counts.outdated > 0
+                || staged > 0
+                || matches!(hold.reason, Reason::InvalidSpec | Reason::RollbackStarted | Reason::RollbackFailed) =>
+        {
+            if hold.reason == Reason::RollbackStarted {
+                // Recorded in the status before any node moves back (`super::rollback`).
+                plan.rollback_started = rollout.last_complete.clone().map(|to| rollback::Active {
+                    from: spec.target.clone(),
+                    to,
+                    since: now,
+                });
+            }
             plan.hold = Some(hold);
             plan.wake(wake);
             None
         }
-        _ if plan.counts.outdated == 0 && staged == 0 => None,
+        _ if plan.counts.outdated == 0 && staged == 0 => {
+            if let Some(active) = rollout.rollback.as_ref().filter(|_| flow.is_none()) {
+                let c = plan.counts;
+                if c.total > 0 && c.up_to_date == c.total {
+                    // The rollback is done: nothing more starts until spec.image changes.
+                    let message = format!(
+                        "rolled back from {} to {}: all {} node(s) run {} again; change spec.image to roll out again",
+                        active.from, active.to, c.total, active.to
+                    );
+                    plan.hold = Some(Hold::new(Reason::RolledBack, message));
+                }
+            }
+            None
+        }
         _ => {
             plan.wake(gates::next_change(&spec.policy, now));
             if let Some((hold, until)) = plan.waves.as_ref().and_then(waves::Progress::hold) {
@@ -405,7 +439,9 @@ fn disrupt<'a>(
     let staging_first = if stages { pool.first_staging() } else { None };
     let mut too_late: Option<Hold> = None;
     for (node, start) in candidates {
-        if start == Start::Staged && staging_first.as_ref().is_some_and(|first| *first < order(node, pool.own_node())) {
+        if start == Start::Staged
+            && staging_first.as_ref().is_some_and(|first| pool.cmp_order(first, &order(node, pool.own_node())).is_lt())
+        {
             // A node earlier in the order is still staging: it takes its turn first (it is moving, no hold). A
             // replacement has nothing to stage and does not wait for it.
             continue;
@@ -493,21 +529,21 @@ fn surge_hold<'a>(pool: &impl Pool<'a>, surge: &Surge, selection: &mut Selection
     }
 }
 
-/// The start order of the pool's members.
-fn pool_order<'a, 'p>(pool: &'p impl Pool<'a>) -> impl Fn(&NodeView) -> Order + 'p {
-    move |n| order(n, pool.own_node())
+/// Whether a member of the pool goes no later than another, in the pool's order.
+fn pool_order<'a, 'p>(pool: &'p impl Pool<'a>) -> impl Fn(&NodeView, &NodeView) -> bool + 'p {
+    move |x, y| pool.cmp_order(&order(x, pool.own_node()), &order(y, pool.own_node())).is_le()
 }
 
-/// Two sequences in start order merged into one, lazily.
+/// Two sequences in the pool's order merged into one, lazily.
 fn in_order<'a, T: Copy>(
     a: impl Iterator<Item = (&'a NodeView, T)>,
     b: impl Iterator<Item = (&'a NodeView, T)>,
-    key: impl Fn(&NodeView) -> Order,
+    no_later: impl Fn(&NodeView, &NodeView) -> bool,
 ) -> impl Iterator<Item = (&'a NodeView, T)> {
     let (mut a, mut b) = (a.peekable(), b.peekable());
     std::iter::from_fn(move || match (a.peek(), b.peek()) {
         (Some((x, _)), Some((y, _))) => {
-            if key(x) <= key(y) {
+            if no_later(x, y) {
                 a.next()
             } else {
                 b.next()

@@ -95,6 +95,8 @@ pub struct Policy {
     pub soak_time: SignedDuration,
     pub drain_timeout: SignedDuration,
     pub on_drain_timeout: DrainTimeoutAction,
+    /// What a spent failure budget does (`onFailure`): stop, or roll back ([`super::rollback`]).
+    pub on_failure: shared::crd::FailureAction,
     pub stage_timeout: SignedDuration,
     pub reboot_timeout: SignedDuration,
     pub failure_budget: u32,
@@ -132,6 +134,7 @@ impl Default for Policy {
             soak_time: SignedDuration::ZERO,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             on_drain_timeout: DrainTimeoutAction::Continue,
+            on_failure: shared::crd::FailureAction::Stop,
             stage_timeout: DEFAULT_STAGE_TIMEOUT,
             reboot_timeout: DEFAULT_REBOOT_TIMEOUT,
             failure_budget: DEFAULT_FAILURE_BUDGET,
@@ -228,6 +231,7 @@ impl Policy {
             .filter_map(|(nodes, soak)| Some(super::waves::WavePolicy { nodes: nodes?, soak }))
             .collect();
         policy.on_drain_timeout = spec.on_drain_timeout.unwrap_or_default();
+        policy.on_failure = spec.on_failure.unwrap_or_default();
         for (field, names, into) in [
             ("beforeReboot", &spec.before_reboot, &mut policy.before_reboot),
             ("afterReboot", &spec.after_reboot, &mut policy.after_reboot),

@@ -388,7 +388,9 @@ impl Reconciler {
         // Drains of nodes that left the drain step (a human removed the intent, say) stop.
         self.drains.retain(|n| planner.node(n).is_some_and(in_drain_step));
 
-        let plan = planner.plan(now);
+        let mut plan = planner.plan(now);
+        // The image of a fleet a new target has not moved yet: what a rollback would go back to.
+        policy::rollback::find_uniform(&mut plan.rollouts, || planner.nodes().collect());
         if self.replacer.is_none() {
             // The objects the executor decides on: those of the nodes the plan acts on.
             for action in plan.rollouts.iter().chain([&plan.unowned]).flat_map(|p| &p.actions) {

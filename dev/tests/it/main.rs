@@ -74,6 +74,7 @@ mod openapi_and_yaml;
 mod operator_identities;
 mod plan_replacement;
 mod protobuf;
+mod rollback;
 mod runtime_clients;
 mod scaling_groups;
 mod scheduler;

@@ -15,6 +15,7 @@ mod node_version;
 pub mod nodeop;
 #[allow(clippy::duplicated_attributes)]
 mod pending_node;
+mod rollback;
 #[allow(clippy::duplicated_attributes)]
 mod scaling_group;
 
@@ -25,6 +26,7 @@ pub use node_version::{
     NodeKubelet, NodeVersion, NodeVersionSpec, NodeVersionStatus, RolloutPolicy, StepDuration, Wave, WaveCompleted,
 };
 pub use pending_node::{CspState, PendingNode, PendingNodeGoal, PendingNodeSpec, PendingNodeStatus};
+pub use rollback::{FailureAction, RollbackStatus};
 pub use scaling_group::{NodeRole, ScalingGroup, ScalingGroupSpec, ScalingGroupStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -112,6 +112,10 @@ pub struct RolloutPolicy {
     /// `Continue` (default) goes on with other nodes, `Stop` starts no new node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_drain_timeout: Option<DrainTimeoutAction>,
+    /// Once the failure budget is spent: `Stop` (default) starts no new node; `Rollback` moves the nodes this
+    /// rollout updated back to `status.lastCompleteImage` through the same gates, in the reverse order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<super::rollback::FailureAction>,
     /// How long the agent may take to download and stage the image. Default `30m`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "duration_schema")]
@@ -445,6 +449,13 @@ pub struct NodeVersionStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub waves: Vec<WaveCompleted>,
+    /// The last image every selected node was found running (a rollout's target once complete; the fleet's image
+    /// when it is uniform): what `onFailure: Rollback` goes back to. Never cleared by a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_complete_image: Option<String>,
+    /// With `onFailure: Rollback`: the rollback under way or done, while `spec.image` is its `from`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<super::rollback::RollbackStatus>,
 }
 
 /// A canary wave of a rollout (`spec.rollout.waves`).
