@@ -214,7 +214,9 @@ async fn a_drain_timeout_with_stop_starts_no_new_node() {
     let after = settled(&store, "a plan of the new generation", |s| s.observed_generation == generation).await;
     assert_eq!(after.counts, s.counts, "a node started after the stop");
     assert_eq!(starts(&observer), started_before, "a node started after the stop");
-    assert!(after.counts.outdated > 0);
+    // Something was left to start: a node outdated, or staged ahead and waiting for its turn (in progress). Which
+    // one depends on timing: a node a PDB defers goes after the others of its zone for 30 s (`budget_order`).
+    assert!(after.counts.outdated + after.counts.in_progress > 0, "nothing was left to start: {:?}", after.counts);
     assert_eq!(observer.stop().await.violations, Vec::<String>::new());
     controller.stop(Duration::from_secs(15)).await.unwrap();
     stop_all(agents).await;

@@ -154,9 +154,13 @@ async fn a_failing_image_rolls_the_updated_nodes_back_the_last_first_and_the_con
     for (node, steps) in &seen.timeline {
         assert!(steps.iter().filter(|(_, s)| *s == Step::Drain).count() <= 2, "{node}: {steps:?}");
     }
-    let events = version_events(&store);
+    // Events are published in the background: the status may say RolledBack a moment before its Event is out.
+    let events = eventually(Duration::from_secs(30), "the RolledBack Event", || {
+        let events = version_events(&store);
+        events.iter().any(|(r, _)| r == "RolledBack").then_some(events)
+    })
+    .await;
     assert!(events.iter().any(|(r, m)| r == "RollbackStarted" && m.contains("go back to v1")), "{events:?}");
-    assert!(events.iter().any(|(r, _)| r == "RolledBack"), "{events:?}");
 
     // Nothing more starts until spec.image changes: the rollout stays rolled back.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -196,7 +200,11 @@ async fn a_node_failing_on_the_way_back_stops_the_rollback_and_says_so() {
     }
     assert_eq!(os_image(&store, &first_worker).as_deref(), Some("v2"));
     assert_eq!(os_image(&store, &names[0]).as_deref(), Some("v2"));
-    let events = version_events(&store);
+    let events = eventually(Duration::from_secs(30), "the RollbackFailed Event", || {
+        let events = version_events(&store);
+        events.iter().any(|(r, m)| r == "RollbackFailed" && m.contains("it stops")).then_some(events)
+    })
+    .await;
     assert!(events.iter().any(|(r, m)| r == "RollbackFailed" && m.contains("it stops")), "{events:?}");
 
     support::stop_all(components).await;
