@@ -31,7 +31,11 @@ fn hierarchy() -> Option<PathBuf> {
             return None;
         }
         let mount = PathBuf::from(fields.split_whitespace().nth(4)?);
-        let probe = mount.join(format!("update-operator-probe-{}", std::process::id()));
+        // One name per probe: tests probe at the same time (six at a time), and a name taken by another test's
+        // probe made the mount look unwritable.
+        static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let probe = mount.join(format!("update-operator-probe-{}-{n}", std::process::id()));
         std::fs::create_dir(&probe).ok()?;
         std::fs::remove_dir(&probe).ok()?;
         Some(mount)

@@ -230,7 +230,11 @@ async fn a_joining_instance_reaches_its_goal_and_one_that_never_joins_is_deleted
     let labels = GroupLabels { group: "workers-b".into() };
     assert_eq!(replacer.metrics.failed_joins.get_or_create(&labels).get(), 1, "counted once");
     assert_eq!(provider.instance_state(&lost.provider_id).await.unwrap(), InstanceState::Terminated);
-    assert!(!events(&cluster, "JoinFailed", &lost.node_name).await.is_empty(), "a Warning Event");
+    // Events are published in the background: they may follow the state they report by a moment.
+    eventually("a JoinFailed Warning Event", || async {
+        !events(&cluster, "JoinFailed", &lost.node_name).await.is_empty()
+    })
+    .await;
     // The joined instance is left alone.
     assert!(api.get_opt(&joining.node_name).await.unwrap().is_some());
     assert_eq!(provider.instance_state(&joining.provider_id).await.unwrap(), InstanceState::Ready);
@@ -268,8 +272,11 @@ async fn a_leaving_instance_whose_deletion_fails_is_deleted_again_after_its_dead
     })
     .await;
     assert_eq!(provider.instance_state(&instance.provider_id).await.unwrap(), InstanceState::Terminated);
-    assert!(!events(&cluster, "InstanceDeleteFailed", &instance.node_name).await.is_empty());
-    assert!(!events(&cluster, "LeaveDeadlineExceeded", &instance.node_name).await.is_empty());
+    eventually("the InstanceDeleteFailed and LeaveDeadlineExceeded Events", || async {
+        !events(&cluster, "InstanceDeleteFailed", &instance.node_name).await.is_empty()
+            && !events(&cluster, "LeaveDeadlineExceeded", &instance.node_name).await.is_empty()
+    })
+    .await;
     assert!(replacer.calls.get(Operation::DeleteInstance, Outcome::Transient) >= 5);
     let labels = GroupLabels { group: "workers-a".into() };
     assert_eq!(replacer.metrics.overdue_leaves.get_or_create(&labels).get(), 1);
@@ -349,7 +356,10 @@ async fn the_autoscaler_is_paused_while_group_nodes_are_outdated_and_restored_to
             .map(String::as_str),
         Some("3")
     );
-    assert!(!events(&cluster, "AutoscalerPaused", "autoscalingstrategy").await.is_empty());
+    eventually("the AutoscalerPaused Event", || async {
+        !events(&cluster, "AutoscalerPaused", "autoscalingstrategy").await.is_empty()
+    })
+    .await;
     // The pause is confirmed in the strategy's status only after the Deployment is scaled down: the rollouts'
     // gate (`confirmed_down`) never opens while an autoscaler pod may still be asked for.
     let scale =
