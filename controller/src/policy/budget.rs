@@ -281,11 +281,11 @@ impl<'a> LazyBudgets<'a> {
 
 /// What the rollouts' budgets leave for a disruption they do not decide themselves (a NodeOp's): for each rollout
 /// that has work to do (a member not up to date, or a Kubernetes upgrade not finished), its `maxUnavailable` over
-/// its members and how many count against it now, counted as [`plan`](super::plan) counts them; and for each node, the budgets
-/// its disruption would take a slot of (its rollout's; every active rollout's for a node no rollout manages, as
-/// [`plan`](super::plan) counts those in every budget). A rollout with nothing to do starts nothing, so it constrains nothing.
-/// `fleet` is the cloud's view the plan was made with: a joining heir is extra capacity, not an unavailable node,
-/// and a donor's replacement is assessed as [`plan_with`](super::plan_with) assesses it.
+/// its members and how many count against it now, counted as [`plan`](super::plan) counts them; and for each node,
+/// the budgets its disruption would take a slot of (its rollout's; every active rollout's for a node no rollout
+/// manages, as [`plan`](super::plan) counts those in every budget). A rollout with nothing to do starts nothing, so
+/// it constrains nothing. `fleet` is the cloud's view the plan was made with: a joining heir is extra capacity, not
+/// an unavailable node, and a donor's replacement is assessed as [`plan_with`](super::plan_with) assesses it.
 pub fn budgets(nodes: &[NodeView], rollouts: &[Rollout], fleet: &Fleet, now: Timestamp) -> Budgets {
     let owners = super::pools::owners(nodes, rollouts);
     let records = super::replacement::Records::find(nodes, fleet);

@@ -42,6 +42,10 @@ pub(super) trait Pool<'a> {
     fn cmp_order(&self, a: &Order, b: &Order) -> std::cmp::Ordering {
         a.cmp(b)
     }
+    /// How two members compare in this pool's order ([`Pool::cmp_order`] of their start orders).
+    fn cmp_nodes(&self, a: &NodeView, b: &NodeView) -> std::cmp::Ordering {
+        self.cmp_order(&order(a, self.own_node()), &order(b, self.own_node()))
+    }
 }
 
 /// The members of a rollout as a list, with the flow's rules of which are candidates and which control-plane
@@ -104,10 +108,6 @@ impl<'a, 'm> Members<'a, 'm> {
         (!node.control_plane || control_plane_may_start)
             && barrier.is_none_or(|b| super::rollback::cmp(b, &order(node, self.own_node)).is_gt())
     }
-
-    fn sort(&self, nodes: &mut [&'a NodeView]) {
-        nodes.sort_by(|a, b| self.cmp_order(&order(a, self.own_node), &order(b, self.own_node)));
-    }
 }
 
 impl<'a> Pool<'a> for Members<'a, '_> {
@@ -122,7 +122,7 @@ impl<'a> Pool<'a> for Members<'a, '_> {
             .filter(|(n, _)| self.may_start(n, control_plane, barrier.as_ref()))
             .map(|(n, a)| (*n, a.replace))
             .collect();
-        candidates.sort_by(|(a, _), (b, _)| self.cmp_order(&order(a, self.own_node), &order(b, self.own_node)));
+        candidates.sort_by(|(a, _), (b, _)| self.cmp_nodes(a, b));
         candidates.truncate(self.limit);
         Box::new(candidates.into_iter())
     }
@@ -148,7 +148,7 @@ impl<'a> Pool<'a> for Members<'a, '_> {
             .filter(|(n, _)| self.may_start(n, control_plane, barrier.as_ref()))
             .map(|(n, _)| *n)
             .collect();
-        self.sort(&mut staged);
+        staged.sort_by(|a, b| self.cmp_nodes(a, b));
         Box::new(staged.into_iter())
     }
 

@@ -531,7 +531,7 @@ fn surge_hold<'a>(pool: &impl Pool<'a>, surge: &Surge, selection: &mut Selection
 
 /// Whether a member of the pool goes no later than another, in the pool's order.
 fn pool_order<'a, 'p>(pool: &'p impl Pool<'a>) -> impl Fn(&NodeView, &NodeView) -> bool + 'p {
-    move |x, y| pool.cmp_order(&order(x, pool.own_node()), &order(y, pool.own_node())).is_le()
+    move |x, y| pool.cmp_nodes(x, y).is_le()
 }
 
 /// Two sequences in the pool's order merged into one, lazily.

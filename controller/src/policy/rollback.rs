@@ -147,14 +147,16 @@ pub fn uniform<'i>(mut images: impl Iterator<Item = Option<&'i str>>) -> Option<
 
 /// The image every node `index` selects runs, found for each rollout of `plans` that no node has reached, failed or
 /// been blocked for yet (a new target over a fleet that may be uniform; the first nodes may be under way), into its
-/// [`Plan::uniform_image`](super::Plan::uniform_image). It reads the nodes only while that is so.
+/// [`Plan::uniform_image`](super::Plan::uniform_image). It reads the nodes only while that is so, once for all
+/// such rollouts.
 pub fn find_uniform<'n>(plans: &mut [super::Plan], nodes: impl Fn() -> Vec<&'n super::NodeView>) {
+    let mut read: Option<Vec<&'n super::NodeView>> = None;
     for (index, plan) in plans.iter_mut().enumerate() {
         let c = plan.counts;
         if c.total == 0 || c.up_to_date + c.failed + c.blocked > 0 {
             continue;
         }
-        let nodes = nodes();
+        let nodes = read.get_or_insert_with(&nodes);
         let selected = nodes.iter().filter(|n| n.selected_by.contains(&index));
         plan.uniform_image = uniform(selected.map(|n| node_image(n)));
     }
