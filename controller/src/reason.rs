@@ -131,6 +131,9 @@ pub enum Reason {
     NodesBlocked,
     NoBlockedNodes,
     NoOverlap,
+    // The API server: a status write it answered without some of the fields written (a CRD older than the
+    // controller prunes the fields its schema lacks).
+    StatusFieldsDropped,
 }
 
 impl Reason {
@@ -178,6 +181,7 @@ impl Reason {
                 | Reason::GroupImageUpdateFailed
                 | Reason::PreflightBlocker
                 | Reason::SettleTimedOut
+                | Reason::StatusFieldsDropped
         )
     }
 }

@@ -15,6 +15,7 @@
 //!   node's Event falls due, or after a short retry after a failed write; it wakes every
 //!   [`HEARTBEAT_TICK`] only to beat its heartbeat.
 
+mod dropped;
 mod reports;
 mod versions;
 
@@ -125,6 +126,8 @@ pub struct Reconciler {
     pub disruption: crate::disruption::DisruptionGate,
     /// The statuses written that the watch has not delivered yet: each status is computed from the last one.
     status_writes: crate::own_writes::OwnWrites<NodeVersion>,
+    /// Statuses the API server answered without some of the fields written: see [`dropped::Dropped`].
+    dropped: dropped::Dropped,
 }
 
 impl Reconciler {
@@ -165,6 +168,7 @@ impl Reconciler {
             preflight: Default::default(),
             disruption: Default::default(),
             status_writes: Default::default(),
+            dropped: Default::default(),
         }
     }
 
@@ -322,6 +326,7 @@ impl Reconciler {
         self.specs.retain(|uid| versions.iter().chain(&deleting).any(|v| v.uid().as_deref() == Some(uid)));
         self.finalizers_added.retain(|uid| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));
         self.status_writes.retain(|name| versions.iter().chain(&deleting).any(|v| v.name_any() == name));
+        self.dropped.retain(|name| versions.iter().chain(&deleting).any(|v| v.name_any() == name));
         // IMPORTANT: no node is touched for a NodeVersion without the finalizer, or deleting it
         // could leave that node cordoned or mid-step.
         if !self.add_finalizers(term, &versions).await || !self.record_valid_specs(term, &versions, &rollouts).await {

@@ -120,7 +120,9 @@ impl Reconciler {
         let previous = version.status.as_ref();
         let mut status = status::compute(plan, rollout, version.metadata.generation, previous, now);
         self.preflight.annotate(version, &mut status);
-        if previous != Some(&status) {
+        if previous != Some(&status)
+            && !self.dropped.repeats(&version.name_any(), version.resource_version().as_deref(), &status)
+        {
             self.write_status(term, version, &status).await;
         }
     }
@@ -144,6 +146,22 @@ impl Reconciler {
         let (params, patch) = (PatchParams::default(), Patch::<()>::Json(patch));
         match term.fence(self.versions_api.patch_status(&name, &params, &patch)).await {
             Ok(Ok(written)) => {
+                if let Some(fields) = self.dropped.record(&name, status, &written) {
+                    let fields = fields.join(", ");
+                    tracing::warn!(nodeversion = %name, %fields, "the API server dropped status fields the controller wrote: \
+                        is the NodeVersion CRD older than the controller?");
+                    self.events.publish(
+                        written.object_ref(&()),
+                        None,
+                        crate::reason::Reason::StatusFieldsDropped,
+                        format!(
+                            "The API server dropped or changed the status fields {fields} written by the controller: \
+                             the NodeVersion CRD is probably older than the controller (apply the CRDs of this release). \
+                             The status is not written again until it or the NodeVersion changes."
+                        ),
+                        "WriteStatus",
+                    );
+                }
                 self.status_writes.record(&name, version.resource_version(), written);
                 true
             }

@@ -197,3 +197,74 @@ async fn unreadable_intents_are_never_written_and_those_left_behind_are_recovere
     support::stop_all(agents).await;
     server.shutdown().await;
 }
+
+/// Takes `status.lastCompleteImage` out of the NodeVersion CRD, as a CRD installed by a release before it: the API
+/// server prunes it from every status write.
+fn install_crd_without_last_complete_image(store: &dev::apiserver::Store) {
+    let api = store.api::<CustomResourceDefinition>();
+    let mut crd = api.get(None, "nodeversions.update.edgeless.systems").unwrap();
+    for version in &mut crd.spec.versions {
+        let status = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|s| s.properties.as_mut())
+            .and_then(|p| p.get_mut("status"))
+            .and_then(|s| s.properties.as_mut())
+            .unwrap();
+        assert!(status.remove("lastCompleteImage").is_some());
+    }
+    api.update(None, &crd, &Default::default()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_fields_an_older_crd_drops_are_named_once_and_not_written_in_a_loop() {
+    let names = ["w-0", "w-1"];
+    let server = bare_cluster(&names).await;
+    let store = server.store();
+    install_crd_without_last_complete_image(&store);
+    let agents = fake_agents(&server, &names, "v1", Duration::from_millis(50));
+    let controller = harness::controller(&operator(&server), harness::controller_options("c1"));
+    create_version(&store, "v2", json!({"maxUnavailable": 1}));
+    eventually(Duration::from_secs(60), "the rollout", || rolled_out(&store, 2)).await;
+    // The rollout is complete: the controller writes the NodeVersion at most once more (a status computed a moment
+    // before), not at every plan (each wrote the dropped field again: seven writes a second in the 200-node bench).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let writes = || {
+        server
+            .metrics()
+            .writes_by_user_agent("nodeversions")
+            .into_iter()
+            .filter(|(ua, _)| ua.contains("controller"))
+            .map(|(_, n)| n)
+            .sum::<u64>()
+    };
+    let before = writes();
+    // Other changes make the controller plan again (a label of a node here; kubelet heartbeats in a cluster).
+    for i in 0..30 {
+        let patch = json!({"metadata": {"labels": {"touched": i.to_string()}}});
+        store.api::<Node>().patch(None, "w-0", &Patch::Merge(patch), &PatchParams::default()).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = writes();
+    assert!(after - before <= 1, "{} NodeVersion writes while 30 node changes were planned", after - before);
+    let event = eventually(Duration::from_secs(30), "the StatusFieldsDropped Event", || {
+        let events = store.api::<k8s_openapi::api::events::v1::Event>().list(None, &Default::default()).unwrap();
+        events.items.into_iter().find(|e| e.reason.as_deref() == Some("StatusFieldsDropped"))
+    })
+    .await;
+    assert!(event.note.as_deref().unwrap_or_default().contains("status.lastCompleteImage"), "{event:?}");
+    assert_eq!(event.regarding.as_ref().and_then(|r| r.name.as_deref()), Some(VERSION));
+
+    let events = store.api::<k8s_openapi::api::events::v1::Event>().list(None, &Default::default()).unwrap();
+    let said = events
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("StatusFieldsDropped"))
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum::<i32>();
+    assert_eq!(said, 1, "said once");
+    controller.stop(Duration::from_secs(10)).await.unwrap();
+    support::stop_all(agents).await;
+    server.shutdown().await;
+}
