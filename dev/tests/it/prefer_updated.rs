@@ -155,7 +155,9 @@ fn sample(store: Store, target: &str, pods: Option<(&str, usize)>) -> (Arc<Mutex
                                          "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}
                             }))
                             .unwrap();
-                            let _ = store.api::<Pod>().create(Some("default"), &pod, &PostParams::default());
+                            if let Err(error) = store.api::<Pod>().create(Some("default"), &pod, &PostParams::default()) {
+                                println!("prefer_updated: ballast pod not created: {error}");
+                            }
                         }
                     }
                 }
@@ -183,7 +185,7 @@ async fn outdated_nodes_carry_the_taint_and_evicted_pods_land_on_updated_nodes()
     .await;
     let store = cluster.store();
     let observer = Observer::start(cluster.client(), Limits::new(1, true));
-    let (seen, sampler) = sample(store.clone(), "v2", Some(("demo", 8)));
+    let (seen, sampler) = sample(store.clone(), "v2", Some(("demo", 30)));
     let agents = support::start_agents(&cluster);
     let controller = harness::controller(cluster.operator(), harness::controller_options("c1"));
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -235,8 +237,8 @@ async fn pause_turning_it_off_and_deleting_the_node_version_take_the_taint_off_e
     let names = ["w-0", "w-1", "w-2", "w-3"];
     let server = bare_cluster(&names).await;
     let store = server.store();
-    // Slow stages: the rollout runs for the whole test.
-    let agents = fake_agents(&server, &names, "v1", Duration::from_secs(4));
+    // Slow stages (one node at a time): the rollout runs for the whole test.
+    let agents = fake_agents(&server, &names, "v1", Duration::from_secs(30));
     let controller = harness::controller(&operator(&server), harness::controller_options("c1"));
     create_version(&store, "v2", json!({"maxUnavailable": 1}));
     eventually(Duration::from_secs(60), "the outdated nodes tainted", || outdated_tainted(&store, "v2")).await;
