@@ -117,8 +117,8 @@ mod tests {
         let invalid = Rollout::new("nv", SpecState::Invalid { errors: vec!["x".into()], last_valid: None }, None);
         for (situation, _) in situations() {
             let a = Assessment::new(situation.clone());
-            for rollouts in [&[paused.clone()][..], &[off.clone()], &[invalid.clone()], &[]] {
-                assert!(!wanted(pools::Owner::Rollout(0), &a, rollouts), "{situation:?}");
+            for rollouts in [vec![paused.clone()], vec![off.clone()], vec![invalid.clone()], vec![]] {
+                assert!(!wanted(pools::Owner::Rollout(0), &a, &rollouts), "{situation:?}");
             }
             let tainting = [rollout(Policy::default())];
             for owner in [pools::Owner::Nobody { reason: Reason::NoNodeVersion }, pools::Owner::Unknown] {

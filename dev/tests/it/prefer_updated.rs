@@ -155,7 +155,8 @@ fn sample(store: Store, target: &str, pods: Option<(&str, usize)>) -> (Arc<Mutex
                                          "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}
                             }))
                             .unwrap();
-                            if let Err(error) = store.api::<Pod>().create(Some("default"), &pod, &PostParams::default()) {
+                            if let Err(error) = store.api::<Pod>().create(Some("default"), &pod, &PostParams::default())
+                            {
                                 println!("prefer_updated: ballast pod not created: {error}");
                             }
                         }
