@@ -28,6 +28,8 @@ struct FakeApi {
     seen: Arc<StdMutex<Vec<Seen>>>,
     objects: Arc<StdMutex<HashMap<String, Value>>>,
     revision: Arc<std::sync::atomic::AtomicU64>,
+    /// Node writes answered 500 while set.
+    refuse_nodes: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FakeApi {
@@ -60,6 +62,12 @@ impl FakeApi {
         }
         if parts.method != Method::PATCH {
             return not_found();
+        }
+        if path.starts_with("/api/v1/nodes/") && self.refuse_nodes.load(std::sync::atomic::Ordering::SeqCst) {
+            return reply(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500, "reason": "InternalError", "message": "refused"}),
+            );
         }
         let key = path.trim_end_matches("/status").to_owned();
         let mut objects = self.objects.lock().unwrap();
@@ -410,5 +418,35 @@ async fn a_status_is_computed_from_the_last_one_written_while_the_watch_has_not_
     let reboot = durations[1]["meanMillis"].as_i64().unwrap();
     assert!((30_000..31_000).contains(&reboot), "{second}");
     assert!(second["inFlight"].as_array().is_none_or(Vec::is_empty), "{second}");
+    leading.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_node_version_keeps_its_finalizer_until_the_taint_of_outdated_nodes_is_off() {
+    let fake = FakeApi::default();
+    let mut tainted = node("w1", json!({"update.edgeless.systems/managed": "true"}), agent_reported("v1"));
+    tainted["spec"]["taints"] = json!([{"key": "example.com/team", "effect": "NoSchedule"},
+                                      {"key": crate::policy::taint::OUTDATED_TAINT, "effect": "PreferNoSchedule"}]);
+    let mut deleted = version(json!({"image": "v2"}), json!({}));
+    deleted["metadata"]["deletionTimestamp"] = json!(WALL);
+    deleted["metadata"]["finalizers"] = json!([release::FINALIZER]);
+    // The taint's removal fails at first: the finalizer stays.
+    fake.refuse_nodes.store(true, std::sync::atomic::Ordering::SeqCst);
+    let leading = Leading::start(reconciler(&fake, &[tainted], &[deleted]));
+    settle().await;
+    let finalizer_removed =
+        || fake.seen().iter().any(|s| s.path.ends_with("/nodeversions/nv") && s.body[1]["op"] == "remove");
+    assert!(!fake.node_patches("w1").is_empty(), "the taint's removal was not tried");
+    assert!(!finalizer_removed(), "the finalizer went with the taint still on w1");
+    // Once the write goes through, the taint is off (the other taint kept) and the finalizer goes.
+    fake.refuse_nodes.store(false, std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..3 {
+        tokio::time::advance(Duration::from_secs(30)).await;
+        leading.trigger.notify_one();
+        settle().await;
+    }
+    let last = fake.node_patches("w1").pop().unwrap_or_default();
+    assert_eq!(last["spec"]["taints"], json!([{"key": "example.com/team", "effect": "NoSchedule"}]), "{last}");
+    assert!(finalizer_removed(), "{:?}", fake.seen());
     leading.stop().await;
 }
