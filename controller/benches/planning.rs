@@ -96,6 +96,7 @@ fn worker(name: String) -> Result<NodeView, String> {
         zone: None,
         deferred: None,
         settle: None,
+        outdated_taint: false,
     })
 }
 

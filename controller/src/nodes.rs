@@ -175,6 +175,7 @@ impl SlimNode {
             zone: labels.and_then(|l| l.get(ZONE_LABEL)).filter(|z| !z.is_empty()).cloned(),
             deferred: None,
             settle: None,
+            outdated_taint: self.spec.taints.iter().any(|t| t.key == crate::policy::taint::OUTDATED_TAINT),
         }
     }
 }

@@ -4,8 +4,8 @@
 //! While a NodeVersion is being deleted the controller plans without it, so its nodes are wound
 //! down as nodes no NodeVersion moves: a stage or drain is released (intent removed, drain stopped,
 //! node uncordoned), a reboot already requested is verified to its end (it cannot be called back),
-//! and a node the controller cordoned is uncordoned. Another NodeVersion that selects the same nodes
-//! takes them over as usual.
+//! and a node the controller cordoned is uncordoned, and the taint of outdated nodes is taken off every node
+//! no other rollout taints. Another NodeVersion that selects the same nodes takes them over as usual.
 
 use crate::policy::{DrainProgress, NodeView};
 use json_patch::jsonptr::PointerBuf;
@@ -15,6 +15,10 @@ use shared::protocol::Step;
 
 /// The finalizer the controller keeps on every NodeVersion it acts for.
 pub const FINALIZER: &str = "update.edgeless.systems/release-nodes";
+
+/// Why a deleted NodeVersion waits for a node that still carries the taint of outdated nodes no rollout wants there
+/// (`crate::policy::taint`): the wind-down takes it off, and the finalizer goes after.
+pub const TAINTED: &str = "the taint of outdated nodes (update.edgeless.systems/outdated) is still on it";
 
 /// Why the controller is not done with `node` yet, or None when it holds nothing on it: no drain
 /// runs, no step is in progress (only `done`, `failed` or `blocked` may be left), and it did not
@@ -94,6 +98,7 @@ mod tests {
             zone: None,
             deferred: None,
             settle: None,
+            outdated_taint: false,
         }
     }
 

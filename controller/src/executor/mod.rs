@@ -16,6 +16,7 @@
 
 mod node_state;
 mod replacement;
+mod taint;
 
 pub use node_state::{DrainEffect, drain_effect, next_state};
 use replacement::{FollowUp, is_cloud_step, replacement_keys, step_key};
@@ -28,6 +29,7 @@ use crate::leadership::Term;
 use crate::metrics::{ActionLabels, Metrics};
 use crate::nodes::SlimNode;
 use crate::own_writes::OwnWrites;
+use crate::policy::taint::Retaint;
 use crate::policy::{ActionKind, NodeAction, Reason};
 use crate::replacer::{InstanceRequest, Replacer, RetireError};
 use jiff::Timestamp;
@@ -187,12 +189,14 @@ impl Executor {
         self.reported.lock().retain(|n, _| exists(n));
     }
 
-    /// Applies the actions of `batches`, deciding on `nodes` (the objects the plan saw), within
-    /// `term`.
+    /// Applies the actions of `batches` and the changes of the taint of outdated nodes `taints`, deciding on `nodes`
+    /// (the objects the plan saw), within `term`. A taint change goes into the node's write of its action when it has
+    /// one, and is written alone otherwise.
     pub async fn apply(
         &self,
         term: &Term,
         batches: &[Batch<'_>],
+        taints: &[Retaint],
         nodes: &HashMap<String, SlimNode>,
         now: Timestamp,
     ) -> Applied {
@@ -218,13 +222,33 @@ impl Executor {
                 asked.contains(&(node, step.to_owned())) || follow_ups.get(node).is_some_and(|f| f.step == step)
             });
         }
-        self.apply_phase(term, &others, nodes, now, &mut applied).await;
+        let retaint: HashMap<&str, bool> = taints.iter().map(|r| (r.node.as_str(), r.on)).collect();
+        // A taint change of a node without a Node write of its own is written alone, beside the other writes; its
+        // failure frees no slot, so it does not keep the new nodes from starting.
+        let folded: std::collections::HashSet<&str> = (others.iter().chain(&starts))
+            .filter(|(a, _)| a.kind.writes() && !is_cloud_step(&a.kind))
+            .map(|(a, _)| a.node.as_str())
+            .collect();
+        let alone = taints.iter().filter(|r| !folded.contains(r.node.as_str()));
+        let alone = alone.filter_map(|r| Some(self.retaint(term, nodes.get(&r.node)?, r.on)));
+        let mut lone = Applied::default();
+        let (results, ()) = futures::future::join(
+            futures::future::join_all(alone),
+            self.apply_phase(term, &others, &retaint, nodes, now, &mut applied),
+        )
+        .await;
+        for result in results {
+            lone.count(result);
+        }
         if applied.conflicts + applied.errors == 0 {
             let starts = self.without_pod_holds(starts, &mut applied).await;
-            self.apply_phase(term, &starts, nodes, now, &mut applied).await;
+            self.apply_phase(term, &starts, &retaint, nodes, now, &mut applied).await;
         } else if !starts.is_empty() {
             tracing::debug!(held = starts.len(), "not starting new nodes: a write that frees their slots failed");
         }
+        applied.writes += lone.writes;
+        applied.conflicts += lone.conflicts;
+        applied.errors += lone.errors;
         applied
     }
 
@@ -267,6 +291,7 @@ impl Executor {
         &self,
         term: &Term,
         actions: &[Planned<'_>],
+        retaint: &HashMap<&str, bool>,
         nodes: &HashMap<String, SlimNode>,
         now: Timestamp,
         applied: &mut Applied,
@@ -286,17 +311,14 @@ impl Executor {
                     now,
                     batch.drain,
                 ))),
-                _ => writes.push(Box::pin(self.write(term, node, action, batch.version, now, batch.drain))),
+                _ => {
+                    let taint = retaint.get(action.node.as_str()).copied();
+                    writes.push(Box::pin(self.write(term, node, action, taint, batch.version, now, batch.drain)))
+                }
             }
         }
         for result in futures::future::join_all(writes).await {
-            match result {
-                WriteResult::Written => applied.writes += 1,
-                WriteResult::Unchanged => {}
-                WriteResult::Conflict => applied.conflicts += 1,
-                WriteResult::Failed => applied.errors += 1,
-                WriteResult::Fenced => {}
-            }
+            applied.count(result);
         }
     }
 
@@ -326,11 +348,14 @@ impl Executor {
         }
     }
 
+    /// Writes the action's changes of the node, and the taint of outdated nodes (`taint`: on, off, or as it is).
+    #[allow(clippy::too_many_arguments)]
     async fn write(
         &self,
         term: &Term,
         node: &SlimNode,
         action: &NodeAction,
+        taint: Option<bool>,
         version: Option<&ObjectReference>,
         now: Timestamp,
         drain: DrainOptions,
@@ -368,19 +393,16 @@ impl Executor {
         let patch = NodePatch::annotations(Some(&annotations), ours.chain(checkpoint))
             .labels(node.metadata.labels.as_ref(), checkpoint_labels)
             .unschedulable(node.unschedulable(), unschedulable);
+        let mut want = node.spec.taints.clone();
         let patch = match &action.kind {
             ActionKind::Shield { donor } => {
                 let shield = crate::replacer::taint(&crate::policy::replacement::shield(donor));
-                let current = serde_json::to_value(&node.spec.taints).unwrap_or_default();
-                let mut want = node.spec.taints.clone();
                 if !want.iter().any(|t| t.key == shield.key) {
                     want.push(shield);
                 }
-                patch.taints(&current, serde_json::to_value(want).unwrap_or_default())
+                patch
             }
             ActionKind::Inherit { labels, taints, .. } => {
-                let current = serde_json::to_value(&node.spec.taints).unwrap_or_default();
-                let mut want = node.spec.taints.clone();
                 want.retain(|t| t.key != crate::policy::replacement::SHIELD_TAINT);
                 want.extend(
                     taints
@@ -388,13 +410,16 @@ impl Executor {
                         .filter(|t| !node.spec.taints.iter().any(|h| crate::replacer::taint_view(h) == **t))
                         .map(crate::replacer::taint),
                 );
-                patch
-                    .add_labels(node.metadata.labels.as_ref(), labels)
-                    .taints(&current, serde_json::to_value(want).unwrap_or_default())
+                patch.add_labels(node.metadata.labels.as_ref(), labels)
             }
             _ => patch,
+        };
+        // The taint of outdated nodes in the same write (`crate::policy::taint`): the `done` write that uncordons a
+        // verified node lifts it too.
+        if let Some(on) = taint {
+            want = taint::with_outdated(want, on);
         }
-        .if_unchanged_since(node.resource_version());
+        let patch = taint::taints_patch(patch, node, want).if_unchanged_since(node.resource_version());
         if patch.is_empty() {
             return WriteResult::Unchanged;
         }
@@ -452,6 +477,17 @@ pub(crate) async fn send(
         Ok(Err(error)) => {
             tracing::warn!(node = %node.name(), %error, "node write failed");
             WriteResult::Failed
+        }
+    }
+}
+
+impl Applied {
+    fn count(&mut self, result: WriteResult) {
+        match result {
+            WriteResult::Written => self.writes += 1,
+            WriteResult::Unchanged | WriteResult::Fenced => {}
+            WriteResult::Conflict => self.conflicts += 1,
+            WriteResult::Failed => self.errors += 1,
         }
     }
 }

@@ -24,7 +24,7 @@ impl Executor {
         };
         for f in due {
             let Some(node) = nodes.get(&f.action.node) else { continue };
-            match self.write(term, node, &f.action, f.version.as_ref(), now, f.drain).await {
+            match self.write(term, node, &f.action, None, f.version.as_ref(), now, f.drain).await {
                 WriteResult::Written => applied.writes += 1,
                 WriteResult::Unchanged | WriteResult::Fenced => {}
                 WriteResult::Conflict => applied.conflicts += 1,
@@ -81,7 +81,7 @@ impl Executor {
         match &action.kind {
             ActionKind::AbandonReplacement { .. } | ActionKind::ReleaseInstance { .. } => {
                 self.follow_ups.lock().remove(&action.node);
-                self.write(term, node, action, version, now, drain).await
+                self.write(term, node, action, None, version, now, drain).await
             }
             _ => {
                 tracing::info!(node = %action.node, reason = %action.reason, detail = %action.message, "replacement step done");

@@ -38,6 +38,7 @@ fn node(name: &str) -> NodeView {
         zone: None,
         deferred: None,
         settle: None,
+        outdated_taint: false,
     }
 }
 

@@ -173,7 +173,9 @@ pub fn inherited_labels(donor: &BTreeMap<String, String>) -> BTreeMap<String, St
         .collect()
 }
 
-/// The taints of `donor` an administrator added.
+/// The taints of `donor` an administrator added: not Kubernetes' own, nor the controller's (the shield, and the taint
+/// of outdated nodes: the heir runs the target).
 pub fn inherited_taints(donor: &[TaintView]) -> Vec<TaintView> {
-    donor.iter().filter(|t| !t.key.starts_with(KUBERNETES_TAINT_PREFIX) && t.key != SHIELD_TAINT).cloned().collect()
+    let ours = |key: &str| key == SHIELD_TAINT || key == super::taint::OUTDATED_TAINT;
+    donor.iter().filter(|t| !t.key.starts_with(KUBERNETES_TAINT_PREFIX) && !ours(&t.key)).cloned().collect()
 }

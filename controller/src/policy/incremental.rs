@@ -73,6 +73,8 @@ pub struct Planner {
     related: BTreeSet<String>,
     /// How many nodes the last plan assessed.
     assessed: usize,
+    /// The nodes whose taint of outdated nodes differs from what their assessment wants ([`super::taint`]).
+    retaint: BTreeMap<String, bool>,
 }
 
 #[derive(Debug)]
@@ -243,6 +245,7 @@ impl Planner {
         self.unowned_unavailable = 0;
         self.control_plane_busy = 0;
         self.related.clear();
+        self.retaint.clear();
         for entry in self.nodes.values_mut() {
             entry.assessment = None;
         }
@@ -311,6 +314,14 @@ impl Planner {
         let Some(entry) = self.nodes.get(name) else { return };
         let Some(a) = &entry.assessment else { return };
         let (node, owner) = (&entry.view, entry.owner);
+        match super::taint::change(node, owner, a, &self.rollouts) {
+            Some(change) if on => {
+                self.retaint.insert(change.node, change.on);
+            }
+            _ => {
+                self.retaint.remove(name);
+            }
+        }
         let slot = match owner {
             pools::Owner::Rollout(i) => i,
             pools::Owner::Nobody { .. } | pools::Owner::Unknown => self.rollouts.len(),
@@ -478,6 +489,8 @@ impl Planner {
                 .collect();
             cluster.unowned = unowned;
         }
+        cluster.taints =
+            self.retaint.iter().map(|(node, on)| super::taint::Retaint { node: node.clone(), on: *on }).collect();
         cluster
     }
 

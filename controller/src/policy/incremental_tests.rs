@@ -89,6 +89,7 @@ fn configurations() -> Vec<Vec<Rollout>> {
         )],
         vec![rollout("nv", valid_spec(TARGET, 11, Policy { max_surge: budget::MaxSurge::Count(0), ..policy(2) }))],
         vec![rollout("nv", valid_spec(TARGET, 13, Policy { max_unavailable_per_zone: Some(1), ..policy(3) }))],
+        vec![rollout("nv", valid_spec(TARGET, 14, Policy { prefer_updated_nodes: false, ..policy(2) }))],
     ]
 }
 
@@ -418,6 +419,16 @@ impl Run {
                 *self.applied.entry(action.kind.name()).or_default() += 1;
             }
         }
+        // The taints of outdated nodes the plan changes, some writes failing as well.
+        for change in self.last.taints.clone() {
+            if self.random(8) == 0 {
+                continue;
+            }
+            if let Some(n) = self.nodes.get_mut(&change.node) {
+                n.outdated_taint = change.on;
+                *self.applied.entry(if change.on { "TaintOn" } else { "TaintOff" }).or_default() += 1;
+            }
+        }
         for n in self.nodes.values_mut() {
             // The reconciler stops the drains of nodes that left the drain step (a donor's is its replace step).
             let donor_draining = n.group.as_ref().is_some_and(|m| m.heir.is_some());
@@ -660,7 +671,8 @@ fn the_incremental_planner_decides_as_the_full_plan_after_every_event() {
     // The sequences do move nodes: the comparison is not only of idle clusters. Every step of an update in place
     // and of a replacement is applied, the wind-down's too.
     let steps = ["Stage", "Drain", "Reboot", "Done", "Replace", "CreateInstance", "Shield", "Inherit", "DrainDonor"];
-    for kind in steps.into_iter().chain(["AbandonReplacement"]) {
+    // The taint of outdated nodes is put on and taken off (`taint`), by the full plan and the incremental one alike.
+    for kind in steps.into_iter().chain(["AbandonReplacement", "TaintOn", "TaintOff"]) {
         assert!(applied.get(kind).is_some_and(|n| *n >= 5), "{kind}: {applied:?}");
     }
     // A replacement's last steps come after a dozen events on two nodes and the cloud: few random sequences reach

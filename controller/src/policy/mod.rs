@@ -67,6 +67,7 @@ mod pools;
 pub mod replacement;
 pub mod rollback;
 pub mod settings;
+pub mod taint;
 pub mod waves;
 pub mod window;
 
@@ -127,6 +128,8 @@ pub struct NodeView {
     /// Why the node waits for workloads of its pods to be whole again before it is disrupted, if it does
     /// (`crate::settle`: `WaitingForWorkloads`, or `SettleTimedOut` past `settleTimeout`).
     pub settle: Option<Hold>,
+    /// The node carries the controller's `PreferNoSchedule` taint of outdated nodes ([`taint::OUTDATED_TAINT`]).
+    pub outdated_taint: bool,
 }
 
 /// Progress of a drain, as the executor's drain task reports it.
@@ -321,6 +324,8 @@ pub struct ClusterPlan {
     /// opted-in nodes no NodeVersion selects (in `held`). Only its actions, `held` and `wake_at`
     /// are set.
     pub unowned: Plan,
+    /// The nodes whose taint of outdated nodes the plan changes ([`taint`]), by name.
+    pub taints: Vec<taint::Retaint>,
 }
 
 impl ClusterPlan {
@@ -404,6 +409,7 @@ pub fn plan_with(
             cluster.unowned.held.push(not_selected(node));
         }
     }
+    cluster.taints = taint::changes(nodes, &owners, &assessments, rollouts);
     cluster
 }
 

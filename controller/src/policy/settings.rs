@@ -121,6 +121,9 @@ pub struct Policy {
     pub health_checks: Vec<super::health::Check>,
     /// The canary waves (`waves`, see [`super::waves`]), in order.
     pub waves: Vec<super::waves::WavePolicy>,
+    /// Whether the rollout's outdated nodes carry the `PreferNoSchedule` taint [`super::taint::OUTDATED_TAINT`]
+    /// while it runs (`preferUpdatedNodes`, default true; see [`super::taint`]).
+    pub prefer_updated_nodes: bool,
 }
 
 impl Default for Policy {
@@ -150,6 +153,7 @@ impl Default for Policy {
             settle: None,
             health_checks: Vec::new(),
             waves: Vec::new(),
+            prefer_updated_nodes: true,
         }
     }
 }
@@ -159,7 +163,12 @@ impl Policy {
     /// window ever opens.
     pub fn from_spec(spec: &RolloutPolicy, now: Timestamp) -> Result<Policy, Vec<String>> {
         let mut errors = Vec::new();
-        let mut policy = Policy { paused: spec.paused, drain: spec.drain, ..Policy::default() };
+        let mut policy = Policy {
+            paused: spec.paused,
+            drain: spec.drain,
+            prefer_updated_nodes: spec.prefer_updated_nodes.unwrap_or(true),
+            ..Policy::default()
+        };
         let mut amount = |field: &str, value: &Option<IntOrString>| match value {
             None => None,
             Some(IntOrString::Int(n)) if *n >= 1 => Some(MaxUnavailable::Count(*n as u32)),
@@ -415,6 +424,7 @@ mod tests {
         assert_eq!(p.on_drain_timeout, DrainTimeoutAction::Continue);
         assert_eq!(p.max_surge, MaxSurge::Count(1));
         assert_eq!((p.join_timeout, p.leave_timeout), (SignedDuration::from_mins(30), SignedDuration::from_mins(5)));
+        assert!(p.prefer_updated_nodes, "preferUpdatedNodes is on by default");
     }
 
     #[test]
@@ -426,7 +436,8 @@ mod tests {
                 "maintenanceWindow": {"schedule": "0 22 * * *", "duration": "4h", "timeZone": "Europe/Berlin"},
                 "nodeSelector": {"matchLabels": {"pool": "a"}},
                 "drain": {"deleteEmptyDirData": true, "force": true},
-                "maxSurge": "50%", "joinTimeout": "20m", "leaveTimeout": "2m", "maxStaging": 4
+                "maxSurge": "50%", "joinTimeout": "20m", "leaveTimeout": "2m", "maxStaging": 4,
+                "preferUpdatedNodes": false
             })),
             now(),
         )
@@ -439,6 +450,7 @@ mod tests {
         assert_eq!(p.reboot_timeout, SignedDuration::from_mins(7));
         assert_eq!(p.failure_budget, 3);
         assert_eq!(p.max_surge, MaxSurge::Percent(50));
+        assert!(!p.prefer_updated_nodes);
         assert_eq!(p.max_staging, Some(MaxUnavailable::Count(4)));
         assert_eq!((p.join_timeout, p.leave_timeout), (SignedDuration::from_mins(20), SignedDuration::from_mins(2)));
         assert!(p.paused && p.drain.force && p.drain.delete_empty_dir_data);

@@ -49,6 +49,7 @@ pub(super) fn node(name: &str) -> NodeView {
         zone: None,
         deferred: None,
         settle: None,
+        outdated_taint: false,
     }
 }
 

@@ -398,11 +398,12 @@ impl Reconciler {
         policy::rollback::find_uniform(&mut plan.rollouts, || planner.nodes().collect());
         if self.replacer.is_none() {
             // The objects the executor decides on: those of the nodes the plan acts on.
-            for action in plan.rollouts.iter().chain([&plan.unowned]).flat_map(|p| &p.actions) {
-                if !objects.contains_key(&action.node)
-                    && let Some(node) = self.nodes.get(&ObjectRef::new(&action.node))
+            let acted_on = plan.rollouts.iter().chain([&plan.unowned]).flat_map(|p| &p.actions).map(|a| &a.node);
+            for name in acted_on.chain(plan.taints.iter().map(|r| &r.node)) {
+                if !objects.contains_key(name)
+                    && let Some(node) = self.nodes.get(&ObjectRef::new(name))
                 {
-                    objects.insert(action.node.clone(), self.executor.freshest(SlimNode::clone(&node)));
+                    objects.insert(name.clone(), self.executor.freshest(SlimNode::clone(&node)));
                 }
             }
         }
@@ -436,11 +437,14 @@ impl Reconciler {
             })
             .collect();
         batches.push(Batch { actions: &plan.unowned.actions, drain: Default::default(), version: None, settle: None });
-        let applied = self.executor.apply(term, &batches, &objects, now).await;
+        let applied = self.executor.apply(term, &batches, &plan.taints, &objects, now).await;
         drop(gate);
         // Only a NodeVersion being deleted looks at every node.
         let all: Vec<&NodeView> = if deleting.is_empty() { Vec::new() } else { node_views.planner.nodes().collect() };
-        self.finish_deletions(term, &deleting, &all, now).await;
+        // The nodes whose taint of outdated nodes the plan takes off: a deleted NodeVersion waits for those too.
+        let untainting: std::collections::HashSet<&str> =
+            plan.taints.iter().filter(|r| !r.on).map(|r| r.node.as_str()).collect();
+        self.finish_deletions(term, &deleting, &all, &untainting, now).await;
         drop(all);
         self.views = node_views;
 

@@ -28,6 +28,8 @@ struct FakeApi {
     seen: Arc<StdMutex<Vec<Seen>>>,
     objects: Arc<StdMutex<HashMap<String, Value>>>,
     revision: Arc<std::sync::atomic::AtomicU64>,
+    /// Node writes answered 500 while set.
+    refuse_nodes: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FakeApi {
@@ -60,6 +62,12 @@ impl FakeApi {
         }
         if parts.method != Method::PATCH {
             return not_found();
+        }
+        if path.starts_with("/api/v1/nodes/") && self.refuse_nodes.load(std::sync::atomic::Ordering::SeqCst) {
+            return reply(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500, "reason": "InternalError", "message": "refused"}),
+            );
         }
         let key = path.trim_end_matches("/status").to_owned();
         let mut objects = self.objects.lock().unwrap();
@@ -245,7 +253,9 @@ fn staging(busy: bool) -> Value {
 async fn a_stage_deadline_fails_the_node_without_any_watch_event() {
     let fake = FakeApi::default();
     let nodes = [node("w1", json!({"update.edgeless.systems/managed": "true"}), staging(true))];
-    let versions = [version(json!({"image": "v2", "rollout": {"stageTimeout": "1m"}}), json!({}))];
+    // Without the taint of outdated nodes, which would be the first write (`policy::taint`).
+    let rollout = json!({"stageTimeout": "1m", "preferUpdatedNodes": false});
+    let versions = [version(json!({"image": "v2", "rollout": rollout}), json!({}))];
     let leading = Leading::start(reconciler(&fake, &nodes, &versions));
     settle().await;
     assert!(fake.node_patches("w1").is_empty(), "acted before the deadline");
@@ -328,8 +338,16 @@ async fn a_new_leader_with_an_invalid_spec_keeps_the_recorded_policy_for_nodes_i
     settle().await;
     tokio::time::advance(Duration::from_secs(31 * 60)).await;
     settle().await;
-    assert!(fake.node_patches("a1").is_empty(), "{:?}", fake.node_patches("a1"));
-    assert!(fake.node_patches("a2").is_empty(), "a new node started under an invalid spec");
+    // The rollout goes on under its last valid spec: its outdated nodes carry the taint (`policy::taint`), and
+    // nothing else is written.
+    let only_taints = |p: &Value| {
+        let metadata = p["metadata"].as_object().is_none_or(|m| m.keys().all(|k| k == "resourceVersion"));
+        metadata && p["spec"].as_object().is_some_and(|s| s.keys().all(|k| k == "taints")) && p.get("status").is_none()
+    };
+    let other = |name: &str| fake.node_patches(name).into_iter().filter(|p| !only_taints(p)).collect::<Vec<_>>();
+    assert!(other("a1").is_empty(), "{:?}", fake.node_patches("a1"));
+    assert!(other("a2").is_empty(), "a new node started under an invalid spec");
+    assert!(!fake.node_patches("a2").is_empty(), "the outdated node is tainted");
     let last = fake.last_status();
     assert_eq!(last["lastValidSpec"]["generation"], 1, "the record was kept");
     assert_eq!(last["inFlight"][0]["name"], "a1");
@@ -339,7 +357,7 @@ async fn a_new_leader_with_an_invalid_spec_keeps_the_recorded_policy_for_nodes_i
     // An hour after the stage began, the recorded stage timeout fails it.
     tokio::time::advance(Duration::from_secs(30 * 60)).await;
     settle().await;
-    assert_eq!(fake.node_patches("a1").len(), 1);
+    assert_eq!(other("a1").len(), 1, "{:?}", fake.node_patches("a1"));
     leading.stop().await;
 }
 
@@ -400,5 +418,35 @@ async fn a_status_is_computed_from_the_last_one_written_while_the_watch_has_not_
     let reboot = durations[1]["meanMillis"].as_i64().unwrap();
     assert!((30_000..31_000).contains(&reboot), "{second}");
     assert!(second["inFlight"].as_array().is_none_or(Vec::is_empty), "{second}");
+    leading.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_node_version_keeps_its_finalizer_until_the_taint_of_outdated_nodes_is_off() {
+    let fake = FakeApi::default();
+    let mut tainted = node("w1", json!({"update.edgeless.systems/managed": "true"}), agent_reported("v1"));
+    tainted["spec"]["taints"] = json!([{"key": "example.com/team", "effect": "NoSchedule"},
+                                      {"key": crate::policy::taint::OUTDATED_TAINT, "effect": "PreferNoSchedule"}]);
+    let mut deleted = version(json!({"image": "v2"}), json!({}));
+    deleted["metadata"]["deletionTimestamp"] = json!(WALL);
+    deleted["metadata"]["finalizers"] = json!([release::FINALIZER]);
+    // The taint's removal fails at first: the finalizer stays.
+    fake.refuse_nodes.store(true, std::sync::atomic::Ordering::SeqCst);
+    let leading = Leading::start(reconciler(&fake, &[tainted], &[deleted]));
+    settle().await;
+    let finalizer_removed =
+        || fake.seen().iter().any(|s| s.path.ends_with("/nodeversions/nv") && s.body[1]["op"] == "remove");
+    assert!(!fake.node_patches("w1").is_empty(), "the taint's removal was not tried");
+    assert!(!finalizer_removed(), "the finalizer went with the taint still on w1");
+    // Once the write goes through, the taint is off (the other taint kept) and the finalizer goes.
+    fake.refuse_nodes.store(false, std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..3 {
+        tokio::time::advance(Duration::from_secs(30)).await;
+        leading.trigger.notify_one();
+        settle().await;
+    }
+    let last = fake.node_patches("w1").pop().unwrap_or_default();
+    assert_eq!(last["spec"]["taints"], json!([{"key": "example.com/team", "effect": "NoSchedule"}]), "{last}");
+    assert!(finalizer_removed(), "{:?}", fake.seen());
     leading.stop().await;
 }

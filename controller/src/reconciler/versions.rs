@@ -37,12 +37,14 @@ impl Reconciler {
 
     /// For each NodeVersion being deleted: removes the [`release::FINALIZER`] once no node its
     /// (acting) selector selects is still held by the controller; until then says which nodes it
-    /// waits for, once per change.
+    /// waits for, once per change. A node whose taint of outdated nodes the plan takes off (`untainting`: no rollout
+    /// wants it there) is held too, until it is off (`crate::policy::taint`).
     pub(super) async fn finish_deletions(
         &mut self,
         term: &Term,
         deleting: &[Arc<NodeVersion>],
         views: &[&NodeView],
+        untainting: &std::collections::HashSet<&str>,
         now: Timestamp,
     ) {
         self.releasing.retain(|uid, _| deleting.iter().any(|v| v.uid().as_deref() == Some(uid)));
@@ -59,7 +61,11 @@ impl Reconciler {
                     let node = self.nodes.get(&ObjectRef::new(&v.name));
                     selector.is_some_and(|s| s.matches(node.as_ref().and_then(|n| n.metadata.labels.as_ref())))
                 })
-                .filter_map(|v| release::unreleased(v).map(|why| format!("{}: {why}", v.name)))
+                .filter_map(|v| {
+                    let tainted = v.outdated_taint && untainting.contains(v.name.as_str());
+                    let why = release::unreleased(v).or_else(|| tainted.then(|| release::TAINTED.to_owned()));
+                    why.map(|why| format!("{}: {why}", v.name))
+                })
                 .collect();
             let name = version.name_any();
             let uid = version.uid().unwrap_or_default();

@@ -52,6 +52,10 @@ struct Args {
     /// The rollout's maxUnavailable.
     #[arg(long, default_value_t = 10)]
     max_unavailable: usize,
+    /// The rollout's preferUpdatedNodes (the taint of outdated nodes: one more Node write for each node the first plan
+    /// does not start).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    prefer_updated_nodes: bool,
     /// Simulated staging time of a host.
     #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
     stage_seconds: f64,
@@ -497,6 +501,7 @@ async fn main() -> anyhow::Result<()> {
         "metadata": {"name": "constellation-version"},
         "spec": {"image": "v2", "rollout": {
             "maxUnavailable": args.max_unavailable, "maxSurge": args.max_surge,
+            "preferUpdatedNodes": args.prefer_updated_nodes,
             "failureBudget": (args.nodes + args.group_nodes).max(1)}}
     }))?;
     let rollout_start = Instant::now();

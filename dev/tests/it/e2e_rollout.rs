@@ -81,7 +81,9 @@ async fn a_rollout_updates_every_node_without_breaking_an_invariant() {
     assert!(observed.max_disrupted_seen >= 2, "the budget was never used in full");
     assert_eq!(observed.max_staging_seen, 3, "nodes were not staged ahead as far as maxStaging allows");
     let (controller_writes, agent_writes) = harness::node_writes(&cluster.server().metrics());
-    assert!(controller_writes + agent_writes <= 8 * 13 + 13, "{controller_writes} + {agent_writes} Node writes");
+    // At most 8 per update and one more per node, plus one per node for the taint of outdated nodes (put on in a write
+    // of its own for each node the first plan does not start: `preferUpdatedNodes`, docs/protocol.md).
+    assert!(controller_writes + agent_writes <= 9 * 13 + 13, "{controller_writes} + {agent_writes} Node writes");
     // Each agent reports its host once at start, then three times per update: an agent that
     // took a stale watch event for the newest state would write its report twice.
     assert!(agent_writes <= 13 * 4, "{agent_writes} Node writes by the agents");

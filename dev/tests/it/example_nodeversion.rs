@@ -40,4 +40,5 @@ fn the_example_nodeversion_is_accepted_and_read_as_documented() {
     assert_eq!(policy.checkpoint_timeout, jiff::SignedDuration::from_mins(30));
     assert_eq!(policy.max_unavailable_per_zone, Some(1));
     assert_eq!(policy.settle, Some(jiff::SignedDuration::from_mins(15)));
+    assert!(policy.prefer_updated_nodes);
 }

@@ -73,6 +73,7 @@ mod node_pools;
 mod openapi_and_yaml;
 mod operator_identities;
 mod plan_replacement;
+mod prefer_updated;
 mod protobuf;
 mod rollback;
 mod runtime_clients;

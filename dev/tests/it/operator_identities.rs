@@ -114,6 +114,13 @@ async fn an_agent_token_changes_only_the_agent_annotations_of_its_own_node() {
         (patch(json!({"some.other/annotation": "x"})), own_annotations),
         (Patch::Merge(json!({"metadata": {"labels": {keys::MANAGED_LABEL: "false"}}})), spec_or_labels),
         (Patch::Merge(json!({"spec": {"unschedulable": true}})), spec_or_labels),
+        // The taint of outdated nodes is the controller's (`preferUpdatedNodes`).
+        (
+            Patch::Merge(
+                json!({"spec": {"taints": [{"key": "update.edgeless.systems/outdated", "effect": "PreferNoSchedule"}]}}),
+            ),
+            spec_or_labels,
+        ),
     ];
     for (attempt, expected) in attempts {
         let (code, message) = status_message(nodes.patch("w-0", &params, &attempt).await.unwrap_err());

@@ -38,12 +38,15 @@ async fn a_rollout_completes_with_every_node_verified_and_uncordoned() {
         assert!(!a.contains_key("update.edgeless.systems/cordoned-by"), "{name}");
     }
     // 5 nodes, each: controller stage, drain (with cordon), reboot, done (with uncordon); agent busy,
-    // staged, rebooted; plus each agent's first report of its host. Nothing else.
+    // staged, rebooted; plus each agent's first report of its host. Nothing else but the taint of outdated nodes
+    // (`preferUpdatedNodes`): put on in the stage write of the nodes the first plan starts (the control-plane node and
+    // a worker staged ahead, 23 writes seen; fewer if an agent had not reported yet), in a write of its own on the
+    // others.
     let writes = server.metrics().writes_by_user_agent("nodes");
     let by = |mode: &str| {
         writes.iter().filter(|(ua, _)| ua.starts_with(&format!("update-operator/{mode}"))).map(|(_, n)| *n).sum::<u64>()
     };
-    assert_eq!(by("controller"), 4 * 5, "{writes:?}");
+    assert!((4 * 5 + 3..=4 * 5 + 5).contains(&by("controller")), "{writes:?}");
     assert_eq!(by("agent"), 3 * 5 + 5, "{writes:?}");
     let observed = observer.stop().await;
     assert_eq!(observed.violations, Vec::<String>::new());

@@ -227,6 +227,13 @@ pub struct RolloutPolicy {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub waves: Vec<Wave>,
+    /// Whether, during a rollout, the nodes not on the target yet carry the taint
+    /// `update.edgeless.systems/outdated:PreferNoSchedule`, so that pods evicted from a draining node are scheduled on
+    /// updated nodes (while those have room) rather than on a node that is updated next. The controller removes it from
+    /// each node once the node is verified on the target, and from every node when the rollout completes, is paused,
+    /// this is turned off or the NodeVersion is deleted. Default `true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefer_updated_nodes: Option<bool>,
 }
 
 /// An absolute period in which no new node starts.
