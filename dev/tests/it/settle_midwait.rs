@@ -83,9 +83,12 @@ fn notes(store: &Store, reason: &str) -> Vec<String> {
 }
 
 /// w-0's hold in the status, once it has one.
+/// w-0's hold once it is a settle hold (waiting, or timed out). Before, while w-1 is in flight, w-0 may be held for
+/// the budget: seen first on a loaded machine.
 async fn w0_held(store: &Store) -> shared::crd::HeldBackNode {
-    eventually(Duration::from_secs(90), "w-0 held", || {
-        status_of(store, VERSION).held_back.into_iter().find(|h| h.name == "w-0")
+    eventually(Duration::from_secs(90), "w-0 held for its workloads", || {
+        let held = status_of(store, VERSION).held_back.into_iter().find(|h| h.name == "w-0")?;
+        ["WaitingForWorkloads", "SettleTimedOut"].contains(&held.reason.as_str()).then_some(held)
     })
     .await
 }
