@@ -167,10 +167,11 @@ impl<I, R> Batcher<I, R> {
         true
     }
 
-    /// Takes up to `limit` waiters of `group`, first come first; ends the queue when no one is left.
-    fn take(&self, group: &GroupId, limit: usize, now: Instant) -> Vec<Waiter<I, R>> {
+    /// Takes up to `limit` waiters of `group`, first come first, and whether any are left; ends the queue (and its
+    /// dispatcher) when no one is left, so that the next caller starts a new one.
+    fn take(&self, group: &GroupId, limit: usize, now: Instant) -> (Vec<Waiter<I, R>>, bool) {
         let mut queues = self.lock();
-        let Some(queue) = queues.get_mut(group) else { return Vec::new() };
+        let Some(queue) = queues.get_mut(group) else { return (Vec::new(), false) };
         let mut taken = Vec::new();
         while taken.len() < limit.max(1)
             && let Some(waiter) = queue.waiting.pop_front()
@@ -183,8 +184,9 @@ impl<I, R> Batcher<I, R> {
         }
         if queue.waiting.is_empty() {
             queues.remove(group);
+            return (taken, false);
         }
-        taken
+        (taken, true)
     }
 }
 
@@ -256,7 +258,7 @@ where
             tokio::time::sleep(wait).await;
         }
         let waited = started.elapsed();
-        let batch = B::batcher(&shared).take(&group, limit, Instant::now());
+        let (batch, more) = B::batcher(&shared).take(&group, limit, Instant::now());
         let operation = if batch.len() == 1 { B::SINGLE } else { B::BATCH };
         if !waited.is_zero() {
             shared.observer.rate_limited(cloud, operation, waited);
@@ -265,34 +267,45 @@ where
             // Everyone left while the limiter was waited for (the queue is gone with them).
             return;
         }
-        let shared = shared.clone();
-        let group = group.clone();
-        tokio::spawn(async move {
-            let items: Vec<B::Item> = batch.iter().map(|w| w.item.clone()).collect();
-            let sent = Instant::now();
-            let answer = B::send(&shared.inner, &group, &items).await;
-            let outcome = match &answer {
-                Ok(_) => Outcome::Ok,
-                Err(error) => error.outcome(),
-            };
-            shared.observer.request(cloud, operation, outcome, sent.elapsed());
-            let count = batch.len();
-            let mut results = match answer {
-                Ok(results) => results.into_iter().map(Some).collect::<Vec<_>>(),
-                Err(error) => batch.iter().map(|_| Some(Err(copy(&error)))).collect(),
-            };
-            let answered = results.len();
-            results.resize_with(count, || None);
-            for (waiter, result) in batch.into_iter().zip(results) {
-                let result = result.unwrap_or_else(|| {
-                    Err(Error::transient(format!(
-                        "{group}: the batch request answered {answered} results for {count} instances"
-                    )))
-                });
-                let queued = sent.saturating_duration_since(waiter.enqueued);
-                let _ = waiter.reply.send(Reply::Sent { result, queued });
-            }
+        tokio::spawn(send::<P, B>(shared.clone(), group.clone(), batch, operation));
+        if !more {
+            // The queue ended with this batch: a caller that comes now starts a new dispatcher, and this one takes
+            // no permit for no one.
+            return;
+        }
+    }
+}
+
+/// Sends one batch and answers each of its callers.
+async fn send<P, B>(shared: Arc<Shared<P>>, group: GroupId, batch: Vec<Waiter<B::Item, B::Out>>, operation: Operation)
+where
+    P: CloudProvider + 'static,
+    B: Batched<P>,
+{
+    let cloud = shared.inner.cloud();
+    let items: Vec<B::Item> = batch.iter().map(|w| w.item.clone()).collect();
+    let sent = Instant::now();
+    let answer = B::send(&shared.inner, &group, &items).await;
+    let outcome = match &answer {
+        Ok(_) => Outcome::Ok,
+        Err(error) => error.outcome(),
+    };
+    shared.observer.request(cloud, operation, outcome, sent.elapsed());
+    let count = batch.len();
+    let mut results = match answer {
+        Ok(results) => results.into_iter().map(Some).collect::<Vec<_>>(),
+        Err(error) => batch.iter().map(|_| Some(Err(copy(&error)))).collect(),
+    };
+    let answered = results.len();
+    results.resize_with(count, || None);
+    for (waiter, result) in batch.into_iter().zip(results) {
+        let result = result.unwrap_or_else(|| {
+            Err(Error::transient(format!(
+                "{group}: the batch request answered {answered} results for {count} instances"
+            )))
         });
+        let queued = sent.saturating_duration_since(waiter.enqueued);
+        let _ = waiter.reply.send(Reply::Sent { result, queued });
     }
 }
 

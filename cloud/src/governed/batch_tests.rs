@@ -280,3 +280,16 @@ async fn without_batch_calls_every_create_is_its_own_request() {
     assert!(one.is_ok() && two.is_ok());
     assert_eq!(provider.inner().calls().len(), 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_lone_create_takes_one_request_of_the_limit_not_two() {
+    // Two requests at once, then one a second: a create and a state read both go at once.
+    let (provider, _) = governed(CallPolicy { burst: NonZeroU32::new(2).unwrap(), ..slow() });
+    let started = Instant::now();
+    provider.create_instance(&GroupId::from("g")).await.unwrap();
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    provider.instance_state(&id("x")).await.unwrap();
+    assert_eq!(started.elapsed(), Duration::ZERO, "the dispatcher took a second permit for no one");
+}
