@@ -20,6 +20,7 @@ fn check_size(count: usize) -> Result<(), ErrorBody> {
 impl SimulatedCloud {
     /// Adds `count` instances to a group in one call; each instance's result in order.
     pub async fn create_instances(&self, group: &str, count: usize) -> Result<wire::CreateBatchAnswer, ErrorBody> {
+        self.inner.state.lock().asked += count.min(MAX_BATCH) as u64;
         self.begin(Operation::CreateInstances, Target::Group(group)).await?;
         check_size(count)?;
         let made: Vec<_> = {

@@ -274,6 +274,8 @@ struct State {
     creations: BTreeMap<String, Creation>,
     faults: CloudFaults,
     calls: BTreeMap<Operation, u64>,
+    /// Instances asked for by create calls, single and batch (refused ones included, as calls are counted).
+    asked: u64,
 }
 
 struct Inner {
@@ -626,6 +628,7 @@ impl SimulatedCloud {
 
     /// Adds an instance to a group (see [`GroupFaults::create_returns_token`]).
     pub async fn create_instance(&self, group: &str) -> Result<wire::CreateAnswer, ErrorBody> {
+        self.inner.state.lock().asked += 1;
         self.begin(Operation::CreateInstance, Target::Group(group)).await?;
         let made = {
             let mut state = self.inner.state.lock();
@@ -889,6 +892,12 @@ impl SimulatedCloud {
         };
         self.after(delay, name, epoch, SimulatedCloud::provisioned);
         Ok(())
+    }
+
+    /// Instances asked for so far: one per `create_instance` call, `count` per `create_instances` call (counted as
+    /// the calls are, refused ones included): with batches, the calls no longer count the instances.
+    pub fn instances_asked(&self) -> u64 {
+        self.inner.state.lock().asked
     }
 
     /// API calls so far, by operation.
