@@ -249,8 +249,7 @@ where
     let limit = B::limit(shared.inner.batch_limit()).max(1);
     loop {
         let started = Instant::now();
-        loop {
-            let Err(not_until) = shared.limiter.check() else { break };
+        while let Err(not_until) = shared.limiter.check() {
             let wait = not_until.wait_time_from(shared.clock.now());
             if !B::batcher(&shared).expire(&group, Instant::now() + wait) {
                 return;
