@@ -3,9 +3,11 @@
 //! `instanceIds`: Microsoft.Compute 2024-07-01, `virtualMachineScaleSet.json` in Azure/azure-rest-api-specs, body
 //! `VirtualMachineScaleSetVMInstanceRequiredIDs`, an array without a stated maximum), after one list of the scale
 //! set's VMs (`VirtualMachineScaleSetVMs_List`, every `nextLink`) in place of the single deletion's `GET` of each
-//! VM: a VM the list does not show is gone (`AlreadyGone`, and left out of the request, which ARM refuses for an
-//! unknown instance ID), one `Deleting` is `Started` without a request.
+//! VM: one `Deleting` is `Started` without a request; one the list does not show is asked about with its own `GET`
+//! (ARM's lists are eventually consistent: a VM just created may not be listed yet), and is `AlreadyGone` when that
+//! answers 404 (left out of the request, which ARM refuses for an unknown instance ID).
 
+use super::model::ScaleSetVm;
 use super::{AzureProvider, ScaleSetRef, azure_vm};
 use crate::error::{Error, Result};
 use crate::provider::{Deletion, GroupId};
@@ -51,9 +53,21 @@ impl AzureProvider {
             .collect();
         let mut gone = vec![false; results.len()];
         let mut ids: Vec<&str> = Vec::new();
-        for (result, gone) in results.iter_mut().zip(gone.iter_mut()) {
+        for ((result, gone), instance) in results.iter_mut().zip(gone.iter_mut()).zip(instances) {
             let Ok(Some(id)) = result else { continue };
-            match deleting.get(id) {
+            let deleting = match deleting.get(id) {
+                Some(deleting) => Some(*deleting),
+                // Not listed: gone, or created so recently that the list does not show it yet (ARM's lists are
+                // eventually consistent): its own `GET` tells, as a single deletion's does.
+                None => match self.arm.get::<ScaleSetVm>(&Self::vm_path(azure_vm(instance)?), "a VM").await {
+                    Ok(vm) => Some(
+                        vm.properties.provisioning_state.as_deref().is_some_and(|s| s.eq_ignore_ascii_case("Deleting")),
+                    ),
+                    Err(Error::NotFound { .. }) => None,
+                    Err(error) => return Err(error),
+                },
+            };
+            match deleting {
                 None => *gone = true,
                 Some(true) => *result = Ok(None),
                 Some(false) if ids.contains(id) => *result = Ok(None),
