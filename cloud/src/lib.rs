@@ -23,8 +23,8 @@ pub mod simulated;
 pub use error::{BoxError, Error, Outcome, Result, Retry};
 pub use governed::{CallPolicy, Governed};
 pub use provider::{
-    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupInstance, GroupMembers,
-    GroupRole, ImageUpdate, InstanceState, NewInstance, Operation,
+    BatchLimit, CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupInstance,
+    GroupMembers, GroupRole, ImageUpdate, InstanceState, NewInstance, Operation,
 };
 pub use provider_id::{
     AwsInstance, AzureScaleSetVm, Cloud, GceInstance, MAX_PROVIDER_ID_LEN, ProviderId, ProviderIdError,

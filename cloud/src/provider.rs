@@ -268,6 +268,48 @@ pub trait CloudProvider: Send + Sync {
         })
     }
 
+    /// How many instances one [`CloudProvider::create_instances`] and one [`CloudProvider::delete_instances`] call
+    /// may carry: more than 1 only where the cloud has a batch call that is one request ([`crate::Governed`] then
+    /// sends concurrent creations or deletions of a group that wait for its rate limit together). The default, 1:
+    /// no batch call (the batch methods' defaults make one request per instance).
+    fn batch_limit(&self) -> BatchLimit {
+        BatchLimit::default()
+    }
+
+    /// Adds `count` instances to `group` in one request, as `count` [`CloudProvider::create_instance`] calls
+    /// would: one result per instance, in order (one instance's failure is that instance's: a quota refusing some
+    /// of them, say). Only a failure of the whole request is the outer error (nothing was created when it
+    /// [`crate::Error::was_refused`]). Not idempotent.
+    ///
+    /// The default makes one [`CloudProvider::create_instance`] request per instance, one after the other (a
+    /// provider without a batch call: [`BatchLimit::create`] 1).
+    ///
+    /// # Errors
+    /// As [`CloudProvider::create_instance`], for the whole request or per instance.
+    async fn create_instances(&self, group: &GroupId, count: usize) -> Result<Vec<Result<Creation>>> {
+        let mut results = Vec::with_capacity(count);
+        for _ in 0..count {
+            results.push(self.create_instance(group).await);
+        }
+        Ok(results)
+    }
+
+    /// Starts deleting `instances` of `group` in one request, as one [`CloudProvider::delete_instance`] call per
+    /// instance would: one result per instance, in order. Only a failure of the whole request is the outer error.
+    /// Idempotent.
+    ///
+    /// The default makes one [`CloudProvider::delete_instance`] request per instance.
+    ///
+    /// # Errors
+    /// As [`CloudProvider::delete_instance`], for the whole request or per instance.
+    async fn delete_instances(&self, group: &GroupId, instances: &[ProviderId]) -> Result<Vec<Result<Deletion>>> {
+        let mut results = Vec::with_capacity(instances.len());
+        for instance in instances {
+            results.push(self.delete_instance(group, instance).await);
+        }
+        Ok(results)
+    }
+
     /// The name the cluster-autoscaler knows `group` by (its `--nodes=min:max:NAME` argument). No request: it
     /// is derived from the ID.
     ///
@@ -311,8 +353,33 @@ impl<P: CloudProvider + ?Sized> CloudProvider for Arc<P> {
     async fn group_instances(&self, group: &GroupId) -> Result<GroupMembers> {
         (**self).group_instances(group).await
     }
+    fn batch_limit(&self) -> BatchLimit {
+        (**self).batch_limit()
+    }
+    async fn create_instances(&self, group: &GroupId, count: usize) -> Result<Vec<Result<Creation>>> {
+        (**self).create_instances(group, count).await
+    }
+    async fn delete_instances(&self, group: &GroupId, instances: &[ProviderId]) -> Result<Vec<Result<Deletion>>> {
+        (**self).delete_instances(group, instances).await
+    }
     fn autoscaler_group_name(&self, group: &GroupId) -> Result<String> {
         (**self).autoscaler_group_name(group)
+    }
+}
+
+/// How many instances one batch call of a provider carries (see [`CloudProvider::batch_limit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLimit {
+    /// Instances per [`CloudProvider::create_instances`] request.
+    pub create: usize,
+    /// Instances per [`CloudProvider::delete_instances`] request.
+    pub delete: usize,
+}
+
+impl Default for BatchLimit {
+    /// No batch calls: one instance per request.
+    fn default() -> Self {
+        BatchLimit { create: 1, delete: 1 }
     }
 }
 
@@ -339,11 +406,15 @@ pub enum Operation {
     ListGroups,
     /// [`CloudProvider::group_instances`].
     GroupInstances,
+    /// [`CloudProvider::create_instances`]: one batch request.
+    CreateInstances,
+    /// [`CloudProvider::delete_instances`]: one batch request.
+    DeleteInstances,
 }
 
 impl Operation {
     /// Every operation that reaches the cloud.
-    pub const ALL: [Operation; 10] = [
+    pub const ALL: [Operation; 12] = [
         Operation::InstanceImage,
         Operation::InstanceGroup,
         Operation::CreateInstance,
@@ -354,11 +425,13 @@ impl Operation {
         Operation::SetGroupImage,
         Operation::ListGroups,
         Operation::GroupInstances,
+        Operation::CreateInstances,
+        Operation::DeleteInstances,
     ];
 
-    /// Whether repeating the call after an unknown outcome is safe (everything but creating an instance).
+    /// Whether repeating the call after an unknown outcome is safe (everything but creating instances).
     pub fn is_idempotent(self) -> bool {
-        self != Operation::CreateInstance
+        !matches!(self, Operation::CreateInstance | Operation::CreateInstances)
     }
 
     /// snake_case, as metric labels.
@@ -374,6 +447,8 @@ impl Operation {
             Operation::SetGroupImage => "set_group_image",
             Operation::ListGroups => "list_groups",
             Operation::GroupInstances => "group_instances",
+            Operation::CreateInstances => "create_instances",
+            Operation::DeleteInstances => "delete_instances",
         }
     }
 }

@@ -10,15 +10,18 @@
 //! - ARM error bodies are mapped to typed errors; a 429's `Retry-After` is kept.
 
 mod arm;
+mod batch;
 mod members;
 pub mod model;
+
+pub use self::batch::DELETE_BATCH;
 
 use self::arm::Arm;
 use self::model::{ImageReference, InstanceView, OperationStatus, Page, ScaleSet, ScaleSetVm};
 use crate::error::{Error, Result};
 use crate::provider::{
-    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupMembers, GroupRole,
-    ImageUpdate, InstanceState, NewInstance,
+    BatchLimit, CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupMembers,
+    GroupRole, ImageUpdate, InstanceState, NewInstance,
 };
 use crate::provider_id::{AzureScaleSetVm, Cloud, ProviderId};
 use async_trait::async_trait;
@@ -598,6 +601,16 @@ impl CloudProvider for AzureProvider {
 
     async fn group_instances(&self, group: &GroupId) -> Result<GroupMembers> {
         self.members(&ScaleSetRef::parse(group)?).await
+    }
+
+    /// Deletions in batches of up to [`batch::DELETE_BATCH`] (module `batch`); creations one at a time (a creation
+    /// token matches the lowest new instance ID, one creation per capacity change).
+    fn batch_limit(&self) -> BatchLimit {
+        BatchLimit { create: 1, delete: batch::DELETE_BATCH }
+    }
+
+    async fn delete_instances(&self, group: &GroupId, instances: &[ProviderId]) -> Result<Vec<Result<Deletion>>> {
+        self.delete_vms(group, instances).await
     }
 
     fn autoscaler_group_name(&self, group: &GroupId) -> Result<String> {

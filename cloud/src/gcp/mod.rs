@@ -22,8 +22,8 @@ pub mod names;
 
 use crate::error::{Error, Result};
 use crate::provider::{
-    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupMembers, GroupRole,
-    ImageUpdate, InstanceState, NewInstance,
+    BatchLimit, CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupMembers,
+    GroupRole, ImageUpdate, InstanceState, NewInstance,
 };
 use crate::provider_id::{Cloud, GceInstance, ProviderId};
 use async_trait::async_trait;
@@ -48,6 +48,10 @@ pub const ROLE_LABEL: &str = "constellation-role";
 
 /// A zonal MIG holds at most this many instances (Compute Engine's limit); MIGs have no bounds of their own.
 const MIG_MAX_SIZE: u32 = 1000;
+
+/// The most instances one `createInstances` of this provider carries. The compute v1 reference names no limit
+/// for `createInstances` itself (a zonal MIG holds at most 1000 instances); 100 keeps a request small.
+pub const CREATE_BATCH: usize = 100;
 
 /// How the provider reaches Compute Engine.
 #[derive(Debug, Clone, Default)]
@@ -241,6 +245,41 @@ impl GcpProvider {
         }
     }
 
+    /// One `createInstances` of `count` instances with chosen names `MIG-xxxxx` (see [`CloudProvider::create_instance`]).
+    async fn create_named(&self, group: &GroupId, count: usize) -> Result<Vec<Creation>> {
+        if !(1..=CREATE_BATCH).contains(&count) {
+            return Err(Error::invalid(format!(
+                "{group}: a createInstances carries 1 to {CREATE_BATCH} instances, not {count}"
+            )));
+        }
+        let mig = MigPath::parse(group)?;
+        let names: Vec<String> = (0..count).map(|_| self.new_instance_name(&mig)).collect();
+        let body = InstanceGroupManagersCreateInstancesRequest::new()
+            .set_instances(names.iter().map(|name| PerInstanceConfig::new().set_name(name)));
+        let operation = self
+            .migs
+            .create_instances()
+            .set_project(&mig.project)
+            .set_zone(&mig.zone)
+            .set_instance_group_manager(&mig.name)
+            .set_body(body)
+            .send()
+            .await
+            .map_err(|e| errors::from_gax(&format!("instanceGroupManagers.createInstances {}", mig.name), e))?;
+        if let Some(error) = errors::from_operation(&format!("creating {} in {group}", names.join(", ")), &operation) {
+            return Err(error);
+        }
+        // The MIG creates the instances later (module `membership`).
+        Ok(names
+            .into_iter()
+            .map(|name| {
+                let instance = GceInstance { project: mig.project.clone(), zone: mig.zone.clone(), name: name.clone() };
+                self.remember_creation(&instance, &mig);
+                Creation::Created(NewInstance { provider_id: ProviderId::Gce(instance), node_name: name })
+            })
+            .collect())
+    }
+
     /// The state of an instance that is `STOPPING` or `DEPROVISIONING`: `Terminating` when its MIG is deleting it.
     async fn stopping_or_terminating(&self, id: &GceInstance, instance: &model::Instance) -> Result<InstanceState> {
         let Some(mig) = created_by(instance).and_then(|c| names::mig_of_created_by(id, &c)) else {
@@ -322,28 +361,22 @@ impl CloudProvider for GcpProvider {
     }
 
     async fn create_instance(&self, group: &GroupId) -> Result<Creation> {
-        let mig = MigPath::parse(group)?;
-        let name = self.new_instance_name(&mig);
-        let body = InstanceGroupManagersCreateInstancesRequest::new()
-            .set_instances([PerInstanceConfig::new().set_name(&name)]);
-        let operation = self
-            .migs
-            .create_instances()
-            .set_project(&mig.project)
-            .set_zone(&mig.zone)
-            .set_instance_group_manager(&mig.name)
-            .set_body(body)
-            .send()
-            .await
-            .map_err(|e| errors::from_gax(&format!("instanceGroupManagers.createInstances {}", mig.name), e))?;
-        if let Some(error) = errors::from_operation(&format!("creating {name} in {group}"), &operation) {
-            return Err(error);
-        }
-        // The MIG creates the instance later (module `membership`).
-        let instance = GceInstance { project: mig.project.clone(), zone: mig.zone.clone(), name: name.clone() };
-        self.remember_creation(&instance, &mig);
-        let provider_id = ProviderId::Gce(instance);
-        Ok(Creation::Created(NewInstance { provider_id, node_name: name }))
+        let mut created = self.create_named(group, 1).await?;
+        created.pop().ok_or_else(|| Error::permanent(format!("{group}: no instance was named")))
+    }
+
+    /// `createInstances` with up to [`CREATE_BATCH`] per-instance configs: one request. The MIG reports failures
+    /// of single instances later (`listManagedInstances` `lastAttempt.errors`, see `instance_state`), so every
+    /// instance of an accepted request is named here; a request refused or whose operation failed is the outer
+    /// error (nothing made).
+    async fn create_instances(&self, group: &GroupId, count: usize) -> Result<Vec<Result<Creation>>> {
+        Ok(self.create_named(group, count).await?.into_iter().map(Ok).collect())
+    }
+
+    /// Creations in batches of up to [`CREATE_BATCH`]; deletions one at a time (a deletion checks the instance's
+    /// MIG first).
+    fn batch_limit(&self) -> BatchLimit {
+        BatchLimit { create: CREATE_BATCH, delete: 1 }
     }
 
     async fn created_instance(&self, group: &GroupId, token: &CreationToken) -> Result<Option<NewInstance>> {

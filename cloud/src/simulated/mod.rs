@@ -11,8 +11,8 @@ pub mod wire;
 
 use crate::error::{Error, Result};
 use crate::provider::{
-    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupInstance, GroupMembers,
-    ImageUpdate, InstanceState, NewInstance,
+    BatchLimit, CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupInstance,
+    GroupMembers, ImageUpdate, InstanceState, NewInstance,
 };
 use crate::provider_id::{Cloud, ProviderId, is_rfc1035};
 use async_trait::async_trait;
@@ -25,7 +25,10 @@ use hyper_util::rt::TokioExecutor;
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::de::DeserializeOwned;
 use std::time::Duration;
-use wire::{API_PREFIX, CreateAnswer, DeleteAnswer, ErrorBody, GroupList, ImageBody, SetImageAnswer};
+use wire::{
+    API_PREFIX, CreateAnswer, CreateBatch, CreateBatchAnswer, DeleteAnswer, DeleteBatch, DeleteBatchAnswer, ErrorBody,
+    GroupList, ImageBody, MAX_BATCH, SetImageAnswer,
+};
 
 /// The largest answer read; the API's answers are small JSON documents.
 pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
@@ -143,6 +146,24 @@ fn instance_name(instance: &ProviderId) -> Result<&str> {
     }
 }
 
+/// A created instance's answer: named, or a token.
+fn creation(instance: Option<wire::Instance>, token: Option<String>) -> Result<Creation> {
+    match (instance, token) {
+        (Some(instance), _) => Ok(Creation::Created(new_instance(instance)?)),
+        (None, Some(token)) => Ok(Creation::Pending(CreationToken(token))),
+        (None, None) => Err(Error::permanent("the simulated cloud answered a create with neither instance nor token")),
+    }
+}
+
+/// Checks that a batch answer has one result per instance asked for.
+fn one_each<T>(results: Vec<T>, asked: usize, what: &str) -> Result<Vec<T>> {
+    if results.len() == asked {
+        Ok(results)
+    } else {
+        Err(Error::permanent(format!("the simulated cloud answered {} results for {asked} {what}", results.len())))
+    }
+}
+
 fn new_instance(instance: wire::Instance) -> Result<NewInstance> {
     let provider_id = instance
         .provider_id
@@ -168,13 +189,61 @@ impl CloudProvider for SimulatedProvider {
     async fn create_instance(&self, group: &GroupId) -> Result<Creation> {
         let (_, answer): (_, CreateAnswer) =
             self.request(Method::POST, &["groups", group.as_str(), "instances"], None).await?;
-        match answer {
-            CreateAnswer { instance: Some(instance), .. } => Ok(Creation::Created(new_instance(instance)?)),
-            CreateAnswer { instance: None, token: Some(token) } => Ok(Creation::Pending(CreationToken(token))),
-            CreateAnswer { instance: None, token: None } => {
-                Err(Error::permanent("the simulated cloud answered a create with neither instance nor token"))
-            }
+        creation(answer.instance, answer.token)
+    }
+
+    /// `POST /groups/{group}/creations`: one call for every instance.
+    async fn create_instances(&self, group: &GroupId, count: usize) -> Result<Vec<Result<Creation>>> {
+        let body = serde_json::to_vec(&CreateBatch { count })
+            .map_err(|e| Error::invalid(format!("a batch of {count} creations: {e}")))?;
+        let (_, answer): (_, CreateBatchAnswer) =
+            self.request(Method::POST, &["groups", group.as_str(), "creations"], Some(body)).await?;
+        let results = one_each(answer.results, count, "creations")?;
+        Ok(results
+            .into_iter()
+            .map(|result| match result.error {
+                Some(error) => Err(error.into_error()),
+                None => creation(result.instance, result.token),
+            })
+            .collect())
+    }
+
+    /// `POST /groups/{group}/deletions`: one call for every instance.
+    async fn delete_instances(&self, group: &GroupId, instances: &[ProviderId]) -> Result<Vec<Result<Deletion>>> {
+        // Another cloud's ID is its own error; the others are sent.
+        let names: Vec<Result<&str>> = instances.iter().map(instance_name).collect();
+        let sent: Vec<String> = names.iter().filter_map(|n| n.as_ref().ok()).map(|n| (*n).to_owned()).collect();
+        let mut answers = if sent.is_empty() {
+            Vec::new()
+        } else {
+            let count = sent.len();
+            let body = serde_json::to_vec(&DeleteBatch { instances: sent })
+                .map_err(|e| Error::invalid(format!("a batch of {count} deletions: {e}")))?;
+            let (_, answer): (_, DeleteBatchAnswer) =
+                self.request(Method::POST, &["groups", group.as_str(), "deletions"], Some(body)).await?;
+            one_each(answer.results, count, "deletions")?
         }
+        .into_iter();
+        Ok(names
+            .into_iter()
+            .map(|name| {
+                name?;
+                match answers.next() {
+                    Some(wire::DeleteResult { error: Some(error), .. }) => Err(error.into_error()),
+                    Some(wire::DeleteResult { already_gone: Some(true), .. }) => Ok(Deletion::AlreadyGone),
+                    Some(wire::DeleteResult { already_gone: Some(false), .. }) => Ok(Deletion::Started),
+                    Some(wire::DeleteResult { already_gone: None, error: None }) => {
+                        Err(Error::permanent("the simulated cloud answered a deletion with neither result nor error"))
+                    }
+                    None => Err(Error::permanent("the simulated cloud's batch answer ended early")),
+                }
+            })
+            .collect())
+    }
+
+    /// Batches of up to [`MAX_BATCH`] instances.
+    fn batch_limit(&self) -> BatchLimit {
+        BatchLimit { create: MAX_BATCH, delete: MAX_BATCH }
     }
 
     async fn created_instance(&self, group: &GroupId, token: &CreationToken) -> Result<Option<NewInstance>> {

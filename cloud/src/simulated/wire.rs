@@ -8,6 +8,8 @@
 //! | `POST /groups/{group}/instances` | `201 {"instance": Instance}` or `202 {"token"}` |
 //! | `GET /groups/{group}/creations/{token}` | `{"instance": Instance or null}` |
 //! | `DELETE /groups/{group}/instances/{name}` | `{"alreadyGone": bool}` |
+//! | `POST /groups/{group}/creations` `{"count"}` (1 to [`MAX_BATCH`]; one call) | `201 {"results": [CreateResult]}` |
+//! | `POST /groups/{group}/deletions` `{"instances": [name]}` (1 to [`MAX_BATCH`]; one call) | `{"results": [DeleteResult]}` |
 //! | `GET /instances/{name}` (its state), `GET /instances/{name}/image`, `GET /instances/{name}/group` | `Instance` |
 //!
 //! Errors are [`ErrorBody`] with the status of its [`ErrorCode`].
@@ -19,6 +21,63 @@ use std::time::Duration;
 
 /// The path prefix of the API on the dev cluster's address.
 pub const API_PREFIX: &str = "/_dev/cloud/api";
+
+/// The most instances one batch call (`POST /groups/{group}/creations`, `/deletions`) carries.
+pub const MAX_BATCH: usize = 100;
+
+/// `POST /groups/{group}/creations`: `count` instances in one call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBatch {
+    /// How many instances (1 to [`MAX_BATCH`]).
+    pub count: usize,
+}
+
+/// One instance's result of a batch creation: as [`CreateAnswer`], or its own error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct CreateResult {
+    /// The instance, when named at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<Instance>,
+    /// The creation's token, for a group whose creates answer with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// Why this instance was not created (the others may have been).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+}
+
+/// The answer of `POST /groups/{group}/creations`: one result per instance asked for, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateBatchAnswer {
+    pub results: Vec<CreateResult>,
+}
+
+/// `POST /groups/{group}/deletions`: the instances, by name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteBatch {
+    /// 1 to [`MAX_BATCH`] instance names.
+    pub instances: Vec<String>,
+}
+
+/// One instance's result of a batch deletion: as [`DeleteAnswer`], or its own error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteResult {
+    /// The instance was gone already (absent with an error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub already_gone: Option<bool>,
+    /// Why this instance's deletion failed (the others' may have started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+}
+
+/// The answer of `POST /groups/{group}/deletions`: one result per instance, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeleteBatchAnswer {
+    pub results: Vec<DeleteResult>,
+}
 
 /// A scaling group.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

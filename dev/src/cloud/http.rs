@@ -16,7 +16,7 @@ use crate::apiserver::core::DevRoutes;
 use crate::hosts::http::{message, parse};
 use bytes::Bytes;
 use cloud::Operation;
-use cloud::simulated::wire::{ErrorBody, ErrorCode, ImageBody};
+use cloud::simulated::wire::{CreateBatch, DeleteBatch, ErrorBody, ErrorCode, ImageBody};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use http::Method;
@@ -108,6 +108,20 @@ impl CloudRoutes {
                 api(answer, status)
             }
             (["groups", group, "instances"], Method::GET) => api(cloud.group_instances(group).await, 200),
+            (["groups", group, "creations"], Method::POST) => match serde_json::from_slice::<CreateBatch>(&body) {
+                Ok(request) => api(cloud.create_instances(group, request.count).await, 201),
+                Err(e) => api::<()>(
+                    Err(ErrorBody::new(ErrorCode::Invalid, format!("the body is not {{\"count\"}}: {e}"))),
+                    200,
+                ),
+            },
+            (["groups", group, "deletions"], Method::POST) => match serde_json::from_slice::<DeleteBatch>(&body) {
+                Ok(request) => api(cloud.delete_instances(group, &request.instances).await, 200),
+                Err(e) => api::<()>(
+                    Err(ErrorBody::new(ErrorCode::Invalid, format!("the body is not {{\"instances\"}}: {e}"))),
+                    200,
+                ),
+            },
             (["groups", group, "creations", token], Method::GET) => api(cloud.creation(group, token).await, 200),
             (["groups", group, "instances", name], Method::DELETE) => {
                 api(cloud.delete_instance(group, name).await, 200)
@@ -119,7 +133,12 @@ impl CloudRoutes {
             (["instances", name, "group"], Method::GET) => {
                 api(cloud.instance(name, Operation::InstanceGroup).await, 200)
             }
-            (["tags", _, _, "groups"] | ["groups", _] | ["groups", _, "image" | "instances"], method)
+            (
+                ["tags", _, _, "groups"]
+                | ["groups", _]
+                | ["groups", _, "image" | "instances" | "creations" | "deletions"],
+                method,
+            )
             | (
                 ["groups", _, "creations" | "instances", _] | ["instances", _] | ["instances", _, "image" | "group"],
                 method,

@@ -18,6 +18,7 @@
 
 #[cfg(feature = "azure")]
 pub mod azure;
+mod batch;
 pub mod gcp;
 mod http;
 pub mod schema;
@@ -241,6 +242,25 @@ struct Instance {
     epoch: u64,
 }
 
+/// An instance [`SimulatedCloud::create_locked`] made.
+struct Made {
+    name: String,
+    /// Its creation token, for a group whose creates answer with one.
+    token: Option<String>,
+    provision: Duration,
+}
+
+/// What [`SimulatedCloud::delete_locked`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deleted {
+    /// Terminated or unknown: nothing.
+    AlreadyGone,
+    /// Being deleted already.
+    Terminating,
+    /// Deleting it now: its epoch and termination time.
+    Started { epoch: u64, terminate: Duration },
+}
+
 struct Creation {
     group: String,
     instance: String,
@@ -254,6 +274,8 @@ struct State {
     creations: BTreeMap<String, Creation>,
     faults: CloudFaults,
     calls: BTreeMap<Operation, u64>,
+    /// Instances asked for by create calls, single and batch (refused ones included, as calls are counted).
+    asked: u64,
 }
 
 struct Inner {
@@ -606,66 +628,82 @@ impl SimulatedCloud {
 
     /// Adds an instance to a group (see [`GroupFaults::create_returns_token`]).
     pub async fn create_instance(&self, group: &str) -> Result<wire::CreateAnswer, ErrorBody> {
+        self.inner.state.lock().asked += 1;
         self.begin(Operation::CreateInstance, Target::Group(group)).await?;
-        let (name, token, provision, answer_after) = {
-            let mut guard = self.inner.state.lock();
-            let state = &mut *guard;
-            let g = state.groups.get_mut(group).ok_or_else(|| not_found(format!("group {group}")))?;
-            if let Some(error) = fire(&mut g.faults.create_failure, "injected failure of the create: quota exceeded") {
-                return Err(error);
+        let made = {
+            let mut state = self.inner.state.lock();
+            if !state.groups.contains_key(group) {
+                return Err(not_found(format!("group {group}")));
             }
-            apply_due_image(g);
-            let (image, max, returns_token) = (g.image.clone(), g.max, g.faults.create_returns_token);
-            let (never_joins, fails_to_boot) = (g.faults.never_joins, g.faults.fails_to_boot);
-            let answer_after = g.faults.create_seconds;
-            let alive =
-                state.instances.values().filter(|i| i.group == group && i.state != InstanceState::Terminated).count();
-            if alive >= max as usize {
-                return Err(invalid(format!("group {group} is at its maximum size {max}")));
-            }
-            let name = unused_name(state, group);
-            state.instances.insert(
-                name.clone(),
-                Instance {
-                    group: group.to_owned(),
-                    image,
-                    state: InstanceState::Creating,
-                    faults: InstanceFaults { never_joins, ..InstanceFaults::default() },
-                    registered: false,
-                    fails_to_boot,
-                    epoch: 0,
-                },
-            );
-            let provision = state
-                .groups
-                .get(group)
-                .and_then(|g| g.faults.provision_seconds)
-                .unwrap_or(self.inner.timing.instance_provision);
-            let token = returns_token.then(|| {
-                let token = crate::apiserver::object::new_uid();
-                let named_at = Instant::now() + provision / 2;
-                state
-                    .creations
-                    .insert(token.clone(), Creation { group: group.to_owned(), instance: name.clone(), named_at });
-                token
-            });
-            (name, token, provision, answer_after)
+            self.create_locked(&mut state, group)?
         };
-        self.after(provision, &name, 0, SimulatedCloud::provisioned);
-        if let Some(delay) = answer_after {
+        self.after(made.provision, &made.name, 0, SimulatedCloud::provisioned);
+        self.answer_creates_late(group).await?;
+        let state = self.inner.state.lock();
+        Ok(SimulatedCloud::create_answer(&state, made))
+    }
+
+    /// Makes one instance of `group` (a known group) under the lock: the group's create failure, image and size
+    /// limit apply. Its provisioning timer is the caller's to start, once the lock is released.
+    fn create_locked(&self, state: &mut State, group: &str) -> Result<Made, ErrorBody> {
+        let g = state.groups.get_mut(group).ok_or_else(|| not_found(format!("group {group}")))?;
+        if let Some(error) = fire(&mut g.faults.create_failure, "injected failure of the create: quota exceeded") {
+            return Err(error);
+        }
+        apply_due_image(g);
+        let (image, max, returns_token) = (g.image.clone(), g.max, g.faults.create_returns_token);
+        let (never_joins, fails_to_boot) = (g.faults.never_joins, g.faults.fails_to_boot);
+        let provision = g.faults.provision_seconds.unwrap_or(self.inner.timing.instance_provision);
+        let alive =
+            state.instances.values().filter(|i| i.group == group && i.state != InstanceState::Terminated).count();
+        if alive >= max as usize {
+            return Err(invalid(format!("group {group} is at its maximum size {max}")));
+        }
+        let name = unused_name(state, group);
+        state.instances.insert(
+            name.clone(),
+            Instance {
+                group: group.to_owned(),
+                image,
+                state: InstanceState::Creating,
+                faults: InstanceFaults { never_joins, ..InstanceFaults::default() },
+                registered: false,
+                fails_to_boot,
+                epoch: 0,
+            },
+        );
+        let token = returns_token.then(|| {
+            let token = crate::apiserver::object::new_uid();
+            let named_at = Instant::now() + provision / 2;
+            state
+                .creations
+                .insert(token.clone(), Creation { group: group.to_owned(), instance: name.clone(), named_at });
+            token
+        });
+        Ok(Made { name, token, provision })
+    }
+
+    /// Waits the group's `createSeconds` before a create is answered (the instances exist already).
+    async fn answer_creates_late(&self, group: &str) -> Result<(), ErrorBody> {
+        let delay = self.inner.state.lock().groups.get(group).and_then(|g| g.faults.create_seconds);
+        if let Some(delay) = delay {
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = self.inner.shutdown.cancelled() => return Err(ErrorBody::new(ErrorCode::Internal, "shutting down")),
             }
         }
-        let state = self.inner.state.lock();
-        Ok(match token {
+        Ok(())
+    }
+
+    /// The answer for an instance made: its token, or the instance as it is now.
+    fn create_answer(state: &State, made: Made) -> wire::CreateAnswer {
+        match made.token {
             Some(token) => wire::CreateAnswer { instance: None, token: Some(token) },
             None => wire::CreateAnswer {
-                instance: state.instances.get(&name).map(|i| SimulatedCloud::instance_wire(&name, i)),
+                instance: state.instances.get(&made.name).map(|i| SimulatedCloud::instance_wire(&made.name, i)),
                 token: None,
             },
-        })
+        }
     }
 
     /// Every instance of a group, in every state (terminated ones stay listed, as the cloud keeps them known); an
@@ -705,41 +743,64 @@ impl SimulatedCloud {
     /// Deletes an instance of a group.
     pub async fn delete_instance(&self, group: &str, name: &str) -> Result<wire::DeleteAnswer, ErrorBody> {
         self.begin(Operation::DeleteInstance, Target::Instance(name)).await?;
-        let (epoch, terminate) = {
+        let deleted = {
             let mut state = self.inner.state.lock();
             if !state.groups.contains_key(group) {
                 return Err(not_found(format!("group {group}")));
             }
-            let Some(instance) = state.instances.get_mut(name) else {
-                return Ok(wire::DeleteAnswer { already_gone: true });
-            };
-            if instance.group != group {
-                return Err(invalid(format!("instance {name} belongs to group {}, not {group}", instance.group)));
-            }
-            if let Some(error) = fire(&mut instance.faults.delete_failure, "injected failure of the delete") {
-                return Err(error);
-            }
-            match instance.state {
-                InstanceState::Terminated => return Ok(wire::DeleteAnswer { already_gone: true }),
-                InstanceState::Terminating => return Ok(wire::DeleteAnswer { already_gone: false }),
-                _ => {}
-            }
-            instance.state = InstanceState::Terminating;
-            instance.epoch += 1;
-            let epoch = instance.epoch;
-            let terminate = state
-                .groups
-                .get(group)
-                .and_then(|g| g.faults.terminate_seconds)
-                .unwrap_or(self.inner.timing.instance_terminate);
-            (epoch, terminate)
+            self.delete_locked(&mut state, group, name, false)?
+        };
+        Ok(self.deleted(name, deleted))
+    }
+
+    /// Starts deleting instance `name` of `group` (a known group) under the lock; `Some((epoch, termination
+    /// time))` when it was started now. The instance's own failure fires too with `instance_failure` (a batch: the
+    /// call's start fired only the cloud's and the group's).
+    fn delete_locked(
+        &self,
+        state: &mut State,
+        group: &str,
+        name: &str,
+        instance_failure: bool,
+    ) -> Result<Deleted, ErrorBody> {
+        let terminate = state
+            .groups
+            .get(group)
+            .and_then(|g| g.faults.terminate_seconds)
+            .unwrap_or(self.inner.timing.instance_terminate);
+        let Some(instance) = state.instances.get_mut(name) else { return Ok(Deleted::AlreadyGone) };
+        if instance.group != group {
+            return Err(invalid(format!("instance {name} belongs to group {}, not {group}", instance.group)));
+        }
+        if instance_failure && let Some(error) = fire(&mut instance.faults.failure, "injected failure of the instance")
+        {
+            return Err(error);
+        }
+        if let Some(error) = fire(&mut instance.faults.delete_failure, "injected failure of the delete") {
+            return Err(error);
+        }
+        match instance.state {
+            InstanceState::Terminated => return Ok(Deleted::AlreadyGone),
+            InstanceState::Terminating => return Ok(Deleted::Terminating),
+            _ => {}
+        }
+        instance.state = InstanceState::Terminating;
+        instance.epoch += 1;
+        Ok(Deleted::Started { epoch: instance.epoch, terminate })
+    }
+
+    /// After [`SimulatedCloud::delete_locked`], with the lock released: powers a deleted instance's host off and
+    /// starts its termination timer.
+    fn deleted(&self, name: &str, deleted: Deleted) -> wire::DeleteAnswer {
+        let Deleted::Started { epoch, terminate } = deleted else {
+            return wire::DeleteAnswer { already_gone: deleted == Deleted::AlreadyGone };
         };
         match self.inner.hosts.power_off(name) {
             Ok(()) | Err(HostError::UnknownHost(_)) => {}
             Err(error) => tracing::warn!(instance = name, %error, "powering off"),
         }
         self.after(terminate, name, epoch, SimulatedCloud::terminated);
-        Ok(wire::DeleteAnswer { already_gone: false })
+        wire::DeleteAnswer { already_gone: false }
     }
 
     /// An instance.
@@ -831,6 +892,12 @@ impl SimulatedCloud {
         };
         self.after(delay, name, epoch, SimulatedCloud::provisioned);
         Ok(())
+    }
+
+    /// Instances asked for so far: one per `create_instance` call, `count` per `create_instances` call (counted as
+    /// the calls are, refused ones included): with batches, the calls no longer count the instances.
+    pub fn instances_asked(&self) -> u64 {
+        self.inner.state.lock().asked
     }
 
     /// API calls so far, by operation.

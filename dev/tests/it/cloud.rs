@@ -437,3 +437,98 @@ async fn a_cluster_with_scaling_groups_has_their_nodes_scaling_groups_and_http_c
     assert_eq!(request(&cluster, "GET", "/_dev/hosts/worker-0", None).await.status, 200);
     cluster.shutdown().await;
 }
+
+/// Issue 28 (batched replacement): several instances created or deleted in ONE call of the simulated cloud (counted
+/// once, as a real batch call is one request against the rate limit), each instance with its own result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_are_created_and_deleted_in_batch_calls_each_with_its_own_result() {
+    let cluster = cloud_cluster(&[("workers", GroupRole::Worker, 1)]).await;
+    let cloud = cluster.cloud();
+    let provider = provider(&cluster);
+    let group = GroupId::from("workers");
+    assert_eq!(provider.batch_limit(), cloud::BatchLimit { create: 100, delete: 100 });
+    let original = provider.group_instances(&group).await.unwrap().instances.remove(0);
+    // A quota refusing the first instance of the batch: the others are made.
+    let quota = GroupFaults { create_failure: Some(failure(ErrorCode::QuotaExceeded, Some(1))), ..Default::default() };
+    cloud.set_group_faults("workers", quota).unwrap();
+    let results = provider.create_instances(&group, 3).await.unwrap();
+    assert_eq!(results.len(), 3);
+    assert!(matches!(results[0], Err(Error::QuotaExceeded { .. })), "{results:?}");
+    let made: Vec<NewInstance> = results[1..]
+        .iter()
+        .map(|r| match r {
+            Ok(Creation::Created(instance)) => instance.clone(),
+            other => panic!("expected a named instance, got {other:?}"),
+        })
+        .collect();
+    assert_ne!(made[0].provider_id, made[1].provider_id);
+    assert_eq!(cloud.instances_of("workers").len(), 3);
+    // The group's maximum (its start size plus 3) refuses the instance beyond it alone.
+    let results = provider.create_instances(&group, 2).await.unwrap();
+    assert!(
+        matches!((&results[0], &results[1]), (Ok(Creation::Created(_)), Err(Error::Invalid { .. }))),
+        "{results:?}"
+    );
+    assert_eq!(cloud.instances_of("workers").len(), 4);
+    for instance in &made {
+        wait_state(&provider, &instance.provider_id, InstanceState::Ready).await;
+    }
+    // A failure of the whole call (throttled): nothing is made.
+    let throttle = GroupFaults { failure: Some(failure(ErrorCode::Throttled, Some(1))), ..Default::default() };
+    cloud.set_group_faults("workers", throttle).unwrap();
+    assert!(matches!(provider.create_instances(&group, 1).await, Err(Error::Throttled { .. })));
+    // Sizes outside 1 to 100 are refused.
+    for count in [0, 101] {
+        assert!(matches!(provider.create_instances(&group, count).await, Err(Error::Invalid { .. })), "{count}");
+    }
+
+    // Deletions: two started, one failing on its own, an unknown one gone already, another cloud's refused.
+    let failing = original;
+    let fails = InstanceFaults { delete_failure: Some(failure(ErrorCode::Internal, Some(1))), ..Default::default() };
+    cloud.set_instance_faults(&failing.node_name, fails).unwrap();
+    let unknown = ProviderId::Simulated(SimulatedInstance { group: "workers".into(), name: "workers-gone0".into() });
+    let foreign = ProviderId::Aws(AwsInstance { zone: "us-east-1a".into(), instance_id: "i-0123456789abcdef0".into() });
+    let ids = [made[0].provider_id.clone(), made[1].provider_id.clone(), failing.provider_id.clone(), unknown, foreign];
+    let results = provider.delete_instances(&group, &ids).await.unwrap();
+    assert!(
+        matches!(
+            results.as_slice(),
+            [
+                Ok(Deletion::Started),
+                Ok(Deletion::Started),
+                Err(Error::Transient { .. }),
+                Ok(Deletion::AlreadyGone),
+                Err(Error::Invalid { .. })
+            ]
+        ),
+        "{results:?}"
+    );
+    wait_state(&provider, &made[0].provider_id, InstanceState::Terminated).await;
+    wait_state(&provider, &made[1].provider_id, InstanceState::Terminated).await;
+    assert_eq!(provider.instance_state(&failing.provider_id).await.unwrap(), InstanceState::Ready);
+    let again = provider.delete_instances(&group, std::slice::from_ref(&failing.provider_id)).await.unwrap();
+    assert!(matches!(again.as_slice(), [Ok(Deletion::Started)]), "{again:?}");
+    // An instance of another group is its own error; an unknown group fails the whole call.
+    let other = provider.delete_instances(&GroupId::from("nope"), std::slice::from_ref(&failing.provider_id)).await;
+    assert!(matches!(other, Err(Error::NotFound { .. })), "{other:?}");
+
+    // Through the governed client: creates of the group that wait for its rate limit go as one batch call.
+    let policy = cloud::CallPolicy {
+        rate_per_second: std::num::NonZeroU32::new(1).unwrap(),
+        burst: std::num::NonZeroU32::new(1).unwrap(),
+        ..cloud::CallPolicy::default()
+    };
+    cluster.cloud().clear_faults();
+    let governed = cloud::Governed::new(provider.clone(), policy, Arc::new(CallCounts::default()));
+    governed.group_image(&group).await.unwrap();
+    let before = cloud.calls();
+    let (one, two) = tokio::join!(governed.create_instance(&group), governed.create_instance(&group));
+    assert!(matches!((one, two), (Ok(Creation::Created(_)), Ok(Creation::Created(_)))));
+    let after = cloud.calls();
+    let delta = |op| after.get(&op).copied().unwrap_or(0) - before.get(&op).copied().unwrap_or(0);
+    assert_eq!((delta(Operation::CreateInstances), delta(Operation::CreateInstance)), (1, 0), "{after:?}");
+    let calls = cloud.calls();
+    assert_eq!(calls.get(&Operation::CreateInstances).copied(), Some(6), "every batch call counted once: {calls:?}");
+    assert_eq!(calls.get(&Operation::DeleteInstances).copied(), Some(3), "{calls:?}");
+    cluster.shutdown().await;
+}

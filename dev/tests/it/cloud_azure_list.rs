@@ -83,3 +83,71 @@ async fn a_scale_sets_vms_are_listed_in_one_paged_list_with_their_ids_states_ima
     assert_eq!(azure.emulator.spec_violations(), Vec::<String>::new());
     azure.shutdown().await;
 }
+
+/// Issue 28 (batched replacement): several VMs deleted with ONE `VirtualMachineScaleSets_DeleteInstances` (its
+/// `instanceIds`, held to the published definition by the emulator) after one list of the scale set's VMs, each VM
+/// with its own result; the governed client sends deletes of a scale set that wait for its rate limit together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_vms_are_deleted_in_one_request_each_with_its_own_result() {
+    let mut timing = dev::cluster::ClusterConfig::default().timing;
+    timing.instance_terminate = Duration::from_secs(3600);
+    let azure =
+        Azure::start_timed(0, &[("workers", GroupRole::Worker, 4), ("cp", GroupRole::ControlPlane, 1)], timing).await;
+    let provider = std::sync::Arc::new(azure.provider());
+    let workers = group("workers");
+    assert_eq!(provider.batch_limit(), cloud::BatchLimit { create: 1, delete: cloud::azure::DELETE_BATCH });
+    let posts =
+        || azure.emulator.calls().iter().filter(|c| c.method == "POST" && c.path.ends_with("/workers/delete")).count();
+    let vm = |n| AzureEmulator::provider_id("workers", n);
+    let ids = [vm(0), vm(1), vm(0), AzureEmulator::provider_id("cp", 0), vm(77)];
+    let (lists, gets) = (vm_lists(&azure.emulator), azure.emulator.calls().len());
+    let results = provider.delete_instances(&workers, &ids).await.expect("one list and one deletion");
+    assert!(
+        matches!(
+            results.as_slice(),
+            [
+                Ok(Deletion::Started),
+                Ok(Deletion::Started),
+                Ok(Deletion::Started),
+                Err(Error::Invalid { .. }),
+                Ok(Deletion::AlreadyGone)
+            ]
+        ),
+        "{results:?}"
+    );
+    assert_eq!((posts(), vm_lists(&azure.emulator) - lists), (1, 1));
+    assert_eq!(azure.emulator.calls().len() - gets, 3, "a list, the GET of the VM not listed, a deletion");
+    for n in [0, 1] {
+        assert_eq!(provider.instance_state(&vm(n)).await.unwrap(), InstanceState::Terminating);
+    }
+    assert_eq!(provider.instance_state(&vm(2)).await.unwrap(), InstanceState::Ready);
+    // Deleting already: started, without a second deletion.
+    let again = provider.delete_instances(&workers, &[vm(0)]).await.unwrap();
+    assert!(matches!(again.as_slice(), [Ok(Deletion::Started)]), "{again:?}");
+    assert_eq!(posts(), 1);
+
+    // Through the governed client, two deletes waiting for a rate limit of 1/s: one request.
+    let policy = cloud::CallPolicy {
+        rate_per_second: std::num::NonZeroU32::new(1).unwrap(),
+        burst: std::num::NonZeroU32::new(1).unwrap(),
+        ..cloud::CallPolicy::default()
+    };
+    let governed =
+        cloud::Governed::new(provider.clone(), policy, std::sync::Arc::new(cloud::metrics::CallCounts::default()));
+    governed.group_image(&workers).await.unwrap();
+    let (vm2, vm3) = (vm(2), vm(3));
+    let (two, three) = tokio::join!(governed.delete_instance(&workers, &vm2), governed.delete_instance(&workers, &vm3));
+    assert_eq!((two.unwrap(), three.unwrap()), (Deletion::Started, Deletion::Started));
+    assert_eq!(posts(), 2, "one deletion for both");
+    assert_eq!(provider.instance_state(&vm(3)).await.unwrap(), InstanceState::Terminating);
+    // A VM created but not listed yet (ARM's eventual consistency) is deleted, not taken as gone.
+    azure.emulator.set_list_lag(Some(Duration::from_secs(3600)));
+    let Creation::Pending(_) = provider.create_instance(&workers).await.unwrap() else { panic!("pending") };
+    let new = vm(4);
+    let results = provider.delete_instances(&workers, std::slice::from_ref(&new)).await.unwrap();
+    assert!(matches!(results.as_slice(), [Ok(Deletion::Started)]), "{results:?}");
+    assert_eq!(posts(), 3);
+    assert_eq!(provider.instance_state(&new).await.unwrap(), InstanceState::Terminating);
+    assert_eq!(azure.emulator.spec_violations(), Vec::<String>::new());
+    azure.shutdown().await;
+}

@@ -133,3 +133,61 @@ async fn a_creation_the_migs_list_does_not_show_yet_is_creating_and_not_taken_fo
     emulator.shutdown();
     cluster.shutdown().await;
 }
+
+/// Issue 28 (batched replacement): several instances asked for in ONE `createInstances` request (its
+/// `instances[]` of per-instance configs, held to the discovery document by the emulator), each named and created
+/// by the MIG; the governed client sends creates of a MIG that wait for its rate limit together; a quota failing
+/// the request's operation fails the whole batch, with nothing created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_instances_are_created_in_one_create_instances_request() {
+    let (cluster, emulator) = setup(0, 1).await;
+    let provider = std::sync::Arc::new(provider(&emulator, emulator.adc_json()).await);
+    let workers = mig("workers");
+    let creates = || emulator.calls().get("instanceGroupManagers.createInstances").copied().unwrap_or(0);
+    assert_eq!(provider.batch_limit(), cloud::BatchLimit { create: cloud::gcp::CREATE_BATCH, delete: 1 });
+    let results = provider.create_instances(&workers, 3).await.expect("one request for three");
+    assert_eq!(creates(), 1);
+    let made: Vec<cloud::NewInstance> = results
+        .into_iter()
+        .map(|r| match r {
+            Ok(Creation::Created(instance)) => instance,
+            other => panic!("expected a named instance, got {other:?}"),
+        })
+        .collect();
+    let names: std::collections::BTreeSet<&str> = made.iter().map(|i| i.node_name.as_str()).collect();
+    assert_eq!(names.len(), 3, "{made:?}");
+    for instance in &made {
+        crate::cluster_support::eventually(&format!("{} running", instance.node_name), || async {
+            provider.instance_state(&instance.provider_id).await.ok() == Some(InstanceState::Ready)
+        })
+        .await;
+    }
+    assert_eq!(emulator.instance_names(ZONE, "workers").len(), 4);
+
+    // Through the governed client, two creates waiting for the rate limit: one request.
+    let policy = cloud::CallPolicy {
+        rate_per_second: std::num::NonZeroU32::new(1).unwrap(),
+        burst: std::num::NonZeroU32::new(1).unwrap(),
+        ..cloud::CallPolicy::default()
+    };
+    let governed =
+        cloud::Governed::new(provider.clone(), policy, std::sync::Arc::new(cloud::metrics::CallCounts::default()));
+    governed.group_image(&workers).await.unwrap();
+    let (one, two) = tokio::join!(governed.create_instance(&workers), governed.create_instance(&workers));
+    assert!(matches!((&one, &two), (Ok(Creation::Created(_)), Ok(Creation::Created(_)))), "{one:?} {two:?}");
+    assert_eq!(creates(), 2, "one createInstances for both");
+
+    // A quota failing the request's operation: the whole batch fails, nothing is created.
+    crate::cluster_support::eventually("the two created", || async {
+        emulator.instance_names(ZONE, "workers").len() == 6
+    })
+    .await;
+    let before = emulator.instance_names(ZONE, "workers").len();
+    emulator.quota_on_next_create("workers");
+    assert!(matches!(provider.create_instances(&workers, 2).await, Err(Error::QuotaExceeded { .. })));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(emulator.instance_names(ZONE, "workers").len(), before);
+    assert!(matches!(provider.create_instances(&workers, 0).await, Err(Error::Invalid { .. })));
+    assert_eq!(emulator.spec_violations(), Vec::<String>::new());
+    cluster.shutdown().await;
+}

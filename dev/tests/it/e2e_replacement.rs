@@ -541,9 +541,9 @@ async fn the_controller_killed_at_random_points_of_8_replacement_rollouts_create
     run.stop().await;
 }
 
-/// How many instances the simulated cloud was asked to create.
+/// How many instances the simulated cloud was asked to create (in single and batch calls).
 pub(crate) fn created_instances(cluster: &Cluster) -> u64 {
-    cluster.cloud().calls().get(&cloud::Operation::CreateInstance).copied().unwrap_or(0)
+    cluster.cloud().instances_asked()
 }
 
 /// Whether any Node is cordoned or carries a replacement's `intent=replace`.

@@ -11,16 +11,24 @@
 //!   [`CallPolicy::max_wait`] in all between them. When the next wait would pass that budget, the last error is
 //!   returned at once (the caller requeues).
 //! - Every request is reported to the [`CallObserver`], with its outcome.
+//! - Where the provider has batch calls ([`CloudProvider::batch_limit`]), creations and deletions of one group
+//!   that wait for the rate limit together are sent as one request ([`batch`]); each caller keeps its own budget,
+//!   retries and result.
+
+mod batch;
+#[cfg(test)]
+mod batch_tests;
 
 use crate::error::{Outcome, Result, Retry};
 use crate::metrics::{CallObserver, NoObserver};
 use crate::provider::{
-    CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupMembers, ImageUpdate,
-    InstanceState, NewInstance, Operation,
+    BatchLimit, CloudProvider, ClusterTag, Creation, CreationToken, Deletion, GroupId, GroupInfo, GroupMembers,
+    ImageUpdate, InstanceState, NewInstance, Operation,
 };
 use crate::provider_id::{Cloud, ProviderId};
 use async_trait::async_trait;
 use backon::{BackoffBuilder, ExponentialBuilder};
+use batch::{Batched, Batcher, Creates, Deletes, Reply};
 use governor::clock::Clock;
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
@@ -97,20 +105,28 @@ type Limiter = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<N
 
 /// `inner` with the rate limit and retries of a [`CallPolicy`]; implements [`CloudProvider`] itself.
 pub struct Governed<P> {
+    shared: Arc<Shared<P>>,
+}
+
+/// What the calls of a [`Governed`] share with its batch dispatchers (tasks of their own).
+struct Shared<P> {
     inner: P,
     policy: CallPolicy,
     limiter: Limiter,
     clock: TokioClock,
     observer: Arc<dyn CallObserver>,
+    creates: Batcher<(), Creation>,
+    deletes: Batcher<ProviderId, Deletion>,
 }
 
-impl<P: CloudProvider> Governed<P> {
+impl<P: CloudProvider + 'static> Governed<P> {
     /// Wraps `inner`; requests are reported to `observer` (use [`NoObserver`] for none).
     pub fn new(inner: P, policy: CallPolicy, observer: Arc<dyn CallObserver>) -> Self {
         let clock = TokioClock { start: Instant::now() };
         let quota = Quota::per_second(policy.rate_per_second).allow_burst(policy.burst);
         let limiter = RateLimiter::direct_with_clock(quota, clock.clone());
-        Governed { inner, policy, limiter, clock, observer }
+        let (creates, deletes) = (Batcher::default(), Batcher::default());
+        Governed { shared: Arc::new(Shared { inner, policy, limiter, clock, observer, creates, deletes }) }
     }
 
     /// Wraps `inner` with the default policy and no observer.
@@ -120,7 +136,7 @@ impl<P: CloudProvider> Governed<P> {
 
     /// The wrapped provider.
     pub fn inner(&self) -> &P {
-        &self.inner
+        &self.shared.inner
     }
 
     /// Waits until the limiter lets one request go, and returns how long it waited. With a `budget`, gives up
@@ -128,8 +144,8 @@ impl<P: CloudProvider> Governed<P> {
     async fn permit(&self, operation: Operation, budget: Option<Duration>) -> std::result::Result<Duration, ()> {
         let started = Instant::now();
         let outcome = loop {
-            let Err(not_until) = self.limiter.check() else { break Ok(()) };
-            let wait = not_until.wait_time_from(self.clock.now());
+            let Err(not_until) = self.shared.limiter.check() else { break Ok(()) };
+            let wait = not_until.wait_time_from(self.shared.clock.now());
             if budget.is_some_and(|budget| started.elapsed() + wait > budget) {
                 break Err(());
             }
@@ -137,7 +153,7 @@ impl<P: CloudProvider> Governed<P> {
         };
         let waited = started.elapsed();
         if !waited.is_zero() {
-            self.observer.rate_limited(self.inner.cloud(), operation, waited);
+            self.shared.observer.rate_limited(self.shared.inner.cloud(), operation, waited);
         }
         outcome.map(|()| waited)
     }
@@ -148,10 +164,10 @@ impl<P: CloudProvider> Governed<P> {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let cloud = self.inner.cloud();
+        let cloud = self.shared.inner.cloud();
         let mut backoff = ExponentialBuilder::default()
-            .with_min_delay(self.policy.min_backoff)
-            .with_max_delay(self.policy.max_backoff)
+            .with_min_delay(self.shared.policy.min_backoff)
+            .with_max_delay(self.shared.policy.max_backoff)
             .with_jitter()
             .without_max_times()
             .build();
@@ -161,25 +177,16 @@ impl<P: CloudProvider> Governed<P> {
             // A request that must not be repeated (a create) is sent within `max_wait` of the call's start, limiter
             // waits included, or not at all: [`CallPolicy::longest_call`] bounds, from the call's start, when what
             // it sent may still land, and the caller's record of the request (written just before) relies on it.
-            let budget = (!operation.is_idempotent()).then(|| self.policy.max_wait.saturating_sub(waited));
+            let budget = (!operation.is_idempotent()).then(|| self.shared.policy.max_wait.saturating_sub(waited));
             match self.permit(operation, budget).await {
                 Ok(limited) if budget.is_some() => waited += limited,
                 Ok(_) => {}
-                Err(()) => {
-                    return Err(crate::Error::Throttled {
-                        message: format!(
-                            "not sent: the client's rate limit ({} requests/s) would delay it past the {:?} a \
-                             {operation} may wait in all",
-                            self.policy.rate_per_second, self.policy.max_wait
-                        ),
-                        retry_after: None,
-                    });
-                }
+                Err(()) => return Err(self.not_sent(operation)),
             }
             attempts += 1;
             let started = Instant::now();
             let result = request().await;
-            self.observer.request(cloud, operation, Outcome::of(&result), started.elapsed());
+            self.shared.observer.request(cloud, operation, Outcome::of(&result), started.elapsed());
             let error = match result {
                 Ok(value) => return Ok(value),
                 Err(error) => error,
@@ -192,10 +199,10 @@ impl<P: CloudProvider> Governed<P> {
                 Retry::Backoff => backoff.next(),
                 Retry::Later | Retry::Never => None,
             };
-            let Some(wait) = wait.filter(|_| may_repeat && attempts < self.policy.max_attempts) else {
+            let Some(wait) = wait.filter(|_| may_repeat && attempts < self.shared.policy.max_attempts) else {
                 return Err(error);
             };
-            if waited + wait > self.policy.max_wait {
+            if waited + wait > self.shared.policy.max_wait {
                 return Err(error);
             }
             tracing::debug!(%cloud, %operation, attempt = attempts, wait_ms = wait.as_millis() as u64, %error,
@@ -204,56 +211,133 @@ impl<P: CloudProvider> Governed<P> {
             waited += wait;
         }
     }
+
+    /// [`Governed::call`] for a call of kind `B` of `group`, whose requests are queued with the group's others of
+    /// that kind and sent in batches ([`batch`]): the same budget, retries and answer as a single call.
+    async fn batched<B: Batched<P>>(&self, group: &GroupId, item: B::Item) -> Result<B::Out> {
+        let mut backoff = ExponentialBuilder::default()
+            .with_min_delay(self.shared.policy.min_backoff)
+            .with_max_delay(self.shared.policy.max_backoff)
+            .with_jitter()
+            .without_max_times()
+            .build();
+        let mut attempts = 0;
+        let mut waited = Duration::ZERO;
+        loop {
+            // As in `call`: a create is sent within `max_wait` of the call's start, queue included, or not at all.
+            let deadline = (!B::SINGLE.is_idempotent())
+                .then(|| Instant::now() + self.shared.policy.max_wait.saturating_sub(waited));
+            let (result, queued) = match batch::enqueue::<P, B>(&self.shared, group, item.clone(), deadline).await {
+                Reply::Sent { result, queued } => (result, queued),
+                Reply::NotSent => return Err(self.not_sent(B::SINGLE)),
+            };
+            if deadline.is_some() {
+                waited += queued;
+            }
+            attempts += 1;
+            let error = match result {
+                Ok(value) => return Ok(value),
+                Err(error) => error,
+            };
+            // IMPORTANT: as in `call`, a create that may have created the instance is never repeated.
+            let may_repeat = B::SINGLE.is_idempotent() || error.was_refused();
+            let wait = match error.retry() {
+                Retry::After(after) => backoff.next().map(|b| b.max(after)),
+                Retry::Backoff => backoff.next(),
+                Retry::Later | Retry::Never => None,
+            };
+            let Some(wait) = wait.filter(|_| may_repeat && attempts < self.shared.policy.max_attempts) else {
+                return Err(error);
+            };
+            if waited + wait > self.shared.policy.max_wait {
+                return Err(error);
+            }
+            tracing::debug!(cloud = %self.shared.inner.cloud(), operation = %B::SINGLE, attempt = attempts,
+                            wait_ms = wait.as_millis() as u64, %error, "cloud call failed; retrying");
+            tokio::time::sleep(wait).await;
+            waited += wait;
+        }
+    }
+
+    /// The refusal of a create the rate limit would have sent past its budget.
+    fn not_sent(&self, operation: Operation) -> crate::Error {
+        crate::Error::Throttled {
+            message: format!(
+                "not sent: the client's rate limit ({} requests/s) would delay it past the {:?} a {operation} may \
+                 wait in all",
+                self.shared.policy.rate_per_second, self.shared.policy.max_wait
+            ),
+            retry_after: None,
+        }
+    }
 }
 
 #[async_trait]
-impl<P: CloudProvider> CloudProvider for Governed<P> {
+impl<P: CloudProvider + 'static> CloudProvider for Governed<P> {
     fn cloud(&self) -> Cloud {
-        self.inner.cloud()
+        self.shared.inner.cloud()
     }
 
     async fn instance_image(&self, instance: &ProviderId) -> Result<String> {
-        self.call(Operation::InstanceImage, || self.inner.instance_image(instance)).await
+        self.call(Operation::InstanceImage, || self.shared.inner.instance_image(instance)).await
     }
 
     async fn instance_group(&self, instance: &ProviderId) -> Result<GroupId> {
-        self.call(Operation::InstanceGroup, || self.inner.instance_group(instance)).await
+        self.call(Operation::InstanceGroup, || self.shared.inner.instance_group(instance)).await
     }
 
     async fn create_instance(&self, group: &GroupId) -> Result<Creation> {
-        self.call(Operation::CreateInstance, || self.inner.create_instance(group)).await
+        if self.shared.inner.batch_limit().create > 1 {
+            return self.batched::<Creates>(group, ()).await;
+        }
+        self.call(Operation::CreateInstance, || self.shared.inner.create_instance(group)).await
     }
 
     async fn created_instance(&self, group: &GroupId, token: &CreationToken) -> Result<Option<NewInstance>> {
-        self.call(Operation::CreatedInstance, || self.inner.created_instance(group, token)).await
+        self.call(Operation::CreatedInstance, || self.shared.inner.created_instance(group, token)).await
     }
 
     async fn delete_instance(&self, group: &GroupId, instance: &ProviderId) -> Result<Deletion> {
-        self.call(Operation::DeleteInstance, || self.inner.delete_instance(group, instance)).await
+        if self.shared.inner.batch_limit().delete > 1 {
+            return self.batched::<Deletes>(group, instance.clone()).await;
+        }
+        self.call(Operation::DeleteInstance, || self.shared.inner.delete_instance(group, instance)).await
     }
 
     async fn instance_state(&self, instance: &ProviderId) -> Result<InstanceState> {
-        self.call(Operation::InstanceState, || self.inner.instance_state(instance)).await
+        self.call(Operation::InstanceState, || self.shared.inner.instance_state(instance)).await
     }
 
     async fn group_image(&self, group: &GroupId) -> Result<String> {
-        self.call(Operation::GroupImage, || self.inner.group_image(group)).await
+        self.call(Operation::GroupImage, || self.shared.inner.group_image(group)).await
     }
 
     async fn set_group_image(&self, group: &GroupId, image: &str) -> Result<ImageUpdate> {
-        self.call(Operation::SetGroupImage, || self.inner.set_group_image(group, image)).await
+        self.call(Operation::SetGroupImage, || self.shared.inner.set_group_image(group, image)).await
     }
 
     async fn list_groups(&self, cluster: &ClusterTag) -> Result<Vec<GroupInfo>> {
-        self.call(Operation::ListGroups, || self.inner.list_groups(cluster)).await
+        self.call(Operation::ListGroups, || self.shared.inner.list_groups(cluster)).await
     }
 
     async fn group_instances(&self, group: &GroupId) -> Result<GroupMembers> {
-        self.call(Operation::GroupInstances, || self.inner.group_instances(group)).await
+        self.call(Operation::GroupInstances, || self.shared.inner.group_instances(group)).await
+    }
+
+    fn batch_limit(&self) -> BatchLimit {
+        self.shared.inner.batch_limit()
+    }
+
+    async fn create_instances(&self, group: &GroupId, count: usize) -> Result<Vec<Result<Creation>>> {
+        self.call(Operation::CreateInstances, || self.shared.inner.create_instances(group, count)).await
+    }
+
+    async fn delete_instances(&self, group: &GroupId, instances: &[ProviderId]) -> Result<Vec<Result<Deletion>>> {
+        self.call(Operation::DeleteInstances, || self.shared.inner.delete_instances(group, instances)).await
     }
 
     fn autoscaler_group_name(&self, group: &GroupId) -> Result<String> {
-        self.inner.autoscaler_group_name(group)
+        self.shared.inner.autoscaler_group_name(group)
     }
 }
 
@@ -268,7 +352,7 @@ mod tests {
 
     /// Answers each call with the next scripted result (Ok when the script is empty) and records call times.
     #[derive(Default)]
-    struct Scripted {
+    pub(super) struct Scripted {
         script: Mutex<VecDeque<Result<(), Error>>>,
         calls: Mutex<Vec<Instant>>,
     }
@@ -283,7 +367,7 @@ mod tests {
             self.script.lock().unwrap().pop_front().unwrap_or(Ok(()))
         }
 
-        fn calls(&self) -> Vec<Instant> {
+        pub(super) fn calls(&self) -> Vec<Instant> {
             self.calls.lock().unwrap().clone()
         }
     }
@@ -340,7 +424,7 @@ mod tests {
         }
     }
 
-    fn governed(script: Vec<Result<(), Error>>, policy: CallPolicy) -> (Governed<Scripted>, CallCounts) {
+    pub(super) fn governed(script: Vec<Result<(), Error>>, policy: CallPolicy) -> (Governed<Scripted>, CallCounts) {
         let counts = CallCounts::default();
         (Governed::new(Scripted::new(script), policy, Arc::new(counts.clone())), counts)
     }
