@@ -110,7 +110,13 @@ fn the_kind_targets_run_kind_kubectl_and_the_image_tool() {
     assert_eq!(cluster.trim(), "kind create cluster --name update-operator-dev --config dev/kind-cluster.yml");
     let load = dry("kind-load");
     assert!(load.contains("--target x86_64-unknown-linux-gnu --bin update-operator"), "{load}");
-    assert!(load.contains("RUSTFLAGS=\"-C target-feature=+crt-static\""), "{load}");
+    assert!(
+        load.contains("RUSTFLAGS=\"-C target-feature=+crt-static -C link-arg=-Wl,-z,pack-relative-relocs\""),
+        "{load}"
+    );
+    // Linked in the agent's code order (tools/agent-order): the order resolved against a first link, then used.
+    assert!(load.contains("tools/agent-order/resolve.py tools/agent-order/agent.order"), "{load}");
+    assert!(load.contains("--symbol-ordering-file="), "{load}");
     assert!(
         load.contains("-p oci-image -- --platform amd64=target/x86_64-unknown-linux-gnu/release/update-operator"),
         "{load}"
