@@ -16,6 +16,7 @@
 //!   retries and result.
 
 mod batch;
+
 #[cfg(test)]
 mod batch_tests;
 
@@ -165,97 +166,47 @@ impl<P: CloudProvider + 'static> Governed<P> {
         Fut: Future<Output = Result<T>>,
     {
         let cloud = self.shared.inner.cloud();
-        let mut backoff = ExponentialBuilder::default()
-            .with_min_delay(self.shared.policy.min_backoff)
-            .with_max_delay(self.shared.policy.max_backoff)
-            .with_jitter()
-            .without_max_times()
-            .build();
-        let mut attempts = 0;
-        let mut waited = Duration::ZERO;
+        let mut retries = Retries::new(&self.shared.policy);
         loop {
             // A request that must not be repeated (a create) is sent within `max_wait` of the call's start, limiter
             // waits included, or not at all: [`CallPolicy::longest_call`] bounds, from the call's start, when what
             // it sent may still land, and the caller's record of the request (written just before) relies on it.
-            let budget = (!operation.is_idempotent()).then(|| self.shared.policy.max_wait.saturating_sub(waited));
+            let budget = retries.budget(operation);
             match self.permit(operation, budget).await {
-                Ok(limited) if budget.is_some() => waited += limited,
+                Ok(limited) if budget.is_some() => retries.waited += limited,
                 Ok(_) => {}
                 Err(()) => return Err(self.not_sent(operation)),
             }
-            attempts += 1;
+            retries.attempts += 1;
             let started = Instant::now();
             let result = request().await;
             self.shared.observer.request(cloud, operation, Outcome::of(&result), started.elapsed());
-            let error = match result {
+            match result {
                 Ok(value) => return Ok(value),
-                Err(error) => error,
-            };
-            // IMPORTANT: a create that failed in a way that may have created the instance is never repeated,
-            // or a replacement would get two instances.
-            let may_repeat = operation.is_idempotent() || error.was_refused();
-            let wait = match error.retry() {
-                Retry::After(after) => backoff.next().map(|b| b.max(after)),
-                Retry::Backoff => backoff.next(),
-                Retry::Later | Retry::Never => None,
-            };
-            let Some(wait) = wait.filter(|_| may_repeat && attempts < self.shared.policy.max_attempts) else {
-                return Err(error);
-            };
-            if waited + wait > self.shared.policy.max_wait {
-                return Err(error);
+                Err(error) => retries.pause(cloud, operation, error).await?,
             }
-            tracing::debug!(%cloud, %operation, attempt = attempts, wait_ms = wait.as_millis() as u64, %error,
-                            "cloud call failed; retrying");
-            tokio::time::sleep(wait).await;
-            waited += wait;
         }
     }
 
     /// [`Governed::call`] for a call of kind `B` of `group`, whose requests are queued with the group's others of
     /// that kind and sent in batches ([`batch`]): the same budget, retries and answer as a single call.
     async fn batched<B: Batched<P>>(&self, group: &GroupId, item: B::Item) -> Result<B::Out> {
-        let mut backoff = ExponentialBuilder::default()
-            .with_min_delay(self.shared.policy.min_backoff)
-            .with_max_delay(self.shared.policy.max_backoff)
-            .with_jitter()
-            .without_max_times()
-            .build();
-        let mut attempts = 0;
-        let mut waited = Duration::ZERO;
+        let mut retries = Retries::new(&self.shared.policy);
         loop {
             // As in `call`: a create is sent within `max_wait` of the call's start, queue included, or not at all.
-            let deadline = (!B::SINGLE.is_idempotent())
-                .then(|| Instant::now() + self.shared.policy.max_wait.saturating_sub(waited));
+            let deadline = retries.budget(B::SINGLE).map(|budget| Instant::now() + budget);
             let (result, queued) = match batch::enqueue::<P, B>(&self.shared, group, item.clone(), deadline).await {
                 Reply::Sent { result, queued } => (result, queued),
                 Reply::NotSent => return Err(self.not_sent(B::SINGLE)),
             };
             if deadline.is_some() {
-                waited += queued;
+                retries.waited += queued;
             }
-            attempts += 1;
-            let error = match result {
+            retries.attempts += 1;
+            match result {
                 Ok(value) => return Ok(value),
-                Err(error) => error,
-            };
-            // IMPORTANT: as in `call`, a create that may have created the instance is never repeated.
-            let may_repeat = B::SINGLE.is_idempotent() || error.was_refused();
-            let wait = match error.retry() {
-                Retry::After(after) => backoff.next().map(|b| b.max(after)),
-                Retry::Backoff => backoff.next(),
-                Retry::Later | Retry::Never => None,
-            };
-            let Some(wait) = wait.filter(|_| may_repeat && attempts < self.shared.policy.max_attempts) else {
-                return Err(error);
-            };
-            if waited + wait > self.shared.policy.max_wait {
-                return Err(error);
+                Err(error) => retries.pause(self.shared.inner.cloud(), B::SINGLE, error).await?,
             }
-            tracing::debug!(cloud = %self.shared.inner.cloud(), operation = %B::SINGLE, attempt = attempts,
-                            wait_ms = wait.as_millis() as u64, %error, "cloud call failed; retrying");
-            tokio::time::sleep(wait).await;
-            waited += wait;
         }
     }
 
@@ -338,6 +289,55 @@ impl<P: CloudProvider + 'static> CloudProvider for Governed<P> {
 
     fn autoscaler_group_name(&self, group: &GroupId) -> Result<String> {
         self.shared.inner.autoscaler_group_name(group)
+    }
+}
+
+/// The retries of one call (single or batched) under its [`CallPolicy`]: its backoff, the requests it made and the
+/// time it waited, limiter and queue waits of a request that must not be repeated included.
+struct Retries<'a> {
+    policy: &'a CallPolicy,
+    backoff: backon::ExponentialBackoff,
+    attempts: u32,
+    waited: Duration,
+}
+
+impl<'a> Retries<'a> {
+    fn new(policy: &'a CallPolicy) -> Self {
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(policy.min_backoff)
+            .with_max_delay(policy.max_backoff)
+            .with_jitter()
+            .without_max_times()
+            .build();
+        Retries { policy, backoff, attempts: 0, waited: Duration::ZERO }
+    }
+
+    /// For a request that must not be repeated (a create): the time left of `max_wait` to send it in.
+    fn budget(&self, operation: Operation) -> Option<Duration> {
+        (!operation.is_idempotent()).then(|| self.policy.max_wait.saturating_sub(self.waited))
+    }
+
+    /// After a failed request: waits before the next one, or gives `error` back when the call ends with it.
+    async fn pause(&mut self, cloud: Cloud, operation: Operation, error: crate::Error) -> Result<()> {
+        // IMPORTANT: a create that failed in a way that may have created the instance is never repeated, or a
+        // replacement would get two instances.
+        let may_repeat = operation.is_idempotent() || error.was_refused();
+        let wait = match error.retry() {
+            Retry::After(after) => self.backoff.next().map(|b| b.max(after)),
+            Retry::Backoff => self.backoff.next(),
+            Retry::Later | Retry::Never => None,
+        };
+        let Some(wait) = wait.filter(|_| may_repeat && self.attempts < self.policy.max_attempts) else {
+            return Err(error);
+        };
+        if self.waited + wait > self.policy.max_wait {
+            return Err(error);
+        }
+        tracing::debug!(%cloud, %operation, attempt = self.attempts, wait_ms = wait.as_millis() as u64, %error,
+                        "cloud call failed; retrying");
+        tokio::time::sleep(wait).await;
+        self.waited += wait;
+        Ok(())
     }
 }
 
