@@ -513,13 +513,8 @@ async fn instances_are_created_and_deleted_in_batch_calls_each_with_its_own_resu
     assert!(matches!(other, Err(Error::NotFound { .. })), "{other:?}");
 
     // Through the governed client: creates of the group that wait for its rate limit go as one batch call.
-    let policy = cloud::CallPolicy {
-        rate_per_second: std::num::NonZeroU32::new(1).unwrap(),
-        burst: std::num::NonZeroU32::new(1).unwrap(),
-        ..cloud::CallPolicy::default()
-    };
     cluster.cloud().clear_faults();
-    let governed = cloud::Governed::new(provider.clone(), policy, Arc::new(CallCounts::default()));
+    let governed = crate::support::governed_one_per_second(provider.clone());
     governed.group_image(&group).await.unwrap();
     let before = cloud.calls();
     let (one, two) = tokio::join!(governed.create_instance(&group), governed.create_instance(&group));

@@ -127,13 +127,7 @@ async fn several_vms_are_deleted_in_one_request_each_with_its_own_result() {
     assert_eq!(posts(), 1);
 
     // Through the governed client, two deletes waiting for a rate limit of 1/s: one request.
-    let policy = cloud::CallPolicy {
-        rate_per_second: std::num::NonZeroU32::new(1).unwrap(),
-        burst: std::num::NonZeroU32::new(1).unwrap(),
-        ..cloud::CallPolicy::default()
-    };
-    let governed =
-        cloud::Governed::new(provider.clone(), policy, std::sync::Arc::new(cloud::metrics::CallCounts::default()));
+    let governed = crate::support::governed_one_per_second(provider.clone());
     governed.group_image(&workers).await.unwrap();
     let (vm2, vm3) = (vm(2), vm(3));
     let (two, three) = tokio::join!(governed.delete_instance(&workers, &vm2), governed.delete_instance(&workers, &vm3));

@@ -165,13 +165,7 @@ async fn several_instances_are_created_in_one_create_instances_request() {
     assert_eq!(emulator.instance_names(ZONE, "workers").len(), 4);
 
     // Through the governed client, two creates waiting for the rate limit: one request.
-    let policy = cloud::CallPolicy {
-        rate_per_second: std::num::NonZeroU32::new(1).unwrap(),
-        burst: std::num::NonZeroU32::new(1).unwrap(),
-        ..cloud::CallPolicy::default()
-    };
-    let governed =
-        cloud::Governed::new(provider.clone(), policy, std::sync::Arc::new(cloud::metrics::CallCounts::default()));
+    let governed = crate::support::governed_one_per_second(provider.clone());
     governed.group_image(&workers).await.unwrap();
     let (one, two) = tokio::join!(governed.create_instance(&workers), governed.create_instance(&workers));
     assert!(matches!((&one, &two), (Ok(Creation::Created(_)), Ok(Creation::Created(_)))), "{one:?} {two:?}");

@@ -278,3 +278,11 @@ pub fn bind_plan_role(store: &Store) {
     store.api().create(None, &role, &PostParams::default()).unwrap();
     store.api().create(None, &binding, &PostParams::default()).unwrap();
 }
+
+/// `provider` behind the governed client at one request a second (burst 1): calls made at once after a first one wait
+/// for the rate limit together, and go as one batch request where the provider has batch calls.
+pub fn governed_one_per_second<P: cloud::CloudProvider + 'static>(provider: P) -> cloud::Governed<P> {
+    let one = std::num::NonZeroU32::MIN;
+    let policy = cloud::CallPolicy { rate_per_second: one, burst: one, ..cloud::CallPolicy::default() };
+    cloud::Governed::new(provider, policy, Arc::new(cloud::metrics::CallCounts::default()))
+}
