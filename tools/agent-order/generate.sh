@@ -44,13 +44,11 @@ sleep 5
 ls "$work"/callgrind.*.1 >/dev/null
 
 python3 - "$work" > tools/agent-order/agent.order <<'PY'
-import glob, re, subprocess, sys
+import glob, re, sys
+sys.path.insert(0, "tools/agent-order")
+from resolve import symbols
 work = sys.argv[1]
-binary = work + "/update-operator"
-def nm(*flags):
-    out = subprocess.run(["nm", "--defined-only", *flags, binary], capture_output=True, text=True, check=True)
-    return [line.split(" ", 2) for line in out.stdout.splitlines()]
-pairs = [(m[2], d[2]) for m, d in zip(nm(), nm("--demangle")) if len(m) == 3 and m[1] in "tTwW"]
+pairs = symbols(work + "/update-operator")
 demangled = dict(pairs)
 names, seen = [], set()
 def add(name):
