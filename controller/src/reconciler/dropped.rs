@@ -2,8 +2,10 @@
 //!
 //! A NodeVersion CRD installed by an older release lacks the newer status fields in its schema, and the API
 //! server prunes the fields a structural schema does not know from every write, the status subresource's
-//! included (apiextensions-apiserver, `pkg/registry/customresource/strategy.go` and `structural/pruning`): it
-//! accepts the write and answers, and stores, an object without them. The controller computes each status from
+//! included (apiextensions-apiserver decodes each request body through `pkg/apiserver/customresource_handler.go`'s
+//! schema-coercing converter, which calls `pkg/apiserver/schema/pruning`'s `PruneWithOptions`; only
+//! `fieldValidation=Strict`, which the controller does not ask for, turns a pruned field into an error): it accepts
+//! the write and answers, and stores, an object without them. The controller computes each status from
 //! the last one, saw the field missing, and wrote it again at every reconcile, each triggered by the watch event
 //! of its own write: a loop of status writes (seven a second in the 200-node benchmark run with an older CRD).
 //! Helm, for one, never upgrades the CRDs of a chart, so an older CRD under a newer controller is common.
