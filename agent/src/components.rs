@@ -9,6 +9,9 @@
 //! then the record is replaced. The components hash the agent reports is computed from that record, so it says
 //! what is really installed, never what was asked for.
 //!
+//! Components can be fetched ahead ([`Installer::fetch`], the intent `fetch`) into a cache on the host (see
+//! [`cache`]); phase one then takes each from there, hashing it again as it copies it, instead of downloading it.
+//!
 //! The agent runs on a single-threaded runtime: every blocking file operation (extraction, decompression,
 //! `fsync`, renames, writes of downloads) runs on tokio's blocking pool ([`tokio::task::spawn_blocking`] or
 //! `tokio::fs`), so the node's reports and watches go on while a 100 MB archive is extracted.
@@ -24,6 +27,9 @@ use shared::components::{Sha256, Source, VerifiedComponent, components_hash};
 
 /// Where the record of installed components is kept on a host by default.
 pub const DEFAULT_RECORD: &str = "/var/lib/update-operator/components.json";
+
+/// Where components fetched ahead are kept on a host by default (one file per component, named by its hash).
+pub const DEFAULT_FETCH_CACHE: &str = "/var/lib/update-operator/fetched";
 
 /// The largest artifact accepted (kubelet and kubeadm binaries are about 100 MB).
 pub const DEFAULT_MAX_SIZE: u64 = 512 * 1024 * 1024;
@@ -63,6 +69,8 @@ pub struct Record {
 pub struct Installer {
     root: PathBuf,
     record: PathBuf,
+    /// The fetch cache's host path.
+    cache: PathBuf,
     max_size: u64,
     timeout: Duration,
     fetcher: fetch::Fetcher,
@@ -76,6 +84,7 @@ impl Installer {
         Ok(Installer {
             root: root.into(),
             record: record.into(),
+            cache: PathBuf::from(DEFAULT_FETCH_CACHE),
             max_size: DEFAULT_MAX_SIZE,
             timeout: Duration::from_secs(600),
             fetcher: fetcher(Matcher::from_env())?,
@@ -86,6 +95,12 @@ impl Installer {
     pub fn with_proxies(mut self, proxies: Matcher) -> Result<Self, InstallError> {
         self.fetcher = fetcher(proxies)?;
         Ok(self)
+    }
+
+    /// Keeps components fetched ahead at the host path `cache` instead of [`DEFAULT_FETCH_CACHE`].
+    pub fn with_cache(mut self, cache: impl Into<PathBuf>) -> Self {
+        self.cache = cache.into();
+        self
     }
 
     /// Limits each artifact to `max_size` bytes and each download to `timeout`.
@@ -104,6 +119,15 @@ impl Installer {
         self.host_path(&self.record.to_string_lossy())
     }
 
+    /// Where the fetch cache is, seen from this process (under the root).
+    pub fn cache_path(&self) -> PathBuf {
+        self.host_path(&self.cache.to_string_lossy())
+    }
+
+    fn fetch_cache(&self) -> cache::Cache {
+        cache::Cache::new(self.cache_path())
+    }
+
     /// The record of what is installed, `None` when nothing was installed by us.
     pub fn installed(&self) -> Result<Option<Record>, InstallError> {
         installed_at(&self.record_path())
@@ -115,14 +139,83 @@ impl Installer {
         self.prepare(components).await?.finish().await
     }
 
-    /// Phase one: fetches and verifies every component into temporary files next to their destinations. On
+    /// Fetches every downloaded component ahead into the fetch cache, each verified against its hash as it
+    /// streams and kept only if it matched; installs nothing. The cache then holds this set only: files of any
+    /// other are removed first. A component the cache holds already (and that hashes to its name) is not
+    /// downloaded again; inline components need no fetch. On an error the components fetched before it stay
+    /// (verified, a retry does not download them again) and nothing is left of the one that failed.
+    pub async fn fetch(&self, components: &[VerifiedComponent]) -> Result<Fetched, InstallError> {
+        let cache = self.fetch_cache();
+        let downloads: Vec<(&str, Sha256)> = components
+            .iter()
+            .filter_map(|c| match &c.source {
+                Source::Download(url) => Some((url.as_str(), c.hash)),
+                Source::Inline(_) => None,
+            })
+            .collect();
+        let keep: Vec<Sha256> = downloads.iter().map(|(_, hash)| *hash).collect();
+        blocking({
+            let cache = cache.clone();
+            move || cache.keep_only(&keep)
+        })
+        .await?;
+        let mut fetched = Fetched::default();
+        for (url, hash) in downloads {
+            let held = blocking({
+                let cache = cache.clone();
+                move || cache.holds(&hash)
+            })
+            .await?;
+            if held {
+                fetched.cached += 1;
+                continue;
+            }
+            let temp = blocking({
+                let cache = cache.clone();
+                move || cache.temp_for(&hash)
+            })
+            .await?;
+            let result = async {
+                let actual = self.download(url, &temp).await?;
+                if actual != hash {
+                    return Err(InstallError::HashMismatch { what: url.to_owned(), expected: hash, actual });
+                }
+                let (cache, temp) = (cache.clone(), temp.clone());
+                blocking(move || cache.commit(&temp, &hash)).await
+            }
+            .await;
+            if let Err(error) = result {
+                let _ = blocking(move || {
+                    let _ = std::fs::remove_file(&temp);
+                    Ok(())
+                })
+                .await;
+                return Err(error);
+            }
+            fetched.downloaded += 1;
+        }
+        Ok(fetched)
+    }
+
+    /// Deletes the fetch cache with everything in it.
+    pub async fn discard_fetched(&self) -> Result<(), InstallError> {
+        let cache = self.fetch_cache();
+        blocking(move || cache.discard()).await
+    }
+
+    /// Phase one: fetches and verifies every component into temporary files next to their destinations, taking
+    /// those fetched ahead from the fetch cache (hashed again as they are copied) instead of downloading them. On
     /// any error every temporary file is removed and nothing on the host changed. Dropping the result without
     /// [`Prepared::finish`] removes what was not installed yet.
     pub async fn prepare(&self, components: &[VerifiedComponent]) -> Result<Prepared, InstallError> {
         let mut staged: Vec<(VerifiedComponent, Staged)> = Vec::with_capacity(components.len());
+        let mut downloaded = 0;
         for component in components {
             match self.stage(component).await {
-                Ok(s) => staged.push((component.clone(), s)),
+                Ok((s, download)) => {
+                    downloaded += usize::from(download);
+                    staged.push((component.clone(), s));
+                }
                 Err(error) => {
                     let discarded = blocking(move || {
                         staged.into_iter().for_each(|(_, s)| s.discard());
@@ -133,10 +226,12 @@ impl Installer {
                 }
             }
         }
-        Ok(Prepared { record: self.record_path(), components: components.to_vec(), staged })
+        Ok(Prepared { record: self.record_path(), components: components.to_vec(), staged, downloaded })
     }
 
-    async fn stage(&self, component: &VerifiedComponent) -> Result<Staged, InstallError> {
+    /// Fetches (from the fetch cache, or by downloading) or decodes `component` into a temporary file next to its
+    /// destination and verifies it; with whether it was downloaded.
+    async fn stage(&self, component: &VerifiedComponent) -> Result<(Staged, bool), InstallError> {
         let target = self.host_path(&component.install_path);
         let parent = if component.extract { target.clone() } else { parent_of(&target)? };
         let temp = temp_path(&parent, &target);
@@ -144,6 +239,7 @@ impl Installer {
             Source::Download(url) => url.clone(),
             Source::Inline(_) => format!("the inline content for {}", component.install_path),
         };
+        let mut downloaded = false;
         let result = async {
             blocking({
                 let parent = parent.clone();
@@ -155,7 +251,16 @@ impl Installer {
                     let (temp, bytes) = (temp.clone(), bytes.clone());
                     blocking(move || write_file(&temp, &bytes, 0o755).map(|()| Sha256::of(&bytes))).await?
                 }
-                Source::Download(url) => self.download(url, &temp).await?,
+                Source::Download(url) => {
+                    let (cache, copy_to, hash) = (self.fetch_cache(), temp.clone(), component.hash);
+                    // IMPORTANT: `true` only when what was copied into `temp` hashed to the expected hash.
+                    if blocking(move || cache.copy_verified(&hash, &copy_to)).await? {
+                        hash
+                    } else {
+                        downloaded = true;
+                        self.download(url, &temp).await?
+                    }
+                }
             };
             if actual != component.hash {
                 return Err(InstallError::HashMismatch { what: what.clone(), expected: component.hash, actual });
@@ -173,7 +278,8 @@ impl Installer {
             }
             Ok(Staged::File { temp: temp.clone(), target: target.clone() })
         }
-        .await;
+        .await
+        .map(|staged| (staged, downloaded));
         if result.is_err() {
             let _ = blocking(move || {
                 let _ = std::fs::remove_file(&temp);
@@ -236,6 +342,15 @@ fn fetcher(proxies: Matcher) -> Result<fetch::Fetcher, InstallError> {
     fetch::Fetcher::new(proxies).map_err(|reason| InstallError::Download { url: "(any)".into(), reason })
 }
 
+/// What [`Installer::fetch`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fetched {
+    /// Components downloaded (and verified) into the cache.
+    pub downloaded: usize,
+    /// Components the cache held already, verified again.
+    pub cached: usize,
+}
+
 /// Components fetched and verified, waiting to be installed (see [`Installer::prepare`]).
 pub struct Prepared {
     /// Where the record is, seen from this process.
@@ -243,9 +358,17 @@ pub struct Prepared {
     components: Vec<VerifiedComponent>,
     /// Those not installed yet.
     staged: Vec<(VerifiedComponent, Staged)>,
+    /// How many were downloaded (rather than taken from the fetch cache or decoded).
+    downloaded: usize,
 }
 
 impl Prepared {
+    /// How many components were downloaded rather than taken, verified, from the fetch cache (inline ones are
+    /// neither).
+    pub fn downloaded(&self) -> usize {
+        self.downloaded
+    }
+
     /// Installs the prepared components for which `which` is true (each by an atomic rename); the others
     /// wait for a later call or [`Prepared::finish`].
     pub async fn install_where(&mut self, which: impl Fn(&VerifiedComponent) -> bool) -> Result<(), InstallError> {
@@ -466,6 +589,7 @@ fn sync_dir(path: &Path) -> Result<(), InstallError> {
     std::fs::File::open(&dir).and_then(|d| d.sync_all()).map_err(io(&dir))
 }
 
+mod cache;
 pub mod fetch;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -3,8 +3,8 @@
 //! report to publish and the host work to start or stop.
 //!
 //! # Guarantees
-//! - The agent acts only on the steps `stage`, `reboot` and `kubeadm-upgrade`, and only on an intent
-//!   it has not finished: a report with the intent's token and state `done` or `error` ends it.
+//! - The agent acts only on the steps `stage`, `reboot`, `kubeadm-upgrade` and `fetch`, and only on an
+//!   intent it has not finished: a report with the intent's token and state `done` or `error` ends it.
 //! - A reboot is started only on a node the controller cordoned: `spec.unschedulable` set *and*
 //!   the controller's `cordoned-by` annotation present. Otherwise the reboot intent is answered
 //!   with `error` and the reason, and a reboot still being prepared is cancelled.
@@ -14,6 +14,11 @@
 //!   cancelled; it is over when the boot ID changes or the intent moves on.
 //! - What staging changed on the host is released (undone) once no intent wants its target any
 //!   more and the host was not rebooted into it.
+//! - Kubernetes components fetched ahead (`fetch`) are kept while the intent is `fetch`, `drain` or
+//!   `kubeadm-upgrade` for their version, and discarded (deleted from the host) once it is anything
+//!   else, and after the kubeadm upgrade they served succeeded: they take disk space, and the
+//!   kubeadm step checks each one's hash again before use anyway. A new fetch replaces any earlier
+//!   fetched set (the host backend's job), so at most one set is ever kept.
 //! - Restart-safe without memory: a stage in progress (`busy`, nothing running) is redone (staging
 //!   is idempotent); a reboot is judged by the boot ID, so a reboot that happened is never repeated
 //!   and one that did not is asked for again.
@@ -76,16 +81,23 @@ pub enum Work {
     Reboot { token: Token, target: String },
     /// Upgrade the host's Kubernetes components to version `target` with kubeadm.
     KubeadmUpgrade { token: Token, target: String, kubeadm: KubeadmIntent },
+    /// Fetch and verify the components of Kubernetes version `target` ahead, installing nothing.
+    Fetch { token: Token, target: String, kubeadm: KubeadmIntent },
     /// Undo what staging changed for `target` (see [`crate::host::HostUpdater::release`]).
     Release { target: String },
+    /// Delete the components fetched for version `target` (see [`crate::host::HostUpdater::discard_fetched`]).
+    Discard { target: String },
 }
 
 impl Work {
-    /// The intent the work serves; `None` for a release, which serves none.
+    /// The intent the work serves; `None` for a release or a discard, which serve none.
     pub fn token(&self) -> Option<&Token> {
         match self {
-            Work::Stage { token, .. } | Work::Reboot { token, .. } | Work::KubeadmUpgrade { token, .. } => Some(token),
-            Work::Release { .. } => None,
+            Work::Stage { token, .. }
+            | Work::Reboot { token, .. }
+            | Work::KubeadmUpgrade { token, .. }
+            | Work::Fetch { token, .. } => Some(token),
+            Work::Release { .. } | Work::Discard { .. } => None,
         }
     }
 
@@ -95,7 +107,9 @@ impl Work {
             Work::Stage { .. } => "stage",
             Work::Reboot { .. } => "reboot",
             Work::KubeadmUpgrade { .. } => "kubeadm-upgrade",
+            Work::Fetch { .. } => "fetch",
             Work::Release { .. } => "release",
+            Work::Discard { .. } => "discard",
         }
     }
 }
@@ -136,6 +150,9 @@ pub struct Observation<'a> {
     pub outcome: Option<&'a Outcome>,
     /// The target this process staged (or activated) and has neither rebooted into nor released.
     pub prepared: Option<&'a str>,
+    /// The Kubernetes version whose components this process fetched ahead (or used in a kubeadm
+    /// upgrade) and has not discarded.
+    pub fetched: Option<&'a str>,
 }
 
 /// The report to publish and the work to start or stop.
@@ -172,6 +189,12 @@ pub fn decide(o: &Observation<'_>) -> Decision {
         // under way any more.
         report.state = Some(AgentState::Idle);
         report.token = None;
+    }
+    if let Some(target) = o.fetched
+        && !keeps_fetched(intent, o, target)
+    {
+        // Before new work too: a new fetch then starts from an empty cache, so the disk holds one set.
+        decision.start = Some(Work::Discard { target: target.to_owned() });
     }
     if let Some(target) = o.prepared
         && !wants(intent, target)
@@ -215,19 +238,36 @@ fn wants(intent: Option<&Intent>, target: &str) -> bool {
     intent.is_some_and(|i| i.target == target && matches!(i.step, Step::Stage | Step::Drain | Step::Reboot))
 }
 
+/// Whether the components fetched for version `target` may still be installed: the intent is the fetch, the
+/// drain or the kubeadm upgrade of that version, and that upgrade has not succeeded yet.
+fn keeps_fetched(intent: Option<&Intent>, o: &Observation<'_>, target: &str) -> bool {
+    let Some(intent) = intent.filter(|i| i.target == target) else { return false };
+    match intent.step {
+        Step::Fetch | Step::Drain => true,
+        Step::KubeadmUpgrade => {
+            let succeeded = o.current.finished(&intent.token) == Some(AgentState::Done)
+                || o.outcome.is_some_and(|outcome| outcome.token == intent.token && outcome.result.is_ok());
+            !succeeded
+        }
+        Step::Stage | Step::Reboot | Step::Replace | Step::Done | Step::Failed | Step::Blocked => false,
+    }
+}
+
 /// Whether running work still serves the intent (see the module docs).
 fn still_wanted(running: &Running, intent: Option<&Intent>, cordon: Cordon, host: HostView<'_>) -> bool {
     let serves = |step: Step, token: &Token| intent.is_some_and(|i| i.step == step && i.token == *token);
     match (&running.work, &running.phase) {
         (Work::Stage { token, .. }, _) => serves(Step::Stage, token),
         (Work::KubeadmUpgrade { token, .. }, _) => serves(Step::KubeadmUpgrade, token),
+        (Work::Fetch { token, .. }, _) => serves(Step::Fetch, token),
         (Work::Reboot { token, .. }, Phase::Working { .. }) => serves(Step::Reboot, token) && cordoned(cordon).is_ok(),
         (Work::Reboot { token, .. }, Phase::RebootRequested) => {
             let before = intent.and_then(|i| i.boot_id_before.as_ref());
             let booted = matches!(host, HostView::Known(facts) if before.is_some_and(|b| *b != facts.boot_id));
             serves(Step::Reboot, token) && !booted
         }
-        (Work::Release { .. }, _) => true,
+        // Both are short and bounded (see `crate::operation`): never cancelled, so they end what they began.
+        (Work::Release { .. } | Work::Discard { .. }, _) => true,
     }
 }
 
@@ -257,7 +297,7 @@ fn act(decision: &mut Decision, o: &Observation<'_>, intent: &Intent, cordon: Co
     let running_here = running.filter(|r| r.work.token() == Some(token));
     let outcome = o.outcome.filter(|outcome| outcome.token == *token);
     match intent.step {
-        Step::Stage | Step::KubeadmUpgrade => {
+        Step::Stage | Step::KubeadmUpgrade | Step::Fetch => {
             if let Some(outcome) = outcome {
                 match &outcome.result {
                     Ok(()) => settle(AgentState::Done, None),
@@ -277,6 +317,9 @@ fn act(decision: &mut Decision, o: &Observation<'_>, intent: &Intent, cordon: Co
                 HostView::Unreadable { permanent: false, .. } => return settle(AgentState::Busy, None),
             };
             let work = match (intent.step, &intent.kubeadm) {
+                (Step::KubeadmUpgrade, Some(KubeadmIntent { role: None, .. })) => {
+                    return settle(AgentState::Error, Some("the intent names no kubeadm role".to_owned()));
+                }
                 (Step::KubeadmUpgrade, Some(kubeadm)) => {
                     // No shortcut from the components hash: it says what is installed, not whether kubeadm
                     // ran and the kubelet restarted; upgrading a node to what it runs changes nothing.
@@ -286,7 +329,11 @@ fn act(decision: &mut Decision, o: &Observation<'_>, intent: &Intent, cordon: Co
                         kubeadm: kubeadm.clone(),
                     }
                 }
-                (Step::KubeadmUpgrade, None) => {
+                // No shortcut either: only fetching says whether the host holds every file, verified.
+                (Step::Fetch, Some(kubeadm)) => {
+                    Work::Fetch { token: token.clone(), target: intent.target.clone(), kubeadm: kubeadm.clone() }
+                }
+                (Step::KubeadmUpgrade | Step::Fetch, None) => {
                     return settle(AgentState::Error, Some("the intent names no components ConfigMap".to_owned()));
                 }
                 _ if facts.staged_image.as_deref() == Some(intent.target.as_str())

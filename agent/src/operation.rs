@@ -4,15 +4,15 @@
 //! # Guarantees
 //! - An error that [`crate::host::HostError::is_retryable`] says may pass is retried with backoff:
 //!   stage and reboot until they succeed, fail for good or are cancelled (the controller's step
-//!   timeout is the bound: the agent cancels the work when the controller gives the step up);
-//!   a release a bounded number of times ([`retry::RELEASE`]).
+//!   timeout is the bound: the agent cancels the work when the controller gives the step up), and
+//!   so is a fetch; a release or a discard a bounded number of times ([`retry::RELEASE`]).
 //! - Each retry is announced ([`Progress::Retrying`]) with the error, so the agent can say what it
 //!   works around; the end is announced once ([`Progress::Finished`]), unless cancelled.
 //! - [`Operation::cancel`] returns only once the task is gone: nothing of the operation runs after
 //!   it (what the host's own updater runs in the background aside, see [`HostUpdater`]).
 
 use crate::decide::Work;
-use crate::host::{HostError, HostUpdater, KubernetesUpgrade};
+use crate::host::{HostError, HostUpdater, KubernetesFetch, KubernetesUpgrade};
 use crate::kubeadm::Role;
 use crate::metrics::{HostOpLabels, Metrics};
 use crate::releases::Releases;
@@ -51,8 +51,10 @@ impl Operation {
     ) -> Self {
         let operation = work.operation();
         let policy = match work {
-            Work::Stage { .. } | Work::Reboot { .. } | Work::KubeadmUpgrade { .. } => retry::HOST_WORK,
-            Work::Release { .. } => retry::RELEASE,
+            Work::Stage { .. } | Work::Reboot { .. } | Work::KubeadmUpgrade { .. } | Work::Fetch { .. } => {
+                retry::HOST_WORK
+            }
+            Work::Release { .. } | Work::Discard { .. } => retry::RELEASE,
         };
         let task = tokio::spawn(async move {
             let attempt = || async {
@@ -62,7 +64,9 @@ impl Operation {
                     Work::KubeadmUpgrade { target, kubeadm, .. } => {
                         upgrade_kubernetes(&*host, &*releases, target, kubeadm).await
                     }
+                    Work::Fetch { target, kubeadm, .. } => fetch_kubernetes(&*host, &*releases, target, kubeadm).await,
                     Work::Release { target } => host.release(target).await,
+                    Work::Discard { .. } => host.discard_fetched().await,
                 }
             };
             let result = attempt
@@ -103,15 +107,42 @@ async fn upgrade_kubernetes<H: HostUpdater>(
     target: &str,
     kubeadm: &KubeadmIntent,
 ) -> Result<(), HostError> {
+    let (version, release) = read_release(releases, target, kubeadm).await?;
+    // Every node but the first control-plane node runs the same `kubeadm upgrade node`.
+    let role = match kubeadm.role {
+        Some(KubeadmRole::Apply) => Role::FirstControlPlane,
+        Some(KubeadmRole::Node) => Role::Worker,
+        None => {
+            return Err(HostError::StepFailed {
+                step: format!("upgrading Kubernetes to {version}"),
+                message: "the intent names no kubeadm role".to_owned(),
+            });
+        }
+    };
+    host.upgrade_kubernetes(&KubernetesUpgrade { version, role, components: release.components }).await
+}
+
+/// Reads and validates the components of `kubeadm`, then fetches them ahead of the upgrade to version `target`.
+async fn fetch_kubernetes<H: HostUpdater>(
+    host: &H,
+    releases: &dyn Releases,
+    target: &str,
+    kubeadm: &KubeadmIntent,
+) -> Result<(), HostError> {
+    let (version, release) = read_release(releases, target, kubeadm).await?;
+    host.fetch_kubernetes(&KubernetesFetch { version, components: release.components }).await
+}
+
+/// The version `target` and the validated components ConfigMap `kubeadm` names for it.
+async fn read_release(
+    releases: &dyn Releases,
+    target: &str,
+    kubeadm: &KubeadmIntent,
+) -> Result<(shared::version::KubeVersion, shared::components::Release), HostError> {
     let version = target.parse().map_err(|error: shared::version::VersionError| HostError::InvalidTarget {
         target: target.to_owned(),
         reason: error.to_string(),
     })?;
     let release = releases.release(&kubeadm.components, &version).await?;
-    // Every node but the first control-plane node runs the same `kubeadm upgrade node`.
-    let role = match kubeadm.role {
-        KubeadmRole::Apply => Role::FirstControlPlane,
-        KubeadmRole::Node => Role::Worker,
-    };
-    host.upgrade_kubernetes(&KubernetesUpgrade { version, role, components: release.components }).await
+    Ok((version, release))
 }

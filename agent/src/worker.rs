@@ -144,6 +144,9 @@ struct Agent<N, H> {
     outcome: Option<Outcome>,
     /// The target staged by this process and neither rebooted into nor released.
     prepared: Option<String>,
+    /// The Kubernetes version whose components this process fetched (or upgraded to, possibly from fetched
+    /// files) and has not discarded.
+    fetched: Option<String>,
     /// After a failed write: when to try again, and the delays after further failures.
     write_retry: Option<(Instant, ExponentialBackoff)>,
     last_problem: Option<String>,
@@ -174,6 +177,7 @@ impl<N: NodeApi, H: HostUpdater> Agent<N, H> {
             serial: 0,
             outcome: None,
             prepared: None,
+            fetched: None,
             write_retry: None,
             last_problem: None,
         }
@@ -218,7 +222,13 @@ impl<N: NodeApi, H: HostUpdater> Agent<N, H> {
                 // The host boots the target now: nothing to undo any more.
                 self.prepared = None;
             }
-            (Work::Stage { token, .. } | Work::Reboot { token, .. } | Work::KubeadmUpgrade { token, .. }, result) => {
+            (
+                Work::Stage { token, .. }
+                | Work::Reboot { token, .. }
+                | Work::KubeadmUpgrade { token, .. }
+                | Work::Fetch { token, .. },
+                result,
+            ) => {
                 self.underway = None;
                 if let Err(error) = &result {
                     tracing::warn!(%error, "host work failed");
@@ -234,6 +244,17 @@ impl<N: NodeApi, H: HostUpdater> Agent<N, H> {
                 }
                 if self.prepared.as_deref() == Some(target.as_str()) {
                     self.prepared = None;
+                }
+            }
+            (Work::Discard { target }, result) => {
+                self.underway = None;
+                match result {
+                    Ok(()) => tracing::info!(target, "discarded the Kubernetes components fetched ahead"),
+                    // The next fetch replaces what is left: given up, and said so.
+                    Err(error) => tracing::warn!(target, %error, "cannot discard the Kubernetes components fetched"),
+                }
+                if self.fetched.as_deref() == Some(target.as_str()) {
+                    self.fetched = None;
                 }
             }
         }
@@ -293,6 +314,7 @@ impl<N: NodeApi, H: HostUpdater> Agent<N, H> {
             running: self.underway.as_ref().map(|u| &u.running),
             outcome: self.outcome.as_ref(),
             prepared: self.prepared.as_deref(),
+            fetched: self.fetched.as_deref(),
         });
         if decision.stop_running {
             self.stop_running("the controller no longer wants it").await;
@@ -405,6 +427,11 @@ impl<N: NodeApi, H: HostUpdater> Agent<N, H> {
         if let Work::Stage { target, .. } | Work::Reboot { target, .. } = &work {
             // From here on the host may carry changes for the target that a release undoes.
             self.prepared = Some(target.clone());
+        }
+        if let Work::Fetch { target, .. } | Work::KubeadmUpgrade { target, .. } = &work {
+            // From here on the host may hold fetched files for the version (an upgrade may use those a process
+            // before this one fetched): discarded once no intent wants them.
+            self.fetched = Some(target.clone());
         }
         self.serial += 1;
         let operation = Operation::start(

@@ -15,6 +15,8 @@ pub enum Reason {
     CheckpointRequested,
     CheckpointTimedOut,
     KubernetesUpgradeStarted,
+    /// A node's Kubernetes components fetched and verified ahead of its turn (`intent=fetch`).
+    FetchRequested,
     KubernetesUpgradeRequested,
     Verified,
     // A replacement's steps.

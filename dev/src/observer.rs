@@ -340,10 +340,12 @@ impl Observed {
                 Some(Step::KubeadmUpgrade) => previous != Some(Step::Drain),
                 _ => false,
             };
-        if state.step == Some(Step::Stage) && state.cordoned_by_us {
+        // Staging ahead: an image staged, or a Kubernetes upgrade's components fetched (`intent=fetch`).
+        let ahead = |step: Option<Step>| matches!(step, Some(Step::Stage | Step::Fetch));
+        if ahead(state.step) && state.cordoned_by_us {
             self.violation(format!("{name} was cordoned by the controller while staged ahead of its turn"));
         }
-        let staging_started = state.step == Some(Step::Stage) && previous != Some(Step::Stage);
+        let staging_started = ahead(state.step) && state.step != previous;
         if let Some(step) = state.step {
             let steps = self.timeline.entry(name.clone()).or_default();
             if steps.last().map(|(_, s)| *s) != Some(step) {
@@ -351,7 +353,7 @@ impl Observed {
             }
         }
         self.nodes.insert(name, state);
-        let staging = self.nodes.values().filter(|n| n.step == Some(Step::Stage)).count();
+        let staging = self.nodes.values().filter(|n| ahead(n.step)).count();
         self.max_staging_seen = self.max_staging_seen.max(staging);
         if let Some(max) = limits.max_staging
             && staging_started
@@ -515,6 +517,8 @@ mod tests {
                 (keys::INTENT_TARGET, target),
                 (keys::INTENT_TOKEN, "t"),
                 (keys::INTENT_SINCE, "2026-11-21T10:00:00Z"),
+                // Read with `fetch` and `kubeadm-upgrade` only.
+                (keys::INTENT_COMPONENTS, "k8s-components"),
             ] {
                 annotations.insert(k.into(), json!(v));
             }
@@ -582,6 +586,12 @@ mod tests {
         see(&mut o, &limits, node("b", true, false, Some(("stage", "v2"))));
         assert_eq!(o.violations, vec!["2 nodes staging at once (maxStaging 1)".to_string()]);
         assert_eq!(o.max_staging_seen, 2);
+        // A Kubernetes upgrade's fetch ahead is its staging: bounded alike.
+        let mut o = Observed::default();
+        see(&mut o, &limits, node("a", true, false, Some(("fetch", "v1.34.1"))));
+        assert!(o.violations.is_empty());
+        see(&mut o, &limits, node("b", true, false, Some(("fetch", "v1.34.1"))));
+        assert_eq!(o.violations, vec!["2 nodes staging at once (maxStaging 1)".to_string()]);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 use super::*;
 use shared::protocol::KubeadmRole;
 
+mod fetch;
+
 fn tok(s: &str) -> Token {
     Token::parse("k", s).unwrap()
 }
@@ -25,8 +27,13 @@ fn intent(step: Step, token: &str) -> Intent {
         token: tok(token),
         since: "2026-11-21T10:00:00Z".parse().unwrap(),
         boot_id_before: (step == Step::Reboot).then(|| boot("b0")),
-        kubeadm: (step == Step::KubeadmUpgrade)
-            .then(|| KubeadmIntent { components: COMPONENTS.into(), role: KubeadmRole::Node }),
+        kubeadm: match step {
+            Step::KubeadmUpgrade => {
+                Some(KubeadmIntent { components: COMPONENTS.into(), role: Some(KubeadmRole::Node) })
+            }
+            Step::Fetch => Some(KubeadmIntent { components: COMPONENTS.into(), role: None }),
+            _ => None,
+        },
         message: None,
     }
 }
@@ -65,11 +72,21 @@ struct Case {
     running: Option<Running>,
     outcome: Option<Outcome>,
     prepared: Option<String>,
+    fetched: Option<String>,
 }
 
 impl Case {
     fn new(intent: Option<Intent>, current: AgentReport, facts: Facts) -> Self {
-        Case { intent, cordon: CORDONED, current, facts: Ok(facts), running: None, outcome: None, prepared: None }
+        Case {
+            intent,
+            cordon: CORDONED,
+            current,
+            facts: Ok(facts),
+            running: None,
+            outcome: None,
+            prepared: None,
+            fetched: None,
+        }
     }
 
     fn decide(&self) -> Decision {
@@ -84,6 +101,7 @@ impl Case {
             running: self.running.as_ref(),
             outcome: self.outcome.as_ref(),
             prepared: self.prepared.as_deref(),
+            fetched: self.fetched.as_deref(),
         })
     }
 }
@@ -355,7 +373,7 @@ fn unreadable_host_facts_are_reported_and_fail_only_a_step_they_block_for_good()
     assert_eq!((healed.report.state, healed.report.message), (Some(AgentState::Done), None));
     // A stage waits while the problem may pass, and fails when it will not.
     for (permanent, state) in [(false, AgentState::Busy), (true, AgentState::Error)] {
-        for step in [Step::Stage, Step::Reboot] {
+        for step in [Step::Stage, Step::Reboot, Step::Fetch] {
             let case = Case {
                 facts: unreadable(permanent),
                 ..Case::new(Some(intent(step, "x1")), reported(AgentState::Done, "s0"), facts("v1", "b0", None))
@@ -379,7 +397,7 @@ fn steps_the_agent_does_not_act_on_change_nothing() {
 const COMPONENTS: &str = "k8s-components-sha256-ab12";
 
 fn kubeadm_work(token: &str) -> Work {
-    let kubeadm = KubeadmIntent { components: COMPONENTS.into(), role: KubeadmRole::Node };
+    let kubeadm = KubeadmIntent { components: COMPONENTS.into(), role: Some(KubeadmRole::Node) };
     Work::KubeadmUpgrade { token: tok(token), target: "v2".into(), kubeadm }
 }
 
@@ -429,11 +447,22 @@ fn a_kubeadm_upgrade_the_controller_gave_up_is_stopped() {
 }
 
 #[test]
-fn a_kubeadm_intent_without_components_is_an_error() {
+fn a_kubeadm_or_fetch_intent_without_components_or_a_kubeadm_intent_without_role_is_an_error() {
+    for step in [Step::KubeadmUpgrade, Step::Fetch] {
+        let mut i = intent(step, "k1");
+        i.kubeadm = None;
+        let d = Case::new(Some(i), AgentReport::default(), facts("v1", "b0", None)).decide();
+        assert_eq!(d.report.state, Some(AgentState::Error), "{step}");
+        assert_eq!(d.report.message.as_deref(), Some("the intent names no components ConfigMap"), "{step}");
+        assert_eq!(d.start, None, "{step}");
+    }
     let mut i = intent(Step::KubeadmUpgrade, "k1");
-    i.kubeadm = None;
+    i.kubeadm = Some(KubeadmIntent { components: COMPONENTS.into(), role: None });
     let d = Case::new(Some(i), AgentReport::default(), facts("v1", "b0", None)).decide();
-    assert_eq!(d.report.state, Some(AgentState::Error));
+    assert_eq!(
+        (d.report.state, d.report.message.as_deref()),
+        (Some(AgentState::Error), Some("the intent names no kubeadm role"))
+    );
     assert_eq!(d.start, None);
 }
 
@@ -449,6 +478,7 @@ fn malformed_controller_annotations_start_stop_and_undo_nothing() {
         running: Some(&running),
         outcome: None,
         prepared: Some("v2"),
+        fetched: Some("v2"),
     });
     assert_eq!(d, Decision { report: current, start: None, stop_running: false });
 }

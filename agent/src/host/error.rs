@@ -69,6 +69,9 @@ pub enum HostError {
     /// The Kubernetes components could not be installed (see [`InstallError`]).
     #[error("installing the Kubernetes components: {0}")]
     Install(#[from] InstallError),
+    /// The Kubernetes components could not be fetched ahead (see [`InstallError`]); nothing was installed.
+    #[error("fetching the Kubernetes components ahead: {0}")]
+    Fetch(InstallError),
     /// The host's boot ID could not be read.
     #[error("cannot read the boot ID from {}: {reason}", path.display())]
     BootId { path: PathBuf, reason: String },
@@ -95,7 +98,7 @@ impl HostError {
             HostError::Refused { status, .. } => *status >= 500 || *status == 429,
             HostError::CommandFailed { temporary, .. } => *temporary,
             // An unreachable or failing artifact server may come back; a hash mismatch never passes.
-            HostError::Install(error) => matches!(error, InstallError::Download { .. }),
+            HostError::Install(error) | HostError::Fetch(error) => matches!(error, InstallError::Download { .. }),
             HostError::CommandStart { source, .. } => matches!(
                 rustix::io::Errno::from_io_error(source),
                 Some(

@@ -1,5 +1,6 @@
 //! The I/O seam between the agent and its host: what the host runs, staging, activating and
-//! rebooting into a new OS image, and upgrading its Kubernetes components with kubeadm.
+//! rebooting into a new OS image, and fetching ahead and upgrading its Kubernetes components with
+//! kubeadm.
 //!
 //! The agent's decision logic is generic over [`HostUpdater`]; the binary picks one backend:
 //! - [`bottlerocket::BottlerocketHost`]: the Bottlerocket update API on `/run/api.sock`;
@@ -60,6 +61,15 @@ pub struct KubernetesUpgrade {
     pub components: Vec<VerifiedComponent>,
 }
 
+/// A fetch of Kubernetes components ahead of the host's upgrade (intent `fetch`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubernetesFetch {
+    /// The version the components are for.
+    pub version: KubeVersion,
+    /// What to fetch, validated by the components ConfigMap's rules (every one with its SHA-256).
+    pub components: Vec<VerifiedComponent>,
+}
+
 /// Reads and changes what the host boots. See the module docs for the guarantees every
 /// implementation gives.
 ///
@@ -117,7 +127,26 @@ pub trait HostUpdater: Send + Sync + 'static {
     ///   output make the error.
     /// - simulated: the dev cluster's host installs the components and simulates kubeadm and the restart.
     /// - Bottlerocket: refused (the Kubernetes version comes with the OS image variant).
+    ///
+    /// Upgrades with every component that was fetched ahead ([`HostUpdater::fetch_kubernetes`]) taken from the
+    /// host's fetch cache instead of downloaded, once its SHA-256 checked again; a cached file whose hash does not
+    /// match is deleted and the component downloaded.
     fn upgrade_kubernetes(&self, upgrade: &KubernetesUpgrade) -> impl Future<Output = Result<(), HostError>> + Send;
+
+    /// Fetches every component of `fetch` ahead of the host's Kubernetes upgrade and verifies each against its
+    /// SHA-256, installing nothing and disturbing nothing that runs: the later
+    /// [`HostUpdater::upgrade_kubernetes`] then installs them without downloading. Replaces any set fetched
+    /// before (the host keeps one). Idempotent: what is fetched and still verifies is not downloaded again.
+    /// - command: downloads into the fetch cache under the configured host root
+    ///   ([`crate::components::DEFAULT_FETCH_CACHE`]), each file named by its hash and written only once the hash
+    ///   matched; inline components need no fetch.
+    /// - simulated: the dev cluster's host does the same into its own cache.
+    /// - Bottlerocket: refused, as the upgrade is.
+    fn fetch_kubernetes(&self, fetch: &KubernetesFetch) -> impl Future<Output = Result<(), HostError>> + Send;
+
+    /// Deletes whatever [`HostUpdater::fetch_kubernetes`] left on the host, because no intent wants it any more
+    /// (or the upgrade it was for is done). Idempotent; nothing fetched is nothing to do.
+    fn discard_fetched(&self) -> impl Future<Output = Result<(), HostError>> + Send;
 }
 
 /// Longest boot ID file read; the kernel's is 37 bytes.

@@ -18,7 +18,13 @@
 //!   "components": [{"url", "hash", "installPath", "extract"}]}` (inline components as `data:` URLs) → 200
 //!   `{}` once the host downloaded and verified every component, installed them, ran the simulated kubeadm
 //!   and restarted its kubelet (the server holds the request meanwhile); then its facts report the new
-//!   `componentsHash`. Failures as for `stage`.
+//!   `componentsHash`. Components fetched ahead (below) that still verify are installed from the host's cache
+//!   instead of downloaded. Failures as for `stage`.
+//! - `POST {base}/_dev/hosts/{node}/kubernetes/fetch` with `{"version": "v1.34.1", "components": [...]}` (the
+//!   components as for `/kubernetes`) → 200 `{}` once the host downloaded every component into its fetch cache
+//!   and verified it against its hash, installing nothing (the server holds the request meanwhile); the cache
+//!   then holds this set only. Failures as for `stage`.
+//! - `POST {base}/_dev/hosts/{node}/kubernetes/discard` → 200 `{}` once the host's fetch cache is deleted.
 //!
 //! # Guarantees
 //! - `stage` asks the server only when the target is not staged yet.
@@ -26,7 +32,7 @@
 //!   running with nothing else staged); otherwise it reports what is staged instead.
 
 use super::http::{self as transport, Answer, Endpoint};
-use super::{ConfigError, HostError, HostFacts, HostUpdater, KubernetesUpgrade, check_reported_image};
+use super::{ConfigError, HostError, HostFacts, HostUpdater, KubernetesFetch, KubernetesUpgrade, check_reported_image};
 use crate::kubeadm::Role;
 use ::http::{Method, StatusCode, Uri};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_encode, utf8_percent_encode};
@@ -209,12 +215,44 @@ impl HostUpdater for SimulatedHost {
         self.long_step(format!("upgrading Kubernetes to {}", upgrade.version), "kubernetes", upgrade_body(upgrade))
             .await
     }
+
+    async fn fetch_kubernetes(&self, fetch: &KubernetesFetch) -> Result<(), HostError> {
+        let operation = format!("fetching the Kubernetes {} components ahead", fetch.version);
+        self.long_step(operation, "kubernetes/fetch", fetch_body(fetch)).await
+    }
+
+    async fn discard_fetched(&self) -> Result<(), HostError> {
+        let operation = "discarding the Kubernetes components fetched ahead";
+        let path = format!("{}/kubernetes/discard", self.host_path);
+        let answer = self.request(operation, Method::POST, &path, None, self.config.request_timeout).await?;
+        if !answer.status.is_success() {
+            return Err(answer.refusal(SERVICE, operation));
+        }
+        Ok(())
+    }
 }
 
 /// The body of `POST .../kubernetes`.
 pub fn upgrade_body(upgrade: &KubernetesUpgrade) -> serde_json::Value {
-    let components: Vec<Component> = upgrade
-        .components
+    let role = match upgrade.role {
+        Role::FirstControlPlane => "apply",
+        Role::ControlPlane | Role::Worker => "node",
+    };
+    serde_json::json!({
+        "version": upgrade.version.to_string(),
+        "role": role,
+        "components": wire_components(&upgrade.components),
+    })
+}
+
+/// The body of `POST .../kubernetes/fetch`.
+pub fn fetch_body(fetch: &KubernetesFetch) -> serde_json::Value {
+    serde_json::json!({ "version": fetch.version.to_string(), "components": wire_components(&fetch.components) })
+}
+
+/// Components as the ConfigMap lists them, inline ones as `data:` URLs.
+fn wire_components(components: &[shared::components::VerifiedComponent]) -> Vec<Component> {
+    components
         .iter()
         .map(|c| Component {
             url: match &c.source {
@@ -225,12 +263,7 @@ pub fn upgrade_body(upgrade: &KubernetesUpgrade) -> serde_json::Value {
             install_path: c.install_path.clone(),
             extract: c.extract,
         })
-        .collect();
-    let role = match upgrade.role {
-        Role::FirstControlPlane => "apply",
-        Role::ControlPlane | Role::Worker => "node",
-    };
-    serde_json::json!({ "version": upgrade.version.to_string(), "role": role, "components": components })
+        .collect()
 }
 
 /// The answers of the contract that say "try again later" (see the module docs).
@@ -289,6 +322,9 @@ mod tests {
         assert_eq!(components[0].url, "http://a/kubeadm");
         assert_eq!(components[0].hash, Sha256::of(b"k").to_string());
         assert_eq!(decode_data_url(&components[1].url).unwrap(), patch);
+        // A fetch sends the same components, without a role.
+        let fetch = fetch_body(&KubernetesFetch { version: upgrade.version.clone(), components: upgrade.components });
+        assert_eq!(fetch, serde_json::json!({ "version": "v1.34.1", "components": body["components"] }));
     }
 
     #[test]

@@ -332,6 +332,28 @@ impl HostUpdater for ScriptedHost {
         self.script().calls.push(format!("kubernetes {} {:?} {}", upgrade.version, upgrade.role, paths.join(",")));
         Ok(())
     }
+
+    async fn fetch_kubernetes(&self, fetch: &crate::host::KubernetesFetch) -> Result<(), HostError> {
+        let paths: Vec<&str> = fetch.components.iter().map(|c| c.install_path.as_str()).collect();
+        let call = format!("fetch {} {}", fetch.version, paths.join(","));
+        let takes = {
+            let mut script = self.script();
+            script.calls.push(call.clone());
+            if let Some(error) = script.stage_errors.pop_front() {
+                return Err(error);
+            }
+            script.stage_takes
+        };
+        let mut guard = Cancelled(self, call, false);
+        tokio::time::sleep(takes).await;
+        guard.2 = true;
+        Ok(())
+    }
+
+    async fn discard_fetched(&self) -> Result<(), HostError> {
+        self.script().calls.push("discard".into());
+        Ok(())
+    }
 }
 
 /// Components ConfigMaps: one release, `k8s-components-...` of [`release_config_map`], for any version it
@@ -806,3 +828,5 @@ async fn a_kubeadm_upgrade_reads_its_components_and_upgrades_the_host_by_role() 
     assert_eq!(host.count("kubernetes"), 2);
     agent.stop().await;
 }
+
+mod fetch;

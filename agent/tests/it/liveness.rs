@@ -41,6 +41,12 @@ impl HostUpdater for IdleHost {
     async fn upgrade_kubernetes(&self, _: &agent::host::KubernetesUpgrade) -> Result<(), HostError> {
         Ok(())
     }
+    async fn fetch_kubernetes(&self, _: &agent::host::KubernetesFetch) -> Result<(), HostError> {
+        Ok(())
+    }
+    async fn discard_fetched(&self) -> Result<(), HostError> {
+        Ok(())
+    }
 }
 
 /// Lists the node, keeps every watch open without events, and answers report writes unless

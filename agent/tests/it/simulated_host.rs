@@ -139,3 +139,36 @@ async fn an_unreachable_dev_server_is_a_retryable_error() {
     assert!(matches!(error, HostError::Unreachable { .. }), "{error:?}");
     assert!(error.is_retryable());
 }
+
+#[tokio::test]
+async fn a_fetch_sends_the_version_and_components_and_fails_as_a_stage_does_and_a_discard_asks_once() {
+    use agent::host::KubernetesFetch;
+    use shared::components::{Sha256, Source, VerifiedComponent};
+    let server = FakeDevServer::start([("worker-0", SimHost::running("img-v1"))]).await;
+    let host = host(&server, "worker-0");
+    let fetch = KubernetesFetch {
+        version: "v1.34.1".parse().unwrap(),
+        components: vec![VerifiedComponent {
+            source: Source::Download("http://artifacts/kubeadm".into()),
+            hash: Sha256::of(b"kubeadm"),
+            install_path: "/usr/local/bin/kubeadm".into(),
+            extract: false,
+        }],
+    };
+    host.fetch_kubernetes(&fetch).await.unwrap();
+    host.discard_fetched().await.unwrap();
+    let requests = server.requests();
+    let body = requests[0].strip_prefix("POST worker-0 kubernetes/fetch ").unwrap();
+    let expected = serde_json::json!({"version": "v1.34.1", "components": [{"url": "http://artifacts/kubeadm",
+        "hash": Sha256::of(b"kubeadm").to_string(), "installPath": "/usr/local/bin/kubeadm", "extract": false}]});
+    assert_eq!(serde_json::from_str::<serde_json::Value>(body).unwrap(), expected);
+    assert_eq!(requests[1..], ["POST worker-0 kubernetes/discard"]);
+    server.fail_stages(StatusCode::SERVICE_UNAVAILABLE, "the host is down");
+    let error = host.fetch_kubernetes(&fetch).await.unwrap_err();
+    assert!(error.is_retryable(), "{error}");
+    server.fail_stages(StatusCode::UNPROCESSABLE_ENTITY, "a hash mismatch");
+    let error = host.fetch_kubernetes(&fetch).await.unwrap_err();
+    assert!(!error.is_retryable(), "{error}");
+    assert!(error.to_string().contains("fetching the Kubernetes v1.34.1 components ahead"), "{error}");
+    assert!(error.to_string().contains("a hash mismatch"), "{error}");
+}

@@ -27,6 +27,7 @@ pub fn drain_effect(kind: &ActionKind) -> DrainEffect {
         | ActionKind::AbandonReplacement { .. }
         | ActionKind::Retire { .. } => DrainEffect::Stop,
         ActionKind::Stage { .. }
+        | ActionKind::Fetch { .. }
         | ActionKind::Reboot { .. }
         | ActionKind::KubeadmUpgrade { .. }
         | ActionKind::Uncordon
@@ -68,6 +69,9 @@ pub fn next_state(
     };
     match &action.kind {
         ActionKind::Stage { target } => next.intent = Some(intent(Step::Stage, target)),
+        ActionKind::Fetch { target, kubeadm } => {
+            next.intent = Some(Intent { kubeadm: Some(kubeadm.clone()), ..intent(Step::Fetch, target) })
+        }
         ActionKind::Replace { target } => next.intent = Some(intent(Step::Replace, target)),
         ActionKind::Drain { target } | ActionKind::DrainDonor { target, .. } => {
             let step = if matches!(action.kind, ActionKind::Drain { .. }) { Step::Drain } else { Step::Replace };

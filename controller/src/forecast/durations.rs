@@ -30,6 +30,7 @@ pub const DEFAULT_STAGE: SignedDuration = SignedDuration::from_mins(3);
 pub const DEFAULT_DRAIN: SignedDuration = SignedDuration::from_mins(2);
 pub const DEFAULT_REBOOT: SignedDuration = SignedDuration::from_mins(3);
 pub const DEFAULT_KUBEADM_UPGRADE: SignedDuration = SignedDuration::from_mins(5);
+pub const DEFAULT_FETCH: SignedDuration = SignedDuration::from_mins(1);
 pub const DEFAULT_REPLACE: SignedDuration = SignedDuration::from_mins(5);
 pub const DEFAULT_RETIRE: SignedDuration = SignedDuration::from_mins(3);
 pub const DEFAULT_RELEASE: SignedDuration = SignedDuration::from_mins(1);
@@ -63,6 +64,8 @@ pub struct Durations {
     pub reboot: SignedDuration,
     /// A node's `kubeadm upgrade` (apply or node), from its intent to the round that verifies it.
     pub kubeadm_upgrade: SignedDuration,
+    /// The fetch of a node's Kubernetes components ahead of its turn (`intent=fetch`), until fetched.
+    pub fetch: SignedDuration,
     /// A replaced node, from its `intent=replace` until its drain starts: the new instance's creation and
     /// join, the soak time and the pairing.
     pub replace: SignedDuration,
@@ -74,6 +77,7 @@ pub struct Durations {
     pub drain_source: Source,
     pub reboot_source: Source,
     pub kubeadm_upgrade_source: Source,
+    pub fetch_source: Source,
     pub replace_source: Source,
     pub retire_source: Source,
     pub release_source: Source,
@@ -90,6 +94,8 @@ impl Default for Durations {
             drain_source: Source::Default,
             reboot_source: Source::Default,
             kubeadm_upgrade_source: Source::Default,
+            fetch: DEFAULT_FETCH,
+            fetch_source: Source::Default,
             replace: DEFAULT_REPLACE,
             retire: DEFAULT_RETIRE,
             replace_source: Source::Default,
@@ -131,6 +137,9 @@ impl Durations {
         }
         if let Some((d, s)) = pick(KUBEADM_UPGRADE) {
             (durations.kubeadm_upgrade, durations.kubeadm_upgrade_source) = (d, s);
+        }
+        if let Some((d, s)) = pick(FETCH_STEP) {
+            (durations.fetch, durations.fetch_source) = (d, s);
         }
         if let Some((d, s)) = pick(REPLACE) {
             (durations.replace, durations.replace_source) = (d, s);
@@ -189,6 +198,8 @@ impl Durations {
 
 /// The step a node stages in (ahead of its turn), as the status names it.
 const STAGE_STEP: &str = "stage";
+/// The step a node fetches its Kubernetes components in (ahead of its turn), as the status names it.
+pub const FETCH_STEP: &str = "fetch";
 
 /// The step durations to publish: those of `previous`, with a sample for each node that left a step
 /// between `previous` (its `inFlight` and `replacing`) and `plan`, at `now`. `same_target`: `previous` describes
@@ -226,14 +237,14 @@ pub fn measure(
             }
             continue;
         }
-        if before.step == STAGE_STEP {
+        if before.step == STAGE_STEP || before.step == FETCH_STEP {
             if before.waiting_on.is_some() {
                 // Staged ahead already, waiting for its turn: its staging was measured when it was staged.
                 continue;
             }
-            if now_in.is_some_and(|f| f.step.as_str() == STAGE_STEP && f.waiting_on.is_some()) {
+            if now_in.is_some_and(|f| f.step.as_str() == before.step && f.waiting_on.is_some()) {
                 // Staged ahead of its turn: the staging ends here, not when the turn comes.
-                add_sample(&mut durations, STAGE_STEP, now.duration_since(started).max(SignedDuration::ZERO));
+                add_sample(&mut durations, &before.step, now.duration_since(started).max(SignedDuration::ZERO));
                 continue;
             }
         }
@@ -273,12 +284,12 @@ pub fn replacing(previous: Option<&NodeVersionStatus>, plan: &Plan, now: Timesta
 fn follows(step: &str, next: &str) -> bool {
     matches!(
         (step, next),
-        ("stage", "drain")
+        ("stage" | "fetch", "drain")
             | ("drain", "reboot")
             | ("drain", KUBEADM_UPGRADE)
             | ("reboot", "done")
             | (KUBEADM_UPGRADE, "done")
-    ) || !matches!(step, "stage" | "drain" | "reboot" | KUBEADM_UPGRADE)
+    ) || !matches!(step, "stage" | "fetch" | "drain" | "reboot" | KUBEADM_UPGRADE)
 }
 
 /// Whether a node in `step` that leaves the nodes in flight was verified (its last step ended then).

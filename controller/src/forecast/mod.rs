@@ -199,10 +199,11 @@ impl Run<'_> {
     }
 
     fn record(&mut self, index: usize, action: &NodeAction) {
-        let phase = if action.reason == Reason::KubernetesUpgradeStarted { Phase::Kubernetes } else { Phase::Image };
+        let kubernetes = matches!(action.reason, Reason::KubernetesUpgradeStarted | Reason::FetchRequested);
+        let phase = if kubernetes { Phase::Kubernetes } else { Phase::Image };
         let key = (action.node.clone(), phase);
         // A node starts when its turn comes (it takes a slot of the budget), not when it stages ahead.
-        let turn = action.starts_node() && !matches!(action.kind, ActionKind::Stage { .. });
+        let turn = action.starts_node() && !matches!(action.kind, ActionKind::Stage { .. } | ActionKind::Fetch { .. });
         if turn && !self.started.contains_key(&key) {
             let wave = self
                 .finished
@@ -361,12 +362,14 @@ impl Run<'_> {
         let answered = agent.token.as_ref() == Some(&intent.token);
         let took = match intent.step {
             Step::Stage if !answered => self.durations.stage,
+            Step::Fetch if !answered => self.durations.fetch,
             Step::Drain if matches!(n.drain, DrainProgress::Running { .. }) => self.durations.drain,
             Step::Reboot if !answered => self.durations.reboot,
             Step::KubeadmUpgrade if !answered => self.durations.kubeadm_upgrade,
             // Waiting for the controller (an answered step, a drain not running), or a step the world does not
             // end (done, failed, blocked; a replacement's drain is handled above).
             Step::Stage
+            | Step::Fetch
             | Step::Drain
             | Step::Reboot
             | Step::KubeadmUpgrade
@@ -398,7 +401,7 @@ impl Run<'_> {
             }
             let Ok(agent) = &mut n.agent else { continue };
             match intent.step {
-                Step::Stage => {
+                Step::Stage | Step::Fetch => {
                     agent.token = Some(intent.token.clone());
                     agent.state = Some(AgentState::Done);
                 }
@@ -424,7 +427,7 @@ impl Run<'_> {
                         target.as_ref().and_then(|t| ComponentsHash::parse("forecast", &t.hash).ok());
                     agent.token = Some(intent.token.clone());
                     agent.state = Some(AgentState::Done);
-                    let applies = intent.kubeadm.as_ref().is_some_and(|k| k.role == KubeadmRole::Apply);
+                    let applies = intent.kubeadm.as_ref().is_some_and(|k| k.role == Some(KubeadmRole::Apply));
                     if let Some(target) = target.filter(|_| applies) {
                         // `kubeadm upgrade apply` upgrades the API server the whole cluster talks to.
                         for r in &mut self.rollouts {

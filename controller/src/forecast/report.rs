@@ -137,6 +137,7 @@ impl Report {
             step("reboot", durations.reboot, &durations.reboot_source),
         ];
         if upgrades_kubernetes {
+            steps.push(step(super::durations::FETCH_STEP, durations.fetch, &durations.fetch_source));
             steps.push(step(
                 super::durations::KUBEADM_UPGRADE,
                 durations.kubeadm_upgrade,
@@ -437,14 +438,15 @@ mod tests {
         let kubernetes: Vec<&str> =
             r.nodes.iter().filter(|n| n.phase == Phase::Kubernetes).map(|n| n.node.as_str()).collect();
         assert_eq!(kubernetes, vec!["cp-0", "w-0"]);
-        // The control-plane node's drain (2m) and kubeadm apply (60 s), the worker's drain (2m) and kubeadm (60 s),
-        // then each node's image (8m), the second one staged (3m) while the first drains and reboots.
-        assert_eq!(r.duration_seconds, Some(180.0 + 180.0 + 2.0 * 480.0 - 180.0));
+        // Both nodes' components fetched ahead (1m by default), the control-plane node's drain (2m) and kubeadm
+        // apply (60 s), the worker's drain (2m) and kubeadm (60 s), then each node's image (8m), the second one
+        // staged (3m) while the first drains and reboots.
+        assert_eq!(r.duration_seconds, Some(60.0 + 180.0 + 180.0 + 2.0 * 480.0 - 180.0));
         let text = report.text();
         assert!(text.contains("NodeVersion nv -> Kubernetes v1.34.0, then v2: 2 node(s) to update"), "{text}");
-        assert!(text.contains("wave  2  t+3m00s    kubeadm w-0  (until t+6m00s)"), "{text}");
-        // A node is listed from its turn; it was staged ahead (from t+6m).
-        assert!(text.contains("wave  3  t+9m00s    cp-0  (until t+14m00s)"), "{text}");
+        assert!(text.contains("wave  2  t+4m00s    kubeadm w-0  (until t+7m00s)"), "{text}");
+        // A node is listed from its turn; it was staged ahead (from t+7m).
+        assert!(text.contains("wave  3  t+10m00s   cp-0  (until t+15m00s)"), "{text}");
     }
 
     #[test]

@@ -355,7 +355,8 @@ fn names(waves: &[&[&str]]) -> Vec<Vec<String>> {
 fn a_kubernetes_upgrade_runs_kubeadm_control_plane_first_then_workers_and_the_image_after() {
     let nodes: Vec<NodeView> =
         [cp("cp-1"), cp("cp-0"), node("w-0"), node("w-1"), node("w-2")].into_iter().map(on_v133).collect();
-    let durations = secs(10, 5, 20).with_flags(None, None, None, Some(SignedDuration::from_secs(30)));
+    let mut durations = secs(10, 5, 20).with_flags(None, None, None, Some(SignedDuration::from_secs(30)));
+    durations.fetch = SignedDuration::from_secs(10);
     let f = forecast(&nodes, &[upgrading(max(2), "v1.33.0")], &Fleet::default(), None, t(0), &durations);
     let r = &f.rollouts[0];
     assert_eq!(r.ending, Ending::Complete, "{r:#?}");
@@ -366,30 +367,31 @@ fn a_kubernetes_upgrade_runs_kubeadm_control_plane_first_then_workers_and_the_im
             .map(|n| (n.node.as_str(), n.wave, n.start_seconds, n.finish_seconds))
             .collect()
     };
-    // kubeadm upgrade apply on the first control-plane node alone (drained first, as every node), then the other
-    // one drained and upgraded, then the workers two at a time.
+    // Each node's components fetched ahead (10 s, two at a time: maxStaging is maxUnavailable), then kubeadm upgrade
+    // apply on the first control-plane node alone (drained first, as every node), then the other one drained and
+    // upgraded, then the workers two at a time: each turn (drain 5 s, kubeadm 30 s) starts fetched.
     assert_eq!(
         phase(Phase::Kubernetes),
         vec![
-            ("cp-0", 1, 0.0, Some(35.0)),
-            ("cp-1", 2, 35.0, Some(70.0)),
-            ("w-0", 3, 70.0, Some(105.0)),
-            ("w-1", 3, 70.0, Some(105.0)),
-            ("w-2", 4, 105.0, Some(140.0)),
+            ("cp-0", 1, 10.0, Some(45.0)),
+            ("cp-1", 2, 45.0, Some(80.0)),
+            ("w-0", 3, 80.0, Some(115.0)),
+            ("w-1", 3, 80.0, Some(115.0)),
+            ("w-2", 4, 115.0, Some(150.0)),
         ]
     );
     // Then the image, in the same order, each node's turn 25 s (the next ones staged meanwhile).
     assert_eq!(
         phase(Phase::Image),
         vec![
-            ("cp-0", 5, 150.0, Some(175.0)),
-            ("cp-1", 6, 175.0, Some(200.0)),
-            ("w-0", 7, 200.0, Some(225.0)),
-            ("w-1", 7, 200.0, Some(225.0)),
-            ("w-2", 8, 225.0, Some(250.0)),
+            ("cp-0", 5, 160.0, Some(185.0)),
+            ("cp-1", 6, 185.0, Some(210.0)),
+            ("w-0", 7, 210.0, Some(235.0)),
+            ("w-1", 7, 210.0, Some(235.0)),
+            ("w-2", 8, 235.0, Some(260.0)),
         ]
     );
-    assert_eq!(r.duration_seconds, Some(250.0));
+    assert_eq!(r.duration_seconds, Some(260.0));
     assert_eq!(
         r.waves(),
         names(&[&["cp-0"], &["cp-1"], &["w-0", "w-1"], &["w-2"], &["cp-0"], &["cp-1"], &["w-0", "w-1"], &["w-2"]])
@@ -408,9 +410,9 @@ fn a_kubernetes_upgrade_runs_kubeadm_control_plane_first_then_workers_and_the_im
     let kubernetes: Vec<&str> =
         r.nodes.iter().filter(|n| n.phase == Phase::Kubernetes).map(|n| n.node.as_str()).collect();
     assert_eq!(kubernetes, vec!["w-0"]);
-    // w-0 drains (5 s) and upgrades (30 s); then the image: both staged at once (10 s), the control-plane node's
-    // turn alone (25 s), then w-0's (25 s).
-    assert_eq!(r.duration_seconds, Some(95.0), "{r:#?}");
+    // w-0 fetches (10 s), drains (5 s) and upgrades (30 s); then the image: both staged at once (10 s), the
+    // control-plane node's turn alone (25 s), then w-0's (25 s).
+    assert_eq!(r.duration_seconds, Some(105.0), "{r:#?}");
 }
 
 #[test]

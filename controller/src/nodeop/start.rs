@@ -51,7 +51,7 @@ fn blocked(node: &NodeFacts) -> Option<(Reason, String)> {
 /// The rollout step that stages or disrupts the node, if it is in one.
 pub(super) fn rollout_step(node: &NodeFacts) -> Option<Step> {
     let intent = node.controller.as_ref()?.intent.as_ref()?;
-    matches!(intent.step, Step::Stage | Step::Drain | Step::Reboot | Step::KubeadmUpgrade | Step::Replace)
+    matches!(intent.step, Step::Stage | Step::Fetch | Step::Drain | Step::Reboot | Step::KubeadmUpgrade | Step::Replace)
         .then_some(intent.step)
 }
 

@@ -17,11 +17,11 @@ pub struct NodeAction {
 
 impl NodeAction {
     /// Whether the action starts a node (it takes a free slot of the budget or of `maxStaging`): an image stage
-    /// ahead of the node's turn, a staged node's drain, a replacement, or the first step of a node's Kubernetes
-    /// upgrade. The executor writes these only after every other
+    /// or a Kubernetes fetch ahead of the node's turn, a staged (or fetched) node's drain, a replacement, or the
+    /// first step of a node's Kubernetes upgrade. The executor writes these only after every other
     /// write of the plan.
     pub fn starts_node(&self) -> bool {
-        matches!(self.kind, ActionKind::Stage { .. } | ActionKind::Replace { .. })
+        matches!(self.kind, ActionKind::Stage { .. } | ActionKind::Fetch { .. } | ActionKind::Replace { .. })
             || self.reason == Reason::KubernetesUpgradeStarted
             || (matches!(self.kind, ActionKind::Drain { .. }) && self.reason == Reason::DrainStarted)
     }
@@ -33,6 +33,10 @@ impl NodeAction {
 pub enum ActionKind {
     /// Write `intent=stage` for `target` with a fresh token. Reason: [`Reason::StageRequested`].
     Stage { target: String },
+    /// Write `intent=fetch` for Kubernetes version `target` with a fresh token and the components ConfigMap of
+    /// `kubeadm` (no role): the agent fetches and verifies them ahead of the node's turn. Reason:
+    /// [`Reason::FetchRequested`].
+    Fetch { target: String, kubeadm: KubeadmIntent },
     /// Cordon (recording `cordoned-by` unless someone else had cordoned it), write
     /// `intent=drain`, then start draining. Reason: [`Reason::DrainStarted`].
     Drain { target: String },
@@ -101,6 +105,7 @@ impl ActionKind {
     pub fn step(&self) -> Option<Step> {
         match self {
             ActionKind::Stage { .. } => Some(Step::Stage),
+            ActionKind::Fetch { .. } => Some(Step::Fetch),
             ActionKind::Drain { .. } => Some(Step::Drain),
             ActionKind::Reboot { .. } => Some(Step::Reboot),
             ActionKind::KubeadmUpgrade { .. } => Some(Step::KubeadmUpgrade),
@@ -132,6 +137,7 @@ impl ActionKind {
             | ActionKind::AbandonReplacement { .. }
             | ActionKind::Uncordon => true,
             ActionKind::Stage { .. }
+            | ActionKind::Fetch { .. }
             | ActionKind::Drain { .. }
             | ActionKind::KeepDraining
             | ActionKind::Reboot { .. }
@@ -152,6 +158,7 @@ impl ActionKind {
     pub fn name(&self) -> &'static str {
         match self {
             ActionKind::Stage { .. } => "Stage",
+            ActionKind::Fetch { .. } => "Fetch",
             ActionKind::Drain { .. } => "Drain",
             ActionKind::KeepDraining => "KeepDraining",
             ActionKind::Reboot { .. } => "Reboot",

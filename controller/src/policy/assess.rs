@@ -150,7 +150,15 @@ pub(super) fn assess(node: &NodeView, owner: Owner<'_>, policy: &Policy, now: Ti
             Reason::TargetChanged,
             format!("the target changed from {} to {target}; releasing the node", intent.target),
         ),
-        Step::Stage => stage(node, controller, intent, agent, policy, now),
+        // Components fetched ahead for a Kubernetes upgrade this rollout no longer asks for (the Kubernetes flow
+        // decides its own fetches before the image flow is asked: `super::kubernetes`).
+        Step::Fetch => Assessment::outdated_for_now().act(
+            node,
+            ActionKind::Release,
+            Reason::TargetChanged,
+            format!("Kubernetes {} is no longer the target; releasing the node", intent.target),
+        ),
+        Step::Stage => stage(node, controller, intent, agent, policy, now, &format!("stage {target}")),
         Step::Drain => drain(node, intent, agent, policy, now),
         Step::Reboot => reboot(node, intent, agent, Some(target), policy, now),
         Step::Done if current && image(agent) == Some(target) => {
@@ -313,7 +321,7 @@ fn wind_down(
         Step::KubeadmUpgrade => {
             kubeadm_wind_down(node, intent, agent, reason.unwrap_or(Reason::TargetChanged), policy, now)
         }
-        Step::Stage | Step::Drain => match reason {
+        Step::Stage | Step::Fetch | Step::Drain => match reason {
             None => base,
             Some(reason) => {
                 let why = if reason == Reason::NotSelected {
@@ -332,15 +340,17 @@ fn wind_down(
     }
 }
 
-/// A node in the stage step: staging, or staged and waiting for its turn (the [`super::pipeline`] drains it when a
-/// slot of the budget is free).
-fn stage(
+/// A node in the stage step (or the fetch step of a Kubernetes upgrade, which is its stage: `what` says which work,
+/// "stage <image>" or "fetch the components of Kubernetes <version>"): staging, or staged and waiting for its turn
+/// (the [`super::pipeline`] drains it when a slot of the budget is free).
+pub(super) fn stage(
     node: &NodeView,
     controller: &ControllerAnnotations,
     intent: &Intent,
     agent: Option<&AgentReport>,
     policy: &Policy,
     now: Timestamp,
+    what: &str,
 ) -> Assessment {
     let target = intent.target.clone();
     match agent.and_then(|a| a.finished(&intent.token)) {
@@ -350,17 +360,14 @@ fn stage(
             leftover_cordon(Assessment::new(staged), node, controller)
         }
         Some(_) => {
-            let message = format!("the agent could not stage {target}: {}", agent_message(agent));
+            let message = format!("the agent could not {what}: {}", agent_message(agent));
             fail(node, target, Reason::StageFailed, message)
         }
         None => {
             let until = deadline(intent.since, policy.stage_timeout);
             if now >= until {
-                let message = format!(
-                    "the agent did not stage {target} within {}{}",
-                    human(policy.stage_timeout),
-                    agent_problem(node)
-                );
+                let message =
+                    format!("the agent did not {what} within {}{}", human(policy.stage_timeout), agent_problem(node));
                 return fail(node, target, Reason::StageTimedOut, message);
             }
             let staging = Situation::Staging { since: intent.since, staged: false, eligible: false, held: None };

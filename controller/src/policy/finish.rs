@@ -52,7 +52,8 @@ pub(super) fn steps(flow: &Flow, start: Start) -> &'static [&'static str] {
         (Flow::Image { .. }, Start::Staged) => &["drain", "reboot"],
         (Flow::Image { .. }, Start::InPlace) => &["stage", "drain", "reboot"],
         (Flow::Image { .. } | Flow::Kubernetes { .. }, Start::Replace) => &["replace", "retire"],
-        (Flow::Kubernetes { .. }, Start::InPlace | Start::Staged) => &["drain", "kubeadm-upgrade"],
+        (Flow::Kubernetes { .. }, Start::Staged) => &["drain", "kubeadm-upgrade"],
+        (Flow::Kubernetes { .. }, Start::InPlace) => &["fetch", "drain", "kubeadm-upgrade"],
     }
 }
 
@@ -162,9 +163,13 @@ mod tests {
         assert!(d.check("w-0", &image(), Start::Staged).is_ok());
         assert!(d.check("w-0", &image(), Start::Replace).is_err(), "a new instance and the drain: 120 s");
         // A Kubernetes upgrade's kubeadm step is not measured: its time is not known, it starts.
-        let kubernetes = Flow::Kubernetes { version: "v1.31.1".into(), apply: false };
-        assert!(d.check("w-0", &kubernetes, Start::InPlace).is_ok());
+        let kubernetes = Flow::Kubernetes { version: "v1.31.1".into(), apply: false, components: "cm".into() };
+        assert!(d.check("w-0", &kubernetes, Start::Staged).is_ok());
         let t = times(&[("drain", 10_000), ("kubeadm-upgrade", 55_000)]);
+        assert!(deadline(&t, 0, 60, 3_600).check("w-0", &kubernetes, Start::Staged).is_err());
+        // Not fetched yet: its fetch counts too.
+        let t = times(&[("fetch", 20_000), ("drain", 10_000), ("kubeadm-upgrade", 35_000)]);
+        assert!(deadline(&t, 0, 60, 3_600).check("w-0", &kubernetes, Start::Staged).is_ok());
         assert!(deadline(&t, 0, 60, 3_600).check("w-0", &kubernetes, Start::InPlace).is_err());
     }
 

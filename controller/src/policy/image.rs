@@ -92,17 +92,21 @@ pub(super) fn summarize(plan: &mut Plan, members: &[(&NodeView, &Assessment)]) {
                 }
             }
             Situation::Staging { since, staged, held, .. } => {
-                // In the stage step: in progress, not disrupted; a staged node says what its turn waits for.
+                // In the stage step (or a Kubernetes upgrade's fetch): in progress, not disrupted; a staged node says
+                // what its turn waits for.
                 plan.counts.in_progress += 1;
                 plan.staged += u32::from(*staged);
+                let intent = node.controller.as_ref().ok().and_then(|c| c.intent.as_ref());
+                let step = if intent.is_some_and(|i| i.step == Step::Fetch) { Step::Fetch } else { Step::Stage };
                 let waiting_on = match held {
                     Some(hold) => Some(format!("{}: {}", hold.reason, hold.message)),
-                    None if *staged => {
-                        Some("its turn: staged, it is drained when a slot of maxUnavailable is free".into())
-                    }
+                    None if *staged => Some(format!(
+                        "its turn: {}, it is drained when a slot of maxUnavailable is free",
+                        if step == Step::Fetch { "fetched" } else { "staged" }
+                    )),
                     None => None,
                 };
-                plan.in_flight.push(InFlight { node: name, step: Step::Stage, since: *since, waiting_on });
+                plan.in_flight.push(InFlight { node: name, step, since: *since, waiting_on });
             }
             Situation::InFlight { step, since } => {
                 plan.counts.in_progress += 1;

@@ -8,15 +8,21 @@
 //! # Order
 //! 1. A refused upgrade ([`KubernetesSpec::Refused`]: a bad ConfigMap, a version the skew policy forbids) is a
 //!    hold (`KubernetesUpgradeRefused`, a condition and an Event); no node is started.
-//! 2. While the API server reports an older version than the target, only the **first control-plane node** (by
-//!    name) is upgraded: cordoned and drained like every node (kubeadm's procedure drains a node before its
+//! 2. **Fetched ahead.** Every node's components are fetched and verified first (`intent=fetch`, the agent
+//!    downloads every component of the ConfigMap and checks its SHA-256, installing nothing), ahead of its turn
+//!    and outside `maxUnavailable`: the node keeps serving. At most `maxStaging` nodes fetch or wait fetched at
+//!    once (the pipeline's staging ahead, as for images), in start order; a target change or a release discards
+//!    what was fetched.
+//! 3. While the API server reports an older version than the target, only the **first control-plane node** (by
+//!    name) takes its turn: cordoned and drained like every node (kubeadm's procedure drains a node before its
 //!    kubelet is upgraded), then `intent=kubeadm-upgrade` with role `apply`, and it is verified only once
-//!    `/version` reports the target. Nothing else starts meanwhile. It starts through the same gates as every
-//!    start: not while another control-plane node is busy in any flow (in flight, NotReady, cordoned, worked on
-//!    by a NodeOp), and not while `maxUnavailable` is taken.
-//! 3. Then the other control-plane nodes, one at a time, and then the workers under `maxUnavailable`: each is
-//!    cordoned and drained (`intent=drain` with the version as target), then `intent=kubeadm-upgrade` with role
-//!    `node` (kubeadm upgrades the node, the kubelet is replaced and restarted), then verified and uncordoned.
+//!    `/version` reports the target. No other node takes its turn meanwhile (the next ones fetch ahead). It takes
+//!    it through the same gates as every start: not while another control-plane node is busy in any flow (in
+//!    flight, NotReady, cordoned, worked on by a NodeOp), and not while `maxUnavailable` is taken.
+//! 4. Then the other control-plane nodes, one at a time, and then the workers under `maxUnavailable`: each, once
+//!    fetched, is cordoned and drained (`intent=drain` with the version as target), then `intent=kubeadm-upgrade`
+//!    with role `node` (kubeadm upgrades the node with the components fetched, checked again before use, the
+//!    kubelet is replaced and restarted), then verified and uncordoned.
 //!
 //! A node is verified (`intent=done`) once its kubelet reports the target version, its agent reports the
 //! components hash of the ConfigMap, and it is Ready. The kubeadm step may take `stageTimeout + rebootTimeout`;
@@ -129,7 +135,9 @@ pub(super) fn plan_rollout(
     start_heirs(&mut plan, &members_k, target, now);
     let drain_timeouts =
         members_k.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
-    let gates = (drain_timeouts, 0);
+    // Fetched nodes waiting for their turn keep the gates asked even when no node is outdated any more.
+    let staged = members_k.iter().filter(|(_, a)| matches!(a.situation, Situation::Staging { eligible: true, .. }));
+    let gates = (drain_timeouts, staged.count() as u32);
     if pipeline::open(rollout, &mut plan, Some(&flow(target)), gates, autoscaler_running, now).is_some() {
         let bounds = pipeline::Bounds::of(rollout, spec, &plan, now);
         select(&mut plan, &members_k, target, spec, (shared, own_node), &bounds, now);
@@ -148,7 +156,7 @@ fn finished(members: &[(&NodeView, &Assessment)], target: &KubernetesTarget, spe
         let open = intent.is_some_and(|i| match i.step {
             Step::KubeadmUpgrade => true,
             Step::Done => i.target == version && now < assess::deadline(i.since, spec.policy.soak_time),
-            Step::Stage | Step::Drain | Step::Reboot | Step::Replace | Step::Failed | Step::Blocked => {
+            Step::Stage | Step::Fetch | Step::Drain | Step::Reboot | Step::Replace | Step::Failed | Step::Blocked => {
                 i.target == version
             }
         });
@@ -253,6 +261,10 @@ fn ours(
 ) -> Option<Assessment> {
     let version = &intent.target;
     Some(match intent.step {
+        Step::Fetch => {
+            let what = format!("fetch the components of Kubernetes {version}");
+            assess::stage(node, controller, intent, agent, &spec.policy, now, &what)
+        }
         Step::KubeadmUpgrade => kubeadm(node, intent, agent, target, spec, now),
         Step::Drain => drain(node, intent, target, spec, now),
         Step::Done if runs(node, target) => {
@@ -310,7 +322,7 @@ fn drain(node: &NodeView, intent: &Intent, target: &KubernetesTarget, spec: &Val
             node,
             ActionKind::KubeadmUpgrade {
                 target: version.clone(),
-                kubeadm: KubeadmIntent { components: target.components.clone(), role },
+                kubeadm: KubeadmIntent { components: target.components.clone(), role: Some(role) },
             },
             Reason::KubernetesUpgradeRequested,
             format!("drained; upgrading Kubernetes to {version} with {command}"),
@@ -354,7 +366,7 @@ fn kubeadm(
     now: Timestamp,
 ) -> Assessment {
     let version = intent.target.clone();
-    let applies = intent.kubeadm.as_ref().is_some_and(|k| k.role == KubeadmRole::Apply);
+    let applies = intent.kubeadm.as_ref().is_some_and(|k| k.role == Some(KubeadmRole::Apply));
     let finished = agent.and_then(|a| a.finished(&intent.token));
     if finished == Some(AgentState::Error) {
         let message = format!("the agent could not upgrade Kubernetes to {version}: {}", assess::agent_message(agent));
@@ -392,12 +404,17 @@ fn kubeadm(
 
 /// The flow's part in the [`pipeline`]: the version, and whether the API server is still to be upgraded.
 fn flow(target: &KubernetesTarget) -> pipeline::Flow {
-    pipeline::Flow::Kubernetes { version: target.version.to_string(), apply: target.api_server < target.version }
+    pipeline::Flow::Kubernetes {
+        version: target.version.to_string(),
+        apply: target.api_server < target.version,
+        components: target.components.clone(),
+    }
 }
 
 /// Starts nodes through the [`pipeline`]: heirs are not candidates (their donors hold the slots), a control-plane
 /// node keeps the workers waiting until it runs the version, and while the API server is not upgraded the only
-/// candidate is the first control-plane node, alone.
+/// node that may take its turn is the first control-plane node, alone, once nothing else is in flight; the
+/// others fetch ahead meanwhile.
 fn select(
     plan: &mut Plan,
     members: &[(&NodeView, &Assessment)],
@@ -414,33 +431,43 @@ fn select(
         members,
         own_node,
         candidate: |_, a| !a.surge,
+        ahead: |_, a| !a.surge,
         limit: usize::MAX,
         barrier: |_, a| a.situation != Situation::UpToDate,
         rollback: None,
     };
+    let mut hold = None;
     if let pipeline::Flow::Kubernetes { apply: true, .. } = flow {
         let api_server = &target.api_server;
-        if members.iter().any(|(_, a)| a.in_flight()) {
-            if !members.iter().any(|(n, a)| n.control_plane && a.in_flight()) {
-                let message = format!("the API server reports {api_server}; the control plane is upgraded first");
-                plan.hold = Some(Hold::new(Reason::WaitingForApiServer, message));
-            }
-            return;
-        }
-        let eligible = |a: &Assessment| matches!(a.situation, Situation::Outdated { eligible: true, .. }) && !a.surge;
-        if !members.iter().any(|(n, a)| n.control_plane && eligible(a)) {
-            let message = format!(
-                "the API server reports {api_server}: no control-plane node of this NodeVersion can run kubeadm \
-                 upgrade apply now"
-            );
-            plan.hold = Some(Hold::new(Reason::WaitingForApiServer, message));
-            return;
-        }
+        // Only the first control-plane node takes its turn, alone; every node may still fetch ahead.
         pool.candidate = |n, a| n.control_plane && !a.surge;
         pool.limit = 1;
+        let waiting = |message: String| Some(Hold::new(Reason::WaitingForApiServer, message));
+        let cp_may_move = |a: &Assessment| {
+            !a.surge
+                && matches!(
+                    a.situation,
+                    Situation::Outdated { eligible: true, .. } | Situation::Staging { held: None, .. }
+                )
+        };
+        if members.iter().any(|(_, a)| a.in_flight()) {
+            pool.limit = 0;
+            if !members.iter().any(|(n, a)| n.control_plane && a.in_flight()) {
+                hold = waiting(format!("the API server reports {api_server}; the control plane is upgraded first"));
+            }
+        } else if !members.iter().any(|(n, a)| n.control_plane && cp_may_move(a)) {
+            pool.limit = 0;
+            hold = waiting(format!(
+                "the API server reports {api_server}: no control-plane node of this NodeVersion can run kubeadm \
+                 upgrade apply now"
+            ));
+        }
     }
     let mut surge = pipeline::Surge { free: u32::MAX, ..pipeline::Surge::default() };
-    let selected = pipeline::select(&pool, spec, flow, (shared, &mut surge), bounds);
+    let mut selected = pipeline::select(&pool, spec, flow, (shared, &mut surge), bounds);
+    if hold.is_some() {
+        selected.hold = hold;
+    }
     pipeline::start(plan, flow, selected, now);
 }
 

@@ -53,9 +53,11 @@ pub(super) trait Pool<'a> {
 pub(super) struct Members<'a, 'm> {
     pub members: &'m [(&'a NodeView, &'a Assessment)],
     pub own_node: Option<&'m str>,
-    /// Which eligible outdated members the flow starts here.
+    /// Which members may take their turn here (a staged member's drain, a replacement): the disruptive starts.
     pub candidate: fn(&NodeView, &Assessment) -> bool,
-    /// At most this many candidates are read (the flow's narrowing: see the module docs).
+    /// Which eligible outdated members updated in place may be staged ahead of their turn here.
+    pub ahead: fn(&NodeView, &Assessment) -> bool,
+    /// At most this many staged members take their turn (the flow's narrowing: see the module docs).
     pub limit: usize,
     /// Which control-plane members keep the workers waiting (rule 9).
     pub barrier: fn(&NodeView, &Assessment) -> bool,
@@ -73,6 +75,7 @@ impl<'a, 'm> Members<'a, 'm> {
             members,
             own_node,
             candidate: |_, _| true,
+            ahead: |_, _| true,
             limit: usize::MAX,
             barrier: control_plane_pending,
             rollback: None,
@@ -117,13 +120,13 @@ impl<'a> Pool<'a> for Members<'a, '_> {
             .members
             .iter()
             .filter(|(n, a)| {
-                matches!(a.situation, Situation::Outdated { eligible: true, .. }) && (self.candidate)(n, a)
+                let flow_starts = if a.replace { self.candidate } else { self.ahead };
+                matches!(a.situation, Situation::Outdated { eligible: true, .. }) && flow_starts(n, a)
             })
             .filter(|(n, _)| self.may_start(n, control_plane, barrier.as_ref()))
             .map(|(n, a)| (*n, a.replace))
             .collect();
         candidates.sort_by(|(a, _), (b, _)| self.cmp_nodes(a, b));
-        candidates.truncate(self.limit);
         Box::new(candidates.into_iter())
     }
 
@@ -149,6 +152,7 @@ impl<'a> Pool<'a> for Members<'a, '_> {
             .map(|(n, _)| *n)
             .collect();
         staged.sort_by(|a, b| self.cmp_nodes(a, b));
+        staged.truncate(self.limit);
         Box::new(staged.into_iter())
     }
 

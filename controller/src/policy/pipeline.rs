@@ -56,7 +56,8 @@
 //!     disrupted) than the current wave has left, and none while a complete wave soaks ([`super::waves`]).
 //!
 //! A flow may narrow its candidates before [`select`] (Kubernetes: while the API server is not upgraded, only
-//! the first control-plane node, alone: `WaitingForApiServer`), never widen them. Nodes that are part of a
+//! the first control-plane node takes its turn, alone: `WaitingForApiServer`; the others still fetch ahead), never
+//! widen them. Nodes that are part of a
 //! replacement in flight (a heir's own Kubernetes upgrade) are not candidates: their donor holds the slots.
 //!
 //! NodeOps ([`crate::nodeop`]) keep the same gates in the same order (`crate::nodeop::start`, numbered as here; rules
@@ -78,7 +79,7 @@ use super::rollback;
 use super::waves;
 use super::{ActionKind, Hold, InFlight, NodeAction, NodeView, Plan, Reason, Rollout, ValidSpec, budget};
 use jiff::Timestamp;
-use shared::protocol::Step;
+use shared::protocol::{KubeadmIntent, Step};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What a flow moves nodes to, and how it starts one.
@@ -86,9 +87,9 @@ use std::collections::{BTreeMap, BTreeSet};
 pub(super) enum Flow {
     /// The image, in place or (for a node of a known scaling group) by replacement.
     Image { target: String },
-    /// The Kubernetes version with kubeadm; `apply`: the API server is not upgraded yet, so the start is the first
-    /// control-plane node's, which runs `kubeadm upgrade apply`.
-    Kubernetes { version: String, apply: bool },
+    /// The Kubernetes version with kubeadm, from the `components` ConfigMap; `apply`: the API server is not
+    /// upgraded yet, so the disruptive start is the first control-plane node's, which runs `kubeadm upgrade apply`.
+    Kubernetes { version: String, apply: bool, components: String },
 }
 
 impl Flow {
@@ -100,12 +101,12 @@ impl Flow {
         }
     }
 
-    /// Whether the flow stages its in-place nodes ahead of their turn, outside the budget (the image: its
-    /// download and write by the host's updater do not disrupt the node). A Kubernetes upgrade has nothing to
-    /// stage ahead yet (its components are fetched in the kubeadm step), nor has a replacement (its new instance
-    /// is created once the donor's turn comes).
+    /// Whether the flow stages its in-place nodes ahead of their turn, outside the budget: the image (its
+    /// download and write by the host's updater do not disrupt the node), and the Kubernetes upgrade (its
+    /// components fetched and verified, `intent=fetch`, installed only in the kubeadm step). A replacement has
+    /// nothing to stage (its new instance is created once the donor's turn comes).
     fn stages_ahead(&self) -> bool {
-        matches!(self, Flow::Image { .. })
+        matches!(self, Flow::Image { .. } | Flow::Kubernetes { .. })
     }
 
     /// The step, action, reason and message that start a node.
@@ -131,14 +132,26 @@ impl Flow {
                     format!("{target} is staged; the node's turn: cordoning and draining"),
                 ),
             },
-            Flow::Kubernetes { version, apply } => {
+            Flow::Kubernetes { version, components, .. } if start == Start::InPlace => (
+                Step::Fetch,
+                ActionKind::Fetch {
+                    target: version.clone(),
+                    kubeadm: KubeadmIntent { components: components.clone(), role: None },
+                },
+                Reason::FetchRequested,
+                format!("fetching and verifying the components of Kubernetes {version} ahead of the node's turn"),
+            ),
+            Flow::Kubernetes { version, apply, .. } => {
                 let message = if *apply {
                     format!(
-                        "cordoning and draining before upgrading the control plane to Kubernetes {version} with \
-                         kubeadm upgrade apply"
+                        "its components are fetched; the node's turn: cordoning and draining before upgrading the \
+                         control plane to Kubernetes {version} with kubeadm upgrade apply"
                     )
                 } else {
-                    format!("cordoning and draining before the Kubernetes upgrade to {version}")
+                    format!(
+                        "its components are fetched; the node's turn: cordoning and draining before the Kubernetes \
+                         upgrade to {version}"
+                    )
                 };
                 (Step::Drain, ActionKind::Drain { target: version.clone() }, Reason::KubernetesUpgradeStarted, message)
             }
@@ -149,10 +162,10 @@ impl Flow {
 /// How a selected node starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Start {
-    /// The flow's own start of a node updated in place: the image flow stages it ahead of its turn (outside the
-    /// budget); the Kubernetes flow cordons and drains it.
+    /// The flow's own start of a node updated in place: staged (image) or its components fetched (Kubernetes) ahead
+    /// of its turn, outside the budget.
     InPlace,
-    /// A node staged ahead: its turn, cordoned and drained (it takes a slot of the budget from here).
+    /// A node staged (or fetched) ahead: its turn, cordoned and drained (it takes a slot of the budget from here).
     Staged,
     /// Replaced by a new instance of its scaling group.
     Replace,
@@ -178,7 +191,7 @@ pub(super) fn open<'r>(
     let described = flow.map(Flow::described);
     // Where the rollout is in its canary waves (rule 12), for the status whatever the gates say.
     let c = plan.counts;
-    let moving = plan.in_flight.iter().filter(|f| f.step != Step::Stage).count() as u32;
+    let moving = plan.in_flight.iter().filter(|f| !matches!(f.step, Step::Stage | Step::Fetch)).count() as u32;
     let tally = waves::Tally { total: c.total, done: c.up_to_date + c.failed + c.blocked, moving };
     let target = described.as_deref().unwrap_or(&spec.target);
     // A rollback goes back to an image every node ran: canary waves, which prove a new image, do not hold it

@@ -326,7 +326,10 @@ pub(super) fn assess(
         // An in-place step in flight finishes in place, a mark of this target stays.
         Some(intent)
             if intent.target == target
-                || matches!(intent.step, Step::Stage | Step::Drain | Step::Reboot | Step::KubeadmUpgrade) =>
+                || matches!(
+                    intent.step,
+                    Step::Stage | Step::Fetch | Step::Drain | Step::Reboot | Step::KubeadmUpgrade
+                ) =>
         {
             assess::assess(node, assess::Owner::Rollout { target }, policy, now)
         }

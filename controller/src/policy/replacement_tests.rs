@@ -290,7 +290,7 @@ fn a_heir_on_an_older_kubernetes_is_upgraded_outside_the_budget_before_it_takes_
     let draining = with_intent(heir.clone(), Step::Drain, VERSION, "h1", t(20));
     let drained = NodeView { drain: DrainProgress::Drained, ..draining };
     let p = run(&[donor.clone(), drained], &f, VERSION, t(25));
-    let kubeadm = KubeadmIntent { components: "k8s-components-sha256-11".into(), role: KubeadmRole::Node };
+    let kubeadm = KubeadmIntent { components: "k8s-components-sha256-11".into(), role: Some(KubeadmRole::Node) };
     assert_eq!(kinds(&p), vec![("a1-new".into(), "KubeadmUpgrade")]);
     assert!(matches!(&p.actions[0].kind, ActionKind::KubeadmUpgrade { kubeadm: k, .. } if *k == kubeadm));
     // Upgraded and verified: it takes its donor's place.

@@ -369,7 +369,9 @@ impl Sim {
         let event = match (step, &fault) {
             (_, Some(Fault::RebootLate { back_at })) if !n.ready && now >= *back_at => "back",
             (_, Some(Fault::RebootLate { .. })) if !n.ready => return false,
-            (Some(Step::Stage), _) if agent.token.as_ref() != intent.as_ref().map(|i| &i.token) => "stage",
+            (Some(Step::Stage | Step::Fetch), _) if agent.token.as_ref() != intent.as_ref().map(|i| &i.token) => {
+                "stage"
+            }
             (_, Some(Fault::DrainStuck)) if matches!(n.drain, DrainProgress::Running { .. }) => return false,
             (Some(Step::Drain | Step::Replace), _) if matches!(n.drain, DrainProgress::Running { .. }) => "drained",
             (Some(Step::KubeadmUpgrade), _) if agent.token.as_ref() != intent.as_ref().map(|i| &i.token) => "kubeadm",
@@ -399,7 +401,8 @@ impl Sim {
                 agent.state = Some(AgentState::Done);
                 agent.components_hash = Some(shared::protocol::ComponentsHash::parse("k", COMPONENTS_HASH).unwrap());
                 n.kubelet_version = Some(intent.target.clone());
-                let applied = intent.kubeadm.as_ref().is_some_and(|k| k.role == shared::protocol::KubeadmRole::Apply);
+                let applied =
+                    intent.kubeadm.as_ref().is_some_and(|k| k.role == Some(shared::protocol::KubeadmRole::Apply));
                 if applied {
                     for rollout in &mut self.rollouts {
                         if let Some(kubernetes::KubernetesSpec::Upgrade(target)) = &mut rollout.kubernetes {
@@ -965,7 +968,7 @@ fn whole_kubernetes_upgrades_keep_every_invariant_in_any_order() {
                 );
             });
             let p = last.rollouts.into_iter().next().unwrap();
-            assert_eq!(p.counts.up_to_date, 15, "seed {seed}: {:?}", p.counts);
+            assert_eq!(p.counts.up_to_date, 15, "seed {seed}: {:?} {:?} {:?}", p.counts, p.in_flight, p.hold);
             for n in &sim.nodes {
                 assert_eq!(n.kubelet_version.as_deref(), Some("v1.34.1"), "seed {seed}: {}", n.name);
                 assert!(!n.unschedulable, "seed {seed}: {} left cordoned", n.name);

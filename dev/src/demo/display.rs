@@ -26,7 +26,7 @@ pub fn progress(observed: &Observed, target: &str, now: Timestamp) -> Progress {
         match (node.step, node.target.as_deref() == Some(target)) {
             (Some(Step::Failed), true) if !on_target => p.failed += 1,
             (Some(Step::Blocked), true) if !on_target => p.blocked += 1,
-            (Some(step @ (Step::Stage | Step::Drain | Step::Reboot | Step::KubeadmUpgrade)), _) => {
+            (Some(step @ (Step::Stage | Step::Fetch | Step::Drain | Step::Reboot | Step::KubeadmUpgrade)), _) => {
                 let since = observed.timeline.get(name).and_then(|t| t.last()).map(|(at, _)| *at).unwrap_or(now);
                 let seconds = now.duration_since(since).as_secs_f64().max(0.0);
                 p.in_flight.push((name.clone(), step, seconds));
@@ -39,7 +39,7 @@ pub fn progress(observed: &Observed, target: &str, now: Timestamp) -> Progress {
 }
 
 fn in_flight_step(node: &NodeState) -> bool {
-    matches!(node.step, Some(Step::Stage | Step::Drain | Step::Reboot | Step::KubeadmUpgrade))
+    matches!(node.step, Some(Step::Stage | Step::Fetch | Step::Drain | Step::Reboot | Step::KubeadmUpgrade))
 }
 
 /// The terminal view: a progress bar line, then one line per in-flight node.

@@ -15,14 +15,16 @@
 //! - Listeners learn of every change of a host's power state, boot or image.
 //! - [`Hosts::upgrade_kubernetes`] is kubeadm on a simulated host (`POST /_dev/hosts/{node}/kubernetes`): it
 //!   downloads and verifies the components with the agent's own installer (into a directory per host; nothing
-//!   is installed unless everything verified), installs all but the kubelet and kubectl, runs the simulated
+//!   is installed unless everything verified), taking those fetched ahead from the host's cache
+//!   ([`Hosts::fetch_kubernetes`], `POST .../kubernetes/fetch`; [`Hosts::discard_fetched`],
+//!   `POST .../kubernetes/discard`) instead, installs all but the kubelet and kubectl, runs the simulated
 //!   `kubeadm upgrade plan` + `apply` (role `apply`: the API server's `/version` reports the new version after
-//!   it) or `kubeadm upgrade node` for the stage duration, installs the kubelet and kubectl, records the
-//!   components (the host's `componentsHash` from then on) and restarts the kubelet: the node is NotReady for a
-//!   tenth of the reboot duration, then reports the new `kubeletVersion`. The `kubeadmFailure` fault makes
-//!   kubeadm fail with its output; a download that fails answers 502 (the agent retries), a hash mismatch 422.
+//!   it) or `kubeadm upgrade node`, installs the kubelet and kubectl, records the components (the host's
+//!   `componentsHash` from then on) and restarts the kubelet: the node is NotReady meanwhile, then reports the
+//!   new `kubeletVersion`. The timing model and the faults are in [`kubernetes`].
 
 pub(crate) mod http;
+pub mod kubernetes;
 
 use crate::apiserver::object::new_uid;
 use crate::timing::Timing;
@@ -34,6 +36,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub use self::http::HostRoutes;
+pub use self::kubernetes::{FetchRequest, KubernetesRequest};
 
 /// The longest image reference a host accepts (as the agent's protocol).
 const MAX_IMAGE_LEN: usize = 1024;
@@ -115,18 +118,6 @@ pub struct HostFaults {
     /// kubeadm fails on this host with this output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeadm_failure: Option<String>,
-}
-
-/// A Kubernetes upgrade as the agent's simulated backend asks for it (`POST .../kubernetes`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct KubernetesRequest {
-    /// The version (`v1.34.1`).
-    pub version: String,
-    /// `apply` (the first control-plane node) or `node`.
-    pub role: String,
-    /// The components, as the ConfigMap lists them (inline ones as `data:` URLs).
-    pub components: Vec<shared::components::Component>,
 }
 
 /// Serde of optional seconds (`2.5`) as durations.
@@ -598,62 +589,6 @@ impl Hosts {
         self.notify(node);
     }
 
-    /// Calls `upgraded` with the version whenever a simulated `kubeadm upgrade apply` upgraded the control plane
-    /// (the cluster makes its API server report it).
-    pub fn on_control_plane_upgrade(&self, upgraded: impl Fn(&str) + Send + Sync + 'static) {
-        *self.inner.on_apply.write() = Some(Arc::new(upgraded));
-    }
-
-    /// Runs a simulated kubeadm upgrade on `node`'s host (see the module docs).
-    pub async fn upgrade_kubernetes(&self, node: &str, request: &KubernetesRequest) -> Result<(), HostError> {
-        let version: shared::version::KubeVersion =
-            request.version.parse().map_err(|e: shared::version::VersionError| HostError::BadUpgrade(e.to_string()))?;
-        let apply = match request.role.as_str() {
-            "apply" => true,
-            "node" => false,
-            other => return Err(HostError::BadUpgrade(format!("role {other:?} is neither apply nor node"))),
-        };
-        let components =
-            request.components.iter().map(verified).collect::<Result<Vec<_>, _>>().map_err(HostError::BadUpgrade)?;
-        let ((kubeadm_time, restart_time), boots) = self.running(node, |host| {
-            let reboot = host.faults.reboot_seconds.unwrap_or(self.inner.reboot);
-            (host.faults.stage_seconds.unwrap_or(self.inner.stage), reboot / 10)
-        })?;
-        let root = self.inner.install_root.join(node);
-        let install_error = |error: agent::components::InstallError| HostError::Install {
-            transient: matches!(error, agent::components::InstallError::Download { .. }),
-            message: error.to_string(),
-        };
-        let installer =
-            agent::components::Installer::new(&root, agent::components::DEFAULT_RECORD).map_err(install_error)?;
-        let mut prepared = installer.prepare(&components).await.map_err(install_error)?;
-        prepared.install_where(|c| !agent::kubeadm::replaced_after_kubeadm(c)).await.map_err(install_error)?;
-        if let Some(output) = self.running(node, |host| host.faults.kubeadm_failure.clone())?.0 {
-            return Err(HostError::KubeadmFailed { output });
-        }
-        self.sleep(node, kubeadm_time, boots).await?;
-        if apply && let Some(upgraded) = self.inner.on_apply.read().clone() {
-            upgraded(&version.to_string());
-        }
-        let record = prepared.finish().await.map_err(install_error)?;
-        {
-            let mut hosts = self.inner.hosts.lock();
-            let host = hosts.get_mut(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;
-            host.facts.components_hash = Some(record.hash);
-            host.kubelet_restarting = true;
-        }
-        self.notify(node);
-        self.sleep(node, restart_time, boots).await?;
-        {
-            let mut hosts = self.inner.hosts.lock();
-            let host = hosts.get_mut(node).ok_or_else(|| HostError::UnknownHost(node.to_owned()))?;
-            host.kubelet_restarting = false;
-            host.kubelet_version = Some(version.to_string());
-        }
-        self.notify(node);
-        Ok(())
-    }
-
     /// `read` of `node`'s host if it runs, with its boot count.
     fn running<T>(&self, node: &str, read: impl FnOnce(&Host) -> T) -> Result<(T, u64), HostError> {
         let hosts = self.inner.hosts.lock();
@@ -685,27 +620,6 @@ impl Hosts {
     pub fn shutdown(&self) {
         self.inner.shutdown.cancel();
     }
-}
-
-/// A component of a request as the installer takes it: the hash parsed, a `data:` URL decoded.
-fn verified(component: &shared::components::Component) -> Result<shared::components::VerifiedComponent, String> {
-    use shared::components::{DEFAULT_INSTALL_ROOTS, Source, check_install_path, decode_data_url};
-    check_install_path(&component.install_path, DEFAULT_INSTALL_ROOTS)
-        .map_err(|e| format!("component {}: {e}", component.install_path))?;
-    let hash = component.hash.parse().map_err(|e| format!("component {}: hash: {e}", component.install_path))?;
-    let source = if component.url.get(..5).is_some_and(|s| s.eq_ignore_ascii_case("data:")) {
-        Source::Inline(
-            decode_data_url(&component.url).map_err(|e| format!("component {}: {e}", component.install_path))?,
-        )
-    } else {
-        Source::Download(component.url.clone())
-    };
-    Ok(shared::components::VerifiedComponent {
-        source,
-        hash,
-        install_path: component.install_path.clone(),
-        extract: component.extract,
-    })
 }
 
 #[cfg(test)]
@@ -795,66 +709,6 @@ mod tests {
         assert_eq!(hosts.state("n2"), None);
         assert_eq!(hosts.ensure("n2").power, Power::Down);
         assert_eq!(hosts.state("n2"), None, "ensure must not add a retired host back");
-    }
-
-    /// The request the agent's simulated backend sends for `config_map`.
-    fn request(config_map: &k8s_openapi::api::core::v1::ConfigMap, role: &str) -> KubernetesRequest {
-        let data = config_map.data.as_ref().unwrap();
-        KubernetesRequest {
-            version: data["cluster-version"].clone(),
-            role: role.into(),
-            components: serde_json::from_str(&data["components"]).unwrap(),
-        }
-    }
-
-    #[tokio::test]
-    async fn a_simulated_kubeadm_upgrade_installs_verified_components_and_upgrades_the_control_plane() {
-        let timing = Timing { stage: Duration::from_millis(20), reboot: Duration::from_millis(200), ..Timing::fast() };
-        let hosts = Hosts::new("v1", &timing);
-        for node in ["cp", "w1", "w2", "w3"] {
-            hosts.add(node, "v1").unwrap();
-        }
-        let applied = Arc::new(Mutex::new(Vec::<String>::new()));
-        let seen = applied.clone();
-        hosts.on_control_plane_upgrade(move |version| seen.lock().push(version.to_owned()));
-        let artifacts = crate::artifacts::Artifacts::start().await.unwrap();
-        let config_map = artifacts.publish_release("v1.34.1");
-        let hash = config_map.metadata.name.as_deref().unwrap().replace("k8s-components-sha256-", "sha256:");
-
-        hosts.upgrade_kubernetes("cp", &request(&config_map, "apply")).await.unwrap();
-        assert_eq!(*applied.lock(), ["v1.34.1"]);
-        let cp = hosts.state("cp").unwrap();
-        assert_eq!((cp.kubelet_version.as_deref(), cp.kubelet_restarting), (Some("v1.34.1"), false));
-        assert_eq!(cp.facts.components_hash.as_deref(), Some(hash.as_str()));
-        hosts.upgrade_kubernetes("w1", &request(&config_map, "node")).await.unwrap();
-        assert_eq!(applied.lock().len(), 1, "upgrade node leaves the control plane alone");
-
-        // A corrupt kubelet: nothing installed, kubeadm never ran.
-        artifacts.set_fault("v1.34.1/kubelet", Some(crate::artifacts::ArtifactFault::Corrupt));
-        let error = hosts.upgrade_kubernetes("w2", &request(&config_map, "node")).await.unwrap_err();
-        assert_eq!(error.status(), 422, "{error}");
-        assert!(error.to_string().contains("nothing was installed"), "{error}");
-        let w2 = hosts.state("w2").unwrap();
-        assert_eq!((w2.facts.components_hash, w2.kubelet_version), (None, None));
-        assert!(!hosts.inner.install_root.join("w2/usr/local/bin/kubeadm").exists());
-        // Unreachable: a transient failure.
-        artifacts.set_fault("v1.34.1/kubelet", Some(crate::artifacts::ArtifactFault::Unreachable));
-        assert_eq!(hosts.upgrade_kubernetes("w2", &request(&config_map, "node")).await.unwrap_err().status(), 502);
-        // kubeadm fails with its output; the kubelet is not replaced.
-        artifacts.set_fault("v1.34.1/kubelet", None);
-        let output = "[upgrade/node] FATAL: couldn't create a Kubernetes client".to_owned();
-        hosts.set_faults("w3", HostFaults { kubeadm_failure: Some(output.clone()), ..Default::default() }).unwrap();
-        let error = hosts.upgrade_kubernetes("w3", &request(&config_map, "node")).await.unwrap_err();
-        assert_eq!((error.status(), error.to_string()), (500, format!("kubeadm upgrade failed: {output}")));
-        assert!(!hosts.inner.install_root.join("w3/usr/local/bin/kubelet").exists());
-        assert_eq!(hosts.state("w3").unwrap().kubelet_version, None);
-        // A request outside the rules is refused.
-        let mut bad = request(&config_map, "first");
-        assert_eq!(hosts.upgrade_kubernetes("w3", &bad).await.unwrap_err().status(), 400);
-        bad.role = "node".into();
-        bad.components[0].install_path = "/usr/local/bin/../../etc/passwd".into();
-        assert_eq!(hosts.upgrade_kubernetes("w3", &bad).await.unwrap_err().status(), 400);
-        artifacts.shutdown();
     }
 
     #[test]

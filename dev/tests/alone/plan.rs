@@ -373,9 +373,11 @@ async fn plan_predicts_a_kubernetes_upgrades_order_and_waves_exactly_and_its_dur
         image: "v1".into(),
         kubelet_version: "v1.33.5".into(),
         workloads: None,
-        // The simulated kubeadm takes the stage duration and restarts the kubelet for a tenth of the reboot's:
-        // about 2.2 s a node, so that the rollout's seconds dwarf a loaded machine's scheduling delays.
-        timing: Timing { stage: Duration::from_secs(2), reboot: Duration::from_secs(2), ..Timing::fast() },
+        // The simulated fetch ahead takes the stage duration (0.5 s); a node's turn runs kubeadm for a tenth of the
+        // reboot's and restarts the kubelet for another tenth: 4 s a node, so that the rollout's seconds dwarf a
+        // loaded machine's scheduling delays, and every fetch ends well before the turn it prepares (the waves
+        // are the budget's, not a race between a fetch and a verification).
+        timing: Timing { stage: Duration::from_millis(500), reboot: Duration::from_secs(20), ..Timing::fast() },
         ..ClusterConfig::default()
     };
     let mut config = config;

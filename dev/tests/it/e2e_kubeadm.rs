@@ -70,7 +70,9 @@ async fn three_control_plane_nodes_and_six_workers_move_to_the_next_minor_versio
     let hash = components.replace("k8s-components-sha256-", "sha256:");
     let log = cluster.server().access_log();
     log.start();
-    let observer = Observer::start(cluster.client(), Limits::new(2, true));
+    // maxStaging defaults to maxUnavailable (2): the observer fails the test if more fetch ahead at once, or if a
+    // node fetching ahead is ever cordoned.
+    let observer = Observer::start(cluster.client(), Limits { max_staging: Some(2), ..Limits::new(2, true) });
     let mut components_running = start_agents(&cluster);
     components_running.push(harness::controller(cluster.operator(), harness::controller_options("c1")));
     nodeversion(&store, TO, &components, json!({"maxUnavailable": 2}));
@@ -128,6 +130,17 @@ async fn three_control_plane_nodes_and_six_workers_move_to_the_next_minor_versio
     // Drained first, as kubeadm's procedure drains a node before its kubelet is upgraded (issue 29, item 6).
     let drained = first_step("control-plane-0", Step::Drain).expect("the first control-plane node is drained");
     assert!(drained < applied, "control-plane-0 was drained before kubeadm upgrade apply");
+    // Every node's components were fetched ahead of its turn (issue 32), two at a time at most, and some while
+    // another node took its turn.
+    for (node, steps) in &observed.timeline {
+        let fetched = steps.iter().position(|(_, s)| *s == Step::Fetch);
+        let turn = steps.iter().position(|(_, s)| *s == Step::Drain);
+        assert!(fetched.is_some() && fetched < turn, "{node} was not fetched ahead of its turn: {steps:?}");
+    }
+    assert_eq!(observed.max_staging_seen, 2, "nodes fetched two at a time");
+    let fetch_started = first_step("worker-0", Step::Fetch).unwrap();
+    let control_plane_done = first_step("control-plane-2", Step::Done).unwrap();
+    assert!(fetch_started < control_plane_done, "worker-0 fetched ahead while the control plane was upgraded");
     stop_all(components_running).await;
     // The manifest's RBAC allowed every request, and its rule for components ConfigMaps is what lets the
     // controller and the agents read them.
@@ -179,8 +192,8 @@ async fn a_refused_version_touches_no_node_and_a_corrupt_artifact_installs_nothi
             .filter(|(_, reason, message)| reason == "KubernetesUpgradeRefused" && message.contains("does not exist"))
     })
     .await;
-    // Its kubeadm is corrupt on the server: the first control-plane node fails with the reason, nothing is
-    // installed, nothing is cordoned.
+    // Its kubeadm is corrupt on the server: the first control-plane node's fetch ahead fails with the reason
+    // before its turn, nothing is installed, nothing is cordoned.
     cluster.artifacts().set_fault(&format!("{TO}/kubeadm"), Some(ArtifactFault::Corrupt));
     store.api::<ConfigMap>().create(Some("kube-system"), &config_map, &PostParams::default()).unwrap();
     let message = eventually(Duration::from_secs(120), "control-plane-0 to fail", || {
@@ -189,7 +202,8 @@ async fn a_refused_version_touches_no_node_and_a_corrupt_artifact_installs_nothi
             .then(|| annotation(&node, keys::INTENT_MESSAGE))?
     })
     .await;
-    assert!(message.contains("KubernetesUpgradeFailed") && message.contains("nothing was installed"), "{message}");
+    assert!(message.contains("StageFailed") && message.contains("fetch the components of Kubernetes"), "{message}");
+    assert!(message.contains("not the expected"), "the hash mismatch is named: {message}");
     let host = cluster.hosts().state("control-plane-0").unwrap();
     assert_eq!((host.facts.components_hash, host.kubelet_version), (None, None));
     assert_eq!(cluster.server().version(), FROM);
@@ -200,8 +214,10 @@ async fn a_refused_version_touches_no_node_and_a_corrupt_artifact_installs_nothi
         assert!(!state.cordoned, "{node} is cordoned");
     }
     for (node, steps) in &observed.timeline {
-        // Only the first control-plane node was drained (before its kubeadm step), and uncordoned when it failed.
-        if node != "control-plane-0" {
+        // Only the first control-plane node was touched (its fetch ahead, which failed), and never drained.
+        if node == "control-plane-0" {
+            assert!(steps.iter().all(|(_, s)| matches!(s, Step::Fetch | Step::Failed)), "{steps:?}");
+        } else {
             assert!(steps.is_empty(), "{node} was touched: {steps:?}");
         }
     }
@@ -515,5 +531,56 @@ async fn image_and_version_together_on_a_mixed_cluster_heirs_upgraded_before_the
     }
     controller.stop(Duration::from_secs(15)).await.unwrap();
     agents.stop().await;
+    cluster.shutdown().await;
+}
+
+/// Issue 32: nodes fetching ahead are not disrupted, and a Kubernetes upgrade given up mid-fetch (the version
+/// removed from the NodeVersion) releases every node fetching or fetched ahead: no intent left, no node ever
+/// cordoned, and each agent discards what it fetched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_given_up_mid_fetch_releases_every_node_fetched_ahead_and_they_discard_it() {
+    let cluster = cluster(4, 1, false).await;
+    let store = cluster.store();
+    for name in support::node_names(&store) {
+        let slow = dev::hosts::HostFaults { stage_seconds: Some(Duration::from_secs(20)), ..Default::default() };
+        cluster.hosts().set_faults(&name, slow).unwrap();
+    }
+    let components = publish(&cluster, TO);
+    let observer = Observer::start(cluster.client(), Limits { max_staging: Some(3), ..Limits::new(1, false) });
+    let mut running = start_agents(&cluster);
+    running.push(harness::controller(cluster.operator(), harness::controller_options("c1")));
+    nodeversion(&store, TO, &components, json!({"maxUnavailable": 1, "maxStaging": 3}));
+    let fetching = eventually(Duration::from_secs(60), "three nodes fetching ahead", || {
+        let fetching: Vec<String> = nodes(&store)
+            .iter()
+            .filter(|n| annotation(n, keys::INTENT).as_deref() == Some("fetch"))
+            .map(|n| n.name_any())
+            .collect();
+        (fetching.len() == 3).then_some(fetching)
+    })
+    .await;
+    assert!(nodes(&store).iter().all(|n| !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)));
+    let mut version = store.api::<NodeVersion>().get(None, "constellation-version").unwrap();
+    version.spec.kubernetes_cluster_version = None;
+    version.spec.kubernetes_components_reference = None;
+    store.api::<NodeVersion>().update(None, &version, &PostParams::default()).unwrap();
+    eventually(Duration::from_secs(60), "every fetch released", || {
+        nodes(&store).iter().all(|n| annotation(n, keys::INTENT).is_none()).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(60), "every agent to discard what it fetched", || {
+        fetching.iter().all(|n| cluster.hosts().fetched(n).is_empty()).then_some(())
+    })
+    .await;
+    let observed = observer.stop().await;
+    assert!(observed.violations.is_empty(), "{:?}", observed.violations);
+    assert_eq!(observed.max_staging_seen, 3);
+    for (node, steps) in &observed.timeline {
+        assert!(steps.iter().all(|(_, s)| *s == Step::Fetch), "{node} went further than its fetch: {steps:?}");
+    }
+    for n in nodes(&store) {
+        assert_eq!(kubelet(&n).as_deref(), Some(FROM), "{}", n.name_any());
+    }
+    stop_all(running).await;
     cluster.shutdown().await;
 }

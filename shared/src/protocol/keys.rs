@@ -16,7 +16,8 @@ pub const MANAGED_VALUE: &str = "true";
 
 /// Controller: the step the controller wants the node in (see [`super::Step`]).
 pub const INTENT: &str = "update.edgeless.systems/intent";
-/// Controller: the OS image (or Kubernetes version, for `kubeadm-upgrade`) the step moves to.
+/// Controller: the OS image (or Kubernetes version, for `fetch` and `kubeadm-upgrade`, and for `drain` and
+/// `done` in a Kubernetes upgrade) the step moves to.
 pub const INTENT_TARGET: &str = "update.edgeless.systems/intent-target";
 /// Controller: a fresh token for every intent written, echoed by the agent in [`STATE_TOKEN`], so
 /// that a report about an earlier step is never taken for a report about this one.
@@ -27,7 +28,8 @@ pub const INTENT_SINCE: &str = "update.edgeless.systems/intent-since";
 /// only once the node reports a different one.
 pub const BOOT_ID_BEFORE: &str = "update.edgeless.systems/boot-id-before";
 /// Controller: with `intent=kubeadm-upgrade`, the name of the components ConfigMap (in `kube-system`) the
-/// agent installs from (`k8s-components-sha256-<hex>`, named after its content).
+/// agent installs from (`k8s-components-sha256-<hex>`, named after its content); with `intent=fetch`, the one
+/// whose components it fetches and verifies ahead.
 pub const INTENT_COMPONENTS: &str = "update.edgeless.systems/intent-components";
 /// Controller: with `intent=kubeadm-upgrade`, which kubeadm command the node runs: `apply` (the first
 /// control-plane node: `kubeadm upgrade plan` + `apply`) or `node` (every other node: `kubeadm upgrade node`).

@@ -58,6 +58,12 @@ pub enum Step {
     Reboot,
     /// Agent: upgrade the Kubernetes components to the target version with kubeadm.
     KubeadmUpgrade,
+    /// Agent: fetch the components of the Kubernetes version `target` (the ConfigMap of
+    /// [`Intent::kubeadm`]) ahead of the node's turn and verify each against its SHA-256, installing
+    /// nothing, without disrupting the node; the later [`Step::KubeadmUpgrade`] installs what was
+    /// fetched (checked again before use) instead of downloading it. An agent that predates this step
+    /// reads it as an unknown value and does nothing: the controller then fails the step at its timeout.
+    Fetch,
     /// Controller: the node is being replaced by a new one through its cloud scaling group.
     /// Agent: nothing.
     Replace,
@@ -74,17 +80,18 @@ pub enum Step {
 
 impl Step {
     /// Every step, in the order of a node's life.
-    pub const ALL: [Step; 8] = [
+    pub const ALL: [Step; 9] = [
         Step::Stage,
         Step::Drain,
         Step::Reboot,
         Step::KubeadmUpgrade,
+        Step::Fetch,
         Step::Replace,
         Step::Done,
         Step::Failed,
         Step::Blocked,
     ];
-    const EXPECTED: &'static str = "stage, drain, reboot, kubeadm-upgrade, replace, done, failed, blocked";
+    const EXPECTED: &'static str = "stage, drain, reboot, kubeadm-upgrade, fetch, replace, done, failed, blocked";
 
     /// The annotation value.
     pub fn as_str(self) -> &'static str {
@@ -93,6 +100,7 @@ impl Step {
             Step::Drain => "drain",
             Step::Reboot => "reboot",
             Step::KubeadmUpgrade => "kubeadm-upgrade",
+            Step::Fetch => "fetch",
             Step::Replace => "replace",
             Step::Done => "done",
             Step::Failed => "failed",
@@ -103,7 +111,7 @@ impl Step {
     /// Whether the agent has work to do in this step (and reports on it with the step's token).
     pub fn agent_acts(self) -> bool {
         match self {
-            Step::Stage | Step::Reboot | Step::KubeadmUpgrade => true,
+            Step::Stage | Step::Reboot | Step::KubeadmUpgrade | Step::Fetch => true,
             Step::Drain | Step::Replace | Step::Done | Step::Failed | Step::Blocked => false,
         }
     }
@@ -112,7 +120,7 @@ impl Step {
     pub fn disrupts(self) -> bool {
         match self {
             Step::Drain | Step::Reboot | Step::KubeadmUpgrade | Step::Replace => true,
-            Step::Stage | Step::Done | Step::Failed | Step::Blocked => false,
+            Step::Stage | Step::Fetch | Step::Done | Step::Failed | Step::Blocked => false,
         }
     }
 }
@@ -147,18 +155,21 @@ pub struct Intent {
     pub since: Timestamp,
     /// The node's boot ID when the controller asked for the reboot ([`Step::Reboot`] only).
     pub boot_id_before: Option<BootId>,
-    /// What the node installs and runs ([`Step::KubeadmUpgrade`] only).
+    /// What the node installs and runs ([`Step::KubeadmUpgrade`]), or fetches ahead ([`Step::Fetch`],
+    /// without a role); `None` for every other step.
     pub kubeadm: Option<KubeadmIntent>,
     /// Why the node is failed or blocked.
     pub message: Option<String>,
 }
 
-/// The kubeadm part of an intent [`Step::KubeadmUpgrade`].
+/// The kubeadm part of an intent [`Step::KubeadmUpgrade`] or [`Step::Fetch`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubeadmIntent {
-    /// The components ConfigMap (in `kube-system`) to install from; its name says its content's hash.
+    /// The components ConfigMap (in `kube-system`) to install (or fetch) from; its name says its content's hash.
     pub components: String,
-    pub role: KubeadmRole,
+    /// The kubeadm command the node runs: always present with [`Step::KubeadmUpgrade`], never with
+    /// [`Step::Fetch`] (nothing runs).
+    pub role: Option<KubeadmRole>,
 }
 
 /// Which kubeadm command a node runs.
@@ -232,16 +243,21 @@ impl ControllerAnnotations {
         if step == Step::Reboot && boot_id_before.is_none() {
             return Err(ProtocolError::Missing { key: keys::BOOT_ID_BEFORE, with: "intent=reboot" });
         }
+        let components = |with: &'static str| -> Result<String> {
+            let components =
+                get(keys::INTENT_COMPONENTS).ok_or(ProtocolError::Missing { key: keys::INTENT_COMPONENTS, with })?;
+            values::parse_config_map_name(keys::INTENT_COMPONENTS, components)
+        };
         let kubeadm = match step {
             Step::KubeadmUpgrade => {
                 let with = "intent=kubeadm-upgrade";
-                let components = get(keys::INTENT_COMPONENTS)
-                    .ok_or(ProtocolError::Missing { key: keys::INTENT_COMPONENTS, with })?;
-                let components = values::parse_config_map_name(keys::INTENT_COMPONENTS, components)?;
+                let components = components(with)?;
                 let role =
                     get(keys::INTENT_KUBEADM).ok_or(ProtocolError::Missing { key: keys::INTENT_KUBEADM, with })?;
-                Some(KubeadmIntent { components, role: role.parse()? })
+                Some(KubeadmIntent { components, role: Some(role.parse()?) })
             }
+            // Nothing runs: a role would say nothing, and is not read.
+            Step::Fetch => Some(KubeadmIntent { components: components("intent=fetch")?, role: None }),
             _ => None,
         };
         let message = get(keys::INTENT_MESSAGE).map(str::to_owned);
@@ -289,7 +305,7 @@ impl ControllerAnnotations {
             (keys::INTENT_SINCE, intent.map(|i| values::render_timestamp(i.since))),
             (keys::BOOT_ID_BEFORE, intent.and_then(|i| i.boot_id_before.as_ref()).map(ToString::to_string)),
             (keys::INTENT_COMPONENTS, intent.and_then(|i| i.kubeadm.as_ref()).map(|k| k.components.clone())),
-            (keys::INTENT_KUBEADM, intent.and_then(|i| i.kubeadm.as_ref()).map(|k| k.role.as_str().to_owned())),
+            (keys::INTENT_KUBEADM, intent.and_then(|i| i.kubeadm.as_ref()?.role).map(|r| r.as_str().to_owned())),
             (keys::INTENT_MESSAGE, intent.and_then(|i| i.message.as_deref()).map(values::cut_message)),
             (keys::CORDONED_BY, self.cordoned_by_us.then(|| keys::CORDONED_BY_VALUE.to_owned())),
         ]

@@ -253,7 +253,11 @@ fn arb_intent() -> impl Strategy<Value = Intent> {
                 (_, b) => b.map(|b| BootId::parse("k", &b).unwrap()),
             };
             let role = if apply { KubeadmRole::Apply } else { KubeadmRole::Node };
-            let kubeadm = (step == Step::KubeadmUpgrade).then_some(KubeadmIntent { components, role });
+            let kubeadm = match step {
+                Step::KubeadmUpgrade => Some(KubeadmIntent { components, role: Some(role) }),
+                Step::Fetch => Some(KubeadmIntent { components, role: None }),
+                _ => None,
+            };
             let since = Timestamp::from_millisecond(secs).unwrap();
             Intent { step, target, token, since, boot_id_before, kubeadm, message }
         })
@@ -343,7 +347,10 @@ fn a_kubeadm_intent_names_its_components_and_role_and_round_trips() {
             token: Token::from_u64(7),
             since: since(),
             boot_id_before: None,
-            kubeadm: Some(KubeadmIntent { components: "k8s-components-sha256-ab12".into(), role: KubeadmRole::Apply }),
+            kubeadm: Some(KubeadmIntent {
+                components: "k8s-components-sha256-ab12".into(),
+                role: Some(KubeadmRole::Apply),
+            }),
             message: None,
         }),
         cordoned_by_us: false,
@@ -385,6 +392,37 @@ fn a_kubeadm_intent_without_its_components_or_role_is_an_error_naming_the_key() 
         let error = without(&[(keys::INTENT_COMPONENTS, name), (keys::INTENT_KUBEADM, "node")]);
         assert!(matches!(error, ProtocolError::Malformed { key: keys::INTENT_COMPONENTS, .. }), "{name:?}: {error}");
     }
+}
+
+/// A fetch ahead names the components it fetches and no role; without its components it is an error naming the key,
+/// and a role written beside it is not read (nothing runs).
+#[test]
+fn a_fetch_intent_names_its_components_and_no_role() {
+    let ours = ControllerAnnotations {
+        intent: Some(Intent {
+            step: Step::Fetch,
+            target: "v1.34.1".into(),
+            token: Token::from_u64(8),
+            since: since(),
+            boot_id_before: None,
+            kubeadm: Some(KubeadmIntent { components: "k8s-components-sha256-cd34".into(), role: None }),
+            message: None,
+        }),
+        cordoned_by_us: false,
+    };
+    let mut current = BTreeMap::new();
+    apply(&mut current, ours.render());
+    assert_eq!(current[keys::INTENT], "fetch");
+    assert_eq!(current[keys::INTENT_COMPONENTS], "k8s-components-sha256-cd34");
+    assert!(!current.contains_key(keys::INTENT_KUBEADM), "{current:?}");
+    assert_eq!(ControllerAnnotations::parse(&current).unwrap(), ours);
+    current.insert(keys::INTENT_KUBEADM.into(), "apply".into());
+    assert_eq!(ControllerAnnotations::parse(&current).unwrap(), ours);
+    current.remove(keys::INTENT_COMPONENTS);
+    assert_eq!(
+        ControllerAnnotations::parse(&current).unwrap_err(),
+        ProtocolError::Missing { key: keys::INTENT_COMPONENTS, with: "intent=fetch" }
+    );
 }
 
 /// Issue 27 item 5: one random token generator for every writer; its tokens are valid annotation values and do

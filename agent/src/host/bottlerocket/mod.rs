@@ -25,7 +25,9 @@
 mod api;
 mod pin;
 
-use super::{HostError, HostFacts, HostUpdater, KubernetesUpgrade, check_reported_image, read_boot_id};
+use super::{
+    HostError, HostFacts, HostUpdater, KubernetesFetch, KubernetesUpgrade, check_reported_image, read_boot_id,
+};
 use api::{Api, CommandOutcome, CommandStatus, UpdateCommand, UpdateState, UpdateStatus};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -242,6 +244,21 @@ impl HostUpdater for BottlerocketHost {
                      update the image to a variant of the target version instead"
                 .to_owned(),
         })
+    }
+
+    async fn fetch_kubernetes(&self, fetch: &KubernetesFetch) -> Result<(), HostError> {
+        // Nothing to fetch ahead either: there will be no kubeadm upgrade to use it.
+        Err(HostError::Unsupported {
+            operation: format!("fetching the Kubernetes {} components ahead of a kubeadm upgrade", fetch.version),
+            reason: "on Bottlerocket the Kubernetes version comes with the OS image variant (aws-k8s-1.34, ...); \
+                     update the image to a variant of the target version instead"
+                .to_owned(),
+        })
+    }
+
+    async fn discard_fetched(&self) -> Result<(), HostError> {
+        // Nothing is ever fetched.
+        Ok(())
     }
 
     async fn release(&self, target: &str) -> Result<(), HostError> {
@@ -492,6 +509,12 @@ mod tests {
         let message = error.to_string();
         assert!(message.contains("upgrading Kubernetes to v1.34.1 with kubeadm is not supported"), "{message}");
         assert!(message.contains("comes with the OS image variant"), "{message}");
+        let fetch = KubernetesFetch { version: "v1.34.1".parse().unwrap(), components: Vec::new() };
+        let error = host.fetch_kubernetes(&fetch).await.unwrap_err();
+        assert!(matches!(error, HostError::Unsupported { .. }) && !error.is_retryable(), "{error}");
+        let message = error.to_string();
+        assert!(message.contains("fetching the Kubernetes v1.34.1 components ahead"), "{message}");
+        host.discard_fetched().await.unwrap();
     }
 
     fn status(state: UpdateState, chosen: Option<&str>, staged: Option<&str>) -> UpdateStatus {

@@ -284,3 +284,26 @@ async fn an_upgrade_behind_a_proxy_downloads_through_it_and_completes() {
         ["kubeadm", "kubectl", "kubelet"].iter().map(|n| format!("GET {base}/{n} HTTP/1.1")).collect();
     assert_eq!(seen, asked, "every download went through the proxy");
 }
+
+/// Issue 32: what `intent=fetch` fetched is installed by the later upgrade with the artifact server gone, and a
+/// discard deletes it (the same upgrade then needs the server again).
+#[tokio::test]
+async fn components_fetched_ahead_are_installed_without_the_artifact_server_until_discarded() {
+    let fixture = Fixture::new();
+    let files = artifacts(fixture.kubeadm(0, "ok"));
+    let served = release(&serve(files.clone()).await, &files);
+    let host = fixture.host();
+    let fetch = KubernetesFetch { version: served.cluster_version.clone(), components: served.components.clone() };
+    host.fetch_kubernetes(&fetch).await.unwrap();
+    assert_eq!(fixture.installed("/usr/local/bin/kubeadm"), None, "a fetch installs nothing");
+    assert_eq!(host.components_hash().await.unwrap(), None);
+    // The same components (same hashes) from a server that is gone: only the cache can serve them.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let unreachable = release(&format!("http://{closed}"), &files);
+    host.upgrade_kubernetes(&upgrade(Role::Worker, &unreachable)).await.unwrap();
+    assert_eq!(fixture.installed("/usr/local/bin/kubectl").as_deref(), Some(&b"kubectl v1.34.1"[..]));
+    host.discard_fetched().await.unwrap();
+    assert!(!fixture.root.path().join("var/lib/update-operator/fetched").exists());
+    let error = host.upgrade_kubernetes(&upgrade(Role::Worker, &unreachable)).await.unwrap_err();
+    assert!(error.is_retryable(), "a download that failed: {error}");
+}

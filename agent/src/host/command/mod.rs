@@ -8,7 +8,9 @@
 //! - `unstage` (optional) discards the staged target, which is passed as its last argument.
 //!
 //! With a `kubernetes` section, the `kubeadm-upgrade` step installs the components under its `hostRoot` and
-//! runs kubeadm and the kubelet restart (see [`HostUpdater::upgrade_kubernetes`] and [`CommandConfig`]).
+//! runs kubeadm and the kubelet restart (see [`HostUpdater::upgrade_kubernetes`] and [`CommandConfig`]); the
+//! `fetch` step fetches them ahead into the fetch cache under `hostRoot`
+//! ([`crate::components::DEFAULT_FETCH_CACHE`]), which the upgrade then installs from.
 //!
 //! With `nsenter: true` every command runs in the host's namespaces (those of PID 1: cgroup, IPC, UTS,
 //! network, PID, mount), entered by the agent itself before the command is executed, as
@@ -34,7 +36,10 @@ mod run;
 
 pub use config::{CommandConfig, DEFAULT_COMMAND_MEMORY_MAX, MAX_TIMEOUT_SECONDS};
 
-use super::{EX_TEMPFAIL, HostError, HostFacts, HostUpdater, KubernetesUpgrade, check_reported_image, read_boot_id};
+use super::{
+    EX_TEMPFAIL, HostError, HostFacts, HostUpdater, KubernetesFetch, KubernetesUpgrade, check_reported_image,
+    read_boot_id,
+};
 use crate::components::{Installer, installed_in_background};
 use crate::kubeadm;
 use cgroup::Cgroups;
@@ -193,6 +198,17 @@ impl CommandHost {
         })
     }
 
+    /// The installer of the `kubernetes` section, downloading through the configured proxy.
+    fn installer(&self, kubernetes: &KubernetesConfig) -> Result<Installer, HostError> {
+        let mut installer = Installer::new(&kubernetes.host_root, &kubernetes.record)?;
+        if let Some((url, no_proxy)) = &self.proxy {
+            let proxies =
+                crate::components::Matcher::builder().http(url.clone()).https(url.clone()).no(no_proxy.clone());
+            installer = installer.with_proxies(proxies.build())?;
+        }
+        Ok(installer)
+    }
+
     /// The components hash from the record of installed components; `None` without a `kubernetes` section
     /// or a record.
     async fn components_hash(&self) -> Result<Option<ComponentsHash>, HostError> {
@@ -312,13 +328,8 @@ impl HostUpdater for CommandHost {
                     message: error.to_string(),
                 }
             })?;
-        let mut installer = Installer::new(&kubernetes.host_root, &kubernetes.record)?;
-        if let Some((url, no_proxy)) = &self.proxy {
-            let proxies =
-                crate::components::Matcher::builder().http(url.clone()).https(url.clone()).no(no_proxy.clone());
-            installer = installer.with_proxies(proxies.build())?;
-        }
-        // Everything is downloaded and verified before anything is installed.
+        let installer = self.installer(kubernetes)?;
+        // Everything is downloaded (or taken from the fetch cache) and verified before anything is installed.
         let mut prepared = installer.prepare(&upgrade.components).await?;
         prepared.install_where(|component| !kubeadm::replaced_after_kubeadm(component)).await?;
         let kubeadm_timeout = kubernetes.kubeadm_timeout_seconds.map_or(DEFAULT_KUBEADM_TIMEOUT, Duration::from_secs);
@@ -342,6 +353,19 @@ impl HostUpdater for CommandHost {
         }
         tracing::info!(version = %upgrade.version, "Kubernetes components upgraded");
         Ok(())
+    }
+
+    async fn fetch_kubernetes(&self, fetch: &KubernetesFetch) -> Result<(), HostError> {
+        let kubernetes = self.kubernetes(&fetch.version)?;
+        let fetched = self.installer(kubernetes)?.fetch(&fetch.components).await.map_err(HostError::Fetch)?;
+        tracing::info!(version = %fetch.version, fetched.downloaded, fetched.cached, "Kubernetes components fetched ahead");
+        Ok(())
+    }
+
+    async fn discard_fetched(&self) -> Result<(), HostError> {
+        // Without a kubernetes section nothing was ever fetched.
+        let Some(kubernetes) = &self.config.kubernetes else { return Ok(()) };
+        self.installer(kubernetes)?.discard_fetched().await.map_err(HostError::Fetch)
     }
 
     async fn stage(&self, target: &str) -> Result<(), HostError> {

@@ -143,6 +143,18 @@ impl Handler for DevHosts {
                 state.hosts.get_mut(&node).unwrap().staged_image = Some(image);
                 Reply::new(StatusCode::OK, "{}")
             }
+            (Method::POST, "kubernetes/fetch") => {
+                if serde_json::from_slice::<Value>(&call.body).is_err() {
+                    return message(StatusCode::BAD_REQUEST, "the body must be JSON");
+                }
+                // Held as a stage is, and failing as stages do.
+                tokio::time::sleep(stage_duration).await;
+                match self.state.lock().unwrap().stage_fault.clone() {
+                    Some((status, text)) => message(status, &text),
+                    None => Reply::new(StatusCode::OK, "{}"),
+                }
+            }
+            (Method::POST, "kubernetes/discard") => Reply::new(StatusCode::OK, "{}"),
             (Method::POST, "reboot") => {
                 let mut state = self.state.lock().unwrap();
                 state.boots += 1;

@@ -81,6 +81,17 @@ impl HostUpdater for FakeHost {
             reason: "this fake host only stages and reboots".into(),
         })
     }
+
+    async fn fetch_kubernetes(&self, fetch: &agent::host::KubernetesFetch) -> Result<(), HostError> {
+        Err(HostError::Unsupported {
+            operation: format!("fetching the Kubernetes {} components ahead", fetch.version),
+            reason: "this fake host only stages and reboots".into(),
+        })
+    }
+
+    async fn discard_fetched(&self) -> Result<(), HostError> {
+        Ok(())
+    }
 }
 
 impl FakeHost {
