@@ -196,8 +196,9 @@ impl PodHolds {
         let now = Instant::now();
         let due: Vec<String> =
             self.found.lock().iter().filter(|(_, (_, until))| *until <= now).map(|(n, _)| n.clone()).collect();
-        let looks = due.iter().map(|node| self.check(node));
-        for (node, result) in due.iter().zip(futures::future::join_all(looks).await) {
+        let looks: Vec<_> = due.iter().map(|node| self.check(node)).collect();
+        let limit = crate::executor::in_flight::REQUESTS_IN_FLIGHT;
+        for (node, result) in due.iter().zip(crate::executor::in_flight::bounded(looks, limit).await) {
             if let Err(error) = result {
                 tracing::warn!(%node, %error, "kept holding the node");
                 if let Some((_, until)) = self.found.lock().get_mut(node) {
@@ -207,10 +208,13 @@ impl PodHolds {
         }
         // The nodes held for their workloads: looked at the same way (released once they are whole).
         let due = self.settling.due();
-        let looks = due.iter().map(|(node, timeout, rollout)| {
-            self.look(node, Some(crate::settle::SettleFor { timeout: *timeout, rollout }))
-        });
-        for ((node, ..), result) in due.iter().zip(futures::future::join_all(looks).await) {
+        let looks: Vec<_> = due
+            .iter()
+            .map(|(node, timeout, rollout)| {
+                self.look(node, Some(crate::settle::SettleFor { timeout: *timeout, rollout }))
+            })
+            .collect();
+        for ((node, ..), result) in due.iter().zip(crate::executor::in_flight::bounded(looks, limit).await) {
             match result {
                 Err(error) => {
                     tracing::warn!(%node, %error, "kept holding the node for its workloads");

@@ -14,6 +14,7 @@
 //!   API server returned for it ([`OwnWrites`], shared with the NodeOp controller), so it never acts twice on a
 //!   stale view, nor misses a node the NodeOp controller just started.
 
+pub(crate) mod in_flight;
 mod node_state;
 mod replacement;
 mod taint;
@@ -230,10 +231,10 @@ impl Executor {
             .map(|(a, _)| a.node.as_str())
             .collect();
         let alone = taints.iter().filter(|r| !folded.contains(r.node.as_str()));
-        let alone = alone.filter_map(|r| Some(self.retaint(term, nodes.get(&r.node)?, r.on)));
+        let alone: Vec<_> = alone.filter_map(|r| Some(self.retaint(term, nodes.get(&r.node)?, r.on))).collect();
         let mut lone = Applied::default();
         let (results, ()) = futures::future::join(
-            futures::future::join_all(alone),
+            in_flight::bounded(alone, in_flight::REQUESTS_IN_FLIGHT),
             self.apply_phase(term, &others, &retaint, nodes, now, &mut applied),
         )
         .await;
@@ -259,8 +260,8 @@ impl Executor {
         let Some(holds) = &self.pod_holds else { return starts };
         // Also before a node is staged ahead: a staged node that waits for its workloads would keep its staging slot
         // from a node that runs none of them.
-        let looks = starts.iter().map(|(action, batch)| holds.look(&action.node, batch.settle));
-        let found = futures::future::join_all(looks).await;
+        let looks: Vec<_> = starts.iter().map(|(action, batch)| holds.look(&action.node, batch.settle)).collect();
+        let found = in_flight::bounded(looks, in_flight::REQUESTS_IN_FLIGHT).await;
         let mut allowed = Vec::with_capacity(starts.len());
         for (planned, found) in starts.into_iter().zip(found) {
             match found {
@@ -317,7 +318,7 @@ impl Executor {
                 }
             }
         }
-        for result in futures::future::join_all(writes).await {
+        for result in in_flight::bounded(writes, in_flight::REQUESTS_IN_FLIGHT).await {
             applied.count(result);
         }
     }
