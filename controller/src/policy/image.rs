@@ -25,10 +25,7 @@ pub(super) fn plan_image_rollout(
     }
     summarize(&mut plan, members);
     plan.replacements = records.listing(members);
-    let drain_timeouts =
-        members.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
-    let staged = members.iter().filter(|(_, a)| matches!(a.situation, Situation::Staging { eligible: true, .. }));
-    let waiting = (drain_timeouts, staged.count() as u32);
+    let waiting = pipeline::waiting(members);
     let Some(spec) = open_image_gates(rollout, &mut plan, overlap, waiting, now) else { return plan };
     let replaced = members.iter().filter(|(_, a)| a.replace).count() as u32;
     let allowed = spec.policy.max_surge.resolve(replaced);

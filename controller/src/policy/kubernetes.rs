@@ -133,11 +133,7 @@ pub(super) fn plan_rollout(
     }
     super::image::summarize(&mut plan, &members_k);
     start_heirs(&mut plan, &members_k, target, now);
-    let drain_timeouts =
-        members_k.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
-    // Fetched nodes waiting for their turn keep the gates asked even when no node is outdated any more.
-    let staged = members_k.iter().filter(|(_, a)| matches!(a.situation, Situation::Staging { eligible: true, .. }));
-    let gates = (drain_timeouts, staged.count() as u32);
+    let gates = pipeline::waiting(&members_k);
     if pipeline::open(rollout, &mut plan, Some(&flow(target)), gates, autoscaler_running, now).is_some() {
         let bounds = pipeline::Bounds::of(rollout, spec, &plan, now);
         select(&mut plan, &members_k, target, spec, (shared, own_node), &bounds, now);

@@ -171,6 +171,15 @@ pub(super) enum Start {
     Replace,
 }
 
+/// What [`open`] reads of a flow's members: how many are blocked by their drain (rule 5), and how many are staged (or
+/// fetched) and waiting for their turn, which keep the gates asked when no member is outdated any more.
+pub(super) fn waiting(members: &[(&NodeView, &Assessment)]) -> (usize, u32) {
+    let drain_timeouts =
+        members.iter().filter(|(_, a)| matches!(a.situation, Situation::Blocked { by_drain: true, .. })).count();
+    let staged = members.iter().filter(|(_, a)| matches!(a.situation, Situation::Staging { eligible: true, .. }));
+    (drain_timeouts, staged.count() as u32)
+}
+
 /// Gates 1–6 of the module docs for `rollout`, whose members are summarized in `plan`: returns the spec to select
 /// under when every gate is open and a member is outdated or staged and waiting for its turn (`staged`);
 /// otherwise `plan.hold` says why not, if anything. `autoscaler` says why the flow's starts must wait for the
