@@ -1,17 +1,19 @@
 //! Per-event planning time at 500 to 10,000 nodes: the full `plan_with` over every node (what the controller did
 //! on every change) against the incremental `Planner` (the changed nodes given, then a plan), over the same events
-//! of one in-place rollout at `maxUnavailable` 50; and what the reconciler pays besides the plan: building every
+//! of one in-place rollout at `maxUnavailable` 50, of the image (`image`) or of Kubernetes (`kubernetes`: fetched
+//! ahead, drained, upgraded with kubeadm, verified); and what the reconciler pays besides the plan: building every
 //! node's view (before) against bringing the views up to date from the watched store (after, `NodeViews::sync`).
-//! Prints one JSON object per cluster size.
+//! Prints one JSON object per cluster size and flow.
 //!
 //! ```text
-//! cargo bench -p controller --bench planning [-- --sizes 500,1000,5000,10000 --events 1000]
+//! cargo bench -p controller --bench planning [-- --sizes 500,1000,5000,10000 --events 1000 --flows image,kubernetes]
 //! ```
 
 use controller::executor::next_state;
 use controller::node_views::{NodeViews, Sources};
 use controller::nodes::SlimNode;
 use controller::policy::budget::MaxUnavailable;
+use controller::policy::kubernetes::{KubernetesSpec, KubernetesTarget};
 use controller::policy::{
     ActionKind, ClusterPlan, DrainProgress, Fleet, NodeAction, NodeSelector, NodeView, Planner, Policy, Rollout,
     SpecState, ValidSpec, plan_with,
@@ -19,13 +21,16 @@ use controller::policy::{
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::{reflector, watcher};
-use shared::protocol::{AgentReport, AgentState, BootId, ControllerAnnotations, Token, keys};
+use shared::protocol::{AgentReport, AgentState, BootId, ComponentsHash, ControllerAnnotations, Token, keys};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
 const OLD: &str = "v1";
 const TARGET: &str = "v2";
+/// The Kubernetes version of the `kubernetes` flow, and the components hash its nodes report once upgraded.
+const KUBERNETES: &str = "v1.34.1";
+const COMPONENTS_HASH: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 /// How often the full plan is timed (and compared), in events.
 const FULL_EVERY: usize = 5;
 
@@ -38,12 +43,23 @@ fn main() {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     let events: usize = value("--events").and_then(|e| e.parse().ok()).unwrap_or(1000);
+    let flows = value("--flows").unwrap_or_else(|| "image,kubernetes".into());
     for size in sizes {
-        match run(size, events) {
-            Ok(line) => println!("{line}"),
-            Err(error) => {
-                eprintln!("{size} nodes: {error}");
-                std::process::exit(1);
+        for flow in flows.split(',').map(str::trim) {
+            let kubernetes = match flow {
+                "image" => false,
+                "kubernetes" => true,
+                other => {
+                    eprintln!("--flows: unknown flow {other:?} (image, kubernetes)");
+                    std::process::exit(2);
+                }
+            };
+            match run(size, events, kubernetes) {
+                Ok(line) => println!("{line}"),
+                Err(error) => {
+                    eprintln!("{size} nodes, {flow}: {error}");
+                    std::process::exit(1);
+                }
             }
         }
     }
@@ -58,6 +74,8 @@ enum World {
     Drained,
     /// The node is back from its reboot on the target.
     Rebooted,
+    /// The kubelet restarted on the Kubernetes version, with the components.
+    Upgraded,
 }
 
 struct Cluster {
@@ -101,11 +119,23 @@ fn worker(name: String) -> Result<NodeView, String> {
 }
 
 impl Cluster {
-    fn new(size: usize) -> Result<Cluster, String> {
+    /// `size` workers on the old image and Kubernetes, and one rollout of the new image, or (`kubernetes`) of the
+    /// new Kubernetes first (the API server upgraded already: the workers' turns).
+    fn new(size: usize, kubernetes: bool) -> Result<Cluster, String> {
         let policy = Policy { max_unavailable: MaxUnavailable::Count(50), ..Policy::default() };
         let spec =
             ValidSpec { generation: 1, target: TARGET.into(), policy, raw: serde_json::json!({"image": TARGET}) };
-        let rollouts = vec![Rollout::new("nv", SpecState::Valid(Arc::new(spec)), None)];
+        let mut rollout = Rollout::new("nv", SpecState::Valid(Arc::new(spec)), None);
+        if kubernetes {
+            let version = KUBERNETES.parse().map_err(|e| format!("{e}"))?;
+            rollout.kubernetes = Some(KubernetesSpec::Upgrade(KubernetesTarget {
+                api_server: KUBERNETES.parse().map_err(|e| format!("{e}"))?,
+                version,
+                components: "k8s-components".into(),
+                hash: COMPONENTS_HASH.into(),
+            }));
+        }
+        let rollouts = vec![rollout];
         let mut views = Vec::with_capacity(size);
         let mut index = BTreeMap::new();
         for i in 0..size {
@@ -138,7 +168,8 @@ impl Cluster {
             node.controller = Ok(next);
             node.unschedulable = unschedulable;
             let world = match action.kind {
-                ActionKind::Stage { .. } => Some(World::Staged),
+                ActionKind::Stage { .. } | ActionKind::Fetch { .. } => Some(World::Staged),
+                ActionKind::KubeadmUpgrade { .. } => Some(World::Upgraded),
                 ActionKind::Drain { .. } => {
                     node.drain = DrainProgress::Running { waiting_on: None };
                     Some(World::Drained)
@@ -179,6 +210,14 @@ impl Cluster {
                     report.boot_id = BootId::parse("boot", &boot).ok();
                 }
                 node.kubelet_boot_id = Some(boot);
+            }
+            World::Upgraded => {
+                if let Ok(report) = &mut node.agent {
+                    report.state = Some(AgentState::Done);
+                    report.token = Some(intent.token);
+                    report.components_hash = ComponentsHash::parse("hash", COMPONENTS_HASH).ok();
+                }
+                node.kubelet_version = Some(KUBERNETES.into());
             }
         }
         Some(name)
@@ -273,8 +312,8 @@ fn view_cost(size: usize) -> Result<f64, String> {
     Ok(started.elapsed().as_secs_f64() * 1e6 / size as f64)
 }
 
-fn run(size: usize, events: usize) -> Result<serde_json::Value, String> {
-    let mut cluster = Cluster::new(size)?;
+fn run(size: usize, events: usize, kubernetes: bool) -> Result<serde_json::Value, String> {
+    let mut cluster = Cluster::new(size, kubernetes)?;
     let mut planner = Planner::new();
     planner.set_context(cluster.rollouts.clone(), Fleet::default(), None);
     for view in &cluster.views {
@@ -312,9 +351,15 @@ fn run(size: usize, events: usize) -> Result<serde_json::Value, String> {
         // One node's own change per event (its report, its drain, its reboot).
         changed.extend(cluster.world());
     }
-    let counts = planner.plan(cluster.now).rollouts[0].counts;
+    let last = planner.plan(cluster.now);
+    let counts = last.rollouts[0].counts;
+    let upgrading = last.rollouts[0].kubernetes.as_ref().is_some_and(|k| k.active);
+    if kubernetes && !upgrading {
+        return Err("the Kubernetes upgrade is over before the last event: give fewer events".into());
+    }
     Ok(serde_json::json!({
         "nodes": size,
+        "flow": if kubernetes { "kubernetes" } else { "image" },
         "events": events,
         "full_plan_us": summary(full),
         "incremental_us": summary(incremental),

@@ -17,8 +17,8 @@ use std::collections::BTreeSet;
 const MAX_NAMED: usize = 5;
 /// How many held-back nodes `status.heldBack` lists (the condition and the counts tell the rest).
 pub const MAX_HELD_LISTED: usize = 50;
-/// How many nodes `status.kubelets` lists.
-pub const MAX_KUBELETS_LISTED: usize = 500;
+/// How many nodes `status.kubelets` lists (the first by name: the plan keeps no more).
+pub const MAX_KUBELETS_LISTED: usize = crate::policy::kubernetes::LISTED;
 
 pub const PROGRESSING: &str = "Progressing";
 pub const UP_TO_DATE: &str = "UpToDate";

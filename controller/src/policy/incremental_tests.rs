@@ -90,12 +90,66 @@ fn configurations() -> Vec<Vec<Rollout>> {
         vec![rollout("nv", valid_spec(TARGET, 11, Policy { max_surge: budget::MaxSurge::Count(0), ..policy(2) }))],
         vec![rollout("nv", valid_spec(TARGET, 13, Policy { max_unavailable_per_zone: Some(1), ..policy(3) }))],
         vec![rollout("nv", valid_spec(TARGET, 14, Policy { prefer_updated_nodes: false, ..policy(2) }))],
+        // Kubernetes upgrades: the API server still to be upgraded (the first control-plane node applies), already
+        // upgraded, with a soak and staging bounds, refused, and beside a rollout of the image only.
+        vec![upgrading(rollout("nv", two.clone()), OLD_KUBERNETES)],
+        vec![upgrading(rollout("nv", two.clone()), KUBERNETES)],
+        vec![upgrading(
+            rollout(
+                "nv",
+                valid_spec(
+                    TARGET,
+                    15,
+                    Policy {
+                        soak_time: SignedDuration::from_secs(90),
+                        max_staging: Some(MaxUnavailable::Count(1)),
+                        ..policy(3)
+                    },
+                ),
+            ),
+            OLD_KUBERNETES,
+        )],
+        vec![Rollout {
+            kubernetes: Some(kubernetes::KubernetesSpec::Refused("the ConfigMap k8s-components is missing".into())),
+            ..rollout("nv", two.clone())
+        }],
+        vec![
+            upgrading(rollout("nv", two.clone()), OLD_KUBERNETES),
+            rollout("pool-one", valid_spec("v3", 1, Policy { selector: pool_one_again(), ..policy(1) })),
+        ],
     ]
+}
+
+/// The Kubernetes version the upgrades of [`configurations`] go to, and the one before.
+const KUBERNETES: &str = "v1.34.1";
+const OLD_KUBERNETES: &str = "v1.33.0";
+const COMPONENTS_HASH: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+
+/// `rollout` upgrading Kubernetes to [`KUBERNETES`], the API server reporting `api_server`.
+fn upgrading(rollout: Rollout, api_server: &str) -> Rollout {
+    let target = kubernetes::KubernetesTarget {
+        version: KUBERNETES.parse().expect("a version"),
+        components: "k8s-components-sha256-11".into(),
+        hash: COMPONENTS_HASH.into(),
+        api_server: api_server.parse().expect("a version"),
+    };
+    Rollout { kubernetes: Some(kubernetes::KubernetesSpec::Upgrade(target)), ..rollout }
+}
+
+fn pool_one_again() -> NodeSelector {
+    NodeSelector::from_label_selector(&LabelSelector {
+        match_labels: Some([("pool".to_owned(), "one".to_owned())].into()),
+        ..Default::default()
+    })
+    .expect("a valid selector")
 }
 
 /// A simulated cluster fed to both planners.
 struct Run {
     rng: ChaCha8Rng,
+    /// The sequence keeps the configuration it starts with (one of three, a Kubernetes upgrade, so that whole
+    /// upgrades run to their end), instead of switching now and then.
+    sticky: bool,
     now: Timestamp,
     nodes: BTreeMap<String, NodeView>,
     /// Nodes labelled `pool=one`.
@@ -154,6 +208,7 @@ impl Run {
             nodes,
             pool_one,
             rollouts: configurations().remove(0),
+            sticky: false,
             own_node,
             fleet: Fleet { groups, etcd: EtcdAccess::Client, ..Fleet::default() },
             planner: Planner::new(),
@@ -213,7 +268,7 @@ impl Run {
             self.add();
             return "node added to an empty cluster".into();
         };
-        match self.random(26) {
+        match self.random(27) {
             0..=5 => self.apply(),
             6..=8 => {
                 // Mostly a node with something to do, or the sequences hardly finish an update (a node staged
@@ -257,6 +312,7 @@ impl Run {
                     format!("{name} removed")
                 }
             }
+            14 if self.sticky => "the configuration is kept".into(),
             14 => {
                 let configurations = configurations();
                 let i = self.random(configurations.len() as u64) as usize;
@@ -356,6 +412,16 @@ impl Run {
                 } else {
                     "no PendingNode to delete".into()
                 }
+            }
+            26 => {
+                // The API server reports another version (the control plane upgraded, or a stale answer).
+                let version = [KUBERNETES, OLD_KUBERNETES][self.random(2) as usize];
+                for rollout in &mut self.rollouts {
+                    if let Some(kubernetes::KubernetesSpec::Upgrade(target)) = &mut rollout.kubernetes {
+                        target.api_server = version.parse().expect("a version");
+                    }
+                }
+                format!("the API server reports {version}")
             }
             17 => {
                 let secs = 1 + self.random(120) as i64;
@@ -581,6 +647,15 @@ impl Run {
             report.os_image = Some(intent.target.clone());
             n.kubelet_boot_id = Some(id);
         }
+        if intent.step == Step::KubeadmUpgrade && !fails {
+            // The kubelet restarts on the new version with the components of the ConfigMap (now and then with
+            // other components: a hash that does not match keeps it from being verified).
+            report.components_hash = shared::protocol::ComponentsHash::parse("k", COMPONENTS_HASH).ok();
+            if boots.is_multiple_of(7) {
+                report.components_hash = None;
+            }
+            n.kubelet_version = Some(intent.target.clone());
+        }
         format!("{name}: agent finished {} (failed: {fails})", intent.step)
     }
 
@@ -615,7 +690,7 @@ impl Run {
                 self.fed.insert(name.clone(), seen);
             }
         }
-        assert!(self.planner.incremental(), "no Kubernetes upgrade: the planner must index");
+        assert!(self.planner.incremental(), "no rollback: the planner must index");
         let got = self.planner.plan(self.now);
         let nodes: Vec<NodeView> = self.nodes.values().cloned().collect();
         let want = plan_with(&nodes, &self.rollouts, &self.fleet, self.own_node.as_deref(), self.now);
@@ -652,6 +727,15 @@ fn sequences(seeds: std::ops::Range<u64>) -> BTreeMap<&'static str, u64> {
     let mut applied = BTreeMap::new();
     for seed in seeds {
         let mut run = Run::new(seed);
+        if seed.is_multiple_of(3) {
+            // One sequence in three upgrades Kubernetes from start to end, its API server upgraded now and then.
+            let upgrades: Vec<Vec<Rollout>> =
+                configurations().into_iter().filter(|c| c.iter().any(|r| r.kubernetes.is_some())).collect();
+            let i = (seed / 3) as usize % upgrades.len();
+            run.rollouts = upgrades.into_iter().nth(i).unwrap_or_default();
+            run.sticky = true;
+            run.select();
+        }
         run.check(seed, 0, "start");
         for step in 1..300 {
             let event = run.event();
@@ -672,7 +756,9 @@ fn the_incremental_planner_decides_as_the_full_plan_after_every_event() {
     // and of a replacement is applied, the wind-down's too.
     let steps = ["Stage", "Drain", "Reboot", "Done", "Replace", "CreateInstance", "Shield", "Inherit", "DrainDonor"];
     // The taint of outdated nodes is put on and taken off (`taint`), by the full plan and the incremental one alike.
-    for kind in steps.into_iter().chain(["AbandonReplacement", "TaintOn", "TaintOff"]) {
+    // The Kubernetes upgrade's steps too, fetches ahead and kubeadm with both roles.
+    let kubernetes = ["Fetch", "KubeadmUpgrade"];
+    for kind in steps.into_iter().chain(kubernetes).chain(["AbandonReplacement", "TaintOn", "TaintOff"]) {
         assert!(applied.get(kind).is_some_and(|n| *n >= 5), "{kind}: {applied:?}");
     }
     // A replacement's last steps come after a dozen events on two nodes and the cloud: few random sequences reach
@@ -836,41 +922,59 @@ fn one_node_changing_in_a_replacement_assesses_that_node_and_the_replacements_no
 }
 
 #[test]
-fn with_a_kubernetes_upgrade_the_planner_decides_with_the_full_plan() {
-    use kubernetes::{KubernetesSpec, KubernetesTarget};
-    let spec = valid_spec(TARGET, 1, Policy::default());
-    let upgrade = KubernetesSpec::Upgrade(KubernetesTarget {
-        version: "v1.34.1".parse().expect("a version"),
-        components: "k8s-components-sha256-11".into(),
-        hash: "sha256:1111111111111111111111111111111111111111111111111111111111111111".into(),
-        api_server: "v1.34.1".parse().expect("a version"),
-    });
-    let rollouts =
-        vec![Rollout { kubernetes: Some(upgrade), ..Rollout::new("nv", SpecState::Valid(spec.clone()), None) }];
-    let group = GroupView { group_id: "g".into(), control_plane: false, image: Some(TARGET.into()) };
-    let fleet = Fleet { groups: vec![group], etcd: EtcdAccess::Client, ..Fleet::default() };
-    let nodes = vec![NodeView { group: Some(member("g", "a", Some(t(-600)))), ..node("a") }, node("b")];
+fn with_a_kubernetes_upgrade_the_planner_indexes_too_and_assesses_a_rollout_again_when_its_flow_changes() {
+    let spec = valid_spec(TARGET, 1, Policy { max_unavailable: MaxUnavailable::Count(3), ..Policy::default() });
+    let rollouts = vec![upgrading(Rollout::new("nv", SpecState::Valid(spec.clone()), None), KUBERNETES)];
     let mut planner = Planner::new();
-    planner.set_context(rollouts.clone(), fleet.clone(), None);
-    for n in &nodes {
-        planner.upsert(n.clone());
+    planner.set_context(rollouts.clone(), Fleet::default(), None);
+    for i in 0..1000 {
+        planner.upsert(node(&format!("n{i:04}")));
     }
-    assert!(!planner.incremental());
-    let got = planner.plan(t(0));
-    assert_eq!(planner.assessed(), 2);
-    let want = plan_with(&nodes, &rollouts, &fleet, None, t(0));
-    assert_eq!(format!("{got:#?}"), format!("{want:#?}"));
-    assert!(got.rollouts[0].kubernetes.is_some());
-    // Nothing changed: the full plan again, every node assessed.
-    planner.plan(t(1));
-    assert_eq!(planner.assessed(), 2);
-    // The upgrade no longer asked for: it indexes again (every node once), then only what changes.
-    let rollouts = vec![Rollout::new("nv", SpecState::Valid(spec), None)];
-    planner.set_context(rollouts, fleet, None);
     assert!(planner.incremental());
+    let nodes = |planner: &Planner| planner.nodes().cloned().collect::<Vec<NodeView>>();
+    let first = planner.plan(t(0));
+    assert_eq!(planner.assessed(), 1000);
+    let want = plan_with(&nodes(&planner), &rollouts, &Fleet::default(), None, t(0));
+    assert_eq!(format!("{first:#?}"), format!("{want:#?}"));
+    let kinds: Vec<&str> = first.rollouts[0].actions.iter().map(|a| a.kind.name()).collect();
+    assert_eq!(kinds, ["Fetch"; 3], "three nodes fetch ahead (maxStaging defaults to maxUnavailable)");
+    assert_eq!(first.rollouts[0].kubernetes.as_ref().map(|k| (k.active, k.nodes.len())), Some((true, 500)));
+    // The three nodes get their intent (the executor's write, seen by the watch): only they are assessed.
+    let mut tokens = 0;
+    let mut apply = |planner: &mut Planner, plan: &ClusterPlan, now: Timestamp| {
+        for action in &plan.rollouts[0].actions {
+            let mut n = planner.node(&action.node).cloned().expect("a node acted on");
+            tokens += 1;
+            assert!(crate::forecast::transition(&mut n, action, Token::from_u64(tokens), now));
+            planner.upsert(n);
+        }
+    };
+    apply(&mut planner, &first, t(1));
+    let second = planner.plan(t(1));
+    assert_eq!(planner.assessed(), 3);
+    assert_eq!(second.rollouts[0].counts.in_progress, 3);
     planner.plan(t(2));
-    assert_eq!(planner.assessed(), 2);
-    planner.plan(t(3));
+    assert_eq!(planner.assessed(), 0, "nothing changed, nothing is assessed");
+    let want = plan_with(&nodes(&planner), &rollouts, &Fleet::default(), None, t(2));
+    assert_eq!(format!("{:#?}", planner.plan(t(2))), format!("{want:#?}"));
+    // The upgrade is over for every node (each runs the version with the components): the image flow plans, and
+    // every member is assessed again once, then only what changes.
+    for i in 0..1000 {
+        let mut n = node(&format!("n{i:04}"));
+        n.kubelet_version = Some(KUBERNETES.into());
+        if let Ok(a) = &mut n.agent {
+            a.components_hash = shared::protocol::ComponentsHash::parse("k", COMPONENTS_HASH).ok();
+        }
+        planner.upsert(n);
+    }
+    let image = planner.plan(t(3));
+    assert_eq!(planner.assessed(), 1000);
+    assert_eq!(image.rollouts[0].kubernetes.as_ref().map(|k| k.active), Some(false));
+    let kinds: Vec<&str> = image.rollouts[0].actions.iter().map(|a| a.kind.name()).collect();
+    assert_eq!(kinds, ["Stage"; 3], "the image flow stages ahead");
+    let want = plan_with(&nodes(&planner), &rollouts, &Fleet::default(), None, t(3));
+    assert_eq!(format!("{image:#?}"), format!("{want:#?}"));
+    planner.plan(t(4));
     assert_eq!(planner.assessed(), 0);
 }
 

@@ -45,6 +45,7 @@ use super::{ActionKind, DrainProgress, Hold, InFlight, NodeView, Plan, Reason, R
 use jiff::Timestamp;
 use shared::protocol::{AgentReport, AgentState, ControllerAnnotations, Intent, KubeadmIntent, KubeadmRole, Step};
 use shared::version::KubeVersion;
+use std::sync::Arc;
 
 /// A NodeVersion's Kubernetes upgrade, as the reconciler validated it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,27 +68,35 @@ pub struct KubernetesTarget {
     pub api_server: KubeVersion,
 }
 
+/// How many nodes' kubelets a rollout's [`Progress`] lists (the first by name): the status shows no more.
+pub const LISTED: usize = 500;
+
+/// A node's name, kubelet version and components hash, as the status lists them.
+pub type Kubelet = (String, Option<String>, Option<String>);
+
 /// A rollout's Kubernetes upgrade, for the status.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Progress {
     /// The upgrade is under way: some node does not run the version yet (a refused upgrade is not under way).
     pub active: bool,
-    /// Each node's (name, kubelet version, components hash), by name.
-    pub nodes: Vec<(String, Option<String>, Option<String>)>,
+    /// The first [`LISTED`] nodes by name, each with its kubelet version and components hash. Shared: the
+    /// incremental planner builds the list again only when a node's kubelet changes.
+    pub nodes: Arc<Vec<Kubelet>>,
 }
 
 impl Progress {
     pub(super) fn of(active: bool, members: &[(&NodeView, &Assessment)]) -> Progress {
-        let mut nodes: Vec<_> = members
-            .iter()
-            .map(|(n, _)| {
-                let hash = n.agent.as_ref().ok().and_then(|a| a.components_hash.as_ref()).map(|h| h.to_string());
-                (n.name.clone(), n.kubelet_version.clone(), hash)
-            })
-            .collect();
+        let mut nodes: Vec<Kubelet> = members.iter().map(|(n, _)| kubelet(n)).collect();
         nodes.sort();
-        Progress { active, nodes }
+        nodes.truncate(LISTED);
+        Progress { active, nodes: Arc::new(nodes) }
     }
+}
+
+/// What the status lists of the node's kubelet.
+pub(super) fn kubelet(n: &NodeView) -> Kubelet {
+    let hash = n.agent.as_ref().ok().and_then(|a| a.components_hash.as_ref()).map(|h| h.to_string());
+    (n.name.clone(), n.kubelet_version.clone(), hash)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -112,33 +121,164 @@ pub(super) fn plan_rollout(
                 plan.wake(a.wake_at);
             }
             super::image::summarize(&mut plan, members);
-            plan.hold = Some(Hold::new(Reason::KubernetesUpgradeRefused, message.clone()));
+            plan.hold = Some(refused(message));
             return Some(plan);
         }
         KubernetesSpec::Upgrade(target) => target,
     };
-    let target = &effective(target, members);
-    let assessments: Vec<Assessment> = members
-        .iter()
-        .map(|(node, image)| Assessment { surge: image.surge, ..assess(node, image, target, spec, now) })
-        .collect();
-    let members_k: Vec<(&NodeView, &Assessment)> = members.iter().map(|(n, _)| *n).zip(assessments.iter()).collect();
+    let target = &effective(target, members.iter().any(|(n, _)| verified_control_plane(n, target)));
     if finished(members, target, spec, now) {
         return None;
     }
+    let assessments: Vec<Assessment> =
+        members.iter().map(|(node, image)| assess_member(node, image, target, spec, now)).collect();
+    let members_k: Vec<(&NodeView, &Assessment)> = members.iter().map(|(n, _)| *n).zip(assessments.iter()).collect();
     let mut plan = Plan::default();
     for a in &assessments {
         plan.actions.extend(a.action.clone());
         plan.wake(a.wake_at);
     }
     super::image::summarize(&mut plan, &members_k);
-    start_heirs(&mut plan, &members_k, target, now);
+    let facts = members_k.iter().fold(Facts::default(), |f, (n, a)| f.or(Facts::member(n, a)));
+    let pool = |narrowing: &Narrowing| pipeline::Members {
+        members: &members_k,
+        own_node,
+        candidate: if narrowing.control_plane_only { |n, a| n.control_plane && !a.surge } else { |_, a| !a.surge },
+        ahead: |_, a| !a.surge,
+        limit: narrowing.limit,
+        barrier: |_, a| barrier(a),
+        rollback: None,
+    };
     let gates = pipeline::waiting(&members_k);
-    if pipeline::open(rollout, &mut plan, Some(&flow(target)), gates, autoscaler_running, now).is_some() {
-        let bounds = pipeline::Bounds::of(rollout, spec, &plan, now);
-        select(&mut plan, &members_k, target, spec, (shared, own_node), &bounds, now);
-    }
+    turns(&mut plan, (rollout, target, spec), &members_k, gates, &facts, pool, (shared, autoscaler_running), now);
     Some(plan)
+}
+
+/// The hold of a refused upgrade.
+pub(super) fn refused(message: &str) -> Hold {
+    Hold::new(Reason::KubernetesUpgradeRefused, message.to_owned())
+}
+
+/// One member's Kubernetes progress (`image`: its assessment by the image flow), a heir's extra capacity kept.
+pub(super) fn assess_member(
+    node: &NodeView,
+    image: &Assessment,
+    target: &KubernetesTarget,
+    spec: &ValidSpec,
+    now: Timestamp,
+) -> Assessment {
+    Assessment { surge: image.surge, ..assess(node, image, target, spec, now) }
+}
+
+/// Which control-plane members keep the workers waiting: every one not up to date (rule 9 of the pipeline, this
+/// flow's way).
+pub(super) fn barrier(a: &Assessment) -> bool {
+    a.situation != Situation::UpToDate
+}
+
+/// What the flow's narrowing reads of its members, once their progress is known: the same for a list (the full
+/// plan) and for counts kept per member (the incremental planner).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Facts {
+    /// A control-plane member counts against the budget: busy for every rollout.
+    pub control_plane_unavailable: bool,
+    /// A member is in flight (or blocked holding its slot).
+    pub in_flight: bool,
+    /// A control-plane member is.
+    pub control_plane_in_flight: bool,
+    /// A control-plane member could run `kubeadm upgrade apply` now: eligible, or fetching with nothing held.
+    pub control_plane_may_move: bool,
+}
+
+impl Facts {
+    /// One member's part.
+    pub(super) fn member(n: &NodeView, a: &Assessment) -> Facts {
+        let may_move = !a.surge
+            && matches!(
+                a.situation,
+                Situation::Outdated { eligible: true, .. } | Situation::Staging { held: None, .. }
+            );
+        Facts {
+            control_plane_unavailable: n.control_plane && a.unavailable(n),
+            in_flight: a.in_flight(),
+            control_plane_in_flight: n.control_plane && a.in_flight(),
+            control_plane_may_move: n.control_plane && may_move,
+        }
+    }
+
+    pub(super) fn or(self, other: Facts) -> Facts {
+        Facts {
+            control_plane_unavailable: self.control_plane_unavailable || other.control_plane_unavailable,
+            in_flight: self.in_flight || other.in_flight,
+            control_plane_in_flight: self.control_plane_in_flight || other.control_plane_in_flight,
+            control_plane_may_move: self.control_plane_may_move || other.control_plane_may_move,
+        }
+    }
+}
+
+/// How the flow narrows which members take their turn: while the API server is older than the target, only
+/// control-plane members (`control_plane_only`), one (`limit`), and none while anything is in flight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Narrowing {
+    pub control_plane_only: bool,
+    pub limit: usize,
+    /// Why nothing may take its turn, when the narrowing is the reason.
+    pub hold: Option<Hold>,
+}
+
+fn narrowing(target: &KubernetesTarget, facts: &Facts) -> Narrowing {
+    if target.api_server >= target.version {
+        return Narrowing { control_plane_only: false, limit: usize::MAX, hold: None };
+    }
+    let api_server = &target.api_server;
+    let waiting = |message: String| Some(Hold::new(Reason::WaitingForApiServer, message));
+    let mut narrowing = Narrowing { control_plane_only: true, limit: 1, hold: None };
+    if facts.in_flight {
+        narrowing.limit = 0;
+        if !facts.control_plane_in_flight {
+            narrowing.hold =
+                waiting(format!("the API server reports {api_server}; the control plane is upgraded first"));
+        }
+    } else if !facts.control_plane_may_move {
+        narrowing.limit = 0;
+        narrowing.hold = waiting(format!(
+            "the API server reports {api_server}: no control-plane node of this NodeVersion can run kubeadm upgrade \
+             apply now"
+        ));
+    }
+    narrowing
+}
+
+/// After the members' own progress is in `plan` (their actions, wake-ups and summary): the heirs started (`heirs`
+/// may hold any members: only heirs are started), the gates, and the turns and fetches over the members as `pool`
+/// gives them under the flow's [`Narrowing`]. Shared by the full plan and the incremental planner.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn turns<'a, P: pipeline::Pool<'a>>(
+    plan: &mut Plan,
+    (rollout, target, spec): (&Rollout, &KubernetesTarget, &ValidSpec),
+    heirs: &[(&NodeView, &Assessment)],
+    gates: (usize, u32),
+    facts: &Facts,
+    pool: impl FnOnce(&Narrowing) -> P,
+    (shared, autoscaler_running): (&mut pipeline::Shared, Option<&str>),
+    now: Timestamp,
+) {
+    start_heirs(plan, heirs, target, now);
+    let flow = flow(target);
+    if pipeline::open(rollout, plan, Some(&flow), gates, autoscaler_running, now).is_none() {
+        return;
+    }
+    let bounds = pipeline::Bounds::of(rollout, spec, plan, now);
+    // A control-plane member busy in this flow's own view is busy for every rollout.
+    shared.control_plane_busy |= facts.control_plane_unavailable;
+    let narrowing = narrowing(target, facts);
+    let pool = pool(&narrowing);
+    let mut surge = pipeline::Surge { free: u32::MAX, ..pipeline::Surge::default() };
+    let mut selected = pipeline::select(&pool, spec, &flow, (shared, &mut surge), &bounds);
+    if narrowing.hold.is_some() {
+        selected.hold = narrowing.hold;
+    }
+    pipeline::start(plan, &flow, selected, now);
 }
 
 /// Whether the upgrade is over for every member, so that the image flow plans: each runs the version and none is in
@@ -146,43 +286,86 @@ pub(super) fn plan_rollout(
 /// to do this round": while the image flow's steps run, this flow would otherwise plan in its place, start no
 /// image step, and lift with a separate `LeftoverCordon` write the cordon that the image flow's verification lifts.
 fn finished(members: &[(&NodeView, &Assessment)], target: &KubernetesTarget, spec: &ValidSpec, now: Timestamp) -> bool {
-    let version = target.version.to_string();
-    members.iter().all(|(node, _)| {
-        let intent = node.controller.as_ref().ok().and_then(|c| c.intent.as_ref());
-        let open = intent.is_some_and(|i| match i.step {
-            Step::KubeadmUpgrade => true,
-            Step::Done => i.target == version && now < assess::deadline(i.since, spec.policy.soak_time),
-            Step::Stage | Step::Fetch | Step::Drain | Step::Reboot | Step::Replace | Step::Failed | Step::Blocked => {
-                i.target == version
-            }
-        });
-        runs(node, target) && !open
+    members.iter().all(|(node, _)| match closing(node, target, spec) {
+        Closing::Open => false,
+        Closing::Soaking(until) => until <= now,
+        Closing::Finished => true,
     })
 }
 
-/// `target` with the API server's version never behind what the control-plane nodes prove: `/version` through the
-/// Service may answer from an API server not upgraded yet while the control plane is half done, but a control-plane
-/// node verified on the target was upgraded only after `kubeadm upgrade apply` succeeded (no control-plane node is
-/// upgraded with `node` before). Without this, the next control-plane node would take the `apply` branch again.
-fn effective(target: &KubernetesTarget, members: &[(&NodeView, &Assessment)]) -> KubernetesTarget {
+/// Where a member stands in [`finished`]: read from its view alone, so that the incremental planner keeps it per
+/// member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Closing {
+    /// Not on the target, or in a step of this flow (a kubeadm step of any version).
+    Open,
+    /// Verified on the target and soaking until then.
+    Soaking(Timestamp),
+    /// On the target, and no step of this flow.
+    Finished,
+}
+
+pub(super) fn closing(node: &NodeView, target: &KubernetesTarget, spec: &ValidSpec) -> Closing {
+    if !runs(node, target) {
+        return Closing::Open;
+    }
+    let version = target.version.to_string();
+    let intent = node.controller.as_ref().ok().and_then(|c| c.intent.as_ref());
+    match intent {
+        None => Closing::Finished,
+        Some(i) => match i.step {
+            Step::KubeadmUpgrade => Closing::Open,
+            Step::Done if i.target == version => Closing::Soaking(assess::deadline(i.since, spec.policy.soak_time)),
+            Step::Done => Closing::Finished,
+            Step::Stage | Step::Fetch | Step::Drain | Step::Reboot | Step::Replace | Step::Failed | Step::Blocked => {
+                if i.target == version {
+                    Closing::Open
+                } else {
+                    Closing::Finished
+                }
+            }
+        },
+    }
+}
+
+/// `target` with the API server's version never behind what the control-plane nodes prove (`proven`: a member
+/// is [`verified_control_plane`]): `/version` through the Service may answer from an API server not upgraded yet
+/// while the control plane is half done, but a control-plane node verified on the target was upgraded only after
+/// `kubeadm upgrade apply` succeeded (no control-plane node is upgraded with `node` before). Without this, the next
+/// control-plane node would take the `apply` branch again.
+pub(super) fn effective(target: &KubernetesTarget, proven: bool) -> KubernetesTarget {
     let mut target = target.clone();
-    // Verified nodes only: the node applying runs the target before `/version` confirms the control plane.
-    let verified = |n: &NodeView| super::kubeadm_intent(n).is_none() && runs(n, &target);
-    if target.api_server < target.version && members.iter().any(|(n, _)| n.control_plane && verified(n)) {
+    if target.api_server < target.version && proven {
         target.api_server = target.version.clone();
     }
     target
 }
 
+/// Whether `n` is a control-plane node verified on the target: it runs it and is in no kubeadm step (the node
+/// applying runs the target before `/version` confirms the control plane).
+pub(super) fn verified_control_plane(n: &NodeView, target: &KubernetesTarget) -> bool {
+    n.control_plane && super::kubeadm_intent(n).is_none() && runs(n, target)
+}
+
+/// Whether the member is a heir this flow starts outside the budget (see the module docs).
+pub(super) fn heir(a: &Assessment) -> bool {
+    a.surge && matches!(a.situation, Situation::Outdated { eligible: true, .. })
+}
+
 /// Starts the Kubernetes upgrade of every eligible heir (see the module docs), once the API server reports the
 /// target.
-fn start_heirs(plan: &mut Plan, members: &[(&NodeView, &Assessment)], target: &KubernetesTarget, now: Timestamp) {
+pub(super) fn start_heirs(
+    plan: &mut Plan,
+    members: &[(&NodeView, &Assessment)],
+    target: &KubernetesTarget,
+    now: Timestamp,
+) {
     if target.api_server < target.version {
         return;
     }
     let version = target.version.to_string();
     for (node, a) in members {
-        if !(a.surge && matches!(a.situation, Situation::Outdated { eligible: true, .. })) {
+        if !heir(a) {
             continue;
         }
         plan.counts.outdated -= 1;
@@ -399,72 +582,12 @@ fn kubeadm(
 }
 
 /// The flow's part in the [`pipeline`]: the version, and whether the API server is still to be upgraded.
-fn flow(target: &KubernetesTarget) -> pipeline::Flow {
+pub(super) fn flow(target: &KubernetesTarget) -> pipeline::Flow {
     pipeline::Flow::Kubernetes {
         version: target.version.to_string(),
         apply: target.api_server < target.version,
         components: target.components.clone(),
     }
-}
-
-/// Starts nodes through the [`pipeline`]: heirs are not candidates (their donors hold the slots), a control-plane
-/// node keeps the workers waiting until it runs the version, and while the API server is not upgraded the only
-/// node that may take its turn is the first control-plane node, alone, once nothing else is in flight; the
-/// others fetch ahead meanwhile.
-fn select(
-    plan: &mut Plan,
-    members: &[(&NodeView, &Assessment)],
-    target: &KubernetesTarget,
-    spec: &ValidSpec,
-    (shared, own_node): (&mut pipeline::Shared, Option<&str>),
-    bounds: &pipeline::Bounds<'_>,
-    now: Timestamp,
-) {
-    let flow = &flow(target);
-    // A control-plane member busy in this flow's own view is busy for every rollout.
-    shared.control_plane_busy |= members.iter().any(|(n, a)| n.control_plane && a.unavailable(n));
-    let mut pool = pipeline::Members {
-        members,
-        own_node,
-        candidate: |_, a| !a.surge,
-        ahead: |_, a| !a.surge,
-        limit: usize::MAX,
-        barrier: |_, a| a.situation != Situation::UpToDate,
-        rollback: None,
-    };
-    let mut hold = None;
-    if let pipeline::Flow::Kubernetes { apply: true, .. } = flow {
-        let api_server = &target.api_server;
-        // Only the first control-plane node takes its turn, alone; every node may still fetch ahead.
-        pool.candidate = |n, a| n.control_plane && !a.surge;
-        pool.limit = 1;
-        let waiting = |message: String| Some(Hold::new(Reason::WaitingForApiServer, message));
-        let cp_may_move = |a: &Assessment| {
-            !a.surge
-                && matches!(
-                    a.situation,
-                    Situation::Outdated { eligible: true, .. } | Situation::Staging { held: None, .. }
-                )
-        };
-        if members.iter().any(|(_, a)| a.in_flight()) {
-            pool.limit = 0;
-            if !members.iter().any(|(n, a)| n.control_plane && a.in_flight()) {
-                hold = waiting(format!("the API server reports {api_server}; the control plane is upgraded first"));
-            }
-        } else if !members.iter().any(|(n, a)| n.control_plane && cp_may_move(a)) {
-            pool.limit = 0;
-            hold = waiting(format!(
-                "the API server reports {api_server}: no control-plane node of this NodeVersion can run kubeadm \
-                 upgrade apply now"
-            ));
-        }
-    }
-    let mut surge = pipeline::Surge { free: u32::MAX, ..pipeline::Surge::default() };
-    let mut selected = pipeline::select(&pool, spec, flow, (shared, &mut surge), bounds);
-    if hold.is_some() {
-        selected.hold = hold;
-    }
-    pipeline::start(plan, flow, selected, now);
 }
 
 #[cfg(test)]

@@ -53,6 +53,10 @@ struct Sim {
     join_deadlines: HashMap<String, Timestamp>,
     /// A NodeOp beside the rollouts, decided after each plan as the NodeOp controller decides after the reconciler.
     nodeop: Option<SimOp>,
+    /// The incremental planner, given the nodes that changed before every plan: it must decide as the full plan.
+    planner: incremental::Planner,
+    /// What the planner was last given of each node.
+    fed: HashMap<String, String>,
 }
 
 /// A NodeOp, its recorded node statuses and its nodes' Jobs.
@@ -84,6 +88,8 @@ impl Sim {
             created: 0,
             join_deadlines: HashMap::new(),
             nodeop: None,
+            planner: incremental::Planner::new(),
+            fed: HashMap::new(),
         }
     }
 
@@ -103,9 +109,35 @@ impl Sim {
         self.rng.next_u64() % below.max(1)
     }
 
+    /// Gives the incremental planner the nodes that changed, as the reconciler does, and checks that it decides as
+    /// the full plan of the nodes in name order (the planner's), whole rollouts long.
+    fn plan_incrementally(&mut self) {
+        self.planner.set_context(self.rollouts.clone(), self.fleet.clone(), None);
+        let here: std::collections::HashSet<&str> = self.nodes.iter().map(|n| n.name.as_str()).collect();
+        let gone: Vec<String> = self.fed.keys().filter(|name| !here.contains(name.as_str())).cloned().collect();
+        for name in gone {
+            self.planner.remove(&name);
+            self.fed.remove(&name);
+        }
+        for n in &self.nodes {
+            let seen = format!("{n:?}");
+            if self.fed.get(&n.name) != Some(&seen) {
+                self.planner.upsert(n.clone());
+                self.fed.insert(n.name.clone(), seen);
+            }
+        }
+        let got = self.planner.plan(self.now);
+        let mut nodes = self.nodes.clone();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let want = plan_with(&nodes, &self.rollouts, &self.fleet, None, self.now);
+        let at = self.now.duration_since(self.start).as_secs();
+        assert_eq!(format!("{got:#?}"), format!("{want:#?}"), "the incremental planner at t+{at}s");
+    }
+
     /// Plans once and applies the plan as the executor does; returns the plan.
     fn plan_and_apply(&mut self) -> ClusterPlan {
         let cluster = plan_with(&self.nodes, &self.rollouts, &self.fleet, None, self.now);
+        self.plan_incrementally();
         for (i, p) in cluster.rollouts.iter().enumerate() {
             if self.last_hold[i] != p.hold {
                 let line = match &p.hold {

@@ -28,18 +28,29 @@
 //! - Besides the assessments, a plan reads a rollout's eligible nodes in start order until it can start no more;
 //!   when `maxSurge` is taken as it starts, only those updated in place (a plan that takes the last surge slot
 //!   itself reads past the rest).
-//! - While a NodeVersion asks for a Kubernetes upgrade, it plans with [`plan_with`](super::plan_with) over every
-//!   node: that flow reads every member of the rollout (versions, hashes, its own budget). It indexes again once
-//!   no NodeVersion asks for one. So it does while a NodeVersion rolls back (`status.rollback`): the rollback's
-//!   reverse order is read from the full list ([`super::rollback`]).
+//! - While a NodeVersion asks for a Kubernetes upgrade, its members are assessed by both flows: the image flow's
+//!   assessment is what every other rollout's budget and the taints read, the Kubernetes flow's what its own plan
+//!   reads ([`kubernetes`]). What that flow reads of every member (whether the upgrade is over, whether the API
+//!   server is proven upgraded, the kubelets for the status) is kept from the members' views as they change; when
+//!   the flow that plans a rollout changes, or the target it plans with, every member of that rollout is assessed
+//!   again on the next plan.
+//! - While a NodeVersion rolls back (`status.rollback`), it plans with [`plan_with`](super::plan_with) over every
+//!   node: the rollback's reverse order is read from the full list ([`super::rollback`]). It indexes again once
+//!   none rolls back.
 
-use super::assess::{Assessment, Situation};
-use super::pipeline::{self, Pool};
+mod kubernetes;
+mod tally;
+
+use super::assess::Assessment;
+use super::kubernetes::{Facts, Progress};
+use super::pipeline;
 use super::replacement::{self, Records};
-use super::{ClusterPlan, Counts, Fleet, NodeView, Plan, Rollout, SpecState, pools};
+use super::{ClusterPlan, Fleet, NodeView, Plan, Rollout, SpecState, pools};
 use jiff::Timestamp;
+use kubernetes::{Mode, Views};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use tally::{Indexed, Tally, count, member, set};
 
 /// The nodes, the context they are planned in, and the indexes of their assessments.
 #[derive(Debug, Default)]
@@ -75,6 +86,10 @@ pub struct Planner {
     assessed: usize,
     /// The nodes whose taint of outdated nodes differs from what their assessment wants ([`super::taint`]).
     retaint: BTreeMap<String, bool>,
+    /// One per rollout: what its Kubernetes upgrade reads of its members' views.
+    views: Vec<Views>,
+    /// One per rollout: the flow the indexed assessments were made for.
+    modes: Vec<Mode>,
 }
 
 #[derive(Debug)]
@@ -83,48 +98,15 @@ struct Entry {
     owner: pools::Owner,
     /// None until the node is assessed under the current context.
     assessment: Option<Assessment>,
+    /// The Kubernetes flow's assessment, while it plans the node's rollout.
+    flow: Option<Assessment>,
 }
 
-/// What one rollout's plan (or the plan of the nodes no rollout manages) reads of its members' assessments.
-#[derive(Debug, Default, Clone)]
-struct Tally {
-    /// Its members' counts, as [`summarize`](super::image::summarize) counts them.
-    counts: Counts,
-    /// Outdated members made ready to start by their own write.
-    preparing: u32,
-    /// Members blocked by a drain.
-    drain_timeouts: u32,
-    /// Members replaced when they start ([`Assessment::replace`]): what `maxSurge` resolves against.
-    replaced: u32,
-    /// Members with an action.
-    acting: BTreeSet<String>,
-    wakes: BTreeSet<(Timestamp, String)>,
-    /// Members the plan lists: in flight, failed, blocked, or held back for a reason of their own.
-    listed: BTreeSet<String>,
-    /// Eligible outdated members, in the order they start ([`pipeline::order`]).
-    candidates: BTreeSet<pipeline::Order>,
-    /// Of those, the ones updated in place.
-    in_place_candidates: BTreeSet<pipeline::Order>,
-    /// Of those, the ones replaced.
-    replaced_candidates: BTreeSet<pipeline::Order>,
-    /// Members staged ahead and eligible to be drained, in the order they start.
-    staged_candidates: BTreeSet<pipeline::Order>,
-    /// Members in the stage step (staging or staged).
-    staging: u32,
-    /// Of those, the ones staged (waiting for their turn).
-    staged: u32,
-    /// Members still staging and Ready ([`pipeline::staging_barrier`]), in start order.
-    staging_unstaged: BTreeSet<pipeline::Order>,
-    /// Members in flight ([`Situation::InFlight`]).
-    in_flight: u32,
-    /// Members counted against the budget.
-    unavailable: BTreeSet<String>,
-    /// Control-plane members the workers wait for.
-    control_plane_pending: BTreeSet<String>,
-    /// Nodes the rollout selects that an older one manages.
-    overlap: BTreeSet<String>,
-    /// Of the nodes no rollout manages: those that opt in, which no selector selects.
-    not_selected: BTreeSet<String>,
+impl Entry {
+    /// The assessment the node's rollout plans with.
+    fn planned(&self) -> Option<&Assessment> {
+        self.flow.as_ref().or(self.assessment.as_ref())
+    }
 }
 
 impl Planner {
@@ -150,6 +132,11 @@ impl Planner {
             for entry in self.nodes.values_mut() {
                 entry.owner = pools::owner(&entry.view, &self.rollouts);
             }
+            self.views = self.rollouts.iter().map(|_| Views::default()).collect();
+            let names: Vec<String> = self.nodes.keys().cloned().collect();
+            for name in names {
+                self.note(&name, true);
+            }
         } else if !same_groups {
             self.unindex();
         } else {
@@ -163,19 +150,46 @@ impl Planner {
     pub fn upsert(&mut self, view: NodeView) {
         let name = view.name.clone();
         self.mark(&name, false);
+        self.note(&name, false);
         let owner = pools::owner(&view, &self.rollouts);
         set(&mut self.involved, name.clone(), replacement::records_something(&view));
-        let entry = Entry { view, owner, assessment: None };
-        self.nodes.insert(name.clone(), entry);
+        let entry = Entry { view, owner, assessment: None, flow: None };
+        if let Some(old) = self.nodes.insert(name.clone(), entry)
+            && old.owner != owner
+        {
+            self.forget_kubelet(&name, old.owner);
+        }
+        self.note(&name, true);
         self.dirty.insert(name);
     }
 
     /// Removes a node; a name not known is ignored.
     pub fn remove(&mut self, name: &str) {
         self.mark(name, false);
-        self.nodes.remove(name);
+        self.note(name, false);
+        if let Some(old) = self.nodes.remove(name) {
+            self.forget_kubelet(name, old.owner);
+        }
         self.involved.remove(name);
         self.dirty.remove(name);
+    }
+
+    /// Adds (`on`) or removes what the node's view says of its rollout's Kubernetes upgrade.
+    fn note(&mut self, name: &str, on: bool) {
+        let Some(entry) = self.nodes.get(name) else { return };
+        let pools::Owner::Rollout(i) = entry.owner else { return };
+        if let (Some(rollout), Some(views)) = (self.rollouts.get(i), self.views.get_mut(i)) {
+            views.note(&entry.view, rollout, on);
+        }
+    }
+
+    /// The node is no member of the rollout that `owner` names any more.
+    fn forget_kubelet(&mut self, name: &str, owner: pools::Owner) {
+        if let pools::Owner::Rollout(i) = owner
+            && let Some(views) = self.views.get_mut(i)
+        {
+            views.gone(name);
+        }
     }
 
     /// Takes the node's assessment out of the indexes, to be assessed again on the next plan.
@@ -183,6 +197,7 @@ impl Planner {
         self.mark(name, false);
         if let Some(entry) = self.nodes.get_mut(name) {
             entry.assessment = None;
+            entry.flow = None;
             self.dirty.insert(name.to_owned());
         }
     }
@@ -205,10 +220,10 @@ impl Planner {
         self.nodes.is_empty()
     }
 
-    /// Whether the next [`Planner::plan`] is incremental: no NodeVersion asks for a Kubernetes upgrade, and none
-    /// is rolling back (its reverse order is read from the full list: `super::rollback`).
+    /// Whether the next [`Planner::plan`] is incremental: no NodeVersion is rolling back (its reverse order is read
+    /// from the full list: `super::rollback`).
     pub fn incremental(&self) -> bool {
-        self.rollouts.iter().all(|r| r.kubernetes.is_none() && r.rollback.is_none())
+        self.rollouts.iter().all(|r| r.rollback.is_none())
     }
 
     /// How many nodes the last [`Planner::plan`] assessed (all of them when it used the full plan).
@@ -224,6 +239,22 @@ impl Planner {
             self.unindex();
             let nodes: Vec<NodeView> = self.nodes.values().map(|e| e.view.clone()).collect();
             return super::plan_with(&nodes, &self.rollouts, &self.fleet, self.own_node.as_deref(), now);
+        }
+        let modes: Vec<Mode> = self.rollouts.iter().zip(&self.views).map(|(r, v)| v.mode(r, now)).collect();
+        if self.indexed && modes != self.modes {
+            // Another flow, or another target, plans a rollout: its members are assessed again.
+            let changed: BTreeSet<usize> = (0..modes.len()).filter(|i| modes.get(*i) != self.modes.get(*i)).collect();
+            let members: Vec<String> = (self.nodes.iter())
+                .filter(|(_, e)| matches!(e.owner, pools::Owner::Rollout(i) if changed.contains(&i)))
+                .map(|(name, _)| name.clone())
+                .collect();
+            for name in members {
+                self.forget(&name);
+            }
+        }
+        self.modes = modes;
+        for views in &mut self.views {
+            views.refresh();
         }
         if self.indexed {
             self.refresh(now);
@@ -248,6 +279,7 @@ impl Planner {
         self.retaint.clear();
         for entry in self.nodes.values_mut() {
             entry.assessment = None;
+            entry.flow = None;
         }
     }
 
@@ -286,24 +318,34 @@ impl Planner {
                 records.named().filter(|name| self.nodes.contains_key(*name)).map(str::to_owned).collect();
             names.extend(related.iter().cloned());
             let lookup = ByName(&self.nodes);
-            let assessments: Vec<(String, Assessment)> = names
+            let assessments: Vec<(String, Assessment, Option<Assessment>)> = names
                 .into_iter()
                 .filter_map(|name| {
                     let e = self.nodes.get(&name)?;
                     let a = super::assess_node(&e.view, e.owner, &self.rollouts, &self.fleet, &records, &lookup, now);
-                    Some((name, a))
+                    let flow = self.flow_assessment(e, &a, now);
+                    Some((name, a, flow))
                 })
                 .collect();
             (assessments, related)
         };
         self.related = related;
-        for (name, assessment) in assessments {
+        for (name, assessment, flow) in assessments {
             self.mark(&name, false);
             let Some(entry) = self.nodes.get_mut(&name) else { continue };
             entry.assessment = Some(assessment);
+            entry.flow = flow;
             self.assessed += 1;
             self.mark(&name, true);
         }
+    }
+
+    /// The Kubernetes flow's assessment of a member (`image`: the image flow's), while it plans its rollout.
+    fn flow_assessment(&self, entry: &Entry, image: &Assessment, now: Timestamp) -> Option<Assessment> {
+        let pools::Owner::Rollout(i) = entry.owner else { return None };
+        let Some(Mode::Upgrade(target)) = self.modes.get(i) else { return None };
+        let spec = self.rollouts.get(i)?.spec.acting()?;
+        Some(super::kubernetes::assess_member(&entry.view, image, target, spec, now))
     }
 
     /// Adds (`on`) or removes the node's assessment to or from the indexes.
@@ -313,7 +355,7 @@ impl Planner {
         }
         let Some(entry) = self.nodes.get(name) else { return };
         let Some(a) = &entry.assessment else { return };
-        let (node, owner) = (&entry.view, entry.owner);
+        let (node, owner, flow) = (&entry.view, entry.owner, entry.flow.as_ref());
         match super::taint::change(node, owner, a, &self.rollouts) {
             Some(change) if on => {
                 self.retaint.insert(change.node, change.on);
@@ -326,10 +368,14 @@ impl Planner {
             pools::Owner::Rollout(i) => i,
             pools::Owner::Nobody { .. } | pools::Owner::Unknown => self.rollouts.len(),
         };
-        if let Some(at) = a.wake_at {
-            set(&mut self.wakes, (at, name.to_owned()), on);
+        // Both assessments read the time only through their deadlines. Only the planned one's write is made: the
+        // image flow's, when the Kubernetes flow plans, differs with the time only in what no plan reads (the
+        // Kubernetes flow takes over an image assessment whose write it makes).
+        let planned = flow.unwrap_or(a);
+        for wake in [a.wake_at, flow.and_then(|f| f.wake_at)].into_iter().flatten() {
+            set(&mut self.wakes, (wake, name.to_owned()), on);
         }
-        if a.action.as_ref().is_some_and(|x| x.kind.writes()) {
+        if planned.action.as_ref().is_some_and(|x| x.kind.writes()) {
             set(&mut self.writing, name.to_owned(), on);
         }
         let busy = super::busy(node, owner, a);
@@ -347,10 +393,11 @@ impl Planner {
         }
         let own_node = self.own_node.as_deref();
         let Some(tally) = self.tallies.get_mut(slot) else { return };
-        if a.action.is_some() {
+        // The rollout's plan reads the assessment of the flow that plans it.
+        if planned.action.is_some() {
             set(&mut tally.acting, name.to_owned(), on);
         }
-        if let Some(at) = a.wake_at {
+        if let Some(at) = planned.wake_at {
             set(&mut tally.wakes, (at, name.to_owned()), on);
         }
         if !matches!(owner, pools::Owner::Rollout(_)) {
@@ -359,74 +406,7 @@ impl Planner {
             }
             return;
         }
-        if a.replace {
-            count(&mut tally.replaced, on);
-        }
-        let counts = &mut tally.counts;
-        count(&mut counts.total, on);
-        let listed = match &a.situation {
-            Situation::UpToDate => {
-                count(&mut counts.up_to_date, on);
-                false
-            }
-            Situation::Outdated { held, eligible } => {
-                count(&mut counts.outdated, on);
-                if !eligible && held.is_none() && a.action.as_ref().is_some_and(|x| x.kind.writes()) {
-                    count(&mut tally.preparing, on);
-                }
-                if *eligible {
-                    set(&mut tally.candidates, pipeline::order(node, own_node), on);
-                    if a.replace {
-                        set(&mut tally.replaced_candidates, pipeline::order(node, own_node), on);
-                    } else {
-                        set(&mut tally.in_place_candidates, pipeline::order(node, own_node), on);
-                    }
-                }
-                if held.is_some() {
-                    count(&mut counts.held_back, on);
-                }
-                held.is_some()
-            }
-            Situation::Staging { eligible, staged, .. } => {
-                count(&mut counts.in_progress, on);
-                count(&mut tally.staging, on);
-                if *staged {
-                    count(&mut tally.staged, on);
-                }
-                if pipeline::staging_barrier(node, a) {
-                    set(&mut tally.staging_unstaged, pipeline::order(node, own_node), on);
-                }
-                if *eligible {
-                    set(&mut tally.staged_candidates, pipeline::order(node, own_node), on);
-                }
-                true
-            }
-            Situation::InFlight { .. } => {
-                count(&mut counts.in_progress, on);
-                count(&mut tally.in_flight, on);
-                true
-            }
-            Situation::Failed { .. } => {
-                count(&mut counts.failed, on);
-                true
-            }
-            Situation::Blocked { by_drain, .. } => {
-                count(&mut counts.blocked, on);
-                if *by_drain {
-                    count(&mut tally.drain_timeouts, on);
-                }
-                true
-            }
-        };
-        if listed {
-            set(&mut tally.listed, name.to_owned(), on);
-        }
-        if a.unavailable(node) {
-            set(&mut tally.unavailable, name.to_owned(), on);
-        }
-        if pipeline::control_plane_pending(node, a) {
-            set(&mut tally.control_plane_pending, name.to_owned(), on);
-        }
+        tally.note(node, planned, flow.is_some(), own_node, on);
     }
 
     /// The plan from the indexes: what [`plan_with`](super::plan_with) composes from every assessment.
@@ -438,44 +418,18 @@ impl Planner {
         };
         let mut cluster = ClusterPlan::default();
         for (index, (rollout, tally)) in self.rollouts.iter().zip(&self.tallies).enumerate() {
-            let mut plan = self.own_progress(tally);
-            let listed: Vec<(&NodeView, &Assessment)> =
-                tally.listed.iter().filter_map(|name| member(&self.nodes, name)).collect();
-            super::image::summarize(&mut plan, &listed);
-            plan.counts = tally.counts;
-            plan.preparing = tally.preparing > 0;
-            plan.staged = tally.staged;
             let member = |name: &str| self.nodes.get(name).is_some_and(|e| e.owner == pools::Owner::Rollout(index));
+            let mode = self.modes.get(index).unwrap_or(&Mode::Image);
+            let mut plan = match mode {
+                Mode::Image => self.image_plan(index, rollout, tally, &records, &mut shared, now),
+                Mode::Refused => self.refused_plan(rollout, tally),
+                Mode::Upgrade(target) => self.upgrade_plan(rollout, target, tally, &mut shared, now),
+            };
             plan.replacements = records.listing_of(member);
-            let overlap: Vec<(&NodeView, &str)> = tally
-                .overlap
-                .iter()
-                .filter_map(|name| {
-                    let entry = self.nodes.get(name)?;
-                    match entry.owner {
-                        pools::Owner::Rollout(older) if older != index => {
-                            Some((&entry.view, self.rollouts.get(older)?.name.as_str()))
-                        }
-                        _ => None,
-                    }
-                })
-                .collect();
-            let drain_timeouts = tally.drain_timeouts as usize;
-            let waiting = (drain_timeouts, tally.staged_candidates.len() as u32);
-            if let Some(spec) = super::image::open_image_gates(rollout, &mut plan, &overlap, waiting, now) {
-                let allowed = spec.policy.max_surge.resolve(tally.replaced);
-                let mut surge = pipeline::Surge {
-                    free: allowed.saturating_sub(records.surge_used_of(member)),
-                    allowed,
-                    control_plane_active: records.control_plane_active(),
-                    worker_active: records.worker_active(),
-                    moving: records.moving(),
-                };
-                let pool = Indexed { tally, nodes: &self.nodes, own_node: self.own_node.as_deref() };
-                let flow = pipeline::Flow::Image { target: spec.target.clone() };
-                let bounds = pipeline::Bounds::of(rollout, spec, &plan, now);
-                let selected = pipeline::select(&pool, spec, &flow, (&mut shared, &mut surge), &bounds);
-                pipeline::start(&mut plan, &flow, selected, now);
+            if rollout.kubernetes.is_some() {
+                let active = matches!(mode, Mode::Upgrade(_));
+                let nodes = self.views.get(index).map(Views::listed).unwrap_or_default();
+                plan.kubernetes = Some(Progress { active, nodes });
             }
             cluster.rollouts.push(plan);
         }
@@ -492,6 +446,117 @@ impl Planner {
         cluster.taints =
             self.retaint.iter().map(|(node, on)| super::taint::Retaint { node: node.clone(), on: *on }).collect();
         cluster
+    }
+
+    /// The members' own progress as the plan lists it: their actions, the earliest wake-up, the counts and the
+    /// lists of the status.
+    fn progress(&self, tally: &Tally) -> Plan {
+        let mut plan = self.own_progress(tally);
+        self.summarize(&mut plan, tally);
+        plan
+    }
+
+    /// The counts and the lists of the status, from the members `tally` lists.
+    fn summarize(&self, plan: &mut Plan, tally: &Tally) {
+        let listed: Vec<(&NodeView, &Assessment)> =
+            tally.listed.iter().filter_map(|name| member(&self.nodes, name)).collect();
+        super::image::summarize(plan, &listed);
+        plan.counts = tally.counts;
+        plan.preparing = tally.preparing > 0;
+        plan.staged = tally.staged;
+    }
+
+    /// The image flow's plan of rollout `index` (see [`super::image`]).
+    fn image_plan(
+        &self,
+        index: usize,
+        rollout: &Rollout,
+        tally: &Tally,
+        records: &Records<'_>,
+        shared: &mut pipeline::Shared,
+        now: Timestamp,
+    ) -> Plan {
+        let mut plan = self.progress(tally);
+        let member = |name: &str| self.nodes.get(name).is_some_and(|e| e.owner == pools::Owner::Rollout(index));
+        let overlap: Vec<(&NodeView, &str)> = tally
+            .overlap
+            .iter()
+            .filter_map(|name| {
+                let entry = self.nodes.get(name)?;
+                match entry.owner {
+                    pools::Owner::Rollout(older) if older != index => {
+                        Some((&entry.view, self.rollouts.get(older)?.name.as_str()))
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
+        let waiting = (tally.drain_timeouts as usize, tally.staged_waiting);
+        if let Some(spec) = super::image::open_image_gates(rollout, &mut plan, &overlap, waiting, now) {
+            let allowed = spec.policy.max_surge.resolve(tally.replaced);
+            let mut surge = pipeline::Surge {
+                free: allowed.saturating_sub(records.surge_used_of(member)),
+                allowed,
+                control_plane_active: records.control_plane_active(),
+                worker_active: records.worker_active(),
+                moving: records.moving(),
+            };
+            let pool = Indexed::all(tally, &self.nodes, self.own_node.as_deref());
+            let flow = pipeline::Flow::Image { target: spec.target.clone() };
+            let bounds = pipeline::Bounds::of(rollout, spec, &plan, now);
+            let selected = pipeline::select(&pool, spec, &flow, (shared, &mut surge), &bounds);
+            pipeline::start(&mut plan, &flow, selected, now);
+        }
+        plan
+    }
+
+    /// A refused Kubernetes upgrade's plan: the members in flight finish their step, nothing starts.
+    fn refused_plan(&self, rollout: &Rollout, tally: &Tally) -> Plan {
+        let mut plan = Plan::default();
+        let in_flight = |name: &String| member(&self.nodes, name).filter(|(_, a)| a.in_flight());
+        for (_, a) in tally.acting.iter().filter_map(in_flight) {
+            plan.actions.extend(a.action.clone());
+        }
+        plan.wake(tally.wakes.iter().find(|(_, name)| in_flight(name).is_some()).map(|(at, _)| *at));
+        self.summarize(&mut plan, tally);
+        if let Some(super::kubernetes::KubernetesSpec::Refused(message)) = &rollout.kubernetes {
+            plan.hold = Some(super::kubernetes::refused(message));
+        }
+        plan
+    }
+
+    /// The Kubernetes upgrade's plan (see [`super::kubernetes`]) to `target`.
+    fn upgrade_plan(
+        &self,
+        rollout: &Rollout,
+        target: &super::kubernetes::KubernetesTarget,
+        tally: &Tally,
+        shared: &mut pipeline::Shared,
+        now: Timestamp,
+    ) -> Plan {
+        let mut plan = self.progress(tally);
+        let Some(spec) = rollout.spec.acting() else { return plan };
+        let heirs: Vec<(&NodeView, &Assessment)> =
+            tally.heirs.iter().filter_map(|name| member(&self.nodes, name)).collect();
+        let facts: Facts = tally.facts.facts();
+        let pool = |narrowing: &super::kubernetes::Narrowing| Indexed {
+            control_plane_only: narrowing.control_plane_only,
+            limit: narrowing.limit,
+            ..Indexed::all(tally, &self.nodes, self.own_node.as_deref())
+        };
+        let gates = (tally.drain_timeouts as usize, tally.staged_waiting);
+        let autoscaler = self.fleet.autoscaler_running.as_deref();
+        super::kubernetes::turns(
+            &mut plan,
+            (rollout, target, spec),
+            &heirs,
+            gates,
+            &facts,
+            pool,
+            (shared, autoscaler),
+            now,
+        );
+        plan
     }
 
     /// A plan with the actions and the earliest wake-up of the members of `tally`.
@@ -516,99 +581,6 @@ impl replacement::Lookup for ByName<'_> {
     }
 }
 
-/// A rollout's members as the indexes keep them.
-struct Indexed<'a> {
-    tally: &'a Tally,
-    nodes: &'a BTreeMap<String, Entry>,
-    own_node: Option<&'a str>,
-}
-
-impl<'a> Pool<'a> for Indexed<'a> {
-    fn candidates(&self) -> Box<dyn Iterator<Item = (&'a NodeView, bool)> + '_> {
-        let nodes = self.nodes;
-        Box::new(self.tally.candidates.iter().filter_map(move |(_, _, _, _, name)| {
-            let (node, a) = member(nodes, name)?;
-            Some((node, a.replace))
-        }))
-    }
-
-    fn in_place_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
-        let nodes = self.nodes;
-        Box::new(
-            self.tally.in_place_candidates.iter().filter_map(move |(_, _, _, _, name)| Some(&nodes.get(name)?.view)),
-        )
-    }
-
-    fn replaced_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
-        let nodes = self.nodes;
-        Box::new(
-            self.tally.replaced_candidates.iter().filter_map(move |(_, _, _, _, name)| Some(&nodes.get(name)?.view)),
-        )
-    }
-
-    fn any_replaced_candidate(&self) -> bool {
-        !self.tally.replaced_candidates.is_empty()
-    }
-
-    fn staged_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_> {
-        let nodes = self.nodes;
-        Box::new(self.tally.staged_candidates.iter().filter_map(move |(_, _, _, _, name)| Some(&nodes.get(name)?.view)))
-    }
-
-    fn staging_count(&self) -> u32 {
-        self.tally.staging
-    }
-
-    fn first_staging(&self) -> Option<pipeline::Order> {
-        self.tally.staging_unstaged.first().cloned()
-    }
-
-    fn own_node(&self) -> Option<&str> {
-        self.own_node
-    }
-
-    fn size(&self) -> u32 {
-        self.tally.counts.total
-    }
-
-    fn unavailable_count(&self) -> u32 {
-        self.tally.unavailable.len() as u32
-    }
-
-    fn unavailable(&self) -> Vec<(&'a NodeView, &'a Assessment)> {
-        self.tally.unavailable.iter().filter_map(|name| member(self.nodes, name)).collect()
-    }
-
-    fn any_in_flight(&self) -> bool {
-        self.tally.in_flight > 0
-    }
-
-    fn control_plane_pending(&self) -> Vec<(&'a NodeView, &'a Assessment)> {
-        self.tally.control_plane_pending.iter().filter_map(|name| member(self.nodes, name)).collect()
-    }
-}
-
-fn member<'a>(nodes: &'a BTreeMap<String, Entry>, name: &str) -> Option<(&'a NodeView, &'a Assessment)> {
-    let entry = nodes.get(name)?;
-    Some((&entry.view, entry.assessment.as_ref()?))
-}
-
-fn set<T: Ord>(set: &mut BTreeSet<T>, key: T, on: bool) {
-    if on {
-        set.insert(key);
-    } else {
-        set.remove(&key);
-    }
-}
-
-fn count(counter: &mut u32, on: bool) {
-    if on {
-        *counter += 1;
-    } else {
-        *counter = counter.saturating_sub(1);
-    }
-}
-
 /// Whether two lists of rollouts are the same (the same specs, not equal copies: a spec is validated once per
 /// generation and shared).
 fn same_rollouts(a: &[Rollout], b: &[Rollout]) -> bool {
@@ -626,10 +598,6 @@ fn same_rollouts(a: &[Rollout], b: &[Rollout]) -> bool {
     };
     a.len() == b.len()
         && a.iter().zip(b).all(|(a, b)| {
-            a.name == b.name
-                && a.kubernetes.is_none()
-                && b.kubernetes.is_none()
-                && a.rollback == b.rollback
-                && same_spec(&a.spec, &b.spec)
+            a.name == b.name && a.kubernetes == b.kubernetes && a.rollback == b.rollback && same_spec(&a.spec, &b.spec)
         })
 }
