@@ -12,7 +12,8 @@
 //!    downloads every component of the ConfigMap and checks its SHA-256, installing nothing), ahead of its turn
 //!    and outside `maxUnavailable`: the node keeps serving. At most `maxStaging` nodes fetch or wait fetched at
 //!    once (the pipeline's staging ahead, as for images), in start order; a target change or a release discards
-//!    what was fetched.
+//!    what was fetched, and a node that comes to run the version by other means before its turn (replaced, upgraded
+//!    by hand) is released without one.
 //! 3. While the API server reports an older version than the target, only the **first control-plane node** (by
 //!    name) takes its turn: cordoned and drained like every node (kubeadm's procedure drains a node before its
 //!    kubelet is upgraded), then `intent=kubeadm-upgrade` with role `apply`, and it is verified only once
@@ -440,6 +441,18 @@ fn ours(
 ) -> Option<Assessment> {
     let version = &intent.target;
     Some(match intent.step {
+        // Already on the target by other means (a node replaced or upgraded by hand meanwhile): no turn is needed,
+        // and what was fetched is discarded.
+        Step::Fetch if runs(node, target) => Assessment::new(Situation::UpToDate).act(
+            node,
+            ActionKind::Release,
+            Reason::Recovered,
+            format!(
+                "runs Kubernetes {version} already (kubelet and components {}): no turn needed; clearing \
+                 intent=fetch, the agent discards what it fetched",
+                target.hash
+            ),
+        ),
         Step::Fetch => {
             let what = format!("fetch the components of Kubernetes {version}");
             assess::stage(node, controller, intent, agent, &spec.policy, now, &what)

@@ -358,3 +358,18 @@ fn a_fetch_fails_times_out_or_is_released_when_no_longer_asked_for() {
         assert!(released(&plan(&[orphan], &[], None, t(10)).unowned));
     }
 }
+
+/// A node fetched ahead (or still fetching) that comes to run the version by other means before its turn (replaced,
+/// or upgraded by hand) is released, not drained for a turn it no longer needs.
+#[test]
+fn a_node_fetched_ahead_that_runs_the_version_already_takes_no_turn() {
+    let policy = Policy::default();
+    for n in [fetched(node("w1")), fetching(node("w1"), "f1", t(0))] {
+        let p = run(&[upgraded(cp("cp-0")), upgraded(n)], upgrade("v1.34.1"), policy.clone(), t(10));
+        let w1: Vec<&super::super::NodeAction> = p.actions.iter().filter(|a| a.node == "w1").collect();
+        assert_eq!(w1.len(), 1, "{:?}", p.actions);
+        assert_eq!((&w1[0].kind, w1[0].reason), (&ActionKind::Release, Reason::Recovered));
+        assert!(!p.actions.iter().any(|a| a.starts_node()), "{:?}", p.actions);
+        assert_eq!(p.counts.up_to_date, 2);
+    }
+}
