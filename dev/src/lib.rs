@@ -10,6 +10,7 @@ pub mod demo;
 pub mod harness;
 pub mod hosts;
 pub mod measure;
+mod node_manifest;
 pub mod observer;
 pub mod operator;
 pub mod standing;

@@ -401,7 +401,7 @@ impl SimulatedCloud {
 
     /// The Node of an instance, as its kubelet registers it.
     fn register_node(&self, group: &str, name: &str, role: GroupRole) -> Result<(), ErrorBody> {
-        let mut node = crate::cluster::node_manifest(name, role == GroupRole::ControlPlane);
+        let mut node = crate::node_manifest::node_manifest(name, role == GroupRole::ControlPlane);
         let provider_id = ProviderId::Simulated(SimulatedInstance { group: group.to_owned(), name: name.to_owned() });
         node.spec.get_or_insert_default().provider_id = Some(provider_id.to_string());
         let store = self.inner.store.with_identity("dev/kubelet");

@@ -311,7 +311,7 @@ impl AzureEmulator {
     }
 
     fn register_node(&self, scale_set: &str, id: u64, name: &str, role: GroupRole) -> Result<(), String> {
-        let mut node = crate::cluster::node_manifest(name, role == GroupRole::ControlPlane);
+        let mut node = crate::node_manifest::node_manifest(name, role == GroupRole::ControlPlane);
         node.spec.get_or_insert_default().provider_id = Some(Self::provider_id(scale_set, id).to_string());
         let store = self.inner.store.with_identity("dev/kubelet");
         store

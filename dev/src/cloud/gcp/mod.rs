@@ -505,7 +505,7 @@ impl GcpEmulator {
 
     /// The kubelet of a new instance registers its Node.
     fn register_node(&self, zone: &str, name: &str, control_plane: bool) -> Result<(), String> {
-        let mut node = crate::cluster::node_manifest(name, control_plane);
+        let mut node = crate::node_manifest::node_manifest(name, control_plane);
         let id = ProviderId::Gce(GceInstance {
             project: self.inner.project.clone(),
             zone: zone.to_owned(),
