@@ -72,6 +72,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod bootstrap;
 pub mod config;
 pub mod core;
 pub mod crd;
