@@ -90,6 +90,7 @@ pub mod object;
 pub mod openapi;
 pub mod ops;
 pub mod patch;
+pub mod printer_columns;
 pub mod protobuf;
 pub mod request_log;
 pub mod resource;
