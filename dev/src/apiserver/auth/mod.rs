@@ -26,10 +26,10 @@ pub use tokens::{API_AUDIENCE, BoundObject, TokenEntry, Tokens};
 pub use user::{Identity, IdentityError, UserInfo};
 
 use super::core::{Core, Ctx};
-use super::error::{ApiError, field_error};
+use super::error::ApiError;
 use super::object::{format_time, object_key};
 use super::resource::Builtin;
-use crate::apiserver::schema::ErrorKind;
+use crate::apiserver::schema::{ErrorKind, field_error};
 
 use serde_json::{Value, json};
 use std::collections::BTreeMap;

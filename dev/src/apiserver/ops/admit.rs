@@ -15,10 +15,10 @@
 //!   Addresses and ports are free when no other Service holds them (the store is the allocator's memory).
 
 use crate::apiserver::core::Core;
-use crate::apiserver::error::{ApiError, field_error};
+use crate::apiserver::error::ApiError;
 use crate::apiserver::object::{name_of, object_key};
 use crate::apiserver::resource::{Builtin, ResourceType, job, service};
-use crate::apiserver::schema::{ErrorKind, FieldError};
+use crate::apiserver::schema::{ErrorKind, FieldError, field_error};
 use crate::apiserver::state::State;
 use rand::Rng;
 use serde_json::{Value, json};

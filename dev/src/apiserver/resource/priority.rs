@@ -3,8 +3,7 @@
 //! [`crate::apiserver::ops::admit`].
 
 use super::strategy::set_default;
-use crate::apiserver::error::field_error;
-use crate::apiserver::schema::{ErrorKind, FieldError};
+use crate::apiserver::schema::{ErrorKind, FieldError, field_error};
 use serde_json::{Value, json};
 
 /// The highest value a user-defined class may have.

@@ -12,8 +12,7 @@
 //! - Endpoints and EndpointSlices are not served: nothing routes traffic in the dev cluster.
 
 use super::strategy::set_default;
-use crate::apiserver::error::field_error;
-use crate::apiserver::schema::{ErrorKind, FieldError};
+use crate::apiserver::schema::{ErrorKind, FieldError, field_error};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
 use std::net::Ipv4Addr;

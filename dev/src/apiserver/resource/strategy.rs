@@ -8,9 +8,9 @@
 
 use super::{Behavior, Builtin, ResourceType};
 use super::{job, priority, service};
-use crate::apiserver::error::{ApiError, field_error};
+use crate::apiserver::error::ApiError;
 use crate::apiserver::object::{metadata_mut, name_of, omit_empty_metadata};
-use crate::apiserver::schema::{ErrorKind, FieldError};
+use crate::apiserver::schema::{ErrorKind, FieldError, field_error};
 use crate::apiserver::selector::label::{self, LabelSelector, is_dns_label, is_dns_subdomain};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
