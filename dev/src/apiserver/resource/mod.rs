@@ -3,9 +3,11 @@
 
 mod builtin;
 mod builtin_kind;
+pub mod defaulting;
 pub mod events;
 mod gvr;
 pub mod job;
+pub mod pod;
 pub mod priority;
 mod registry;
 mod resource_type;

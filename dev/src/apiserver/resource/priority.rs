@@ -2,7 +2,7 @@
 //! `pkg/apis/scheduling/validation`); the Priority admission plugin's checks that need the store are in
 //! [`crate::apiserver::ops::admit`].
 
-use super::strategy::set_default;
+use super::defaulting::set_default;
 use crate::apiserver::schema::{ErrorKind, FieldError, field_error};
 use serde_json::{Value, json};
 

@@ -11,7 +11,7 @@
 //!   `clusterIP` is refused.
 //! - Endpoints and EndpointSlices are not served: nothing routes traffic in the dev cluster.
 
-use super::strategy::set_default;
+use super::defaulting::set_default;
 use crate::apiserver::schema::{ErrorKind, FieldError, field_error};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
