@@ -23,6 +23,7 @@
 //! - No runtime cost budget: cel-rust does not count the cost of an evaluation (docs/dev-cluster.md). The
 //!   estimated cost is checked when the CRD is written ([`cost`]).
 
+mod call;
 pub mod compile;
 pub mod cost;
 pub mod format;
@@ -284,7 +285,7 @@ impl Node<'_> {
                         // A library function's error is its message alone, as cel-go's `types.NewErr` prints;
                         // `no such overload` is reported as validation.go reports a runtime overload error.
                         cel::ExecutionError::FunctionError { message, .. }
-                            if message.starts_with(ip::NO_SUCH_OVERLOAD) =>
+                            if message.starts_with(call::NO_SUCH_OVERLOAD) =>
                         {
                             format!(
                                 "'{message}': call arguments did not match a supported operator, function or macro signature for rule: {shown}"
