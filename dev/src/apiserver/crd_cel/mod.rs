@@ -24,6 +24,7 @@
 //!   estimated cost is checked when the CRD is written ([`cost`]).
 
 mod call;
+mod checker;
 pub mod compile;
 pub mod cost;
 pub mod format;
@@ -31,6 +32,7 @@ pub mod ip;
 pub mod library;
 pub mod netip;
 mod overloads;
+pub mod program;
 pub mod quantity;
 pub mod typecheck;
 pub mod url;
@@ -244,14 +246,14 @@ impl Node<'_> {
             }
             let message = text(rule, "message").unwrap_or_default().trim();
             let shown = if message.is_empty() { source.trim() } else { message };
-            let program = match compile::program(source) {
+            let program = match program::program(source) {
                 Ok(program) => program,
                 Err(detail) => {
                     errors.push(invalid(path, format!("rule compile error: compilation failed: {detail}")));
                     continue;
                 }
             };
-            let uses_old_self = compile::uses_old_self(&program);
+            let uses_old_self = program::uses_old_self(&program);
             let optional = rule.get("optionalOldSelf").and_then(Value::as_bool) == Some(true);
             if uses_old_self && old_value.is_none() && !optional {
                 continue;
@@ -341,7 +343,7 @@ impl Node<'_> {
     /// (`evalMessageExpression`; on failure upstream logs and falls back to `message`).
     fn message_expression(&self, rule: &Value, self_value: &CelValue, old: Option<&CelValue>) -> Option<String> {
         let source = text(rule, "messageExpression").filter(|s| !s.trim().is_empty())?;
-        let program = compile::program(source).ok()?;
+        let program = program::program(source).ok()?;
         let mut context = Context::with_env(library::ENVIRONMENT.clone());
         context.add_variable_from_value("self", self_value.clone());
         if let Some(old) = old {
