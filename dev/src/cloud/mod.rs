@@ -20,10 +20,8 @@
 pub mod azure;
 mod batch;
 pub mod gcp;
-mod http;
+pub mod http;
 pub mod schema;
-
-pub use self::http::CloudRoutes;
 
 use crate::apiserver::object::generated_suffix;
 use crate::apiserver::store::Store;
@@ -943,11 +941,6 @@ impl SimulatedCloud {
         let calls: BTreeMap<&str, u64> = state.calls.iter().map(|(op, n)| (op.as_str(), *n)).collect();
         serde_json::json!({"tag": {"key": self.inner.tag.key, "value": self.inner.tag.value},
                            "groups": groups, "instances": instances, "faults": state.faults, "calls": calls})
-    }
-
-    /// The HTTP routes (`/_dev/cloud/...`).
-    pub fn routes(&self) -> Arc<CloudRoutes> {
-        Arc::new(CloudRoutes::new(self.clone()))
     }
 
     /// Ends every timer and delayed answer.

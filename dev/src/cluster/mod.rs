@@ -420,7 +420,7 @@ fn scaling_group(group: &GroupSpec) -> ScalingGroup {
 /// artifact server, the rest to the hosts.
 struct DevRouter {
     hosts: Arc<crate::hosts::HostRoutes>,
-    cloud: Arc<crate::cloud::CloudRoutes>,
+    cloud: Arc<crate::cloud::http::CloudRoutes>,
     artifacts: Arc<crate::artifacts::ArtifactRoutes>,
 }
 
