@@ -21,6 +21,7 @@
 mod http;
 mod spec;
 
+use crate::apiserver::http::tls::TlsError;
 use crate::apiserver::store::Store;
 use crate::hosts::Hosts;
 use crate::timing::Timing;
@@ -35,7 +36,25 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use self::http::{AzureEmulatorError, Endpoint};
+/// Why the emulator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AzureEmulatorError {
+    /// Binding the loopback port failed.
+    #[error("cannot listen: {0}")]
+    Listen(#[from] std::io::Error),
+    /// The TLS identity could not be made.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+}
+
+/// Where the emulator listens.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// `https://127.0.0.1:PORT/`: the ARM endpoint and the authority host.
+    pub url: String,
+    /// The PEM of the CA of its serving certificate.
+    pub ca_pem: String,
+}
 
 /// The `api-version` the emulator serves (the provider's pinned one).
 pub const API_VERSION: &str = cloud::azure::model::API_VERSION;
