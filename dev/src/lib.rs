@@ -7,6 +7,7 @@ pub mod cloud;
 pub mod cluster;
 pub mod controllers;
 pub mod demo;
+mod dev_routes;
 pub mod harness;
 pub mod hosts;
 pub mod measure;

@@ -13,7 +13,7 @@
 
 use super::{ControlError, SimulatedCloud};
 use crate::apiserver::core::DevRoutes;
-use crate::hosts::http::{message, parse};
+use crate::dev_routes::{message, parse};
 use bytes::Bytes;
 use cloud::Operation;
 use cloud::simulated::wire::{CreateBatch, DeleteBatch, ErrorBody, ErrorCode, ImageBody};

@@ -419,7 +419,7 @@ fn scaling_group(group: &GroupSpec) -> ScalingGroup {
 /// The `/_dev/` routes of a cluster: `/_dev/cloud/...` to the simulated cloud, `/_dev/artifacts/...` to the
 /// artifact server, the rest to the hosts.
 struct DevRouter {
-    hosts: Arc<crate::hosts::HostRoutes>,
+    hosts: Arc<crate::hosts::http::HostRoutes>,
     cloud: Arc<crate::cloud::http::CloudRoutes>,
     artifacts: Arc<crate::artifacts::ArtifactRoutes>,
 }
