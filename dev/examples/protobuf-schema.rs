@@ -128,8 +128,8 @@ fn generate(root: &Path) -> Result<String, String> {
          //! Kubernetes v1.33 sources (`generated.proto` and the Go types). Do not edit by hand.\n\
          //!\n\
          //! `f(tag, json name, type, label, presence)`; a message type is an index into [`MESSAGES`].\n\n\
-         use super::codec::Shape::{Special, Struct, Wrapper};\n\
-         use super::codec::{ALWAYS, BOOL, BYTES, DOUBLE, INLINE, INT32, INT64, MAP, Message, OMIT, ONE, POINTER, REPEATED, STRING, Ty, f};\n\n",
+         use super::descriptor::Shape::{Special, Struct, Wrapper};\n\
+         use super::descriptor::{ALWAYS, BOOL, BYTES, DOUBLE, INLINE, INT32, INT64, MAP, Message, OMIT, ONE, POINTER, REPEATED, STRING, Ty, f};\n\n",
     );
     out.push_str("/// API group → proto package prefix (`{prefix}.{version}.{Kind}` names a kind's message).\n");
     out.push_str("pub static GROUPS: &[(&str, &str)] = &[\n");

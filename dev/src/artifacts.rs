@@ -7,7 +7,7 @@
 //! [`ArtifactRoutes`].
 
 use crate::apiserver::core::DevRoutes;
-use crate::hosts::http::{message, parse};
+use crate::dev_routes::{message, parse};
 use base64::Engine;
 use bytes::Bytes;
 use futures::FutureExt;

@@ -158,7 +158,7 @@ impl Core {
                 state.put(&namespaces, object_key(None, name), &mut namespace);
             }
         }
-        for (kind, namespace, mut object) in super::ops::admit::bootstrap_objects(&config.namespaces) {
+        for (kind, namespace, mut object) in super::bootstrap::bootstrap_objects(&config.namespaces) {
             if let Some(rt) = registry.types().find(|t| t.is(kind)) {
                 let name = super::object::name_of(&object).to_owned();
                 let metadata = super::object::metadata_mut(&mut object);

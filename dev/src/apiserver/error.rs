@@ -344,16 +344,11 @@ pub fn success_status(details: Option<Value>, code: Option<u16>) -> Value {
     status
 }
 
-/// A field error, for the validation code of the built-in kinds.
-pub fn field_error(field: &str, kind: crate::apiserver::schema::ErrorKind, message: impl Into<String>) -> FieldError {
-    FieldError { field: field.to_owned(), kind, message: message.into() }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::apiserver::resource::builtin_types;
-    use crate::apiserver::schema::ErrorKind;
+    use crate::apiserver::schema::{ErrorKind, field_error};
 
     fn pods() -> ResourceType {
         builtin_types().into_iter().find(|t| t.plural == "pods").unwrap()

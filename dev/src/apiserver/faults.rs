@@ -10,7 +10,6 @@
 //! - A request that a hang rule matches is not handled (and not answered) while any matching hang rule exists;
 //!   once the last one is removed it is handled as usual. A client that gives up meanwhile sees no answer.
 
-use super::core::Core;
 use super::error::ApiError;
 use super::metrics::{RequestKey, Verb};
 use parking_lot::Mutex;
@@ -147,6 +146,52 @@ impl FaultTable {
         }
     }
 
+    /// Adds a rule that fails matching HTTP requests.
+    pub(crate) fn add_error(&self, fault: ErrorFault) -> FaultId {
+        let mut rules = self.rules.lock();
+        let id = FaultTable::next_id(&mut rules);
+        rules.errors.push((id, fault));
+        id
+    }
+
+    /// Adds a rule that delays matching HTTP requests.
+    pub(crate) fn add_latency(&self, requests: RequestMatch, delay: Duration) -> FaultId {
+        let mut rules = self.rules.lock();
+        let id = FaultTable::next_id(&mut rules);
+        rules.latency.push((id, requests, delay));
+        id
+    }
+
+    /// Adds a rule that holds matching HTTP requests unanswered until it is removed.
+    pub(crate) fn add_hang(&self, requests: RequestMatch) -> FaultId {
+        let mut rules = self.rules.lock();
+        let id = FaultTable::next_id(&mut rules);
+        rules.hangs.push((id, requests));
+        id
+    }
+
+    /// Removes one rule.
+    pub(crate) fn remove(&self, id: FaultId) {
+        {
+            let mut rules = self.rules.lock();
+            rules.errors.retain(|(i, _)| *i != id);
+            rules.latency.retain(|(i, _, _)| *i != id);
+            rules.hangs.retain(|(i, _)| *i != id);
+        }
+        self.removed();
+    }
+
+    /// Removes every error, latency and hang rule.
+    pub(crate) fn clear(&self) {
+        {
+            let mut rules = self.rules.lock();
+            rules.errors.clear();
+            rules.latency.clear();
+            rules.hangs.clear();
+        }
+        self.removed();
+    }
+
     fn removed(&self) {
         self.removals.send_modify(|n| *n = n.wrapping_add(1));
     }
@@ -219,91 +264,6 @@ impl ControllerGate {
     pub async fn wait_until_running(&mut self) {
         // An error means the switch is gone with the server: nothing to wait for any more.
         let _ = self.paused.wait_for(|paused| !paused).await;
-    }
-}
-
-/// The fault-injection handle of a running server.
-#[derive(Clone)]
-pub struct Faults {
-    core: Arc<Core>,
-}
-
-impl Faults {
-    pub(crate) fn new(core: Arc<Core>) -> Self {
-        Faults { core }
-    }
-
-    /// Fails matching HTTP requests.
-    pub fn inject(&self, fault: ErrorFault) -> FaultId {
-        let mut rules = self.core.faults.rules.lock();
-        let id = FaultTable::next_id(&mut rules);
-        rules.errors.push((id, fault));
-        id
-    }
-
-    /// Delays matching HTTP requests (before they are handled).
-    pub fn add_latency(&self, requests: RequestMatch, delay: Duration) -> FaultId {
-        let mut rules = self.core.faults.rules.lock();
-        let id = FaultTable::next_id(&mut rules);
-        rules.latency.push((id, requests, delay));
-        id
-    }
-
-    /// Holds matching HTTP requests unanswered until the rule is removed (a server or a network path that
-    /// stops answering); they are then handled as usual.
-    pub fn hang(&self, requests: RequestMatch) -> FaultId {
-        let mut rules = self.core.faults.rules.lock();
-        let id = FaultTable::next_id(&mut rules);
-        rules.hangs.push((id, requests));
-        id
-    }
-
-    /// Removes one rule.
-    pub fn remove(&self, id: FaultId) {
-        {
-            let mut rules = self.core.faults.rules.lock();
-            rules.errors.retain(|(i, _)| *i != id);
-            rules.latency.retain(|(i, _, _)| *i != id);
-            rules.hangs.retain(|(i, _)| *i != id);
-        }
-        self.core.faults.removed();
-    }
-
-    /// Removes every error, latency and hang rule.
-    pub fn clear(&self) {
-        {
-            let mut rules = self.core.faults.rules.lock();
-            rules.errors.clear();
-            rules.latency.clear();
-            rules.hangs.clear();
-        }
-        self.core.faults.removed();
-    }
-
-    /// Ends every open watch (cleanly, as an apiserver restart or a load balancer would). Returns how many.
-    pub fn close_all_watches(&self) -> usize {
-        self.core.state.lock().close_all_watches()
-    }
-
-    /// Drops all watch history and list snapshots: resuming a watch or a paginated list from before now gets
-    /// 410 Expired.
-    pub fn compact(&self) {
-        self.core.state.lock().compact();
-    }
-
-    /// The pause switches of the built-in controllers.
-    pub fn controllers(&self) -> Controllers {
-        self.core.controllers.clone()
-    }
-
-    /// Pauses a built-in controller by name.
-    pub fn pause_controller(&self, name: &str) {
-        self.core.controllers.pause(name);
-    }
-
-    /// Resumes a built-in controller.
-    pub fn resume_controller(&self, name: &str) {
-        self.core.controllers.resume(name);
     }
 }
 

@@ -247,16 +247,6 @@ pub fn generated_suffix() -> String {
     (0..5).map(|_| NAME_ALPHABET[rng.random_range(0..NAME_ALPHABET.len())] as char).collect()
 }
 
-/// Renders a JSON value as a selectable-field string: strings as they are, booleans and numbers as text.
-pub fn field_text(value: Option<&Value>, default: &str) -> String {
-    match value {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Bool(b)) => b.to_string(),
-        Some(Value::Number(n)) => n.to_string(),
-        _ => default.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@ use super::auth::{AccessLog, Identity, UserInfo};
 use super::config::ApiServerConfig;
 use super::core::Core;
 use super::error::ApiError;
-use super::faults::Faults;
+use super::fault_injection::Faults;
 use super::http::tls::Tls;
 use super::metrics::Metrics;
 use super::request_log::RequestLog;

@@ -4,6 +4,7 @@
 
 use super::jsonpath::JsonPath;
 use super::object::parse_time;
+use super::printer_columns::{age, age_column, column, human_duration, since};
 use super::resource::{PrinterColumn, ResourceType};
 use serde_json::{Value, json};
 
@@ -29,29 +30,8 @@ impl IncludeObject {
     }
 }
 
-pub(crate) fn column(name: &str, type_: &str, format: &str, priority: i64, description: &str) -> PrinterColumn {
-    PrinterColumn {
-        name: name.into(),
-        type_: type_.into(),
-        format: format.into(),
-        description: description.into(),
-        priority,
-        json_path: String::new(),
-    }
-}
-
 fn name_column() -> PrinterColumn {
     column("Name", "string", "name", 0, "Name must be unique within a namespace.")
-}
-
-pub(crate) fn age_column() -> PrinterColumn {
-    column(
-        "Age",
-        "string",
-        "",
-        0,
-        "CreationTimestamp is a timestamp representing the server time when this object was created.",
-    )
 }
 
 /// Describes the wide columns every workload printer shares.
@@ -243,18 +223,6 @@ fn len_of(object: &Value, pointer: &str) -> usize {
         Some(Value::Array(items)) => items.len(),
         _ => 0,
     }
-}
-
-/// `translateTimestampSince`: the age of an RFC 3339 time, `<unknown>` when it is missing.
-fn since(time: &str) -> String {
-    match parse_time(time) {
-        Some(then) => human_duration(jiff::Timestamp::now().duration_since(then).as_secs()),
-        None => "<unknown>".into(),
-    }
-}
-
-pub(crate) fn age(object: &Value) -> String {
-    since(text(object, "/metadata/creationTimestamp"))
 }
 
 /// `labels.FormatLabels`: `k=v,...` sorted by key, `<none>` when empty.
@@ -761,66 +729,10 @@ pub fn table(
            "columnDefinitions": definitions, "rows": rows})
 }
 
-/// Go's `duration.HumanDuration`: `45s`, `5m10s`, `3h`, `2d5h`, `3y`.
-pub fn human_duration(seconds: i64) -> String {
-    if seconds < -1 {
-        return "<invalid>".into();
-    }
-    if seconds < 0 {
-        return "0s".into();
-    }
-    if seconds < 120 {
-        return format!("{seconds}s");
-    }
-    let minutes = seconds / 60;
-    if minutes < 10 {
-        let s = seconds % 60;
-        return if s == 0 { format!("{minutes}m") } else { format!("{minutes}m{s}s") };
-    }
-    if minutes < 60 * 3 {
-        return format!("{minutes}m");
-    }
-    let hours = seconds / 3600;
-    if hours < 8 {
-        let m = minutes % 60;
-        return if m == 0 { format!("{hours}h") } else { format!("{hours}h{m}m") };
-    }
-    if hours < 48 {
-        return format!("{hours}h");
-    }
-    if hours < 24 * 8 {
-        let h = hours % 24;
-        return if h == 0 { format!("{}d", hours / 24) } else { format!("{}d{h}h", hours / 24) };
-    }
-    if hours < 24 * 365 * 2 {
-        return format!("{}d", hours / 24);
-    }
-    if hours < 24 * 365 * 8 {
-        let days = (hours / 24) % 365;
-        return if days == 0 { format!("{}y", hours / 24 / 365) } else { format!("{}y{days}d", hours / 24 / 365) };
-    }
-    format!("{}y", hours / 24 / 365)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::apiserver::resource::builtin_types;
-
-    #[test]
-    fn durations_read_as_kubectl_prints_them() {
-        for (seconds, text) in [
-            (-5, "<invalid>"),
-            (45, "45s"),
-            (310, "5m10s"),
-            (900, "15m"),
-            (3 * 3600 + 60, "3h1m"),
-            (50 * 3600, "2d2h"),
-            (400 * 86400, "400d"),
-        ] {
-            assert_eq!(human_duration(seconds), text);
-        }
-    }
 
     /// The column names and the first row's cells of `object` as a `kind` in `group`.
     fn printed(group: &str, kind: &str, object: Value) -> (Vec<String>, Vec<Value>) {

@@ -13,7 +13,7 @@
 
 use super::{ControlError, SimulatedCloud};
 use crate::apiserver::core::DevRoutes;
-use crate::hosts::http::{message, parse};
+use crate::dev_routes::{message, parse};
 use bytes::Bytes;
 use cloud::Operation;
 use cloud::simulated::wire::{CreateBatch, DeleteBatch, ErrorBody, ErrorCode, ImageBody};
@@ -22,6 +22,14 @@ use futures::future::BoxFuture;
 use http::Method;
 use serde::Serialize;
 use serde_json::{Value, json};
+use std::sync::Arc;
+
+impl SimulatedCloud {
+    /// The HTTP routes (`/_dev/cloud/...`).
+    pub fn routes(&self) -> Arc<CloudRoutes> {
+        Arc::new(CloudRoutes::new(self.clone()))
+    }
+}
 
 /// The `/_dev/cloud` routes of a simulated cloud.
 pub struct CloudRoutes {

@@ -20,10 +20,8 @@
 pub mod azure;
 mod batch;
 pub mod gcp;
-mod http;
+pub mod http;
 pub mod schema;
-
-pub use self::http::CloudRoutes;
 
 use crate::apiserver::object::generated_suffix;
 use crate::apiserver::store::Store;
@@ -401,7 +399,7 @@ impl SimulatedCloud {
 
     /// The Node of an instance, as its kubelet registers it.
     fn register_node(&self, group: &str, name: &str, role: GroupRole) -> Result<(), ErrorBody> {
-        let mut node = crate::cluster::node_manifest(name, role == GroupRole::ControlPlane);
+        let mut node = crate::node_manifest::node_manifest(name, role == GroupRole::ControlPlane);
         let provider_id = ProviderId::Simulated(SimulatedInstance { group: group.to_owned(), name: name.to_owned() });
         node.spec.get_or_insert_default().provider_id = Some(provider_id.to_string());
         let store = self.inner.store.with_identity("dev/kubelet");
@@ -943,11 +941,6 @@ impl SimulatedCloud {
         let calls: BTreeMap<&str, u64> = state.calls.iter().map(|(op, n)| (op.as_str(), *n)).collect();
         serde_json::json!({"tag": {"key": self.inner.tag.key, "value": self.inner.tag.value},
                            "groups": groups, "instances": instances, "faults": state.faults, "calls": calls})
-    }
-
-    /// The HTTP routes (`/_dev/cloud/...`).
-    pub fn routes(&self) -> Arc<CloudRoutes> {
-        Arc::new(CloudRoutes::new(self.clone()))
     }
 
     /// Ends every timer and delayed answer.

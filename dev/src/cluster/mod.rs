@@ -36,6 +36,7 @@ use crate::apiserver::{ApiError, ApiServer, ApiServerConfig, Faults, StartError}
 use crate::cloud::{GroupSpec, SimulatedCloud};
 use crate::controllers::{Informers, RunningControllers};
 use crate::hosts::{HostError, Hosts};
+pub use crate::node_manifest::{CONTROL_PLANE_LABEL, MANAGED_LABEL, node_manifest};
 use crate::operator::{Access, ManifestError};
 use crate::timing::Timing;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
@@ -43,7 +44,6 @@ use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::PostParams;
-use serde_json::json;
 use shared::crd::{NodeRole, ScalingGroup, ScalingGroupSpec};
 use std::path::Path;
 use std::sync::Arc;
@@ -51,12 +51,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 pub use workloads::{PdbStyle, SampleWorkloads};
 
-/// The label that opts a node into update-operator.
-pub const MANAGED_LABEL: &str = "update.edgeless.systems/managed";
 /// The namespace of update-operator's controller (and its leader-election Lease).
 pub const OPERATOR_NAMESPACE: &str = "update-operator";
-/// The label and taint key of control-plane nodes.
-pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 
 /// The NodeVersion the ScalingGroups name in `nodeImage` (Constellation's).
 pub const NODE_VERSION_NAME: &str = "constellation-version";
@@ -165,23 +161,6 @@ fn created<T>(what: impl Into<String>, result: Result<T, ApiError>) -> Result<T,
     match result {
         Ok(object) => Ok(object),
         Err(source) => Err(ClusterError::Create { what: what.into(), source }),
-    }
-}
-
-/// A node named `name`, labelled and tainted for its role (as kubelets register them; also for bridges of real
-/// clouds' instances in tests).
-pub fn node_manifest(name: &str, control_plane: bool) -> Node {
-    let mut node = json!({"metadata": {"name": name, "labels": {
-            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-            MANAGED_LABEL: "true"}},
-        "spec": {}});
-    if control_plane {
-        node["metadata"]["labels"][CONTROL_PLANE_LABEL] = json!("");
-        node["spec"]["taints"] = json!([{"key": CONTROL_PLANE_LABEL, "effect": "NoSchedule"}]);
-    }
-    match serde_json::from_value(node) {
-        Ok(node) => node,
-        Err(error) => unreachable!("the node manifest is a literal Node: {error}"),
     }
 }
 
@@ -440,8 +419,8 @@ fn scaling_group(group: &GroupSpec) -> ScalingGroup {
 /// The `/_dev/` routes of a cluster: `/_dev/cloud/...` to the simulated cloud, `/_dev/artifacts/...` to the
 /// artifact server, the rest to the hosts.
 struct DevRouter {
-    hosts: Arc<crate::hosts::HostRoutes>,
-    cloud: Arc<crate::cloud::CloudRoutes>,
+    hosts: Arc<crate::hosts::http::HostRoutes>,
+    cloud: Arc<crate::cloud::http::CloudRoutes>,
     artifacts: Arc<crate::artifacts::ArtifactRoutes>,
 }
 

@@ -8,8 +8,8 @@
 //! | `POST /_dev/hosts/{node}/stage` `{"image"}` | `200 {}` after the stage duration |
 //! | `POST /_dev/hosts/{node}/reboot` | `202 {}` |
 //! | `POST /_dev/hosts/{node}/power-on` | `202 {}`: a host that never came back boots now |
-//! | `POST /_dev/hosts/{node}/kubernetes` [`super::KubernetesRequest`] | `200 {}` after the simulated kubeadm upgrade and kubelet restart |
-//! | `POST /_dev/hosts/{node}/kubernetes/fetch` [`super::FetchRequest`] | `200 {}` once every component is in the host's fetch cache, verified |
+//! | `POST /_dev/hosts/{node}/kubernetes` [`super::kubernetes::KubernetesRequest`] | `200 {}` after the simulated kubeadm upgrade and kubelet restart |
+//! | `POST /_dev/hosts/{node}/kubernetes/fetch` [`super::kubernetes::FetchRequest`] | `200 {}` once every component is in the host's fetch cache, verified |
 //! | `POST /_dev/hosts/{node}/kubernetes/discard` | `200 {}` once the host's fetch cache is deleted |
 //! | `PUT /_dev/hosts/{node}/faults` [`super::HostFaults`] (stage, reboot, kubeadm and Job pod faults) | `200 {}` |
 //! | `DELETE /_dev/hosts/{node}/faults` | `200 {}` |
@@ -18,14 +18,24 @@
 //! down), an injected stage failure's status (a stage or a fetch), 502 (a component download failed), 422 (a component is not what
 //! its hash says) or 500 (kubeadm failed).
 
+use super::kubernetes::{FetchRequest, KubernetesRequest};
 use super::{HostError, HostFaults, Hosts};
 use crate::apiserver::core::DevRoutes;
+use crate::dev_routes::{message, parse};
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use http::Method;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::sync::Arc;
+
+impl Hosts {
+    /// The HTTP routes (`/_dev/hosts/...`) to mount on the API server.
+    pub fn routes(&self) -> Arc<HostRoutes> {
+        Arc::new(HostRoutes::new(self.clone()))
+    }
+}
 
 /// The `/_dev/hosts` routes of a cluster's hosts.
 pub struct HostRoutes {
@@ -37,18 +47,8 @@ struct StageRequest {
     image: String,
 }
 
-/// A `/_dev` answer `{"message": text}` with `status`.
-pub(crate) fn message(status: u16, text: impl Into<String>) -> (u16, Value) {
-    (status, json!({"message": text.into()}))
-}
-
 fn error(error: &HostError) -> (u16, Value) {
     message(error.status(), error.to_string())
-}
-
-/// The JSON body of a `/_dev` request, or a 400 answer.
-pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, (u16, Value)> {
-    serde_json::from_slice(body).map_err(|e| message(400, format!("the request body is not valid: {e}")))
 }
 
 impl HostRoutes {
@@ -76,7 +76,7 @@ impl HostRoutes {
                 }
             }
             (["hosts", node, "kubernetes"], Method::POST) => {
-                let request: super::KubernetesRequest = match parse(&body) {
+                let request: KubernetesRequest = match parse(&body) {
                     Ok(request) => request,
                     Err(answer) => return answer,
                 };
@@ -86,7 +86,7 @@ impl HostRoutes {
                 }
             }
             (["hosts", node, "kubernetes", "fetch"], Method::POST) => {
-                let request: super::FetchRequest = match parse(&body) {
+                let request: FetchRequest = match parse(&body) {
                     Ok(request) => request,
                     Err(answer) => return answer,
                 };

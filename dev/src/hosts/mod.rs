@@ -23,7 +23,7 @@
 //!   `componentsHash` from then on) and restarts the kubelet: the node is NotReady meanwhile, then reports the
 //!   new `kubeletVersion`. The timing model and the faults are in [`kubernetes`].
 
-pub(crate) mod http;
+pub mod http;
 pub mod kubernetes;
 
 use crate::apiserver::object::new_uid;
@@ -34,9 +34,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-pub use self::http::HostRoutes;
-pub use self::kubernetes::{FetchRequest, KubernetesRequest};
 
 /// The longest image reference a host accepts (as the agent's protocol).
 const MAX_IMAGE_LEN: usize = 1024;
@@ -609,11 +606,6 @@ impl Hosts {
             Ok(((), now)) if now == boots => Ok(()),
             _ => Err(HostError::NotRunning(node.to_owned())),
         }
-    }
-
-    /// The HTTP routes (`/_dev/hosts/...`) to mount on the API server.
-    pub fn routes(&self) -> Arc<HostRoutes> {
-        Arc::new(HostRoutes::new(self.clone()))
     }
 
     /// Ends every pending stage and reboot timer.

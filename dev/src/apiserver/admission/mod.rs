@@ -22,89 +22,21 @@
 //! # Assumptions
 //! - No CEL cost budget and no type checking (see [`expressions`]); `authorizer` is not available.
 
+mod admit;
 pub mod expressions;
 pub mod matching;
+pub mod request;
 pub mod validation;
 
-use crate::apiserver::auth::UserInfo;
+pub use request::{Operation, Request};
+
 use crate::apiserver::error::{ApiError, Cause};
-use crate::apiserver::resource::Builtin;
-use crate::apiserver::state::State;
 use expressions::{Expression, Inputs, Reads};
 use matching::MatchResources;
 use parking_lot::RwLock;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
-
-/// An admission operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operation {
-    /// CREATE.
-    Create,
-    /// UPDATE (PUT and PATCH, main resource and subresources).
-    Update,
-    /// DELETE.
-    Delete,
-}
-
-impl Operation {
-    /// `CREATE`, `UPDATE`, `DELETE`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operation::Create => "CREATE",
-            Operation::Update => "UPDATE",
-            Operation::Delete => "DELETE",
-        }
-    }
-}
-
-/// What admission sees of a write.
-#[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
-    /// The operation.
-    pub operation: Operation,
-    /// API group.
-    pub group: &'a str,
-    /// Version.
-    pub version: &'a str,
-    /// Plural resource.
-    pub resource: &'a str,
-    /// Subresource ("" for the main resource).
-    pub subresource: &'a str,
-    /// Kind.
-    pub kind: &'a str,
-    /// Object name.
-    pub name: &'a str,
-    /// Namespace ("" for cluster-scoped kinds).
-    pub namespace: &'a str,
-    /// The kind is namespaced.
-    pub namespaced: bool,
-    /// The new object (`None` on DELETE).
-    pub object: Option<&'a Value>,
-    /// The current object (`None` on CREATE).
-    pub old_object: Option<&'a Value>,
-    /// The request's Namespace object, for namespaced kinds.
-    pub namespace_object: Option<&'a Value>,
-    /// Who asks.
-    pub user: &'a UserInfo,
-    /// `dryRun=All`.
-    pub dry_run: bool,
-}
-
-impl Request<'_> {
-    /// The `request` variable: an `admission.k8s.io/v1 AdmissionRequest` without the objects.
-    fn to_json(self) -> Value {
-        let kind = json!({"group": self.group, "version": self.version, "kind": self.kind});
-        let resource = json!({"group": self.group, "version": self.version, "resource": self.resource});
-        json!({
-            "uid": "", "kind": kind, "resource": resource, "subResource": self.subresource,
-            "requestKind": kind, "requestResource": resource, "requestSubResource": self.subresource,
-            "name": self.name, "namespace": self.namespace, "operation": self.operation.as_str(),
-            "userInfo": self.user.to_json(), "dryRun": self.dry_run,
-        })
-    }
-}
 
 /// What a failed or erroring expression does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -470,73 +402,5 @@ impl Admission {
     /// Forgets the compiled policies (called under the state lock on every write of a policy or binding).
     pub fn changed(&self) {
         *self.policies.write() = None;
-    }
-}
-
-impl crate::apiserver::core::Core {
-    /// The compiled policies of `state`.
-    fn policy_set(&self, state: &State) -> Arc<PolicySet> {
-        if let Some(set) = self.admission.policies.read().as_ref() {
-            return set.clone();
-        }
-        let objects: Vec<Value> = [Builtin::ValidatingAdmissionPolicy, Builtin::ValidatingAdmissionPolicyBinding]
-            .into_iter()
-            .flat_map(|kind| state.objects(&self.builtin(kind)).values().map(|o| o.value()).collect::<Vec<_>>())
-            .collect();
-        let set = Arc::new(PolicySet::from_objects(&objects));
-        *self.admission.policies.write() = Some(set.clone());
-        set
-    }
-
-    /// Runs validating admission for a write made as `ctx.user` (nothing for in-process writers without one);
-    /// records `Warn` results in `ctx.warnings`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn admit(
-        &self,
-        state: &State,
-        ctx: &crate::apiserver::core::Ctx<'_>,
-        rt: &crate::apiserver::resource::ResourceType,
-        operation: Operation,
-        subresource: &str,
-        object: Option<&Value>,
-        old_object: Option<&Value>,
-    ) -> Result<(), ApiError> {
-        let Some(user) = ctx.user else { return Ok(()) };
-        let set = self.policy_set(state);
-        if set.is_empty() {
-            return Ok(());
-        }
-        let named = object.or(old_object);
-        let field = |key: &str| named.and_then(|o| o.pointer(key)).and_then(Value::as_str).unwrap_or_default();
-        let (name, namespace) = (field("/metadata/name"), field("/metadata/namespace"));
-        let namespace_value = if rt.namespaced && set.needs_namespace() {
-            let namespaces = self.builtin(Builtin::Namespace);
-            state.get(&namespaces, &crate::apiserver::object::object_key(None, namespace)).map(|n| n.value())
-        } else {
-            None
-        };
-        let request = Request {
-            operation,
-            group: &rt.group,
-            version: &rt.version,
-            resource: &rt.plural,
-            subresource,
-            kind: &rt.kind,
-            name,
-            namespace,
-            namespaced: rt.namespaced,
-            object,
-            old_object,
-            namespace_object: namespace_value.as_ref(),
-            user,
-            dry_run: ctx.dry_run,
-        };
-        let warnings = set.admit(&request)?;
-        if let Some(sink) = ctx.warnings
-            && !warnings.is_empty()
-        {
-            sink.lock().extend(warnings);
-        }
-        Ok(())
     }
 }

@@ -4,9 +4,8 @@
 //! evaluates.
 
 use super::expressions::Expression;
-use crate::apiserver::error::field_error;
 use crate::apiserver::resource::Builtin;
-use crate::apiserver::schema::{ErrorKind, FieldError};
+use crate::apiserver::schema::{ErrorKind, FieldError, field_error};
 use serde_json::{Value, json};
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";

@@ -15,20 +15,22 @@ pub mod bootstrap;
 pub mod printers;
 pub mod rbac;
 pub mod reviews;
+pub mod state;
 pub mod tokens;
 pub mod user;
 
 pub use attributes::Attributes;
 pub use rbac::{Decision, RbacIndex, Rule};
+pub use state::Auth;
 pub use tokens::{API_AUDIENCE, BoundObject, TokenEntry, Tokens};
 pub use user::{Identity, IdentityError, UserInfo};
 
 use super::core::{Core, Ctx};
-use super::error::{ApiError, field_error};
+use super::error::ApiError;
 use super::object::{format_time, object_key};
 use super::resource::Builtin;
-use crate::apiserver::schema::ErrorKind;
-use parking_lot::{Mutex, RwLock};
+use crate::apiserver::schema::{ErrorKind, field_error};
+
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,41 +42,6 @@ const MIN_TOKEN_SECONDS: i64 = 600;
 const DEFAULT_TOKEN_SECONDS: i64 = 3600;
 /// Longest lifetime a TokenRequest may ask for (upstream: 2^32 seconds).
 const MAX_TOKEN_SECONDS: i64 = 1 << 32;
-
-/// The authentication and authorization state of one server.
-pub struct Auth {
-    /// Issued tokens.
-    pub tokens: Tokens,
-    admin_token: String,
-    rbac: RwLock<Option<Arc<RbacIndex>>>,
-    log: Mutex<Option<BTreeMap<(String, Attributes), bool>>>,
-}
-
-impl Default for Auth {
-    fn default() -> Self {
-        let tokens = Tokens::default();
-        let admin_token = tokens.issue(TokenEntry {
-            user: UserInfo::admin(),
-            service_account: None,
-            bound: None,
-            expires: None,
-            audiences: vec![API_AUDIENCE.to_owned()],
-        });
-        Auth { tokens, admin_token, rbac: RwLock::new(None), log: Mutex::new(None) }
-    }
-}
-
-impl Auth {
-    /// The administrator's token (group `system:masters`).
-    pub fn admin_token(&self) -> &str {
-        &self.admin_token
-    }
-
-    /// Forgets the RBAC index: the next authorization rebuilds it from the store.
-    pub fn rbac_changed(&self) {
-        *self.rbac.write() = None;
-    }
-}
 
 /// One recorded authorization decision.
 #[derive(Debug, Clone, PartialEq, Eq)]

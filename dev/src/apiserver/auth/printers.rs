@@ -1,8 +1,8 @@
 //! Table columns of the RBAC and admission-policy kinds, as `kubectl get` shows them on a real cluster
 //! (upstream `pkg/printers/internalversion/printers.go`).
 
+use super::super::printer_columns::{age, age_column, column};
 use super::super::resource::{Builtin, PrinterColumn};
-use super::super::table::{age, age_column, column};
 use serde_json::{Value, json};
 
 fn text<'a>(object: &'a Value, pointer: &str) -> &'a str {

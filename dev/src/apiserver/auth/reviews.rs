@@ -5,9 +5,9 @@
 use super::attributes::Attributes;
 use super::user::UserInfo;
 use crate::apiserver::core::Core;
-use crate::apiserver::error::{ApiError, field_error};
+use crate::apiserver::error::ApiError;
 use crate::apiserver::resource::{Builtin, ResourceType};
-use crate::apiserver::schema::{ErrorKind, FieldError};
+use crate::apiserver::schema::{ErrorKind, FieldError, field_error};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 

@@ -225,7 +225,7 @@ impl<'s> Estimator<'s> {
             Expr::Call(call) => {
                 // `lists.range(3)`: cel-go resolves a namespaced function by name, with no identifier to cost.
                 let namespace = matches!(call.target.as_deref(), Some(IdedExpr { expr: Expr::Ident(name), .. })
-                    if super::compile::NAMESPACES.contains(&name.as_str())
+                    if super::program::NAMESPACES.contains(&name.as_str())
                         && self.scope.get(name).is_none_or(Vec::is_empty));
                 let target = call.target.as_deref().filter(|_| !namespace).map_or(0, |t| self.cost(t));
                 let costs: Vec<u64> = call.args.iter().map(|a| self.cost(a)).collect();
@@ -331,7 +331,7 @@ mod tests {
     use serde_json::json;
 
     fn cost(rule: &str, schema: &Value) -> u64 {
-        let program = super::super::compile::program(rule).expect("the rule compiles");
+        let program = super::super::program::program(rule).expect("the rule compiles");
         expression_cost(program.expression(), schema)
     }
 

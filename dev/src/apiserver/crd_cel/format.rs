@@ -13,8 +13,7 @@
 //! - `datetime` accepts what the dev server accepts for `format: date-time` (an RFC 3339 timestamp); strfmt also
 //!   accepts a few ISO 8601 variants (no colon in the offset, no seconds), which are refused here.
 
-use super::ip::{NO_SUCH_OVERLOAD, error};
-use super::library::values;
+use super::call::{NO_SUCH_OVERLOAD, error, values};
 use cel::common::types::{STRING_TYPE, Type};
 use cel::common::value::CowVal;
 use cel::extractors::IntoResolveResult;

@@ -9,7 +9,7 @@
 //! error is dropped by `MaybeNoSuchOverloadErr(cidr)`), while `containsCIDR` of a bad string reports the parse
 //! error.
 
-use super::library::values;
+use super::call::{NO_SUCH_OVERLOAD, error, values};
 use super::netip::{Addr, Prefix, go_quote, parse_addr, parse_prefix};
 use cel::common::types::{STRING_TYPE, Type};
 use cel::common::value::CowVal;
@@ -36,13 +36,6 @@ impl Opaque for Cidr {
     fn runtime_type_name(&self) -> &str {
         "net.CIDR"
     }
-}
-
-/// The error upstream's `types.MaybeNoSuchOverloadErr` gives (reported as a call that matched no overload).
-pub(super) const NO_SUCH_OVERLOAD: &str = "no such overload";
-
-pub(super) fn error(message: impl ToString) -> ExecutionError {
-    ExecutionError::function_error("kubernetes", message)
 }
 
 /// Registers both libraries on `env`.

@@ -10,6 +10,7 @@
 //! (`DefaultCompatibilityVersion`), so on the 1.33 the dev server reports, semver is not declared for it
 //! ([`super::compile`] refuses such a rule as cel-go does); it is not implemented here.
 
+use super::call::values;
 use cel::common::types::{INT_TYPE, LIST_TYPE, STRING_TYPE};
 use cel::common::value::CowVal;
 use cel::extractors::IntoResolveResult;
@@ -106,11 +107,6 @@ fn sets_equivalent<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, 
 fn sets_intersects<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let (a, b) = two_lists(&args, "sets.intersects")?;
     Value::Bool(a.iter().any(|x| b.contains(x))).into_resolve_result()
-}
-
-/// The arguments as `Value`s.
-pub(super) fn values(args: &[CowVal<'_, '_>]) -> Result<Vec<Value>, ExecutionError> {
-    args.iter().map(|a| Value::try_from(a.as_ref())).collect()
 }
 
 fn list(value: &Value, function: &str) -> Result<Arc<Vec<Value>>, ExecutionError> {

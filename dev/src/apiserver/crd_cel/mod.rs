@@ -23,6 +23,8 @@
 //! - No runtime cost budget: cel-rust does not count the cost of an evaluation (docs/dev-cluster.md). The
 //!   estimated cost is checked when the CRD is written ([`cost`]).
 
+mod call;
+mod checker;
 pub mod compile;
 pub mod cost;
 pub mod format;
@@ -30,6 +32,7 @@ pub mod ip;
 pub mod library;
 pub mod netip;
 mod overloads;
+pub mod program;
 pub mod quantity;
 pub mod typecheck;
 pub mod url;
@@ -243,14 +246,14 @@ impl Node<'_> {
             }
             let message = text(rule, "message").unwrap_or_default().trim();
             let shown = if message.is_empty() { source.trim() } else { message };
-            let program = match compile::program(source) {
+            let program = match program::program(source) {
                 Ok(program) => program,
                 Err(detail) => {
                     errors.push(invalid(path, format!("rule compile error: compilation failed: {detail}")));
                     continue;
                 }
             };
-            let uses_old_self = compile::uses_old_self(&program);
+            let uses_old_self = program::uses_old_self(&program);
             let optional = rule.get("optionalOldSelf").and_then(Value::as_bool) == Some(true);
             if uses_old_self && old_value.is_none() && !optional {
                 continue;
@@ -284,7 +287,7 @@ impl Node<'_> {
                         // A library function's error is its message alone, as cel-go's `types.NewErr` prints;
                         // `no such overload` is reported as validation.go reports a runtime overload error.
                         cel::ExecutionError::FunctionError { message, .. }
-                            if message.starts_with(ip::NO_SUCH_OVERLOAD) =>
+                            if message.starts_with(call::NO_SUCH_OVERLOAD) =>
                         {
                             format!(
                                 "'{message}': call arguments did not match a supported operator, function or macro signature for rule: {shown}"
@@ -340,7 +343,7 @@ impl Node<'_> {
     /// (`evalMessageExpression`; on failure upstream logs and falls back to `message`).
     fn message_expression(&self, rule: &Value, self_value: &CelValue, old: Option<&CelValue>) -> Option<String> {
         let source = text(rule, "messageExpression").filter(|s| !s.trim().is_empty())?;
-        let program = compile::program(source).ok()?;
+        let program = program::program(source).ok()?;
         let mut context = Context::with_env(library::ENVIRONMENT.clone());
         context.add_variable_from_value("self", self_value.clone());
         if let Some(old) = old {

@@ -20,7 +20,7 @@
 //! bytes upstream), `null`, functions, `metadata` below a resource's root, and an object with properties (upstream
 //! names its type after a generated name, `selfType...`): a list of such objects too.
 
-use super::typecheck::Checker;
+use super::checker::Checker;
 use cel::common::ast::{ComprehensionExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
 use serde_json::Value;
 
@@ -186,68 +186,5 @@ impl<'s> Types<'s> {
         };
         let names: Vec<&str> = types.iter().map(|t| t.name.as_str()).collect();
         refused.then(|| format!("found no matching overload for '{function}' applied to '({})'", names.join(", ")))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::typecheck::{TypeError, type_error};
-    use serde_json::{Value, json};
-
-    fn check(rule: &str, schema: &Value) -> Option<String> {
-        let program = super::super::compile::program(rule).expect("the rule parses");
-        type_error(&program, rule, schema, false).map(|e| match e {
-            TypeError::Checker(detail) => detail,
-            TypeError::NotBool => "not bool".to_owned(),
-        })
-    }
-
-    fn spec() -> Value {
-        json!({"type": "object", "properties": {
-            "replicas": {"type": "integer"}, "ratio": {"type": "number"}, "name": {"type": "string"},
-            "flag": {"type": "boolean"}, "port": {"x-kubernetes-int-or-string": true},
-            "at": {"type": "string", "format": "date-time"}, "tags": {"type": "array", "items": {"type": "string"}},
-            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-            "ports": {"type": "array", "items": {"type": "object", "properties": {"number": {"type": "integer"}}}}}})
-    }
-
-    #[test]
-    fn operands_no_overload_takes_are_refused_at_the_operator_as_cel_go_prints_them() {
-        assert_eq!(
-            check("self.name == 1", &spec()).as_deref(),
-            Some(
-                "ERROR: <input>:1:11: found no matching overload for '_==_' applied to '(string, int)'\n | self.name \
-                 == 1\n | ..........^"
-            )
-        );
-        let refused = |rule: &str, message: &str| {
-            let error = check(rule, &spec()).unwrap_or_else(|| panic!("{rule} was not refused"));
-            assert!(error.contains(&format!("found no matching overload for {message}\n")), "{rule}: {error}");
-        };
-        refused("self.replicas == 1.0", "'_==_' applied to '(int, double)'");
-        refused("self.replicas != 'x'", "'_!=_' applied to '(int, string)'");
-        refused("self.tags == 'a'", "'_==_' applied to '(list(string), string)'");
-        refused("self.labels['a'] > 1", "'_>_' applied to '(string, int)'");
-        refused("self.flag < 'x'", "'_<_' applied to '(bool, string)'");
-        refused("self.replicas + 1.5 > 2.0", "'_+_' applied to '(int, double)'");
-        refused("self.name * 2 == 'x'", "'_*_' applied to '(string, int)'");
-        refused("!self.name", "'!_' applied to '(string)'");
-        refused("self.flag && self.replicas", "'_&&_' applied to '(bool, int)'");
-        refused("self.ports.all(p, p.number == 'x')", "'_==_' applied to '(int, string)'");
-        let located = check("self.flag || self.replicas", &spec()).unwrap();
-        assert!(located.starts_with("ERROR: <input>:1:11: "), "{located}");
-        for fine in [
-            "self.name == 'x' && self.replicas > 1.5 && self.ratio < 1",
-            "self.port == 1 || self.port == 'http'",
-            "self.free == 1 && self.at == 'x'",
-            "self.tags == ['a'] && self.tags + ['b'] == ['a', 'b']",
-            "self.labels.all(k, k.size() > 1)",
-            "self.ports.all(p, p.number > 0) && self.ports.exists_one(p, p.number == 1)",
-            "self.ports == []",
-            "!has(self.name) || self.name.startsWith('a')",
-        ] {
-            assert_eq!(check(fine, &spec()), None, "{fine}");
-        }
     }
 }

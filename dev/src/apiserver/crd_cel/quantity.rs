@@ -7,7 +7,7 @@
 //! a signed decimal number, then a binary suffix (`Ki`…`Ei`), a decimal one (`n`, `u`, `m`, `k`, `M`…`E`) or an
 //! exponent (`e3`, `E-2`).
 
-use super::library::values;
+use super::call::values;
 use cel::common::types::{DYN_TYPE, STRING_TYPE};
 use cel::common::value::CowVal;
 use cel::extractors::IntoResolveResult;

@@ -18,8 +18,9 @@
 //!
 //! Only the first such error is reported (cel-go reports all of them).
 
+use super::checker::Checker;
 use cel::Program;
-use cel::common::ast::{ComprehensionExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
+use cel::common::ast::{Expr, LiteralValue};
 use serde_json::Value;
 
 fn text<'a>(schema: &'a Value, key: &str) -> Option<&'a str> {
@@ -36,7 +37,7 @@ pub enum TypeError {
 
 /// The first type error of `program` (the rule `source`) on a node of `schema`.
 pub fn type_error(program: &Program, source: &str, schema: &Value, resource_root: bool) -> Option<TypeError> {
-    let mut checker = Checker { scope: Vec::new(), schema, resource_root, found: None };
+    let mut checker = Checker::new(schema, resource_root);
     checker.visit(program.expression());
     if let Some((id, field)) = checker.found.take() {
         let start = program.source_info().offset_for(id).map_or(0, |(start, _)| start as usize);
@@ -57,7 +58,7 @@ pub fn type_error(program: &Program, source: &str, schema: &Value, resource_root
         Expr::Literal(LiteralValue::Boolean(_)) => false,
         Expr::Literal(_) | Expr::List(_) | Expr::Map(_) => true,
         Expr::Ident(_) | Expr::Select(_) => {
-            let checker = Checker { scope: Vec::new(), schema, resource_root, found: None };
+            let checker = Checker::new(schema, resource_root);
             checker.node(program.expression()).is_some_and(|node| {
                 !node.get("x-kubernetes-int-or-string").is_some_and(|v| v == &Value::Bool(true))
                     && matches!(text(node, "type"), Some("string" | "number" | "integer" | "array" | "object"))
@@ -80,165 +81,13 @@ fn located(source: &str, at: usize, message: &str) -> String {
     format!("ERROR: <input>:{line}:{column}: {message}\n | {snippet}\n | {pointer}")
 }
 
-#[derive(Clone)]
-pub(super) struct Checker<'s> {
-    /// Comprehension variables, innermost last, with the schema node each is bound to.
-    scope: Vec<(String, Option<&'s Value>)>,
-    schema: &'s Value,
-    resource_root: bool,
-    /// The first undefined field: the selection's id and the field.
-    found: Option<(u64, String)>,
-}
-
-/// Whether `f` is a field of the object `node` (or the node's fields are open).
-fn has_field(node: &Value, field: &str, resource_root: bool) -> bool {
-    if node.get("additionalProperties").is_some()
-        || node.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true)
-        || text(node, "type") != Some("object")
-        || field.contains("__")
-        || (resource_root && matches!(field, "apiVersion" | "kind" | "metadata"))
-    {
-        return true;
-    }
-    node.get("properties").and_then(Value::as_object).is_some_and(|p| p.contains_key(field))
-}
-
-impl<'s> Checker<'s> {
-    /// The checker inside comprehension `c`: its variables bound to the schema nodes of the range's items (or a
-    /// map's values), the accumulator to none.
-    pub(super) fn enter(&self, c: &ComprehensionExpr) -> Checker<'s> {
-        let mut inner = self.clone();
-        let range = self.node(&c.iter_range);
-        let items = range.filter(|n| text(n, "type") == Some("array")).and_then(|n| n.get("items"));
-        match &c.iter_var2 {
-            // One variable over a list: its items; over a map: its keys (not a schema node).
-            None => inner.scope.push((c.iter_var.clone(), items)),
-            Some(second) => {
-                let values = range.and_then(|n| match text(n, "type") {
-                    Some("array") => n.get("items"),
-                    _ => n.get("additionalProperties").filter(|a| a.is_object()),
-                });
-                inner.scope.push((c.iter_var.clone(), None));
-                inner.scope.push((second.clone(), values));
-            }
-        }
-        inner.scope.push((c.accu_var.clone(), None));
-        inner
-    }
-
-    /// The schema node `e` reaches, and whether it is a resource's root.
-    pub(super) fn reach(&self, e: &IdedExpr) -> Option<(&'s Value, bool)> {
-        match &e.expr {
-            Expr::Ident(name) => match self.scope.iter().rev().find(|(n, _)| n == name) {
-                Some((_, node)) => node.map(|n| (n, embedded(n))),
-                None if name == "self" || name == "oldSelf" => Some((self.schema, self.resource_root)),
-                None => None,
-            },
-            Expr::Select(select) if !select.test => {
-                let (operand, root) = self.reach(&select.operand)?;
-                if root && select.field == "metadata" {
-                    return None;
-                }
-                // A field of an object, or the value of a map's key (`self.labels.app`, `labels` a map).
-                let child = match operand.get("properties").and_then(|p| p.get(&select.field)) {
-                    Some(child) => child,
-                    None => operand.get("additionalProperties").filter(|a| a.is_object())?,
-                };
-                Some((child, embedded(child)))
-            }
-            Expr::Call(call) if call.func_name == "_[_]" && call.target.is_none() && call.args.len() == 2 => {
-                let (container, _) = self.reach(&call.args[0])?;
-                let child = match text(container, "type")? {
-                    "array" => container.get("items")?,
-                    "object" => container.get("additionalProperties").filter(|a| a.is_object())?,
-                    _ => return None,
-                };
-                Some((child, embedded(child)))
-            }
-            _ => None,
-        }
-    }
-
-    fn node(&self, e: &IdedExpr) -> Option<&'s Value> {
-        self.reach(e).map(|(node, _)| node)
-    }
-
-    fn visit(&mut self, e: &IdedExpr) {
-        if self.found.is_some() {
-            return;
-        }
-        match &e.expr {
-            Expr::Select(select) => {
-                self.visit(&select.operand);
-                if !select.test
-                    && self.found.is_none()
-                    && let Some((operand, root)) = self.reach(&select.operand)
-                    && !has_field(operand, &select.field, root)
-                {
-                    self.found = Some((e.id, select.field.clone()));
-                }
-            }
-            Expr::Call(call) => {
-                if let Some(target) = call.target.as_deref() {
-                    self.visit(target);
-                }
-                for arg in &call.args {
-                    self.visit(arg);
-                }
-            }
-            Expr::Comprehension(c) => {
-                self.visit(&c.iter_range);
-                self.visit(&c.accu_init);
-                let range = self.node(&c.iter_range);
-                let items = range.filter(|n| text(n, "type") == Some("array")).and_then(|n| n.get("items"));
-                let depth = self.scope.len();
-                match &c.iter_var2 {
-                    // One variable over a list: its items; over a map: its keys (not a schema node).
-                    None => self.scope.push((c.iter_var.clone(), items)),
-                    Some(second) => {
-                        let values = range.and_then(|n| match text(n, "type") {
-                            Some("array") => n.get("items"),
-                            _ => n.get("additionalProperties").filter(|a| a.is_object()),
-                        });
-                        self.scope.push((c.iter_var.clone(), None));
-                        self.scope.push((second.clone(), values));
-                    }
-                }
-                self.scope.push((c.accu_var.clone(), None));
-                self.visit(&c.loop_cond);
-                self.visit(&c.loop_step);
-                self.visit(&c.result);
-                self.scope.truncate(depth);
-            }
-            Expr::List(list) => list.elements.iter().for_each(|x| self.visit(x)),
-            Expr::Map(map) => map.entries.iter().for_each(|entry| self.entry(&entry.expr)),
-            Expr::Struct(s) => s.entries.iter().for_each(|entry| self.entry(&entry.expr)),
-            Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
-        }
-    }
-
-    fn entry(&mut self, entry: &EntryExpr) {
-        match entry {
-            EntryExpr::StructField(field) => self.visit(&field.value),
-            EntryExpr::MapEntry(e) => {
-                self.visit(&e.key);
-                self.visit(&e.value);
-            }
-        }
-    }
-}
-
-fn embedded(schema: &Value) -> bool {
-    schema.get("x-kubernetes-embedded-resource").and_then(Value::as_bool) == Some(true)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
     fn check(rule: &str, schema: &Value, root: bool) -> Option<String> {
-        let program = super::super::compile::program(rule).expect("the rule parses");
+        let program = super::super::program::program(rule).expect("the rule parses");
         type_error(&program, rule, schema, root).map(|e| match e {
             TypeError::Checker(detail) => detail,
             TypeError::NotBool => "not bool".to_owned(),
@@ -288,6 +137,56 @@ mod tests {
         assert_eq!(check("self", &spec, false).as_deref(), Some("not bool"));
         for fine in ["self.flag", "true", "self.name == 'x'", "self.port"] {
             assert_eq!(check(fine, &spec, false), None, "{fine}");
+        }
+    }
+
+    /// A schema with a field of each type the operator checks of [`super::super::overloads`] know.
+    fn operator_spec() -> Value {
+        json!({"type": "object", "properties": {
+            "replicas": {"type": "integer"}, "ratio": {"type": "number"}, "name": {"type": "string"},
+            "flag": {"type": "boolean"}, "port": {"x-kubernetes-int-or-string": true},
+            "at": {"type": "string", "format": "date-time"}, "tags": {"type": "array", "items": {"type": "string"}},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "ports": {"type": "array", "items": {"type": "object", "properties": {"number": {"type": "integer"}}}}}})
+    }
+
+    #[test]
+    fn operands_no_overload_takes_are_refused_at_the_operator_as_cel_go_prints_them() {
+        assert_eq!(
+            check("self.name == 1", &operator_spec(), false).as_deref(),
+            Some(
+                "ERROR: <input>:1:11: found no matching overload for '_==_' applied to '(string, int)'\n | self.name \
+                 == 1\n | ..........^"
+            )
+        );
+        let refused = |rule: &str, message: &str| {
+            let error = check(rule, &operator_spec(), false).unwrap_or_else(|| panic!("{rule} was not refused"));
+            assert!(error.contains(&format!("found no matching overload for {message}\n")), "{rule}: {error}");
+        };
+        refused("self.replicas == 1.0", "'_==_' applied to '(int, double)'");
+        refused("self.replicas != 'x'", "'_!=_' applied to '(int, string)'");
+        refused("self.tags == 'a'", "'_==_' applied to '(list(string), string)'");
+        refused("self.labels['a'] > 1", "'_>_' applied to '(string, int)'");
+        refused("self.flag < 'x'", "'_<_' applied to '(bool, string)'");
+        refused("self.replicas + 1.5 > 2.0", "'_+_' applied to '(int, double)'");
+        refused("self.name * 2 == 'x'", "'_*_' applied to '(string, int)'");
+        refused("!self.name", "'!_' applied to '(string)'");
+        refused("self.flag && self.replicas", "'_&&_' applied to '(bool, int)'");
+        refused("self.ports.all(p, p.number == 'x')", "'_==_' applied to '(int, string)'");
+        let located = check("self.flag || self.replicas", &operator_spec(), false).unwrap();
+        assert!(located.starts_with("ERROR: <input>:1:11: "), "{located}");
+        for fine in [
+            "self.name == 'x' && self.replicas > 1.5 && self.ratio < 1",
+            "self.port == 1 || self.port == 'http'",
+            "self.free == 1 && self.at == 'x'",
+            "self.tags == ['a'] && self.tags + ['b'] == ['a', 'b']",
+            "self.labels.all(k, k.size() > 1)",
+            "self.ports.all(p, p.number > 0) && self.ports.exists_one(p, p.number == 1)",
+            "self.ports == []",
+            "!has(self.name) || self.name.startsWith('a')",
+        ] {
+            assert_eq!(check(fine, &operator_spec(), false), None, "{fine}");
         }
     }
 }

@@ -8,8 +8,7 @@
 //! `shouldEscape`, `setPath`, `EscapedPath`, `validEncoded`, `splitHostPort`, `parseQuery`), with the same errors:
 //! `URL parse error during conversion from string: parse "../x": invalid URI for request`.
 
-use super::ip::{NO_SUCH_OVERLOAD, error};
-use super::library::values;
+use super::call::{NO_SUCH_OVERLOAD, error, values};
 use super::netip::go_quote;
 use cel::common::types::{STRING_TYPE, Type};
 use cel::common::value::CowVal;

@@ -15,10 +15,10 @@
 //!   Addresses and ports are free when no other Service holds them (the store is the allocator's memory).
 
 use crate::apiserver::core::Core;
-use crate::apiserver::error::{ApiError, field_error};
+use crate::apiserver::error::ApiError;
 use crate::apiserver::object::{name_of, object_key};
-use crate::apiserver::resource::{Builtin, ResourceType, job, priority, service};
-use crate::apiserver::schema::{ErrorKind, FieldError};
+use crate::apiserver::resource::{Builtin, ResourceType, job, service};
+use crate::apiserver::schema::{ErrorKind, FieldError, field_error};
 use crate::apiserver::state::State;
 use rand::Rng;
 use serde_json::{Value, json};
@@ -284,34 +284,6 @@ fn free_port(used: &HashSet<i64>) -> Option<i64> {
         .map(|_| rng.random_range(service::NODE_PORTS))
         .chain(service::NODE_PORTS)
         .find(|port| !used.contains(port))
-}
-
-/// The objects a real API server creates at start that the dev server serves too: the system PriorityClasses
-/// and, in `default`, the `kubernetes` Service on the first address of the service CIDR.
-pub fn bootstrap_objects(namespaces: &[String]) -> Vec<(Builtin, Option<&'static str>, Value)> {
-    let mut objects: Vec<(Builtin, Option<&'static str>, Value)> = priority::SYSTEM_CLASSES
-        .iter()
-        .map(|(name, value, description)| {
-            (Builtin::PriorityClass, None, priority::system_class(name, *value, description))
-        })
-        .collect();
-    if namespaces.iter().any(|n| n == "default") {
-        let (base, _) = service::SERVICE_CIDR;
-        let ip = Ipv4Addr::from(u32::from(base) + 1).to_string();
-        objects.push((
-            Builtin::Service,
-            Some("default"),
-            json!({"apiVersion": "v1", "kind": "Service",
-                   "metadata": {"name": "kubernetes", "namespace": "default",
-                                "labels": {"component": "apiserver", "provider": "kubernetes"}},
-                   "spec": {"type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip], "ipFamilies": ["IPv4"],
-                            "ipFamilyPolicy": "SingleStack", "sessionAffinity": "None",
-                            "internalTrafficPolicy": "Cluster",
-                            "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]},
-                   "status": {"loadBalancer": {}}}),
-        ));
-    }
-    objects
 }
 
 #[cfg(test)]

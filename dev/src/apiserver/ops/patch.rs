@@ -9,7 +9,7 @@
 
 use super::{Subresource, Tracking};
 use crate::apiserver::core::{Core, Ctx};
-use crate::apiserver::error::{ApiError, field_error};
+use crate::apiserver::error::ApiError;
 use crate::apiserver::field_validation::{self, FieldValidation};
 use crate::apiserver::object::{StoredObject, metadata_mut, name_of, now_rfc3339, object_key};
 use crate::apiserver::ops::write::{check_name, check_type, place_in_namespace};
@@ -20,7 +20,7 @@ use crate::apiserver::patch::managed::Writer;
 use crate::apiserver::patch::merge::merge_patch;
 use crate::apiserver::patch::strategic::strategic_merge_patch;
 use crate::apiserver::resource::{ResourceType, events, schema::merge_schema};
-use crate::apiserver::schema::ErrorKind;
+use crate::apiserver::schema::{ErrorKind, field_error};
 use serde_json::{Value, json};
 use std::sync::Arc;
 

@@ -60,7 +60,7 @@ impl From<ApiError> for ListFailure {
 }
 
 fn invalid_list_options(field: &str, kind: ErrorKind, message: &str) -> ApiError {
-    let error = crate::apiserver::error::field_error(field, kind, message);
+    let error = crate::apiserver::schema::field_error(field, kind, message);
     ApiError::invalid_named("ListOptions.meta.k8s.io", "meta.k8s.io", "ListOptions", "", &[error])
 }
 

@@ -134,7 +134,7 @@ impl Core {
         };
         let replicas = wanted.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
         if replicas < 0 {
-            let error = crate::apiserver::error::field_error(
+            let error = crate::apiserver::schema::field_error(
                 "spec.replicas",
                 crate::apiserver::schema::ErrorKind::Invalid,
                 format!("Invalid value: {replicas}: must be greater than or equal to 0"),

@@ -13,14 +13,14 @@ use super::{Subresource, Tracking};
 use crate::apiserver::admission::Operation;
 use crate::apiserver::core::{Core, Ctx};
 use crate::apiserver::crd;
-use crate::apiserver::error::{ApiError, field_error};
+use crate::apiserver::error::ApiError;
 use crate::apiserver::object::{
     ObjectKey, StoredObject, finalizers, generated_suffix, is_deleting, meta_str, metadata_mut, name_of, new_uid,
     now_rfc3339, object_key,
 };
 use crate::apiserver::patch::managed::{self, Requested, Scope, Writer};
 use crate::apiserver::resource::{Builtin, ResourceType, events, schema::merge_schema, strategy};
-use crate::apiserver::schema::ErrorKind;
+use crate::apiserver::schema::{ErrorKind, field_error};
 use crate::apiserver::state::State;
 use serde_json::{Value, json};
 use std::sync::Arc;

@@ -12,9 +12,11 @@
 //! The schema is generated from the Kubernetes sources by `dev/examples/protobuf-schema.rs`.
 
 pub mod codec;
+pub mod descriptor;
 mod schema;
 
-pub use codec::{CodecError, Encoder, Message};
+pub use codec::{CodecError, Encoder};
+pub use descriptor::Message;
 
 use codec::Reader;
 use serde_json::Value;
@@ -58,7 +60,8 @@ pub fn message_for(api_version: &str, kind: &str) -> Option<&'static Message> {
         .iter()
         .find(|(g, _)| *g == group)
         .and_then(|(_, prefix)| codec::message_named(&format!("{prefix}.{version}.{kind}")));
-    own.or_else(|| codec::message_named(&format!("{META_PACKAGE}.{kind}"))).filter(|m| m.shape == codec::Shape::Struct)
+    own.or_else(|| codec::message_named(&format!("{META_PACKAGE}.{kind}")))
+        .filter(|m| m.shape == descriptor::Shape::Struct)
 }
 
 /// True when objects of `kind` in `group`/`version` have a protobuf form (a kind of its own in that group, not

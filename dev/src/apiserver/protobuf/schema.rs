@@ -3,8 +3,8 @@
 //!
 //! `f(tag, json name, type, label, presence)`; a message type is an index into [`MESSAGES`].
 
-use super::codec::Shape::{Special, Struct, Wrapper};
-use super::codec::{
+use super::descriptor::Shape::{Special, Struct, Wrapper};
+use super::descriptor::{
     ALWAYS, BOOL, BYTES, DOUBLE, INLINE, INT32, INT64, MAP, Message, OMIT, ONE, POINTER, REPEATED, STRING, Ty, f,
 };
 

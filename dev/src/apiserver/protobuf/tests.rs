@@ -1,4 +1,5 @@
-use super::codec::{self, Label, Presence, Scalar, Shape, Special, Ty};
+use super::codec::{self, Special};
+use super::descriptor::{Label, Presence, Scalar, Shape, Ty};
 use super::*;
 use crate::apiserver::resource::{Builtin, builtin_types, strategy};
 use serde_json::json;

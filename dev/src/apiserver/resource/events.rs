@@ -15,8 +15,7 @@
 //! `source`, `type`. `source` is `source.component`, or `reportingComponent` when that is empty.
 
 use super::{Builtin, ResourceType, SelectableField};
-use crate::apiserver::error::field_error;
-use crate::apiserver::schema::{ErrorKind, FieldError};
+use crate::apiserver::schema::{ErrorKind, FieldError, field_error};
 use crate::apiserver::selector::label::{is_dns_subdomain, validate_key};
 use serde_json::{Map, Value, json};
 

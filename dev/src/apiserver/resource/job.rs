@@ -15,10 +15,10 @@
 //! - Stricter than upstream, said in the error: `completionMode: Indexed`, `podFailurePolicy`, `successPolicy`,
 //!   `backoffLimitPerIndex` and `managedBy` are refused (the dev cluster's Job controller does not implement them).
 
-use super::strategy::{default_pod_spec, set_default, validate_containers};
-use crate::apiserver::error::field_error;
+use super::defaulting::set_default;
+use super::pod::{default_pod_spec, validate_containers};
 use crate::apiserver::object::{metadata_mut, name_of};
-use crate::apiserver::schema::{ErrorKind, FieldError};
+use crate::apiserver::schema::{ErrorKind, FieldError, field_error};
 use crate::apiserver::selector::label::LabelSelector;
 use serde_json::{Map, Value, json};
 

@@ -2,9 +2,8 @@
 //! `pkg/apis/scheduling/validation`); the Priority admission plugin's checks that need the store are in
 //! [`crate::apiserver::ops::admit`].
 
-use super::strategy::set_default;
-use crate::apiserver::error::field_error;
-use crate::apiserver::schema::{ErrorKind, FieldError};
+use super::defaulting::set_default;
+use crate::apiserver::schema::{ErrorKind, FieldError, field_error};
 use serde_json::{Value, json};
 
 /// The highest value a user-defined class may have.

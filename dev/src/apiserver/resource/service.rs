@@ -11,9 +11,8 @@
 //!   `clusterIP` is refused.
 //! - Endpoints and EndpointSlices are not served: nothing routes traffic in the dev cluster.
 
-use super::strategy::set_default;
-use crate::apiserver::error::field_error;
-use crate::apiserver::schema::{ErrorKind, FieldError};
+use super::defaulting::set_default;
+use crate::apiserver::schema::{ErrorKind, FieldError, field_error};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
 use std::net::Ipv4Addr;

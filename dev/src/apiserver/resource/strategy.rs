@@ -6,11 +6,12 @@
 //!   dropped, as decoding into the Go types does upstream.
 //! - Custom resources are pruned, defaulted and validated against their version's `openAPIV3Schema`.
 
+use super::defaulting::set_default;
 use super::{Behavior, Builtin, ResourceType};
-use super::{job, priority, service};
-use crate::apiserver::error::{ApiError, field_error};
+use super::{job, pod, priority, service};
+use crate::apiserver::error::ApiError;
 use crate::apiserver::object::{metadata_mut, name_of, omit_empty_metadata};
-use crate::apiserver::schema::{ErrorKind, FieldError};
+use crate::apiserver::schema::{ErrorKind, FieldError, field_error};
 use crate::apiserver::selector::label::{self, LabelSelector, is_dns_label, is_dns_subdomain};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
@@ -76,9 +77,9 @@ pub fn prepare_create(rt: &ResourceType, object: &mut Value) {
         Behavior::Builtin(kind) => match kind {
             Builtin::Pod => {
                 if let Some(spec) = object.get_mut("spec") {
-                    default_pod_spec(spec);
+                    pod::default_pod_spec(spec);
                 }
-                let qos = qos_class(object.get("spec"));
+                let qos = pod::qos_class(object.get("spec"));
                 object["status"] = json!({"phase": "Pending", "qosClass": qos});
             }
             Builtin::Namespace => {
@@ -295,7 +296,7 @@ pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<F
             }
         }
         Behavior::Builtin(kind) => match kind {
-            Builtin::Pod => validate_pod(object, old, &mut errors),
+            Builtin::Pod => pod::validate_pod(object, old, &mut errors),
             Builtin::Lease => validate_lease(object, &mut errors),
             Builtin::PodDisruptionBudget => validate_pdb(object, &mut errors),
             Builtin::Deployment | Builtin::ReplicaSet | Builtin::StatefulSet | Builtin::DaemonSet => {
@@ -340,61 +341,6 @@ fn validate_labels(object: &Value, errors: &mut Vec<FieldError>) {
             errors.push(field_error("metadata.labels", ErrorKind::Invalid, format!("Invalid value: {value:?}: {why}")));
         }
     }
-}
-
-const POD_UPDATE_FORBIDDEN: &str = "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
-
-fn validate_pod(pod: &Value, old: Option<&Value>, errors: &mut Vec<FieldError>) {
-    match pod.get("spec") {
-        Some(spec) => validate_containers(spec, "spec", errors),
-        None => errors.push(field_error("spec.containers", ErrorKind::Required, "Required value")),
-    }
-    if let Some(old) = old
-        && mutable_pod_spec(old.get("spec")) != mutable_pod_spec(pod.get("spec"))
-    {
-        errors.push(field_error("spec", ErrorKind::Forbidden, POD_UPDATE_FORBIDDEN));
-    }
-}
-
-/// Every pod spec (of a pod or a template at `path`) has containers, each with a name and an image.
-pub fn validate_containers(spec: &Value, path: &str, errors: &mut Vec<FieldError>) {
-    match spec.get("containers").and_then(Value::as_array) {
-        None => errors.push(field_error(&format!("{path}.containers"), ErrorKind::Required, "Required value")),
-        Some(list) if list.is_empty() => {
-            errors.push(field_error(&format!("{path}.containers"), ErrorKind::Required, "Required value"))
-        }
-        Some(list) => {
-            for (i, container) in list.iter().enumerate() {
-                for key in ["name", "image"] {
-                    if container.get(key).and_then(Value::as_str).is_none_or(str::is_empty) {
-                        errors.push(field_error(
-                            &format!("{path}.containers[{i}].{key}"),
-                            ErrorKind::Required,
-                            "Required value",
-                        ));
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The pod spec with the fields an update may change taken out.
-fn mutable_pod_spec(spec: Option<&Value>) -> Value {
-    let mut spec = spec.cloned().unwrap_or(Value::Null);
-    if let Some(fields) = spec.as_object_mut() {
-        for key in ["activeDeadlineSeconds", "tolerations", "schedulingGates", "terminationGracePeriodSeconds"] {
-            fields.remove(key);
-        }
-        for list in ["containers", "initContainers"] {
-            if let Some(items) = fields.get_mut(list).and_then(Value::as_array_mut) {
-                for item in items.iter_mut().filter_map(Value::as_object_mut) {
-                    item.remove("image");
-                }
-            }
-        }
-    }
-    spec
 }
 
 fn validate_lease(lease: &Value, errors: &mut Vec<FieldError>) {
@@ -488,44 +434,6 @@ fn validate_workload(object: &Value, old: Option<&Value>, errors: &mut Vec<Field
     }
 }
 
-/// Sets `key` to `value` when it is absent or null.
-pub fn set_default(object: &mut Value, key: &str, value: Value) {
-    if let Some(fields) = object.as_object_mut()
-        && fields.get(key).is_none_or(Value::is_null)
-    {
-        fields.insert(key.to_owned(), value);
-    }
-}
-
-/// The defaults upstream fills into every PodSpec (`SetDefaults_PodSpec`, `SetDefaults_Container`); a pod's
-/// priority comes from the Priority admission plugin (`ops::admit`), not from here.
-pub fn default_pod_spec(spec: &mut Value) {
-    set_default(spec, "restartPolicy", json!("Always"));
-    set_default(spec, "terminationGracePeriodSeconds", json!(30));
-    set_default(spec, "dnsPolicy", json!("ClusterFirst"));
-    set_default(spec, "securityContext", json!({}));
-    set_default(spec, "schedulerName", json!("default-scheduler"));
-    set_default(spec, "enableServiceLinks", json!(true));
-    for list in ["containers", "initContainers"] {
-        if let Some(items) = spec.get_mut(list).and_then(Value::as_array_mut) {
-            for container in items {
-                let image = container.get("image").and_then(Value::as_str).unwrap_or_default();
-                let last = image.rsplit('/').next().unwrap_or_default();
-                let pull = if !last.contains(':') || image.ends_with(":latest") { "Always" } else { "IfNotPresent" };
-                let pull = if image.contains('@') { "IfNotPresent" } else { pull };
-                set_default(container, "imagePullPolicy", json!(pull));
-                set_default(container, "terminationMessagePath", json!("/dev/termination-log"));
-                set_default(container, "terminationMessagePolicy", json!("File"));
-                if let Some(ports) = container.get_mut("ports").and_then(Value::as_array_mut) {
-                    for port in ports {
-                        set_default(port, "protocol", json!("TCP"));
-                    }
-                }
-            }
-        }
-    }
-}
-
 fn default_workload(object: &mut Value, kind: Builtin) {
     let Some(spec) = object.get_mut("spec") else { return };
     match kind {
@@ -556,7 +464,7 @@ fn default_workload(object: &mut Value, kind: Builtin) {
         _ => {}
     }
     if let Some(pod_spec) = spec.pointer_mut("/template/spec") {
-        default_pod_spec(pod_spec);
+        pod::default_pod_spec(pod_spec);
     }
 }
 
@@ -583,31 +491,6 @@ fn default_rolling_update(spec: &mut Value, field: &str, parameters: &[(&str, Va
             set_default(rolling_update, name, value.clone());
         }
     }
-}
-
-/// `BestEffort` without any requests or limits, `Guaranteed` when every container limits cpu and memory and
-/// requests (if given) equal the limits, `Burstable` otherwise.
-fn qos_class(spec: Option<&Value>) -> &'static str {
-    let containers: Vec<&Value> = ["containers", "initContainers"]
-        .iter()
-        .filter_map(|l| spec.and_then(|s| s.get(l)).and_then(Value::as_array))
-        .flatten()
-        .collect();
-    let resources =
-        |c: &Value, kind: &str| c.pointer(&format!("/resources/{kind}")).and_then(Value::as_object).cloned();
-    let any = containers.iter().any(|c| {
-        resources(c, "requests").is_some_and(|r| !r.is_empty()) || resources(c, "limits").is_some_and(|r| !r.is_empty())
-    });
-    if !any {
-        return "BestEffort";
-    }
-    let guaranteed = containers.iter().all(|c| {
-        let limits = resources(c, "limits").unwrap_or_default();
-        let requests = resources(c, "requests").unwrap_or_default();
-        ["cpu", "memory"].iter().all(|r| limits.contains_key(*r))
-            && requests.iter().all(|(k, v)| limits.get(k) == Some(v))
-    });
-    if guaranteed { "Guaranteed" } else { "Burstable" }
 }
 
 #[cfg(test)]

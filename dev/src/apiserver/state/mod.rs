@@ -9,9 +9,11 @@
 //!   answers 410.
 
 pub mod event;
+mod objects;
 mod snapshots;
 pub mod watchers;
 
+pub use objects::Objects;
 pub use snapshots::SnapshotCache;
 
 use super::object::{Filter, ObjectKey, StoredObject, set_resource_version};
@@ -22,9 +24,6 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use watchers::Watchers;
-
-/// The objects of one kind, in key order; cloning is O(1).
-pub type Objects = rpds::RedBlackTreeMapSync<ObjectKey, Arc<StoredObject>>;
 
 /// One kind's objects, history and watchers.
 pub struct KindState {

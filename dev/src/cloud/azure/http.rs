@@ -12,10 +12,10 @@
 
 use super::spec::ArmSpec;
 use super::{
-    API_VERSION, AzureEmulator, CLIENT_ID, Call, FEDERATED_TOKEN, LOCATION, Provisioning, RESOURCE_GROUP,
-    SUBSCRIPTION_ID, State, TENANT_ID, Vm, actions, computer_name,
+    API_VERSION, AzureEmulator, AzureEmulatorError, CLIENT_ID, Call, Endpoint, FEDERATED_TOKEN, LOCATION, Provisioning,
+    RESOURCE_GROUP, SUBSCRIPTION_ID, State, TENANT_ID, Vm, actions, computer_name,
 };
-use crate::apiserver::http::tls::{Tls, TlsError};
+use crate::apiserver::http::tls::Tls;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
@@ -27,26 +27,6 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
-
-/// Why the emulator could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum AzureEmulatorError {
-    /// Binding the loopback port failed.
-    #[error("cannot listen: {0}")]
-    Listen(#[from] std::io::Error),
-    /// The TLS identity could not be made.
-    #[error(transparent)]
-    Tls(#[from] TlsError),
-}
-
-/// Where the emulator listens.
-#[derive(Debug, Clone)]
-pub struct Endpoint {
-    /// `https://127.0.0.1:PORT/`: the ARM endpoint and the authority host.
-    pub url: String,
-    /// The PEM of the CA of its serving certificate.
-    pub ca_pem: String,
-}
 
 /// An answer: status, extra headers, JSON body (or none).
 struct Answer {

@@ -21,6 +21,7 @@
 mod http;
 mod spec;
 
+use crate::apiserver::http::tls::TlsError;
 use crate::apiserver::store::Store;
 use crate::hosts::Hosts;
 use crate::timing::Timing;
@@ -35,7 +36,25 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use self::http::{AzureEmulatorError, Endpoint};
+/// Why the emulator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AzureEmulatorError {
+    /// Binding the loopback port failed.
+    #[error("cannot listen: {0}")]
+    Listen(#[from] std::io::Error),
+    /// The TLS identity could not be made.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+}
+
+/// Where the emulator listens.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// `https://127.0.0.1:PORT/`: the ARM endpoint and the authority host.
+    pub url: String,
+    /// The PEM of the CA of its serving certificate.
+    pub ca_pem: String,
+}
 
 /// The `api-version` the emulator serves (the provider's pinned one).
 pub const API_VERSION: &str = cloud::azure::model::API_VERSION;
@@ -311,7 +330,7 @@ impl AzureEmulator {
     }
 
     fn register_node(&self, scale_set: &str, id: u64, name: &str, role: GroupRole) -> Result<(), String> {
-        let mut node = crate::cluster::node_manifest(name, role == GroupRole::ControlPlane);
+        let mut node = crate::node_manifest::node_manifest(name, role == GroupRole::ControlPlane);
         node.spec.get_or_insert_default().provider_id = Some(Self::provider_id(scale_set, id).to_string());
         let store = self.inner.store.with_identity("dev/kubelet");
         store

@@ -8,16 +8,8 @@
 //! to create this instance, it will try again until it is successful"; `lastAttempt.errors.errors[]` with `code`
 //! and `message`: "the last attempt to create or delete the instance".
 
-use super::{COMPUTE_URL, GcpEmulator, Mig};
+use super::{COMPUTE_URL, Creating, GcpEmulator, Mig};
 use serde_json::{Value, json};
-
-/// An instance a MIG was asked to create and has not created yet.
-pub(super) struct Creating {
-    /// The MIG.
-    pub mig: String,
-    /// The error of the last failed attempt (code, message).
-    pub last_error: Option<(String, String)>,
-}
 
 impl GcpEmulator {
     /// Every attempt of MIG `mig` to create an instance fails with `code` (e.g. `QUOTA_EXCEEDED`,

@@ -2,19 +2,46 @@
 //! server's token, with Compute's error format.
 
 use super::spec::DiscoverySpec;
-use super::{ApiError, ApiResult, GcpEmulator, Paging, permissions};
+use super::{ApiError, ApiResult, GcpEmulator, GcpTiming, Inner, Paging, State, permissions};
+use crate::apiserver::store::Store;
+use crate::hosts::Hosts;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
 use serde_json::{Value, json};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 /// Requests bodies above this are refused.
 const MAX_BODY: usize = 1 << 20;
 
+impl GcpEmulator {
+    /// Starts an emulator of project `project` on a loopback port; its instances' Nodes are registered in `store`
+    /// and their hosts run in `hosts`.
+    pub async fn start(project: &str, store: &Store, hosts: &Hosts, timing: GcpTiming) -> std::io::Result<GcpEmulator> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let emulator = GcpEmulator {
+            inner: Arc::new(Inner {
+                project: project.to_owned(),
+                project_number: 482_913_570_112,
+                url: format!("http://{}", listener.local_addr()?),
+                state: Mutex::new(State { next_id: 1_000_000_000_000, ..State::default() }),
+                store: store.clone(),
+                hosts: hosts.clone(),
+                timing: Mutex::new(timing),
+                shutdown: CancellationToken::new(),
+            }),
+        };
+        serve(emulator.clone(), listener);
+        Ok(emulator)
+    }
+}
+
 /// Serves `emulator` on `listener` until it shuts down.
-pub(super) fn serve(emulator: GcpEmulator, listener: tokio::net::TcpListener) {
+fn serve(emulator: GcpEmulator, listener: tokio::net::TcpListener) {
     tokio::spawn(async move {
         loop {
             let socket = tokio::select! {

@@ -148,6 +148,14 @@ struct Op {
     done: bool,
 }
 
+/// An instance a MIG was asked to create and has not created yet.
+struct Creating {
+    /// The MIG.
+    pub mig: String,
+    /// The error of the last failed attempt (code, message).
+    pub last_error: Option<(String, String)>,
+}
+
 #[derive(Default)]
 struct State {
     migs: BTreeMap<(String, String), Mig>,
@@ -156,7 +164,7 @@ struct State {
     reserved_templates: BTreeSet<String>,
     instances: BTreeMap<(String, String), Instance>,
     /// Instances a MIG was asked to create that do not exist yet, by zone and name.
-    creating: BTreeMap<(String, String), creation::Creating>,
+    creating: BTreeMap<(String, String), Creating>,
     operations: BTreeMap<String, Op>,
     tokens: BTreeSet<String>,
     faults: Faults,
@@ -266,26 +274,6 @@ fn now_rfc3339() -> String {
 }
 
 impl GcpEmulator {
-    /// Starts an emulator of project `project` on a loopback port; its instances' Nodes are registered in `store`
-    /// and their hosts run in `hosts`.
-    pub async fn start(project: &str, store: &Store, hosts: &Hosts, timing: GcpTiming) -> std::io::Result<GcpEmulator> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let emulator = GcpEmulator {
-            inner: Arc::new(Inner {
-                project: project.to_owned(),
-                project_number: 482_913_570_112,
-                url: format!("http://{}", listener.local_addr()?),
-                state: Mutex::new(State { next_id: 1_000_000_000_000, ..State::default() }),
-                store: store.clone(),
-                hosts: hosts.clone(),
-                timing: Mutex::new(timing),
-                shutdown: CancellationToken::new(),
-            }),
-        };
-        http::serve(emulator.clone(), listener);
-        Ok(emulator)
-    }
-
     /// Stops serving and cancels the timers.
     pub fn shutdown(&self) {
         self.inner.shutdown.cancel();
@@ -505,7 +493,7 @@ impl GcpEmulator {
 
     /// The kubelet of a new instance registers its Node.
     fn register_node(&self, zone: &str, name: &str, control_plane: bool) -> Result<(), String> {
-        let mut node = crate::cluster::node_manifest(name, control_plane);
+        let mut node = crate::node_manifest::node_manifest(name, control_plane);
         let id = ProviderId::Gce(GceInstance {
             project: self.inner.project.clone(),
             zone: zone.to_owned(),
