@@ -1,6 +1,8 @@
 //! An in-memory Kubernetes cluster for the tests, the demo and the benchmarks.
 
-pub mod apiserver;
+/// The in-memory kube-apiserver, its own crate; re-exported so that `dev::apiserver::…` and `crate::apiserver::…`
+/// name it as they did when it was a module of dev.
+pub use memory_apiserver as apiserver;
 pub mod artifacts;
 pub mod cli;
 pub mod cloud;

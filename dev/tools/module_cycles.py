@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""Finds import cycles between the files of the `dev` crate (dev/src, the library only; the programs in src/bin
-are crates of their own). It builds the module tree from lib.rs and its `mod` declarations (foo.rs or foo/mod.rs,
+"""Finds import cycles between the files of each crate of the dev cluster: the `dev` crate (dev/src) and the crates
+beside it (every dev/*/src with a lib.rs, e.g. dev/memory-apiserver/src); the library only, as the programs in
+src/bin are crates of their own. Each crate is checked alone: its `crate::` paths resolve within it, and a path into
+another crate (`dev`'s `crate::apiserver::…`, which names the memory-apiserver crate it re-exports) is no edge, since
+Cargo already refuses a cycle between crates. For each crate it builds the module tree from lib.rs and its `mod`
+declarations (foo.rs or foo/mod.rs,
 inline `mod x { }` blocks belonging to their file), then reads every path a file names: `use` trees and paths in
 code that start with `crate::`, `super::`, `self::`, a child module or a name the file imported. A path is resolved
 to the file that defines what it names, following `use` and `pub use` imports of the module it passes through (so
-`crate::apiserver::Store` counts as a dependency on apiserver/store.rs, not on the apiserver/mod.rs that re-exports
-it). The file-level graph's strongly connected components with more than one file (Tarjan) are printed, each with
-the references that make it, and the script exits 1 when there is one, 0 when there is none, so that CI can run it.
+`crate::Store` in memory-apiserver counts as a dependency on store.rs, not on the lib.rs that re-exports it). The
+file-level graph's strongly connected components with more than one file (Tarjan) are printed, each with the
+references that make it, and the script exits 1 when a crate has one, 0 when none has, so that CI can run it.
 Comments and string literals are ignored, except strings that are a `crate::`, `super::` or `self::` path (serde's
-`with = "..."`). Usage: `python3 dev/tools/module_cycles.py [dev/src]`.
+`with = "..."`). Usage: `python3 dev/tools/module_cycles.py [SRC_DIR...]` (default: every crate of dev/).
 """
 
 import os
@@ -342,8 +346,19 @@ def tarjan(nodes, succ):
     return result
 
 
-def main():
-    src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+def dev_crates():
+    """dev/src and every dev/*/src that holds a lib.rs, sorted so that the output is stable."""
+    dev = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    sources = [os.path.join(dev, "src")]
+    for name in sorted(os.listdir(dev)):
+        src = os.path.join(dev, name, "src")
+        if os.path.isfile(os.path.join(src, "lib.rs")):
+            sources.append(src)
+    return sources
+
+
+def check(src):
+    """Prints the cycles between the files of the crate whose sources are in src; returns how many there are."""
     src = os.path.normpath(src)
     crate = Crate(src)
     edges = graph(crate)
@@ -363,9 +378,15 @@ def main():
         print()
     if components:
         print(f"{len(components)} cycle(s) between the files of {src}")
-        return 1
+        return len(components)
     print(f"no cycle between the {len(crate.files)} files of {src}")
     return 0
+
+
+def main():
+    sources = sys.argv[1:] or dev_crates()
+    cycles = sum(check(src) for src in sources)
+    return 1 if cycles else 0
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 //! As the API server's CRD rule compiler does with cel-go's checker (kubernetes/kubernetes
 //! `staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel/compilation.go`: `undefined field 'x'`;
 //! `cel expression must evaluate to a bool`), but only what is certain without a full checker (the same rules as
-//! the dev cluster's CRD rule checker, `dev/src/apiserver/crd_cel/typecheck.rs`):
+//! the dev cluster's CRD rule checker, `dev/memory-apiserver/src/crd_cel/typecheck.rs`):
 //! - `x.f` (not inside `has()`) where `x` is `self`, a comprehension variable over a list's items, a selection or an
 //!   index reaching an object schema with neither `additionalProperties` nor `x-kubernetes-preserve-unknown-fields`,
 //!   and `f` is none of its properties (`apiVersion`, `kind` and `metadata` are always there at the root; fields

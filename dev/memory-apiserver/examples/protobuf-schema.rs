@@ -1,0 +1,351 @@
+//! Generates `dev/memory-apiserver/src/protobuf/schema.rs`, the protobuf schema of the built-in API groups, from the
+//! Kubernetes sources: `generated.proto` gives each message's fields (tag, wire type, repeated or map) and the Go
+//! type beside it gives each field's JSON name, `omitempty`, pointer-ness and `inline`.
+//!
+//! ```text
+//! # checkouts of kubernetes/api, kubernetes/apimachinery and kubernetes/apiextensions-apiserver at the tag of the
+//! # Kubernetes version k8s-openapi is built for (v0.33.x), side by side in DIR:
+//! cargo run -p memory-apiserver --example protobuf-schema -- DIR > dev/memory-apiserver/src/protobuf/schema.rs
+//! cargo fmt --all
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// The packages the dev API server may serve (directories under DIR).
+const PACKAGES: &[&str] = &[
+    "apimachinery/pkg/apis/meta/v1",
+    "apimachinery/pkg/runtime",
+    "apimachinery/pkg/util/intstr",
+    "apimachinery/pkg/api/resource",
+    "apiextensions-apiserver/pkg/apis/apiextensions/v1",
+    "api/admissionregistration/v1",
+    "api/apps/v1",
+    "api/authentication/v1",
+    "api/authorization/v1",
+    "api/autoscaling/v1",
+    "api/batch/v1",
+    "api/coordination/v1",
+    "api/core/v1",
+    "api/events/v1",
+    "api/policy/v1",
+    "api/rbac/v1",
+    "api/scheduling/v1",
+];
+
+/// Messages whose JSON form is not their fields: the codec encodes them by hand.
+const SPECIAL: &[&str] = &[
+    "k8s.io.apimachinery.pkg.apis.meta.v1.Time",
+    "k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime",
+    "k8s.io.apimachinery.pkg.apis.meta.v1.Duration",
+    "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1",
+    "k8s.io.apimachinery.pkg.apis.meta.v1.Timestamp",
+    "k8s.io.apimachinery.pkg.runtime.RawExtension",
+    "k8s.io.apimachinery.pkg.runtime.Unknown",
+    "k8s.io.apimachinery.pkg.runtime.TypeMeta",
+    "k8s.io.apimachinery.pkg.util.intstr.IntOrString",
+    "k8s.io.apimachinery.pkg.api.resource.Quantity",
+    "k8s.io.apimachinery.pkg.api.resource.QuantityValue",
+    "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1.JSON",
+    "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrArray",
+    "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrBool",
+    "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrStringArray",
+];
+
+struct ProtoField {
+    label: &'static str,
+    ty: String,
+    map_key: Option<String>,
+    name: String,
+    tag: u32,
+}
+
+struct GoField {
+    json: String,
+    omitempty: bool,
+    pointer: bool,
+    inline: bool,
+}
+
+enum GoType {
+    Struct(BTreeMap<u32, GoField>),
+    Slice,
+    /// `type List metav1.List`: the struct of the same name in meta/v1.
+    Defined(String),
+}
+
+fn main() {
+    let Some(root) = std::env::args().nth(1) else {
+        eprintln!("usage: protobuf-schema DIR (with api/, apimachinery/ and apiextensions-apiserver/ in it)");
+        std::process::exit(2);
+    };
+    match generate(Path::new(&root)) {
+        Ok(source) => print!("{source}"),
+        Err(error) => {
+            eprintln!("protobuf-schema: {error}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn generate(root: &Path) -> Result<String, String> {
+    let mut messages: BTreeMap<String, (Vec<ProtoField>, Option<GoType>)> = BTreeMap::new();
+    let mut groups: Vec<(String, String)> = Vec::new();
+    let mut meta_types: BTreeMap<String, GoType> = BTreeMap::new();
+    for package_dir in PACKAGES {
+        let dir = root.join(package_dir);
+        let proto = read(&dir.join("generated.proto"))?;
+        let (package, parsed) = parse_proto(&proto)?;
+        let mut go = parse_go(&dir)?;
+        if let Ok(register) = read(&dir.join("register.go"))
+            && let Some(group) = register.lines().find_map(|l| l.trim().strip_prefix("const GroupName = "))
+        {
+            let group = group.trim().trim_matches('"').to_owned();
+            let prefix = package.rsplit_once('.').map(|(p, _)| p.to_owned()).unwrap_or_default();
+            groups.push((group, prefix));
+        }
+        for (name, fields) in parsed {
+            let go_type = match go.remove(&name) {
+                Some(GoType::Defined(other)) => meta_types.get(&other).map(GoType::copy),
+                other => other,
+            };
+            if package_dir.ends_with("meta/v1")
+                && let Some(go_type) = &go_type
+            {
+                meta_types.insert(name.clone(), go_type.copy());
+            }
+            messages.insert(format!("{package}.{name}"), (fields, go_type));
+        }
+    }
+    groups.sort();
+    groups.dedup();
+
+    let index: BTreeMap<&str, usize> = messages.keys().enumerate().map(|(i, name)| (name.as_str(), i)).collect();
+    let mut out = String::new();
+    out.push_str(
+        "//! The protobuf schema of the built-in API groups: generated by `examples/protobuf-schema.rs` of this crate\n\
+         //! from the Kubernetes v1.33 sources (`generated.proto` and the Go types). Do not edit by hand.\n\
+         //!\n\
+         //! `f(tag, json name, type, label, presence)`; a message type is an index into [`MESSAGES`].\n\n\
+         use super::descriptor::Shape::{Special, Struct, Wrapper};\n\
+         use super::descriptor::{ALWAYS, BOOL, BYTES, DOUBLE, INLINE, INT32, INT64, MAP, Message, OMIT, ONE, POINTER, REPEATED, STRING, Ty, f};\n\n",
+    );
+    out.push_str("/// API group → proto package prefix (`{prefix}.{version}.{Kind}` names a kind's message).\n");
+    out.push_str("pub static GROUPS: &[(&str, &str)] = &[\n");
+    for (group, prefix) in &groups {
+        let _ = writeln!(out, "    ({group:?}, {prefix:?}),");
+    }
+    out.push_str("];\n\n/// Every message, sorted by name.\n#[rustfmt::skip]\npub static MESSAGES: &[Message] = &[\n");
+    for (position, (name, (fields, go))) in messages.iter().enumerate() {
+        let special = SPECIAL.contains(&name.as_str());
+        let shape = match (special, go) {
+            (true, _) => "Special",
+            (false, Some(GoType::Slice)) => "Wrapper",
+            (false, Some(GoType::Struct(_))) => "Struct",
+            (false, None | Some(GoType::Defined(_))) => return Err(format!("no Go type for {name}")),
+        };
+        let _ = writeln!(out, "    /* {position} */ Message {{ name: {name:?}, shape: {shape}, fields: &[");
+        for field in fields {
+            let (json, presence) = match (special, go) {
+                (false, Some(GoType::Struct(go_fields))) => {
+                    let go_field = go_fields
+                        .get(&field.tag)
+                        .ok_or_else(|| format!("{name}.{} (tag {}) has no Go field", field.name, field.tag))?;
+                    let presence = match (go_field.inline, go_field.pointer, go_field.omitempty) {
+                        (true, _, _) => "INLINE",
+                        (false, true, _) => "POINTER",
+                        (false, false, true) => "OMIT",
+                        (false, false, false) => "ALWAYS",
+                    };
+                    (go_field.json.clone(), presence)
+                }
+                _ => (field.name.clone(), "OMIT"),
+            };
+            let ty = match scalar(&field.ty) {
+                Some(s) => s.to_owned(),
+                None => {
+                    let target = qualify(&field.ty, name);
+                    let target = index
+                        .get(target.as_str())
+                        .ok_or_else(|| format!("{name}.{} refers to unknown {target}", field.name))?;
+                    format!("Ty::Message({target})")
+                }
+            };
+            let label = match &field.map_key {
+                Some(key) if key == "string" => "MAP",
+                Some(key) => return Err(format!("{name}.{}: map keys of type {key} are not supported", field.name)),
+                None => field.label,
+            };
+            let _ = writeln!(out, "        f({}, {json:?}, {ty}, {label}, {presence}),", field.tag);
+        }
+        out.push_str("    ] },\n");
+    }
+    out.push_str("];\n");
+    Ok(out)
+}
+
+impl GoType {
+    fn copy(&self) -> GoType {
+        match self {
+            GoType::Struct(fields) => GoType::Struct(
+                fields
+                    .iter()
+                    .map(|(tag, f)| {
+                        let field = GoField {
+                            json: f.json.clone(),
+                            omitempty: f.omitempty,
+                            pointer: f.pointer,
+                            inline: f.inline,
+                        };
+                        (*tag, field)
+                    })
+                    .collect(),
+            ),
+            GoType::Slice => GoType::Slice,
+            GoType::Defined(other) => GoType::Defined(other.clone()),
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn scalar(ty: &str) -> Option<&'static str> {
+    Some(match ty {
+        "string" => "STRING",
+        "bytes" => "BYTES",
+        "bool" => "BOOL",
+        "int32" => "INT32",
+        "int64" => "INT64",
+        "double" => "DOUBLE",
+        _ => return None,
+    })
+}
+
+/// The full name of a field's message type: `.a.b.C` is absolute, `C` is in the package of `owner`.
+fn qualify(ty: &str, owner: &str) -> String {
+    match ty.strip_prefix('.') {
+        Some(absolute) => absolute.to_owned(),
+        None => format!("{}.{ty}", owner.rsplit_once('.').map(|(p, _)| p).unwrap_or_default()),
+    }
+}
+
+type ProtoMessages = Vec<(String, Vec<ProtoField>)>;
+
+fn parse_proto(text: &str) -> Result<(String, ProtoMessages), String> {
+    let mut package = String::new();
+    let mut messages = Vec::new();
+    let mut current: Option<(String, Vec<ProtoField>)> = None;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with("//") || line.is_empty() {
+            continue;
+        }
+        if let Some(p) = line.strip_prefix("package ") {
+            package = p.trim_end_matches(';').to_owned();
+        } else if let Some(m) = line.strip_prefix("message ") {
+            current = Some((m.trim_end_matches('{').trim().to_owned(), Vec::new()));
+        } else if line == "}" {
+            messages.extend(current.take());
+        } else if let Some((_, fields)) = current.as_mut() {
+            fields.push(parse_proto_field(line)?);
+        }
+    }
+    Ok((package, messages))
+}
+
+fn parse_proto_field(line: &str) -> Result<ProtoField, String> {
+    let bad = || format!("unexpected proto line: {line}");
+    let (declaration, tag) = line.trim_end_matches(';').split_once(" = ").ok_or_else(bad)?;
+    let tag: u32 = tag.trim().parse().map_err(|_| bad())?;
+    if let Some(map) = declaration.strip_prefix("map<") {
+        let (types, name) = map.split_once("> ").ok_or_else(bad)?;
+        let (key, value) = types.split_once(',').ok_or_else(bad)?;
+        return Ok(ProtoField {
+            label: "MAP",
+            ty: value.trim().to_owned(),
+            map_key: Some(key.trim().to_owned()),
+            name: name.trim().to_owned(),
+            tag,
+        });
+    }
+    let mut words = declaration.split_whitespace();
+    let label = match words.next() {
+        Some("optional") => "ONE",
+        Some("repeated") => "REPEATED",
+        _ => return Err(bad()),
+    };
+    let ty = words.next().ok_or_else(bad)?.to_owned();
+    let name = words.next().ok_or_else(bad)?.to_owned();
+    Ok(ProtoField { label, ty, map_key: None, name, tag })
+}
+
+/// The struct types (fields by protobuf tag) and named slice types of the Go files of a package.
+fn parse_go(dir: &Path) -> Result<BTreeMap<String, GoType>, String> {
+    let mut types = BTreeMap::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut files: Vec<_> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
+    files.sort();
+    for path in files {
+        let file = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if !file.ends_with(".go") || file.ends_with("_test.go") || file.starts_with("zz_") || file.contains(".pb.") {
+            continue;
+        }
+        let text = read(&path)?;
+        let mut current: Option<(String, BTreeMap<u32, GoField>)> = None;
+        for line in text.lines() {
+            if let Some((name, fields)) = current.as_mut() {
+                if line == "}" {
+                    types.insert(std::mem::take(name), GoType::Struct(std::mem::take(fields)));
+                    current = None;
+                } else if let Some((tag, field)) = parse_go_field(line) {
+                    fields.insert(tag, field);
+                }
+                continue;
+            }
+            let Some(rest) = line.strip_prefix("type ") else { continue };
+            let mut words = rest.split_whitespace();
+            let (Some(name), Some(kind)) = (words.next(), words.next()) else { continue };
+            if kind == "struct{}" {
+                types.insert(name.to_owned(), GoType::Struct(BTreeMap::new()));
+            } else if kind == "struct" && rest.trim_end().ends_with('{') {
+                current = Some((name.to_owned(), BTreeMap::new()));
+            } else if kind.starts_with("[]") {
+                types.insert(name.to_owned(), GoType::Slice);
+            } else if let Some((_, other)) = kind.split_once('.') {
+                types.insert(name.to_owned(), GoType::Defined(other.to_owned()));
+            }
+        }
+    }
+    Ok(types)
+}
+
+/// A struct field line with a `protobuf:` tag: `\tName *Type `json:"name,omitempty" protobuf:"bytes,1,opt,name=name"``
+/// (or an embedded `\tType `json:",inline" protobuf:...``).
+fn parse_go_field(line: &str) -> Option<(u32, GoField)> {
+    let (declaration, tags) = line.split_once('`')?;
+    let tags = tags.rsplit_once('`')?.0;
+    let tag_value = |key: &str| {
+        let start = tags.find(&format!("{key}:\""))? + key.len() + 2;
+        let end = tags[start..].find('"')? + start;
+        Some(&tags[start..end])
+    };
+    let protobuf = tag_value("protobuf")?;
+    let number: u32 = protobuf.split(',').nth(1)?.parse().ok()?;
+    let json = tag_value("json").unwrap_or_default();
+    let mut options = json.split(',');
+    let json_name = options.next().unwrap_or_default().to_owned();
+    let options: Vec<&str> = options.collect();
+    let words: Vec<&str> = declaration.split_whitespace().collect();
+    let go_type = words.last()?;
+    Some((
+        number,
+        GoField {
+            inline: json_name.is_empty() && options.contains(&"inline"),
+            json: json_name,
+            omitempty: options.contains(&"omitempty") || options.contains(&"omitzero"),
+            pointer: go_type.starts_with('*'),
+        },
+    ))
+}
