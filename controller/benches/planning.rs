@@ -156,6 +156,14 @@ impl Cluster {
     fn apply(&mut self, plan: &ClusterPlan) -> Vec<String> {
         let actions: Vec<NodeAction> = plan.rollouts.iter().flat_map(|p| p.actions.clone()).collect();
         let mut written = Vec::new();
+        // The taint of outdated nodes (`preferUpdatedNodes`), as the executor writes it: the first plan taints
+        // every outdated node, and each later one changes the taint of the nodes it verifies.
+        for retaint in &plan.taints {
+            if let Some(node) = self.node(&retaint.node) {
+                node.outdated_taint = retaint.on;
+                written.push(retaint.node.clone());
+            }
+        }
         for action in actions {
             self.tokens += 1;
             let (token, now) = (Token::from_u64(self.tokens), self.now);
