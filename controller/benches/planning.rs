@@ -280,14 +280,8 @@ fn sync_cost(size: usize, events: usize) -> serde_json::Value {
     }
     let (drains, overlaid) = (HashMap::new(), HashSet::new());
     let (held, deferred) = (HashMap::new(), HashMap::new());
-    let sources = Sources {
-        drains: &drains,
-        overlaid: &overlaid,
-        freshest: &|node| node,
-        held: &held,
-        deferred: &deferred,
-        groups: None,
-    };
+    let sources =
+        Sources { drains: &drains, overlaid: &overlaid, freshest: &|node| node, held: &held, deferred: &deferred };
     let selector = NodeSelector::default();
     let mut views = NodeViews::default();
     views.sync_with(&store, &sources, &[Some(&selector)], None);

@@ -8,16 +8,10 @@
 //! - With [`Changes`] (the watch's record of the nodes it delivered), a sync looks only at those nodes and at the
 //!   nodes with a drain or an overlay entry: its cost does not grow with the cluster. Without it (or after a
 //!   relist), every cached node is compared: a pointer comparison and a few map look-ups each.
-//! - With a cloud's scaling groups ([`Groups`]: the replacement flow), a node is also viewed again when the cloud's
-//!   answer about its instance changed. Those answers come with no watch event, so every sync compares every node
-//!   (a pointer comparison and the answer's look-up each); only the nodes whose object or answer changed are viewed
-//!   and given to the planner.
 
 use crate::drain::Drains;
 use crate::executor::Executor;
-use crate::groups::instances::Learned;
 use crate::nodes::SlimNode;
-use crate::policy::GroupMember;
 use crate::policy::Hold;
 use crate::policy::{DrainProgress, NodeSelector, NodeView, Planner};
 use crate::reason::Reason;
@@ -74,15 +68,6 @@ impl Changes {
     }
 }
 
-/// What the cloud told of the nodes' instances: their scaling groups (the replacement flow's part of a view).
-pub trait Groups {
-    /// The cloud's answer about the node's instance (`None`: none yet), compared to tell whether the node must be
-    /// viewed again.
-    fn answer(&self, node: &SlimNode) -> Option<Learned>;
-    /// The node as a member of its scaling group, when the cloud told one.
-    fn member(&self, node: &SlimNode) -> Option<GroupMember>;
-}
-
 /// What a node's view is built from besides its watched object.
 pub struct Sources<'a> {
     /// Each drain task's progress, by node.
@@ -96,8 +81,6 @@ pub struct Sources<'a> {
     pub held: &'a HashMap<String, Hold>,
     /// The nodes deferred for a budget, with why (`crate::budget_order`).
     pub deferred: &'a HashMap<String, String>,
-    /// The cloud's scaling groups, when nodes are replaced through them.
-    pub groups: Option<&'a dyn Groups>,
 }
 
 /// `view` with what the look at its node's pods before a start found (`crate::do_not_disrupt`): the pod that holds
@@ -126,8 +109,6 @@ struct Seen {
     deferred: Option<String>,
     /// It was viewed from the executor's overlay.
     overlaid: bool,
-    /// The cloud's answer about its instance (with [`Groups`]).
-    answer: Option<Learned>,
     /// The last full comparison that found it in the store.
     epoch: u64,
 }
@@ -147,16 +128,16 @@ pub struct NodeViews {
 }
 
 impl NodeViews {
-    /// Brings the planner's nodes up to date with `store`, the executor's overlay, the drains and the cloud's
-    /// `groups`, under `selectors` (one per rollout given to the planner), looking only at the nodes in `changes`
-    /// when given (and no `groups`). Returns how many nodes were viewed again.
+    /// Brings the planner's nodes up to date with `store`, the executor's overlay and the drains, under
+    /// `selectors` (one per rollout given to the planner), looking only at the nodes in `changes` when given.
+    /// Returns how many nodes were viewed again.
     pub fn sync(
         &mut self,
         store: &Store<SlimNode>,
         executor: &Executor,
         drains: &Drains,
         selectors: &[Option<&NodeSelector>],
-        (changes, groups): (Option<&Changes>, Option<&dyn Groups>),
+        changes: Option<&Changes>,
     ) -> usize {
         let sources = Sources {
             drains: &drains.all_progress(),
@@ -164,11 +145,8 @@ impl NodeViews {
             freshest: &|node| executor.freshest(node),
             held: &executor.held_for_pods(),
             deferred: &executor.deferred_for_budgets(),
-            groups,
         };
-        // The watch's record is taken either way, so that it does not grow.
-        let changed = changes.and_then(Changes::take).filter(|_| groups.is_none());
-        self.sync_with(store, &sources, selectors, changed)
+        self.sync_with(store, &sources, selectors, changes.and_then(Changes::take))
     }
 
     /// [`NodeViews::sync`] with the drains' progress and the executor's overlay given, and the names of the nodes
@@ -251,14 +229,12 @@ impl NodeViews {
         let overlaid = sources.overlaid.contains(name);
         let held = sources.held.get(name).cloned();
         let deferred = sources.deferred.get(name).cloned();
-        let answer = sources.groups.and_then(|g| g.answer(node));
         if let Some(seen) = self.seen.get_mut(name) {
             seen.epoch = self.epoch;
             let same = Arc::ptr_eq(&seen.node, node)
                 && seen.drain == drain
                 && seen.held == held
                 && seen.deferred == deferred
-                && seen.answer == answer
                 && !overlaid
                 && !seen.overlaid;
             if same && !again {
@@ -267,7 +243,6 @@ impl NodeViews {
         }
         let fresh = (sources.freshest)(SlimNode::clone(node));
         let mut view = fresh.view(selectors.iter().copied(), drain.clone());
-        view.group = sources.groups.and_then(|g| g.member(&fresh));
         with_looks(&mut view, held.as_ref(), deferred.as_ref());
         self.planner.upsert(view);
         if overlaid || drain != DrainProgress::NotRunning || held.is_some() || deferred.is_some() {
@@ -275,9 +250,33 @@ impl NodeViews {
         } else {
             self.special.remove(name);
         }
-        let epoch = self.epoch;
-        self.seen.insert(name.to_owned(), Seen { node: node.clone(), drain, held, deferred, overlaid, answer, epoch });
+        self.seen
+            .insert(name.to_owned(), Seen { node: node.clone(), drain, held, deferred, overlaid, epoch: self.epoch });
         true
+    }
+
+    /// Gives the planner `views` as every node there is (each viewed again; the replacement flow's way): those
+    /// that differ from the planner's, and forgets the others. Returns how many it gave.
+    pub fn replace_all(&mut self, views: impl Iterator<Item = NodeView>) -> usize {
+        self.seen.clear();
+        self.special.clear();
+        self.synced = false;
+        let mut names = HashSet::new();
+        let mut given = 0;
+        for view in views {
+            names.insert(view.name.clone());
+            // The planner assesses a node given again even when it is the same: only changes are given.
+            if self.planner.node(&view.name) != Some(&view) {
+                given += 1;
+                self.planner.upsert(view);
+            }
+        }
+        let gone: Vec<String> =
+            self.planner.nodes().filter(|v| !names.contains(&v.name)).map(|v| v.name.clone()).collect();
+        for name in gone {
+            self.planner.remove(&name);
+        }
+        given
     }
 }
 
@@ -306,14 +305,8 @@ mod tests {
         let (mut drains, mut overlaid) = (HashMap::new(), HashSet::new());
         let mut views = NodeViews::default();
         let sync = |views: &mut NodeViews, drains: &HashMap<String, DrainProgress>, overlaid: &HashSet<String>| {
-            let sources = Sources {
-                drains,
-                overlaid,
-                freshest: &|node| node,
-                held: &HashMap::new(),
-                deferred: &HashMap::new(),
-                groups: None,
-            };
+            let sources =
+                Sources { drains, overlaid, freshest: &|node| node, held: &HashMap::new(), deferred: &HashMap::new() };
             views.sync_with(&store, &sources, &selectors, None)
         };
         assert_eq!(sync(&mut views, &drains, &overlaid), 3);
@@ -350,72 +343,32 @@ mod tests {
             freshest: &|node| node,
             held: &HashMap::new(),
             deferred: &HashMap::new(),
-            groups: None,
         };
         assert_eq!(views.sync_with(&store, &sources, &[Some(&selector), None], None), 2);
         assert_eq!(views.planner.node("b").map(|v| v.selected_by.clone()), Some(vec![0]));
     }
 
-    /// The cloud's answers by provider ID, as a test sets them.
-    struct Answers(std::cell::RefCell<HashMap<String, Learned>>);
-
-    impl Groups for Answers {
-        fn answer(&self, node: &SlimNode) -> Option<Learned> {
-            self.0.borrow().get(node.spec.provider_id.as_deref()?).cloned()
-        }
-
-        fn member(&self, node: &SlimNode) -> Option<GroupMember> {
-            let (group_id, image) = self.answer(node)??;
-            Some(GroupMember { group_id, image: Some(image), ..GroupMember::default() })
-        }
-    }
-
     #[test]
-    fn with_a_clouds_groups_a_node_is_viewed_again_when_its_object_or_the_clouds_answer_changed() {
-        let (store, mut writer) = reflector::store::<SlimNode>();
-        let with_id = |name: &str, image: &str| {
-            let mut node = slim(name, image);
-            node.spec.provider_id = Some(format!("sim://{name}"));
-            node
+    fn the_replacement_flow_gives_the_planner_only_the_views_that_changed() {
+        let views_of = |images: &[(&str, &str)]| -> Vec<NodeView> {
+            let selector = NodeSelector::default();
+            images
+                .iter()
+                .map(|(name, image)| slim(name, image).view([Some(&selector)], DrainProgress::NotRunning))
+                .collect()
         };
-        let changes = Changes::default();
-        for name in ["a", "b", "c"] {
-            writer.apply_watcher_event(&watcher::Event::Apply(with_id(name, "v1")));
-        }
-        let answers = Answers(Default::default());
-        let selector = NodeSelector::default();
-        let (drains, overlaid) = (HashMap::new(), HashSet::new());
         let mut views = NodeViews::default();
-        let sync = |views: &mut NodeViews, changes: &Changes| {
-            let sources = Sources {
-                drains: &drains,
-                overlaid: &overlaid,
-                freshest: &|node| node,
-                held: &HashMap::new(),
-                deferred: &HashMap::new(),
-                groups: Some(&answers),
-            };
-            // With groups, the watch's record is not enough: every node is compared.
-            views.sync_with(&store, &sources, &[Some(&selector)], changes.take().filter(|_| false))
-        };
-        assert_eq!(sync(&mut views, &changes), 3);
-        assert_eq!(sync(&mut views, &changes), 0);
-        // The cloud tells b's group, with no watch event: b alone is viewed again, with its group.
-        answers.0.borrow_mut().insert("sim://b".into(), Some(("pool".into(), "v1".into())));
-        assert_eq!(sync(&mut views, &changes), 1);
-        let group = views.planner.node("b").and_then(|v| v.group.as_ref()).map(|g| g.group_id.clone());
-        assert_eq!(group.as_deref(), Some("pool"));
-        assert_eq!(sync(&mut views, &changes), 0);
-        // A watch event for c, and a's deletion.
-        writer.apply_watcher_event(&watcher::Event::Apply(with_id("c", "v2")));
-        writer.apply_watcher_event(&watcher::Event::Delete(with_id("a", "v1")));
-        assert_eq!(sync(&mut views, &changes), 1);
-        assert_eq!(views.planner.nodes().map(|v| v.name.as_str()).collect::<Vec<_>>(), ["b", "c"]);
+        assert_eq!(views.replace_all(views_of(&[("a", "v1"), ("b", "v1"), ("c", "v1")]).into_iter()), 3);
+        assert_eq!(views.replace_all(views_of(&[("a", "v1"), ("b", "v1"), ("c", "v1")]).into_iter()), 0);
+        // One node changed, one gone.
+        assert_eq!(views.replace_all(views_of(&[("a", "v1"), ("b", "v2")]).into_iter()), 1);
+        assert_eq!(views.planner.nodes().map(|v| v.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        let b = views.planner.node("b").and_then(|v| v.agent.as_ref().ok()).and_then(|a| a.os_image.clone());
+        assert_eq!(b.as_deref(), Some("v2"));
         // Planned: only the changed node is assessed.
         views.planner.set_context(Vec::new(), crate::policy::Fleet::default(), None);
         views.planner.plan(jiff::Timestamp::UNIX_EPOCH);
-        answers.0.borrow_mut().insert("sim://c".into(), None);
-        assert_eq!(sync(&mut views, &changes), 1);
+        assert_eq!(views.replace_all(views_of(&[("a", "v1"), ("b", "v3")]).into_iter()), 1);
         views.planner.plan(jiff::Timestamp::UNIX_EPOCH);
         assert_eq!(views.planner.assessed(), 1);
     }
@@ -440,7 +393,6 @@ mod tests {
                 freshest: &|node| node,
                 held: &HashMap::new(),
                 deferred: &HashMap::new(),
-                groups: None,
             };
             views.sync_with(&store, &sources, &selectors, changes.take())
         };

@@ -175,11 +175,6 @@ impl Executor {
         self.writes.freshest(node)
     }
 
-    /// The nodes with a step in the background whose Node write follows once it is done (see `replacement`).
-    pub fn follow_up_nodes(&self) -> Vec<String> {
-        self.follow_ups.lock().keys().cloned().collect()
-    }
-
     /// The nodes with a write not delivered yet: [`Executor::freshest`] may give another object than the watched
     /// one.
     pub fn overlaid(&self) -> std::collections::HashSet<String> {

@@ -361,27 +361,29 @@ impl Reconciler {
         let mut node_views = std::mem::take(&mut self.views);
         let mut objects: HashMap<String, SlimNode> = HashMap::new();
         let mut unresolved = false;
-        let changes = self.node_changes.as_deref();
         let fleet = match &self.replacer {
             Some(replacer) => {
-                // The cloud's answers (each node's group) come with no watch event: every node is compared, and
-                // those whose object or answer changed are viewed again and given to the planner (it plans
-                // incrementally, see `policy::incremental`). The replacer learns of every node from the watched
-                // objects, the executor's newer ones where it has some.
-                let state = self.nodes.state();
-                let overlaid = self.executor.overlaid();
-                let newer: Vec<SlimNode> = (state.iter())
-                    .filter(|n| overlaid.contains(n.name()))
-                    .map(|n| self.executor.freshest(SlimNode::clone(n)))
-                    .collect();
-                let watched = state.iter().filter(|n| !overlaid.contains(n.name())).map(|n| &**n);
-                unresolved = replacer.learn(watched.chain(&newer));
-                let groups: &dyn crate::node_views::Groups = &**replacer;
-                node_views.sync(&self.nodes, &self.executor, &self.drains, &selectors, (changes, Some(groups)));
+                // The cloud's answers (each node's group) come with no watch event: every node is viewed again,
+                // and the planner is given those whose view changed (it plans incrementally, see
+                // `policy::incremental`).
+                let fresh: Vec<SlimNode> =
+                    self.nodes.state().iter().map(|n| self.executor.freshest((**n).clone())).collect();
+                unresolved = replacer.learn(&fresh);
+                let held = self.executor.held_for_pods();
+                let deferred = self.executor.deferred_for_budgets();
+                let views = fresh.iter().map(|node| {
+                    let mut view = node.view(selectors.iter().copied(), self.drains.progress(node.name()));
+                    view.group = replacer.member(node);
+                    crate::node_views::with_looks(&mut view, held.get(node.name()), deferred.get(node.name()));
+                    view
+                });
+                node_views.replace_all(views);
+                objects = fresh.into_iter().map(|node| (node.name().to_owned(), node)).collect();
                 replacer.fleet()
             }
             None => {
-                node_views.sync(&self.nodes, &self.executor, &self.drains, &selectors, (changes, None));
+                let changes = self.node_changes.as_deref();
+                node_views.sync(&self.nodes, &self.executor, &self.drains, &selectors, changes);
                 policy::Fleet::default()
             }
         };
@@ -394,40 +396,15 @@ impl Reconciler {
         let mut plan = planner.plan(now);
         // The image of a fleet a new target has not moved yet: what a rollback would go back to.
         policy::rollback::find_uniform(&mut plan.rollouts, || planner.nodes().collect());
-        // The objects the executor decides on: those of the nodes the plan acts on or changes the taint of, the heirs
-        // of donors it retires, the nodes of steps in the background that follow up with a write, and the nodes of
-        // the groups it asks an instance of (the creation reads them to find one already made).
-        let actions: Vec<&policy::NodeAction> =
-            plan.rollouts.iter().chain([&plan.unowned]).flat_map(|p| &p.actions).collect();
-        let creating: std::collections::HashSet<&str> = (actions.iter())
-            .filter_map(|a| match &a.kind {
-                policy::ActionKind::CreateInstance { group_id, .. } => Some(group_id.as_str()),
-                _ => None,
-            })
-            .collect();
-        let heirs = actions.iter().filter_map(|a| match &a.kind {
-            policy::ActionKind::Retire { heir, .. } => Some(heir),
-            _ => None,
-        });
-        let in_groups: Vec<&String> = match creating.is_empty() {
-            true => Vec::new(),
-            false => (node_views.planner.nodes())
-                .filter(|v| v.group.as_ref().is_some_and(|g| creating.contains(g.group_id.as_str())))
-                .map(|v| &v.name)
-                .collect(),
-        };
-        let wanted: Vec<String> = (actions.iter().map(|a| &a.node))
-            .chain(plan.taints.iter().map(|r| &r.node))
-            .chain(heirs)
-            .chain(in_groups)
-            .cloned()
-            .chain(self.executor.follow_up_nodes())
-            .collect();
-        for name in wanted {
-            if !objects.contains_key(&name)
-                && let Some(node) = self.nodes.get(&ObjectRef::new(&name))
-            {
-                objects.insert(name, self.executor.freshest(SlimNode::clone(&node)));
+        if self.replacer.is_none() {
+            // The objects the executor decides on: those of the nodes the plan acts on.
+            let acted_on = plan.rollouts.iter().chain([&plan.unowned]).flat_map(|p| &p.actions).map(|a| &a.node);
+            for name in acted_on.chain(plan.taints.iter().map(|r| &r.node)) {
+                if !objects.contains_key(name)
+                    && let Some(node) = self.nodes.get(&ObjectRef::new(name))
+                {
+                    objects.insert(name.clone(), self.executor.freshest(SlimNode::clone(&node)));
+                }
             }
         }
         let views = || node_views.planner.nodes().collect::<Vec<&NodeView>>();

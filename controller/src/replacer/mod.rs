@@ -235,11 +235,6 @@ impl Replacer {
         Some(member_of(node, group_id, Some(image)))
     }
 
-    /// What the cloud said about the node's instance (`None`: not told yet).
-    pub fn answer(&self, node: &SlimNode) -> Option<crate::groups::instances::Learned> {
-        self.instances.get(node.spec.provider_id.as_deref()?)
-    }
-
     /// An Event on `donor` (when the controller publishes Events).
     fn tell(&self, donor: &SlimNode, reason: Reason, message: String) {
         if let Some(events) = self.events.get() {
@@ -405,16 +400,6 @@ fn gone_is_fine<T>(result: Result<T, kube::Error>) -> Result<(), String> {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(error) => Err(error.to_string()),
-    }
-}
-
-impl crate::node_views::Groups for Replacer {
-    fn answer(&self, node: &SlimNode) -> Option<crate::groups::instances::Learned> {
-        Replacer::answer(self, node)
-    }
-
-    fn member(&self, node: &SlimNode) -> Option<GroupMember> {
-        Replacer::member(self, node)
     }
 }
 
