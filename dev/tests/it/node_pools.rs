@@ -75,9 +75,13 @@ async fn pools_roll_out_side_by_side_and_an_overlapping_nodeversion_touches_no_s
     assert_eq!((status.as_str(), reason.as_str()), ("False", "SelectorOverlap"));
     assert_eq!((everything.counts.total, everything.counts.held_back), (4, 4));
     for pool in ["pool-a", "pool-b"] {
-        let s = status_of(&store, pool);
+        // The agents report the new image before the controller verifies the last node and says so in the status.
+        let s = eventually(Duration::from_secs(30), "the pool's rollout complete", || {
+            let s = status_of(&store, pool);
+            (condition_of(&s, "Progressing")?.1 == "Complete").then_some(s)
+        })
+        .await;
         assert_eq!(condition_of(&s, "SelectorOverlap").map(|c| c.0), Some("False".into()), "{pool}");
-        assert_eq!(condition_of(&s, "Progressing").map(|c| c.1), Some("Complete".into()), "{pool}");
     }
 
     // pool-a goes: its nodes are the newer NodeVersion's now.
