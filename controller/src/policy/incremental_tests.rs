@@ -144,6 +144,30 @@ fn pool_one_again() -> NodeSelector {
     .expect("a valid selector")
 }
 
+/// What the incremental planner was last given of each node: it is given only the nodes that changed, and told of
+/// those gone, as the reconciler does.
+#[derive(Default)]
+pub(super) struct Fed(BTreeMap<String, String>);
+
+impl Fed {
+    pub(super) fn give<'a>(&mut self, planner: &mut Planner, nodes: impl IntoIterator<Item = &'a NodeView>) {
+        let mut here = BTreeSet::new();
+        for n in nodes {
+            here.insert(n.name.clone());
+            let seen = format!("{n:?}");
+            if self.0.get(&n.name) != Some(&seen) {
+                planner.upsert(n.clone());
+                self.0.insert(n.name.clone(), seen);
+            }
+        }
+        let gone: Vec<String> = self.0.keys().filter(|name| !here.contains(*name)).cloned().collect();
+        for name in gone {
+            planner.remove(&name);
+            self.0.remove(&name);
+        }
+    }
+}
+
 /// A simulated cluster fed to both planners.
 struct Run {
     rng: ChaCha8Rng,
@@ -160,7 +184,7 @@ struct Run {
     fleet: Fleet,
     planner: Planner,
     /// What the planner was last given of each node.
-    fed: BTreeMap<String, String>,
+    fed: Fed,
     tokens: u64,
     boots: u64,
     added: u64,
@@ -212,7 +236,7 @@ impl Run {
             own_node,
             fleet: Fleet { groups, etcd: EtcdAccess::Client, ..Fleet::default() },
             planner: Planner::new(),
-            fed: BTreeMap::new(),
+            fed: Fed::default(),
             tokens: 0,
             boots: 0,
             added: 0,
@@ -678,18 +702,7 @@ impl Run {
     /// Gives the planner what changed, plans both ways, and compares.
     fn check(&mut self, seed: u64, step: usize, event: &str) {
         self.planner.set_context(self.rollouts.clone(), self.fleet.clone(), self.own_node.clone());
-        let gone: Vec<String> = self.fed.keys().filter(|n| !self.nodes.contains_key(*n)).cloned().collect();
-        for name in gone {
-            self.planner.remove(&name);
-            self.fed.remove(&name);
-        }
-        for (name, n) in &self.nodes {
-            let seen = format!("{n:?}");
-            if self.fed.get(name) != Some(&seen) {
-                self.planner.upsert(n.clone());
-                self.fed.insert(name.clone(), seen);
-            }
-        }
+        self.fed.give(&mut self.planner, self.nodes.values());
         assert!(self.planner.incremental(), "no rollback: the planner must index");
         let got = self.planner.plan(self.now);
         let nodes: Vec<NodeView> = self.nodes.values().cloned().collect();

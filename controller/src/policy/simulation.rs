@@ -56,7 +56,7 @@ struct Sim {
     /// The incremental planner, given the nodes that changed before every plan: it must decide as the full plan.
     planner: incremental::Planner,
     /// What the planner was last given of each node.
-    fed: HashMap<String, String>,
+    fed: super::incremental_tests::Fed,
 }
 
 /// A NodeOp, its recorded node statuses and its nodes' Jobs.
@@ -89,7 +89,7 @@ impl Sim {
             join_deadlines: HashMap::new(),
             nodeop: None,
             planner: incremental::Planner::new(),
-            fed: HashMap::new(),
+            fed: Default::default(),
         }
     }
 
@@ -113,19 +113,7 @@ impl Sim {
     /// the full plan of the nodes in name order (the planner's), whole rollouts long.
     fn plan_incrementally(&mut self) {
         self.planner.set_context(self.rollouts.clone(), self.fleet.clone(), None);
-        let here: std::collections::HashSet<&str> = self.nodes.iter().map(|n| n.name.as_str()).collect();
-        let gone: Vec<String> = self.fed.keys().filter(|name| !here.contains(name.as_str())).cloned().collect();
-        for name in gone {
-            self.planner.remove(&name);
-            self.fed.remove(&name);
-        }
-        for n in &self.nodes {
-            let seen = format!("{n:?}");
-            if self.fed.get(&n.name) != Some(&seen) {
-                self.planner.upsert(n.clone());
-                self.fed.insert(n.name.clone(), seen);
-            }
-        }
+        self.fed.give(&mut self.planner, &self.nodes);
         let got = self.planner.plan(self.now);
         let mut nodes = self.nodes.clone();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
