@@ -7,7 +7,7 @@
 //! (what never happened, over the whole run rather than at one instant).
 //!
 //! A node counts as disrupted as the policy counts it against `maxUnavailable`: cordoned,
-//! NotReady, in the `drain`, `reboot`, `kubeadm-upgrade` or `replace` step, or verified (`done`)
+//! NotReady, marked by a NodeOp, in the `drain`, `reboot`, `kubeadm-upgrade` or `replace` step, or verified (`done`)
 //! less than the soak time ago (a node in the `stage` step is staged ahead of its turn, not disrupted: with
 //! [`Limits::max_staging`] the observer checks that no more are staged at once, and that the controller never
 //! cordons one before its turn); a node that joins as a new instance (its joining PendingNode has not reached
@@ -18,7 +18,8 @@
 //! a replaced node deleted while its heir is not Ready; and always: never an instance of a replacement deleted
 //! (a leaving PendingNode) while its node is Ready and schedulable. Nodes can turn NotReady or be cordoned
 //! without the controller, so the budget is checked when the controller starts a node (its turn: a node enters
-//! `replace`, `drain`, or `kubeadm-upgrade` without coming from a drain): that is the moment the policy answers for.
+//! `replace`, `drain`, or `kubeadm-upgrade` without coming from a drain; or a NodeOp marks it): that is the moment
+//! the policy answers for.
 
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -96,6 +97,9 @@ pub struct NodeState {
     pub donor: Option<String>,
     /// `status.nodeInfo.kubeletVersion`.
     pub kubelet_version: Option<String>,
+    /// A NodeOp works on the node (its mark, `keys::NODE_OPERATION`): it may cordon, drain or reboot it at any
+    /// moment, so the policy counts it out.
+    pub operation: bool,
 }
 
 impl NodeState {
@@ -107,6 +111,7 @@ impl NodeState {
             && self.since.and_then(|s| s.checked_add(soak).ok()).is_some_and(|end| now < end);
         self.cordoned
             || !self.ready
+            || self.operation
             || soaking
             || matches!(self.step, Some(Step::Drain | Step::Reboot | Step::KubeadmUpgrade | Step::Replace))
     }
@@ -122,6 +127,9 @@ pub struct Observed {
     /// Nodes seen holding an intent the protocol cannot read (whether or not that is a violation).
     pub unreadable: std::collections::BTreeSet<String>,
     pub max_disrupted_seen: usize,
+    /// The disrupted nodes, each with why it counts, when `max_disrupted_seen` was first reached: what a test
+    /// failing on the maximum prints.
+    pub max_disrupted_nodes: Vec<String>,
     pub max_control_plane_disrupted_seen: usize,
     /// The most nodes seen in the `stage` step at once.
     pub max_staging_seen: usize,
@@ -329,17 +337,20 @@ impl Observed {
                 .and_then(|s| s.node_info.as_ref())
                 .map(|i| i.kubelet_version.clone())
                 .filter(|v| !v.is_empty()),
+            operation: annotations.contains_key(keys::NODE_OPERATION),
         };
         self.roles.insert(name.clone(), state.control_plane);
         let previous = self.nodes.get(&name).and_then(|n| n.step);
+        let operated = self.nodes.get(&name).is_some_and(|n| n.operation);
         // A start: the node's turn (a drain, after staging ahead or not; a replacement; kubeadm-upgrade follows a
-        // drain).
-        let started = state.step != previous
+        // drain), or a NodeOp's start (its mark written).
+        let started = (state.step != previous
             && match state.step {
                 Some(Step::Replace | Step::Drain) => true,
                 Some(Step::KubeadmUpgrade) => previous != Some(Step::Drain),
                 _ => false,
-            };
+            })
+            || (state.operation && !operated);
         // Staging ahead: an image staged, or a Kubernetes upgrade's components fetched (`intent=fetch`).
         let ahead = |step: Option<Step>| matches!(step, Some(Step::Stage | Step::Fetch));
         if ahead(state.step) && state.cordoned_by_us {
@@ -390,18 +401,27 @@ impl Observed {
         let joining = self.joining();
         let counted =
             |(name, n): &(&String, &NodeState)| !joining.contains(&name.as_str()) && n.disrupted(limits.soak, now);
-        let disrupted: Vec<&String> = self.nodes.iter().filter(counted).map(|(k, _)| k).collect();
+        let disrupted: Vec<String> = self.nodes.iter().filter(counted).map(|(k, _)| k.clone()).collect();
         let control_plane = self.nodes.iter().filter(|e| counted(e) && e.1.control_plane).count();
         let count = disrupted.len();
         if started && count > limits.max_disrupted {
-            let names: Vec<String> = disrupted.iter().map(|s| s.to_string()).collect();
-            let v = format!("{count} nodes disrupted at once (max {}): {}", limits.max_disrupted, names.join(", "));
+            let v = format!("{count} nodes disrupted at once (max {}): {}", limits.max_disrupted, disrupted.join(", "));
             self.violation(v);
         }
         if started && control_plane > 1 {
             self.violation(format!("{control_plane} control-plane nodes disrupted at once"));
         }
-        self.max_disrupted_seen = self.max_disrupted_seen.max(count);
+        if count > self.max_disrupted_seen {
+            let why = |n: &NodeState| {
+                format!(
+                    "cordoned {} (by us {}), ready {}, step {:?}, agent state {:?}",
+                    n.cordoned, n.cordoned_by_us, n.ready, n.step, n.agent_state
+                )
+            };
+            self.max_disrupted_nodes =
+                disrupted.iter().map(|name| format!("{name}: {}", why(&self.nodes[name]))).collect();
+            self.max_disrupted_seen = count;
+        }
         self.max_control_plane_disrupted_seen = self.max_control_plane_disrupted_seen.max(control_plane);
         self.check_replacements(limits);
     }

@@ -286,6 +286,11 @@ impl<'a> LazyBudgets<'a> {
 /// manages, as [`plan`](super::plan) counts those in every budget). A rollout with nothing to do starts nothing, so
 /// it constrains nothing. `fleet` is the cloud's view the plan was made with: a joining heir is extra capacity, not
 /// an unavailable node, and a donor's replacement is assessed as [`plan_with`](super::plan_with) assesses it.
+///
+/// IMPORTANT: a node counts as it is now, not as the plan leaves it. The plan counts a node whose own action frees
+/// its slot (a verified reboot that uncordons it) as free, because the executor writes that action before any
+/// start; a NodeOp deciding before the reconciler wrote it would take a slot still held, and the cluster would
+/// have one node more out than allowed until the write (seen: three nodes out under `maxUnavailable` 2).
 pub fn budgets(nodes: &[NodeView], rollouts: &[Rollout], fleet: &Fleet, now: Timestamp) -> Budgets {
     let owners = super::pools::owners(nodes, rollouts);
     let records = super::replacement::Records::find(nodes, fleet);
@@ -297,14 +302,19 @@ pub fn budgets(nodes: &[NodeView], rollouts: &[Rollout], fleet: &Fleet, now: Tim
     let mut counted = Vec::with_capacity(nodes.len());
     let mut control_plane = Vec::new();
     for ((node, owner), a) in nodes.iter().zip(&owners).zip(&assessments) {
-        if super::control_plane_busy(node, *owner, a) {
-            let why = super::why_busy(node, a);
+        let releasing = releasing(node, a);
+        if super::control_plane_busy(node, *owner, a) || (node.control_plane && releasing) {
+            let why = if releasing && !super::control_plane_busy(node, *owner, a) {
+                "a rollout finishes its step (not written yet)".to_owned()
+            } else {
+                super::why_busy(node, a)
+            };
             control_plane.push(BusyControlPlane { node: Some(node.name.clone()), why, mark: node.operation.clone() });
         }
         match owner {
             super::pools::Owner::Rollout(i) => {
                 members[*i] += 1;
-                let out = a.unavailable(node);
+                let out = a.unavailable(node) || releasing;
                 unavailable[*i] += u32::from(out);
                 active[*i] |= a.situation != Situation::UpToDate;
                 if let Some(super::kubernetes::KubernetesSpec::Upgrade(target)) = &rollouts[*i].kubernetes {
@@ -314,7 +324,7 @@ pub fn budgets(nodes: &[NodeView], rollouts: &[Rollout], fleet: &Fleet, now: Tim
                 counted.push((node.name.clone(), Some(*i), out));
             }
             super::pools::Owner::Nobody { .. } | super::pools::Owner::Unknown => {
-                let out = super::busy(node, *owner, a);
+                let out = super::busy(node, *owner, a) || releasing;
                 unowned_unavailable += u32::from(out);
                 counted.push((node.name.clone(), None, out));
             }
@@ -335,6 +345,21 @@ pub fn budgets(nodes: &[NodeView], rollouts: &[Rollout], fleet: &Fleet, now: Tim
     let per_zone = rollouts.iter().map(|r| r.spec.acting().and_then(|s| s.policy.max_unavailable_per_zone)).collect();
     let zones = nodes.iter().filter_map(|n| Some((n.name.clone(), n.zone.clone()?))).collect();
     Budgets::new(limits.collect(), counted).with_control_plane(control_plane).with_zones(per_zone, zones)
+}
+
+/// Whether the node is out now and its own action this round is what frees it (a verification that uncordons it,
+/// a finished reboot): free once the executor wrote the action, not before.
+fn releasing(node: &NodeView, a: &super::assess::Assessment) -> bool {
+    let disrupting = node.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).is_some_and(|i| {
+        matches!(
+            i.step,
+            shared::protocol::Step::Drain
+                | shared::protocol::Step::Reboot
+                | shared::protocol::Step::KubeadmUpgrade
+                | shared::protocol::Step::Replace
+        )
+    });
+    a.action.is_some() && !a.surge && (node.unschedulable || !node.ready || disrupting)
 }
 
 #[cfg(test)]

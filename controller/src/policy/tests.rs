@@ -194,6 +194,40 @@ fn budgets_tell_a_node_operation_what_each_rollout_with_work_to_do_leaves() {
     assert_eq!(b.room("w3"), Ok(()));
 }
 
+/// The plan counts a node whose verification it writes as free (the executor writes that before any start); a
+/// NodeOp deciding before the write counts it out, or it would be one node over the budget until the write.
+#[test]
+fn budgets_count_a_node_out_until_the_write_that_frees_it_is_made() {
+    let rebooting = with_intent(node("w1"), Step::Reboot, TARGET, "r", t(0));
+    let mut rebooted = on_image(with_report(rebooting, AgentState::Done, "r"), TARGET);
+    rebooted.kubelet_boot_id = Some("b1".into());
+    if let Ok(a) = &mut rebooted.agent {
+        a.boot_id = Some(boot("b1"));
+    }
+    let nodes = [rebooted.clone(), staged(node("w2")), node("w3")];
+    let p = run(&nodes, &max(1), t(5));
+    let verified =
+        |p: &Plan, n: &str| p.actions.iter().any(|a| a.node == n && matches!(a.kind, ActionKind::Done { .. }));
+    assert!(verified(&p, "w1"), "{:?}", p.actions);
+    assert_eq!(kinds(&p)[1..], [drain("w2")], "the plan's own start takes the slot the verification frees");
+    let b = budgets(&nodes, &[rollout_with(max(1))], &Fleet::default(), t(5));
+    let full = "the rollout of NodeVersion nv allows 1 node(s) out at once (maxUnavailable) and 1 are out";
+    assert_eq!(b.room("w3"), Err(full.into()));
+    // Once written (uncordoned, `done`), the slot is free.
+    let mut written = with_intent(rebooted.clone(), Step::Done, TARGET, "r", t(5));
+    written.unschedulable = false;
+    if let Ok(c) = &mut written.controller {
+        c.cordoned_by_us = false;
+    }
+    let b = budgets(&[written, staged(node("w2")), node("w3")], &[rollout_with(max(1))], &Fleet::default(), t(6));
+    assert_eq!(b.room("w3"), Ok(()));
+    // A control-plane node verified but not written yet keeps the other control-plane nodes waiting.
+    let nodes = [NodeView { control_plane: true, ..rebooted }, cp("c2"), node("w3")];
+    let b = budgets(&nodes, &[rollout_with(max(2))], &Fleet::default(), t(5));
+    let busy = b.control_plane_busy("default/op@u1").unwrap_or_default();
+    assert!(busy.contains("control-plane node w1 is busy"), "{busy}");
+}
+
 #[test]
 fn budgets_tell_a_node_operation_each_zones_share_as_the_rollout_counts_it() {
     let in_zone = |n: NodeView, zone: &str| NodeView { zone: Some(zone.into()), ..n };

@@ -498,6 +498,9 @@ async fn with_ignore_daemon_sets_false_a_node_with_daemonset_pods_fails_and_noth
 /// and never two control-plane nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nodeop_and_a_rollout_together_stay_within_the_rollouts_max_unavailable() {
+    if let Ok(filter) = std::env::var("TEST_LOG") {
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+    }
     let cluster = full_cluster_with(|c| {
         c.nodes = 7;
         c.control_planes = 2;
@@ -521,7 +524,13 @@ async fn a_nodeop_and_a_rollout_together_stay_within_the_rollouts_max_unavailabl
     eventually(PATIENCE, "the rollout", || support::rolled_out(&store, 7)).await;
     let observed = observer.stop().await;
     assert_eq!(observed.violations, Vec::<String>::new());
-    assert!(observed.max_disrupted_seen <= 2, "{} nodes disrupted at once", observed.max_disrupted_seen);
+    assert!(
+        observed.max_disrupted_seen <= 2,
+        "{} nodes disrupted at once: {:#?}\n{:#?}",
+        observed.max_disrupted_seen,
+        observed.max_disrupted_nodes,
+        observed.timeline
+    );
     assert_eq!(observed.max_control_plane_disrupted_seen, 1);
     for node in cluster.node_names() {
         wait_released(&cluster, &node).await;
