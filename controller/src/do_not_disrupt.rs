@@ -114,11 +114,15 @@ impl PodHolds {
             .collect();
         namespaces.sort();
         namespaces.dedup();
-        let mut budgets = Vec::new();
-        for namespace in namespaces {
+        // One LIST per namespace, all at once (a node's pods span few namespaces).
+        let lists = namespaces.iter().map(|namespace| {
             let api: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
-                Api::namespaced(self.client.clone(), &namespace);
-            budgets.extend(api.list(&ListParams::default()).await.map_err(failed)?.items);
+                Api::namespaced(self.client.clone(), namespace);
+            async move { api.list(&ListParams::default()).await }
+        });
+        let mut budgets = Vec::new();
+        for list in futures::future::join_all(lists).await {
+            budgets.extend(list.map_err(failed)?.items);
         }
         if let Some(settle) = settle {
             let workloads = crate::settle::read_workloads(&self.client, &pods).await.map_err(failed)?;

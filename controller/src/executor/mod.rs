@@ -23,7 +23,7 @@ pub use node_state::{DrainEffect, drain_effect, next_state};
 use replacement::{FollowUp, is_cloud_step, replacement_keys, step_key};
 
 use crate::cloud_steps::{CloudSteps, Failure, Poll};
-use crate::do_not_disrupt::{Look, PodHolds};
+use crate::do_not_disrupt::{Look, LookupFailed, PodHolds};
 use crate::drain::Drains;
 use crate::events::{Events, node_reference};
 use crate::leadership::Term;
@@ -233,16 +233,19 @@ impl Executor {
         let alone = taints.iter().filter(|r| !folded.contains(r.node.as_str()));
         let alone: Vec<_> = alone.filter_map(|r| Some(self.retaint(term, nodes.get(&r.node)?, r.on))).collect();
         let mut lone = Applied::default();
-        let (results, ()) = futures::future::join(
+        // The looks at the starting nodes' pods only read: they run beside the writes that free the slots, so a
+        // node's turn waits for the slowest of them, not for both one after the other (the hand-off).
+        let (results, (), looks) = futures::future::join3(
             in_flight::bounded(alone, in_flight::REQUESTS_IN_FLIGHT),
             self.apply_phase(term, &others, &retaint, nodes, now, &mut applied),
+            self.look_at(&starts),
         )
         .await;
         for result in results {
             lone.count(result);
         }
         if applied.conflicts + applied.errors == 0 {
-            let starts = self.without_pod_holds(starts, &mut applied).await;
+            let starts = self.without_pod_holds(starts, looks, &mut applied);
             self.apply_phase(term, &starts, &retaint, nodes, now, &mut applied).await;
         } else if !starts.is_empty() {
             tracing::debug!(held = starts.len(), "not starting new nodes: a write that frees their slots failed");
@@ -253,15 +256,26 @@ impl Executor {
         applied
     }
 
-    /// `starts` without the nodes a do-not-disrupt pod runs on (found by a look at each node's pods, all at once),
-    /// nor, for a rollout that waits for workloads to settle, those whose start disrupts a workload that is not whole
-    /// (`crate::settle`), nor those whose look failed (nothing starts unseen).
-    async fn without_pod_holds<'a>(&self, starts: Vec<Planned<'a>>, applied: &mut Applied) -> Vec<Planned<'a>> {
-        let Some(holds) = &self.pod_holds else { return starts };
+    /// A look at each starting node's pods, all at once (`None` when pods are not looked at): what
+    /// [`Executor::without_pod_holds`] decides on.
+    async fn look_at(&self, starts: &[Planned<'_>]) -> Option<Vec<Result<Look, LookupFailed>>> {
+        let holds = self.pod_holds.as_ref()?;
         // Also before a node is staged ahead: a staged node that waits for its workloads would keep its staging slot
         // from a node that runs none of them.
         let looks: Vec<_> = starts.iter().map(|(action, batch)| holds.look(&action.node, batch.settle)).collect();
-        let found = in_flight::bounded(looks, in_flight::REQUESTS_IN_FLIGHT).await;
+        Some(in_flight::bounded(looks, in_flight::REQUESTS_IN_FLIGHT).await)
+    }
+
+    /// `starts` without the nodes a do-not-disrupt pod runs on (found by `looks`, [`Executor::look_at`]'s, one per
+    /// start), nor, for a rollout that waits for workloads to settle, those whose start disrupts a workload that is
+    /// not whole (`crate::settle`), nor those whose look failed (nothing starts unseen).
+    fn without_pod_holds<'a>(
+        &self,
+        starts: Vec<Planned<'a>>,
+        looks: Option<Vec<Result<Look, LookupFailed>>>,
+        applied: &mut Applied,
+    ) -> Vec<Planned<'a>> {
+        let (Some(holds), Some(found)) = (&self.pod_holds, looks) else { return starts };
         let mut allowed = Vec::with_capacity(starts.len());
         for (planned, found) in starts.into_iter().zip(found) {
             match found {

@@ -30,6 +30,11 @@ struct FakeApi {
     revision: Arc<std::sync::atomic::AtomicU64>,
     /// Node writes answered 500 while set.
     refuse_nodes: Arc<std::sync::atomic::AtomicBool>,
+    /// While set, a Node write is answered only once a LIST of pods came (or after a second, counted in
+    /// `node_writes_waited_out`): the order the executor sends them in shows.
+    node_writes_wait_for_pods: Arc<std::sync::atomic::AtomicBool>,
+    pods_listed: Arc<std::sync::atomic::AtomicBool>,
+    node_writes_waited_out: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl FakeApi {
@@ -59,6 +64,27 @@ impl FakeApi {
         };
         if parts.method == Method::POST && path.ends_with("/events") {
             return reply(StatusCode::CREATED, body);
+        }
+        if parts.method == Method::GET && (path == "/api/v1/pods" || path.ends_with("/poddisruptionbudgets")) {
+            self.pods_listed.store(true, std::sync::atomic::Ordering::SeqCst);
+            let kind = if path.ends_with("/pods") { "PodList" } else { "PodDisruptionBudgetList" };
+            let api_version = if kind == "PodList" { "v1" } else { "policy/v1" };
+            let list =
+                json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": "1"}, "items": []});
+            return reply(StatusCode::OK, list);
+        }
+        if parts.method == Method::PATCH
+            && path.starts_with("/api/v1/nodes/")
+            && self.node_writes_wait_for_pods.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            let listed = async {
+                while !self.pods_listed.load(std::sync::atomic::Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            };
+            if tokio::time::timeout(Duration::from_secs(1), listed).await.is_err() {
+                self.node_writes_waited_out.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
         }
         if parts.method != Method::PATCH {
             return not_found();
@@ -186,7 +212,8 @@ fn reconciler_with_node_cache(
         metrics: metrics.clone(),
     }));
     let events = Events::start(client.clone(), Some("test".into()), leadership.clone());
-    let executor = Executor::new(Api::all(client.clone()), events.clone(), drains.clone(), metrics.clone());
+    let executor = Executor::new(Api::all(client.clone()), events.clone(), drains.clone(), metrics.clone())
+        .with_pod_holds(Arc::new(crate::do_not_disrupt::PodHolds::new(client.clone())));
     let mut reconciler =
         Reconciler::new(node_store, version_store, Api::all(client), executor, drains, metrics, None, trigger, events);
     reconciler.clock = Clock::tokio(wall());
@@ -448,5 +475,47 @@ async fn a_deleted_node_version_keeps_its_finalizer_until_the_taint_of_outdated_
     let last = fake.node_patches("w1").pop().unwrap_or_default();
     assert_eq!(last["spec"]["taints"], json!([{"key": "example.com/team", "effect": "NoSchedule"}]), "{last}");
     assert!(finalizer_removed(), "{:?}", fake.seen());
+    leading.stop().await;
+}
+
+/// The hand-off: the plan verifies w1 (its write frees the slot) and starts w2 in it. The look at w2's pods before
+/// its start only reads, so it is sent beside w1's write, not after it: the fake API answers a Node write only once
+/// pods were listed, and a write that waited a whole second for that shows the look came after it.
+#[tokio::test(start_paused = true)]
+async fn the_look_at_a_starting_nodes_pods_is_sent_beside_the_write_that_frees_its_slot() {
+    let fake = FakeApi::default();
+    fake.node_writes_wait_for_pods.store(true, std::sync::atomic::Ordering::SeqCst);
+    let managed = json!({"update.edgeless.systems/managed": "true"});
+    let mut rebooted = json!({
+        "update.edgeless.systems/os-image": "v2", "update.edgeless.systems/boot-id": "b1",
+        "update.edgeless.systems/intent": "reboot", "update.edgeless.systems/intent-target": "v2",
+        "update.edgeless.systems/intent-token": "t0", "update.edgeless.systems/intent-since": WALL,
+        "update.edgeless.systems/boot-id-before": "b0", "update.edgeless.systems/cordoned-by": "update-operator",
+        "update.edgeless.systems/state": "done", "update.edgeless.systems/state-token": "t0",
+    });
+    let mut w1 = node("w1", managed.clone(), rebooted.take());
+    w1["spec"]["unschedulable"] = json!(true);
+    w1["status"]["nodeInfo"]["bootID"] = json!("b1");
+    let mut staged = staging(false);
+    staged["update.edgeless.systems/state"] = json!("done");
+    staged["update.edgeless.systems/state-token"] = json!("t1");
+    let w2 = node("w2", managed, staged);
+    let rollout = json!({"maxUnavailable": 1, "preferUpdatedNodes": false});
+    let versions = [version(json!({"image": "v2", "rollout": rollout}), json!({}))];
+    let leading = Leading::start(reconciler(&fake, &[w1, w2], &versions));
+    settle().await;
+    let intent = |patches: Vec<Value>| {
+        patches
+            .iter()
+            .map(|p| p["metadata"]["annotations"]["update.edgeless.systems/intent"].clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(intent(fake.node_patches("w1")), vec![json!("done")]);
+    assert_eq!(intent(fake.node_patches("w2")), vec![json!("drain")]);
+    assert_eq!(
+        fake.node_writes_waited_out.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "pods were listed after a write"
+    );
     leading.stop().await;
 }
