@@ -437,8 +437,10 @@ impl Reconciler {
             })
             .collect();
         batches.push(Batch { actions: &plan.unowned.actions, drain: Default::default(), version: None, settle: None });
+        let planned = started.elapsed();
         let applied = self.executor.apply(term, &batches, &plan.taints, &objects, now).await;
         drop(gate);
+        let acted = started.elapsed();
         // Only a NodeVersion being deleted looks at every node.
         let all: Vec<&NodeView> = if deleting.is_empty() { Vec::new() } else { node_views.planner.nodes().collect() };
         // The nodes whose taint of outdated nodes the plan takes off: a deleted NodeVersion waits for those too.
@@ -456,6 +458,14 @@ impl Reconciler {
         self.last_holds.retain(|uid, _| versions.iter().any(|v| v.uid().as_deref() == Some(uid)));
         let notice_due = self.report_held_nodes(&versions, &plan, &references);
         self.record_metrics(&plan, started);
+        // Where a reconcile's time goes (a node's hand-off waits for the reconcile under way, then for one whole).
+        tracing::debug!(
+            planned_ms = planned.as_secs_f64() * 1000.0,
+            acted_ms = acted.as_secs_f64() * 1000.0,
+            total_ms = started.elapsed().as_secs_f64() * 1000.0,
+            writes = applied.writes,
+            "reconciled"
+        );
         let wake = next_wake(plan.wake_at(), notice_due, applied, now, Instant::now());
         let wake = [wake, recheck, self.executor.next_pod_recheck()].into_iter().flatten().min();
         if unresolved {
