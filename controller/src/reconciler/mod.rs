@@ -17,7 +17,6 @@
 
 mod dropped;
 mod reports;
-mod status_writer;
 mod versions;
 
 use crate::agent_policy;
@@ -125,12 +124,10 @@ pub struct Reconciler {
     preflight: crate::forecast::preflight::Preflight,
     /// The gate this reconciler and the NodeOp controller take their start decisions through.
     pub disruption: crate::disruption::DisruptionGate,
-    /// The statuses written (or sent) that the watch has not delivered yet: each status is computed from the last one.
-    status_writes: Arc<crate::own_writes::OwnWrites<NodeVersion>>,
+    /// The statuses written that the watch has not delivered yet: each status is computed from the last one.
+    status_writes: crate::own_writes::OwnWrites<NodeVersion>,
     /// Statuses the API server answered without some of the fields written: see [`dropped::Dropped`].
-    dropped: Arc<dropped::Dropped>,
-    /// Writes the statuses, in order (`status_writer`).
-    status_writer: status_writer::StatusWriter,
+    dropped: dropped::Dropped,
 }
 
 impl Reconciler {
@@ -146,14 +143,6 @@ impl Reconciler {
         trigger: Arc<Notify>,
         events: Events,
     ) -> Self {
-        let status_writes: Arc<crate::own_writes::OwnWrites<NodeVersion>> = Arc::default();
-        let dropped: Arc<dropped::Dropped> = Arc::default();
-        let status_writer = status_writer::StatusWriter::new(
-            versions_api.clone(),
-            status_writes.clone(),
-            dropped.clone(),
-            events.clone(),
-        );
         Reconciler {
             cluster_versions: ClusterVersions::new(versions_api.clone().into_client()),
             nodes,
@@ -178,9 +167,8 @@ impl Reconciler {
             views: NodeViews::default(),
             preflight: Default::default(),
             disruption: Default::default(),
-            status_writes,
-            dropped,
-            status_writer,
+            status_writes: Default::default(),
+            dropped: Default::default(),
         }
     }
 

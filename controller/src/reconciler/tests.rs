@@ -35,10 +35,6 @@ struct FakeApi {
     node_writes_wait_for_pods: Arc<std::sync::atomic::AtomicBool>,
     pods_listed: Arc<std::sync::atomic::AtomicBool>,
     node_writes_waited_out: Arc<std::sync::atomic::AtomicUsize>,
-    /// While set, NodeVersion status writes get no answer.
-    hold_status_writes: Arc<std::sync::atomic::AtomicBool>,
-    /// NodeVersion status writes answered 500 while set.
-    refuse_status_writes: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FakeApi {
@@ -68,17 +64,6 @@ impl FakeApi {
         };
         if parts.method == Method::POST && path.ends_with("/events") {
             return reply(StatusCode::CREATED, body);
-        }
-        if path.ends_with("/status") {
-            while self.hold_status_writes.load(std::sync::atomic::Ordering::SeqCst) {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            if self.refuse_status_writes.load(std::sync::atomic::Ordering::SeqCst) {
-                return reply(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500, "reason": "InternalError", "message": "refused"}),
-                );
-            }
         }
         if parts.method == Method::GET && (path == "/api/v1/pods" || path.ends_with("/poddisruptionbudgets")) {
             self.pods_listed.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -460,105 +445,6 @@ async fn a_status_is_computed_from_the_last_one_written_while_the_watch_has_not_
     let reboot = durations[1]["meanMillis"].as_i64().unwrap();
     assert!((30_000..31_000).contains(&reboot), "{second}");
     assert!(second["inFlight"].as_array().is_none_or(Vec::is_empty), "{second}");
-    leading.stop().await;
-}
-
-/// The status write that follows a round is not on the next round's path (`super::status_writer`): while the second
-/// round's status write has no answer, the third round plans and writes its node (a hand-off waits for no status),
-/// computes its status from the second one (sent, not answered: its reboot sample is kept) and sends it once the
-/// second was answered.
-#[tokio::test(start_paused = true)]
-async fn the_next_round_waits_for_no_status_write_and_computes_its_status_from_the_one_sent() {
-    let fake = FakeApi::default();
-    let mut rebooting = agent_reported("v1");
-    for (k, v) in [
-        ("update.edgeless.systems/intent", "reboot"),
-        ("update.edgeless.systems/intent-target", "v2"),
-        ("update.edgeless.systems/intent-token", "t1"),
-        ("update.edgeless.systems/intent-since", WALL),
-        ("update.edgeless.systems/boot-id-before", "b0"),
-        ("update.edgeless.systems/state", "busy"),
-        ("update.edgeless.systems/state-token", "t1"),
-        ("update.edgeless.systems/cordoned-by", "update-operator"),
-    ] {
-        rebooting[k] = json!(v);
-    }
-    let managed = json!({"update.edgeless.systems/managed": "true"});
-    let mut w1 = node("w1", managed.clone(), rebooting);
-    w1["spec"]["unschedulable"] = json!(true);
-    let draining = json!({"targetImage": "v2", "inFlight": [{"name": "w1", "step": "drain", "since": "2026-11-21T09:59:50.000000Z"}]});
-    let rollout = json!({"preferUpdatedNodes": false});
-    let versions = [version(json!({"image": "v2", "rollout": rollout}), draining)];
-    let (reconciler, leadership, mut nodes) = reconciler_with_node_cache(&fake, &[w1.clone()], &versions);
-    let leading = Leading::start((reconciler, leadership));
-    settle().await;
-    let statuses = || fake.seen().into_iter().filter(|s| s.path.ends_with("/status")).count();
-    let first = statuses();
-
-    // w1 comes back on v2: the second round verifies it; its status write gets no answer.
-    fake.hold_status_writes.store(true, std::sync::atomic::Ordering::SeqCst);
-    tokio::time::advance(Duration::from_secs(30)).await;
-    let mut verified = w1.clone();
-    let annotations = &mut verified["metadata"]["annotations"];
-    annotations["update.edgeless.systems/state"] = json!("done");
-    annotations["update.edgeless.systems/os-image"] = json!("v2");
-    annotations["update.edgeless.systems/boot-id"] = json!("b1");
-    verified["status"]["nodeInfo"]["bootID"] = json!("b1");
-    verified["metadata"]["resourceVersion"] = json!("2");
-    fake.put("/api/v1/nodes/w1", verified.clone());
-    let mut slim: SlimNode = serde_json::from_value(verified).unwrap();
-    slim.trim();
-    nodes.apply_watcher_event(&watcher::Event::Apply(slim));
-    leading.trigger.notify_one();
-    settle().await;
-    let intents = |name: &str| -> Vec<Value> {
-        let patches = fake.node_patches(name);
-        patches.iter().map(|p| p["metadata"]["annotations"]["update.edgeless.systems/intent"].clone()).collect()
-    };
-    assert_eq!(intents("w1"), vec![json!("done")]);
-    assert_eq!(statuses(), first + 1, "the second round's status is sent");
-
-    // A new outdated node: the third round stages it while the second status write still has no answer.
-    let w2 = node("w2", managed, agent_reported("v1"));
-    fake.put("/api/v1/nodes/w2", w2.clone());
-    let mut slim: SlimNode = serde_json::from_value(w2).unwrap();
-    slim.trim();
-    nodes.apply_watcher_event(&watcher::Event::Apply(slim));
-    leading.trigger.notify_one();
-    settle().await;
-    assert_eq!(intents("w2"), vec![json!("stage")], "the third round waited for the second status write");
-    assert_eq!(statuses(), first + 1, "the third status was sent before the second was answered");
-
-    fake.hold_status_writes.store(false, std::sync::atomic::Ordering::SeqCst);
-    settle().await;
-    assert_eq!(statuses(), first + 2);
-    let third = fake.last_status();
-    let durations = third["stepDurations"].as_array().unwrap();
-    let steps: Vec<&str> = durations.iter().filter_map(|d| d["step"].as_str()).collect();
-    assert_eq!(steps, ["drain", "reboot"], "the second status's reboot sample was lost: {third}");
-    assert_eq!(third["inFlight"][0]["name"], "w2", "{third}");
-    leading.stop().await;
-}
-
-/// A status sent in the background that the API server refuses is sent again on the next round: the reconciler's
-/// record of it goes back to the status before, so the next round sees the difference.
-#[tokio::test(start_paused = true)]
-async fn a_refused_status_write_is_sent_again_on_the_next_round() {
-    let fake = FakeApi::default();
-    let nodes = [node("w1", json!({"update.edgeless.systems/managed": "true"}), json!({}))];
-    let recorded = json!({"lastValidSpec": {"generation": 2, "spec": {"image": "v2"}}});
-    let versions = [version(json!({"image": "v2"}), recorded)];
-    fake.refuse_status_writes.store(true, std::sync::atomic::Ordering::SeqCst);
-    let leading = Leading::start(reconciler(&fake, &nodes, &versions));
-    settle().await;
-    let statuses = || fake.seen().into_iter().filter(|s| s.path.ends_with("/status")).count();
-    let refused = statuses();
-    assert!(refused >= 1, "no status was sent");
-    fake.refuse_status_writes.store(false, std::sync::atomic::Ordering::SeqCst);
-    leading.trigger.notify_one();
-    settle().await;
-    assert!(statuses() > refused, "the refused status was not sent again");
-    assert_eq!(fake.last_status()["heldBack"][0]["name"], "w1");
     leading.stop().await;
 }
 

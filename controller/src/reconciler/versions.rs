@@ -1,7 +1,6 @@
 //! The NodeVersion objects as the reconciler keeps them: the finalizer added before any node is touched, the
 //! deletions finished once their nodes are released, each valid generation recorded as `status.lastValidSpec`
-//! before anything is done under it, and the status written (computed from the last one written or sent:
-//! `super::status_writer`).
+//! before anything is done under it, and the status written (conditional, computed from the last one written).
 
 use super::*;
 
@@ -130,14 +129,56 @@ impl Reconciler {
         if previous != Some(&status)
             && !self.dropped.repeats(&version.name_any(), version.resource_version().as_deref(), &status)
         {
-            // In the background: the next reconcile (a node's hand-off) does not wait for it.
-            self.status_writer.send(term, version, status).await;
+            self.write_status(term, version, &status).await;
         }
     }
 
-    /// Replaces the whole status, after any status write in flight, and returns once written (see
-    /// [`super::status_writer`]). False when it was not written.
+    /// Replaces the whole status (a JSON patch `add` of `/status`: no stale field survives, as it
+    /// could in a merge patch of nested objects), within `term`. False when it was not written.
     pub(super) async fn write_status(&self, term: &Term, version: &NodeVersion, status: &NodeVersionStatus) -> bool {
-        self.status_writer.write(term, version, status).await
+        let value = match serde_json::to_value(status) {
+            Ok(value) => value,
+            Err(error) => {
+                tracing::error!(%error, "cannot serialize the NodeVersion status");
+                return false;
+            }
+        };
+        let name = version.name_any();
+        let patch: json_patch::Patch =
+            json_patch::Patch(vec![json_patch::PatchOperation::Add(json_patch::AddOperation {
+                path: json_patch::jsonptr::PointerBuf::from_tokens(["status"]),
+                value,
+            })]);
+        let (params, patch) = (PatchParams::default(), Patch::<()>::Json(patch));
+        match term.fence(self.versions_api.patch_status(&name, &params, &patch)).await {
+            Ok(Ok(written)) => {
+                if let Some(fields) = self.dropped.record(&name, status, &written) {
+                    let fields = fields.join(", ");
+                    tracing::warn!(nodeversion = %name, %fields, "the API server dropped status fields the controller wrote: \
+                        is the NodeVersion CRD older than the controller?");
+                    self.events.publish(
+                        written.object_ref(&()),
+                        None,
+                        crate::reason::Reason::StatusFieldsDropped,
+                        format!(
+                            "The API server dropped or changed the status fields {fields} written by the controller: \
+                             the NodeVersion CRD is probably older than the controller (apply the CRDs of this release). \
+                             The status is not written again until it or the NodeVersion changes."
+                        ),
+                        "WriteStatus",
+                    );
+                }
+                self.status_writes.record(&name, version.resource_version(), written);
+                true
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(nodeversion = %name, %error, "could not write the NodeVersion status");
+                false
+            }
+            Err(fenced) => {
+                tracing::debug!(nodeversion = %name, %fenced, "NodeVersion status not written");
+                false
+            }
+        }
     }
 }
