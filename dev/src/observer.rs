@@ -109,11 +109,7 @@ impl NodeState {
         let soaking = self.step == Some(Step::Done)
             && !soak.is_zero()
             && self.since.and_then(|s| s.checked_add(soak).ok()).is_some_and(|end| now < end);
-        self.cordoned
-            || !self.ready
-            || self.operation
-            || soaking
-            || matches!(self.step, Some(Step::Drain | Step::Reboot | Step::KubeadmUpgrade | Step::Replace))
+        self.cordoned || !self.ready || self.operation || soaking || self.step.is_some_and(Step::disrupts)
     }
 }
 

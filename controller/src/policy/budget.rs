@@ -303,11 +303,12 @@ pub fn budgets(nodes: &[NodeView], rollouts: &[Rollout], fleet: &Fleet, now: Tim
     let mut control_plane = Vec::new();
     for ((node, owner), a) in nodes.iter().zip(&owners).zip(&assessments) {
         let releasing = releasing(node, a);
-        if super::control_plane_busy(node, *owner, a) || (node.control_plane && releasing) {
-            let why = if releasing && !super::control_plane_busy(node, *owner, a) {
-                "a rollout finishes its step (not written yet)".to_owned()
-            } else {
+        let busy = super::control_plane_busy(node, *owner, a);
+        if busy || (node.control_plane && releasing) {
+            let why = if busy {
                 super::why_busy(node, a)
+            } else {
+                "a rollout finishes its step (not written yet)".to_owned()
             };
             control_plane.push(BusyControlPlane { node: Some(node.name.clone()), why, mark: node.operation.clone() });
         }
@@ -350,15 +351,7 @@ pub fn budgets(nodes: &[NodeView], rollouts: &[Rollout], fleet: &Fleet, now: Tim
 /// Whether the node is out now and its own action this round is what frees it (a verification that uncordons it,
 /// a finished reboot): free once the executor wrote the action, not before.
 fn releasing(node: &NodeView, a: &super::assess::Assessment) -> bool {
-    let disrupting = node.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).is_some_and(|i| {
-        matches!(
-            i.step,
-            shared::protocol::Step::Drain
-                | shared::protocol::Step::Reboot
-                | shared::protocol::Step::KubeadmUpgrade
-                | shared::protocol::Step::Replace
-        )
-    });
+    let disrupting = node.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).is_some_and(|i| i.step.disrupts());
     a.action.is_some() && !a.surge && (node.unschedulable || !node.ready || disrupting)
 }
 

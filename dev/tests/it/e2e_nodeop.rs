@@ -498,9 +498,6 @@ async fn with_ignore_daemon_sets_false_a_node_with_daemonset_pods_fails_and_noth
 /// and never two control-plane nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nodeop_and_a_rollout_together_stay_within_the_rollouts_max_unavailable() {
-    if let Ok(filter) = std::env::var("TEST_LOG") {
-        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
-    }
     let cluster = full_cluster_with(|c| {
         c.nodes = 7;
         c.control_planes = 2;

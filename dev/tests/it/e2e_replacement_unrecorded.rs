@@ -244,19 +244,13 @@ async fn a_creation_step_run_again_before_the_cache_shows_its_record_records_the
     cluster.faults().close_all_watches();
     create_version(&store, "v2", json!({"maxUnavailable": 1, "maxSurge": 1}));
     // Seen once in a full run under load: no record within ROLLOUT. What the cluster showed then is printed.
-    let deadline = tokio::time::Instant::now() + ROLLOUT;
-    let recorded = loop {
-        if let Some(p) = pending(&cluster).into_iter().find(|p| p.spec.goal == PendingNodeGoal::Join) {
-            break p;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for the instance recorded ({} instance(s) created):\n{}",
-            created_instances(&cluster),
-            describe(&cluster)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let recorded = support::eventually_or_say(
+        ROLLOUT,
+        "the instance recorded",
+        || pending(&cluster).into_iter().find(|p| p.spec.goal == PendingNodeGoal::Join),
+        || format!(" ({} instance(s) created):\n{}", created_instances(&cluster), describe(&cluster)),
+    )
+    .await;
     // The step settles, then the plan (which does not see the record) asks for it again.
     tokio::time::sleep(controller::cloud_steps::SETTLE + Duration::from_secs(10)).await;
     assert_eq!(

@@ -181,13 +181,23 @@ pub fn create_version(store: &Store, image: &str, rollout: serde_json::Value) {
 }
 
 /// Polls `check` every 100 ms until it returns Some, or panics with `what` after `timeout`.
-pub async fn eventually<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+pub async fn eventually<T>(timeout: Duration, what: &str, check: impl FnMut() -> Option<T>) -> T {
+    eventually_or_say(timeout, what, check, String::new).await
+}
+
+/// [`eventually`], the panic also saying what `say` reads of the cluster then.
+pub async fn eventually_or_say<T>(
+    timeout: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Option<T>,
+    say: impl Fn() -> String,
+) -> T {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         if let Some(value) = check() {
             return value;
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}{}", say());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
