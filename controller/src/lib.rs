@@ -135,9 +135,15 @@ pub async fn run(
         }
     };
     spawn_watch("nodes", node_events, on_node, shutdown.clone());
+    // Bumped on every event of the NodeVersion, ScalingGroup and PendingNode watches: the pause driver reads the
+    // same caches as the reconciler and looks again on each change.
+    let resource_changes = Arc::new(watch::channel(0u64).0);
     let on_version = {
-        let trigger = trigger.clone();
-        move |_: &_| trigger.notify_one()
+        let (trigger, changes) = (trigger.clone(), resource_changes.clone());
+        move |_: &_| {
+            trigger.notify_one();
+            bump(&changes);
+        }
     };
     spawn_watch("nodeversions", version_events, on_version, shutdown.clone());
     spawn_watch("poddisruptionbudgets", pdb_events, move |_| bump(&pdb_tx), shutdown.clone());
@@ -151,7 +157,6 @@ pub async fn run(
         }
     }
     tracing::info!(nodes = nodes.state().len(), nodeversions = versions.state().len(), "caches synced");
-    health.set_ready(true);
     let gate = options.agent_policy.clone().map(|name| agent_policy::Gate::new(client.clone(), name));
     if gate.is_none() {
         tracing::warn!("not checking the agents' admission policy (--allow-unconfined-agents)");
@@ -201,35 +206,46 @@ pub async fn run(
         });
         instances
     });
-    let groups_context = options.cloud.clone().zip(instances.clone()).map(|(cloud, instances)| groups::Context {
-        client: client.clone(),
-        cloud,
-        events: events.clone(),
-        term: None,
-        nodes: nodes.clone(),
-        node_changes: node_rx,
-        instances,
-        pause: Arc::new(groups::autoscaler::pause_channel().0),
-    });
-    let replacer = match (&options.cloud, &groups_context) {
-        (Some(cloud), Some(context)) => {
-            let replacer =
-                start_replacer(&client, cloud, context.instances.clone(), trigger.clone(), &shutdown).await?;
+    // The replacement's caches, synced before the controller says it is ready (so is every cache it acts on).
+    let pause = Arc::new(groups::autoscaler::pause_channel().0);
+    let replacer = match (&options.cloud, &instances) {
+        (Some(cloud), Some(instances)) => {
+            let caches = start_replacer(&client, trigger.clone(), resource_changes.clone(), &shutdown).await?;
+            let replacer = replacer_for(&client, cloud, instances.clone(), &caches)?;
             // A changed pause request may open or close the rollouts' autoscaler gate: plan again.
-            let (mut pause, trigger, stop) = (context.pause.subscribe(), trigger.clone(), shutdown.clone());
+            let (mut changed, trigger, stop) = (pause.subscribe(), trigger.clone(), shutdown.clone());
             tokio::spawn(async move {
                 loop {
                     tokio::select! {
                         () = stop.cancelled() => return,
-                        changed = pause.changed() => if changed.is_err() { return },
+                        changed = changed.changed() => if changed.is_err() { return },
                     }
                     trigger.notify_one();
                 }
             });
-            Some(Arc::new(replacer.with_pause(context.pause.subscribe())))
+            Some((Arc::new(replacer.with_pause(pause.subscribe())), caches))
         }
         _ => None,
     };
+    health.set_ready(true);
+    let groups_context =
+        options.cloud.clone().zip(instances).zip(replacer.as_ref()).map(|((cloud, instances), (_, caches))| {
+            groups::Context {
+                client: client.clone(),
+                cloud,
+                events: events.clone(),
+                term: None,
+                nodes: nodes.clone(),
+                node_changes: node_rx,
+                versions: versions.clone(),
+                scaling_groups: caches.groups.clone(),
+                pending: caches.pending.clone(),
+                resource_changes: resource_changes.subscribe(),
+                instances,
+                pause: pause.clone(),
+            }
+        });
+    let replacer = replacer.map(|(replacer, _)| replacer);
     let mut executor =
         executor::Executor::new(Api::all(client.clone()), events.clone(), drains.clone(), metrics.clone())
             .with_writes(writes)
@@ -310,18 +326,21 @@ pub async fn run(
     Ok(())
 }
 
-/// `config` for requests that must fail fast: no automatic retries, and each bounded by `timeout`
-/// (connecting, sending, and waiting for the answer).
-/// The replacement's plumbing: watches of the ScalingGroups, PendingNodes and AutoscalingStrategies (each change
-/// plans again), synced
-/// before it is returned, and the etcd client if one is configured.
+/// The caches the replacement reads besides Nodes and NodeVersions.
+struct ReplacementCaches {
+    groups: reflector::Store<shared::crd::ScalingGroup>,
+    pending: reflector::Store<shared::crd::PendingNode>,
+    strategies: reflector::Store<shared::crd::AutoscalingStrategy>,
+}
+
+/// The watches of the ScalingGroups, PendingNodes and AutoscalingStrategies (each change plans again; a group's or
+/// a PendingNode's bumps `changes` too), returned once synced.
 async fn start_replacer(
     client: &Client,
-    cloud: &groups::CloudOptions,
-    instances: groups::instances::Instances,
     trigger: Arc<Notify>,
+    changes: Arc<watch::Sender<u64>>,
     shutdown: &CancellationToken,
-) -> Result<replacer::Replacer, Error> {
+) -> Result<ReplacementCaches, Error> {
     let (groups, groups_writer) = reflector::store::<shared::crd::ScalingGroup>();
     let (pending, pending_writer) = reflector::store::<shared::crd::PendingNode>();
     let (strategies, strategies_writer) = reflector::store::<shared::crd::AutoscalingStrategy>();
@@ -332,13 +351,19 @@ async fn start_replacer(
     let pending_events =
         reflector(pending_writer, watcher(Api::all(client.clone()), watcher::Config::default())).default_backoff();
     let on_group = {
-        let trigger = trigger.clone();
-        move |_: &_| trigger.notify_one()
+        let (trigger, changes) = (trigger.clone(), changes.clone());
+        move |_: &_| {
+            trigger.notify_one();
+            bump(&changes);
+        }
     };
     spawn_watch("scalinggroups", group_events, on_group, shutdown.clone());
     let on_pending = {
         let trigger = trigger.clone();
-        move |_: &_| trigger.notify_one()
+        move |_: &_| {
+            trigger.notify_one();
+            bump(&changes);
+        }
     };
     spawn_watch("pendingnodes", pending_events, on_pending, shutdown.clone());
     spawn_watch("autoscalingstrategies", strategy_events, move |_| trigger.notify_one(), shutdown.clone());
@@ -354,6 +379,16 @@ async fn start_replacer(
             }
         }
     }
+    Ok(ReplacementCaches { groups, pending, strategies })
+}
+
+/// The rollouts' replacer over `caches`, with the etcd client if one is configured.
+fn replacer_for(
+    client: &Client,
+    cloud: &groups::CloudOptions,
+    instances: groups::instances::Instances,
+    caches: &ReplacementCaches,
+) -> Result<replacer::Replacer, Error> {
     let etcd = match &cloud.etcd {
         Some(config) => {
             etcd::Members::Client(Box::new(etcd::EtcdClient::new(config).map_err(|e| Error::Etcd(e.to_string()))?))
@@ -361,10 +396,13 @@ async fn start_replacer(
         None if cloud.external_etcd => etcd::Members::External,
         None => etcd::Members::Unconfigured,
     };
+    let (groups, pending, strategies) = (caches.groups.clone(), caches.pending.clone(), caches.strategies.clone());
     Ok(replacer::Replacer::new(client.clone(), cloud.provider.clone(), groups, pending, strategies, etcd, instances)
         .with_create_in_flight(cloud.create_in_flight))
 }
 
+/// `config` for requests that must fail fast: no automatic retries, and each bounded by `timeout`
+/// (connecting, sending, and waiting for the answer).
 fn one_shot(mut config: kube::Config, timeout: std::time::Duration) -> kube::Config {
     config.default_retry = false;
     config.connect_timeout = Some(timeout);

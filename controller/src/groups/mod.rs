@@ -143,6 +143,15 @@ pub struct Context {
     pub nodes: Store<SlimNode>,
     /// Bumped on every event of the Node watch that fills `nodes`.
     pub node_changes: tokio::sync::watch::Receiver<u64>,
+    /// The controller's caches of NodeVersions, ScalingGroups and PendingNodes (the reconciler's and the
+    /// replacer's), synced before the controller says it is ready.
+    pub versions: Store<shared::crd::NodeVersion>,
+    /// See `versions`.
+    pub scaling_groups: Store<shared::crd::ScalingGroup>,
+    /// See `versions`.
+    pub pending: Store<shared::crd::PendingNode>,
+    /// Bumped on every event of the watches that fill `versions`, `scaling_groups` and `pending`.
+    pub resource_changes: tokio::sync::watch::Receiver<u64>,
     /// What the cloud said about the instances (shared with the rollout's replacer).
     pub instances: instances::Instances,
     /// The autoscaler's pause request, one for the process: the pause driver ([`outdated::drive`]) sends it, the

@@ -11,10 +11,9 @@
 use super::Context;
 use super::autoscaler::{Pause, PauseSender};
 use super::instances::Instance;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, ResourceExt};
-use shared::crd::{NodeVersion, PendingNode, ScalingGroup};
+use kube::ResourceExt;
+use kube::runtime::reflector;
+use shared::crd::NodeVersion;
 use shared::protocol::keys;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -166,26 +165,24 @@ pub fn desired_image(version: &NodeVersion) -> Option<String> {
 
 /// Drives `pause` from the cluster until `shutdown` is cancelled.
 pub async fn drive(context: Context, pause: Arc<PauseSender>, shutdown: CancellationToken) {
-    let client = context.client.clone();
     let changed = Arc::new(Notify::new());
-    let versions = watch_store::<NodeVersion>(Api::all(client.clone()), changed.clone(), shutdown.clone());
-    let groups = watch_store::<ScalingGroup>(Api::all(client.clone()), changed.clone(), shutdown.clone());
-    let pending = watch_store::<PendingNode>(Api::all(client.clone()), changed.clone(), shutdown.clone());
-    // The controller's own cache of Nodes: a second watch of whole Nodes would hold every Node's images and
-    // status again (most of a large cluster's memory).
+    // The controller's own caches (synced before it said it was ready): a watch of their own per term would list
+    // again at every leader change, and decide nothing while that list is slow.
+    let (versions, groups, pending) =
+        (context.versions.clone(), context.scaling_groups.clone(), context.pending.clone());
     let nodes = context.nodes.clone();
-    let mut node_changes = context.node_changes.clone();
-    let on_nodes = changed.clone();
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                changed = node_changes.changed() => if changed.is_err() { return },
+    for mut changes in [context.node_changes.clone(), context.resource_changes.clone()] {
+        let (on_change, stop) = (changed.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    changed = changes.changed() => if changed.is_err() { return },
+                }
+                on_change.notify_one();
             }
-            on_nodes.notify_one();
-        }
-    });
+        });
+    }
     // The cloud's answers about the instances, shared with the rollout's replacer; each answer looks again.
     let instances = context.instances.clone();
     let mut answered = instances.subscribe();
@@ -272,17 +269,6 @@ pub async fn drive(context: Context, pause: Arc<PauseSender>, shutdown: Cancella
             });
         }
     }
-}
-
-/// A store of `api`'s objects, kept by a background watch that notifies `changed` on every event.
-fn watch_store<K>(api: Api<K>, changed: Arc<Notify>, shutdown: CancellationToken) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
-    let (store, writer) = reflector::store::<K>();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
-    crate::spawn_watch(std::any::type_name::<K>(), stream, move |_| changed.notify_one(), shutdown);
-    store
 }
 
 #[cfg(test)]

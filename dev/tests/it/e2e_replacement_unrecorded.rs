@@ -271,6 +271,26 @@ async fn a_creation_step_run_again_before_the_cache_shows_its_record_records_the
     cluster.shutdown().await;
 }
 
+/// The controller says it is ready only once every cache it acts on has synced, the replacement's included: the
+/// test above (and an operator's rollout of the controller) takes "ready" to mean the PendingNode cache is
+/// complete. Before, it was ready with Nodes and NodeVersions alone, and the pause driver listed PendingNodes again
+/// in each leader term: with that list slow it never decided, and no instance was created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_is_ready_only_once_its_pending_node_cache_synced() {
+    use dev::apiserver::{RequestMatch, Verb};
+    let cluster = small_cluster().await;
+    let lists = RequestMatch { verbs: vec![Verb::List], resource: Some("pendingnodes".into()), ..Default::default() };
+    let hung = cluster.faults().hang(lists);
+    let controller = controller(&cluster, "c1");
+    // Nodes and NodeVersions sync at once on this small cluster.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!controller.is_ready(), "ready without its PendingNode cache");
+    cluster.faults().remove(hung);
+    support::eventually(ROLLOUT, "the controller ready", || controller.is_ready().then_some(())).await;
+    controller.stop(Duration::from_secs(15)).await.unwrap();
+    cluster.shutdown().await;
+}
+
 /// Issue 28: "no instance was made" only once a create sent for the request can no longer land. A create answered
 /// 500 may still be carried out (as a request a stopped controller sent, or one whose answer timed out); here
 /// it is, a few seconds after the controller read the group's list and found nothing. The controller does not
