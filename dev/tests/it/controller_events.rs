@@ -3,12 +3,10 @@
 //! another reason or with another message are Events of their own; nothing is published outside a
 //! leadership term.
 
-use crate::common;
-
-use common::*;
 use controller::events::{Events, node_reference};
 use controller::leadership::Leadership;
 use controller::policy::Reason;
+use dev::apiserver::{ApiServer, ApiServerConfig};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
 use std::time::Duration;
@@ -99,4 +97,26 @@ async fn events_are_published_only_within_a_leadership_term() {
     let notes: Vec<String> =
         api.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|e| e.note).collect();
     assert!(!notes.iter().any(|n| n == "before the term" || n == "after the term"), "{notes:?}");
+}
+
+/// A server with bookmarks every second, as the API server's own tests start it.
+async fn server() -> ApiServer {
+    let config = ApiServerConfig { bookmark_interval: Duration::from_secs(1), ..ApiServerConfig::default() };
+    ApiServer::start(config).await.expect("the test server starts")
+}
+
+/// Polls `check` until it returns true; panics after a minute.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for: {what}");
 }

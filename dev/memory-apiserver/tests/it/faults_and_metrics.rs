@@ -3,13 +3,13 @@
 use crate::common;
 
 use common::*;
-use dev::apiserver::{ErrorFault, RequestMatch, Verb};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use memory_apiserver::{ErrorFault, RequestMatch, Verb};
 use serde_json::{Value, json};
 use std::time::Duration;
 
-fn agent_client(server: &dev::apiserver::ApiServer) -> kube::Client {
+fn agent_client(server: &memory_apiserver::ApiServer) -> kube::Client {
     server.client_with(|c| {
         c.default_retry = false;
         c.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static("update-operator/agent 0.1.0")));

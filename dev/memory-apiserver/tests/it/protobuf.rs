@@ -4,9 +4,9 @@
 use crate::common;
 
 use common::*;
-use dev::apiserver::protobuf;
 use http_body_util::BodyExt;
 use kube::Client;
+use memory_apiserver::protobuf;
 use serde_json::{Value, json};
 
 /// What client-go 1.32+ typed clients send.

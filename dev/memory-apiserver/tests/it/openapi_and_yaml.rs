@@ -4,11 +4,11 @@
 use crate::common;
 
 use common::*;
-use dev::apiserver::openapi::protobuf;
 use http_body_util::BodyExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, DeleteParams};
+use memory_apiserver::openapi::protobuf;
 use prost::Message;
 use serde_json::Value;
 

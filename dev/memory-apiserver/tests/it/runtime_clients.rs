@@ -80,7 +80,7 @@ async fn a_per_node_pod_watcher_sees_only_its_node_through_binding_and_deletion(
 
 #[tokio::test]
 async fn an_in_memory_client_is_authenticated_authorized_counted_and_watches_like_one_over_tcp() {
-    use dev::apiserver::{Identity, Verb};
+    use memory_apiserver::{Identity, Verb};
     let server = server().await;
     namespace(&server.client(), "mem").await;
     let admin_token = server.token_for(&Identity::Admin).unwrap();

@@ -3,11 +3,11 @@
 use crate::common;
 
 use common::*;
-use dev::apiserver::{DeleteOutcome, Gvr, Patch, Verb, WatchEvent};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, PatchParams, PostParams, WatchParams};
+use memory_apiserver::{DeleteOutcome, Gvr, Patch, Verb, WatchEvent};
 use serde_json::json;
 
 #[tokio::test]

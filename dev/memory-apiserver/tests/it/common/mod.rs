@@ -4,11 +4,11 @@
 #![allow(dead_code)]
 
 use bytes::{Bytes, BytesMut};
-use dev::apiserver::{ApiServer, ApiServerConfig};
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::Client;
 use kube::api::{Api, PostParams};
+use memory_apiserver::{ApiServer, ApiServerConfig};
 use serde_json::{Value, json};
 use std::future::Future;
 use std::time::Duration;

@@ -4,10 +4,10 @@
 use crate::common;
 
 use common::*;
-use dev::apiserver::{ApiServer, Identity, Patch};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
+use memory_apiserver::{ApiServer, Identity, Patch};
 use serde_json::{Value, json};
 
 const RBAC: &str = "/apis/rbac.authorization.k8s.io/v1";
@@ -143,7 +143,7 @@ async fn rbac_grants_what_bindings_grant_in_their_scope_and_denies_with_upstream
     server
         .store()
         .delete(
-            &dev::apiserver::Gvr::new("rbac.authorization.k8s.io", "v1", "rolebindings"),
+            &memory_apiserver::Gvr::new("rbac.authorization.k8s.io", "v1", "rolebindings"),
             Some("team"),
             "reader",
             &DeleteParams::default(),
@@ -357,7 +357,7 @@ async fn token_requests_issue_bound_tokens_that_end_with_their_object() {
     let store = server.store();
     store
         .create(
-            &dev::apiserver::Gvr::new("", "v1", "serviceaccounts"),
+            &memory_apiserver::Gvr::new("", "v1", "serviceaccounts"),
             Some("team"),
             json!({"metadata": {"name": "bot"}}),
             &PostParams::default(),
@@ -365,7 +365,7 @@ async fn token_requests_issue_bound_tokens_that_end_with_their_object() {
         .unwrap();
     store
         .create(
-            &dev::apiserver::Gvr::new("", "v1", "nodes"),
+            &memory_apiserver::Gvr::new("", "v1", "nodes"),
             None,
             json!({"metadata": {"name": "w-0"}}),
             &PostParams::default(),
@@ -414,7 +414,7 @@ async fn token_requests_issue_bound_tokens_that_end_with_their_object() {
     );
     store
         .create(
-            &dev::apiserver::Gvr::new("", "v1", "serviceaccounts"),
+            &memory_apiserver::Gvr::new("", "v1", "serviceaccounts"),
             Some("team"),
             json!({"metadata": {"name": "other"}}),
             &PostParams::default(),
@@ -458,7 +458,7 @@ async fn token_requests_issue_bound_tokens_that_end_with_their_object() {
     // The pod goes, and its token with it (gracefully deleted pods go at once with grace 0).
     store
         .delete(
-            &dev::apiserver::Gvr::new("", "v1", "pods"),
+            &memory_apiserver::Gvr::new("", "v1", "pods"),
             Some("team"),
             "worker",
             &DeleteParams { grace_period_seconds: Some(0), ..Default::default() },
@@ -473,9 +473,9 @@ async fn the_in_process_store_authorizes_only_when_acting_as_a_user() {
     let server = server().await;
     namespace(&server.client(), "team").await;
     let store = server.store();
-    let maps = dev::apiserver::Gvr::new("", "v1", "configmaps");
+    let maps = memory_apiserver::Gvr::new("", "v1", "configmaps");
     store.create(&maps, Some("team"), json!({"metadata": {"name": "a"}}), &PostParams::default()).unwrap();
-    let bot = store.as_user(dev::apiserver::UserInfo::service_account("team", "bot", ""));
+    let bot = store.as_user(memory_apiserver::UserInfo::service_account("team", "bot", ""));
     let error = bot.get(&maps, Some("team"), "a").unwrap_err();
     assert_eq!(error.code, 403);
     assert_eq!(
@@ -490,7 +490,7 @@ async fn the_in_process_store_authorizes_only_when_acting_as_a_user() {
             .code,
         403
     );
-    let admin = store.as_user(dev::apiserver::UserInfo::admin());
+    let admin = store.as_user(memory_apiserver::UserInfo::admin());
     assert!(admin.get(&maps, Some("team"), "a").is_ok());
     server.shutdown().await;
 }

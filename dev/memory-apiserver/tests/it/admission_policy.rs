@@ -4,8 +4,8 @@
 use crate::common;
 
 use common::*;
-use dev::apiserver::{ApiServer, Gvr, Identity, Patch, UserInfo};
 use kube::api::{DeleteParams, PostParams};
+use memory_apiserver::{ApiServer, Gvr, Identity, Patch, UserInfo};
 use serde_json::{Value, json};
 
 const POLICIES: &str = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies";

@@ -5,7 +5,7 @@
 //! It lowers its process's descriptor limit, which would starve the tests running beside it in the crate's one
 //! test binary: so it runs alone, in a child process of this binary (`in_a_process_of_its_own`).
 
-use dev::apiserver::{ApiServer, ApiServerConfig};
+use memory_apiserver::{ApiServer, ApiServerConfig};
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 use std::process::Command;
 use std::time::Duration;

@@ -6,16 +6,17 @@
 use crate::common;
 
 use common::{raw, server, within};
-use dev::apiserver::{crd_validation, schema};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
+use memory_apiserver::{crd_validation, schema};
 use serde_json::Value;
 use shared::crd::{self, AutoscalingStrategy, NodeVersion, PendingNode, ScalingGroup};
 use std::path::{Path, PathBuf};
 
+/// The dev crate's directory, whose `tests/fixtures` the cloud tests there read too.
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn yaml_files(dir: &Path) -> Vec<PathBuf> {

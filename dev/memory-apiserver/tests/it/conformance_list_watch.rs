@@ -153,20 +153,20 @@ async fn a03_a_continue_after_compaction_is_410_and_the_watcher_relists() {
     let faults = server.faults();
     let metrics = server.metrics();
     faults.add_latency(
-        dev::apiserver::RequestMatch {
-            verbs: vec![dev::apiserver::Verb::List],
+        memory_apiserver::RequestMatch {
+            verbs: vec![memory_apiserver::Verb::List],
             resource: Some("configmaps".into()),
             ..Default::default()
         },
         Duration::from_millis(500),
     );
-    let before = metrics.count(|k| k.verb == dev::apiserver::Verb::List);
+    let before = metrics.count(|k| k.verb == memory_apiserver::Verb::List);
     let compactor = tokio::spawn({
         let metrics = metrics.clone();
         async move {
             eventually("the second page is requested", || {
                 let metrics = metrics.clone();
-                async move { metrics.count(|k| k.verb == dev::apiserver::Verb::List) >= before + 2 }
+                async move { metrics.count(|k| k.verb == memory_apiserver::Verb::List) >= before + 2 }
             })
             .await;
             faults.compact();
@@ -346,7 +346,7 @@ async fn a07_the_watch_ends_at_its_timeout_and_the_watcher_resumes_without_relis
     .await;
     writer.await.unwrap();
     assert_eq!(inits, 1, "re-watching after a timeout does not relist");
-    assert!(server.metrics().count(|k| k.verb == dev::apiserver::Verb::Watch && k.resource == "configmaps") >= 3);
+    assert!(server.metrics().count(|k| k.verb == memory_apiserver::Verb::Watch && k.resource == "configmaps") >= 3);
 }
 
 #[tokio::test]
@@ -390,10 +390,10 @@ async fn a08_a_filtered_watcher_gets_bookmarks_past_unrelated_writes() {
     })
     .await;
     let metrics = server.metrics();
-    let watches = metrics.count(|k| k.verb == dev::apiserver::Verb::Watch);
+    let watches = metrics.count(|k| k.verb == memory_apiserver::Verb::Watch);
     eventually("the watcher's watch is open", || {
         let metrics = metrics.clone();
-        async move { metrics.count(|k| k.verb == dev::apiserver::Verb::Watch) > watches }
+        async move { metrics.count(|k| k.verb == memory_apiserver::Verb::Watch) > watches }
     })
     .await;
     for i in 0..3 {
@@ -491,7 +491,7 @@ async fn a10_streaming_lists_end_their_initial_events_with_a_bookmark() {
     })
     .await;
     assert_eq!(applied, 4);
-    assert_eq!(server.metrics().count(|k| k.verb == dev::apiserver::Verb::List && k.resource == "configmaps"), 0);
+    assert_eq!(server.metrics().count(|k| k.verb == memory_apiserver::Verb::List && k.resource == "configmaps"), 0);
 }
 
 #[tokio::test]
@@ -615,7 +615,7 @@ async fn a14_a_slow_consumer_is_closed_without_an_error_and_kube_rs_recovers() {
     let metrics_handle = server.metrics();
     eventually("the reflector's watch is open", || {
         let metrics = metrics_handle.clone();
-        async move { metrics.count(|k| k.verb == dev::apiserver::Verb::Watch) >= 2 }
+        async move { metrics.count(|k| k.verb == memory_apiserver::Verb::Watch) >= 2 }
     })
     .await;
     // 60 more of 800 kB (48 MB) exceed what loopback sockets can hold (tcp_rmem's maximum is 32 MiB on some

@@ -39,7 +39,7 @@ async fn evict_raw(client: &kube::Client, ns: &str, name: &str, delete_options: 
     raw(client, "POST", &format!("/api/v1/namespaces/{ns}/pods/{name}/eviction"), Some("application/json"), body).await
 }
 
-fn no_retry_client(server: &dev::apiserver::ApiServer) -> kube::Client {
+fn no_retry_client(server: &memory_apiserver::ApiServer) -> kube::Client {
     server.client_with(|c| c.default_retry = false)
 }
 
