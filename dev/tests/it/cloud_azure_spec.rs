@@ -1,5 +1,5 @@
 //! Issue 28: the Azure emulator held to the published definition of what it serves (Microsoft.Compute 2024-07-01,
-//! the subset in `dev/src/cloud/specs/azure-compute-2024-07-01.subset.json`). Requests the definition refuses are
+//! the subset in `dev/cloud-emulators/src/specs/azure-compute-2024-07-01.subset.json`). Requests the definition refuses are
 //! refused, as ARM refuses them and with nothing changed; the provider's own requests pass and the emulator's answers
 //! fit the definition (also checked after the conformance suite, `cloud_azure`).
 

@@ -1,5 +1,5 @@
 //! Issue 28: the GCP emulator held to the published definition of what it serves (the Compute v1 discovery document,
-//! the subset in `dev/src/cloud/specs/gcp-compute-v1.subset.json`). Requests the definition refuses are refused over
+//! the subset in `dev/cloud-emulators/src/specs/gcp-compute-v1.subset.json`). Requests the definition refuses are refused over
 //! HTTP, as Compute refuses them and with nothing changed; the provider's own requests pass and the emulator's answers
 //! fit the definition (also checked after the conformance suite, `cloud_gcp`).
 

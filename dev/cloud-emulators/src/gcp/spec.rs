@@ -1,5 +1,5 @@
 //! The emulator held to the published definition of the Compute Engine methods it serves: the Compute v1 discovery
-//! document, the subset kept in `dev/src/cloud/specs/gcp-compute-v1.subset.json` (extracted by `extract_gcp.py`
+//! document, the subset kept in `dev/cloud-emulators/src/specs/gcp-compute-v1.subset.json` (extracted by `extract_gcp.py`
 //! beside it; its `x-fixture` names the source, revision and licence). Every request to a method of the document is
 //! checked against the method's parameters and request schema before the emulator acts on it, and every successful
 //! answer against the method's response schema (violations are recorded for the tests,
@@ -12,10 +12,10 @@
 //!   request message."), a path parameter outside its pattern, a wrong type or enum value, a field the method
 //!   requires (`annotations.required`, "Required field 'resource.X' not specified").
 //! - The document's standard parameters (`alt`, `fields`, `key`, `prettyPrint`, `quotaUser`, ...), also with a `$`
-//!   as Google's system parameters may be sent (`$alt`), are accepted on every method. Never stricter than the definition otherwise (see [`crate::cloud::schema`]).
+//!   as Google's system parameters may be sent (`$alt`), are accepted on every method. Never stricter than the definition otherwise (see [`crate::schema`]).
 
 use super::ApiError;
-use crate::cloud::schema::{Dialect, Schemas, Violation, ViolationKind};
+use crate::schema::{Dialect, Schemas, Violation, ViolationKind};
 use serde_json::Value;
 use std::sync::LazyLock;
 

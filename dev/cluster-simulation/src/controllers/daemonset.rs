@@ -48,7 +48,7 @@ const DEFAULT_TOLERATIONS: [(&str, &str); 6] = [
 ];
 
 /// Starts the controller: subscribes to the caches now, returns the worker to spawn.
-pub(crate) fn start(
+pub fn start(
     store: &Store,
     informers: &Informers,
     shutdown: CancellationToken,

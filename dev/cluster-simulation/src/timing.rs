@@ -28,7 +28,7 @@ pub struct Timing {
     /// (upstream: 10 s, at most 6 minutes).
     pub job_backoff: Duration,
     /// How long a new cloud instance is `Creating` before it runs (per-group overrides in
-    /// [`crate::cloud::GroupFaults`]); also how long a stopped instance takes to start.
+    /// `cloud_emulators::GroupFaults`); also how long a stopped instance takes to start.
     pub instance_provision: Duration,
     /// From a cloud instance running to its kubelet registering the Node (NotReady at first).
     pub node_join: Duration,

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 pub const FIELD_MANAGER: &str = "clusterrole-aggregation-controller";
 
 /// Starts the controller: subscribes to the ClusterRole cache now, returns the worker to spawn.
-pub(crate) fn start(
+pub fn start(
     store: &Store,
     informers: &Informers,
     shutdown: CancellationToken,

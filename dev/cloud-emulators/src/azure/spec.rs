@@ -1,5 +1,5 @@
 //! The emulator held to the published definition of the ARM operations it serves: Microsoft.Compute 2024-07-01 from
-//! Azure/azure-rest-api-specs, the subset kept in `dev/src/cloud/specs/azure-compute-2024-07-01.subset.json` (its
+//! Azure/azure-rest-api-specs, the subset kept in `dev/cloud-emulators/src/specs/azure-compute-2024-07-01.subset.json` (its
 //! `x-fixture` names the files, commits and licence). Every request to an operation of the document is checked
 //! against the operation's parameters and body schema before the emulator acts on it, and every answer against the
 //! operation's response schema (violations are recorded for the tests, [`super::AzureEmulator::spec_violations`]).
@@ -12,10 +12,10 @@
 //!   #7556), a query parameter of the wrong type or outside its closed enum (400 `InvalidParameter`).
 //! - The api-version the emulator accepts is the document's (`info.version`); requests without one, or with
 //!   another, are refused by the caller before routing (`MissingApiVersionParameter`, `NoRegisteredProviderFound`).
-//! - Never stricter than the definition: see [`crate::cloud::schema`]; query parameters the operation does not
+//! - Never stricter than the definition: see [`crate::schema`]; query parameters the operation does not
 //!   declare are ignored (as ARM ignores them; its own `nextLink`s add `$skiptoken`).
 
-use crate::cloud::schema::{Dialect, Schemas, Violation, ViolationKind};
+use crate::schema::{Dialect, Schemas, Violation, ViolationKind};
 use serde_json::Value;
 use std::sync::LazyLock;
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Extracts the subset of the Compute Engine v1 discovery document that the GCP emulator serves
-(dev/src/cloud/gcp/http.rs) into gcp-compute-v1.subset.json.
+(dev/cloud-emulators/src/gcp/http.rs) into gcp-compute-v1.subset.json.
 
 Source: the discovery document as google-api-python-client 2.202.0 ships it
 (googleapiclient/discovery_cache/documents/compute.v1.json; Apache License 2.0), the document Google publishes at

@@ -54,7 +54,7 @@ pub const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
 const MAX_BACKOFF: Duration = Duration::from_secs(360);
 
 /// Starts the controller: subscribes to the caches now, returns the worker to spawn.
-pub(crate) fn start(
+pub fn start(
     store: &Store,
     informers: &Informers,
     timing: &Timing,

@@ -5,11 +5,11 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 /// A `/_dev` answer `{"message": text}` with `status`.
-pub(crate) fn message(status: u16, text: impl Into<String>) -> (u16, Value) {
+pub fn message(status: u16, text: impl Into<String>) -> (u16, Value) {
     (status, json!({"message": text.into()}))
 }
 
 /// The JSON body of a `/_dev` request, or a 400 answer.
-pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, (u16, Value)> {
+pub fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, (u16, Value)> {
     serde_json::from_slice(body).map_err(|e| message(400, format!("the request body is not valid: {e}")))
 }

@@ -137,7 +137,7 @@ impl PdbIndex {
 }
 
 /// Starts the controller: subscribes to the caches now, returns the worker to spawn.
-pub(crate) fn start(
+pub fn start(
     store: &Store,
     informers: &Informers,
     timing: &Timing,

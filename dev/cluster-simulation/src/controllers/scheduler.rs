@@ -124,7 +124,7 @@ fn wants_scheduling(pod: &PodInfo) -> bool {
 }
 
 /// Starts the scheduler: subscribes to the caches now, returns the worker to spawn.
-pub(crate) fn start(
+pub fn start(
     store: &Store,
     informers: &Informers,
     shutdown: CancellationToken,

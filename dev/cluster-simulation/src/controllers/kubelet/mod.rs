@@ -63,7 +63,7 @@ pub(crate) enum Work {
 }
 
 /// Starts the kubelets: subscribes to the caches and hosts now, returns the worker to spawn.
-pub(crate) fn start(
+pub fn start(
     store: &Store,
     informers: &Informers,
     hosts: &Hosts,

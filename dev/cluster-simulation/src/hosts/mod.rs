@@ -118,7 +118,7 @@ pub struct HostFaults {
 }
 
 /// Serde of optional seconds (`2.5`) as durations.
-pub(crate) mod seconds {
+pub mod seconds {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 
@@ -246,7 +246,7 @@ impl HostError {
     }
 }
 
-pub(crate) fn check_image(image: &str) -> Result<(), HostError> {
+pub fn check_image(image: &str) -> Result<(), HostError> {
     let reason = if image.is_empty() {
         "the image is empty"
     } else if image.len() > MAX_IMAGE_LEN {

@@ -25,7 +25,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Starts the controller: subscribes to the caches now, returns the worker to spawn.
-pub(crate) fn start(
+pub fn start(
     store: &Store,
     informers: &Informers,
     shutdown: CancellationToken,

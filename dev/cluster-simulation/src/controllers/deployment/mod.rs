@@ -37,7 +37,7 @@ pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
 const REVISION: &str = "deployment.kubernetes.io/revision";
 
 /// Starts the controller: subscribes to the caches now, returns the worker to spawn.
-pub(crate) fn start(
+pub fn start(
     store: &Store,
     informers: &Informers,
     shutdown: CancellationToken,

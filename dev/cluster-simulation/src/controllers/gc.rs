@@ -132,7 +132,7 @@ fn subscribe<T: Cached>(informer: &Informer<T>, index: usize, kinds: &Arc<Vec<Ki
 }
 
 /// Starts the collector: subscribes to the caches now, returns the worker to spawn.
-pub(crate) fn start(
+pub fn start(
     store: &Store,
     informers: &Informers,
     shutdown: CancellationToken,

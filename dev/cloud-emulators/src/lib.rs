@@ -1,7 +1,13 @@
-//! The simulated cloud: scaling groups of instances whose hosts join the dev cluster as Nodes, with faults, over
-//! HTTP under `/_dev/cloud` (the API the `cloud` crate's `SimulatedProvider` calls, and dev controls).
+//! The clouds of the dev cluster: the simulated cloud (scaling groups of instances with faults, over HTTP under
+//! `/_dev/cloud`: the API the `cloud` crate's `SimulatedProvider` calls, and dev controls), and emulators of the
+//! real clouds' APIs the product's providers call, Azure virtual machine scale sets ([`azure`], feature `azure`)
+//! and GCP managed instance groups ([`gcp`]). The emulators refuse what the published API definition refuses
+//! (`specs/`: a misspelt field, a missing parameter, a wrong api-version) and model what the real service does
+//! that a client must survive (asynchronous creation, per-instance errors, throttling, paging, lists that lag a
+//! create). An instance is a simulated host (`cluster-simulation`) whose kubelet registers its Node in the in-memory
+//! API server.
 //!
-//! # Guarantees
+//! # The simulated cloud's guarantees
 //! - A created instance is `Creating` for the provisioning time, then `Ready`: its host (named after the instance,
 //!   running the group's image at creation) boots, its kubelet registers the Node (with `spec.providerID`, the
 //!   role's labels and taint, the managed label) after the join time, NotReady at first, and the Node is Ready
@@ -22,6 +28,9 @@ mod batch;
 pub mod gcp;
 pub mod http;
 pub mod schema;
+
+use cluster_simulation::{dev_routes, hosts, node_manifest, timing};
+use memory_apiserver as apiserver;
 
 use crate::apiserver::object::generated_suffix;
 use crate::apiserver::store::Store;

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Starts the sweep: subscribes to the caches now, returns the worker to spawn.
-pub(crate) fn start(
+pub fn start(
     store: &Store,
     informers: &Informers,
     quarantine: Duration,
