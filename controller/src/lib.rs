@@ -194,16 +194,7 @@ pub async fn run(
     // answer plans again.
     let instances = options.cloud.as_ref().map(|cloud| {
         let instances = groups::instances::Instances::start(cloud.provider.clone(), shutdown.clone());
-        let (mut answered, trigger, stop) = (instances.subscribe(), trigger.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    changed = answered.changed() => if changed.is_err() { return },
-                }
-                trigger.notify_one();
-            }
-        });
+        notify_on_change(instances.subscribe(), trigger.clone(), shutdown.clone());
         instances
     });
     // The replacement's caches, synced before the controller says it is ready (so is every cache it acts on).
@@ -213,16 +204,7 @@ pub async fn run(
             let caches = start_replacer(&client, trigger.clone(), resource_changes.clone(), &shutdown).await?;
             let replacer = replacer_for(&client, cloud, instances.clone(), &caches)?;
             // A changed pause request may open or close the rollouts' autoscaler gate: plan again.
-            let (mut changed, trigger, stop) = (pause.subscribe(), trigger.clone(), shutdown.clone());
-            tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        () = stop.cancelled() => return,
-                        changed = changed.changed() => if changed.is_err() { return },
-                    }
-                    trigger.notify_one();
-                }
-            });
+            notify_on_change(pause.subscribe(), trigger.clone(), shutdown.clone());
             Some((Arc::new(replacer.with_pause(pause.subscribe())), caches))
         }
         _ => None,
@@ -411,6 +393,23 @@ fn one_shot(mut config: kube::Config, timeout: std::time::Duration) -> kube::Con
     // Count the read timeout from the request, not from when a pooled connection went idle.
     config.reset_reader_on_write = true;
     config
+}
+
+/// Notifies `notify` on every change `changes` sees, until `shutdown` is cancelled or the sender is gone.
+pub(crate) fn notify_on_change<T: Send + Sync + 'static>(
+    mut changes: watch::Receiver<T>,
+    notify: Arc<Notify>,
+    shutdown: CancellationToken,
+) {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                changed = changes.changed() => if changed.is_err() { return },
+            }
+            notify.notify_one();
+        }
+    });
 }
 
 fn bump(changes: &watch::Sender<u64>) {

@@ -171,32 +171,12 @@ pub async fn drive(context: Context, pause: Arc<PauseSender>, shutdown: Cancella
     let (versions, groups, pending) =
         (context.versions.clone(), context.scaling_groups.clone(), context.pending.clone());
     let nodes = context.nodes.clone();
-    for mut changes in [context.node_changes.clone(), context.resource_changes.clone()] {
-        let (on_change, stop) = (changed.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    changed = changes.changed() => if changed.is_err() { return },
-                }
-                on_change.notify_one();
-            }
-        });
-    }
-    // The cloud's answers about the instances, shared with the rollout's replacer; each answer looks again.
+    // Each Node or resource event, and each cloud answer about the instances (shared with the rollout's replacer),
+    // looks again.
     let instances = context.instances.clone();
-    let mut answered = instances.subscribe();
-    let on_answer = changed.clone();
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                changed = answered.changed() => if changed.is_err() { return },
-            }
-            on_answer.notify_one();
-        }
-    });
+    crate::notify_on_change(context.node_changes.clone(), changed.clone(), shutdown.clone());
+    crate::notify_on_change(context.resource_changes.clone(), changed.clone(), shutdown.clone());
+    crate::notify_on_change(instances.subscribe(), changed.clone(), shutdown.clone());
     // Decide from complete lists only: a partial list could lift a pause a replacement needs.
     tokio::select! {
         () = shutdown.cancelled() => return,

@@ -71,18 +71,7 @@ pub(super) async fn watch_all(
         on_change(trigger),
         shutdown.clone(),
     );
-    {
-        let (trigger, mut changes, shutdown) = (trigger.clone(), node_changes, shutdown.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    changed = changes.changed() => if changed.is_err() { return },
-                }
-                trigger.notify_one();
-            }
-        });
-    }
+    crate::notify_on_change(node_changes, trigger.clone(), shutdown.clone());
     tokio::select! {
         () = shutdown.cancelled() => None,
         synced = async {
