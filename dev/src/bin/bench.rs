@@ -160,9 +160,12 @@ struct Recorded {
     verified: Vec<(Instant, String)>,
     /// (time, node) of every done intent.
     done: Vec<(Instant, String)>,
-    /// Per drain intent: the node and whether it had pods to evict when its drain began (a drain
-    /// with nothing to evict takes no simulated time).
+    /// Per drain: the node and whether it had pods to evict when its drain began (a drain with nothing to evict
+    /// takes no simulated time). An in-place node's drain begins with its drain intent, a replaced node's (a
+    /// donor's, under its replace intent) with its cordon.
     drains: Vec<(String, bool)>,
+    /// Donors whose drain (cordon under the replace intent) was recorded in `drains`.
+    cordoned_donors: HashSet<String>,
     /// Per node: (time, step) of each new intent.
     timeline: HashMap<String, Vec<(Instant, String)>>,
     seen_tokens: HashMap<String, String>,
@@ -268,6 +271,13 @@ fn record(rec: &mut Recorded, node: &Value, at: Instant) -> Option<String> {
             "done" => rec.done.push((at, name.clone())),
             _ => {}
         }
+    }
+    // A donor is drained under its replace intent, once its heir joined: its cordon begins the drain.
+    if intent == "replace"
+        && node["spec"]["unschedulable"].as_bool() == Some(true)
+        && rec.cordoned_donors.insert(name.clone())
+    {
+        drain_started = Some(name.clone());
     }
     let finished_reboot = intent == "reboot" && get(keys::STATE) == "done" && get(keys::STATE_TOKEN) == token;
     if finished_reboot && rec.seen_reports.get(&name) != Some(&token) {
@@ -874,4 +884,34 @@ fn tempdir() -> anyhow::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("update-operator-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(intent: &str, token: &str, cordoned: bool) -> Value {
+        serde_json::json!({
+            "metadata": {"name": "pool-0-a", "annotations": {keys::INTENT: intent, keys::INTENT_TOKEN: token}},
+            "spec": {"unschedulable": cordoned},
+        })
+    }
+
+    #[test]
+    fn a_donors_drain_begins_with_its_cordon_under_the_replace_intent_and_is_recorded_once() {
+        let mut rec = Recorded::default();
+        let now = Instant::now();
+        assert_eq!(record(&mut rec, &node("replace", "t1", false), now), None, "not cordoned: the heir is joining");
+        assert_eq!(record(&mut rec, &node("replace", "t1", true), now).as_deref(), Some("pool-0-a"));
+        assert_eq!(record(&mut rec, &node("replace", "t1", true), now), None, "one drain per donor");
+        assert_eq!(rec.replaces.len(), 1);
+    }
+
+    #[test]
+    fn an_in_place_drain_begins_with_its_drain_intent() {
+        let mut rec = Recorded::default();
+        let now = Instant::now();
+        assert_eq!(record(&mut rec, &node("drain", "t2", false), now).as_deref(), Some("pool-0-a"));
+        assert_eq!(record(&mut rec, &node("drain", "t2", true), now), None);
+    }
 }
