@@ -4,6 +4,7 @@
 use super::super::condition::{self, Wanted};
 use super::super::retry_delay;
 use super::super::scaling_group::EventSpec;
+use super::pace::poll_interval;
 use crate::nodes::SlimNode;
 use crate::reason::Reason;
 use cloud::{InstanceState, ProviderId};
@@ -80,6 +81,9 @@ pub struct Facts<'a> {
     /// marked failed): the record stays until the rollout has seen the failure, so that the donor is counted
     /// failed instead of taking the missing record for an unrecorded request.
     pub donor_waits: bool,
+    /// How long the instances of its group usually take to reach its goal ([`super::Pace`]), `None` while
+    /// unknown: when to poll.
+    pub expected: Option<Duration>,
 }
 
 /// What to do about a PendingNode (not a node's step: see `shared::protocol::Step`).
@@ -113,15 +117,6 @@ pub struct Decision {
     pub wake: Option<Duration>,
 }
 
-/// How often the provider's state is polled for a PendingNode of `age`: a tenth of its age, between 1 s and
-/// 30 s (new instances change state quickly; old ones slowly). Node changes wake the controller at once.
-pub fn poll_interval(age: Duration) -> Duration {
-    (age / 10).clamp(Duration::from_secs(1), MAX_POLL)
-}
-
-/// The longest [`poll_interval`].
-pub const MAX_POLL: Duration = Duration::from_secs(30);
-
 /// The cloud's state as `status.cspState`.
 pub fn csp_state(state: InstanceState) -> CspState {
     match state {
@@ -150,8 +145,8 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
     }];
     let past_deadline = facts.now >= facts.deadline;
     let poll = match &facts.state {
-        Ok(_) => poll_interval(until(facts.created, facts.now)),
-        Err(error) => retry_delay(error.retry(), 1).max(poll_interval(until(facts.created, facts.now))),
+        Ok(_) => poll_interval(until(facts.created, facts.now), facts.expected),
+        Err(error) => retry_delay(error.retry(), 1).max(poll_interval(until(facts.created, facts.now), facts.expected)),
     };
     let timer = |deadline: Timestamp| Some(poll.min(until(facts.now, deadline).max(Duration::from_millis(100))));
     let decision =

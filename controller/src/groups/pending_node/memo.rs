@@ -6,8 +6,8 @@ use cloud::InstanceState;
 use jiff::Timestamp;
 use std::time::Duration;
 
-/// How old a group's list a read may take (never one started before the PendingNode's first look, see
-/// [`StateMemo::list_since`]).
+/// How old a group's list a read may take at most (younger when the PendingNode is polled more often; never one
+/// started before its first look, see [`StateMemo::list_since`]).
 pub const LIST_REUSE: Duration = Duration::from_secs(1);
 
 /// The instance states the cloud gave, by PendingNode, so that a reconcile that changes nothing the state depends
@@ -51,12 +51,13 @@ impl StateMemo {
         self.seen.insert(key.to_owned(), Seen { state, node, at, valid_for, anchor });
     }
 
-    /// The earliest start of a group list that may answer for `key` at `now`: [`LIST_REUSE`] ago, but never before
-    /// the PendingNode's first look (a list from before its instance was created does not show it). `None` at the
-    /// first look (nothing recorded for `key`: a new PendingNode, or its instance just deleted by this controller).
-    pub fn list_since(&self, key: &str, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+    /// The earliest start of a group list that may answer for `key` at `now`: `reuse` ago (its poll interval, at
+    /// most [`LIST_REUSE`]), but never before the PendingNode's first look (a list from before its instance was
+    /// created does not show it). `None` at the first look (nothing recorded for `key`: a new PendingNode, or its
+    /// instance just deleted by this controller).
+    pub fn list_since(&self, key: &str, now: tokio::time::Instant, reuse: Duration) -> Option<tokio::time::Instant> {
         let seen = self.seen.get(key)?;
-        Some(now.checked_sub(LIST_REUSE).unwrap_or(now).max(seen.anchor))
+        Some(now.checked_sub(reuse.min(LIST_REUSE)).unwrap_or(now).max(seen.anchor))
     }
 
     /// Records that this controller deleted `key`'s instance at `at`: nothing is remembered of its state, and the

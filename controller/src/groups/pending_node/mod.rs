@@ -3,10 +3,12 @@
 
 mod decide;
 mod memo;
+mod pace;
 
 pub use decide::*;
 use decide::{donor_waits, until};
 pub use memo::*;
+pub use pace::*;
 
 use super::condition::{self};
 use super::scaling_group::EventSpec;
@@ -54,11 +56,17 @@ struct State {
     /// provider ID whatever it is named (Constellation names AWS nodes by instance ID, the cloud answers with the
     /// private DNS name). Entries may be stale; the Node read by name is checked against the provider ID.
     node_names: std::sync::Mutex<std::collections::HashMap<ProviderId, String>>,
+    /// How long each group's instances took to join and to leave: when to poll.
+    pace: std::sync::Mutex<Pace>,
 }
 
 impl State {
     fn memo(&self) -> std::sync::MutexGuard<'_, StateMemo> {
         self.memo.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn pace(&self) -> std::sync::MutexGuard<'_, Pace> {
+        self.pace.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn node_names(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<ProviderId, String>> {
@@ -84,6 +92,7 @@ pub async fn run(context: Context, shutdown: CancellationToken) {
         memo: Default::default(),
         counted: Default::default(),
         node_names: Default::default(),
+        pace: Default::default(),
     });
     let names = state.clone();
     let results = controller
@@ -157,8 +166,10 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
     let key = pending.uid().unwrap_or_else(|| name.clone());
     let remembered = state.memo().fresh(&key, node, now);
     let mut assumed = false;
+    let expected = state.pace().expected(&pending.spec.group_id, pending.spec.goal);
+    let poll = poll_interval(until(created, now), expected);
     // Bound first: the memo's lock is not held across the read.
-    let since = state.memo().list_since(&key, tokio::time::Instant::now());
+    let since = state.memo().list_since(&key, tokio::time::Instant::now(), poll);
     let state_result = match (&id, remembered) {
         (Ok(_), Some(remembered)) => Ok(remembered),
         // A Ready Node with the instance's provider ID answers for the instance: its kubelet runs on it.
@@ -167,12 +178,12 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
         }
         (Ok(id), None) => match since {
             // The first look at a new PendingNode: the replacer has just had the cloud create or delete its
-            // instance, so it is not asked before the first poll, [`LIST_REUSE`] later, which every PendingNode of
-            // the group then answers from one list (a fresh list per new PendingNode cost one request per instance).
-            // An older one (a restarted controller) or one past its deadline is asked at once.
+            // instance, so it is not asked before the first poll (by the group's pace, see [`Pace`]), which every
+            // PendingNode of the group polled then answers from one list (a fresh list per new PendingNode cost one
+            // request per instance). An older one (a restarted controller) or one past its deadline is asked at once.
             None if until(created, now) < FIRST_LOOK && now < deadline => {
                 let looked = first_look(pending.spec.goal);
-                state.memo().record(&key, node, looked, now, LIST_REUSE);
+                state.memo().record(&key, node, looked, now, poll);
                 assumed = true;
                 Ok(looked)
             }
@@ -180,7 +191,7 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
                 let since = since.unwrap_or_else(tokio::time::Instant::now);
                 let read = read_state(&ctx.instances, provider.as_ref(), &pending.spec.group_id, id, since).await;
                 if let Ok(read) = &read {
-                    state.memo().record(&key, node, *read, now, poll_interval(until(created, now)));
+                    state.memo().record(&key, node, *read, now, poll);
                 }
                 read
             }
@@ -198,6 +209,7 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
     };
     let facts = Facts {
         donor_waits,
+        expected,
         goal: pending.spec.goal,
         reached_goal,
         deadline,
@@ -209,9 +221,9 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
     };
     let mut decision = decide(&facts);
     if assumed {
-        // Not the cloud's word: not shown as `cspState`, and the first poll comes LIST_REUSE later.
+        // Not the cloud's word: not shown as `cspState`, and the first poll comes by the group's pace.
         decision.csp_state = None;
-        decision.wake = Some(decision.wake.map_or(LIST_REUSE, |wake| wake.min(LIST_REUSE)));
+        decision.wake = Some(decision.wake.map_or(poll, |wake| wake.min(poll)));
     }
     tracing::debug!(pending = %name, ?facts, ?decision, assumed, "PendingNode decided");
     let group = GroupId(pending.spec.group_id.clone());
@@ -224,7 +236,10 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
     match decision.step {
         Move::Wait => {}
         // Nothing more to ask the cloud.
-        Move::Joined => state.memo().forget(&key),
+        Move::Joined => {
+            state.memo().forget(&key);
+            state.pace().record(&pending.spec.group_id, PendingNodeGoal::Join, until(created, now));
+        }
         Move::GiveUp(_) | Move::RetryDelete => {
             // The deletion changes the instance's state: the next reconcile asks the cloud, a list started after it.
             state.memo().deleted(&key, now);
@@ -282,6 +297,11 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
         }
         state.attempts.succeeded(&name);
         state.memo().forget(&key);
+        // A failed join's record counts its join too: not the group's pace of leaving.
+        let failed_join = pending.status.as_ref().and_then(|s| condition::status_of(&s.conditions, JOIN_FAILED));
+        if failed_join.is_none_or(|s| s != "True") {
+            state.pace().record(&pending.spec.group_id, PendingNodeGoal::Leave, until(created, now));
+        }
         if let Ok(id) = &id {
             state.node_names().remove(id);
         }

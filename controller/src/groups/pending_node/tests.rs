@@ -21,6 +21,7 @@ fn facts(goal: PendingNodeGoal, now: i64, node: NodeFact, state: InstanceState) 
         state: Ok(state),
         leave_overdue: false,
         donor_waits: false,
+        expected: None,
     }
 }
 
@@ -112,8 +113,20 @@ fn timers_wake_at_the_deadline_or_the_next_poll_whichever_is_first() {
     // Close to the deadline: at the deadline.
     assert_eq!(decide(&facts(Join, 1790, N::Absent, S::Creating)).wake, Some(Duration::from_secs(10)));
     assert_eq!(decide(&facts(Leave, 1790, N::Absent, S::Terminating)).wake, Some(Duration::from_secs(10)));
-    assert_eq!(poll_interval(Duration::ZERO), Duration::from_secs(1));
-    assert_eq!(poll_interval(Duration::from_secs(86_400)), Duration::from_secs(30));
+}
+
+#[test]
+fn a_group_of_known_pace_is_polled_shortly_before_its_instances_usually_get_there() {
+    // Its instances leave in 60 s: a young one is next asked 48 s after its creation (at most 30 s on), an older
+    // one at a tenth of its age.
+    let paced =
+        |goal, age, state| Facts { expected: Some(Duration::from_secs(60)), ..facts(goal, age, N::Absent, state) };
+    assert_eq!(decide(&paced(Leave, 0, S::Terminating)).wake, Some(Duration::from_secs(30)));
+    assert_eq!(decide(&paced(Leave, 40, S::Terminating)).wake, Some(Duration::from_secs(8)));
+    assert_eq!(decide(&paced(Leave, 100, S::Terminating)).wake, Some(Duration::from_secs(10)));
+    // A fast group (the simulated cloud): a tenth of a second apart, not a second.
+    let fast = Facts { expected: Some(Duration::from_millis(300)), ..facts(Leave, 1, N::Absent, S::Terminating) };
+    assert_eq!(decide(&fast).wake, Some(MIN_POLL));
 }
 
 #[test]
@@ -181,7 +194,7 @@ fn expired_states_are_dropped_as_new_ones_are_recorded() {
     memo.record("c", N::Absent, S::Creating, at(5), Duration::from_secs(1));
     assert_eq!(memo.len(), 2, "a expired twice over");
     let now = tokio::time::Instant::now();
-    assert!(memo.list_since("c", now).is_some() && memo.list_since("a", now).is_none());
+    assert!(memo.list_since("c", now, LIST_REUSE).is_some() && memo.list_since("a", now, LIST_REUSE).is_none());
     memo.record("d", N::Absent, S::Creating, at(40), Duration::from_secs(1));
     assert_eq!(memo.len(), 2, "b is kept until 60 s");
     memo.record("e", N::Absent, S::Creating, at(70), Duration::from_secs(1));
@@ -298,22 +311,30 @@ fn a_donor_waits_for_the_record_of_its_own_attempt_only() {
 async fn lists_older_than_a_pending_nodes_first_look_never_answer_for_it() {
     use tokio::time::Instant;
     let mut memo = StateMemo::default();
-    assert_eq!(memo.list_since("p", Instant::now()), None, "the first look");
+    assert_eq!(memo.list_since("p", Instant::now(), LIST_REUSE), None, "the first look");
     assert_eq!((first_look(Join), first_look(Leave)), (S::Creating, S::Terminating));
     let first = Instant::now();
     memo.record("p", N::Absent, first_look(Join), at(0), LIST_REUSE);
     tokio::time::advance(Duration::from_millis(400)).await;
-    assert_eq!(memo.list_since("p", Instant::now()), Some(first), "never a list from before the first look");
+    assert_eq!(
+        memo.list_since("p", Instant::now(), LIST_REUSE),
+        Some(first),
+        "never a list from before the first look"
+    );
     tokio::time::advance(Duration::from_secs(2)).await;
     memo.record("p", N::NotReady, S::Creating, at(2), Duration::from_secs(1));
     let now = Instant::now();
-    assert_eq!(memo.list_since("p", now), Some(now - LIST_REUSE), "later, a list up to LIST_REUSE old");
+    assert_eq!(memo.list_since("p", now, LIST_REUSE), Some(now - LIST_REUSE), "later, a list up to LIST_REUSE old");
+    let poll = Duration::from_millis(100);
+    assert_eq!(memo.list_since("p", now, poll), Some(now - poll), "polled more often: a list up to its interval old");
+    let slow = Duration::from_secs(30);
+    assert_eq!(memo.list_since("p", now, slow), Some(now - LIST_REUSE), "never older than LIST_REUSE");
     // Its instance deleted by the controller: nothing remembered, and only a list started since is taken.
     memo.deleted("p", at(3));
     assert_eq!(memo.fresh("p", N::NotReady, at(3)), None);
-    assert_eq!(memo.list_since("p", now), Some(now), "a list started after the deletion");
+    assert_eq!(memo.list_since("p", now, LIST_REUSE), Some(now), "a list started after the deletion");
     tokio::time::advance(Duration::from_secs(5)).await;
-    assert_eq!(memo.list_since("p", Instant::now()), Some(Instant::now() - LIST_REUSE));
+    assert_eq!(memo.list_since("p", Instant::now(), LIST_REUSE), Some(Instant::now() - LIST_REUSE));
     memo.forget("p");
-    assert_eq!(memo.list_since("p", now), None, "done: nothing kept");
+    assert_eq!(memo.list_since("p", now, LIST_REUSE), None, "done: nothing kept");
 }
