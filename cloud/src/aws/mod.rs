@@ -21,9 +21,14 @@
 //!   [`Error::Invalid`] (one launch template must decide the image).
 //! - Creation tokens carry the instances the group had before it grew (module `token`): they survive restarts.
 
+mod credentials;
+pub mod ec2;
 mod errors;
 mod members;
+mod query;
+mod signing;
 mod token;
+mod xml;
 
 use crate::error::{Error, Result};
 use crate::provider::{
