@@ -1,8 +1,10 @@
-//! AWS API errors (Auto Scaling's awsQuery and EC2's ec2Query error codes) mapped onto [`crate::Error`].
+//! AWS API errors (Auto Scaling's awsQuery and EC2's ec2Query error codes) mapped onto [`crate::Error`]: those of
+//! the Auto Scaling SDK client ([`map_sdk_error`]) and those of the EC2 Query API client ([`map_query_error`]), by
+//! the same rules ([`classify`]).
 
 use crate::error::Error;
-use aws_sdk_ec2::config::http::HttpResponse;
-use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_autoscaling::config::http::HttpResponse;
+use aws_sdk_autoscaling::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use std::time::Duration;
 
 /// Codes of a refused request because of the API's rate limit (nothing was done).
@@ -68,6 +70,21 @@ where
             source: Some(Box::new(error)),
         },
     }
+}
+
+/// Maps an error answer of the EC2 Query API (`call` names the action) onto a typed error: its HTTP `status`, its
+/// `Retry-After` header, and the `Code` and `Message` of its `Response/Errors/Error` when the body had them (as
+/// [`map_sdk_error`] maps the SDK's service errors: an answer without a code is classified by its status).
+pub(crate) fn map_query_error(
+    call: &'static str,
+    status: u16,
+    retry_after: Option<&str>,
+    code: Option<&str>,
+    message: Option<&str>,
+) -> Error {
+    let code = code.unwrap_or_default();
+    let text = format!("{call}: {code}: {}", message.unwrap_or("no message"));
+    classify(code, status, text, retry_after.and_then(parse_retry_after), None)
 }
 
 /// The error of an answer with error `code` and HTTP `status`. Codes decide first; without a known code, 403 is a
@@ -148,6 +165,30 @@ mod tests {
             None,
         );
         assert_eq!(missing.outcome(), Outcome::NotFound);
+    }
+
+    #[test]
+    fn ec2_query_errors_are_classified_as_the_sdks_were_and_name_the_call() {
+        let error = map_query_error("DescribeInstances", 503, Some("2"), Some("RequestLimitExceeded"), Some("slow"));
+        assert!(matches!(&error, Error::Throttled { retry_after: Some(d), .. } if *d == Duration::from_secs(2)));
+        assert_eq!(
+            error.to_string(),
+            "throttled by the cloud API (retry after 2.0s): DescribeInstances: RequestLimitExceeded: slow"
+        );
+        let error = map_query_error(
+            "ModifyLaunchTemplate",
+            400,
+            None,
+            Some("InvalidLaunchTemplateName.NotFoundException"),
+            None,
+        );
+        assert_eq!(
+            error.to_string(),
+            "not found: ModifyLaunchTemplate: InvalidLaunchTemplateName.NotFoundException: no message"
+        );
+        assert_eq!(map_query_error("DescribeInstances", 502, None, None, None).outcome(), Outcome::Transient);
+        assert_eq!(map_query_error("DescribeInstances", 403, None, None, None).outcome(), Outcome::PermissionDenied);
+        assert_eq!(map_query_error("DescribeInstances", 400, Some("soon"), None, None).outcome(), Outcome::Permanent);
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! The AWS provider: EC2 Auto Scaling groups and their launch templates, through the AWS SDK for Rust.
+//! The AWS provider: EC2 Auto Scaling groups and their launch templates; Auto Scaling through the AWS SDK for
+//! Rust (`aws-sdk-autoscaling`), EC2 through a small client of the EC2 Query API (module [`ec2`]: the four EC2
+//! actions below, signed with `aws-sigv4`, with the SDK configuration's region, endpoint and credentials).
 //!
 //! # Calls (each method's requests; the IAM actions are listed in README.md, "Cloud providers", "AWS")
 //! | Method | Requests |
@@ -13,17 +15,26 @@
 //! | `group_image` | `DescribeAutoScalingGroups`, `ec2:DescribeLaunchTemplateVersions` |
 //! | `set_group_image` | those two, then `ec2:CreateLaunchTemplateVersion` and `ec2:ModifyLaunchTemplate` when needed |
 //!
+//! The `autoscaling:` requests go through the SDK's client, the `ec2:` ones through [`ec2::Ec2Client`] (the EC2 Query
+//! API, version 2016-11-15); both sign with SigV4 and the same credentials, and map errors by the same rules
+//! (module `errors`).
+//!
 //! # Guarantees
-//! - One attempt per request (the SDK's retries are off; [`crate::Governed`] retries), each bounded by
-//!   [`REQUEST_TIMEOUT`]; no call waits for a state.
+//! - One attempt per request (the SDK's retries are off, the EC2 client makes none; [`crate::Governed`] retries),
+//!   each bounded by [`REQUEST_TIMEOUT`]; no call waits for a state.
 //! - Group IDs are Auto Scaling group names; a group whose instances come from a launch configuration, or from a
 //!   mixed-instances policy whose overrides name their own launch template or image, is refused with
 //!   [`Error::Invalid`] (one launch template must decide the image).
 //! - Creation tokens carry the instances the group had before it grew (module `token`): they survive restarts.
 
+mod credentials;
+pub mod ec2;
 mod errors;
 mod members;
+mod query;
+mod signing;
 mod token;
+mod xml;
 
 use crate::error::{Error, Result};
 use crate::provider::{
@@ -36,16 +47,16 @@ use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, ConfigLoader, Region, SdkConfig};
 use aws_sdk_autoscaling::types::{AutoScalingGroup, Filter, LaunchTemplateSpecification};
-use aws_sdk_ec2::types::RequestLaunchTemplateData;
 use aws_smithy_http_client::tls::{Provider as TlsProvider, rustls_provider::CryptoMode};
+use ec2::{Ec2Client, TemplateRef};
 use errors::map_sdk_error;
 use std::time::Duration;
 
-/// The SDK crates, for callers that build an [`SdkConfig`] (tests against moto set up groups with them).
+/// The SDK crates, for callers that build an [`SdkConfig`] (tests against moto set up groups with them; EC2
+/// resources with [`ec2::Ec2Client`]).
 pub mod sdk {
     pub use aws_config;
     pub use aws_sdk_autoscaling;
-    pub use aws_sdk_ec2;
 }
 
 /// How long one request may take, connection included.
@@ -61,12 +72,13 @@ const MAX_PAGES: usize = 50;
 #[derive(Clone, Debug)]
 pub struct AwsProvider {
     autoscaling: aws_sdk_autoscaling::Client,
-    ec2: aws_sdk_ec2::Client,
+    ec2: Ec2Client,
 }
 
 impl AwsProvider {
-    /// The configuration loader of the provider's SDK clients: latest behavior version, `region`, the hyper 1
-    /// client with rustls on ring, no SDK retries, [`REQUEST_TIMEOUT`]. Credentials come from the default chain
+    /// The configuration loader of the provider's clients: latest behavior version, `region`, the hyper 1 client
+    /// with rustls on ring, no SDK retries, [`REQUEST_TIMEOUT`] (the EC2 client takes the region, endpoint and
+    /// credentials from it and has the same timeouts and TLS of its own). Credentials come from the default chain
     /// (environment, web identity token (IRSA), EKS Pod Identity / container credentials, instance profile); the
     /// endpoint is AWS's unless `AWS_ENDPOINT_URL` is set (for tests against moto only).
     pub fn config_loader(region: &str) -> ConfigLoader {
@@ -97,7 +109,7 @@ impl AwsProvider {
 
     /// The provider with the clients of `config`.
     pub fn new(config: &SdkConfig) -> AwsProvider {
-        AwsProvider { autoscaling: aws_sdk_autoscaling::Client::new(config), ec2: aws_sdk_ec2::Client::new(config) }
+        AwsProvider { autoscaling: aws_sdk_autoscaling::Client::new(config), ec2: Ec2Client::new(config) }
     }
 
     /// The group, or `NotFound`.
@@ -119,15 +131,9 @@ impl AwsProvider {
     }
 
     /// The EC2 instance, or `None` when EC2 does not know it.
-    async fn describe_instance(&self, instance_id: &str) -> Result<Option<aws_sdk_ec2::types::Instance>> {
-        let answer = self.ec2.describe_instances().instance_ids(instance_id).send().await;
-        match answer.map_err(|e| map_sdk_error("DescribeInstances", e)) {
-            Ok(answer) => Ok(answer
-                .reservations()
-                .iter()
-                .flat_map(|r| r.instances())
-                .find(|i| i.instance_id() == Some(instance_id))
-                .cloned()),
+    async fn describe_instance(&self, instance_id: &str) -> Result<Option<ec2::Instance>> {
+        match self.ec2.describe_instances(&[instance_id]).await {
+            Ok(instances) => Ok(instances.into_iter().find(|i| i.instance_id == instance_id)),
             Err(Error::NotFound { .. }) => Ok(None),
             Err(error) => Err(error),
         }
@@ -152,23 +158,10 @@ impl AwsProvider {
 
     /// The given versions (`$Default`, `$Latest`, numbers) of a template, with their images.
     async fn template_versions(&self, template: &Template, versions: &[&str]) -> Result<Vec<TemplateVersion>> {
-        let mut request = self.ec2.describe_launch_template_versions();
-        request = match &template.id {
-            Some(id) => request.launch_template_id(id),
-            None => request.launch_template_name(&template.name),
-        };
-        for version in versions {
-            request = request.versions(*version);
-        }
-        let answer = request.send().await.map_err(|e| map_sdk_error("DescribeLaunchTemplateVersions", e))?;
+        let answer = self.ec2.describe_launch_template_versions(template.reference(), versions).await?;
         Ok(answer
-            .launch_template_versions()
-            .iter()
-            .map(|v| TemplateVersion {
-                number: v.version_number().unwrap_or_default(),
-                default: v.default_version().unwrap_or(false),
-                image: v.launch_template_data().and_then(|d| d.image_id()).unwrap_or_default().to_owned(),
-            })
+            .into_iter()
+            .map(|v| TemplateVersion { number: v.number, default: v.default, image: v.image_id.unwrap_or_default() })
             .collect())
     }
 }
@@ -179,6 +172,16 @@ struct Template {
     id: Option<String>,
     name: String,
     version: TemplateVersionRef,
+}
+
+impl Template {
+    /// How requests name the template: by ID when the group does.
+    fn reference(&self) -> TemplateRef<'_> {
+        match &self.id {
+            Some(id) => TemplateRef::Id(id),
+            None => TemplateRef::Name(&self.name),
+        }
+    }
 }
 
 /// The version of a template a group uses.
@@ -316,7 +319,7 @@ impl CloudProvider for AwsProvider {
     async fn instance_image(&self, instance: &ProviderId) -> Result<String> {
         let id = &aws_instance(instance)?.instance_id;
         let found = self.describe_instance(id).await?.ok_or_else(|| Error::not_found(format!("EC2 instance {id}")))?;
-        found.image_id().map(str::to_owned).ok_or_else(|| Error::permanent(format!("EC2 instance {id} has no image")))
+        found.image_id.ok_or_else(|| Error::permanent(format!("EC2 instance {id} has no image")))
     }
 
     async fn instance_group(&self, instance: &ProviderId) -> Result<GroupId> {
@@ -360,7 +363,7 @@ impl CloudProvider for AwsProvider {
         new.sort_unstable();
         let Some((instance_id, zone)) = new.first().copied() else { return Ok(None) };
         let Some(instance) = self.describe_instance(instance_id).await? else { return Ok(None) };
-        let node_name = instance.private_dns_name().unwrap_or_default().to_ascii_lowercase();
+        let node_name = instance.private_dns_name.unwrap_or_default().to_ascii_lowercase();
         if node_name.is_empty() {
             return Ok(None);
         }
@@ -401,7 +404,7 @@ impl CloudProvider for AwsProvider {
     async fn instance_state(&self, instance: &ProviderId) -> Result<InstanceState> {
         let id = &aws_instance(instance)?.instance_id;
         let Some(found) = self.describe_instance(id).await? else { return Ok(InstanceState::Terminated) };
-        let state = found.state().and_then(|s| s.name()).map(|n| n.as_str()).unwrap_or_default();
+        let state = found.state.as_deref().unwrap_or_default();
         state_of(state).ok_or_else(|| Error::permanent(format!("EC2 instance {id} is in the unknown state {state:?}")))
     }
 
@@ -453,27 +456,11 @@ impl CloudProvider for AwsProvider {
         let number = if latest.image == image {
             latest.number
         } else {
-            let mut request = self
-                .ec2
-                .create_launch_template_version()
-                .source_version(default.number.to_string())
-                .launch_template_data(RequestLaunchTemplateData::builder().image_id(image).build())
-                .version_description(format!("update-operator: image {image}"));
-            request = match &template.id {
-                Some(id) => request.launch_template_id(id),
-                None => request.launch_template_name(&template.name),
-            };
-            let created = request.send().await.map_err(|e| map_sdk_error("CreateLaunchTemplateVersion", e))?;
-            created.launch_template_version().and_then(|v| v.version_number()).ok_or_else(|| {
-                Error::permanent(format!("CreateLaunchTemplateVersion of {} named no version", template.name))
-            })?
+            let description = format!("update-operator: image {image}");
+            let source = default.number.to_string();
+            self.ec2.create_launch_template_version(template.reference(), &source, image, &description).await?
         };
-        let mut request = self.ec2.modify_launch_template().default_version(number.to_string());
-        request = match &template.id {
-            Some(id) => request.launch_template_id(id),
-            None => request.launch_template_name(&template.name),
-        };
-        request.send().await.map_err(|e| map_sdk_error("ModifyLaunchTemplate", e))?;
+        self.ec2.modify_launch_template(template.reference(), &number.to_string()).await?;
         Ok(ImageUpdate::Applied)
     }
 
@@ -611,17 +598,17 @@ mod tests {
 
     #[test]
     fn every_ec2_instance_state_maps_to_one_of_the_trait() {
-        use aws_sdk_ec2::types::InstanceStateName as Name;
+        // Every value of the EC2 API's `InstanceStateName`.
         let cases = [
-            (Name::Pending, InstanceState::Creating),
-            (Name::Running, InstanceState::Ready),
-            (Name::Stopping, InstanceState::Stopping),
-            (Name::Stopped, InstanceState::Stopped),
-            (Name::ShuttingDown, InstanceState::Terminating),
-            (Name::Terminated, InstanceState::Terminated),
+            ("pending", InstanceState::Creating),
+            ("running", InstanceState::Ready),
+            ("stopping", InstanceState::Stopping),
+            ("stopped", InstanceState::Stopped),
+            ("shutting-down", InstanceState::Terminating),
+            ("terminated", InstanceState::Terminated),
         ];
         for (name, state) in cases {
-            assert_eq!(state_of(name.as_str()), Some(state), "{name:?}");
+            assert_eq!(state_of(name), Some(state), "{name:?}");
         }
         assert_eq!(state_of("rebooting"), None);
     }

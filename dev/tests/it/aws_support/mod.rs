@@ -8,11 +8,11 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use cloud::GroupId;
 use cloud::aws::AwsProvider;
+use cloud::aws::ec2::Ec2Client;
 use cloud::aws::sdk::aws_config::SdkConfig;
+use cloud::aws::sdk::aws_sdk_autoscaling;
+use cloud::aws::sdk::aws_sdk_autoscaling::config::Credentials;
 use cloud::aws::sdk::aws_sdk_autoscaling::types::{LaunchTemplateSpecification, Tag};
-use cloud::aws::sdk::aws_sdk_ec2::config::Credentials;
-use cloud::aws::sdk::aws_sdk_ec2::types::RequestLaunchTemplateData;
-use cloud::aws::sdk::{aws_sdk_autoscaling, aws_sdk_ec2};
 use cloud::conformance::Faults;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -322,18 +322,10 @@ fn error_answer(service: &str, fault: Injected) -> Response<Full<Bytes>> {
 /// A launch template with `image` and an Auto Scaling group of `size` instances launched from its `$Default`
 /// version, tagged with the cluster's `uid` and `role`; returns the template's ID.
 pub async fn create_group(config: &SdkConfig, name: &str, uid: &str, role: &str, size: i32, max: i32) -> String {
-    let ec2 = aws_sdk_ec2::Client::new(config);
-    let template = ec2
-        .create_launch_template()
-        .launch_template_name(format!("{name}-template"))
-        .launch_template_data(
-            RequestLaunchTemplateData::builder().image_id(IMAGE).instance_type("t3.micro".into()).build(),
-        )
-        .send()
+    let template_id = Ec2Client::new(config)
+        .create_launch_template(&format!("{name}-template"), IMAGE, "t3.micro")
         .await
         .expect("moto creates the launch template");
-    let template_id =
-        template.launch_template().and_then(|t| t.launch_template_id()).expect("a template ID").to_owned();
     let tag = |key: &str, value: &str| {
         Tag::builder().key(key).value(value).resource_id(name).resource_type("auto-scaling-group").build()
     };
@@ -369,7 +361,7 @@ impl Bridge {
     /// Registers the groups' current instances, then keeps the cluster in step every 100 ms until dropped.
     pub async fn start(config: &SdkConfig, cluster: &dev::cluster::Cluster, groups: &[(&str, bool)]) -> Bridge {
         let autoscaling = aws_sdk_autoscaling::Client::new(config);
-        let ec2 = aws_sdk_ec2::Client::new(config);
+        let ec2 = Ec2Client::new(config);
         let groups: Vec<(String, bool)> = groups.iter().map(|(g, cp)| ((*g).to_owned(), *cp)).collect();
         let (store, hosts) = (cluster.store(), cluster.hosts().clone());
         let mut joined = BTreeSet::new();
@@ -393,7 +385,7 @@ impl Drop for Bridge {
 /// One round of the bridge; moto errors are left for the next round.
 async fn sync(
     autoscaling: &aws_sdk_autoscaling::Client,
-    ec2: &aws_sdk_ec2::Client,
+    ec2: &Ec2Client,
     store: &dev::apiserver::Store,
     hosts: &dev::hosts::Hosts,
     groups: &[(String, bool)],
@@ -426,9 +418,11 @@ async fn sync(
         if registered.contains(provider_id) || joined.contains(provider_id) {
             continue;
         }
-        let Ok(described) = ec2.describe_instances().instance_ids(id).send().await else { continue };
-        let Some(instance) = described.reservations().iter().flat_map(|r| r.instances()).next() else { continue };
-        let (Some(name), Some(image)) = (instance.private_dns_name(), instance.image_id()) else { continue };
+        let Ok(described) = ec2.describe_instances(&[id.as_str()]).await else { continue };
+        let Some(instance) = described.into_iter().next() else { continue };
+        let (Some(name), Some(image)) = (instance.private_dns_name.as_deref(), instance.image_id.as_deref()) else {
+            continue;
+        };
         if hosts.add(name, image).is_err() {
             continue;
         }
