@@ -81,8 +81,8 @@ pub struct Facts<'a> {
     /// marked failed): the record stays until the rollout has seen the failure, so that the donor is counted
     /// failed instead of taking the missing record for an unrecorded request.
     pub donor_waits: bool,
-    /// How long the instances of its group usually take to reach its goal ([`super::Pace`]), `None` while
-    /// unknown: when to poll.
+    /// How long the instances of its group usually take to leave ([`super::Pace`]), `None` while unknown or for a
+    /// joining instance: when to poll.
     pub expected: Option<Duration>,
 }
 

@@ -56,7 +56,7 @@ struct State {
     /// provider ID whatever it is named (Constellation names AWS nodes by instance ID, the cloud answers with the
     /// private DNS name). Entries may be stale; the Node read by name is checked against the provider ID.
     node_names: std::sync::Mutex<std::collections::HashMap<ProviderId, String>>,
-    /// How long each group's instances took to join and to leave: when to poll.
+    /// How long each group's instances took to leave: when to poll a leaving one.
     pace: std::sync::Mutex<Pace>,
 }
 
@@ -166,7 +166,7 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
     let key = pending.uid().unwrap_or_else(|| name.clone());
     let remembered = state.memo().fresh(&key, node, now);
     let mut assumed = false;
-    let expected = state.pace().expected(&pending.spec.group_id, pending.spec.goal);
+    let expected = state.pace().expected_for(&pending.spec.group_id, pending.spec.goal);
     let poll = poll_interval(until(created, now), expected);
     // Bound first: the memo's lock is not held across the read.
     let since = state.memo().list_since(&key, tokio::time::Instant::now(), poll);
@@ -236,10 +236,7 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
     match decision.step {
         Move::Wait => {}
         // Nothing more to ask the cloud.
-        Move::Joined => {
-            state.memo().forget(&key);
-            state.pace().record(&pending.spec.group_id, PendingNodeGoal::Join, until(created, now));
-        }
+        Move::Joined => state.memo().forget(&key),
         Move::GiveUp(_) | Move::RetryDelete => {
             // The deletion changes the instance's state: the next reconcile asks the cloud, a list started after it.
             state.memo().deleted(&key, now);
@@ -300,7 +297,7 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
         // A failed join's record counts its join too: not the group's pace of leaving.
         let failed_join = pending.status.as_ref().and_then(|s| condition::status_of(&s.conditions, JOIN_FAILED));
         if failed_join.is_none_or(|s| s != "True") {
-            state.pace().record(&pending.spec.group_id, PendingNodeGoal::Leave, until(created, now));
+            state.pace().record(&pending.spec.group_id, until(created, now));
         }
         if let Ok(id) = &id {
             state.node_names().remove(id);
