@@ -144,9 +144,10 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
         }
     }];
     let past_deadline = facts.now >= facts.deadline;
+    let polled = poll_interval(until(facts.created, facts.now), facts.expected);
     let poll = match &facts.state {
-        Ok(_) => poll_interval(until(facts.created, facts.now), facts.expected),
-        Err(error) => retry_delay(error.retry(), 1).max(poll_interval(until(facts.created, facts.now), facts.expected)),
+        Ok(_) => polled,
+        Err(error) => retry_delay(error.retry(), 1).max(polled),
     };
     let timer = |deadline: Timestamp| Some(poll.min(until(facts.now, deadline).max(Duration::from_millis(100))));
     let decision =
@@ -219,13 +220,8 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
 /// failed yet. Asked only of a leaving record whose join failed. The donor is read from the controller's Node
 /// cache: a cache that lags shows the donor still waiting, and the record is looked at again shortly.
 pub(super) fn donor_waits(pending: &PendingNode, nodes: &Store<SlimNode>) -> bool {
-    let join_failed = pending
-        .status
-        .as_ref()
-        .and_then(|s| condition::status_of(&s.conditions, JOIN_FAILED))
-        .is_some_and(|s| s == "True");
     let created = pending.meta().creation_timestamp.as_ref().map(|t| t.0);
-    let Some(donor) = pending.annotations().get(keys::DONOR).filter(|_| join_failed) else { return false };
+    let Some(donor) = pending.annotations().get(keys::DONOR).filter(|_| join_failed(pending)) else { return false };
     if pending.spec.goal != PendingNodeGoal::Leave {
         return false;
     }
@@ -283,10 +279,19 @@ pub fn deadline_of(pending: &PendingNode, created: Timestamp, join: Duration, le
 /// How many of `pending` record a failed join (condition [`JOIN_FAILED`] True): the failed replacements a
 /// rollout's failure budget counts while their PendingNodes exist.
 pub fn failed_joins<'a>(pending: impl IntoIterator<Item = &'a PendingNode>) -> usize {
-    pending
-        .into_iter()
-        .filter(|p| p.status.as_ref().and_then(|s| condition::status_of(&s.conditions, JOIN_FAILED)) == Some("True"))
-        .count()
+    pending.into_iter().filter(|p| join_failed(p)).count()
+}
+
+/// Whether `pending` records a failed join (its `JoinFailed` condition is True).
+pub fn join_failed(pending: &PendingNode) -> bool {
+    pending.status.as_ref().and_then(|s| condition::status_of(&s.conditions, JOIN_FAILED)) == Some("True")
+}
+
+/// What `pending`, whose instance was seen terminated at `now`, tells of its group's pace of leaving
+/// ([`super::Pace`]): the time since its creation, except for a failed join's record, whose time counts the join
+/// too.
+pub fn leave_took(pending: &PendingNode, created: Timestamp, now: Timestamp) -> Option<Duration> {
+    (!join_failed(pending)).then(|| until(created, now))
 }
 
 /// Whether two `spec.providerID`s name the same instance: equal strings, or equal once parsed (Azure IDs compare

@@ -294,10 +294,8 @@ async fn reconcile(pending: Arc<PendingNode>, state: Arc<State>) -> Result<Actio
         }
         state.attempts.succeeded(&name);
         state.memo().forget(&key);
-        // A failed join's record counts its join too: not the group's pace of leaving.
-        let failed_join = pending.status.as_ref().and_then(|s| condition::status_of(&s.conditions, JOIN_FAILED));
-        if failed_join.is_none_or(|s| s != "True") {
-            state.pace().record(&pending.spec.group_id, until(created, now));
+        if let Some(took) = leave_took(&pending, created, now) {
+            state.pace().record(&pending.spec.group_id, took);
         }
         if let Ok(id) = &id {
             state.node_names().remove(id);

@@ -230,6 +230,9 @@ fn failed_joins_are_counted_from_the_condition() {
     failed.status = Some(status);
     let fine = PendingNode::new("b", Default::default());
     assert_eq!(failed_joins([&failed, &fine]), 1);
+    // A failed join's record counts its join too: it tells nothing of the group's pace of leaving.
+    assert_eq!(leave_took(&failed, at(0), at(90)), None);
+    assert_eq!(leave_took(&fine, at(0), at(90)), Some(Duration::from_secs(90)));
 }
 
 #[test]
