@@ -18,7 +18,8 @@
 //!    rebooted).
 //! 6. **Finished** (`Completed` or `Failed`): recorded in the status first, then the mark (and the NodeOp's
 //!    reboot intent) removed and the node uncordoned if the controller cordoned it (a failed node stays cordoned
-//!    and marked only with `uncordonOnFailure: false`, until the NodeOp is deleted).
+//!    and marked only with `uncordonOnFailure: false`, until the NodeOp is deleted). The NodeOp's own phase says
+//!    `Completed` or `Failed` only once every finished node is released: until then it stays `Running`.
 //!
 //! # Guarantees
 //! - A node whose Job exists never gets a second one, and a finished node (recorded, or whose Job finished) is
@@ -161,6 +162,8 @@ pub struct Decision {
     pub completed: usize,
     pub failed: usize,
     pub running: usize,
+    /// Finished nodes this NodeOp still has to release (uncordon and unmark); the NodeOp is not finished until then.
+    pub releasing: usize,
 }
 
 /// The NodeOp's options, with Kairos's defaults (and this controller's for `uncordonOnFailure`).
@@ -244,6 +247,11 @@ pub fn decide(inputs: Inputs<'_>, nodes: &[NodeFacts], budgets: &mut LazyBudgets
             Turn::Finished => finished_node(node, recorded, &options),
             Turn::InProgress => in_progress(node, recorded, ours, &options, inputs.now, &mut decision),
         };
+        // Finished and still marked: released by this round or the next (recorded first), unless kept for inspection.
+        let status = &node_decision.status;
+        if ours && status.phase.finished() && !(status.phase == NodeOpPhase::Failed && !options.uncordon_on_failure) {
+            decision.releasing += 1;
+        }
         count(&mut decision, node_decision.status.phase);
         decision.nodes.push(node_decision);
     }
@@ -251,7 +259,8 @@ pub fn decide(inputs: Inputs<'_>, nodes: &[NodeFacts], budgets: &mut LazyBudgets
     super::start::start_waiting(&mut decision, waiting, &control_planes, &inputs, &options, budgets);
     decision.phase = if decision.total == 0 {
         NodeOpPhase::Pending
-    } else if decision.running > 0 {
+    } else if decision.running > 0 || decision.releasing > 0 {
+        // Not finished while a node is still cordoned or marked: `Completed` means every node is released.
         NodeOpPhase::Running
     } else if decision.failed > 0 && (options.stop_on_failure || decision.completed + decision.failed == decision.total)
     {

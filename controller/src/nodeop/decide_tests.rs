@@ -348,6 +348,29 @@ fn a_recorded_outcome_is_released_once_more_if_the_mark_is_still_there() {
     assert_eq!(actions(&run(&spec, &BTreeMap::new(), &[node("w1")], 0)), vec![start("w1")]);
 }
 
+#[test]
+fn the_nodeop_is_finished_only_once_every_finished_node_is_released() {
+    let spec = spec(serde_json::json!({"cordon": true, "stopOnFailure": true}));
+    // The last node's outcome is recorded first, while it is still marked and cordoned: the NodeOp still runs.
+    let succeeded = NodeFacts { job: Some(JobState::Succeeded), ..started("w1") };
+    let d = run(&spec, &recorded(&[("w1", NodeOpPhase::Running)]), &[succeeded], 0);
+    assert_eq!(of(&d, "w1").status.phase, NodeOpPhase::Completed);
+    assert_eq!(d.phase, NodeOpPhase::Running, "completed while w1 is still cordoned");
+    // Recorded and still marked: the release is due, the NodeOp still runs.
+    let d = run(&spec, &recorded(&[("w1", NodeOpPhase::Completed)]), &[started("w1")], 0);
+    assert_eq!((actions(&d), d.phase), (vec![("w1".into(), Action::Release)], NodeOpPhase::Running));
+    // Released: completed.
+    let d = run(&spec, &recorded(&[("w1", NodeOpPhase::Completed)]), &[node("w1")], 0);
+    assert_eq!(d.phase, NodeOpPhase::Completed);
+    // A failed node is released before the NodeOp says Failed, unless it is kept for inspection.
+    let d = run(&spec, &recorded(&[("w1", NodeOpPhase::Failed)]), &[started("w1")], 0);
+    assert_eq!(d.phase, NodeOpPhase::Running);
+    let keep = NodeOpSpec { uncordon_on_failure: Some(false), ..spec };
+    let d = run(&keep, &recorded(&[("w1", NodeOpPhase::Failed)]), &[started("w1")], 0);
+    assert!(actions(&d).is_empty());
+    assert_eq!(d.phase, NodeOpPhase::Failed, "kept cordoned, and failed");
+}
+
 fn recorded_running(nodes: &[&str]) -> BTreeMap<String, NodeOpNodeStatus> {
     recorded(&nodes.iter().map(|n| (*n, NodeOpPhase::Running)).collect::<Vec<_>>())
 }
