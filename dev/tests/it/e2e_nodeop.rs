@@ -53,11 +53,34 @@ pub(crate) fn status_of(cluster: &Cluster, name: &str) -> NodeOpStatus {
 }
 
 pub(crate) async fn finished(cluster: &Cluster, name: &str, phase: NodeOpPhase) -> NodeOpStatus {
-    eventually(PATIENCE, &format!("NodeOp {name} {phase:?}"), || {
-        let status = status_of(cluster, name);
-        (status.phase == phase).then_some(status)
-    })
+    support::eventually_or_say(
+        PATIENCE,
+        &format!("NodeOp {name} {phase:?}"),
+        || {
+            let status = status_of(cluster, name);
+            (status.phase == phase).then_some(status)
+        },
+        || nodeop_state(cluster),
+    )
     .await
+}
+
+/// What a stalled NodeOp waits for, for a timeout's message: every NodeOp's and NodeOpUpgrade's status, every Job's
+/// status, and the nodes' cordons and protocol annotations.
+pub(crate) fn nodeop_state(cluster: &Cluster) -> String {
+    let store = cluster.store();
+    let mut out = String::new();
+    for op in store.api::<NodeOp>().list(Some("default"), &Default::default()).map(|l| l.items).unwrap_or_default() {
+        out += &format!("\nNodeOp {}: {}", op.name_any(), serde_json::to_string(&op.status).unwrap_or_default());
+    }
+    let upgrades = store.api::<NodeOpUpgrade>().list(Some("default"), &Default::default());
+    for up in upgrades.map(|l| l.items).unwrap_or_default() {
+        out += &format!("\nNodeOpUpgrade {}: {}", up.name_any(), serde_json::to_string(&up.status).unwrap_or_default());
+    }
+    for job in jobs(cluster) {
+        out += &format!("\nJob {}: {}", job.name_any(), serde_json::to_string(&job.status).unwrap_or_default());
+    }
+    out + &support::rollout_state(&store)
 }
 
 /// Labels every node as the Kairos operator's labeller does (`kairos.io/managed: "true"`), and the
@@ -229,6 +252,7 @@ async fn with_stop_on_failure_a_failing_job_stops_the_nodeop_and_leaves_nothing_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seed_examples_apply_unchanged_and_the_canary_upgrade_runs_control_plane_first() {
+    support::log_to_env_file();
     let cluster = full_cluster_with(|c| {
         c.nodes = 5;
         c.control_planes = 2;
@@ -242,10 +266,15 @@ async fn the_seed_examples_apply_unchanged_and_the_canary_upgrade_runs_control_p
 
     // The NodeOpUpgrade canary: one node at a time, control plane first, each rebooted.
     apply(&client, fixture("nodeopupgrade-canary.yaml")).await;
-    let upgrade = eventually(PATIENCE, "the upgrade completes", || {
-        let upgrade = cluster.store().api::<NodeOpUpgrade>().get(Some("default"), "kairos-upgrade").ok()?;
-        (upgrade.status.as_ref()?.phase == NodeOpPhase::Completed).then_some(upgrade)
-    })
+    let upgrade = support::eventually_or_say(
+        PATIENCE,
+        "the upgrade completes",
+        || {
+            let upgrade = cluster.store().api::<NodeOpUpgrade>().get(Some("default"), "kairos-upgrade").ok()?;
+            (upgrade.status.as_ref()?.phase == NodeOpPhase::Completed).then_some(upgrade)
+        },
+        || nodeop_state(&cluster),
+    )
     .await;
     let status = upgrade.status.unwrap();
     assert_eq!(status.node_op_name, "kairos-upgrade");

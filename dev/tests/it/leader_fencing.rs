@@ -18,7 +18,7 @@ use std::time::Duration;
 use support::{create_version, eventually, full_cluster_with, rolled_out, stop_all};
 
 const NODES: i32 = 10;
-const REPLICAS: [&str; 2] = ["c1", "c2"];
+const REPLICAS: [&str; 2] = ["fencing-1", "fencing-2"];
 
 /// Lease timing with a 2 s margin between a leader's own deadline and the earliest takeover.
 fn options(identity: &str) -> controller::Options {
@@ -109,6 +109,7 @@ fn keep_rolling(store: Store) -> tokio::task::JoinHandle<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_renewals_are_slowed_failed_or_hung_never_acts_after_the_takeover() {
+    support::log_to_env_file();
     let cluster = full_cluster_with(|c| {
         c.nodes = NODES as usize;
         c.control_planes = 2;
@@ -122,7 +123,10 @@ async fn a_leader_whose_renewals_are_slowed_failed_or_hung_never_acts_after_the_
     let observer = Observer::start(cluster.client(), Limits::new(2, true));
     let agents = support::start_agents(&cluster);
     let first: Component = harness::controller(cluster.operator(), options(REPLICAS[0]));
-    eventually(Duration::from_secs(30), "c1 leads", || (holder(&store)?.as_str() == REPLICAS[0]).then_some(())).await;
+    eventually(Duration::from_secs(30), "the first replica leads", || {
+        (holder(&store)?.as_str() == REPLICAS[0]).then_some(())
+    })
+    .await;
     let second: Component = harness::controller(cluster.operator(), options(REPLICAS[1]));
     create_version(&store, "v2", json!({"maxUnavailable": 2}));
     let rolling = keep_rolling(store.clone());
@@ -160,7 +164,13 @@ async fn a_leader_whose_renewals_are_slowed_failed_or_hung_never_acts_after_the_
     rolling.abort();
     let _ = rolling.await;
     // As long as the other whole rollouts may take on a loaded 2-core machine (it took 46 s alone).
-    eventually(Duration::from_secs(240), "the last rollout", || rolled_out(&store, NODES)).await;
+    support::eventually_or_say(
+        Duration::from_secs(240),
+        "the last rollout",
+        || rolled_out(&store, NODES),
+        || format!("; lease held by {:?}{}", holder(&store), support::rollout_state(&store)),
+    )
+    .await;
     eprintln!("{:?} rolled out", started.elapsed());
     let entries = log.entries();
     assert_eq!(log.dropped(), 0);

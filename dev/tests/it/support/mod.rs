@@ -209,6 +209,40 @@ pub fn rolled_out(store: &Store, total: i32) -> Option<shared::crd::NodeVersionS
     (status.counts.up_to_date == total && status.in_flight.is_empty()).then_some(status)
 }
 
+/// Writes the process's logs to the file `IT_LOG` names, filtered by `IT_LOG_LEVEL` (default `info`), when set: for
+/// a test that failed in CI, run alone with them. Tests of one process share the subscriber; the first call sets it.
+pub fn log_to_env_file() {
+    let Some(path) = std::env::var_os("IT_LOG") else { return };
+    let Ok(file) = std::fs::File::create(path) else { return };
+    let level = std::env::var("IT_LOG_LEVEL").unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(level)
+        .with_writer(std::sync::Mutex::new(file))
+        .with_ansi(false)
+        .with_thread_names(true)
+        .try_init();
+}
+
+/// What a stalled rollout is waiting for, for a timeout's message: the NodeVersion's status and, per Node, whether
+/// it is cordoned and its protocol annotations.
+pub fn rollout_state(store: &Store) -> String {
+    let status = store.api::<NodeVersion>().get(None, "constellation-version").ok().and_then(|v| v.status);
+    let mut out = format!("\nNodeVersion status: {}", serde_json::to_string(&status).unwrap_or_default());
+    let nodes = store.api::<Node>().list(None, &Default::default()).map(|l| l.items).unwrap_or_default();
+    for node in nodes {
+        let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+        let keys: std::collections::BTreeMap<&String, &String> = node
+            .metadata
+            .annotations
+            .iter()
+            .flatten()
+            .filter(|(k, _)| k.starts_with(shared::protocol::keys::PREFIX))
+            .collect();
+        out += &format!("\n{} cordoned={cordoned} {keys:?}", node.metadata.name.as_deref().unwrap_or("?"));
+    }
+    out
+}
+
 /// The cluster the end-to-end tests run on: 3 control-plane and 10 worker nodes with the
 /// sample Deployments and StatefulSets under PDBs (and a DaemonSet), fast timing.
 pub async fn full_cluster() -> dev::cluster::Cluster {
