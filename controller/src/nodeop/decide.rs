@@ -196,6 +196,12 @@ impl Options {
         }
     }
 
+    /// A node finished in `phase` is kept cordoned and marked for inspection (failed, with `uncordonOnFailure:
+    /// false`), not released.
+    fn kept(&self, phase: NodeOpPhase) -> bool {
+        phase == NodeOpPhase::Failed && !self.uncordon_on_failure
+    }
+
     /// The node is cordoned for the operation: asked for, or implied by the drain.
     pub(super) fn cordons(&self) -> bool {
         self.cordon || self.drain
@@ -248,8 +254,8 @@ pub fn decide(inputs: Inputs<'_>, nodes: &[NodeFacts], budgets: &mut LazyBudgets
             Turn::InProgress => in_progress(node, recorded, ours, &options, inputs.now, &mut decision),
         };
         // Finished and still marked: released by this round or the next (recorded first), unless kept for inspection.
-        let status = &node_decision.status;
-        if ours && status.phase.finished() && !(status.phase == NodeOpPhase::Failed && !options.uncordon_on_failure) {
+        let phase = node_decision.status.phase;
+        if ours && phase.finished() && !options.kept(phase) {
             decision.releasing += 1;
         }
         count(&mut decision, node_decision.status.phase);
@@ -287,8 +293,7 @@ pub(super) fn count(decision: &mut Decision, phase: NodeOpPhase) {
 /// clear the NodeOp's reboot intent).
 fn finished_node(node: &NodeFacts, recorded: Option<&NodeOpNodeStatus>, options: &Options) -> NodeDecision {
     let status = recorded.cloned().unwrap_or_default();
-    let keep = status.phase == NodeOpPhase::Failed && !options.uncordon_on_failure;
-    let action = if !keep {
+    let action = if !options.kept(status.phase) {
         Some(Action::Release)
     } else if our_reboot_intent(node).is_some() {
         Some(Action::ClearIntent)
