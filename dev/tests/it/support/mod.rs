@@ -240,6 +240,21 @@ pub fn rollout_state(store: &Store) -> String {
             .collect();
         out += &format!("\n{} cordoned={cordoned} {keys:?}", node.metadata.name.as_deref().unwrap_or("?"));
     }
+    // Pods that are not running and ready: what a drain may wait for (a PDB that no replacement pod satisfies yet).
+    let pods = store.api::<k8s_openapi::api::core::v1::Pod>().list(None, &Default::default());
+    for pod in pods.map(|l| l.items).unwrap_or_default() {
+        let status = pod.status.as_ref();
+        let ready = status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        if !ready {
+            let phase = status.and_then(|s| s.phase.clone()).unwrap_or_default();
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+            let deleting = pod.metadata.deletion_timestamp.is_some();
+            let name = pod.metadata.name.as_deref().unwrap_or("?");
+            out += &format!("\npod {name} on {node:?}: {phase}, not ready, deleting={deleting}");
+        }
+    }
     out
 }
 
