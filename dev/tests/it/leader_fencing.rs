@@ -168,7 +168,16 @@ async fn a_leader_whose_renewals_are_slowed_failed_or_hung_never_acts_after_the_
         Duration::from_secs(240),
         "the last rollout",
         || rolled_out(&store, NODES),
-        || format!("; lease held by {:?}{}", holder(&store), support::rollout_state(&store)),
+        || {
+            // Many takeovers since the phases: leadership flapping (renewals missing their deadline on a loaded
+            // machine), each term starting its drains over.
+            let (_, takeovers) = fencing_violations(&log.entries());
+            format!(
+                "; lease held by {:?} after {takeovers} takeovers{}",
+                holder(&store),
+                support::rollout_state(&store)
+            )
+        },
     )
     .await;
     eprintln!("{:?} rolled out", started.elapsed());
