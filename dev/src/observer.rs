@@ -494,7 +494,8 @@ impl Observed {
     }
 }
 
-fn pod_ready(pod: &Pod) -> bool {
+/// Whether `pod` has the condition `Ready` True.
+pub fn pod_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())

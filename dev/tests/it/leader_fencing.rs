@@ -169,8 +169,8 @@ async fn a_leader_whose_renewals_are_slowed_failed_or_hung_never_acts_after_the_
         "the last rollout",
         || rolled_out(&store, NODES),
         || {
-            // Many takeovers since the phases: leadership flapping (renewals missing their deadline on a loaded
-            // machine), each term starting its drains over.
+            // Takeovers since the start, the phases' five included: many more mean leadership flapping (renewals
+            // missing their deadline on a loaded machine), each term starting its drains over.
             let (_, takeovers) = fencing_violations(&log.entries());
             format!(
                 "; lease held by {:?} after {takeovers} takeovers{}",

@@ -169,11 +169,14 @@ pub fn operator(server: &ApiServer) -> Access {
     Access::of(server, Manifest::operator().unwrap())
 }
 
+/// The name of the NodeVersion the tests create ([`create_version`]) and read.
+pub const VERSION: &str = "constellation-version";
+
 /// Creates the NodeVersion `constellation-version` for `image` with the rollout policy `rollout`.
 pub fn create_version(store: &Store, image: &str, rollout: serde_json::Value) {
     let version: NodeVersion = serde_json::from_value(json!({
         "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "NodeVersion",
-        "metadata": {"name": "constellation-version"},
+        "metadata": {"name": VERSION},
         "spec": {"image": image, "rollout": rollout}
     }))
     .unwrap();
@@ -204,7 +207,7 @@ pub async fn eventually_or_say<T>(
 
 /// The NodeVersion's status, once every selected node is up to date and none is in flight.
 pub fn rolled_out(store: &Store, total: i32) -> Option<shared::crd::NodeVersionStatus> {
-    let version = store.api::<NodeVersion>().get(None, "constellation-version").ok()?;
+    let version = store.api::<NodeVersion>().get(None, VERSION).ok()?;
     let status = version.status?;
     (status.counts.up_to_date == total && status.in_flight.is_empty()).then_some(status)
 }
@@ -226,7 +229,7 @@ pub fn log_to_env_file() {
 /// What a stalled rollout is waiting for, for a timeout's message: the NodeVersion's status and, per Node, whether
 /// it is cordoned and its protocol annotations.
 pub fn rollout_state(store: &Store) -> String {
-    let status = store.api::<NodeVersion>().get(None, "constellation-version").ok().and_then(|v| v.status);
+    let status = store.api::<NodeVersion>().get(None, VERSION).ok().and_then(|v| v.status);
     let mut out = format!("\nNodeVersion status: {}", serde_json::to_string(&status).unwrap_or_default());
     let nodes = store.api::<Node>().list(None, &Default::default()).map(|l| l.items).unwrap_or_default();
     for node in nodes {
@@ -243,12 +246,8 @@ pub fn rollout_state(store: &Store) -> String {
     // Pods that are not running and ready: what a drain may wait for (a PDB that no replacement pod satisfies yet).
     let pods = store.api::<k8s_openapi::api::core::v1::Pod>().list(None, &Default::default());
     for pod in pods.map(|l| l.items).unwrap_or_default() {
-        let status = pod.status.as_ref();
-        let ready = status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        if !ready {
-            let phase = status.and_then(|s| s.phase.clone()).unwrap_or_default();
+        if !dev::observer::pod_ready(&pod) {
+            let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
             let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
             let deleting = pod.metadata.deletion_timestamp.is_some();
             let name = pod.metadata.name.as_deref().unwrap_or("?");
