@@ -31,7 +31,7 @@ fn hierarchy() -> Option<PathBuf> {
             return None;
         }
         let mount = PathBuf::from(fields.split_whitespace().nth(4)?);
-        // One name per probe: tests probe at the same time (twelve at a time), and a name taken by another test's
+        // One name per probe: tests probe at the same time (eight at a time), and a name taken by another test's
         // probe made the mount look unwritable.
         static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -261,6 +261,10 @@ impl DrainTask {
         let mut wait_log = WaitLog::new(Instant::now());
         let mut synced = false;
         let mut tick = tokio::time::interval(WAIT_LOG_AFTER);
+        // Until the first list of its pods arrives, that is what the drain waits on (an API server that does not
+        // answer it leaves a timed-out drain named, not silent).
+        let listing = format!("the pods of node {} to be listed", self.node);
+        self.report_wait(&mut wait_log, Some(listing.clone()));
         loop {
             let next_retry = state.evictions.values().filter_map(|e| e.retry_at).min();
             tokio::select! {
@@ -301,6 +305,7 @@ impl DrainTask {
                 _ = tick.tick() => {}
             }
             if !synced {
+                self.report_wait(&mut wait_log, Some(listing.clone()));
                 continue;
             }
             let waiting_on = match self.cordon(&mut state) {
@@ -460,16 +465,21 @@ impl DrainTask {
                     remaining += 1;
                     let uid = pod.uid().unwrap_or_default();
                     let e = state.evictions.entry(uid.clone()).or_default();
-                    if let Some(why) = &e.last_refusal {
-                        waiting_on.get_or_insert_with(|| why.clone());
-                    } else if e.accepted {
-                        waiting_on.get_or_insert_with(|| format!("pod {} to be deleted", pod_name(pod)));
-                    }
                     let due = e.retry_at.is_none_or(|at| at <= Instant::now());
                     if !e.in_flight && !e.accepted && due {
                         e.in_flight = true;
                         e.retry_at = None;
                         running.spawn(self.eviction(uid, pod.clone(), limit.clone()));
+                    }
+                    if let Some(why) = &e.last_refusal {
+                        waiting_on.get_or_insert_with(|| why.clone());
+                    } else if e.accepted {
+                        waiting_on.get_or_insert_with(|| format!("pod {} to be deleted", pod_name(pod)));
+                    } else if e.in_flight {
+                        // Sent and not answered yet (an API server that holds the request, up to
+                        // EVICTION_REQUEST_TIMEOUT).
+                        waiting_on
+                            .get_or_insert_with(|| format!("the eviction of pod {} to be answered", pod_name(pod)));
                     }
                 }
             }

@@ -389,3 +389,35 @@ async fn the_status_says_what_a_drain_waits_on_and_a_node_uncordoned_mid_drain_i
     support::stop_all(agents).await;
     cluster.shutdown().await;
 }
+
+/// A drain says what it waits on when the API server leaves a request of it unanswered: first the list of the
+/// node's pods, then an eviction. (A drain that times out meanwhile names it in `DrainTimedOut`, not nothing.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_names_the_pod_list_and_the_eviction_the_api_server_leaves_unanswered() {
+    use dev::apiserver::{RequestMatch, Verb};
+    let cluster = cluster().await;
+    let store = cluster.store();
+    replica_set(&store, NS, "web", 1, NODE);
+    running(&store, NODE, 1).await;
+    set_unschedulable(&store, NODE, true);
+    let pod_lists = RequestMatch { verbs: vec![Verb::List], resource: Some("pods".into()), ..Default::default() };
+    let evictions = RequestMatch {
+        verbs: vec![Verb::Create],
+        resource: Some("pods".into()),
+        subresource: Some("eviction".into()),
+        ..Default::default()
+    };
+    let (lists_hung, evictions_hung) = (cluster.faults().hang(pod_lists), cluster.faults().hang(evictions));
+    let drainer = drainer(&cluster).await;
+    drainer.start(NODE, DrainOptions::default());
+
+    let waiting = drainer.waiting_on(NODE, |w| w.contains("listed")).await;
+    assert_eq!(waiting, format!("the pods of node {NODE} to be listed"));
+    cluster.faults().remove(lists_hung);
+    let waiting = drainer.waiting_on(NODE, |w| w.contains("eviction")).await;
+    assert!(waiting.starts_with("the eviction of pod t/web-") && waiting.ends_with(" to be answered"), "{waiting}");
+    cluster.faults().remove(evictions_hung);
+    assert_eq!(drainer.outcome(NODE).await, DrainProgress::Drained);
+    assert_eq!(pods_on(&store, NODE).len(), 0, "the evicted pod's replacement cannot go to the cordoned node");
+    cluster.shutdown().await;
+}

@@ -27,7 +27,7 @@ const TAINT: &str = "update.edgeless.systems/outdated";
 const VERSION: &str = "constellation-version";
 
 /// How long a node verified on the target may still be seen with the taint: a reconcile cycle, with room for a slow
-/// machine running twelve tests at once. (The taint goes in the very write that verifies the node.)
+/// machine running eight tests at once. (The taint goes in the very write that verifies the node.)
 const GRACE: Duration = Duration::from_secs(10);
 
 fn tainted(node: &Node) -> bool {
