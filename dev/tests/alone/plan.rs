@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use support::{eventually, status_of, stop_all};
 
-const VERSION: &str = "constellation-version";
+use crate::support::VERSION;
 
 /// The tests of this file run one at a time: the duration forecast is compared with a rollout measured in real
 /// time, which the other tests' clusters would slow by sharing the cores.

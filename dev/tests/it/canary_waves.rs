@@ -15,7 +15,7 @@ use shared::protocol::Step;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-const VERSION: &str = "constellation-version";
+use crate::support::VERSION;
 
 /// Each node's first time in `step` at or after `since`.
 fn first(timeline: &BTreeMap<String, Vec<(Timestamp, Step)>>, step: Step) -> BTreeMap<String, Timestamp> {

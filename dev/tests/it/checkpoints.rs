@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::{bare_cluster, create_version, eventually, fake_agents, operator, status_of};
 
-const VERSION: &str = "constellation-version";
+use crate::support::VERSION;
 const NOOUT: &str = "example.com/noout";
 const HEALTHY: &str = "example.com/healthy";
 const BEFORE: &str = "update.edgeless.systems/before-reboot";

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use support::{bare_cluster, condition_of, create_version, eventually, fake_agents, operator, rolled_out, status_of};
 
-const VERSION: &str = "constellation-version";
+use crate::support::VERSION;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_a_do_not_disrupt_pod_or_annotation_is_held_named_never_cordoned_and_updated_once_it_is_gone() {

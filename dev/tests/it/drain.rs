@@ -13,7 +13,7 @@ use controller::policy::DrainProgress;
 use dev::apiserver::{LoggedRequest, Patch, RequestLog, Store};
 use dev::cluster::{Cluster, ClusterConfig};
 use dev::harness;
-use dev::observer::{Limits, Observer};
+use dev::observer::{Limits, Observer, pod_ready};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -93,18 +93,11 @@ fn pods_on(store: &Store, node: &str) -> Vec<Pod> {
     all.into_iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)).collect()
 }
 
-fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// Waits until `count` pods run Ready on `node`.
 async fn running(store: &Store, node: &str, count: usize) {
     eventually(Duration::from_secs(60), &format!("{count} pods Ready on {node}"), || {
         let pods = pods_on(store, node);
-        (pods.len() == count && pods.iter().all(ready)).then_some(())
+        (pods.len() == count && pods.iter().all(pod_ready)).then_some(())
     })
     .await;
 }

@@ -6,7 +6,7 @@ use crate::support;
 
 use dev::harness;
 use dev::hosts::{HostFaults, StageFailure};
-use dev::observer::{Limits, Observer};
+use dev::observer::{Limits, Observer, pod_ready};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -137,13 +137,7 @@ fn pin_unevictable_pods(store: &dev::apiserver::Store) {
 async fn pinned_nodes(store: &dev::apiserver::Store) -> BTreeSet<String> {
     eventually(Duration::from_secs(60), "the pinned pods to run", || {
         let pods = store.api::<Pod>().list(Some("demo"), &ListParams::default().labels("app=pinned")).ok()?.items;
-        let ready = |p: &Pod| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        };
-        (pods.len() == 2 && pods.iter().all(ready))
+        (pods.len() == 2 && pods.iter().all(pod_ready))
             .then(|| pods.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).collect())
     })
     .await

@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 use support::{bare_cluster, condition_of, create_version, eventually, fake_agents, operator, rolled_out, status_of};
 
-const VERSION: &str = "constellation-version";
+use crate::support::VERSION;
 
 fn intent(store: &dev::apiserver::Store, node: &str) -> Option<String> {
     let n = store.api::<Node>().get(None, node).ok()?;

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use support::{bare_cluster, condition_of, create_version, eventually, fake_agents, operator, rolled_out, status_of};
 
-const VERSION: &str = "constellation-version";
+use crate::support::VERSION;
 const LABEL: &str = "update.edgeless.systems/aggregate-to-health-checks";
 
 /// The Ceph-style check on the ConfigMap `ceph/health`'s `data.health`.

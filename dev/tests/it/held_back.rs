@@ -12,7 +12,7 @@ use serde_json::json;
 use std::time::Duration;
 use support::{bare_cluster, condition_of, create_version, eventually, fake_agents, operator, rolled_out, status_of};
 
-const VERSION: &str = "constellation-version";
+use crate::support::VERSION;
 
 /// The notes of the Events with `reason`.
 fn events(store: &dev::apiserver::Store, reason: &str) -> Vec<String> {

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::{eventually, stop_all};
 
-const VERSION: &str = "constellation-version";
+use crate::support::VERSION;
 /// Long enough for a whole rollout on a loaded 2-core machine; each wait ends as soon as it is done.
 const ROLLOUT: Duration = Duration::from_secs(240);
 

@@ -24,7 +24,7 @@ use support::{bare_cluster, create_version, eventually, fake_agents, operator, r
 use tokio::time::Instant;
 
 const TAINT: &str = "update.edgeless.systems/outdated";
-const VERSION: &str = "constellation-version";
+use crate::support::VERSION;
 
 /// How long a node verified on the target may still be seen with the taint: a reconcile cycle, with room for a slow
 /// machine running eight tests at once. (The taint goes in the very write that verifies the node.)

@@ -21,7 +21,7 @@ use shared::protocol::{Step, keys};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-const VERSION: &str = "constellation-version";
+use crate::support::VERSION;
 
 fn faulty(message: &str) -> HostFaults {
     HostFaults { stage_failure: Some(StageFailure { status: 500, message: message.into() }), ..Default::default() }

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use support::{bare_cluster, create_version, eventually, fake_agents, operator, rolled_out, status_of};
 
-const VERSION: &str = "constellation-version";
+use crate::support::VERSION;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_running_a_pod_of_a_degraded_workload_waits_named_uncordoned_until_the_workload_is_whole() {

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use support::{bare_cluster, condition_of, create_version, eventually, fake_agents, operator, status_of};
 
-const VERSION: &str = "constellation-version";
+use crate::support::VERSION;
 
 /// The StatefulSet `default/pg` of 3 with 2 available (as its controller would say; none runs here) and its pod
 /// `pg-0` on w-0, running and ready. Returns a function that sets its available replicas.

@@ -16,7 +16,7 @@ use shared::protocol::keys;
 use std::time::Duration;
 use support::{bare_cluster, create_version, eventually, fake_agents, operator};
 
-const VERSION: &str = "constellation-version";
+use crate::support::VERSION;
 const FINALIZER: &str = "update.edgeless.systems/release-nodes";
 
 fn annotation(store: &dev::apiserver::Store, node: &str, key: &str) -> Option<String> {

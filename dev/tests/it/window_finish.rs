@@ -15,7 +15,7 @@ use shared::crd::NodeVersion;
 use shared::protocol::Step;
 use std::time::Duration;
 
-const VERSION: &str = "constellation-version";
+use crate::support::VERSION;
 /// The window: the first 20 seconds of every minute.
 const WINDOW_SECONDS: i64 = 20;
 
