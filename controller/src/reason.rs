@@ -51,6 +51,9 @@ pub enum Reason {
     EtcdUnavailable,
     // Clean-ups.
     TargetChanged,
+    /// A worker staged ahead released so that a control-plane node, which the workers wait for, can stage in its slot
+    /// of `maxStaging`.
+    YieldedToControlPlane,
     NotSelected,
     NoNodeVersion,
     LeftoverCordon,

@@ -22,6 +22,9 @@ pub(super) trait Pool<'a> {
     fn staged_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_>;
     /// How many members are in the stage step (staging or staged): what `maxStaging` bounds.
     fn staging_count(&self) -> u32;
+    /// The workers in the stage step (staging or staged) without an action of their own, each with whether it is
+    /// staged, in start order: those that may yield their slot of `maxStaging` to the control plane.
+    fn staging_workers(&self) -> Vec<(&'a NodeView, bool)>;
     /// The start order of the first member still staging (not staged yet): no later staged node takes its turn
     /// before it, so that nodes take their turns in start order whatever the jitter of their staging.
     fn first_staging(&self) -> Option<Order>;
@@ -160,6 +163,19 @@ impl<'a> Pool<'a> for Members<'a, '_> {
         self.members.iter().filter(|(_, a)| matches!(a.situation, Situation::Staging { .. })).count() as u32
     }
 
+    fn staging_workers(&self) -> Vec<(&'a NodeView, bool)> {
+        let mut workers: Vec<(&'a NodeView, bool)> = self
+            .members
+            .iter()
+            .filter_map(|(n, a)| match a.situation {
+                Situation::Staging { staged, .. } if yields(n, a) => Some((*n, staged)),
+                _ => None,
+            })
+            .collect();
+        workers.sort_by(|(a, _), (b, _)| self.cmp_nodes(a, b));
+        workers
+    }
+
     fn first_staging(&self) -> Option<Order> {
         self.members
             .iter()
@@ -221,6 +237,12 @@ pub(crate) type Order = (bool, bool, String, bool, String);
 /// node not staged yet (a NotReady one might never finish: it does not hold the others up).
 pub(super) fn staging_barrier(node: &NodeView, a: &Assessment) -> bool {
     node.ready && matches!(a.situation, Situation::Staging { staged: false, .. })
+}
+
+/// Whether a member in the stage step may yield its slot of `maxStaging` to the control plane
+/// ([`Pool::staging_workers`]): a worker without an action of its own this round.
+pub(super) fn yields(node: &NodeView, a: &Assessment) -> bool {
+    !node.control_plane && a.action.is_none()
 }
 
 /// Whether `node` is a control-plane node that keeps the workers of its rollout waiting: outdated, in flight or

@@ -67,6 +67,7 @@ mod pools;
 pub mod replacement;
 pub mod rollback;
 pub mod settings;
+mod staging;
 pub mod taint;
 pub mod waves;
 pub mod window;

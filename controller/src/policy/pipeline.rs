@@ -73,7 +73,7 @@ use super::admission::{Admission, Held};
 use super::assess::{Assessment, Situation};
 use super::finish::Deadline;
 use super::gates;
-pub(super) use super::members::{Members, Pool, control_plane_pending, order, staging_barrier};
+pub(super) use super::members::{Members, Pool, control_plane_pending, order, staging_barrier, yields};
 pub(crate) use super::members::{Order, start_order};
 use super::rollback;
 use super::waves;
@@ -98,6 +98,14 @@ impl Flow {
         match self {
             Flow::Image { target } => target.clone(),
             Flow::Kubernetes { version, .. } => format!("Kubernetes {version}"),
+        }
+    }
+
+    /// What the flow moves nodes to, as an intent names it: the image, or the Kubernetes version.
+    pub(super) fn target(&self) -> &str {
+        match self {
+            Flow::Image { target } => target,
+            Flow::Kubernetes { version, .. } => version,
         }
     }
 
@@ -280,9 +288,11 @@ impl<'a> Bounds<'a> {
     }
 }
 
-/// Starts the selected nodes with the flow's action: each counted in flight (a staged node was already).
+/// Starts the selected nodes with the flow's action: each counted in flight (a staged node was already). Releases
+/// the workers that yield their staging slot to the control plane: each counted outdated again.
 pub(super) fn start(plan: &mut Plan, flow: &Flow, selected: Selection<'_>, now: Timestamp) {
     plan.hold = selected.hold;
+    super::staging::release_yields(plan, flow, selected.yields);
     for (node, how) in selected.starts {
         let (step, kind, reason, message) = flow.start(how);
         let entry = InFlight { node: node.name.clone(), step, since: now, waiting_on: None };
@@ -333,6 +343,9 @@ pub(super) struct Surge {
 pub(super) struct Selection<'a> {
     pub starts: Vec<(&'a NodeView, Start)>,
     pub hold: Option<Hold>,
+    /// Workers staged ahead (each with whether it is staged) released so that a control-plane node can stage in
+    /// their slot of `maxStaging` ([`super::staging`]).
+    pub yields: Vec<(&'a NodeView, bool)>,
 }
 
 /// Picks the nodes to start among the rollout's members in `pool`: the disruptive starts under the budget and the
@@ -344,18 +357,10 @@ pub(super) fn select<'a>(
     (shared, surge): (&mut Shared, &mut Surge),
     bounds: &Bounds<'_>,
 ) -> Selection<'a> {
-    let mut selection = Selection { starts: Vec::new(), hold: None };
+    let mut selection = Selection { starts: Vec::new(), hold: None, yields: Vec::new() };
     disrupt(pool, spec, flow, (shared, surge), bounds, &mut selection);
     if flow.stages_ahead() {
-        let allowed = spec.policy.max_staging.unwrap_or(spec.policy.max_unavailable).resolve(pool.size());
-        let mut free = allowed.saturating_sub(pool.staging_count());
-        if let Some(wave) = bounds.wave {
-            // Within the wave: the nodes staging or staged count, and the replacements just started.
-            let replaced = selection.starts.iter().filter(|(_, how)| *how == Start::Replace).count() as u32;
-            free = free.min(wave.saturating_sub(pool.staging_count() + replaced));
-        }
-        let free = free as usize;
-        selection.starts.extend(pool.in_place_candidates().take(free).map(|n| (n, Start::InPlace)));
+        super::staging::stage_ahead(pool, spec, flow, bounds, &mut selection);
     }
     selection
 }
@@ -578,7 +583,7 @@ fn in_order<'a, T: Copy>(
 
 /// Workers wait for the control plane; a control-plane node that is itself held back is named, so
 /// that a stalled control plane never stalls every worker silently.
-fn waiting_for_control_plane(pending: &[(&NodeView, &Assessment)], target: &str) -> Hold {
+pub(super) fn waiting_for_control_plane(pending: &[(&NodeView, &Assessment)], target: &str) -> Hold {
     let held: Vec<String> = pending
         .iter()
         .filter_map(|(n, a)| match &a.situation {
@@ -602,7 +607,7 @@ fn waiting_for_control_plane(pending: &[(&NodeView, &Assessment)], target: &str)
 }
 
 /// The first few of `names`, sorted, and how many more.
-fn name_some(mut names: Vec<String>) -> String {
+pub(super) fn name_some(mut names: Vec<String>) -> String {
     names.sort();
     let more = names.len().saturating_sub(MAX_NAMED);
     names.truncate(MAX_NAMED);

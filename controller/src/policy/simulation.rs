@@ -57,6 +57,8 @@ struct Sim {
     planner: incremental::Planner,
     /// What the planner was last given of each node.
     fed: super::incremental_tests::Fed,
+    /// Rollouts that replace the current ones (a target change) as soon as a control-plane node is in the reboot step.
+    retarget_at_reboot: Option<Vec<Rollout>>,
 }
 
 /// A NodeOp, its recorded node statuses and its nodes' Jobs.
@@ -90,6 +92,7 @@ impl Sim {
             nodeop: None,
             planner: incremental::Planner::new(),
             fed: Default::default(),
+            retarget_at_reboot: None,
         }
     }
 
@@ -124,6 +127,17 @@ impl Sim {
 
     /// Plans once and applies the plan as the executor does; returns the plan.
     fn plan_and_apply(&mut self) -> ClusterPlan {
+        let rebooting = |n: &NodeView| {
+            n.control_plane
+                && n.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Reboot))
+        };
+        if self.retarget_at_reboot.is_some()
+            && let Some(name) = self.nodes.iter().find(|n| rebooting(n)).map(|n| n.name.clone())
+            && let Some(rollouts) = self.retarget_at_reboot.take()
+        {
+            self.rollouts = rollouts;
+            self.tell(format!("the target changed while {name} reboots"));
+        }
         let cluster = plan_with(&self.nodes, &self.rollouts, &self.fleet, None, self.now);
         self.plan_incrementally();
         for (i, p) in cluster.rollouts.iter().enumerate() {
@@ -647,6 +661,36 @@ fn rollouts_with_failing_agents_end_with_every_node_accounted_for_and_uncordoned
         let (nodes, p) = checked_rollout(seed, 2, 20);
         assert_eq!(p.counts.up_to_date + p.counts.failed, 15, "seed {seed}: {:?}", p.counts);
         assert!(nodes.iter().all(|n| !n.unschedulable), "seed {seed}: a node left cordoned");
+    }
+}
+
+/// A target change while the only control-plane node reboots into the old target (that reboot is verified to its
+/// end): the workers staged ahead for the new target leave it a slot of maxStaging, which is never exceeded, and
+/// every node ends on the new target.
+#[test]
+fn a_target_change_while_the_control_plane_reboots_ends_with_every_node_on_the_new_target() {
+    const NEW: &str = "v3";
+    for seed in 0..20 {
+        let policy = Policy { max_unavailable: budget::MaxUnavailable::Count(2), ..Policy::default() };
+        let nodes = [cp("cp0")].into_iter().chain((0..6).map(|i| node(&format!("w{i}")))).collect();
+        let mut sim = Sim::new(seed, nodes, one_rollout(policy.clone()));
+        let retargeted = Rollout::new("nv", SpecState::Valid(valid_spec(NEW, 2, policy)), None);
+        sim.retarget_at_reboot = Some(vec![retargeted]);
+        let last = sim.run(|sim, _| {
+            let staging = sim
+                .nodes
+                .iter()
+                .filter(|n| {
+                    n.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Stage))
+                })
+                .count();
+            assert!(staging <= 2, "seed {seed}: {staging} nodes in the stage step with maxStaging 2");
+        });
+        assert!(sim.retarget_at_reboot.is_none(), "seed {seed}: the control-plane node never rebooted");
+        let p = &last.rollouts[0];
+        assert_eq!(p.counts.up_to_date, 7, "seed {seed}: {:?}, held: {:?}", p.counts, p.hold);
+        let image = |n: &NodeView| n.agent.as_ref().ok().and_then(|a| a.os_image.clone());
+        assert!(sim.nodes.iter().all(|n| image(n).as_deref() == Some(NEW) && !n.unschedulable), "seed {seed}");
     }
 }
 

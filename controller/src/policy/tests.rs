@@ -341,6 +341,40 @@ fn nodes_stage_ahead_outside_the_budget_within_max_staging() {
     assert_eq!(kinds(&p), vec![drain("w1")]);
 }
 
+/// Workers wait for the control plane (rule 9), so they never take the slots of maxStaging a control-plane node still
+/// needs: otherwise, after a target change while a control-plane node rebooted into the old target, the workers
+/// staged ahead would each wait for that node, and that node for a slot, for ever.
+#[test]
+fn workers_staged_ahead_leave_the_control_plane_its_slots_of_max_staging() {
+    // cp1 finishes its reboot into the image of before the target changed: one of the two slots stays its.
+    let rebooting = with_intent(cp("cp1"), Step::Reboot, "v9", "r", t(0));
+    let p = run(&[rebooting, node("w1"), node("w2")], &max(2), t(1));
+    assert_eq!(kinds(&p), vec![stage("w1")]);
+    // A control-plane node held back keeps its slot too.
+    let down = NodeView { ready: false, ..cp("cp1") };
+    let p = run(&[down, node("w1"), node("w2")], &max(2), t(1));
+    assert_eq!(kinds(&p), vec![stage("w1")]);
+    // Nothing changes for a control-plane node that can stage now, nor once it is staged: it takes its slot first.
+    let p = run(&[cp("cp1"), node("w1"), node("w2")], &max(2), t(1));
+    assert_eq!(kinds(&p), vec![stage("cp1"), stage("w1")]);
+    let p = run(&[staged(cp("cp1")), staged(node("w1")), node("w2")], &max(2), t(1));
+    assert_eq!(kinds(&p), vec![drain("cp1")]);
+
+    // cp1 verified on the old image while workers staged ahead hold both slots (as a controller without this rule
+    // left them): the last worker yields its slot, and the next round stages cp1 in it.
+    let verified =
+        on_image(with_report(with_intent(cp("cp1"), Step::Done, "v9", "d", t(0)), AgentState::Done, "r"), "v9");
+    let verified = NodeView { unschedulable: false, ..verified };
+    let p = run(&[verified.clone(), staged(node("w1")), staged(node("w2"))], &max(2), t(2));
+    assert_eq!(kinds(&p), vec![("w2".into(), ActionKind::Release)]);
+    assert_eq!(p.actions[0].reason, Reason::YieldedToControlPlane);
+    assert_eq!(p.hold.as_ref().map(|h| h.reason), Some(Reason::WaitingForControlPlane));
+    assert_eq!((p.counts.outdated, p.counts.in_progress, p.staged), (2, 1, 1), "{:?}", p.counts);
+    assert_eq!(p.in_flight.iter().map(|f| f.node.as_str()).collect::<Vec<_>>(), ["w1"]);
+    let p = run(&[verified, staged(node("w1")), node("w2")], &max(2), t(3));
+    assert_eq!(kinds(&p), vec![("cp1".into(), ActionKind::Stage { target: TARGET.into() })]);
+}
+
 #[test]
 fn workers_start_once_the_control_plane_is_up_to_date() {
     let done = on_image(cp("cp1"), TARGET);

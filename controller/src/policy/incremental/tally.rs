@@ -45,6 +45,9 @@ pub(super) struct Tally {
     pub staging: u32,
     /// Of those, the ones staged (waiting for their turn).
     pub staged: u32,
+    /// Workers in the stage step that may yield their slot to the control plane ([`pipeline::yields`]), in start
+    /// order, each with whether it is staged.
+    pub staging_workers: BTreeSet<(pipeline::Order, bool)>,
     /// Members still staging and Ready ([`pipeline::staging_barrier`]) that the flow may start, in start order.
     pub staging_unstaged: BTreeSet<pipeline::Order>,
     /// Members in flight ([`Situation::InFlight`]).
@@ -143,6 +146,9 @@ impl Tally {
                 count(&mut self.staging, on);
                 if *staged {
                     count(&mut self.staged, on);
+                }
+                if pipeline::yields(node, a) {
+                    set(&mut self.staging_workers, (pipeline::order(node, own_node), *staged), on);
                 }
                 if pipeline::staging_barrier(node, a) && may_start {
                     set(&mut self.staging_unstaged, pipeline::order(node, own_node), on);
@@ -247,6 +253,10 @@ impl<'a> Pool<'a> for Indexed<'a> {
 
     fn staging_count(&self) -> u32 {
         self.tally.staging
+    }
+
+    fn staging_workers(&self) -> Vec<(&'a NodeView, bool)> {
+        self.tally.staging_workers.iter().filter_map(|(order, staged)| Some((self.view(&order.4)?, *staged))).collect()
     }
 
     fn first_staging(&self) -> Option<pipeline::Order> {
