@@ -58,6 +58,7 @@ mod node_pools;
 mod operator_identities;
 mod plan_replacement;
 mod prefer_updated;
+mod retarget;
 mod rollback;
 mod scaling_groups;
 mod scheduler;
