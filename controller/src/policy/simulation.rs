@@ -59,6 +59,10 @@ struct Sim {
     fed: super::incremental_tests::Fed,
     /// Rollouts that replace the current ones (a target change) as soon as a control-plane node is in the reboot step.
     retarget_at_reboot: Option<Vec<Rollout>>,
+    /// Rollouts that replace the current ones at the plan of that number (target changes at any moment), in order.
+    retarget_at_plan: Vec<(u64, Vec<Rollout>)>,
+    /// Plans made so far.
+    plans: u64,
 }
 
 /// A NodeOp, its recorded node statuses and its nodes' Jobs.
@@ -93,6 +97,8 @@ impl Sim {
             planner: incremental::Planner::new(),
             fed: Default::default(),
             retarget_at_reboot: None,
+            retarget_at_plan: Vec::new(),
+            plans: 0,
         }
     }
 
@@ -137,6 +143,22 @@ impl Sim {
         {
             self.rollouts = rollouts;
             self.tell(format!("the target changed while {name} reboots"));
+        }
+        self.plans += 1;
+        if self.retarget_at_plan.first().is_some_and(|(at, _)| *at <= self.plans) {
+            let (_, mut rollouts) = self.retarget_at_plan.remove(0);
+            for (new, old) in rollouts.iter_mut().zip(&self.rollouts) {
+                // The API server runs what it runs: the new upgrade starts from there.
+                if let (
+                    Some(kubernetes::KubernetesSpec::Upgrade(new)),
+                    Some(kubernetes::KubernetesSpec::Upgrade(old)),
+                ) = (&mut new.kubernetes, &old.kubernetes)
+                {
+                    new.api_server = old.api_server.clone();
+                }
+            }
+            self.rollouts = rollouts;
+            self.tell("the target changed".into());
         }
         let cluster = plan_with(&self.nodes, &self.rollouts, &self.fleet, None, self.now);
         self.plan_incrementally();
@@ -514,7 +536,7 @@ impl Sim {
             let moves = operating
                 || acted
                 || cluster.rollouts.iter().chain([&cluster.unowned]).any(|p| p.actions.iter().any(|a| a.kind.writes()));
-            if moves {
+            if moves || !self.retarget_at_plan.is_empty() {
                 self.now = self.now.checked_add(SignedDuration::from_secs(1)).unwrap();
                 continue;
             }
@@ -691,6 +713,44 @@ fn a_target_change_while_the_control_plane_reboots_ends_with_every_node_on_the_n
         assert_eq!(p.counts.up_to_date, 7, "seed {seed}: {:?}, held: {:?}", p.counts, p.hold);
         let image = |n: &NodeView| n.agent.as_ref().ok().and_then(|a| a.os_image.clone());
         assert!(sim.nodes.iter().all(|n| image(n).as_deref() == Some(NEW) && !n.unschedulable), "seed {seed}");
+    }
+}
+
+/// Target changes at any moment of a rollout (one to three of them, at random plans): whatever each finds under way,
+/// every node ends on the last target, uncordoned, and no bound is exceeded meanwhile (maxUnavailable, one
+/// control-plane node at a time, maxStaging). A rollout that stood still with nodes left behind fails here.
+#[test]
+fn rollouts_retargeted_at_any_moment_end_with_every_node_on_the_last_target() {
+    for seed in 0..30 {
+        for max in [1, 2, 3] {
+            let policy = Policy { max_unavailable: budget::MaxUnavailable::Count(max), ..Policy::default() };
+            let mut sim = Sim::new(seed, cluster_of_fifteen(), one_rollout(policy.clone()));
+            let changes = 1 + sim.random(3);
+            let mut at = 0;
+            for i in 0..changes {
+                at += 1 + sim.random(40);
+                let target = format!("v{}", 3 + i);
+                let spec = valid_spec(&target, 2 + i as i64, policy.clone());
+                sim.retarget_at_plan.push((at, vec![Rollout::new("nv", SpecState::Valid(spec), None)]));
+            }
+            let last_target = format!("v{}", 2 + changes);
+            let last = sim.run(|sim, _| {
+                let intent_step =
+                    |n: &NodeView| n.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).map(|i| i.step);
+                let staging = sim.nodes.iter().filter(|n| intent_step(n) == Some(Step::Stage)).count() as u32;
+                assert!(staging <= max, "seed {seed}, max {max}: {staging} nodes in the stage step");
+                let disrupted = sim.disrupted();
+                assert!(disrupted.len() as u32 <= max, "seed {seed}, max {max}: {} disrupted", disrupted.len());
+                assert!(disrupted.iter().filter(|n| n.control_plane).count() <= 1, "seed {seed}, max {max}");
+            });
+            let p = &last.rollouts[0];
+            assert_eq!(p.counts.up_to_date, 15, "seed {seed}, max {max}: {:?}, held: {:?}", p.counts, p.hold);
+            let image = |n: &NodeView| n.agent.as_ref().ok().and_then(|a| a.os_image.clone());
+            for n in &sim.nodes {
+                assert_eq!(image(n).as_deref(), Some(last_target.as_str()), "seed {seed}, max {max}: {}", n.name);
+                assert!(!n.unschedulable, "seed {seed}, max {max}: {} left cordoned", n.name);
+            }
+        }
     }
 }
 
@@ -1036,6 +1096,41 @@ fn whole_kubernetes_upgrades_keep_every_invariant_in_any_order() {
             for n in &sim.nodes {
                 assert_eq!(n.kubelet_version.as_deref(), Some("v1.34.1"), "seed {seed}: {}", n.name);
                 assert!(!n.unschedulable, "seed {seed}: {} left cordoned", n.name);
+            }
+        }
+    }
+}
+
+/// A Kubernetes upgrade retargeted to a later patch release at any moment: every node ends on the last version, the
+/// workers after the control plane, within the bounds, fetched ahead within maxStaging.
+#[test]
+fn kubernetes_upgrades_retargeted_at_any_moment_end_with_every_node_on_the_last_version() {
+    for seed in 0..15 {
+        for max in [1, 3] {
+            let policy = Policy { max_unavailable: budget::MaxUnavailable::Count(max), ..Policy::default() };
+            let nodes = cluster_of_fifteen().into_iter().map(on_old_kubernetes).collect();
+            let mut sim = Sim::new(seed, nodes, kubernetes_rollout(policy.clone()));
+            let at = 1 + sim.random(80);
+            let mut retargeted = kubernetes_rollout(policy);
+            if let Some(kubernetes::KubernetesSpec::Upgrade(target)) = &mut retargeted[0].kubernetes {
+                target.version = "v1.34.2".parse().unwrap();
+            }
+            sim.retarget_at_plan.push((at, retargeted));
+            let last = sim.run(|sim, _| {
+                let fetching = |n: &&NodeView| {
+                    n.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Fetch))
+                };
+                let staging = sim.nodes.iter().filter(fetching).count() as u32;
+                assert!(staging <= max, "seed {seed}, max {max}: {staging} nodes fetching ahead");
+                let disrupted = sim.disrupted();
+                assert!(disrupted.len() as u32 <= max, "seed {seed}, max {max}: {} disrupted", disrupted.len());
+                assert!(disrupted.iter().filter(|n| n.control_plane).count() <= 1, "seed {seed}, max {max}");
+            });
+            let p = &last.rollouts[0];
+            assert_eq!(p.counts.up_to_date, 15, "seed {seed}, max {max}: {:?}, held: {:?}", p.counts, p.hold);
+            for n in &sim.nodes {
+                assert_eq!(n.kubelet_version.as_deref(), Some("v1.34.2"), "seed {seed}, max {max}: {}", n.name);
+                assert!(!n.unschedulable, "seed {seed}, max {max}: {} left cordoned", n.name);
             }
         }
     }
