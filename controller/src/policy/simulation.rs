@@ -61,6 +61,8 @@ struct Sim {
     retarget_at_reboot: Option<Vec<Rollout>>,
     /// Rollouts that replace the current ones at the plan of that number (target changes at any moment), in order.
     retarget_at_plan: Vec<(u64, Vec<Rollout>)>,
+    /// Nodes that join at the plan of that number, in order.
+    join_at_plan: Vec<(u64, NodeView)>,
     /// Plans made so far.
     plans: u64,
 }
@@ -98,6 +100,7 @@ impl Sim {
             fed: Default::default(),
             retarget_at_reboot: None,
             retarget_at_plan: Vec::new(),
+            join_at_plan: Vec::new(),
             plans: 0,
         }
     }
@@ -145,6 +148,11 @@ impl Sim {
             self.tell(format!("the target changed while {name} reboots"));
         }
         self.plans += 1;
+        if self.join_at_plan.first().is_some_and(|(at, _)| *at <= self.plans) {
+            let (_, node) = self.join_at_plan.remove(0);
+            self.tell(format!("{} joins", node.name));
+            self.nodes.push(node);
+        }
         if self.retarget_at_plan.first().is_some_and(|(at, _)| *at <= self.plans) {
             let (_, mut rollouts) = self.retarget_at_plan.remove(0);
             for (new, old) in rollouts.iter_mut().zip(&self.rollouts) {
@@ -536,7 +544,7 @@ impl Sim {
             let moves = operating
                 || acted
                 || cluster.rollouts.iter().chain([&cluster.unowned]).any(|p| p.actions.iter().any(|a| a.kind.writes()));
-            if moves || !self.retarget_at_plan.is_empty() {
+            if moves || !self.retarget_at_plan.is_empty() || !self.join_at_plan.is_empty() {
                 self.now = self.now.checked_add(SignedDuration::from_secs(1)).unwrap();
                 continue;
             }
@@ -1096,5 +1104,5 @@ fn a_nodeop_beside_replacements_and_in_place_updates_keeps_every_invariant() {
     }
 }
 
-#[path = "simulation_retarget.rs"]
-mod retarget;
+#[path = "simulation_changes.rs"]
+mod changes;

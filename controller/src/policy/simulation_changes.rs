@@ -1,5 +1,5 @@
-//! Target changes in the middle of whole rollouts (the [`Sim`](super::Sim) of `simulation`): whatever a change finds
-//! under way, every node ends on the last target, within every bound.
+//! Changes in the middle of whole rollouts (the [`Sim`](super::Sim) of `simulation`), target changes and nodes that
+//! join: whatever a change finds under way, every node ends on the last target, within every bound.
 
 use super::*;
 
@@ -104,4 +104,41 @@ fn kubernetes_upgrades_retargeted_at_any_moment_end_with_every_node_on_the_last_
             }
         }
     }
+}
+
+/// An outdated control-plane node joins at any moment of a rollout (with maxStaging 2 the workers staged ahead may
+/// hold every slot by then): the workers wait for it, yield it a slot if they must, and every node ends on the
+/// target, within every bound.
+#[test]
+fn a_control_plane_node_that_joins_mid_rollout_is_updated_before_the_workers_and_every_node_ends_on_the_target() {
+    let mut yielded = 0;
+    for seed in 0..30 {
+        let policy = Policy { max_unavailable: budget::MaxUnavailable::Count(2), ..Policy::default() };
+        let nodes = [cp("cp0")].into_iter().chain((0..6).map(|i| node(&format!("w{i}")))).collect();
+        let mut sim = Sim::new(seed, nodes, one_rollout(policy));
+        let at = 1 + sim.random(30);
+        sim.join_at_plan.push((at, cp("cp1")));
+        let last = sim.run(|sim, cluster| {
+            let step = |n: &NodeView| n.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).map(|i| i.step);
+            let staging = sim.nodes.iter().filter(|n| step(n) == Some(Step::Stage)).count();
+            assert!(staging <= 2, "seed {seed}: {staging} nodes in the stage step");
+            let disrupted = sim.disrupted();
+            assert!(disrupted.len() <= 2, "seed {seed}: {} disrupted", disrupted.len());
+            assert!(disrupted.iter().filter(|n| n.control_plane).count() <= 1, "seed {seed}");
+            // No worker starts its turn while a control-plane node is not on the target.
+            let image = |n: &NodeView| n.agent.as_ref().ok().and_then(|a| a.os_image.clone());
+            let control_plane_done =
+                sim.nodes.iter().filter(|n| n.control_plane).all(|n| image(n).as_deref() == Some(TARGET));
+            let worker_turn = cluster.rollouts[0].actions.iter().any(|a| {
+                matches!(a.kind, ActionKind::Drain { .. })
+                    && sim.nodes.iter().any(|n| n.name == a.node && !n.control_plane)
+            });
+            assert!(control_plane_done || !worker_turn, "seed {seed}: a worker's turn before the control plane's");
+            yielded += cluster.rollouts[0].actions.iter().filter(|a| a.reason == Reason::YieldedToControlPlane).count();
+        });
+        let p = &last.rollouts[0];
+        assert_eq!(p.counts.up_to_date, 8, "seed {seed}: {:?}, held: {:?}", p.counts, p.hold);
+        assert!(sim.nodes.iter().all(|n| !n.unschedulable), "seed {seed}: a node left cordoned");
+    }
+    assert!(yielded > 0, "no seed had the workers yield a slot");
 }
