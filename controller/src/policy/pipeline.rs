@@ -291,6 +291,14 @@ impl<'a> Bounds<'a> {
 /// Starts the selected nodes with the flow's action: each counted in flight (a staged node was already). Releases
 /// the workers that yield their staging slot to the control plane: each counted outdated again.
 pub(super) fn start(plan: &mut Plan, flow: &Flow, selected: Selection<'_>, now: Timestamp) {
+    if let Some(hold) = &selected.hold {
+        for node in &selected.waiting_for_control_plane {
+            if let Some(f) = plan.in_flight.iter_mut().find(|f| f.node == node.name) {
+                let word = if f.step == Step::Fetch { "fetched" } else { "staged" };
+                f.waiting_on = Some(format!("its turn: {word}, {}", hold.message));
+            }
+        }
+    }
     plan.hold = selected.hold;
     super::staging::release_yields(plan, flow, selected.yields);
     for (node, how) in selected.starts {
@@ -346,6 +354,8 @@ pub(super) struct Selection<'a> {
     /// Workers staged ahead (each with whether it is staged) released so that a control-plane node can stage in
     /// their slot of `maxStaging` ([`super::staging`]).
     pub yields: Vec<(&'a NodeView, bool)>,
+    /// Workers staged ahead whose turn waits for the control plane (rule 9), not for a slot.
+    pub waiting_for_control_plane: Vec<&'a NodeView>,
 }
 
 /// Picks the nodes to start among the rollout's members in `pool`: the disruptive starts under the budget and the
@@ -357,7 +367,8 @@ pub(super) fn select<'a>(
     (shared, surge): (&mut Shared, &mut Surge),
     bounds: &Bounds<'_>,
 ) -> Selection<'a> {
-    let mut selection = Selection { starts: Vec::new(), hold: None, yields: Vec::new() };
+    let mut selection =
+        Selection { starts: Vec::new(), hold: None, yields: Vec::new(), waiting_for_control_plane: Vec::new() };
     disrupt(pool, spec, flow, (shared, surge), bounds, &mut selection);
     if flow.stages_ahead() {
         super::staging::stage_ahead(pool, spec, flow, bounds, &mut selection);
@@ -465,7 +476,7 @@ fn disrupt<'a>(
     let mut full_zones: BTreeSet<String> = BTreeSet::new();
     let staging_first = if stages { pool.first_staging() } else { None };
     let mut too_late: Option<Hold> = None;
-    for (node, start) in candidates {
+    while let Some((node, start)) = candidates.next() {
         if start == Start::Staged
             && staging_first.as_ref().is_some_and(|first| pool.cmp_order(first, &order(node, pool.own_node())).is_lt())
         {
@@ -486,6 +497,10 @@ fn disrupt<'a>(
             }
             Err(Held::ControlPlaneFirst(_)) => {
                 selection.hold = Some(waiting_for_control_plane(&control_plane_pending, &flow.described()));
+                // The staged workers from here on wait for the control plane, not for a slot: each says so.
+                let rest = std::iter::once((node, start)).chain(candidates.by_ref());
+                selection.waiting_for_control_plane =
+                    rest.filter(|(n, how)| *how == Start::Staged && !n.control_plane).map(|(n, _)| n).collect();
                 break;
             }
         }

@@ -371,6 +371,9 @@ fn workers_staged_ahead_leave_the_control_plane_its_slots_of_max_staging() {
     assert_eq!(p.hold.as_ref().map(|h| h.reason), Some(Reason::WaitingForControlPlane));
     assert_eq!((p.counts.outdated, p.counts.in_progress, p.staged), (2, 1, 1), "{:?}", p.counts);
     assert_eq!(p.in_flight.iter().map(|f| f.node.as_str()).collect::<Vec<_>>(), ["w1"]);
+    // The staged worker says what its turn waits for: the control plane, not a slot.
+    let waiting = p.in_flight[0].waiting_on.as_deref().unwrap_or_default();
+    assert_eq!(waiting, "its turn: staged, workers wait until every control-plane node runs v2");
     let p = run(&[verified, staged(node("w1")), node("w2")], &max(2), t(3));
     assert_eq!(kinds(&p), vec![("cp1".into(), ActionKind::Stage { target: TARGET.into() })]);
 }
