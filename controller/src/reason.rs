@@ -51,9 +51,9 @@ pub enum Reason {
     EtcdUnavailable,
     // Clean-ups.
     TargetChanged,
-    /// A worker staged ahead released so that a control-plane node, which the workers wait for, can stage in its slot
-    /// of `maxStaging`.
-    YieldedToControlPlane,
+    /// A node staged ahead released so that a node it waits for (a worker for a control-plane node; during a rollback,
+    /// a control-plane node for a worker) can stage in its slot of `maxStaging`.
+    StagingSlotYielded,
     NotSelected,
     NoNodeVersion,
     LeftoverCordon,

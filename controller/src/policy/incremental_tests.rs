@@ -507,8 +507,8 @@ impl Run {
                 self.tokens += 1;
                 applied += 1;
                 *self.applied.entry(action.kind.name()).or_default() += 1;
-                if action.reason == Reason::YieldedToControlPlane {
-                    *self.applied.entry("YieldedToControlPlane").or_default() += 1;
+                if action.reason == Reason::StagingSlotYielded {
+                    *self.applied.entry("StagingSlotYielded").or_default() += 1;
                 }
             }
         }
@@ -791,7 +791,7 @@ fn the_incremental_planner_decides_as_the_full_plan_after_every_event() {
     // A replacement's last steps come after a dozen events on two nodes and the cloud: few random sequences reach
     // them (their every order is in `simulation`'s replacement rollouts), but some do.
     // So does a worker staged ahead yielding its slot to a control-plane node added meanwhile (`pipeline::stage_ahead`).
-    for kind in ["Retire", "ReleaseInstance", "YieldedToControlPlane"] {
+    for kind in ["Retire", "ReleaseInstance", "StagingSlotYielded"] {
         assert!(applied.get(kind).is_some_and(|n| *n >= 1), "{kind}: {applied:?}");
     }
 }
@@ -1201,7 +1201,7 @@ impl<'a> pipeline::Pool<'a> for &'a Counting {
         0
     }
 
-    fn staging_workers(&self) -> Vec<(&'a NodeView, bool)> {
+    fn staging_followers(&self) -> Vec<(&'a NodeView, bool)> {
         Vec::new()
     }
 

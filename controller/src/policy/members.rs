@@ -22,9 +22,19 @@ pub(super) trait Pool<'a> {
     fn staged_candidates(&self) -> Box<dyn Iterator<Item = &'a NodeView> + '_>;
     /// How many members are in the stage step (staging or staged): what `maxStaging` bounds.
     fn staging_count(&self) -> u32;
-    /// The workers in the stage step (staging or staged) without an action of their own, each with whether it is
-    /// staged, in start order: those that may yield their slot of `maxStaging` to the control plane.
-    fn staging_workers(&self) -> Vec<(&'a NodeView, bool)>;
+    /// The members in the stage step (staging or staged) without an action of their own that wait for the others
+    /// (workers; control-plane nodes during a rollback), each with whether it is staged, in start order: those that
+    /// may yield their slot of `maxStaging` to a node they wait for.
+    fn staging_followers(&self) -> Vec<(&'a NodeView, bool)>;
+    /// Whether the pool rolls back ([`super::rollback`]: the reverse order, the control plane last).
+    fn rolling_back(&self) -> bool {
+        false
+    }
+    /// The members the others wait for: the control-plane members pending ([`Pool::control_plane_pending`]), and
+    /// during a rollback the workers pending (the control plane goes last).
+    fn leaders_pending(&self) -> Vec<(&'a NodeView, &'a Assessment)> {
+        self.control_plane_pending()
+    }
     /// The start order of the first member still staging (not staged yet): no later staged node takes its turn
     /// before it, so that nodes take their turns in start order whatever the jitter of their staging.
     fn first_staging(&self) -> Option<Order>;
@@ -163,17 +173,31 @@ impl<'a> Pool<'a> for Members<'a, '_> {
         self.members.iter().filter(|(_, a)| matches!(a.situation, Situation::Staging { .. })).count() as u32
     }
 
-    fn staging_workers(&self) -> Vec<(&'a NodeView, bool)> {
-        let mut workers: Vec<(&'a NodeView, bool)> = self
+    fn staging_followers(&self) -> Vec<(&'a NodeView, bool)> {
+        let rolling_back = self.rollback.is_some();
+        let mut followers: Vec<(&'a NodeView, bool)> = self
             .members
             .iter()
             .filter_map(|(n, a)| match a.situation {
-                Situation::Staging { staged, .. } if yields(n, a) => Some((*n, staged)),
+                Situation::Staging { staged, .. } if n.control_plane == rolling_back && a.action.is_none() => {
+                    Some((*n, staged))
+                }
                 _ => None,
             })
             .collect();
-        workers.sort_by(|(a, _), (b, _)| self.cmp_nodes(a, b));
-        workers
+        followers.sort_by(|(a, _), (b, _)| self.cmp_nodes(a, b));
+        followers
+    }
+
+    fn rolling_back(&self) -> bool {
+        self.rollback.is_some()
+    }
+
+    fn leaders_pending(&self) -> Vec<(&'a NodeView, &'a Assessment)> {
+        if self.rollback.is_none() {
+            return self.control_plane_pending();
+        }
+        self.members.iter().filter(|(n, a)| !n.control_plane && pending(a)).copied().collect()
     }
 
     fn first_staging(&self) -> Option<Order> {
@@ -239,8 +263,8 @@ pub(super) fn staging_barrier(node: &NodeView, a: &Assessment) -> bool {
     node.ready && matches!(a.situation, Situation::Staging { staged: false, .. })
 }
 
-/// Whether a member in the stage step may yield its slot of `maxStaging` to the control plane
-/// ([`Pool::staging_workers`]): a worker without an action of its own this round.
+/// Whether a member in the stage step may yield its slot of `maxStaging` to the control plane outside a rollback
+/// ([`Pool::staging_followers`]): a worker without an action of its own this round.
 pub(super) fn yields(node: &NodeView, a: &Assessment) -> bool {
     !node.control_plane && a.action.is_none()
 }

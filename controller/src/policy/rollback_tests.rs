@@ -333,3 +333,27 @@ fn plan_says_what_a_spent_budget_would_do() {
     assert!(forecast_note(&recorded, Some(OLD)).unwrap().contains("go back to v0"), "the status's record first");
     assert_eq!(forecast_note(&rollout(Policy::default(), &status(Some(OLD), None)), Some(OLD)), None);
 }
+
+/// A rollback moves the control plane last, so control-plane nodes staged ahead wait for the workers: a worker that
+/// must still go back (one that joined after they were staged) gets a slot of maxStaging from them; otherwise it and
+/// they would wait for each other for ever, silently.
+#[test]
+fn in_a_rollback_control_plane_nodes_staged_ahead_yield_their_slot_to_a_worker_still_to_go_back() {
+    use crate::policy::tests::with_report;
+    use shared::protocol::AgentState;
+    let staged = with_report(with_intent(cp("cp0"), Step::Stage, OLD, "s0", t(0)), AgentState::Done, "s0");
+    let staged = NodeView { unschedulable: false, ..on(staged, TARGET) };
+    let back = || rollout(rolling_back(1), &status(Some(OLD), Some((TARGET, OLD))));
+    let nodes = vec![staged, on(node("w0"), OLD), on(node("w1"), OLD), on(node("w9"), TARGET)];
+    let p = run(&nodes, back(), t(5));
+    assert_eq!(started(&p), [("cp0".to_owned(), ActionKind::Release)]);
+    assert_eq!(p.actions[0].reason, Reason::StagingSlotYielded);
+    assert!(p.actions[0].message.contains("rollback moves the control plane last"), "{}", p.actions[0].message);
+    let hold = p.hold.clone().unwrap();
+    assert_eq!(hold.reason, Reason::StagingSlotYielded);
+    assert!(hold.message.contains("cp0"), "{}", hold.message);
+    // Released: the worker goes back first, the control-plane node after it.
+    let nodes = vec![on(cp("cp0"), TARGET), on(node("w0"), OLD), on(node("w1"), OLD), on(node("w9"), TARGET)];
+    let p = run(&nodes, back(), t(6));
+    assert_eq!(started(&p), [stage("w9", OLD)]);
+}

@@ -134,7 +134,7 @@ fn a_control_plane_node_that_joins_mid_rollout_is_updated_before_the_workers_and
                     && sim.nodes.iter().any(|n| n.name == a.node && !n.control_plane)
             });
             assert!(control_plane_done || !worker_turn, "seed {seed}: a worker's turn before the control plane's");
-            yielded += cluster.rollouts[0].actions.iter().filter(|a| a.reason == Reason::YieldedToControlPlane).count();
+            yielded += cluster.rollouts[0].actions.iter().filter(|a| a.reason == Reason::StagingSlotYielded).count();
         });
         let p = &last.rollouts[0];
         assert_eq!(p.counts.up_to_date, 8, "seed {seed}: {:?}, held: {:?}", p.counts, p.hold);

@@ -5,7 +5,8 @@
 //! # Guarantees
 //! - `maxStaging` (and the canary wave's allowance) is never exceeded by a start: nodes in the stage step count
 //!   until their turn.
-//! - The workers staged ahead never keep the control plane, which they wait for (rule 9), from staging: see
+//! - The nodes staged ahead never keep the nodes they wait for from staging, for ever: workers the control plane
+//!   (rule 9), and during a rollback, which moves the control plane last, control-plane nodes the workers. See
 //!   [`stage_ahead`].
 
 use super::assess::Situation;
@@ -19,7 +20,8 @@ use super::{ActionKind, Hold, NodeAction, NodeView, Plan, Reason, ValidSpec};
 /// a slot, for ever (a target change while a control-plane node reboots into the old one left it so). Workers take
 /// only the slots beyond those the control plane still needs; if it needs more than are free, the last workers in
 /// order staged ahead yield theirs to a control-plane node that could stage now (released, to be staged again after
-/// the control plane); to one held back they yield nothing, it might not stage for long.
+/// the control plane); to one held back they yield nothing, it might not stage for long. During a rollback the
+/// sides swap: control-plane nodes wait for the workers ([`Pool::leaders_pending`]).
 pub(super) fn stage_ahead<'a>(
     pool: &impl Pool<'a>,
     spec: &ValidSpec,
@@ -34,18 +36,22 @@ pub(super) fn stage_ahead<'a>(
         let replaced = selection.starts.iter().filter(|(_, how)| *how == Start::Replace).count() as u32;
         free = free.min(wave.saturating_sub(pool.staging_count() + replaced));
     }
-    let mut needed = control_plane_to_stage(pool, flow);
+    let rolling_back = pool.rolling_back();
+    selection.rolling_back = rolling_back;
+    // Whether a node is of the side the other waits for.
+    let leads = |node: &NodeView| node.control_plane != rolling_back;
+    let mut needed = leaders_to_stage(pool, flow);
     let mut short = 0;
     for node in pool.in_place_candidates() {
-        if node.control_plane {
+        if leads(node) {
             if free == 0 {
-                // A control-plane node that could stage now, but every slot is taken.
+                // A node the others wait for could stage now, but every slot is taken.
                 short += 1;
                 continue;
             }
             needed = needed.saturating_sub(1);
         } else if free <= needed {
-            if free > 0 && selection.hold.is_none() {
+            if free > 0 && selection.hold.is_none() && !rolling_back {
                 // Kept from staging for the control plane: said, as a staged worker's turn would be.
                 selection.hold = Some(waiting_for_control_plane(&pool.control_plane_pending(), &flow.described()));
             }
@@ -56,28 +62,38 @@ pub(super) fn stage_ahead<'a>(
     }
     if short > 0 {
         let starting = |n: &NodeView| selection.starts.iter().any(|(s, _)| s.name == n.name);
-        let workers = pool.staging_workers();
+        let followers = pool.staging_followers();
         let yields: Vec<(&'a NodeView, bool)> =
-            workers.into_iter().rev().filter(|(n, _)| !starting(n)).take(short).collect();
+            followers.into_iter().rev().filter(|(n, _)| !starting(n)).take(short).collect();
         if !yields.is_empty() && selection.hold.is_none() {
             let names = yields.iter().map(|(n, _)| n.name.clone()).collect();
             let message = format!(
-                "maxStaging is taken by workers staged ahead, which wait for the control plane: {} yield(s) a slot to \
-                 the control plane",
+                "maxStaging is taken by {} staged ahead, which wait for {}: {} yield(s) a slot",
+                sides(rolling_back).0,
+                sides(rolling_back).1,
                 name_some(names)
             );
-            selection.hold = Some(Hold::new(Reason::YieldedToControlPlane, message));
+            selection.hold = Some(Hold::new(Reason::StagingSlotYielded, message));
         }
         selection.yields = yields;
     }
 }
 
-/// How many control-plane members the workers wait for (rule 9) still have to be staged for the flow's target: those
-/// outdated and updated in place, and those still finishing a step for another target (a reboot into the image
-/// before a target change).
-fn control_plane_to_stage<'a>(pool: &impl Pool<'a>, flow: &Flow) -> u32 {
+/// The side that waits and the side it waits for, for messages.
+fn sides(rolling_back: bool) -> (&'static str, &'static str) {
+    if rolling_back {
+        ("control-plane nodes", "the workers (a rollback moves the control plane last)")
+    } else {
+        ("workers", "the control plane")
+    }
+}
+
+/// How many of the members the others wait for ([`Pool::leaders_pending`]) still have to be staged for the flow's
+/// target: those outdated and updated in place, and those still finishing a step for another target (a reboot into
+/// the image before a target change).
+fn leaders_to_stage<'a>(pool: &impl Pool<'a>, flow: &Flow) -> u32 {
     let target = flow.target();
-    pool.control_plane_pending()
+    pool.leaders_pending()
         .iter()
         .filter(|(node, a)| match a.situation {
             Situation::Outdated { .. } => !a.replace,
@@ -90,9 +106,9 @@ fn control_plane_to_stage<'a>(pool: &impl Pool<'a>, flow: &Flow) -> u32 {
         .count() as u32
 }
 
-/// Releases the workers that yield their slot of `maxStaging` to the control plane ([`stage_ahead`]): each counted
-/// outdated again in `plan`, with a `YieldedToControlPlane` release.
-pub(super) fn release_yields(plan: &mut Plan, flow: &Flow, yields: Vec<(&NodeView, bool)>) {
+/// Releases the nodes that yield their slot of `maxStaging` to the nodes they wait for ([`stage_ahead`]): each counted
+/// outdated again in `plan`, with a `StagingSlotYielded` release.
+pub(super) fn release_yields(plan: &mut Plan, flow: &Flow, yields: Vec<(&NodeView, bool)>, rolling_back: bool) {
     for (node, staged) in yields {
         plan.in_flight.retain(|f| f.node != node.name);
         plan.counts.in_progress = plan.counts.in_progress.saturating_sub(1);
@@ -101,14 +117,15 @@ pub(super) fn release_yields(plan: &mut Plan, flow: &Flow, yields: Vec<(&NodeVie
             plan.staged = plan.staged.saturating_sub(1);
         }
         let message = format!(
-            "releasing the node: it waits for the control plane, and a control-plane node needs its slot of \
-             maxStaging to stage {}; it is staged again after the control plane",
+            "releasing the node: it waits for {}, which need its slot of maxStaging to stage {}; it is staged again \
+             after them",
+            sides(rolling_back).1,
             flow.described()
         );
         plan.actions.push(NodeAction {
             node: node.name.clone(),
             kind: ActionKind::Release,
-            reason: Reason::YieldedToControlPlane,
+            reason: Reason::StagingSlotYielded,
             message,
         });
     }

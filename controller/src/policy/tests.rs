@@ -367,7 +367,7 @@ fn workers_staged_ahead_leave_the_control_plane_its_slots_of_max_staging() {
     let verified = NodeView { unschedulable: false, ..verified };
     let p = run(&[verified.clone(), staged(node("w1")), staged(node("w2"))], &max(2), t(2));
     assert_eq!(kinds(&p), vec![("w2".into(), ActionKind::Release)]);
-    assert_eq!(p.actions[0].reason, Reason::YieldedToControlPlane);
+    assert_eq!(p.actions[0].reason, Reason::StagingSlotYielded);
     assert_eq!(p.hold.as_ref().map(|h| h.reason), Some(Reason::WaitingForControlPlane));
     assert_eq!((p.counts.outdated, p.counts.in_progress, p.staged), (2, 1, 1), "{:?}", p.counts);
     assert_eq!(p.in_flight.iter().map(|f| f.node.as_str()).collect::<Vec<_>>(), ["w1"]);

@@ -46,7 +46,7 @@ pub(super) struct Tally {
     /// Of those, the ones staged (waiting for their turn).
     pub staged: u32,
     /// Workers in the stage step that may yield their slot to the control plane ([`pipeline::yields`]), in start
-    /// order, each with whether it is staged.
+    /// order, each with whether it is staged (the incremental planner never plans a rollback).
     pub staging_workers: BTreeSet<(pipeline::Order, bool)>,
     /// Members still staging and Ready ([`pipeline::staging_barrier`]) that the flow may start, in start order.
     pub staging_unstaged: BTreeSet<pipeline::Order>,
@@ -255,7 +255,7 @@ impl<'a> Pool<'a> for Indexed<'a> {
         self.tally.staging
     }
 
-    fn staging_workers(&self) -> Vec<(&'a NodeView, bool)> {
+    fn staging_followers(&self) -> Vec<(&'a NodeView, bool)> {
         self.tally.staging_workers.iter().filter_map(|(order, staged)| Some((self.view(&order.4)?, *staged))).collect()
     }
 
