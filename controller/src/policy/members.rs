@@ -179,9 +179,7 @@ impl<'a> Pool<'a> for Members<'a, '_> {
             .members
             .iter()
             .filter_map(|(n, a)| match a.situation {
-                Situation::Staging { staged, .. } if n.control_plane == rolling_back && a.action.is_none() => {
-                    Some((*n, staged))
-                }
+                Situation::Staging { staged, .. } if yields(n, a, rolling_back) => Some((*n, staged)),
                 _ => None,
             })
             .collect();
@@ -263,10 +261,11 @@ pub(super) fn staging_barrier(node: &NodeView, a: &Assessment) -> bool {
     node.ready && matches!(a.situation, Situation::Staging { staged: false, .. })
 }
 
-/// Whether a member in the stage step may yield its slot of `maxStaging` to the control plane outside a rollback
-/// ([`Pool::staging_followers`]): a worker without an action of its own this round.
-pub(super) fn yields(node: &NodeView, a: &Assessment) -> bool {
-    !node.control_plane && a.action.is_none()
+/// Whether a member in the stage step may yield its slot of `maxStaging` to a node it waits for
+/// ([`Pool::staging_followers`]): a worker (during a rollback, a control-plane node) without an action of its own
+/// this round.
+pub(super) fn yields(node: &NodeView, a: &Assessment, rolling_back: bool) -> bool {
+    node.control_plane == rolling_back && a.action.is_none()
 }
 
 /// Whether `node` is a control-plane node that keeps the workers of its rollout waiting: outdated, in flight or

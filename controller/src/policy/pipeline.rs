@@ -300,7 +300,7 @@ pub(super) fn start(plan: &mut Plan, flow: &Flow, selected: Selection<'_>, now: 
         }
     }
     plan.hold = selected.hold;
-    super::staging::release_yields(plan, flow, selected.yields, selected.rolling_back);
+    super::staging::release_yields(plan, flow, selected.yields);
     for (node, how) in selected.starts {
         let (step, kind, reason, message) = flow.start(how);
         let entry = InFlight { node: node.name.clone(), step, since: now, waiting_on: None };
@@ -354,8 +354,6 @@ pub(super) struct Selection<'a> {
     /// Nodes staged ahead (each with whether it is staged) released so that a node they wait for can stage in their
     /// slot of `maxStaging` ([`super::staging`]).
     pub yields: Vec<(&'a NodeView, bool)>,
-    /// The pool rolls back (the control plane last): the yields are control-plane nodes.
-    pub rolling_back: bool,
     /// Workers staged ahead whose turn waits for the control plane (rule 9), not for a slot.
     pub waiting_for_control_plane: Vec<&'a NodeView>,
 }
@@ -369,13 +367,8 @@ pub(super) fn select<'a>(
     (shared, surge): (&mut Shared, &mut Surge),
     bounds: &Bounds<'_>,
 ) -> Selection<'a> {
-    let mut selection = Selection {
-        starts: Vec::new(),
-        hold: None,
-        yields: Vec::new(),
-        rolling_back: false,
-        waiting_for_control_plane: Vec::new(),
-    };
+    let mut selection =
+        Selection { starts: Vec::new(), hold: None, yields: Vec::new(), waiting_for_control_plane: Vec::new() };
     disrupt(pool, spec, flow, (shared, surge), bounds, &mut selection);
     if flow.stages_ahead() {
         super::staging::stage_ahead(pool, spec, flow, bounds, &mut selection);

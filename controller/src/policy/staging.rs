@@ -9,7 +9,7 @@
 //!   (rule 9), and during a rollback, which moves the control plane last, control-plane nodes the workers. See
 //!   [`stage_ahead`].
 
-use super::assess::Situation;
+use super::assess::{Assessment, Situation};
 use super::pipeline::{Bounds, Flow, Pool, Selection, Start, name_some, waiting_for_control_plane};
 use super::{ActionKind, Hold, NodeAction, NodeView, Plan, Reason, ValidSpec};
 
@@ -37,10 +37,11 @@ pub(super) fn stage_ahead<'a>(
         free = free.min(wave.saturating_sub(pool.staging_count() + replaced));
     }
     let rolling_back = pool.rolling_back();
-    selection.rolling_back = rolling_back;
     // Whether a node is of the side the other waits for.
     let leads = |node: &NodeView| node.control_plane != rolling_back;
-    let mut needed = leaders_to_stage(pool, flow);
+    // Outside a rollback, the control-plane members pending (`Pool::control_plane_pending`).
+    let leaders = pool.leaders_pending();
+    let mut needed = leaders_to_stage(&leaders, flow);
     let mut short = 0;
     for node in pool.in_place_candidates() {
         if leads(node) {
@@ -53,7 +54,7 @@ pub(super) fn stage_ahead<'a>(
         } else if free <= needed {
             if free > 0 && selection.hold.is_none() && !rolling_back {
                 // Kept from staging for the control plane: said, as a staged worker's turn would be.
-                selection.hold = Some(waiting_for_control_plane(&pool.control_plane_pending(), &flow.described()));
+                selection.hold = Some(waiting_for_control_plane(&leaders, &flow.described()));
             }
             break;
         }
@@ -67,10 +68,9 @@ pub(super) fn stage_ahead<'a>(
             followers.into_iter().rev().filter(|(n, _)| !starting(n)).take(short).collect();
         if !yields.is_empty() && selection.hold.is_none() {
             let names = yields.iter().map(|(n, _)| n.name.clone()).collect();
+            let (waiting, waited_for) = sides(rolling_back);
             let message = format!(
-                "maxStaging is taken by {} staged ahead, which wait for {}: {} yield(s) a slot",
-                sides(rolling_back).0,
-                sides(rolling_back).1,
+                "maxStaging is taken by {waiting} staged ahead, which wait for {waited_for}: {} yield(s) a slot",
                 name_some(names)
             );
             selection.hold = Some(Hold::new(Reason::StagingSlotYielded, message));
@@ -79,7 +79,8 @@ pub(super) fn stage_ahead<'a>(
     }
 }
 
-/// The side that waits and the side it waits for, for messages.
+/// The side that waits and the side it waits for, for messages (the side that waits is the control plane in a
+/// rollback).
 fn sides(rolling_back: bool) -> (&'static str, &'static str) {
     if rolling_back {
         ("control-plane nodes", "the workers (a rollback moves the control plane last)")
@@ -88,12 +89,12 @@ fn sides(rolling_back: bool) -> (&'static str, &'static str) {
     }
 }
 
-/// How many of the members the others wait for ([`Pool::leaders_pending`]) still have to be staged for the flow's
-/// target: those outdated and updated in place, and those still finishing a step for another target (a reboot into
-/// the image before a target change).
-fn leaders_to_stage<'a>(pool: &impl Pool<'a>, flow: &Flow) -> u32 {
+/// How many of `leaders`, the members the others wait for ([`Pool::leaders_pending`]), still have to be staged for
+/// the flow's target: those outdated and updated in place, and those still finishing a step for another target (a
+/// reboot into the image before a target change).
+fn leaders_to_stage(leaders: &[(&NodeView, &Assessment)], flow: &Flow) -> u32 {
     let target = flow.target();
-    pool.leaders_pending()
+    leaders
         .iter()
         .filter(|(node, a)| match a.situation {
             Situation::Outdated { .. } => !a.replace,
@@ -107,8 +108,8 @@ fn leaders_to_stage<'a>(pool: &impl Pool<'a>, flow: &Flow) -> u32 {
 }
 
 /// Releases the nodes that yield their slot of `maxStaging` to the nodes they wait for ([`stage_ahead`]): each counted
-/// outdated again in `plan`, with a `StagingSlotYielded` release.
-pub(super) fn release_yields(plan: &mut Plan, flow: &Flow, yields: Vec<(&NodeView, bool)>, rolling_back: bool) {
+/// outdated again in `plan`, with a `StagingSlotYielded` release. A control-plane node yields only in a rollback.
+pub(super) fn release_yields(plan: &mut Plan, flow: &Flow, yields: Vec<(&NodeView, bool)>) {
     for (node, staged) in yields {
         plan.in_flight.retain(|f| f.node != node.name);
         plan.counts.in_progress = plan.counts.in_progress.saturating_sub(1);
@@ -119,7 +120,7 @@ pub(super) fn release_yields(plan: &mut Plan, flow: &Flow, yields: Vec<(&NodeVie
         let message = format!(
             "releasing the node: it waits for {}, which need its slot of maxStaging to stage {}; it is staged again \
              after them",
-            sides(rolling_back).1,
+            sides(node.control_plane).1,
             flow.described()
         );
         plan.actions.push(NodeAction {

@@ -147,7 +147,7 @@ impl Tally {
                 if *staged {
                     count(&mut self.staged, on);
                 }
-                if pipeline::yields(node, a) {
+                if pipeline::yields(node, a, false) {
                     set(&mut self.staging_workers, (pipeline::order(node, own_node), *staged), on);
                 }
                 if pipeline::staging_barrier(node, a) && may_start {
