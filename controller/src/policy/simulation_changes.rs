@@ -3,6 +3,26 @@
 
 use super::*;
 
+/// The step of the node's intent, if any.
+fn step(n: &NodeView) -> Option<Step> {
+    n.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).map(|i| i.step)
+}
+
+/// The image the node's agent reports.
+fn image(n: &NodeView) -> Option<&str> {
+    n.agent.as_ref().ok().and_then(|a| a.os_image.as_deref())
+}
+
+/// The bounds after a plan: at most `max` nodes in `staging` (the stage step, or a Kubernetes upgrade's fetch:
+/// maxStaging, here maxUnavailable) and disrupted (maxUnavailable), one control-plane node disrupted at most.
+fn assert_within_bounds(sim: &Sim, staging: Step, max: usize, case: &str) {
+    let ahead = sim.nodes.iter().filter(|n| step(n) == Some(staging)).count();
+    assert!(ahead <= max, "{case}: {ahead} nodes in the {staging:?} step, max {max}");
+    let disrupted = sim.disrupted();
+    assert!(disrupted.len() <= max, "{case}: {} disrupted, max {max}", disrupted.len());
+    assert!(disrupted.iter().filter(|n| n.control_plane).count() <= 1, "{case}: two control-plane nodes disrupted");
+}
+
 /// A target change while the only control-plane node reboots into the old target (that reboot is verified to its
 /// end): the workers staged ahead for the new target leave it a slot of maxStaging, which is never exceeded, and
 /// every node ends on the new target.
@@ -15,21 +35,11 @@ fn a_target_change_while_the_control_plane_reboots_ends_with_every_node_on_the_n
         let mut sim = Sim::new(seed, nodes, one_rollout(policy.clone()));
         let retargeted = Rollout::new("nv", SpecState::Valid(valid_spec(NEW, 2, policy)), None);
         sim.retarget_at_reboot = Some(vec![retargeted]);
-        let last = sim.run(|sim, _| {
-            let staging = sim
-                .nodes
-                .iter()
-                .filter(|n| {
-                    n.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Stage))
-                })
-                .count();
-            assert!(staging <= 2, "seed {seed}: {staging} nodes in the stage step with maxStaging 2");
-        });
+        let last = sim.run(|sim, _| assert_within_bounds(sim, Step::Stage, 2, &format!("seed {seed}")));
         assert!(sim.retarget_at_reboot.is_none(), "seed {seed}: the control-plane node never rebooted");
         let p = &last.rollouts[0];
         assert_eq!(p.counts.up_to_date, 7, "seed {seed}: {:?}, held: {:?}", p.counts, p.hold);
-        let image = |n: &NodeView| n.agent.as_ref().ok().and_then(|a| a.os_image.clone());
-        assert!(sim.nodes.iter().all(|n| image(n).as_deref() == Some(NEW) && !n.unschedulable), "seed {seed}");
+        assert!(sim.nodes.iter().all(|n| image(n) == Some(NEW) && !n.unschedulable), "seed {seed}");
     }
 }
 
@@ -51,20 +61,12 @@ fn rollouts_retargeted_at_any_moment_end_with_every_node_on_the_last_target() {
                 sim.retarget_at_plan.push((at, vec![Rollout::new("nv", SpecState::Valid(spec), None)]));
             }
             let last_target = format!("v{}", 2 + changes);
-            let last = sim.run(|sim, _| {
-                let intent_step =
-                    |n: &NodeView| n.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).map(|i| i.step);
-                let staging = sim.nodes.iter().filter(|n| intent_step(n) == Some(Step::Stage)).count() as u32;
-                assert!(staging <= max, "seed {seed}, max {max}: {staging} nodes in the stage step");
-                let disrupted = sim.disrupted();
-                assert!(disrupted.len() as u32 <= max, "seed {seed}, max {max}: {} disrupted", disrupted.len());
-                assert!(disrupted.iter().filter(|n| n.control_plane).count() <= 1, "seed {seed}, max {max}");
-            });
+            let case = format!("seed {seed}, max {max}");
+            let last = sim.run(|sim, _| assert_within_bounds(sim, Step::Stage, max as usize, &case));
             let p = &last.rollouts[0];
             assert_eq!(p.counts.up_to_date, 15, "seed {seed}, max {max}: {:?}, held: {:?}", p.counts, p.hold);
-            let image = |n: &NodeView| n.agent.as_ref().ok().and_then(|a| a.os_image.clone());
             for n in &sim.nodes {
-                assert_eq!(image(n).as_deref(), Some(last_target.as_str()), "seed {seed}, max {max}: {}", n.name);
+                assert_eq!(image(n), Some(last_target.as_str()), "seed {seed}, max {max}: {}", n.name);
                 assert!(!n.unschedulable, "seed {seed}, max {max}: {} left cordoned", n.name);
             }
         }
@@ -86,16 +88,8 @@ fn kubernetes_upgrades_retargeted_at_any_moment_end_with_every_node_on_the_last_
                 target.version = "v1.34.2".parse().unwrap();
             }
             sim.retarget_at_plan.push((at, retargeted));
-            let last = sim.run(|sim, _| {
-                let fetching = |n: &&NodeView| {
-                    n.controller.as_ref().is_ok_and(|c| c.intent.as_ref().is_some_and(|i| i.step == Step::Fetch))
-                };
-                let staging = sim.nodes.iter().filter(fetching).count() as u32;
-                assert!(staging <= max, "seed {seed}, max {max}: {staging} nodes fetching ahead");
-                let disrupted = sim.disrupted();
-                assert!(disrupted.len() as u32 <= max, "seed {seed}, max {max}: {} disrupted", disrupted.len());
-                assert!(disrupted.iter().filter(|n| n.control_plane).count() <= 1, "seed {seed}, max {max}");
-            });
+            let case = format!("seed {seed}, max {max}");
+            let last = sim.run(|sim, _| assert_within_bounds(sim, Step::Fetch, max as usize, &case));
             let p = &last.rollouts[0];
             assert_eq!(p.counts.up_to_date, 15, "seed {seed}, max {max}: {:?}, held: {:?}", p.counts, p.hold);
             for n in &sim.nodes {
@@ -118,17 +112,11 @@ fn a_control_plane_node_that_joins_mid_rollout_is_updated_before_the_workers_and
         let mut sim = Sim::new(seed, nodes, one_rollout(policy));
         let at = 1 + sim.random(30);
         sim.join_at_plan.push((at, cp("cp1")));
+        let case = format!("seed {seed}");
         let last = sim.run(|sim, cluster| {
-            let step = |n: &NodeView| n.controller.as_ref().ok().and_then(|c| c.intent.as_ref()).map(|i| i.step);
-            let staging = sim.nodes.iter().filter(|n| step(n) == Some(Step::Stage)).count();
-            assert!(staging <= 2, "seed {seed}: {staging} nodes in the stage step");
-            let disrupted = sim.disrupted();
-            assert!(disrupted.len() <= 2, "seed {seed}: {} disrupted", disrupted.len());
-            assert!(disrupted.iter().filter(|n| n.control_plane).count() <= 1, "seed {seed}");
+            assert_within_bounds(sim, Step::Stage, 2, &case);
             // No worker starts its turn while a control-plane node is not on the target.
-            let image = |n: &NodeView| n.agent.as_ref().ok().and_then(|a| a.os_image.clone());
-            let control_plane_done =
-                sim.nodes.iter().filter(|n| n.control_plane).all(|n| image(n).as_deref() == Some(TARGET));
+            let control_plane_done = sim.nodes.iter().filter(|n| n.control_plane).all(|n| image(n) == Some(TARGET));
             let worker_turn = cluster.rollouts[0].actions.iter().any(|a| {
                 matches!(a.kind, ActionKind::Drain { .. })
                     && sim.nodes.iter().any(|n| n.name == a.node && !n.control_plane)
